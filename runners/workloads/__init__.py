@@ -1,0 +1,1 @@
+"""Workloads: the loader for a plan's entry point, and the reference MoE workload."""

@@ -1,0 +1,110 @@
+"""Load a plan's workload entry point (``module:attribute``) from a checkout."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from runners.protocol import Workload
+
+
+class WorkloadLoadError(ValueError):
+    """The entry point could not be imported, called, or did not give a `Workload`."""
+
+
+def parse_ref(ref: str) -> tuple[str, str]:
+    """Split ``module:attribute`` (attribute may be dotted); raise `WorkloadLoadError`."""
+    module, sep, attr = ref.partition(":")
+    if not sep or not module or not attr or ":" in attr:
+        raise WorkloadLoadError(f"workload entry point {ref!r}: expected 'module:attribute'")
+    return module, attr
+
+
+def _provided_by(root: Path, top: str) -> bool:
+    return (root / top).is_dir() or (root / f"{top}.py").is_file()
+
+
+def _forget(top: str) -> None:
+    # A second checkout of the same package must not reuse the first one's modules.
+    for name in [n for n in sys.modules if n == top or n.startswith(top + ".")]:
+        del sys.modules[name]
+
+
+def _import_from(root: Path, module: str, ref: str) -> ModuleType:
+    top = module.split(".", 1)[0]
+    local = _provided_by(root, top)
+    entry = str(root)
+    if local:
+        _forget(top)
+        sys.path.insert(0, entry)
+        importlib.invalidate_caches()
+    try:
+        mod = importlib.import_module(module)
+    except Exception as e:
+        where = f"from {root}" if local else "(not in the checkout; tried installed packages)"
+        raise WorkloadLoadError(
+            f"workload entry point {ref!r}: cannot import module {module!r} {where}: "
+            f"{type(e).__name__}: {e}"
+        ) from e
+    finally:
+        if local:
+            # Leave sys.path as found: the checkout must not shadow later imports.
+            sys.path.remove(entry)
+    if local:
+        origin = getattr(mod, "__file__", None)
+        resolved = root.resolve()
+        if origin is None or not Path(origin).resolve().is_relative_to(resolved):
+            raise WorkloadLoadError(
+                f"workload entry point {ref!r}: module {module!r} came from {origin}, "
+                f"not from the checkout {root}"
+            )
+    return mod
+
+
+def load_workload(root: Path, ref: str, params: Mapping[str, Any]) -> Workload:
+    """Import ``ref`` (``module:attribute``) from the checkout at ``root``, call it with
+    ``params`` and return the `Workload` it builds.
+
+    When ``root`` holds the module's top-level package, that package is imported from
+    ``root`` under its real name after any previously imported copy is forgotten, so two
+    checkouts can be loaded one after the other in one process; ``root`` is on
+    ``sys.path`` only during the import (a workload module must import its siblings at
+    import time). Otherwise the module is imported from the installed packages.
+
+    Raises `WorkloadLoadError` (naming ``ref``) when the module or attribute is missing,
+    the attribute is not callable, ``params`` do not fit its signature, or the result
+    is not a `Workload`.
+    """
+    module, attr = parse_ref(ref)
+    obj: object = _import_from(root, module, ref)
+    for part in attr.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise WorkloadLoadError(
+                f"workload entry point {ref!r}: module {module!r} has no attribute {attr!r}"
+            ) from None
+    if not callable(obj):
+        raise WorkloadLoadError(
+            f"workload entry point {ref!r}: {attr!r} is a {type(obj).__name__}, not callable"
+        )
+    try:
+        inspect.signature(obj).bind(**params)
+    except TypeError as e:
+        raise WorkloadLoadError(
+            f"workload entry point {ref!r}: parameters {sorted(params)} do not fit: {e}"
+        ) from None
+    except ValueError:
+        pass  # no introspectable signature (builtins): let the call decide
+    workload = obj(**params)
+    if not isinstance(workload, Workload):
+        raise WorkloadLoadError(
+            f"workload entry point {ref!r} returned a {type(workload).__name__}, "
+            "which does not implement the Workload protocol"
+        )
+    return workload
