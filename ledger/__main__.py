@@ -1,0 +1,5 @@
+import sys
+
+from ledger.cli import main
+
+sys.exit(main())

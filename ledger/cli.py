@@ -1,0 +1,474 @@
+"""The `ledger` command line. One error boundary: `main`."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from ledger import __version__
+from ledger.errors import Error, InputError, UsageError
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+EXIT_OK, EXIT_NEGATIVE, EXIT_USAGE = 0, 1, 2
+
+
+def db_option(f: F) -> F:
+    return click.option(
+        "--db",
+        metavar="URL",
+        help="Database: SQLAlchemy URL or SQLite path (default $LEDGER_DB, else ./.ledger/ledger.db).",
+    )(f)
+
+
+def json_option(f: F) -> F:
+    return click.option("--json", "as_json", is_flag=True, help="Print one JSON document on stdout.")(f)
+
+
+def emit_json(doc: Any) -> None:
+    click.echo(json.dumps(doc, indent=2, sort_keys=False))
+
+
+def _store(db: str | None) -> Any:
+    from ledger.store.store import Store, resolve_url
+
+    return Store.open(resolve_url(db))
+
+
+def _keydir() -> Any:
+    from ledger.keys import KeyDir
+
+    return KeyDir.default()
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(__version__, prog_name="ledger")
+def cli() -> None:
+    """Signed, append-only qualification receipts for GPU training code.
+
+    Runners and harnesses write signed receipts about a source revision;
+    `status` answers which claims are qualified for it, at which scope, on
+    what evidence; `verify` checks any receipt offline.
+
+    Exit codes: 0 success/qualified/verified, 1 a definite negative (not
+    qualified, verification failed, input refused), 2 usage or environment error.
+    """
+
+
+# -- init and keys -------------------------------------------------------------------
+
+
+@cli.command()
+@db_option
+def init(db: str | None) -> None:
+    """Create the ledger (or migrate an older one) and its ledger key."""
+    from ledger.ingest import register_key
+    from ledger.store.store import Store, resolve_url
+
+    url = resolve_url(db)
+    store = Store.create(url)
+    keys = _keydir()
+    have = [k for k in store.keys().values() if k.role == "ledger" and k.revoked_seq is None]
+    if have:
+        click.echo(f"ledger at {url} is up to date; ledger key {have[0].name} {have[0].keyid[:16]}")
+        return
+    name = "ledger"
+    local = keys.load(name) if keys.file(name).exists() else keys.create(name)
+    kid, _ = register_key(store, name, "ledger", local.public)
+    click.echo(f"created ledger at {url}")
+    click.echo(f"ledger key {name} {kid} (private key {keys.file(name)})")
+
+
+@cli.group()
+def keys() -> None:
+    """Ed25519 keys: runner, reviewer and ledger roles. Private keys stay in $LEDGER_KEYS."""
+
+
+@keys.command("new")
+@click.argument("name")
+@click.option("--role", type=click.Choice(["runner", "reviewer"]), required=True)
+@db_option
+def keys_new(name: str, role: str, db: str | None) -> None:
+    """Make a key pair (private key mode 0600 in $LEDGER_KEYS) and register its public key."""
+    from ledger.ingest import register_key
+
+    store = _store(db)
+    kd = _keydir()
+    local = kd.create(name)
+    kid, _ = register_key(store, name, role, local.public)  # type: ignore[arg-type]
+    click.echo(kid)
+    click.echo(f"private key: {kd.file(name)}", err=True)
+
+
+@keys.command("add")
+@click.argument("pem", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--name", required=True)
+@click.option("--role", type=click.Choice(["runner", "reviewer", "ledger"]), required=True)
+@db_option
+def keys_add(pem: Path, name: str, role: str, db: str | None) -> None:
+    """Register someone else's public key (PEM) under a name and role."""
+    from ledger.ingest import register_key
+    from ledger.keys import load_public_pem
+
+    public = load_public_pem(_read(pem), str(pem))
+    kid, new = register_key(_store(db), name, role, public)  # type: ignore[arg-type]
+    click.echo(kid if new else f"{kid} (already registered)")
+
+
+@keys.command("list")
+@db_option
+@json_option
+def keys_list(db: str | None, as_json: bool) -> None:
+    """Registered keys with role and revocation state."""
+    store = _store(db)
+    local = set(_keydir().names())
+    rows = [
+        {
+            "keyid": k.keyid,
+            "name": k.name,
+            "role": k.role,
+            "revoked": k.revoked_seq is not None,
+            "revoked_reason": k.revoked_reason,
+            "private_key_here": k.name in local,
+        }
+        for k in store.keys().values()
+    ]
+    if as_json:
+        emit_json(rows)
+        return
+    for r in rows:
+        state = f"revoked: {r['revoked_reason']}" if r["revoked"] else "active"
+        mine = " (private key here)" if r["private_key_here"] else ""
+        click.echo(f"{r['keyid'][:16]}  {r['role']:<8}  {r['name']:<16}  {state}{mine}")
+
+
+@keys.command("revoke")
+@click.argument("keyid")
+@click.option("--reason", required=True, help="Why; recorded in the log.")
+@db_option
+def keys_revoke(keyid: str, reason: str, db: str | None) -> None:
+    """Revoke a key: anything it signs that is logged afterwards does not count."""
+    from ledger.ingest import revoke_key
+
+    info = revoke_key(_store(db), keyid, reason)
+    click.echo(f"revoked {info.name} {info.keyid}")
+
+
+# -- writing ---------------------------------------------------------------------------
+
+
+def _read(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        raise UsageError(f"{path} does not exist") from None
+    except OSError as e:
+        raise UsageError(f"{path}: {e.strerror}") from None
+
+
+def _rev_options(f: F) -> F:
+    f = click.option("--repo", type=click.Path(file_okay=False, path_type=Path), help="Repository (default: the current one).")(f)
+    f = click.option("--rev", metavar="REV", help="A commit, branch or tag.")(f)
+    f = click.option("--pr", type=click.IntRange(min=1), metavar="N", help="Pull request N: its current head (refs/pull/N/head, fetched when missing).")(f)
+    return f
+
+
+def _plan_paths(repo: Any, plan: Path | None) -> list[str]:
+    """Package globs from the plan, when the repository has one."""
+    from ledger.plan import load_plan
+
+    path = plan or Path(repo.working_tree_dir or ".") / "qualification.toml"
+    if not path.is_file():
+        return []
+    return list(load_plan(path).package.paths) if load_plan(path).package else []
+
+
+@cli.command()
+@click.option("--claim", required=True, help="What is asserted, e.g. admission.no-oom-after-admit.")
+@_rev_options
+@click.option("--outcome", type=click.Choice(["passed", "failed", "inconclusive", "refused", "infra-error"]), required=True)
+@click.option("--reason", help="Required for anything but passed: one sentence.")
+@click.option("--check", "check_name", help="Check name (default: the claim).")
+@click.option("--check-version", default="1", show_default=True)
+@click.option("--param", "params", multiple=True, metavar="K=V", help="Check parameter (repeatable).")
+@click.option("--scope", "scope", multiple=True, metavar="K=V", help="Scope facet (repeatable): device_kind=cuda, gpu_model=..., dtype=...")
+@click.option("--measurements", type=click.Path(dir_okay=False, path_type=Path), help="JSON object of measurements (bytes and ns as integers).")
+@click.option("--artifact", "artifacts", multiple=True, type=click.Path(dir_okay=False, path_type=Path), help="File to store content-addressed and reference (repeatable).")
+@click.option("--observer", type=click.Choice(["on", "off"]), default="off", show_default=True)
+@click.option("--cleanup", type=click.Path(dir_okay=False, path_type=Path), help='JSON {"complete": bool, "resources": [{"kind","id","released","proof"}]}.')
+@click.option("--supersedes", "supersedes", multiple=True, metavar="ID", help="Receipt this one replaces (needs --supersedes-reason).")
+@click.option("--supersedes-reason", help="Why the superseded receipts no longer stand.")
+@click.option("--key", "key_name", required=True, help="Runner key name in $LEDGER_KEYS.")
+@click.option("--plan", type=click.Path(dir_okay=False, path_type=Path), help="Plan file for package identity (default: qualification.toml in the repo).")
+@db_option
+def attest(
+    claim: str, pr: int | None, rev: str | None, repo: Path | None, outcome: str, reason: str | None,
+    check_name: str | None, check_version: str, params: Sequence[str], scope: Sequence[str],
+    measurements: Path | None, artifacts: Sequence[Path], observer: str, cleanup: Path | None,
+    supersedes: Sequence[str], supersedes_reason: str | None, key_name: str, plan: Path | None,
+    db: str | None,
+) -> None:
+    """Sign and record a receipt from another harness's result.
+
+    Commit, tree, parents, PR, merge-base, dirty flag and package identity are
+    read from the repository; the rest comes from the options. Prints the id.
+    """
+    from ledger import source as src
+    from ledger.attest import Facts, artifact_of, build_statement, load_json_file, parse_scope, record_statement
+    from ledger.models import Supersedes
+
+    store = _store(db)
+    key = _keydir().load(key_name)
+    if supersedes and not supersedes_reason:
+        raise UsageError("--supersedes needs --supersedes-reason")
+    meas = load_json_file(measurements, "measurements") if measurements else {}
+    if not isinstance(meas, dict):
+        raise InputError("measurements file must hold a JSON object")
+    clean = load_json_file(cleanup, "cleanup") if cleanup else None
+    if clean is not None and not isinstance(clean, dict):
+        raise InputError("cleanup file must hold a JSON object")
+    sup = [Supersedes(id=store.resolve(s).entry_id, reason=supersedes_reason or "") for s in supersedes]
+    repository = src.open_repo(repo)
+    revision = src.resolve(repository, rev=rev, pr=pr, package_paths=_plan_paths(repository, plan))
+    facts = Facts(
+        claim=claim, check=check_name or claim, check_version=check_version,
+        parameters=parse_scope(params), scope=parse_scope(scope),
+        outcome=outcome,  # type: ignore[arg-type]
+        reason=reason, measurements=meas, observer=observer, cleanup=clean,
+        artifacts=[artifact_of(store, a) for a in artifacts], supersedes=sup,
+    )
+    stmt = build_statement(revision.source(), facts)
+    [rec] = record_statement(store, [stmt], key)
+    if revision.dirty:
+        click.echo("warning: the work tree is dirty; recorded as dirty (it will not qualify the commit)", err=True)
+    click.echo(rec.id)
+
+
+@cli.command()
+@click.argument("envelopes", nargs=-1, required=True, type=click.Path(dir_okay=False, path_type=Path))
+@db_option
+@json_option
+def record(envelopes: Sequence[Path], db: str | None, as_json: bool) -> None:
+    """Verify and record signed envelopes (all or nothing)."""
+    from ledger.ingest import record as do_record
+
+    recs = do_record(_store(db), [_read(p) for p in envelopes])
+    if as_json:
+        emit_json([{"id": r.id, "kind": r.kind, "seq": r.seq, "duplicate": r.duplicate} for r in recs])
+        return
+    for r in recs:
+        click.echo(f"{r.id} already recorded (no change)" if r.duplicate else f"{r.id} recorded as entry {r.seq}")
+
+
+@cli.command()
+@click.argument("receipt")
+@click.option("--concur", "verdict", flag_value="concur", help="Agree with the receipt.")
+@click.option("--dispute", "verdict", flag_value="dispute", help="Dispute it: its claim stops qualifying.")
+@click.option("--note", default="", help="What was checked, or why it is disputed.")
+@click.option("--key", "key_name", required=True, help="Reviewer key name in $LEDGER_KEYS.")
+@db_option
+def review(receipt: str, verdict: str | None, note: str, key_name: str, db: str | None) -> None:
+    """Countersign (or dispute) a receipt with a reviewer key other than its signer."""
+    from ledger.attest import record_review
+
+    if verdict is None:
+        raise UsageError("give --concur or --dispute")
+    store = _store(db)
+    entry = store.resolve(receipt)
+    if entry.kind != "receipt":
+        raise InputError(f"{receipt} is a {entry.kind}, not a receipt")
+    key = _keydir().load(key_name)
+    if store.receipt_signer(entry.entry_id) == key.keyid:
+        raise InputError("a reviewer cannot review a receipt it signed itself")
+    rec = record_review(store, entry.entry_id, verdict, note, key)
+    click.echo(rec.id)
+
+
+# -- reading ---------------------------------------------------------------------------
+
+
+def _decoded(body: str) -> dict[str, Any]:
+    import base64
+
+    env = json.loads(body)
+    return {"envelope": env, "statement": json.loads(base64.b64decode(env["payload"]))}
+
+
+@cli.command()
+@click.argument("receipt")
+@db_option
+@json_option
+def show(receipt: str, db: str | None, as_json: bool) -> None:
+    """Show a receipt or review: its statement, signer and reviews."""
+    store = _store(db)
+    e = store.resolve(receipt)
+    d = _decoded(e.body)
+    signer = d["envelope"]["signatures"][0]["keyid"]
+    info = store.keys().get(signer)
+    reviews = [
+        {"id": r.entry_id, **_decoded(r.body)["statement"]["predicate"]}
+        for r in store.review_entries([e.entry_id])
+    ]
+    doc = {"id": e.entry_id, "kind": e.kind, "seq": e.seq, "logged_at": e.logged_at,
+           "signer": {"keyid": signer, "name": info.name if info else None, "role": info.role if info else None},
+           "statement": d["statement"], "reviews": reviews}
+    if as_json:
+        emit_json(doc)
+        return
+    from ledger.render import render_show
+
+    click.echo(render_show(doc))
+
+
+@cli.command()
+@click.argument("target")
+@click.option("--trust", "trust", multiple=True, type=click.Path(dir_okay=False, path_type=Path), help="Trusted public key PEM (repeatable): the ledger key, or the signer's.")
+@db_option
+@json_option
+def verify(target: str, trust: Sequence[str], db: str | None, as_json: bool) -> None:
+    """Verify a receipt: a bundle FILE offline (with --trust), or an ID against the ledger."""
+    from ledger.keys import load_public_pem
+
+    path = Path(target)
+    if path.is_file():
+        from ledger.bundle import verify_bundle
+
+        anchors = [load_public_pem(_read(Path(t)), str(t)) for t in trust]
+        rep = verify_bundle(_read(path), anchors)
+        doc = {"verified": True, "id": rep.id, "kind": rep.kind, "anchor": rep.anchor,
+               "log": {"origin": rep.log_origin, "size": rep.log_size}, "signer": rep.signer,
+               "claim": rep.statement.get("predicate", {}).get("claim"),
+               "outcome": rep.statement.get("predicate", {}).get("outcome"),
+               "reviews": rep.reviews}
+    else:
+        from ledger.verify import verify_in_ledger
+
+        doc = verify_in_ledger(_store(db), target, _keydir())
+    if as_json:
+        emit_json(doc)
+        return
+    click.echo(f"verified {doc['id']}")
+    for k, v in doc.items():
+        if k not in ("verified", "id", "reviews"):
+            click.echo(f"  {k}: {v}")
+    for r in doc.get("reviews", []):
+        click.echo(f"  review {r['id'][:19]}: {r['verdict']} by {r['signer'][:12]}")
+
+
+@cli.command()
+@click.argument("receipt")
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), required=True)
+@db_option
+def export(receipt: str, output: Path, db: str | None) -> None:
+    """Write a self-contained bundle that `ledger verify FILE --trust PEM` checks offline."""
+    from ledger.bundle import export as do_export
+
+    data = do_export(_store(db), receipt, _keydir())
+    tmp = output.with_name(output.name + ".part")
+    tmp.write_bytes(data)
+    tmp.replace(output)
+    click.echo(f"wrote {output} ({len(data)} bytes)")
+
+
+@cli.command()
+@db_option
+@json_option
+def audit(db: str | None, as_json: bool) -> None:
+    """Recompute every entry hash, signature, sequence number and checkpoint root."""
+    from ledger.audit import audit as do_audit
+
+    rep = do_audit(_store(db))
+    if as_json:
+        emit_json({"ok": rep.ok, "entries": rep.entries, "checkpoints": rep.checkpoints,
+                   "root": rep.root, "problems": rep.problems})
+    else:
+        for p in rep.problems:
+            click.echo(p)
+        click.echo(f"{rep.entries} entries, {rep.checkpoints} checkpoints, root {rep.root}: "
+                   + ("ok" if rep.ok else f"{len(rep.problems)} problems"))
+    if not rep.ok:
+        raise SystemExit(EXIT_NEGATIVE)
+
+
+@cli.group()
+def log() -> None:
+    """The transparency log: checkpoints, inclusion and consistency proofs."""
+
+
+@log.command("checkpoint")
+@db_option
+def log_checkpoint(db: str | None) -> None:
+    """Sign a checkpoint of the log as it is now (with the ledger key)."""
+    from ledger.log import checkpoint
+
+    click.echo(checkpoint(_store(db), _keydir()).decode(), nl=False)
+
+
+@log.command("proof")
+@click.argument("receipt")
+@db_option
+@json_option
+def log_proof(receipt: str, db: str | None, as_json: bool) -> None:
+    """Inclusion proof of an entry against the newest checkpoint (verified before printing)."""
+    from ledger.log import inclusion
+
+    store = _store(db)
+    e = store.resolve(receipt)
+    inc = inclusion(store, e.seq, _keydir())
+    doc = {"id": e.entry_id, "index": inc.index, "size": inc.size,
+           "proof": [h.hex() for h in inc.proof], "checkpoint": inc.note.decode()}
+    if as_json:
+        emit_json(doc)
+        return
+    click.echo(f"entry {inc.index} of {inc.size}, verified")
+    for h in doc["proof"]:
+        click.echo(f"  {h}")
+    click.echo(doc["checkpoint"], nl=False)
+
+
+@log.command("consistency")
+@click.argument("old", type=click.IntRange(min=1))
+@click.argument("new", type=click.IntRange(min=1))
+@db_option
+@json_option
+def log_consistency(old: int, new: int, db: str | None, as_json: bool) -> None:
+    """Consistency proof between checkpoints of sizes OLD and NEW (verified before printing)."""
+    from ledger.log import consistency
+
+    proof = consistency(_store(db), old, new)
+    if as_json:
+        emit_json({"old": old, "new": new, "proof": [h.hex() for h in proof]})
+        return
+    click.echo(f"consistent: {old} -> {new}, verified")
+    for h in proof:
+        click.echo(f"  {h.hex()}")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point: runs the CLI and maps every error to a one-line reason and an exit code."""
+    try:
+        cli.main(args=list(argv) if argv is not None else None, prog_name="ledger", standalone_mode=False)
+    except Error as e:
+        click.echo(f"ledger: {e.reason()}", err=True)
+        return e.exit_code
+    except click.exceptions.Abort:
+        click.echo("ledger: aborted", err=True)
+        return 130
+    except click.ClickException as e:
+        e.show()
+        return EXIT_USAGE
+    except SystemExit as e:
+        return int(e.code or 0) if isinstance(e.code, int) else EXIT_USAGE
+    except KeyboardInterrupt:
+        click.echo("ledger: interrupted; nothing half-written was recorded", err=True)
+        return 130
+    return EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())

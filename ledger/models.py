@@ -1,0 +1,201 @@
+"""Pydantic models of what the ledger signs and stores (all frozen).
+
+Statement v1 (in-toto) with two predicates of our own: a qualification
+receipt and a review of a receipt. The DSSE envelope carries the statement's
+exact canonical bytes; these models validate those bytes, they never produce
+the bytes that get verified.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, Literal, TypeAlias
+
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, StringConstraints, model_validator
+
+__all__ = [
+    "IN_TOTO_PAYLOAD_TYPE",
+    "QUALIFICATION_PREDICATE",
+    "REVIEW_PREDICATE",
+    "STATEMENT_TYPE",
+    "Artifact",
+    "Check",
+    "Cleanup",
+    "Envelope",
+    "Outcome",
+    "PackageIdentity",
+    "QualificationPredicate",
+    "QualificationStatement",
+    "Resource",
+    "ReviewPredicate",
+    "ReviewStatement",
+    "Runner",
+    "Signature",
+    "Source",
+    "Subject",
+    "Supersedes",
+]
+
+STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
+IN_TOTO_PAYLOAD_TYPE = "application/vnd.in-toto+json"
+QUALIFICATION_PREDICATE = "https://ledger.dev/predicates/qualification/v1"
+REVIEW_PREDICATE = "https://ledger.dev/predicates/review/v1"
+
+Outcome: TypeAlias = Literal["passed", "failed", "inconclusive", "refused", "infra-error"]
+Hex40 = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{40}([0-9a-f]{24})?$")]
+Hex64 = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
+ReceiptId = Annotated[str, StringConstraints(pattern=r"^sha256:[0-9a-f]{64}$")]
+Facet = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_.-]*$")]
+Timestamp = Annotated[str, StringConstraints(pattern=r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z$")]
+
+# Byte and nanosecond figures must be exact integers: a float here means a
+# lossy conversion happened somewhere (e.g. GiB) and the receipt would lie.
+_EXACT_KEY = re.compile(r"(^|_)(bytes|ns)$")
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+
+
+class Subject(_Frozen):
+    name: str = Field(min_length=1)
+    digest: dict[str, str] = Field(min_length=1)
+
+
+class Check(_Frozen):
+    name: str = Field(min_length=1)
+    version: str = Field(min_length=1)
+    parameters: dict[str, JsonValue] = Field(default_factory=dict)
+
+
+class PackageIdentity(_Frozen):
+    paths: list[str]
+    """Globs (from the plan) that select the package's files."""
+    digest: Hex64
+    """sha256 over the sorted (path, git blob id) pairs of the matching files."""
+
+
+class Source(_Frozen):
+    repo: str = Field(min_length=1)
+    commit: Hex40
+    tree: Hex40
+    parents: list[Hex40] = Field(default_factory=list)
+    pr: int | None = Field(default=None, ge=1)
+    base: Hex40 | None = None
+    """Merge-base with the base branch, when known."""
+    dirty: bool
+    package: PackageIdentity | None = None
+
+
+class Resource(_Frozen):
+    kind: str = Field(min_length=1)
+    id: str = Field(min_length=1)
+    released: bool
+    proof: str = ""
+
+
+class Cleanup(_Frozen):
+    complete: bool
+    resources: list[Resource] = Field(default_factory=list)
+    tolerance_bytes: int = Field(default=0, ge=0)
+
+    @model_validator(mode="after")
+    def _complete_means_all_released(self) -> Cleanup:
+        if self.complete and any(not r.released for r in self.resources):
+            raise ValueError("cleanup.complete is true but a resource is not released")
+        return self
+
+
+class Artifact(_Frozen):
+    name: str = Field(min_length=1)
+    digest: dict[Literal["sha256"], Hex64]
+    size: int = Field(ge=0)
+    mediaType: str = "application/octet-stream"
+
+
+class Runner(_Frozen):
+    host: str = ""
+    gpu_uuids: list[str] = Field(default_factory=list)
+    started: Timestamp
+    finished: Timestamp
+    ledger_version: str
+
+
+class Supersedes(_Frozen):
+    id: ReceiptId
+    reason: str = Field(min_length=1)
+
+
+class QualificationPredicate(_Frozen):
+    claim: str = Field(min_length=1)
+    check: Check
+    scope: dict[Facet, str | int]
+    source: Source
+    outcome: Outcome
+    reason: str | None = None
+    measurements: dict[str, JsonValue] = Field(default_factory=dict)
+    observer: Literal["on", "off"]
+    cleanup: Cleanup | None = None
+    artifacts: list[Artifact] = Field(default_factory=list)
+    runner: Runner
+    supersedes: list[Supersedes] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _rules(self) -> QualificationPredicate:
+        if self.outcome != "passed" and not (self.reason and self.reason.strip()):
+            raise ValueError(f"outcome {self.outcome!r} needs a reason")
+        _check_exact(self.measurements, "measurements")
+        return self
+
+
+def _check_exact(value: Any, path: str) -> None:
+    if isinstance(value, dict):
+        for k, v in value.items():
+            where = f"{path}.{k}"
+            if _EXACT_KEY.search(k) and isinstance(v, float):
+                raise ValueError(f"{where} must be an exact integer (bytes and ns are never floats)")
+            _check_exact(v, where)
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            _check_exact(v, f"{path}[{i}]")
+
+
+class _Statement(_Frozen):
+    type_: Literal["https://in-toto.io/Statement/v1"] = Field(alias="_type")
+    subject: list[Subject] = Field(min_length=1)
+
+
+class QualificationStatement(_Statement):
+    predicateType: Literal["https://ledger.dev/predicates/qualification/v1"]
+    predicate: QualificationPredicate
+
+
+class ReviewPredicate(_Frozen):
+    receipt: ReceiptId
+    verdict: Literal["concur", "dispute"]
+    note: str = ""
+    reviewed: Timestamp
+    ledger_version: str
+
+
+class ReviewStatement(_Statement):
+    predicateType: Literal["https://ledger.dev/predicates/review/v1"]
+    predicate: ReviewPredicate
+
+    @model_validator(mode="after")
+    def _subject_is_the_receipt(self) -> ReviewStatement:
+        want = self.predicate.receipt.removeprefix("sha256:")
+        if [s.digest.get("sha256") for s in self.subject] != [want]:
+            raise ValueError("review subject must be exactly the reviewed receipt's digest")
+        return self
+
+
+class Signature(_Frozen):
+    keyid: str = Field(min_length=1)
+    sig: str = Field(min_length=1)
+
+
+class Envelope(_Frozen):
+    payloadType: str
+    payload: str
+    signatures: list[Signature] = Field(min_length=1)

@@ -1,0 +1,48 @@
+"""Plain-text renderings for people (the --json forms are the contract for scripts)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["render_show", "short"]
+
+
+def short(receipt_id: str) -> str:
+    return receipt_id.removeprefix("sha256:")[:12]
+
+
+def render_show(doc: dict[str, Any]) -> str:
+    st = doc["statement"]
+    p = st["predicate"]
+    lines = [f"{doc['kind']} {doc['id']}  (entry {doc['seq']}, logged {doc['logged_at']})"]
+    s = doc["signer"]
+    lines.append(f"signed by  {s['name']} ({s['role']}) {s['keyid'][:16]}")
+    if doc["kind"] == "review":
+        lines += [f"reviews    {p['receipt']}", f"verdict    {p['verdict']}", f"note       {p['note']}"]
+        return "\n".join(lines)
+    src = p["source"]
+    lines += [
+        f"claim      {p['claim']}",
+        f"check      {p['check']['name']} v{p['check']['version']}",
+        f"outcome    {p['outcome']}" + (f": {p['reason']}" if p.get("reason") else ""),
+        f"source     {src['repo']} commit {src['commit'][:12]} tree {src['tree'][:12]}"
+        + (f" PR {src['pr']}" if src.get("pr") else "")
+        + (" DIRTY" if src["dirty"] else ""),
+        "scope      " + (", ".join(f"{k}={v}" for k, v in p["scope"].items()) or "(none)"),
+        f"observer   {p['observer']}",
+    ]
+    c = p.get("cleanup")
+    if c is None:
+        lines.append("cleanup    no proof")
+    else:
+        lines.append(f"cleanup    {'complete' if c['complete'] else 'INCOMPLETE'}")
+        for r in c["resources"]:
+            mark = "released" if r["released"] else "LEFT"
+            lines.append(f"             {r['kind']} {r['id']}: {mark}  {r.get('proof', '')}")
+    for k, v in p.get("measurements", {}).items():
+        lines.append(f"  {k} = {v}")
+    for s2 in p.get("supersedes", []):
+        lines.append(f"supersedes {s2['id']}: {s2['reason']}")
+    for r in doc.get("reviews", []):
+        lines.append(f"review     {short(r['id'])} {r['verdict']}: {r.get('note', '')}")
+    return "\n".join(lines)

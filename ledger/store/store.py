@@ -1,0 +1,357 @@
+"""The ledger's database: open/create, the locked append, and the lookups."""
+
+from __future__ import annotations
+
+import base64
+import os
+import re
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+from sqlalchemy import Connection, Engine, create_engine, event, func, or_, select
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError, OperationalError
+
+from ledger._internal.merkle import leaf_hash
+from ledger.errors import InputError, NotFoundError, UsageError
+from ledger.store import migrate
+from ledger.store.tables import (
+    ArtifactBlob,
+    CheckpointRow,
+    KeyRow,
+    LogEntry,
+    ReceiptRow,
+    RevocationRow,
+    ReviewRow,
+    ScopeFacet,
+)
+
+__all__ = ["DEFAULT_DB", "KeyInfo", "Store", "resolve_url", "utc_now"]
+
+DEFAULT_DB = Path(".ledger") / "ledger.db"
+_PREFIX = re.compile(r"^(sha256:)?([0-9a-f]{12,64})$")
+# Any constant works; it only has to be the same for every writer of one database.
+_PG_APPEND_LOCK = 0x1ED6E7
+
+LOG = LogEntry.__table__  # type: ignore[attr-defined]
+RECEIPT = ReceiptRow.__table__  # type: ignore[attr-defined]
+FACET = ScopeFacet.__table__  # type: ignore[attr-defined]
+REVIEW = ReviewRow.__table__  # type: ignore[attr-defined]
+KEY = KeyRow.__table__  # type: ignore[attr-defined]
+REVOCATION = RevocationRow.__table__  # type: ignore[attr-defined]
+CHECKPOINT = CheckpointRow.__table__  # type: ignore[attr-defined]
+ARTIFACT = ArtifactBlob.__table__  # type: ignore[attr-defined]
+
+
+def utc_now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def resolve_url(db: str | None) -> str:
+    """--db, else LEDGER_DB, else ./.ledger/ledger.db; a bare path means SQLite."""
+    value = db or os.environ.get("LEDGER_DB") or str(DEFAULT_DB)
+    if "://" in value:
+        try:
+            make_url(value)
+        except ArgumentError:
+            raise UsageError(f"invalid database URL {value!r}") from None
+        return value
+    return f"sqlite:///{Path(value).expanduser().resolve()}"
+
+
+@dataclass(frozen=True, slots=True)
+class KeyInfo:
+    keyid: str
+    name: str
+    role: str
+    public: Ed25519PublicKey
+    seq: int
+    revoked_seq: int | None = None
+    revoked_reason: str | None = None
+
+    @property
+    def public_b64(self) -> str:
+        from ledger.keys import raw_public
+
+        return base64.b64encode(raw_public(self.public)).decode()
+
+
+def _sqlite_engine(url: str) -> Engine:
+    engine = create_engine(url)
+
+    # pysqlite's own transaction handling defers BEGIN; take the write lock at
+    # the start instead so the next sequence number cannot be raced.
+    @event.listens_for(engine, "connect")
+    def _connect(dbapi_conn: Any, _record: Any) -> None:
+        dbapi_conn.isolation_level = None
+        dbapi_conn.execute("PRAGMA foreign_keys=ON")
+        dbapi_conn.execute("PRAGMA journal_mode=WAL")
+        dbapi_conn.execute("PRAGMA busy_timeout=30000")
+
+    @event.listens_for(engine, "begin")
+    def _begin(conn: Connection) -> None:
+        conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+    return engine
+
+
+class Store:
+    """One open ledger database."""
+
+    def __init__(self, engine: Engine, url: str) -> None:
+        self.engine = engine
+        self.url = url
+        self._keys: dict[str, KeyInfo] | None = None
+
+    # -- opening ---------------------------------------------------------------
+
+    @classmethod
+    def _engine(cls, url: str) -> Engine:
+        if url.startswith("sqlite"):
+            return _sqlite_engine(url)
+        try:
+            return create_engine(url, pool_pre_ping=True)
+        except ModuleNotFoundError as e:
+            raise UsageError(f"database driver missing ({e.name}); pip install '.[postgres]'") from None
+
+    @classmethod
+    def create(cls, url: str) -> Store:
+        """Create (or bring up to date) the ledger at url."""
+        if url.startswith("sqlite:///"):
+            Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+        engine = cls._engine(url)
+        try:
+            migrate.upgrade(engine)
+        except OperationalError as e:
+            raise UsageError(f"cannot open database: {str(e.orig).strip()}") from None
+        return cls(engine, url)
+
+    @classmethod
+    def open(cls, url: str) -> Store:
+        """Open an existing ledger; apply pending migrations of an older one."""
+        if url.startswith("sqlite:///"):
+            path = Path(url.removeprefix("sqlite:///"))
+            if not path.is_file():
+                raise UsageError(f"no ledger at {path}; run `ledger init` first")
+        engine = cls._engine(url)
+        try:
+            with engine.connect() as conn:
+                current = migrate.current_revision(conn)
+        except OperationalError as e:
+            raise UsageError(f"cannot open database: {str(e.orig).strip()}") from None
+        if current is None:
+            raise UsageError("database holds no ledger; run `ledger init` first")
+        if current != migrate.head_revision():
+            migrate.upgrade(engine)
+        return cls(engine, url)
+
+    # -- writing ---------------------------------------------------------------
+
+    @contextmanager
+    def append_tx(self) -> Iterator[Appender]:
+        """A transaction that holds the append lock; entries get gapless seqs."""
+        with self.engine.begin() as conn:
+            if conn.dialect.name == "postgresql":
+                conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({_PG_APPEND_LOCK})")
+            nxt = conn.execute(select(func.coalesce(func.max(LOG.c.seq) + 1, 0))).scalar_one()
+            yield Appender(conn, int(nxt))
+        self._keys = None
+
+    # -- reading ---------------------------------------------------------------
+
+    def keys(self) -> dict[str, KeyInfo]:
+        if self._keys is None:
+            with self.engine.connect() as conn:
+                self._keys = load_keys(conn)
+        return self._keys
+
+    def size(self) -> int:
+        with self.engine.connect() as conn:
+            return int(conn.execute(select(func.count()).select_from(LOG)).scalar_one())
+
+    def resolve(self, ref: str) -> LogEntry:
+        """Find a receipt or review by full id or a unique prefix of 12+ hex digits."""
+        m = _PREFIX.match(ref.strip().lower())
+        if not m:
+            raise InputError(f"{ref!r} is not a receipt id (sha256:<hex>, or 12+ hex digits)")
+        prefix = "sha256:" + m.group(2)
+        with self.engine.connect() as conn:
+            rows = conn.execute(
+                select(LOG)
+                .where(LOG.c.entry_id.like(prefix + "%"), LOG.c.kind.in_(("receipt", "review")))
+                .limit(2)
+            ).all()
+        if not rows:
+            raise NotFoundError(f"no receipt or review matches {ref}")
+        if len(rows) > 1:
+            raise InputError(f"{ref} is ambiguous: give more hex digits")
+        return LogEntry(**rows[0]._mapping)
+
+    def entry(self, entry_id: str) -> LogEntry | None:
+        with self.engine.connect() as conn:
+            row = conn.execute(select(LOG).where(LOG.c.entry_id == entry_id)).first()
+        return None if row is None else LogEntry(**row._mapping)
+
+    def entries(self, *, kinds: Sequence[str] | None = None) -> Iterator[LogEntry]:
+        q = select(LOG).order_by(LOG.c.seq)
+        if kinds:
+            q = q.where(LOG.c.kind.in_(kinds))
+        with self.engine.connect() as conn:
+            for row in conn.execution_options(yield_per=2000).execute(q):
+                yield LogEntry(**row._mapping)
+
+    def entries_at(self, seqs: Sequence[int]) -> Iterator[LogEntry]:
+        with self.engine.connect() as conn:
+            for row in conn.execute(select(LOG).where(LOG.c.seq.in_(seqs)).order_by(LOG.c.seq)):
+                yield LogEntry(**row._mapping)
+
+    def leaf_hashes(self, upto: int | None = None) -> list[bytes]:
+        q = select(LOG.c.leaf_hash).order_by(LOG.c.seq)
+        if upto is not None:
+            q = q.where(LOG.c.seq < upto)
+        with self.engine.connect() as conn:
+            return [bytes.fromhex(h) for (h,) in conn.execute(q)]
+
+    def receipt_entries(
+        self,
+        *,
+        commits: Sequence[str] = (),
+        trees: Sequence[str] = (),
+        packages: Sequence[str] = (),
+        pr: int | None = None,
+        repo: str | None = None,
+        claims: Sequence[str] | None = None,
+    ) -> list[LogEntry]:
+        """Receipts that could bear on a revision: same commit, tree, package or PR."""
+        conds = []
+        if commits:
+            conds.append(RECEIPT.c.commit.in_(commits))
+        if trees:
+            conds.append(RECEIPT.c.tree.in_(trees))
+        if packages:
+            conds.append(RECEIPT.c.package_digest.in_(packages))
+        if pr is not None:
+            conds.append(RECEIPT.c.pr == pr)
+        if not conds:
+            return []
+        q = select(LOG).join(RECEIPT, RECEIPT.c.seq == LOG.c.seq).where(or_(*conds))
+        if repo is not None:
+            q = q.where(RECEIPT.c.repo == repo)
+        if claims:
+            q = q.where(RECEIPT.c.claim.in_(claims))
+        with self.engine.connect() as conn:
+            return [LogEntry(**r._mapping) for r in conn.execute(q.order_by(LOG.c.seq))]
+
+    def review_entries(self, receipt_ids: Sequence[str]) -> list[LogEntry]:
+        if not receipt_ids:
+            return []
+        q = (
+            select(LOG)
+            .join(REVIEW, REVIEW.c.seq == LOG.c.seq)
+            .where(REVIEW.c.receipt_id.in_(receipt_ids))
+            .order_by(LOG.c.seq)
+        )
+        with self.engine.connect() as conn:
+            return [LogEntry(**r._mapping) for r in conn.execute(q)]
+
+    def receipt_signer(self, receipt_id: str) -> str | None:
+        with self.engine.connect() as conn:
+            return conn.execute(
+                select(RECEIPT.c.signer).where(RECEIPT.c.id == receipt_id)
+            ).scalar_one_or_none()
+
+    def latest_checkpoint(self) -> CheckpointRow | None:
+        with self.engine.connect() as conn:
+            row = conn.execute(select(CHECKPOINT).order_by(CHECKPOINT.c.size.desc()).limit(1)).first()
+        return None if row is None else CheckpointRow(**row._mapping)
+
+    def checkpoint(self, size: int) -> CheckpointRow | None:
+        with self.engine.connect() as conn:
+            row = conn.execute(select(CHECKPOINT).where(CHECKPOINT.c.size == size)).first()
+        return None if row is None else CheckpointRow(**row._mapping)
+
+    def add_checkpoint(self, size: int, root: str, note: str) -> None:
+        with self.engine.begin() as conn:
+            if conn.execute(select(CHECKPOINT.c.size).where(CHECKPOINT.c.size == size)).first():
+                return
+            conn.execute(CHECKPOINT.insert().values(size=size, root=root, note=note))
+
+    def put_artifact(self, sha256: str, content: bytes, media_type: str) -> None:
+        with self.engine.begin() as conn:
+            if conn.execute(select(ARTIFACT.c.sha256).where(ARTIFACT.c.sha256 == sha256)).first():
+                return
+            conn.execute(
+                ARTIFACT.insert().values(
+                    sha256=sha256, size=len(content), media_type=media_type, content=content
+                )
+            )
+
+    def table_rows(self, table: Any, order: Any) -> list[dict[str, Any]]:
+        with self.engine.connect() as conn:
+            return [dict(r._mapping) for r in conn.execute(select(table).order_by(order))]
+
+
+def load_keys(conn: Connection) -> dict[str, KeyInfo]:
+    from ledger.keys import Ed25519PublicKey as _Pub
+
+    revoked: dict[str, tuple[int, str]] = {}
+    for seq, keyid, reason in conn.execute(
+        select(REVOCATION.c.seq, REVOCATION.c.keyid, REVOCATION.c.reason).order_by(REVOCATION.c.seq)
+    ):
+        revoked.setdefault(keyid, (seq, reason))
+    out: dict[str, KeyInfo] = {}
+    for r in conn.execute(select(KEY).order_by(KEY.c.seq)):
+        rev = revoked.get(r.keyid)
+        out[r.keyid] = KeyInfo(
+            keyid=r.keyid,
+            name=r.name,
+            role=r.role,
+            public=_Pub.from_public_bytes(base64.b64decode(r.public_key)),
+            seq=r.seq,
+            revoked_seq=rev[0] if rev else None,
+            revoked_reason=rev[1] if rev else None,
+        )
+    return out
+
+
+@dataclass
+class Appender:
+    """Writes entries inside one locked transaction, numbering them gaplessly."""
+
+    conn: Connection
+    next_seq: int
+
+    def add(
+        self,
+        *,
+        kind: str,
+        entry_id: str,
+        body: bytes,
+        index: Callable[[Connection, int], None] | None = None,
+    ) -> int:
+        seq = self.next_seq
+        self.conn.execute(
+            LOG.insert().values(
+                seq=seq,
+                kind=kind,
+                entry_id=entry_id,
+                body=body.decode(),
+                leaf_hash=leaf_hash(body).hex(),
+                logged_at=utc_now(),
+            )
+        )
+        if index is not None:
+            index(self.conn, seq)
+        self.next_seq += 1
+        return seq
+
+    def exists(self, entry_id: str) -> bool:
+        return (
+            self.conn.execute(select(LOG.c.seq).where(LOG.c.entry_id == entry_id)).first()
+            is not None
+        )

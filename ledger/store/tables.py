@@ -1,0 +1,126 @@
+"""SQL tables of the ledger. Every table is append-only (database triggers).
+
+`log_entry` is the log itself: one row per receipt, review, key event or
+revocation, with a gapless sequence number that is also the entry's index in
+the Merkle tree. The other tables are indexes derived from entry bodies (the
+audit re-derives and compares them) plus checkpoints and artifact blobs.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import Column, Index, LargeBinary, Text
+from sqlmodel import Field, SQLModel
+
+__all__ = [
+    "APPEND_ONLY_TABLES",
+    "ArtifactBlob",
+    "CheckpointRow",
+    "KeyRow",
+    "LogEntry",
+    "ReceiptRow",
+    "RevocationRow",
+    "ReviewRow",
+    "ScopeFacet",
+]
+
+
+class LogEntry(SQLModel, table=True):
+    __tablename__ = "log_entry"
+
+    seq: int = Field(primary_key=True, sa_column_kwargs={"autoincrement": False})
+    kind: str = Field(max_length=16)
+    """receipt | review | key | revocation"""
+    entry_id: str = Field(max_length=80, unique=True)
+    """`sha256:<hex>`: of the payload for receipts and reviews, of the body otherwise."""
+    body: str = Field(sa_column=Column(Text, nullable=False))
+    """Canonical (RFC 8785) JSON of the entry: the exact Merkle leaf input."""
+    leaf_hash: str = Field(max_length=64)
+    logged_at: str = Field(max_length=40)
+    """UTC time of logging; informational, the order that counts is `seq`."""
+
+
+class ReceiptRow(SQLModel, table=True):
+    __tablename__ = "receipt"
+    __table_args__ = (Index("ix_receipt_claim_commit", "claim", "commit"),)
+
+    seq: int = Field(primary_key=True, foreign_key="log_entry.seq")
+    id: str = Field(max_length=80, unique=True)
+    claim: str = Field(max_length=200, index=True)
+    check_name: str = Field(max_length=200)
+    repo: str = Field(max_length=500)
+    commit: str = Field(max_length=64, index=True)
+    tree: str = Field(max_length=64, index=True)
+    pr: int | None = Field(default=None, index=True)
+    package_digest: str | None = Field(default=None, max_length=64, index=True)
+    outcome: str = Field(max_length=16)
+    observer: str = Field(max_length=4)
+    dirty: bool
+    signer: str = Field(max_length=64, index=True)
+
+
+class ScopeFacet(SQLModel, table=True):
+    __tablename__ = "scope_facet"
+    __table_args__ = (Index("ix_scope_facet_key_value", "key", "value"),)
+
+    seq: int = Field(primary_key=True, foreign_key="receipt.seq")
+    key: str = Field(primary_key=True, max_length=100)
+    value: str = Field(max_length=500)
+
+
+class ReviewRow(SQLModel, table=True):
+    __tablename__ = "review"
+
+    seq: int = Field(primary_key=True, foreign_key="log_entry.seq")
+    id: str = Field(max_length=80, unique=True)
+    receipt_id: str = Field(max_length=80, index=True)
+    verdict: str = Field(max_length=16)
+    signer: str = Field(max_length=64, index=True)
+
+
+class KeyRow(SQLModel, table=True):
+    __tablename__ = "key"
+
+    keyid: str = Field(primary_key=True, max_length=64)
+    seq: int = Field(foreign_key="log_entry.seq", unique=True)
+    name: str = Field(max_length=64, index=True)
+    role: str = Field(max_length=16)
+    public_key: str = Field(max_length=64)
+    """base64 of the raw 32-byte Ed25519 public key."""
+
+
+class RevocationRow(SQLModel, table=True):
+    __tablename__ = "revocation"
+
+    seq: int = Field(primary_key=True, foreign_key="log_entry.seq")
+    keyid: str = Field(max_length=64, index=True)
+    reason: str = Field(sa_column=Column(Text, nullable=False))
+
+
+class CheckpointRow(SQLModel, table=True):
+    __tablename__ = "checkpoint"
+
+    size: int = Field(primary_key=True, sa_column_kwargs={"autoincrement": False})
+    root: str = Field(max_length=64)
+    note: str = Field(sa_column=Column(Text, nullable=False))
+    """The signed note, as served to verifiers."""
+
+
+class ArtifactBlob(SQLModel, table=True):
+    __tablename__ = "artifact"
+
+    sha256: str = Field(primary_key=True, max_length=64)
+    size: int
+    media_type: str = Field(max_length=200)
+    content: bytes = Field(sa_column=Column(LargeBinary, nullable=False))
+
+
+APPEND_ONLY_TABLES = (
+    "log_entry",
+    "receipt",
+    "scope_facet",
+    "review",
+    "key",
+    "revocation",
+    "checkpoint",
+    "artifact",
+)

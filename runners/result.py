@@ -1,0 +1,71 @@
+"""What a check hands back to the ledger: plain data, no torch.
+
+The ledger turns each `CheckResult` into one signed receipt (qualification
+predicate v1). Bytes and nanoseconds are exact integers; ratios (rel-L2,
+cosine, measured/predicted) may be floats.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+Outcome = Literal["passed", "failed", "inconclusive", "refused", "infra-error"]
+Observer = Literal["on", "off"]
+Scalar = int | float | str | bool | None
+Json = Scalar | list["Json"] | dict[str, "Json"]
+
+
+@dataclass(kw_only=True, slots=True, frozen=True)
+class ReleasedResource:
+    """One owned resource and how its release was observed."""
+
+    kind: str
+    """process | process-group | dist-group | tempdir | gpu-memory | ballast | ..."""
+    id: str
+    """pid, path, group name, device uuid: whatever names it uniquely."""
+    released: bool
+    """True when the observation below showed it gone / back to baseline."""
+    proof: str
+    """The observation, in one sentence (e.g. 'os.kill(pid, 0) raised ProcessLookupError')."""
+
+
+@dataclass(kw_only=True, slots=True, frozen=True)
+class CleanupProof:
+    complete: bool
+    resources: list[ReleasedResource] = field(default_factory=list)
+    tolerance_bytes: int = 0
+    """Allowed drift of outside-pool / NVML per-process memory versus baseline."""
+
+
+@dataclass(kw_only=True, slots=True, frozen=True)
+class Artifact:
+    name: str
+    path: str
+    """Local file path; the ledger hashes and stores it content-addressed."""
+    media_type: str = "application/octet-stream"
+
+
+@dataclass(kw_only=True, slots=True)
+class CheckResult:
+    claim: str
+    """Claim name from the plan, e.g. 'admission.no-oom-after-admit'."""
+    check: str
+    """Check name, e.g. 'admission', 'regression-24view', 'observer-off-control'."""
+    check_version: str
+    params: dict[str, Json]
+    scope: dict[str, str | int]
+    """Flat facets: device_kind, gpu_model, gpu_count, gpu_memory_bytes, driver, cuda, torch,
+    nccl, dtype, workload, workload_digest, ..."""
+    outcome: Outcome
+    reason: str | None
+    """Required for anything but 'passed'."""
+    measurements: dict[str, Json]
+    observer: Observer
+    cleanup: CleanupProof
+    artifacts: list[Artifact] = field(default_factory=list)
+    gpu_uuids: list[str] = field(default_factory=list)
+    host: str = ""
+    started_ns: int = 0
+    """UTC wall clock, ns since the epoch."""
+    finished_ns: int = 0
