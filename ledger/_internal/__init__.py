@@ -1,0 +1,1 @@
+"""Building blocks of the ledger core that are not part of its public surface."""
