@@ -1,0 +1,44 @@
+"""The harness a check runs a workload under.
+
+One module per concept: `probe` (memory figures), `tracker` (CPU storage
+counting), `steps` (measured steps, cold/warm), `oom` (failures as outcomes),
+`observer` (instrumentation on/off), `fingerprint` (scope facets),
+`determinism` (settings applied and recorded), `cleanup` (owned resources and
+proven release), `nvml` (optional NVML access).
+"""
+
+from runners.harness.cleanup import ResourceRegistry
+from runners.harness.determinism import apply_determinism
+from runners.harness.fingerprint import Fingerprint, fingerprint
+from runners.harness.observer import ObserverSession
+from runners.harness.oom import Captured, StepOutcome, capture
+from runners.harness.probe import (
+    CpuProbe,
+    CudaProbe,
+    MemoryProbe,
+    MemorySample,
+    PeakIncrement,
+    make_probe,
+)
+from runners.harness.steps import ColdWarm, StepRecord, cold_warm, measure_step
+
+__all__ = [
+    "Captured",
+    "ColdWarm",
+    "CpuProbe",
+    "CudaProbe",
+    "Fingerprint",
+    "MemoryProbe",
+    "MemorySample",
+    "ObserverSession",
+    "PeakIncrement",
+    "ResourceRegistry",
+    "StepOutcome",
+    "StepRecord",
+    "apply_determinism",
+    "capture",
+    "cold_warm",
+    "fingerprint",
+    "make_probe",
+    "measure_step",
+]

@@ -1,0 +1,644 @@
+"""Resource-ownership registry whose releases are proven by observation.
+
+A check registers what it creates (child processes and their groups,
+torch.distributed groups, temporary directories, ballast and other tensors)
+and the registry releases them at the end, newest first, each proven by its
+own observation. It also looks for what the workload created without
+registering: new descendant processes (scanned in /proc) and new entries in
+the check's private temporary root (``tempfile.tempdir`` and ``TMPDIR`` point
+there while the registry is open, so other programs' files in /tmp are not
+mistaken for leaks). Leaks are released too, but they make the proof
+incomplete. Finally memory must be back to its baseline within a tolerance:
+CUDA allocated bytes, memory outside the pool and NVML per-process use; on
+CPU the tracked live storage bytes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import getpass
+import os
+import re
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+import weakref
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import torch
+
+from runners.harness.probe import CpuProbe, CudaProbe, MemoryProbe, MemorySample
+from runners.result import CleanupProof, ReleasedResource
+
+MiB = 1024**2
+DEFAULT_CUDA_TOLERANCE_BYTES = 64 * MiB
+"""Lazily loaded kernels add to the context (outside the pool) on first use."""
+
+
+# --- process observations -------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ProcInfo:
+    pid: int
+    ppid: int
+    pgid: int
+    state: str
+    comm: str
+
+
+def proc_table() -> dict[int, ProcInfo] | None:
+    """Every process in /proc, or None where there is no /proc."""
+    root = Path("/proc")
+    if not (root / "self").exists():
+        return None
+    table: dict[int, ProcInfo] = {}
+    for entry in root.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            raw = (entry / "stat").read_text()
+        except OSError:
+            continue  # exited while we looked
+        # comm is in parentheses and may itself contain ') ': split at the last one.
+        head, _, rest = raw.rpartition(")")
+        fields = rest.split()
+        if len(fields) < 3:
+            continue
+        pid = int(entry.name)
+        table[pid] = ProcInfo(
+            pid=pid,
+            ppid=int(fields[1]),
+            pgid=int(fields[2]),
+            state=fields[0],
+            comm=head.partition("(")[2],
+        )
+    return table
+
+
+def descendants(pid: int, table: dict[int, ProcInfo] | None = None) -> dict[int, ProcInfo]:
+    """Processes whose parent chain leads to ``pid`` (children, grandchildren, ...)."""
+    table = proc_table() if table is None else table
+    if table is None:
+        return {}
+    children: dict[int, list[int]] = {}
+    for info in table.values():
+        children.setdefault(info.ppid, []).append(info.pid)
+    found: dict[int, ProcInfo] = {}
+    todo = list(children.get(pid, []))
+    while todo:
+        p = todo.pop()
+        if p in found or p not in table:
+            continue
+        found[p] = table[p]
+        todo.extend(children.get(p, []))
+    return found
+
+
+def _state(pid: int) -> str | None:
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return raw.rpartition(")")[2].split()[0]
+
+
+def _reap_if_child(pid: int) -> int | None:
+    """waitpid a child of ours without blocking; its exit status, or None."""
+    try:
+        done, status = os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        return None  # not our child, or already reaped
+    return status if done == pid else None
+
+
+def _pid_gone(pid: int) -> tuple[bool, str]:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True, f"os.kill({pid}, 0) raised ProcessLookupError"
+    except PermissionError:
+        return False, f"os.kill({pid}, 0) raised PermissionError: pid exists (not ours)"
+    st = _state(pid)
+    if st == "Z":
+        return False, f"pid {pid} is a zombie (state Z) not yet reaped by waitpid"
+    return False, f"os.kill({pid}, 0) succeeded: pid {pid} still exists (state {st})"
+
+
+def _group_gone(pgid: int) -> tuple[bool, str]:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return True, f"os.killpg({pgid}, 0) raised ProcessLookupError"
+    except PermissionError:
+        return False, f"os.killpg({pgid}, 0) raised PermissionError: group exists"
+    return False, f"os.killpg({pgid}, 0) succeeded: process group {pgid} still exists"
+
+
+def stop_pid(pid: int, *, timeout_s: float) -> tuple[bool, str]:
+    """Terminate, then kill, then reap (when ours) ``pid``; prove it gone."""
+    actions: list[str] = []
+    gone, why = _pid_gone(pid)
+    if not gone and _state(pid) != "Z":
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGTERM)
+            actions.append("SIGTERM")
+    deadline = time.monotonic() + timeout_s
+    killed = False
+    while True:
+        status = _reap_if_child(pid)
+        if status is not None:
+            actions.append(f"reaped by waitpid (status {status})")
+        gone, why = _pid_gone(pid)
+        if gone:
+            break
+        if time.monotonic() > deadline:
+            if killed:
+                break
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+                actions.append("SIGKILL")
+            killed = True
+            deadline = time.monotonic() + timeout_s
+        time.sleep(0.01)
+    prefix = "; ".join(actions)
+    return gone, f"{prefix}; {why}" if prefix else why
+
+
+def stop_group(pgid: int, *, timeout_s: float) -> tuple[bool, str]:
+    """Terminate, then kill, the process group; reap our members; prove it gone."""
+    actions: list[str] = []
+    gone, why = _group_gone(pgid)
+    if not gone:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pgid, signal.SIGTERM)
+            actions.append("SIGTERM to group")
+    deadline = time.monotonic() + timeout_s
+    killed = False
+    while not gone:
+        for p in descendants(os.getpid()).values():
+            if p.pgid == pgid:
+                _reap_if_child(p.pid)
+        gone, why = _group_gone(pgid)
+        if gone:
+            break
+        if time.monotonic() > deadline:
+            if killed:
+                break
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pgid, signal.SIGKILL)
+                actions.append("SIGKILL to group")
+            killed = True
+            deadline = time.monotonic() + timeout_s
+        time.sleep(0.01)
+    prefix = "; ".join(actions)
+    return gone, f"{prefix}; {why}" if prefix else why
+
+
+def _user() -> str:
+    # The same name torch's default_cache_dir() derives, with its fallback.
+    try:
+        name = getpass.getuser()
+    except (KeyError, OSError):
+        name = f"uid_{os.getuid()}"
+    return re.sub(r'[\\/:*?"<>|]', "_", name)
+
+
+# --- the registry ---------------------------------------------------------------------
+
+
+@dataclass(eq=False)
+class Owned:
+    """A registered resource; `release` runs at most once."""
+
+    kind: str
+    id: str
+    _release: Callable[[], list[ReleasedResource]]
+    proofs: list[ReleasedResource] = field(default_factory=list)
+    released: bool = False
+    payload: Any = None
+    """The object the registry holds for it (a tensor, a Popen)."""
+
+
+class ResourceRegistry:
+    """Context manager; ``proof`` is set when it closes (also on KeyboardInterrupt)."""
+
+    def __init__(
+        self,
+        *,
+        probe: MemoryProbe | None = None,
+        tolerance_bytes: int | None = None,
+        timeout_s: float = 10.0,
+        scan_children: bool = True,
+        private_tempdir: bool = True,
+    ) -> None:
+        self.probe = probe
+        if tolerance_bytes is None:
+            tolerance_bytes = DEFAULT_CUDA_TOLERANCE_BYTES if isinstance(probe, CudaProbe) else 0
+        self.tolerance_bytes = tolerance_bytes
+        self.timeout_s = timeout_s
+        self.scan_children = scan_children
+        self.private_tempdir = private_tempdir
+        self._owned: list[Owned] = []
+        self._done: list[ReleasedResource] = []
+        self._children0: set[int] = set()
+        self._temp_root: Path | None = None
+        self._saved_tempdir: tuple[str | None, str | None] = (None, None)
+        self._mem0: MemorySample | None = None
+        self._retro0 = 0
+        self._open = False
+        self.proof: CleanupProof | None = None
+
+    # -- lifecycle --
+
+    def __enter__(self) -> ResourceRegistry:
+        self._open = True
+        if self.scan_children:
+            self._children0 = set(descendants(os.getpid()))
+        if self.private_tempdir:
+            # torch resolves its compile cache under gettempdir() on first use and pins
+            # the path in this variable; pin it outside the private root first, or the
+            # cache would be created (and deleted) inside it and read as the check's leak.
+            os.environ.setdefault(
+                "TORCHINDUCTOR_CACHE_DIR",
+                os.path.join(tempfile.gettempdir(), f"torchinductor_{_user()}"),
+            )
+            root = Path(tempfile.mkdtemp(prefix="ledger-check-"))
+            self._temp_root = root
+            self._saved_tempdir = (tempfile.tempdir, os.environ.get("TMPDIR"))
+            tempfile.tempdir = str(root)
+            os.environ["TMPDIR"] = str(root)
+        if self.probe is not None:
+            self.probe.release_cached()
+            self._mem0 = self.probe.sample()
+            if isinstance(self.probe, CpuProbe):
+                self._retro0 = self.probe.tracker.retroactive_bytes
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self.proof is None:
+            self.release()
+
+    @property
+    def temp_root(self) -> Path:
+        """The private temporary root (tempfile.gettempdir() while open)."""
+        if self._temp_root is None:
+            raise RuntimeError("registry has no private temp root")
+        return self._temp_root
+
+    def _add(self, owned: Owned) -> Owned:
+        if not self._open or self.proof is not None:
+            raise RuntimeError("resource registered outside an open registry")
+        self._owned.append(owned)
+        return owned
+
+    # -- registration --
+
+    def own_popen(self, popen: subprocess.Popen[Any], *, group: bool) -> Owned:
+        """A child process (``group``: it leads its own process group, pgid == pid)."""
+        pid = popen.pid
+        timeout = self.timeout_s
+
+        def release() -> list[ReleasedResource]:
+            actions: list[str] = []
+            if popen.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    popen.terminate()
+                actions.append("SIGTERM")
+                try:
+                    popen.wait(timeout=timeout)
+                except subprocess.TimeoutExpired:
+                    popen.kill()
+                    actions.append("SIGKILL")
+                    with contextlib.suppress(subprocess.TimeoutExpired):
+                        popen.wait(timeout=timeout)
+            if popen.returncode is not None:
+                actions.append(f"reaped by waitpid (returncode {popen.returncode})")
+            gone, why = _pid_gone(pid)
+            out = [
+                ReleasedResource(
+                    kind="process", id=str(pid), released=gone, proof="; ".join([*actions, why])
+                )
+            ]
+            if group:
+                g_gone, g_why = stop_group(pid, timeout_s=timeout)
+                out.append(
+                    ReleasedResource(
+                        kind="process-group", id=str(pid), released=g_gone, proof=g_why
+                    )
+                )
+            return out
+
+        return self._add(Owned(kind="process", id=str(pid), _release=release, payload=popen))
+
+    def spawn(self, argv: list[str], **kwargs: Any) -> subprocess.Popen[bytes]:
+        """Start ``argv`` in a new session (its own process group) and own it."""
+        popen: subprocess.Popen[bytes] = subprocess.Popen(argv, start_new_session=True, **kwargs)
+        self.own_popen(popen, group=True)
+        return popen
+
+    def own_pid(self, pid: int) -> Owned:
+        timeout = self.timeout_s
+
+        def release() -> list[ReleasedResource]:
+            gone, why = stop_pid(pid, timeout_s=timeout)
+            return [ReleasedResource(kind="process", id=str(pid), released=gone, proof=why)]
+
+        return self._add(Owned(kind="process", id=str(pid), _release=release))
+
+    def own_process_group(self, pgid: int) -> Owned:
+        timeout = self.timeout_s
+
+        def release() -> list[ReleasedResource]:
+            gone, why = stop_group(pgid, timeout_s=timeout)
+            return [ReleasedResource(kind="process-group", id=str(pgid), released=gone, proof=why)]
+
+        return self._add(Owned(kind="process-group", id=str(pgid), _release=release))
+
+    def own_dist_group(self, group: Any = None, *, name: str = "world") -> Owned:
+        """A torch.distributed process group (None: the default/world group)."""
+        import torch.distributed as dist
+
+        def release() -> list[ReleasedResource]:
+            if group is None:
+                if dist.is_initialized():
+                    dist.destroy_process_group()
+                gone = not dist.is_initialized()
+                why = f"torch.distributed.is_initialized() is {not gone}"
+            else:
+                with contextlib.suppress(Exception):
+                    dist.destroy_process_group(group)
+                pg_map = getattr(dist.distributed_c10d._world, "pg_map", {})
+                gone = group not in pg_map
+                why = f"group {'absent from' if gone else 'still in'} the world's pg_map"
+            return [ReleasedResource(kind="dist-group", id=name, released=gone, proof=why)]
+
+        return self._add(Owned(kind="dist-group", id=name, _release=release))
+
+    def own_tempdir(self, path: Path) -> Owned:
+        p = Path(path)
+
+        def release() -> list[ReleasedResource]:
+            shutil.rmtree(p, ignore_errors=True)
+            gone = not os.path.exists(p)
+            why = f"os.path.exists({str(p)!r}) is {not gone}"
+            return [ReleasedResource(kind="tempdir", id=str(p), released=gone, proof=why)]
+
+        return self._add(Owned(kind="tempdir", id=str(p), _release=release))
+
+    def make_tempdir(self, prefix: str = "ledger-") -> Path:
+        """Create and own a temporary directory."""
+        path = Path(tempfile.mkdtemp(prefix=prefix))
+        self.own_tempdir(path)
+        return path
+
+    def own_tensor(self, kind: str, tensor: torch.Tensor, *, name: str = "") -> Owned:
+        """A tensor the check allocated (``ballast``, ``gpu-allocation``). The registry
+        holds the reference: read it as ``owned.payload`` and keep no other."""
+        ref = weakref.ref(tensor.untyped_storage())
+        nbytes = int(tensor.untyped_storage().nbytes())
+        ident = f"{name or kind}:{tensor.device}:{nbytes}B:{tensor.data_ptr():#x}"
+        owned_box: list[Owned] = []
+
+        def release() -> list[ReleasedResource]:
+            owned_box[0].payload = None
+            gc.collect()
+            gone = ref() is None
+            why = (
+                f"weakref to its {nbytes}-byte storage is dead after the registry's reference "
+                "was dropped"
+                if gone
+                else f"weakref to its {nbytes}-byte storage is alive: another reference holds it"
+            )
+            return [ReleasedResource(kind=kind, id=ident, released=gone, proof=why)]
+
+        owned = self._add(Owned(kind=kind, id=ident, _release=release, payload=tensor))
+        owned_box.append(owned)
+        return owned
+
+    # -- release --
+
+    def release_now(self, owned: Owned) -> list[ReleasedResource]:
+        """Release one resource early; its proofs join the final proof."""
+        if owned.released:
+            return owned.proofs
+        owned.released = True
+        try:
+            owned.proofs = owned._release()
+        except Exception as e:
+            owned.proofs = [
+                ReleasedResource(
+                    kind=owned.kind,
+                    id=owned.id,
+                    released=False,
+                    proof=f"release raised {type(e).__name__}: {e}",
+                )
+            ]
+        self._done.extend(owned.proofs)
+        return owned.proofs
+
+    def _registered_pids(self) -> set[int]:
+        out: set[int] = set()
+        for o in self._owned:
+            if o.kind == "process" and o.id.isdigit():
+                out.add(int(o.id))
+        return out
+
+    def _leaked_processes(self) -> list[ReleasedResource]:
+        if not self.scan_children:
+            return []
+        table = proc_table()
+        if table is None:
+            return [
+                ReleasedResource(
+                    kind="process",
+                    id="*",
+                    released=False,
+                    proof="no /proc: unregistered child processes cannot be observed",
+                )
+            ]
+        found = descendants(os.getpid(), table)
+        leaked = sorted(set(found) - self._children0 - self._registered_pids())
+        out: list[ReleasedResource] = []
+        for pid in leaked:
+            info = found[pid]
+            gone, why = stop_pid(pid, timeout_s=self.timeout_s)
+            out.append(
+                ReleasedResource(
+                    kind="process",
+                    id=str(pid),
+                    released=False,
+                    proof=(
+                        f"LEAK: not registered; descendant pid {pid} ({info.comm}, ppid "
+                        f"{info.ppid}, state {info.state}) appeared during the check; the "
+                        f"registry then stopped it: {why}" + ("" if gone else " (still present)")
+                    ),
+                )
+            )
+        return out
+
+    def _leaked_temp(self) -> list[ReleasedResource]:
+        root = self._temp_root
+        if root is None:
+            return []
+        registered = {Path(o.id) for o in self._owned if o.kind == "tempdir"}
+        out: list[ReleasedResource] = []
+        try:
+            entries = sorted(root.iterdir())
+        except OSError:
+            entries = []
+        for entry in entries:
+            if entry in registered:
+                continue
+            kind = "tempdir" if entry.is_dir() else "tempfile"
+            out.append(
+                ReleasedResource(
+                    kind=kind,
+                    id=str(entry),
+                    released=False,
+                    proof=(
+                        f"LEAK: not registered; {entry} was created in the check's temp root "
+                        "and left behind (removed with the root)"
+                    ),
+                )
+            )
+        return out
+
+    def _close_temp_root(self) -> list[ReleasedResource]:
+        root = self._temp_root
+        if root is None:
+            return []
+        old_tempdir, old_env = self._saved_tempdir
+        tempfile.tempdir = old_tempdir
+        if old_env is None:
+            os.environ.pop("TMPDIR", None)
+        else:
+            os.environ["TMPDIR"] = old_env
+        shutil.rmtree(root, ignore_errors=True)
+        gone = not os.path.exists(root)
+        return [
+            ReleasedResource(
+                kind="tempdir",
+                id=str(root),
+                released=gone,
+                proof=f"private temp root; os.path.exists({str(root)!r}) is {not gone}",
+            )
+        ]
+
+    def _memory(self) -> list[ReleasedResource]:
+        probe, mem0 = self.probe, self._mem0
+        if probe is None or mem0 is None:
+            return []
+        probe.release_cached()
+        mem1 = probe.sample()
+        tol = self.tolerance_bytes
+        out: list[ReleasedResource] = []
+
+        def compare(
+            kind: str, ident: str, what: str, before: int | None, after: int | None
+        ) -> None:
+            if before is None or after is None:
+                return
+            delta = after - before
+            ok = delta <= tol
+            out.append(
+                ReleasedResource(
+                    kind=kind,
+                    id=ident,
+                    released=ok,
+                    proof=(
+                        f"{what}: {after} bytes after vs {before} at baseline, delta {delta} "
+                        f"{'<=' if ok else '>'} tolerance {tol}"
+                    ),
+                )
+            )
+
+        if isinstance(probe, CudaProbe):
+            u = probe.uuid
+            compare(
+                "gpu-memory",
+                f"{u}:allocated",
+                "allocator allocated bytes",
+                mem0.allocated_bytes,
+                mem1.allocated_bytes,
+            )
+            compare(
+                "gpu-memory",
+                f"{u}:outside-pool",
+                "device used - reserved",
+                mem0.outside_pool_bytes,
+                mem1.outside_pool_bytes,
+            )
+            compare(
+                "gpu-memory",
+                f"{u}:nvml-process-used",
+                "NVML per-process used",
+                mem0.process_used_bytes,
+                mem1.process_used_bytes,
+            )
+            compare(
+                "gpu-memory",
+                f"{u}:nvml-process-outside-pool",
+                "NVML per-process used - reserved",
+                mem0.process_outside_pool_bytes,
+                mem1.process_outside_pool_bytes,
+            )
+        elif isinstance(probe, CpuProbe):
+            # Storages first seen during the check existed before it: not the check's.
+            retro = probe.tracker.retroactive_bytes - self._retro0
+            compare(
+                "host-memory",
+                "cpu:tracked-storage",
+                "tracked live tensor storage (less pre-existing storages first seen)",
+                mem0.allocated_bytes,
+                mem1.allocated_bytes - retro,
+            )
+        return out
+
+    def release(self) -> CleanupProof:
+        """Release everything, newest first; scan for leaks; check memory."""
+        if self.proof is not None:
+            return self.proof
+        leaks: list[ReleasedResource] = []
+        tail: list[ReleasedResource] = []
+        try:
+            for owned in reversed(self._owned):
+                self.release_now(owned)
+            leaks = self._leaked_processes() + self._leaked_temp()
+        finally:
+            # Even when interrupted, the process-wide temp settings are restored.
+            tail = self._close_temp_root()
+            self._open = False
+        resources = [*self._done, *leaks, *tail, *self._memory()]
+        complete = all(r.released for r in resources) and not leaks
+        self.proof = CleanupProof(
+            complete=complete, resources=resources, tolerance_bytes=self.tolerance_bytes
+        )
+        return self.proof
+
+
+def merge_proofs(*proofs: CleanupProof) -> CleanupProof:
+    """One proof covering several registries (complete only if all are)."""
+    return CleanupProof(
+        complete=all(p.complete for p in proofs),
+        resources=[r for p in proofs for r in p.resources],
+        tolerance_bytes=max((p.tolerance_bytes for p in proofs), default=0),
+    )
+
+
+def describe_incomplete(proof: CleanupProof) -> str:
+    """One sentence naming each resource that was leaked or not proven released."""
+    bad = [r for r in proof.resources if not r.released]
+    return "; ".join(f"{r.kind} {r.id}: {r.proof}" for r in bad)

@@ -1,0 +1,89 @@
+"""NVML access (pynvml from nvidia-ml-py): imported lazily, absence tolerated.
+
+Every function returns None where NVML, the device or the process is not
+visible (no driver, no package, a container whose pid namespace hides us).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import Any
+
+_lock = threading.Lock()
+_state: dict[str, Any] = {}
+
+
+def _nvml() -> Any | None:
+    """The initialised pynvml module, or None."""
+    with _lock:
+        if "module" in _state:
+            return _state["module"]
+        mod: Any | None
+        try:
+            import pynvml
+
+            pynvml.nvmlInit()
+            mod = pynvml
+        except Exception:
+            # No package, no driver, or no GPU: callers fall back to torch's view.
+            mod = None
+        _state["module"] = mod
+        return mod
+
+
+def normalise_uuid(uuid: str) -> str:
+    """NVML spells UUIDs ``GPU-xxxxxxxx-...``; torch prints them without the prefix."""
+    text = uuid.strip()
+    return text if text.startswith(("GPU-", "MIG-")) else f"GPU-{text}"
+
+
+def driver_version() -> str | None:
+    nv = _nvml()
+    if nv is None:
+        return None
+    try:
+        ver = nv.nvmlSystemGetDriverVersion()
+    except Exception:
+        return None
+    return ver.decode() if isinstance(ver, bytes) else str(ver)
+
+
+def _handle(uuid: str) -> Any | None:
+    nv = _nvml()
+    if nv is None:
+        return None
+    try:
+        return nv.nvmlDeviceGetHandleByUUID(normalise_uuid(uuid))
+    except Exception:
+        return None
+
+
+def device_used_bytes(uuid: str) -> int | None:
+    """Device-wide used bytes by NVML's count (all processes)."""
+    h = _handle(uuid)
+    if h is None:
+        return None
+    try:
+        return int(_nvml().nvmlDeviceGetMemoryInfo(h).used)  # type: ignore[union-attr]
+    except Exception:
+        return None
+
+
+def process_used_bytes(uuid: str, pid: int | None = None) -> int | None:
+    """GPU memory NVML attributes to ``pid`` (default: this process) on the device."""
+    h = _handle(uuid)
+    nv = _nvml()
+    if h is None or nv is None:
+        return None
+    want = os.getpid() if pid is None else pid
+    try:
+        procs = list(nv.nvmlDeviceGetComputeRunningProcesses(h))
+    except Exception:
+        return None
+    for p in procs:
+        if int(p.pid) == want:
+            used = getattr(p, "usedGpuMemory", None)
+            # NVML reports None (NVML_VALUE_NOT_AVAILABLE) under some virtualisation.
+            return None if used is None else int(used)
+    return None
