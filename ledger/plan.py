@@ -1,0 +1,320 @@
+"""The qualification plan: `qualification.toml` parsed into frozen models.
+
+The plan names the claims a revision must qualify for, the check and scope of
+each, what each needs (observer-off control, cleanup proof, reviews) and how
+evidence carries over between revisions. The format is documented in
+`docs/plan.md`. Every key is checked: a typo must fail loudly rather than
+silently weaken a plan.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated, Any, Literal, TypeAlias
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    JsonValue,
+    PlainValidator,
+    StrictBool,
+    ValidationError,
+    model_validator,
+)
+from pydantic_core import ErrorDetails
+
+from ledger.errors import InputError
+
+__all__ = [
+    "CARRY_OVER",
+    "OBSERVER_OFF_CONTROL_CHECK",
+    "CarryOver",
+    "ClaimSpec",
+    "PackageSpec",
+    "Plan",
+    "load_plan",
+    "parse_plan",
+]
+
+CarryOver: TypeAlias = Literal["commit", "tree", "package"]
+CARRY_OVER: tuple[CarryOver, ...] = ("commit", "tree", "package")
+
+OBSERVER_OFF_CONTROL_CHECK = "observer-off-control"
+"""Check name of a dedicated observer-off control; its parameter `check` names the check."""
+
+_ENTRY_POINT = re.compile(
+    r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_.]*$"
+)
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:/+-]*$")
+_FACET = re.compile(r"^[a-z][a-z0-9_.-]*$")
+
+
+def _entry_point(value: object) -> str:
+    if not isinstance(value, str):
+        raise ValueError("must be a string 'module:attribute'")
+    if not _ENTRY_POINT.match(value):
+        raise ValueError(
+            f"must be 'module:attribute' (e.g. 'model.workload:make_workload'), got {value!r}"
+        )
+    return value
+
+
+def _name(value: object) -> str:
+    if not isinstance(value, str):
+        raise ValueError("must be a string")
+    if not _NAME.match(value):
+        raise ValueError(
+            f"must start with a letter or digit and contain no spaces "
+            f"(letters, digits, _ . : / + -), got {value!r}"
+        )
+    return value
+
+
+def _facet_value(value: object) -> str | int:
+    # bool is an int subclass; a facet of true/false would compare as 1/0.
+    if isinstance(value, bool) or not isinstance(value, str | int):
+        raise ValueError(f"must be a string or an integer, got {_toml_type(value)}")
+    return value
+
+
+def _facets(value: object) -> dict[str, str | int]:
+    if not isinstance(value, dict):
+        raise ValueError(f"must be a table of facets, got {_toml_type(value)}")
+    out: dict[str, str | int] = {}
+    for key, item in value.items():
+        if not _FACET.match(key):
+            raise ValueError(
+                f"{key}: facet names are lowercase letters, digits, _ . - and start with a letter"
+            )
+        try:
+            out[key] = _facet_value(item)
+        except ValueError as e:
+            raise ValueError(f"{key}: {e}") from None
+    return out
+
+
+def _json_table(value: object) -> dict[str, JsonValue]:
+    if not isinstance(value, dict):
+        raise ValueError(f"must be a table, got {_toml_type(value)}")
+    _check_json(value, "")
+    return value
+
+
+def _check_json(value: object, path: str) -> None:
+    # TOML has dates and times; JSON (and so a receipt's check parameters) has not.
+    if isinstance(value, dt.date | dt.time):
+        raise ValueError(
+            f"{path.lstrip('.')}: dates and times are not allowed (parameters become JSON)"
+        )
+    if isinstance(value, dict):
+        for k, v in value.items():
+            _check_json(v, f"{path}.{k}")
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            _check_json(v, f"{path}[{i}]")
+
+
+def _reviews(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"must be an integer, got {_toml_type(value)}")
+    if value < 0:
+        raise ValueError(f"must be 0 or more, got {value}")
+    return value
+
+
+def _paths(value: object) -> tuple[str, ...]:
+    if not isinstance(value, list) or not value:
+        raise ValueError("must be a non-empty array of glob strings")
+    for i, item in enumerate(value):
+        if not isinstance(item, str) or not item.strip():
+            raise ValueError(f"[{i}]: must be a non-empty glob string")
+    return tuple(value)
+
+
+def _toml_type(value: object) -> str:
+    match value:
+        case bool():
+            return "a boolean"
+        case int():
+            return "an integer"
+        case float():
+            return "a float"
+        case str():
+            return "a string"
+        case list():
+            return "an array"
+        case dict():
+            return "a table"
+        case dt.datetime() | dt.date() | dt.time():
+            return "a date/time"
+    return type(value).__name__
+
+
+EntryPoint = Annotated[str, PlainValidator(_entry_point)]
+Name = Annotated[str, PlainValidator(_name)]
+Facets = Annotated[dict[str, str | int], PlainValidator(_facets)]
+JsonTable = Annotated[dict[str, JsonValue], PlainValidator(_json_table)]
+Reviews = Annotated[int, PlainValidator(_reviews)]
+Paths = Annotated[tuple[str, ...], PlainValidator(_paths)]
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class PackageSpec(_Frozen):
+    """`[package]`: which files make up the package whose digest identifies it."""
+
+    paths: Paths
+    """Globs over repository paths; the package digest covers the matching files."""
+
+
+class ClaimSpec(_Frozen):
+    """One `[[claims]]` entry: what is asserted, how it is checked, what it needs."""
+
+    name: Name
+    check: Name
+    params: JsonTable = Field(default_factory=dict)
+    """Check parameters; a pass counts only if its receipt records these values."""
+    scope: Facets = Field(default_factory=dict)
+    """Facets every counted receipt must match exactly (more facets are allowed)."""
+    carry_over: Literal["commit", "tree", "package"] = "commit"
+    reviews: Reviews = 0
+    """Concurring reviews needed, from reviewer keys other than the receipt's signer."""
+    observer_off: StrictBool = False
+    """Observer-on passes count only with a passing observer-off control."""
+    cleanup: StrictBool = True
+    """A pass counts only with a complete cleanup proof."""
+    required: StrictBool = True
+    """Whether overall qualification needs this claim."""
+    workload: EntryPoint | None = None
+    """Entry point overriding the plan's `workload` for this claim."""
+
+
+class Plan(_Frozen):
+    """A parsed `qualification.toml`."""
+
+    workload: EntryPoint | None = None
+    workload_params: JsonTable = Field(default_factory=dict)
+    package: PackageSpec | None = None
+    claims: tuple[ClaimSpec, ...] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Plan:
+        seen: dict[str, int] = {}
+        for i, claim in enumerate(self.claims):
+            if claim.name in seen:
+                raise _PlanError(
+                    f"claims[{i}].name: duplicate claim {claim.name!r} "
+                    f"(also claims[{seen[claim.name]}])"
+                )
+            seen[claim.name] = i
+            if claim.carry_over == "package" and self.package is None:
+                raise _PlanError(
+                    f"claims[{i}].carry_over: 'package' needs [package].paths "
+                    f"to define the package identity"
+                )
+        return self
+
+    def claim(self, name: str) -> ClaimSpec | None:
+        """The claim named `name`, or None."""
+        return next((c for c in self.claims if c.name == name), None)
+
+    def workload_for(self, claim: ClaimSpec) -> str | None:
+        """The entry point that runs `claim`: its own, else the plan's."""
+        return claim.workload or self.workload
+
+
+class _PlanError(ValueError):
+    """A cross-field error whose message already names its field."""
+
+
+def load_plan(path: str | Path) -> Plan:
+    """Read and validate a plan file; `InputError` names the file and the field."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InputError(f"{p}: no such plan file") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise InputError(f"{p}: cannot read: {e}") from None
+    return parse_plan(text, str(p))
+
+
+def parse_plan(text: str, source_name: str = "qualification.toml") -> Plan:
+    """Validate plan text; `source_name` prefixes every error message."""
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise InputError(f"{source_name}: not valid TOML: {e}") from None
+    return plan_from_mapping(data, source_name)
+
+
+def plan_from_mapping(data: Mapping[str, Any], source_name: str = "qualification.toml") -> Plan:
+    """Validate an already-decoded plan document."""
+    if "claims" in data and not isinstance(data["claims"], list):
+        # `[claims]` (a table) instead of `[[claims]]` (an array of tables) is an easy slip.
+        raise InputError(f"{source_name}: claims: must be an array of tables ([[claims]])")
+    try:
+        return Plan.model_validate(dict(data))
+    except ValidationError as e:
+        raise InputError(f"{source_name}: {_explain(e.errors()[0])}") from None
+
+
+_KNOWN = {
+    (): tuple(Plan.model_fields),
+    ("package",): tuple(PackageSpec.model_fields),
+    ("claims", 0): tuple(ClaimSpec.model_fields),
+}
+
+
+def _explain(err: ErrorDetails) -> str:
+    """One line `field.path: what is wrong` for the first validation error."""
+    loc = tuple(err["loc"])
+    kind = err["type"]
+    ctx = err.get("ctx") or {}
+    if kind == "value_error" and isinstance(ctx.get("error"), _PlanError):
+        return str(ctx["error"])
+    path = _path(loc)
+    if kind == "extra_forbidden":
+        parent = tuple(0 if isinstance(x, int) else x for x in loc[:-1])
+        known = _KNOWN.get(parent)
+        hint = f" (known keys: {', '.join(known)})" if known else ""
+        return f"{path}: unknown key{hint}"
+    if kind == "missing":
+        return f"{path}: required"
+    if kind == "literal_error":
+        expected = str(ctx.get("expected", "")).replace("'", "").replace(" or ", ", ")
+        return f"{path}: must be one of {expected}"
+    if kind == "value_error":
+        message = str(ctx.get("error", err["msg"]))
+        # Validators of tables report the offending key first: fold it into the path.
+        head, sep, rest = message.partition(": ")
+        if sep and re.fullmatch(r"[A-Za-z0-9_.\[\]-]+", head) and not head.startswith("must"):
+            joiner = "" if head.startswith("[") else "."
+            return f"{path}{joiner}{head}: {rest}"
+        return f"{path}: {message}"
+    if kind in ("bool_type", "bool_parsing"):
+        return f"{path}: must be true or false"
+    if kind in ("model_type", "model_attributes_type", "dict_type"):
+        return f"{path}: must be a table"
+    if kind in ("tuple_type", "list_type"):
+        return f"{path}: must be an array"
+    if kind == "too_short":
+        return f"{path}: must not be empty"
+    return f"{path}: {err['msg']}"
+
+
+def _path(loc: tuple[int | str, ...]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += f".{part}" if out else str(part)
+    return out or "(document)"

@@ -1,0 +1,393 @@
+"""Which claims are qualified for a revision, at which scope, on what evidence.
+
+For each asked claim and scope the engine sorts the covering receipts into
+counterexamples, qualifying passes, disputed passes, passes or receipts that
+do not hold (unverified), inconclusive evidence and stale evidence; the first
+non-empty group, in that order, names the state. Precedence is what makes
+the answer safe: a counterexample outweighs any number of passes, and
+nothing that fails a requirement can lift a claim to qualified.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from ledger.plan import CarryOver, Plan
+from ledger.qualification import rules
+from ledger.qualification.evidence import ReceiptEvidence, ReviewEvidence, Revision, short_id
+from ledger.qualification.report import ClaimStatus, ScopeRole, State, StatusReport
+from ledger.qualification.rules import Reason, Requirement, ReviewTally, Via
+from ledger.qualification.scope import covers, format_scope, merge_scopes, scope_key
+
+__all__ = ["evaluate"]
+
+# Most direct first: a row reached by commit needs no carry-over at all.
+_VIA_ORDER: tuple[Via, ...] = ("commit", "tree", "package")
+
+
+def evaluate(
+    *,
+    plan: Plan | None,
+    revision: Revision,
+    receipts: Sequence[ReceiptEvidence],
+    reviews: Sequence[ReviewEvidence],
+    claims: Sequence[str] | None = None,
+    query_scope: Mapping[str, str | int] | None = None,
+) -> StatusReport:
+    """The state of each asked claim for `revision`.
+
+    Asked claims are `claims` if given, else the plan's, else every claim
+    with evidence. A claim absent from the plan gets the defaults (carry-over
+    by commit, no reviews, no observer-off control, cleanup proof required).
+    `InputError` if `query_scope` contradicts a claim's plan scope.
+    """
+    query = dict(query_scope or {})
+    ctx = _Context(revision, receipts, reviews)
+    rows: list[ClaimStatus] = []
+    asked = _asked(plan, claims, ctx)
+    for req in asked:
+        required_scope = merge_scopes(req.scope, query, claim=req.claim)
+        rows.extend(_claim_rows(ctx, req, required_scope))
+    qualified = bool(asked) and all(
+        row.state == "qualified" for row in rows if row.scope_role == "required" and row.required
+    )
+    return StatusReport(
+        subject=revision, qualified=qualified, claims=tuple(rows), query_scope=query
+    )
+
+
+def _asked(plan: Plan | None, claims: Sequence[str] | None, ctx: _Context) -> list[Requirement]:
+    if claims is None:
+        if plan is not None:
+            return [Requirement.from_plan(c) for c in plan.claims]
+        return [Requirement(claim=name) for name in sorted(ctx.by_claim)]
+    out: list[Requirement] = []
+    for name in dict.fromkeys(claims):
+        spec = plan.claim(name) if plan is not None else None
+        out.append(Requirement.from_plan(spec) if spec is not None else Requirement(claim=name))
+    return out
+
+
+class _Context:
+    """The evidence of one query, indexed, with per-receipt answers cached."""
+
+    def __init__(
+        self,
+        revision: Revision,
+        receipts: Sequence[ReceiptEvidence],
+        reviews: Sequence[ReviewEvidence],
+    ) -> None:
+        self.revision = revision
+        unique = {r.id: r for r in receipts}
+        self.receipts = sorted(unique.values(), key=lambda r: r.seq)
+        self.by_claim: dict[str, list[ReceiptEvidence]] = defaultdict(list)
+        self.named_by: dict[str, list[tuple[ReceiptEvidence, str]]] = defaultdict(list)
+        for r in self.receipts:
+            self.by_claim[r.predicate.claim].append(r)
+            for s in r.predicate.supersedes:
+                self.named_by[s.id].append((r, s.reason))
+        self.reviews_of: dict[str, list[ReviewEvidence]] = defaultdict(list)
+        for v in reviews:
+            self.reviews_of[v.receipt].append(v)
+        self._supersession: dict[tuple[str, CarryOver], tuple[list[Reason], list[Reason]]] = {}
+
+    def link(self, r: ReceiptEvidence, carry_over: CarryOver) -> Via | None:
+        return rules.link(r, self.revision, carry_over)
+
+    @staticmethod
+    def sound(r: ReceiptEvidence) -> bool:
+        """Signature, key, role and work tree all hold."""
+        return not rules.integrity(r) and rules.dirty(r) is None
+
+    def supersession(
+        self, r: ReceiptEvidence, carry_over: CarryOver
+    ) -> tuple[list[Reason], list[Reason]]:
+        """(supersessions of `r` that take effect, those that do not, with why)."""
+        key = (r.id, carry_over)
+        if key not in self._supersession:
+            self._supersession[key] = self._supersede(r, carry_over)
+        return self._supersession[key]
+
+    def _supersede(
+        self, r: ReceiptEvidence, carry_over: CarryOver
+    ) -> tuple[list[Reason], list[Reason]]:
+        done: list[Reason] = []
+        ignored: list[Reason] = []
+        rid = short_id(r.id)
+        r_link = self.link(r, carry_over)
+        for s, why in self.named_by.get(r.id, []):
+            sid = short_id(s.id)
+            problem: str | None = None
+            # A supersession replaces evidence only when it is itself evidence that
+            # would count in the same place: otherwise anyone could erase a
+            # counterexample with a receipt that proves nothing here.
+            if s.predicate.claim != r.predicate.claim:
+                problem = f"it is for claim {s.predicate.claim!r}"
+            elif s.seq <= r.seq:
+                problem = "it was not logged later"
+            elif not self.sound(s):
+                problem = "it does not hold (signature, key, role or dirty tree)"
+            elif rules.effective_outcome(s)[0] not in ("passed", "failed"):
+                problem = f"its outcome ({rules.effective_outcome(s)[0]}) decides nothing"
+            elif not rules.covers_receipt(s, r):
+                problem = "its scope does not cover the superseded receipt's scope"
+            elif r_link is not None and self.link(s, carry_over) is None:
+                problem = "it does not count for this revision"
+            if problem is None:
+                done.append(
+                    Reason(
+                        rules.SUPERSESSION,
+                        f"{rid} superseded by {sid} (seq {s.seq}): {why}",
+                        r.id,
+                    )
+                )
+            else:
+                ignored.append(
+                    Reason(
+                        rules.SUPERSESSION,
+                        f"{sid} names {rid} as superseded, but does not replace it: {problem}",
+                        r.id,
+                    )
+                )
+        return done, ignored
+
+    def control_for(self, r: ReceiptEvidence, req: Requirement) -> ReceiptEvidence | None:
+        """A passing observer-off control of `r`'s check that covers `r`'s scope."""
+        for c in self.receipts:
+            if (
+                rules.controls(c, r.predicate.check.name)
+                and rules.covers_receipt(c, r)
+                and self.sound(c)
+                and self.link(c, req.carry_over) is not None
+                and rules.effective_outcome(c)[0] == "passed"
+                and not self.supersession(c, req.carry_over)[0]
+                and rules.cleanup_proof(c, req) is None
+            ):
+                return c
+        return None
+
+
+@dataclass
+class _Row:
+    """Receipts of one claim at one scope, sorted by what they count for."""
+
+    counterexamples: list[ReceiptEvidence] = field(default_factory=list)
+    qualifying: list[ReceiptEvidence] = field(default_factory=list)
+    disputed: list[ReceiptEvidence] = field(default_factory=list)
+    unverified: list[ReceiptEvidence] = field(default_factory=list)
+    inconclusive: list[ReceiptEvidence] = field(default_factory=list)
+    stale: list[ReceiptEvidence] = field(default_factory=list)
+    why: dict[str, list[Reason]] = field(default_factory=lambda: defaultdict(list))
+    """Reasons about each receipt, by receipt id."""
+    notes: list[Reason] = field(default_factory=list)
+    """Reasons about receipts that count for nothing here."""
+
+
+def _claim_rows(
+    ctx: _Context, req: Requirement, required: dict[str, str | int]
+) -> list[ClaimStatus]:
+    members = [r for r in ctx.by_claim.get(req.claim, []) if covers(r.predicate.scope, required)]
+    scopes: dict[tuple[tuple[str, str], ...], Mapping[str, str | int]] = {}
+    for r in members:
+        scopes.setdefault(scope_key(r.predicate.scope), r.predicate.scope)
+    scopes.pop(scope_key(required), None)
+    out = [_status(ctx, req, required, "required", members)]
+    for key in sorted(scopes):
+        scope = scopes[key]
+        at = [r for r in members if covers(r.predicate.scope, scope)]
+        out.append(_status(ctx, req, scope, "evidence", at))
+    return out
+
+
+def _status(
+    ctx: _Context,
+    req: Requirement,
+    scope: Mapping[str, str | int],
+    role: ScopeRole,
+    members: list[ReceiptEvidence],
+) -> ClaimStatus:
+    row = _Row()
+    for r in members:
+        _sort(ctx, req, r, row)
+    state, deciding, lead = _decide(req, scope, row, members)
+    reasons = list(lead)
+    decided = {r.id for r in deciding}
+    for r in deciding:
+        reasons.extend(row.why[r.id])
+    for r in members:
+        if r.id not in decided:
+            reasons.extend(row.why[r.id])
+    reasons.extend(row.notes)
+    vias: list[Via] = []
+    for r in deciding:
+        v = ctx.link(r, req.carry_over)
+        if v is not None:
+            vias.append(v)
+    via = next((v for v in _VIA_ORDER if v in vias), None)
+    return ClaimStatus(
+        claim=req.claim,
+        scope=dict(scope),
+        scope_role=role,
+        state=state,
+        receipts=tuple(r.id for r in deciding),
+        via=via,
+        reasons=tuple(dict.fromkeys(reasons)),
+        required=req.required,
+        in_plan=req.in_plan,
+    )
+
+
+def _sort(ctx: _Context, req: Requirement, r: ReceiptEvidence, row: _Row) -> None:
+    """Put `r` in the group it counts for, and record why."""
+    p = r.predicate
+    done, ignored = ctx.supersession(r, req.carry_over)
+    row.notes.extend(ignored)
+    if done:
+        row.notes.extend(done)
+        return
+    if p.outcome == "infra-error":
+        row.notes.append(rules.outcome_reason(r, rules.INFRA_ERROR))
+        return
+    if p.outcome == "refused":
+        row.notes.append(rules.outcome_reason(r, rules.REFUSAL))
+        return
+    via = ctx.link(r, req.carry_over)
+    if via is None:
+        if rules.earlier_head(r, ctx.revision) and ctx.sound(r):
+            row.stale.append(r)
+            row.why[r.id].append(rules.stale(r, ctx.revision, req))
+        else:
+            row.notes.append(rules.not_carried(r, ctx.revision, req))
+        return
+    problems = rules.integrity(r)
+    dirty = rules.dirty(r)
+    if problems or dirty is not None:
+        row.unverified.append(r)
+        row.why[r.id].extend(problems)
+        if dirty is not None:
+            row.why[r.id].append(dirty)
+        return
+    outcome, downgrade = rules.effective_outcome(r)
+    if downgrade is not None:
+        row.why[r.id].append(downgrade)
+    if outcome == "failed":
+        row.counterexamples.append(r)
+        reason = rules.outcome_reason(r, rules.COUNTEREXAMPLE)
+        row.why[r.id].append(Reason(reason.rule, f"{reason.text} {rules.via_text(r, via)}", r.id))
+        row.why[r.id].extend(_review_notes(ctx, r))
+        return
+    if outcome == "inconclusive":
+        row.inconclusive.append(r)
+        if downgrade is None:
+            row.why[r.id].append(rules.outcome_reason(r, rules.INCONCLUSIVE))
+        return
+    _sort_pass(ctx, req, r, via, row)
+
+
+def _sort_pass(ctx: _Context, req: Requirement, r: ReceiptEvidence, via: Via, row: _Row) -> None:
+    sid = short_id(r.id)
+    blockers: list[Reason] = []
+    support: list[Reason] = []
+    for check in (rules.planned_check(r, req), rules.cleanup_proof(r, req)):
+        if check is not None:
+            blockers.append(check)
+    if req.observer_off and r.predicate.observer == "on":
+        control = ctx.control_for(r, req)
+        if control is None:
+            blockers.append(
+                Reason(
+                    rules.OBSERVER_OFF_CONTROL,
+                    f"{sid} ran with the observer on, and no passing observer-off control of "
+                    f"check {r.predicate.check.name!r} covers its scope",
+                    r.id,
+                )
+            )
+        else:
+            support.append(
+                Reason(
+                    rules.OBSERVER_OFF_CONTROL,
+                    f"{sid} ran with the observer on; observer-off control "
+                    f"{short_id(control.id)} passed",
+                    r.id,
+                )
+            )
+    tally = ReviewTally.of(r, ctx.reviews_of.get(r.id, []))
+    if len(tally.concur) < req.reviews:
+        blockers.append(
+            Reason(
+                rules.REVIEWS,
+                f"{sid} has {len(tally.concur)} of {req.reviews} concurring independent reviews",
+                r.id,
+            )
+        )
+    elif req.reviews:
+        ids = ", ".join(short_id(v.id) for v in tally.concur)
+        support.append(
+            Reason(
+                rules.REVIEWS, f"{sid} has {len(tally.concur)} concurring review(s): {ids}", r.id
+            )
+        )
+    disputes = [_dispute(v, r) for v in tally.dispute]
+    lead = Reason(rules.PASSING_EVIDENCE, f"{sid} passed {rules.via_text(r, via)}", r.id)
+    row.why[r.id].extend([lead, *disputes, *blockers, *support, *tally.ignored])
+    if disputes:
+        row.disputed.append(r)
+    elif blockers:
+        row.unverified.append(r)
+    else:
+        row.qualifying.append(r)
+
+
+def _dispute(v: ReviewEvidence, r: ReceiptEvidence) -> Reason:
+    note = f": {v.note}" if v.note else ""
+    return Reason(
+        rules.DISPUTE,
+        f"review {short_id(v.id)} (key {v.signer[:12]}) disputes {short_id(r.id)}{note}",
+        r.id,
+    )
+
+
+def _review_notes(ctx: _Context, r: ReceiptEvidence) -> list[Reason]:
+    """Disputes of a counterexample are shown; only a supersession retires it."""
+    tally = ReviewTally.of(r, ctx.reviews_of.get(r.id, []))
+    return [_dispute(v, r) for v in tally.dispute]
+
+
+def _decide(
+    req: Requirement,
+    scope: Mapping[str, str | int],
+    row: _Row,
+    members: list[ReceiptEvidence],
+) -> tuple[State, list[ReceiptEvidence], list[Reason]]:
+    """The state, the receipts that decide it, and reasons to put first."""
+    if row.counterexamples:
+        lead: list[Reason] = []
+        passes = row.qualifying + row.disputed + row.unverified
+        if passes:
+            ids = ", ".join(short_id(r.id) for r in passes)
+            lead.append(
+                Reason(
+                    rules.COUNTEREXAMPLE,
+                    f"{len(row.counterexamples)} counterexample(s) outweigh {len(passes)} "
+                    f"other receipt(s): {ids}",
+                )
+            )
+        return "failed", row.counterexamples, lead
+    groups: tuple[tuple[State, list[ReceiptEvidence]], ...] = (
+        ("qualified", row.qualifying),
+        ("disputed", row.disputed),
+        ("unverified", row.unverified),
+        ("inconclusive", row.inconclusive),
+        ("stale", row.stale),
+    )
+    for state, group in groups:
+        if group:
+            return state, group, []
+    text = (
+        f"no receipt that counts covers scope {format_scope(scope)}"
+        if members
+        else f"no receipt of {req.claim!r} covers scope {format_scope(scope)}"
+    )
+    return "not-run", [], [Reason(rules.NO_EVIDENCE, text)]

@@ -1,0 +1,90 @@
+"""What the engine is given: the revision asked about and the logged evidence.
+
+The store builds these after verifying signatures and resolving keys; the
+engine decides what the evidence means and never touches bytes or keys.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from ledger.models import QualificationPredicate, QualificationStatement
+
+__all__ = ["ReceiptEvidence", "ReviewEvidence", "Revision", "short_id"]
+
+
+@dataclass(frozen=True, slots=True)
+class Revision:
+    """The identity of what is asked about (for a PR: its current head)."""
+
+    repo: str
+    commit: str
+    tree: str
+    package_digest: str | None = None
+    """Digest of the plan's package paths at this revision, when the plan has any."""
+    pr: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "repo": self.repo,
+            "commit": self.commit,
+            "tree": self.tree,
+            "package_digest": self.package_digest,
+            "pr": self.pr,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class ReceiptEvidence:
+    """One logged qualification receipt."""
+
+    id: str
+    """`sha256:<hex>` of the signed payload."""
+    seq: int
+    """Log sequence number: later entries have higher numbers."""
+    statement: QualificationPredicate | QualificationStatement
+    signer: str
+    """Key id of the signing key."""
+    signer_role: str
+    signer_revoked_seq: int | None = None
+    """Sequence number of the signer key's revocation, if revoked."""
+    problem: str | None = None
+    """Set by the store when the signature or key does not verify."""
+
+    @property
+    def predicate(self) -> QualificationPredicate:
+        s = self.statement
+        return s.predicate if isinstance(s, QualificationStatement) else s
+
+    @property
+    def revoked(self) -> bool:
+        """Logged after its key's revocation."""
+        return self.signer_revoked_seq is not None and self.seq > self.signer_revoked_seq
+
+
+@dataclass(frozen=True, slots=True)
+class ReviewEvidence:
+    """One logged review of a receipt."""
+
+    id: str
+    seq: int
+    receipt: str
+    """Full id of the reviewed receipt."""
+    verdict: Literal["concur", "dispute"]
+    note: str
+    signer: str
+    signer_role: str
+    signer_revoked_seq: int | None = None
+    problem: str | None = None
+    """Set by the store when the signature or key does not verify."""
+
+    @property
+    def revoked(self) -> bool:
+        """Logged after its key's revocation."""
+        return self.signer_revoked_seq is not None and self.seq > self.signer_revoked_seq
+
+
+def short_id(receipt_id: str) -> str:
+    """First 12 hex characters of a `sha256:<hex>` id (what people type)."""
+    return receipt_id.removeprefix("sha256:")[:12]

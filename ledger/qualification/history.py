@@ -1,0 +1,157 @@
+"""The log as it happened: every receipt and review in sequence order.
+
+Nothing is hidden: a superseded statement stays, marked with what
+superseded it and why.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from ledger.qualification import rules
+from ledger.qualification.evidence import ReceiptEvidence, ReviewEvidence
+
+__all__ = ["HistoryItem", "Supersession", "history"]
+
+_SAME_REVIEWER = "a later review of the same receipt by the same key"
+
+
+@dataclass(frozen=True, slots=True)
+class Supersession:
+    """A later entry that names this one as replaced."""
+
+    id: str
+    seq: int
+    reason: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"id": self.id, "seq": self.seq, "reason": self.reason}
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryItem:
+    """One log entry, receipt or review, with what later entries say of it."""
+
+    seq: int
+    id: str
+    kind: Literal["receipt", "review"]
+    signer: str
+    signer_role: str
+    summary: Mapping[str, Any]
+    """The entry's own facts (claim, outcome, source... or receipt, verdict, note)."""
+    problems: tuple[str, ...] = ()
+    """Why the entry does not count anywhere: signature, revocation, role."""
+    superseded_by: tuple[Supersession, ...] = ()
+    supersedes: tuple[Supersession, ...] = field(default=())
+
+    @property
+    def superseded(self) -> bool:
+        return bool(self.superseded_by)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "seq": self.seq,
+            "id": self.id,
+            "kind": self.kind,
+            **self.summary,
+            "signer": self.signer,
+            "signer_role": self.signer_role,
+            "problems": list(self.problems),
+            "supersedes": [s.to_json() for s in self.supersedes],
+            "superseded": self.superseded,
+            "superseded_by": [s.to_json() for s in self.superseded_by],
+        }
+
+
+def history(
+    receipts: Sequence[ReceiptEvidence], reviews: Sequence[ReviewEvidence]
+) -> list[HistoryItem]:
+    """All entries in log order; supersessions are marked, never applied."""
+    seq_of = {r.id: r.seq for r in receipts}
+    later: dict[str, list[Supersession]] = defaultdict(list)
+    for r in receipts:
+        for s in r.predicate.supersedes:
+            if s.id in seq_of and seq_of[s.id] < r.seq:
+                later[s.id].append(Supersession(r.id, r.seq, s.reason))
+    items = [_receipt_item(r, seq_of, later[r.id]) for r in {r.id: r for r in receipts}.values()]
+    items.extend(_review_items(reviews))
+    return sorted(items, key=lambda item: (item.seq, item.kind, item.id))
+
+
+def _receipt_item(
+    r: ReceiptEvidence, seq_of: Mapping[str, int], later: list[Supersession]
+) -> HistoryItem:
+    p = r.predicate
+    src = p.source
+    problems = [str(x) for x in rules.integrity(r)]
+    dirty = rules.dirty(r)
+    if dirty is not None:
+        problems.append(str(dirty))
+    summary = {
+        "claim": p.claim,
+        "check": p.check.name,
+        "scope": dict(p.scope),
+        "outcome": p.outcome,
+        "reason": p.reason,
+        "observer": p.observer,
+        "cleanup_complete": None if p.cleanup is None else p.cleanup.complete,
+        "source": {
+            "commit": src.commit,
+            "tree": src.tree,
+            "pr": src.pr,
+            "dirty": src.dirty,
+            "package_digest": None if src.package is None else src.package.digest,
+        },
+    }
+    supersedes = tuple(Supersession(s.id, seq_of.get(s.id, -1), s.reason) for s in p.supersedes)
+    return HistoryItem(
+        seq=r.seq,
+        id=r.id,
+        kind="receipt",
+        signer=r.signer,
+        signer_role=r.signer_role,
+        summary=summary,
+        problems=tuple(problems),
+        superseded_by=tuple(sorted(later, key=lambda s: s.seq)),
+        supersedes=supersedes,
+    )
+
+
+def _review_items(reviews: Sequence[ReviewEvidence]) -> list[HistoryItem]:
+    unique = sorted({v.id: v for v in reviews}.values(), key=lambda v: v.seq)
+    # A reviewer's later review of the same receipt replaces its earlier verdict.
+    replaced: dict[str, Supersession] = {}
+    last: dict[tuple[str, str], ReviewEvidence] = {}
+    for v in unique:
+        key = (v.signer, v.receipt)
+        if key in last:
+            replaced[last[key].id] = Supersession(v.id, v.seq, _SAME_REVIEWER)
+        last[key] = v
+    items: list[HistoryItem] = []
+    for v in unique:
+        problems: list[str] = []
+        if v.problem:
+            problems.append(f"{rules.SIGNATURE}: {v.problem}")
+        if v.revoked:
+            problems.append(
+                f"{rules.KEY_REVOKED}: logged at seq {v.seq}, after key {v.signer[:12]} was "
+                f"revoked at seq {v.signer_revoked_seq}"
+            )
+        if v.signer_role != "reviewer":
+            problems.append(f"{rules.SIGNER_ROLE}: signed by a {v.signer_role!r} key")
+        items.append(
+            HistoryItem(
+                seq=v.seq,
+                id=v.id,
+                kind="review",
+                signer=v.signer,
+                signer_role=v.signer_role,
+                summary={"receipt": v.receipt, "verdict": v.verdict, "note": v.note},
+                problems=tuple(problems),
+                superseded_by=(replaced[v.id],) if v.id in replaced else (),
+            )
+        )
+    return items

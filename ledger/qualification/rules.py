@@ -1,0 +1,420 @@
+"""The named rules that decide what one receipt counts for.
+
+Each rule has a stable name; every reason the engine gives starts with the
+name of the rule that produced it (`rule: text`), so answers can be searched
+and scripts can match on them. `RULES` describes each in one line.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Literal, TypeAlias
+
+from pydantic import JsonValue
+
+from ledger.models import Outcome
+from ledger.plan import OBSERVER_OFF_CONTROL_CHECK, CarryOver, ClaimSpec
+from ledger.qualification.evidence import ReceiptEvidence, ReviewEvidence, Revision, short_id
+from ledger.qualification.scope import Facets, covers
+
+__all__ = [
+    "CARRY_OVER",
+    "CLEANUP_PROOF",
+    "COMPARISON_ARMS",
+    "COUNTEREXAMPLE",
+    "DIRTY_TREE",
+    "DISPUTE",
+    "INCONCLUSIVE",
+    "INFRA_ERROR",
+    "KEY_REVOKED",
+    "NO_EVIDENCE",
+    "OBSERVER_OFF_CONTROL",
+    "PASSING_EVIDENCE",
+    "PLANNED_CHECK",
+    "REFUSAL",
+    "REVIEWS",
+    "RULES",
+    "SIGNATURE",
+    "SIGNER_ROLE",
+    "STALE_HEAD",
+    "SUPERSESSION",
+    "Reason",
+    "Requirement",
+    "ReviewTally",
+    "Via",
+]
+
+Via: TypeAlias = Literal["commit", "tree", "package"]
+
+PASSING_EVIDENCE = "passing-evidence"
+CARRY_OVER = "carry-over"
+STALE_HEAD = "stale-head"
+COUNTEREXAMPLE = "counterexample"
+SUPERSESSION = "supersession"
+INFRA_ERROR = "infra-error"
+REFUSAL = "refusal"
+INCONCLUSIVE = "inconclusive"
+COMPARISON_ARMS = "comparison-arms"
+OBSERVER_OFF_CONTROL = "observer-off-control"
+CLEANUP_PROOF = "cleanup-proof"
+DIRTY_TREE = "dirty-tree"
+PLANNED_CHECK = "planned-check"
+REVIEWS = "reviews"
+DISPUTE = "dispute"
+SIGNATURE = "signature"
+KEY_REVOKED = "key-revoked"
+SIGNER_ROLE = "signer-role"
+NO_EVIDENCE = "no-evidence"
+
+RULES: Mapping[str, str] = {
+    PASSING_EVIDENCE: "a valid pass that meets every requirement of the claim qualifies it",
+    CARRY_OVER: "evidence for another commit counts only via the same tree (carry_over tree "
+    "or package) or the same package digest (carry_over package)",
+    STALE_HEAD: "evidence only on an earlier head of the same PR whose tree/package differs "
+    "is stale",
+    COUNTEREXAMPLE: "a valid failing receipt outweighs any number of passes until a later "
+    "receipt explicitly supersedes it",
+    SUPERSESSION: "a later valid, decisive receipt of the same claim, covering the same "
+    "scope and counting for the same revision, replaces the receipts it names",
+    INFRA_ERROR: "an infrastructure failure is never evidence either way",
+    REFUSAL: "an admission refusal is neither a failure of the claim nor proof of infeasibility",
+    INCONCLUSIVE: "inconclusive evidence neither qualifies nor fails a claim",
+    COMPARISON_ARMS: "an A/B comparison whose arms ran on different GPUs or from different "
+    "reserved bytes is inconclusive, whatever it concluded",
+    OBSERVER_OFF_CONTROL: "an observer-on pass counts only where a passing observer-off "
+    "control of the same check covers its scope (when the claim requires it)",
+    CLEANUP_PROOF: "a pass without a complete cleanup proof does not qualify (when the claim "
+    "requires it)",
+    DIRTY_TREE: "a receipt from a dirty work tree identifies no commit and counts neither way",
+    PLANNED_CHECK: "a pass counts only if it ran the plan's check with the plan's parameters",
+    REVIEWS: "a pass needs the claim's number of concurring reviews from reviewer keys other "
+    "than its signer",
+    DISPUTE: "a valid review disputing a pass keeps it from qualifying",
+    SIGNATURE: "a receipt or review whose signature or key does not verify does not count",
+    KEY_REVOKED: "a receipt or review logged after its key's revocation does not count",
+    SIGNER_ROLE: "receipts count only from runner keys, reviews only from reviewer keys",
+    NO_EVIDENCE: "no receipt of the claim covers the scope",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Reason:
+    """Why: the rule, a sentence, and the receipt it is about (if one)."""
+
+    rule: str
+    text: str
+    receipt: str | None = None
+
+    def __str__(self) -> str:
+        return f"{self.rule}: {self.text}"
+
+
+@dataclass(frozen=True, slots=True)
+class Requirement:
+    """What one asked claim needs of its evidence (from the plan, or the defaults)."""
+
+    claim: str
+    check: str | None = None
+    """Check a pass must have run; None where the plan does not name the claim."""
+    params: Mapping[str, JsonValue] = field(default_factory=dict)
+    scope: Facets = field(default_factory=dict)
+    carry_over: CarryOver = "commit"
+    reviews: int = 0
+    observer_off: bool = False
+    cleanup: bool = True
+    required: bool = True
+    in_plan: bool = False
+
+    @classmethod
+    def from_plan(cls, spec: ClaimSpec) -> Requirement:
+        return cls(
+            claim=spec.name,
+            check=spec.check,
+            params=spec.params,
+            scope=spec.scope,
+            carry_over=spec.carry_over,
+            reviews=spec.reviews,
+            observer_off=spec.observer_off,
+            cleanup=spec.cleanup,
+            required=spec.required,
+            in_plan=True,
+        )
+
+
+# -- carry-over ---------------------------------------------------------------
+
+
+def link(r: ReceiptEvidence, revision: Revision, carry_over: CarryOver) -> Via | None:
+    """How `r` reaches `revision` under the claim's carry-over, if it does."""
+    src = r.predicate.source
+    if src.commit == revision.commit:
+        return "commit"
+    if carry_over in ("tree", "package") and src.tree == revision.tree:
+        return "tree"
+    if (
+        carry_over == "package"
+        and revision.package_digest is not None
+        and src.package is not None
+        and src.package.digest == revision.package_digest
+    ):
+        return "package"
+    return None
+
+
+def earlier_head(r: ReceiptEvidence, revision: Revision) -> bool:
+    """`r` is about another head of the PR asked about."""
+    src = r.predicate.source
+    return revision.pr is not None and src.pr == revision.pr and src.commit != revision.commit
+
+
+def via_text(r: ReceiptEvidence, via: Via) -> str:
+    src = r.predicate.source
+    if via == "commit":
+        return "via commit"
+    if via == "tree":
+        return f"via tree (commit {src.commit[:12]} has the same tree)"
+    return f"via package (commit {src.commit[:12]} has the same package digest)"
+
+
+def not_carried(r: ReceiptEvidence, revision: Revision, req: Requirement) -> Reason:
+    src = r.predicate.source
+    sid = short_id(r.id)
+    same_tree = src.tree == revision.tree
+    same_pkg = (
+        revision.package_digest is not None
+        and src.package is not None
+        and src.package.digest == revision.package_digest
+    )
+    if same_tree or same_pkg:
+        what = "tree" if same_tree else "package digest"
+        text = (
+            f"{sid} on commit {src.commit[:12]} has the same {what}, but claim "
+            f"{req.claim!r} carries over by {req.carry_over} only"
+        )
+    elif req.carry_over == "package" and src.package is None:
+        text = f"{sid} on commit {src.commit[:12]} records no package identity"
+    else:
+        differs = {"commit": "commit", "tree": "commit and tree"}.get(
+            req.carry_over, "commit, tree and package digest"
+        )
+        text = f"{sid} is for commit {src.commit[:12]}: {differs} differ"
+    return Reason(CARRY_OVER, text, r.id)
+
+
+def stale(r: ReceiptEvidence, revision: Revision, req: Requirement) -> Reason:
+    src = r.predicate.source
+    differs = {"commit": "carries over by commit only", "tree": "its tree differs"}.get(
+        req.carry_over, "its tree and package differ"
+    )
+    return Reason(
+        STALE_HEAD,
+        f"{short_id(r.id)} {r.predicate.outcome} on earlier head {src.commit[:12]} of "
+        f"PR #{src.pr}; the claim {differs}",
+        r.id,
+    )
+
+
+# -- integrity ----------------------------------------------------------------
+
+
+def integrity(r: ReceiptEvidence) -> list[Reason]:
+    """Signature, revocation and role problems: any one makes `r` count for nothing."""
+    sid = short_id(r.id)
+    out: list[Reason] = []
+    if r.problem:
+        out.append(Reason(SIGNATURE, f"{sid}: {r.problem}", r.id))
+    if r.revoked:
+        out.append(
+            Reason(
+                KEY_REVOKED,
+                f"{sid} was logged at seq {r.seq}, after key {r.signer[:12]} was revoked "
+                f"at seq {r.signer_revoked_seq}",
+                r.id,
+            )
+        )
+    if r.signer_role != "runner":
+        out.append(
+            Reason(
+                SIGNER_ROLE, f"{sid} is signed by a {r.signer_role!r} key, not a runner key", r.id
+            )
+        )
+    return out
+
+
+def dirty(r: ReceiptEvidence) -> Reason | None:
+    if not r.predicate.source.dirty:
+        return None
+    return Reason(
+        DIRTY_TREE,
+        f"{short_id(r.id)} ran on a dirty work tree of {r.predicate.source.commit[:12]}; "
+        f"it identifies no commit",
+        r.id,
+    )
+
+
+# -- outcomes -----------------------------------------------------------------
+
+# Per-arm records of an A/B comparison; arms that differ here were not compared
+# under the same conditions, so neither a pass nor a failure attributes anything.
+_ARM_FACTS = {
+    "arm_gpu_uuids": "different GPUs",
+    "arm_start_reserved_bytes": "different starting reserved bytes",
+}
+
+
+def effective_outcome(r: ReceiptEvidence) -> tuple[Outcome, Reason | None]:
+    """The outcome the engine counts, with the comparison-arms downgrade applied."""
+    p = r.predicate
+    if p.outcome not in ("passed", "failed"):
+        return p.outcome, None
+    differing = [why for key, why in _ARM_FACTS.items() if _arms_differ(p.measurements.get(key))]
+    if not differing:
+        return p.outcome, None
+    return "inconclusive", Reason(
+        COMPARISON_ARMS,
+        f"{short_id(r.id)} {p.outcome}, but its arms ran on {' and '.join(differing)}: "
+        f"inconclusive",
+        r.id,
+    )
+
+
+def _arms_differ(arms: JsonValue | None) -> bool:
+    if isinstance(arms, dict):
+        values: Iterable[JsonValue] = arms.values()
+    elif isinstance(arms, list):
+        values = arms
+    else:
+        return False
+    return len({json.dumps(v, sort_keys=True) for v in values}) > 1
+
+
+def outcome_reason(r: ReceiptEvidence, rule: str) -> Reason:
+    p = r.predicate
+    sid = short_id(r.id)
+    why = f" ({p.reason})" if p.reason else ""
+    texts = {
+        INFRA_ERROR: f"{sid} is an infrastructure failure{why}; it counts neither way",
+        REFUSAL: f"{sid} refused{why}; a refusal is neither a failure of the claim nor "
+        f"proof of infeasibility",
+        INCONCLUSIVE: f"{sid} inconclusive{why}",
+        COUNTEREXAMPLE: f"{sid} failed{why}",
+    }
+    return Reason(rule, texts[rule], r.id)
+
+
+# -- requirements on a pass ---------------------------------------------------
+
+
+def planned_check(r: ReceiptEvidence, req: Requirement) -> Reason | None:
+    """The pass ran the plan's check with (at least) the plan's parameters."""
+    if req.check is None:
+        return None
+    check = r.predicate.check
+    sid = short_id(r.id)
+    if check.name != req.check:
+        return Reason(
+            PLANNED_CHECK, f"{sid} ran check {check.name!r}; the plan requires {req.check!r}", r.id
+        )
+    for key, want in req.params.items():
+        got = check.parameters.get(key)
+        if key not in check.parameters or _canon(got) != _canon(want):
+            shown = _canon(got) if key in check.parameters else "nothing"
+            return Reason(
+                PLANNED_CHECK,
+                f"{sid} ran {check.name!r} with {key}={shown}; the plan requires "
+                f"{key}={_canon(want)}",
+                r.id,
+            )
+    return None
+
+
+def _canon(value: JsonValue | None) -> str:
+    # Exact JSON identity: True, 1 and 1.0 are different parameter values.
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
+def cleanup_proof(r: ReceiptEvidence, req: Requirement) -> Reason | None:
+    if not req.cleanup:
+        return None
+    cleanup = r.predicate.cleanup
+    sid = short_id(r.id)
+    if cleanup is None:
+        return Reason(CLEANUP_PROOF, f"{sid} has no cleanup proof", r.id)
+    if not cleanup.complete:
+        held = [f"{x.kind} {x.id}" for x in cleanup.resources if not x.released]
+        what = f": not released: {', '.join(held)}" if held else ""
+        return Reason(CLEANUP_PROOF, f"{sid} cleanup is incomplete{what}", r.id)
+    return None
+
+
+def controls(control: ReceiptEvidence, check: str) -> bool:
+    """`control` is an observer-off run of `check` (same check name, or the
+    dedicated observer-off-control check whose parameter `check` names it)."""
+    p = control.predicate
+    if p.observer != "off":
+        return False
+    if p.check.name == check:
+        return True
+    return p.check.name == OBSERVER_OFF_CONTROL_CHECK and p.check.parameters.get("check") == check
+
+
+def covers_receipt(outer: ReceiptEvidence, inner: ReceiptEvidence) -> bool:
+    """`outer` was at least as specific as `inner`, on the same values."""
+    return covers(outer.predicate.scope, inner.predicate.scope)
+
+
+# -- reviews ------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ReviewTally:
+    """The reviews of one receipt that count, by independent reviewer key."""
+
+    concur: tuple[ReviewEvidence, ...]
+    dispute: tuple[ReviewEvidence, ...]
+    ignored: tuple[Reason, ...]
+
+    @classmethod
+    def of(cls, receipt: ReceiptEvidence, reviews: Sequence[ReviewEvidence]) -> ReviewTally:
+        """Each reviewer key's latest valid review of `receipt` is its verdict."""
+        ignored: list[Reason] = []
+        latest: dict[str, ReviewEvidence] = {}
+        for v in sorted(reviews, key=lambda v: v.seq):
+            if v.receipt != receipt.id:
+                continue
+            problem = _review_problem(v, receipt)
+            if problem is not None:
+                ignored.append(problem)
+                continue
+            latest[v.signer] = v
+        concur = tuple(v for v in latest.values() if v.verdict == "concur")
+        dispute = tuple(v for v in latest.values() if v.verdict == "dispute")
+        return cls(concur, dispute, tuple(ignored))
+
+
+def _review_problem(v: ReviewEvidence, receipt: ReceiptEvidence) -> Reason | None:
+    vid, rid = short_id(v.id), short_id(receipt.id)
+    if v.problem:
+        return Reason(SIGNATURE, f"review {vid} of {rid} does not count: {v.problem}", receipt.id)
+    if v.revoked:
+        return Reason(
+            KEY_REVOKED,
+            f"review {vid} of {rid} was logged at seq {v.seq}, after key {v.signer[:12]} was "
+            f"revoked at seq {v.signer_revoked_seq}",
+            receipt.id,
+        )
+    if v.signer_role != "reviewer":
+        return Reason(
+            SIGNER_ROLE,
+            f"review {vid} of {rid} is signed by a {v.signer_role!r} key, not a reviewer key",
+            receipt.id,
+        )
+    if v.signer == receipt.signer:
+        return Reason(
+            REVIEWS,
+            f"review {vid} of {rid} is by the receipt's own signer: not independent",
+            receipt.id,
+        )
+    return None
