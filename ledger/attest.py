@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import JsonValue, ValidationError
 
@@ -86,7 +86,7 @@ class Facts:
     outcome: Outcome
     reason: str | None
     measurements: Mapping[str, JsonValue]
-    observer: str
+    observer: Literal["on", "off"]
     cleanup: Mapping[str, Any] | None
     artifacts: Sequence[Artifact]
     supersedes: Sequence[Supersedes]
@@ -105,7 +105,9 @@ def artifact_of(store: Store, path: Path, name: str | None = None) -> Artifact:
     digest = hashlib.sha256(content).hexdigest()
     media = mimetypes.guess_type(path.name)[0] or "application/octet-stream"
     store.put_artifact(digest, content, media)
-    return Artifact(name=name or path.name, digest={"sha256": digest}, size=len(content), mediaType=media)
+    return Artifact(
+        name=name or path.name, digest={"sha256": digest}, size=len(content), mediaType=media
+    )
 
 
 def build_statement(source: Source, facts: Facts) -> QualificationStatement:
@@ -113,13 +115,15 @@ def build_statement(source: Source, facts: Facts) -> QualificationStatement:
     try:
         predicate = QualificationPredicate(
             claim=facts.claim,
-            check=Check(name=facts.check, version=facts.check_version, parameters=dict(facts.parameters)),
+            check=Check(
+                name=facts.check, version=facts.check_version, parameters=dict(facts.parameters)
+            ),
             scope=dict(facts.scope),
             source=source,
             outcome=facts.outcome,
             reason=facts.reason,
             measurements=dict(facts.measurements),
-            observer=facts.observer,  # type: ignore[arg-type]
+            observer=facts.observer,
             cleanup=None if facts.cleanup is None else Cleanup.model_validate(facts.cleanup),
             artifacts=list(facts.artifacts),
             runner=Runner(
@@ -136,8 +140,10 @@ def build_statement(source: Source, facts: Facts) -> QualificationStatement:
         loc = ".".join(str(p) for p in first["loc"])
         raise InputError(f"statement would be invalid: {loc}: {first['msg']}") from None
     return QualificationStatement(
-        _type=STATEMENT_TYPE,
-        subject=[Subject(name=source.repo, digest={"gitCommit": source.commit, "gitTree": source.tree})],
+        type_=STATEMENT_TYPE,
+        subject=[
+            Subject(name=source.repo, digest={"gitCommit": source.commit, "gitTree": source.tree})
+        ],
         predicateType=QUALIFICATION_PREDICATE,
         predicate=predicate,
     )
@@ -148,19 +154,23 @@ def sign_statement(stmt: QualificationStatement | ReviewStatement, key: LocalKey
     return dsse.sign(payload, key).model_dump_json().encode()
 
 
-def record_statement(store: Store, stmts: Sequence[QualificationStatement], key: LocalKey) -> list[Recorded]:
+def record_statement(
+    store: Store, stmts: Sequence[QualificationStatement], key: LocalKey
+) -> list[Recorded]:
     return record(store, [sign_statement(s, key) for s in stmts])
 
 
-def record_review(store: Store, receipt: str, verdict: str, note: str, key: LocalKey) -> Recorded:
+def record_review(
+    store: Store, receipt: str, verdict: Literal["concur", "dispute"], note: str, key: LocalKey
+) -> Recorded:
     rid = receipt.removeprefix("sha256:")
     stmt = ReviewStatement(
-        _type=STATEMENT_TYPE,
+        type_=STATEMENT_TYPE,
         subject=[Subject(name="receipt", digest={"sha256": rid})],
         predicateType=REVIEW_PREDICATE,
         predicate=ReviewPredicate(
             receipt=receipt,
-            verdict=verdict,  # type: ignore[arg-type]
+            verdict=verdict,
             note=note,
             reviewed=timestamp(),
             ledger_version=__version__,

@@ -90,8 +90,10 @@ def audit(store: Store) -> AuditReport:
                 row, want_facets = receipt_index(e.seq, v)
                 if receipts.get(e.seq) != row:
                     rep.problems.append(f"{where}: receipt index row differs from the entry")
-                got = [{"seq": f["seq"], "key": f["key"], "value": f["value"]}
-                       for f in facets.get(e.seq, [])]
+                got = [
+                    {"seq": f["seq"], "key": f["key"], "value": f["value"]}
+                    for f in facets.get(e.seq, [])
+                ]
                 if sorted(got, key=lambda f: str(f["key"])) != want_facets:
                     rep.problems.append(f"{where}: scope facets differ from the entry")
             elif reviews.get(e.seq) != review_index(e.seq, v):
@@ -110,7 +112,10 @@ def audit(store: Store) -> AuditReport:
                 rep.problems.append(f"{where}: key id is not the digest of the key")
             kr = key_rows.get(e.seq)
             if kr is None or (kr["keyid"], kr["name"], kr["role"], kr["public_key"]) != (
-                data.get("keyid"), data.get("name"), data.get("role"), data.get("public_key")
+                data.get("keyid"),
+                data.get("name"),
+                data.get("role"),
+                data.get("public_key"),
             ):
                 rep.problems.append(f"{where}: key row differs from the entry")
             seen_derived.add(e.seq)
@@ -130,8 +135,12 @@ def audit(store: Store) -> AuditReport:
         else:
             rep.problems.append(f"{where}: unknown kind {e.kind!r}")
 
-    for table, rows in (("receipt", receipts), ("review", reviews), ("key", key_rows),
-                        ("revocation", revocations)):
+    for table, rows in (
+        ("receipt", receipts),
+        ("review", reviews),
+        ("key", key_rows),
+        ("revocation", revocations),
+    ):
         for seq in sorted(set(rows) - seen_derived):
             rep.problems.append(f"{table} row {seq} has no matching log entry")
 

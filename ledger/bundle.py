@@ -135,23 +135,27 @@ def verify_bundle(raw: bytes, trust: list[Ed25519PublicKey]) -> BundleReport:
             raise _fail(f"{what} is malformed") from None
         try:
             merkle.verify_inclusion(
-                index, cp.size, merkle.leaf_hash(body), _hexes(item["proof"], what), cp.root
+                index, cp.size, merkle.leaf_hash(body), _hexes(item.get("proof"), what), cp.root
             )
         except merkle.MerkleError as e:
             raise _fail(f"{what} is not in the checkpointed log: {e}") from None
-        return body
+        return bytes(body)
 
     # Key entries first: the log vouches for each signer's key and role.
     keys: dict[str, KeyInfo] = {}
     for i, item in enumerate(key_entries if isinstance(key_entries, list) else []):
         body = json.loads(included(item, f"keys[{i}]"))
         try:
-            pub = Ed25519PublicKey.from_public_bytes(base64.b64decode(body["public_key"], validate=True))
+            pub = Ed25519PublicKey.from_public_bytes(
+                base64.b64decode(body["public_key"], validate=True)
+            )
         except (KeyError, ValueError, binascii.Error):
             raise _fail(f"keys[{i}] is not a key entry") from None
         if body.get("kind") != "key" or key_id(pub) != body.get("keyid"):
             raise _fail(f"keys[{i}] is not a valid key entry")
-        keys[body["keyid"]] = KeyInfo(body["keyid"], body["name"], body["role"], pub, int(item["index"]))
+        keys[body["keyid"]] = KeyInfo(
+            body["keyid"], body["name"], body["role"], pub, int(item["index"])
+        )
 
     anchor = None
     for kid, info in keys.items():
@@ -200,7 +204,11 @@ def verify_bundle(raw: bytes, trust: list[Ed25519PublicKey]) -> BundleReport:
         if rv.statement.predicate.receipt != v.id:
             raise _fail(f"reviews[{i}] reviews another receipt")
         report.reviews.append(
-            {"id": rv.id, "verdict": rv.statement.predicate.verdict, "signer": rv.signer,
-             "note": rv.statement.predicate.note}
+            {
+                "id": rv.id,
+                "verdict": rv.statement.predicate.verdict,
+                "signer": rv.signer,
+                "note": rv.statement.predicate.note,
+            }
         )
     return report

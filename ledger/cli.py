@@ -22,12 +22,14 @@ def db_option(f: F) -> F:
     return click.option(
         "--db",
         metavar="URL",
-        help="Database: SQLAlchemy URL or SQLite path (default $LEDGER_DB, else ./.ledger/ledger.db).",
+        help="SQLAlchemy URL or SQLite path (default: $LEDGER_DB, else ./.ledger/ledger.db).",
     )(f)
 
 
 def json_option(f: F) -> F:
-    return click.option("--json", "as_json", is_flag=True, help="Print one JSON document on stdout.")(f)
+    return click.option(
+        "--json", "as_json", is_flag=True, help="Print one JSON document on stdout."
+    )(f)
 
 
 def emit_json(doc: Any) -> None:
@@ -172,9 +174,18 @@ def _read(path: Path) -> bytes:
 
 
 def _rev_options(f: F) -> F:
-    f = click.option("--repo", type=click.Path(file_okay=False, path_type=Path), help="Repository (default: the current one).")(f)
+    f = click.option(
+        "--repo",
+        type=click.Path(file_okay=False, path_type=Path),
+        help="Repository (default: the current one).",
+    )(f)
     f = click.option("--rev", metavar="REV", help="A commit, branch or tag.")(f)
-    f = click.option("--pr", type=click.IntRange(min=1), metavar="N", help="Pull request N: its current head (refs/pull/N/head, fetched when missing).")(f)
+    f = click.option(
+        "--pr",
+        type=click.IntRange(min=1),
+        metavar="N",
+        help="Pull request N: its current head (refs/pull/N/head, fetched when missing).",
+    )(f)
     return f
 
 
@@ -185,32 +196,83 @@ def _plan_paths(repo: Any, plan: Path | None) -> list[str]:
     path = plan or Path(repo.working_tree_dir or ".") / "qualification.toml"
     if not path.is_file():
         return []
-    return list(load_plan(path).package.paths) if load_plan(path).package else []
+    package = load_plan(path).package
+    return list(package.paths) if package else []
 
 
 @cli.command()
 @click.option("--claim", required=True, help="What is asserted, e.g. admission.no-oom-after-admit.")
 @_rev_options
-@click.option("--outcome", type=click.Choice(["passed", "failed", "inconclusive", "refused", "infra-error"]), required=True)
+@click.option(
+    "--outcome",
+    type=click.Choice(["passed", "failed", "inconclusive", "refused", "infra-error"]),
+    required=True,
+)
 @click.option("--reason", help="Required for anything but passed: one sentence.")
 @click.option("--check", "check_name", help="Check name (default: the claim).")
 @click.option("--check-version", default="1", show_default=True)
-@click.option("--param", "params", multiple=True, metavar="K=V", help="Check parameter (repeatable).")
-@click.option("--scope", "scope", multiple=True, metavar="K=V", help="Scope facet (repeatable): device_kind=cuda, gpu_model=..., dtype=...")
-@click.option("--measurements", type=click.Path(dir_okay=False, path_type=Path), help="JSON object of measurements (bytes and ns as integers).")
-@click.option("--artifact", "artifacts", multiple=True, type=click.Path(dir_okay=False, path_type=Path), help="File to store content-addressed and reference (repeatable).")
+@click.option(
+    "--param", "params", multiple=True, metavar="K=V", help="Check parameter (repeatable)."
+)
+@click.option(
+    "--scope",
+    "scope",
+    multiple=True,
+    metavar="K=V",
+    help="Scope facet (repeatable): device_kind=cuda, gpu_model=..., dtype=...",
+)
+@click.option(
+    "--measurements",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="JSON object of measurements (bytes and ns as integers).",
+)
+@click.option(
+    "--artifact",
+    "artifacts",
+    multiple=True,
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="File to store content-addressed and reference (repeatable).",
+)
 @click.option("--observer", type=click.Choice(["on", "off"]), default="off", show_default=True)
-@click.option("--cleanup", type=click.Path(dir_okay=False, path_type=Path), help='JSON {"complete": bool, "resources": [{"kind","id","released","proof"}]}.')
-@click.option("--supersedes", "supersedes", multiple=True, metavar="ID", help="Receipt this one replaces (needs --supersedes-reason).")
+@click.option(
+    "--cleanup",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help='JSON {"complete": bool, "resources": [{"kind","id","released","proof"}]}.',
+)
+@click.option(
+    "--supersedes",
+    "supersedes",
+    multiple=True,
+    metavar="ID",
+    help="Receipt this one replaces (needs --supersedes-reason).",
+)
 @click.option("--supersedes-reason", help="Why the superseded receipts no longer stand.")
 @click.option("--key", "key_name", required=True, help="Runner key name in $LEDGER_KEYS.")
-@click.option("--plan", type=click.Path(dir_okay=False, path_type=Path), help="Plan file for package identity (default: qualification.toml in the repo).")
+@click.option(
+    "--plan",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Plan file for package identity (default: qualification.toml in the repo).",
+)
 @db_option
 def attest(
-    claim: str, pr: int | None, rev: str | None, repo: Path | None, outcome: str, reason: str | None,
-    check_name: str | None, check_version: str, params: Sequence[str], scope: Sequence[str],
-    measurements: Path | None, artifacts: Sequence[Path], observer: str, cleanup: Path | None,
-    supersedes: Sequence[str], supersedes_reason: str | None, key_name: str, plan: Path | None,
+    claim: str,
+    pr: int | None,
+    rev: str | None,
+    repo: Path | None,
+    outcome: str,
+    reason: str | None,
+    check_name: str | None,
+    check_version: str,
+    params: Sequence[str],
+    scope: Sequence[str],
+    measurements: Path | None,
+    artifacts: Sequence[Path],
+    observer: str,
+    cleanup: Path | None,
+    supersedes: Sequence[str],
+    supersedes_reason: str | None,
+    key_name: str,
+    plan: Path | None,
     db: str | None,
 ) -> None:
     """Sign and record a receipt from another harness's result.
@@ -219,7 +281,14 @@ def attest(
     read from the repository; the rest comes from the options. Prints the id.
     """
     from ledger import source as src
-    from ledger.attest import Facts, artifact_of, build_statement, load_json_file, parse_scope, record_statement
+    from ledger.attest import (
+        Facts,
+        artifact_of,
+        build_statement,
+        load_json_file,
+        parse_scope,
+        record_statement,
+    )
     from ledger.models import Supersedes
 
     store = _store(db)
@@ -232,25 +301,39 @@ def attest(
     clean = load_json_file(cleanup, "cleanup") if cleanup else None
     if clean is not None and not isinstance(clean, dict):
         raise InputError("cleanup file must hold a JSON object")
-    sup = [Supersedes(id=store.resolve(s).entry_id, reason=supersedes_reason or "") for s in supersedes]
+    sup = [
+        Supersedes(id=store.resolve(s).entry_id, reason=supersedes_reason or "") for s in supersedes
+    ]
     repository = src.open_repo(repo)
     revision = src.resolve(repository, rev=rev, pr=pr, package_paths=_plan_paths(repository, plan))
     facts = Facts(
-        claim=claim, check=check_name or claim, check_version=check_version,
-        parameters=parse_scope(params), scope=parse_scope(scope),
+        claim=claim,
+        check=check_name or claim,
+        check_version=check_version,
+        parameters=parse_scope(params),
+        scope=parse_scope(scope),
         outcome=outcome,  # type: ignore[arg-type]
-        reason=reason, measurements=meas, observer=observer, cleanup=clean,
-        artifacts=[artifact_of(store, a) for a in artifacts], supersedes=sup,
+        reason=reason,
+        measurements=meas,
+        observer="on" if observer == "on" else "off",
+        cleanup=clean,
+        artifacts=[artifact_of(store, a) for a in artifacts],
+        supersedes=sup,
     )
     stmt = build_statement(revision.source(), facts)
     [rec] = record_statement(store, [stmt], key)
     if revision.dirty:
-        click.echo("warning: the work tree is dirty; recorded as dirty (it will not qualify the commit)", err=True)
+        click.echo(
+            "warning: the work tree is dirty; recorded as dirty (it will not qualify the commit)",
+            err=True,
+        )
     click.echo(rec.id)
 
 
 @cli.command()
-@click.argument("envelopes", nargs=-1, required=True, type=click.Path(dir_okay=False, path_type=Path))
+@click.argument(
+    "envelopes", nargs=-1, required=True, type=click.Path(dir_okay=False, path_type=Path)
+)
 @db_option
 @json_option
 def record(envelopes: Sequence[Path], db: str | None, as_json: bool) -> None:
@@ -259,16 +342,24 @@ def record(envelopes: Sequence[Path], db: str | None, as_json: bool) -> None:
 
     recs = do_record(_store(db), [_read(p) for p in envelopes])
     if as_json:
-        emit_json([{"id": r.id, "kind": r.kind, "seq": r.seq, "duplicate": r.duplicate} for r in recs])
+        emit_json(
+            [{"id": r.id, "kind": r.kind, "seq": r.seq, "duplicate": r.duplicate} for r in recs]
+        )
         return
     for r in recs:
-        click.echo(f"{r.id} already recorded (no change)" if r.duplicate else f"{r.id} recorded as entry {r.seq}")
+        click.echo(
+            f"{r.id} already recorded (no change)"
+            if r.duplicate
+            else f"{r.id} recorded as entry {r.seq}"
+        )
 
 
 @cli.command()
 @click.argument("receipt")
 @click.option("--concur", "verdict", flag_value="concur", help="Agree with the receipt.")
-@click.option("--dispute", "verdict", flag_value="dispute", help="Dispute it: its claim stops qualifying.")
+@click.option(
+    "--dispute", "verdict", flag_value="dispute", help="Dispute it: its claim stops qualifying."
+)
 @click.option("--note", default="", help="What was checked, or why it is disputed.")
 @click.option("--key", "key_name", required=True, help="Reviewer key name in $LEDGER_KEYS.")
 @db_option
@@ -285,7 +376,9 @@ def review(receipt: str, verdict: str | None, note: str, key_name: str, db: str 
     key = _keydir().load(key_name)
     if store.receipt_signer(entry.entry_id) == key.keyid:
         raise InputError("a reviewer cannot review a receipt it signed itself")
-    rec = record_review(store, entry.entry_id, verdict, note, key)
+    rec = record_review(
+        store, entry.entry_id, "dispute" if verdict == "dispute" else "concur", note, key
+    )
     click.echo(rec.id)
 
 
@@ -314,9 +407,19 @@ def show(receipt: str, db: str | None, as_json: bool) -> None:
         {"id": r.entry_id, **_decoded(r.body)["statement"]["predicate"]}
         for r in store.review_entries([e.entry_id])
     ]
-    doc = {"id": e.entry_id, "kind": e.kind, "seq": e.seq, "logged_at": e.logged_at,
-           "signer": {"keyid": signer, "name": info.name if info else None, "role": info.role if info else None},
-           "statement": d["statement"], "reviews": reviews}
+    doc = {
+        "id": e.entry_id,
+        "kind": e.kind,
+        "seq": e.seq,
+        "logged_at": e.logged_at,
+        "signer": {
+            "keyid": signer,
+            "name": info.name if info else None,
+            "role": info.role if info else None,
+        },
+        "statement": d["statement"],
+        "reviews": reviews,
+    }
     if as_json:
         emit_json(doc)
         return
@@ -327,7 +430,13 @@ def show(receipt: str, db: str | None, as_json: bool) -> None:
 
 @cli.command()
 @click.argument("target")
-@click.option("--trust", "trust", multiple=True, type=click.Path(dir_okay=False, path_type=Path), help="Trusted public key PEM (repeatable): the ledger key, or the signer's.")
+@click.option(
+    "--trust",
+    "trust",
+    multiple=True,
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Trusted public key PEM (repeatable): the ledger key, or the signer's.",
+)
 @db_option
 @json_option
 def verify(target: str, trust: Sequence[str], db: str | None, as_json: bool) -> None:
@@ -340,11 +449,17 @@ def verify(target: str, trust: Sequence[str], db: str | None, as_json: bool) -> 
 
         anchors = [load_public_pem(_read(Path(t)), str(t)) for t in trust]
         rep = verify_bundle(_read(path), anchors)
-        doc = {"verified": True, "id": rep.id, "kind": rep.kind, "anchor": rep.anchor,
-               "log": {"origin": rep.log_origin, "size": rep.log_size}, "signer": rep.signer,
-               "claim": rep.statement.get("predicate", {}).get("claim"),
-               "outcome": rep.statement.get("predicate", {}).get("outcome"),
-               "reviews": rep.reviews}
+        doc = {
+            "verified": True,
+            "id": rep.id,
+            "kind": rep.kind,
+            "anchor": rep.anchor,
+            "log": {"origin": rep.log_origin, "size": rep.log_size},
+            "signer": rep.signer,
+            "claim": rep.statement.get("predicate", {}).get("claim"),
+            "outcome": rep.statement.get("predicate", {}).get("outcome"),
+            "reviews": rep.reviews,
+        }
     else:
         from ledger.verify import verify_in_ledger
 
@@ -384,13 +499,22 @@ def audit(db: str | None, as_json: bool) -> None:
 
     rep = do_audit(_store(db))
     if as_json:
-        emit_json({"ok": rep.ok, "entries": rep.entries, "checkpoints": rep.checkpoints,
-                   "root": rep.root, "problems": rep.problems})
+        emit_json(
+            {
+                "ok": rep.ok,
+                "entries": rep.entries,
+                "checkpoints": rep.checkpoints,
+                "root": rep.root,
+                "problems": rep.problems,
+            }
+        )
     else:
         for p in rep.problems:
             click.echo(p)
-        click.echo(f"{rep.entries} entries, {rep.checkpoints} checkpoints, root {rep.root}: "
-                   + ("ok" if rep.ok else f"{len(rep.problems)} problems"))
+        click.echo(
+            f"{rep.entries} entries, {rep.checkpoints} checkpoints, root {rep.root}: "
+            + ("ok" if rep.ok else f"{len(rep.problems)} problems")
+        )
     if not rep.ok:
         raise SystemExit(EXIT_NEGATIVE)
 
@@ -420,8 +544,13 @@ def log_proof(receipt: str, db: str | None, as_json: bool) -> None:
     store = _store(db)
     e = store.resolve(receipt)
     inc = inclusion(store, e.seq, _keydir())
-    doc = {"id": e.entry_id, "index": inc.index, "size": inc.size,
-           "proof": [h.hex() for h in inc.proof], "checkpoint": inc.note.decode()}
+    doc = {
+        "id": e.entry_id,
+        "index": inc.index,
+        "size": inc.size,
+        "proof": [h.hex() for h in inc.proof],
+        "checkpoint": inc.note.decode(),
+    }
     if as_json:
         emit_json(doc)
         return
@@ -452,7 +581,9 @@ def log_consistency(old: int, new: int, db: str | None, as_json: bool) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point: runs the CLI and maps every error to a one-line reason and an exit code."""
     try:
-        cli.main(args=list(argv) if argv is not None else None, prog_name="ledger", standalone_mode=False)
+        cli.main(
+            args=list(argv) if argv is not None else None, prog_name="ledger", standalone_mode=False
+        )
     except Error as e:
         click.echo(f"ledger: {e.reason()}", err=True)
         return e.exit_code

@@ -99,9 +99,7 @@ def verify(env: Envelope, keys: Mapping[str, Ed25519PublicKey]) -> tuple[bytes, 
         try:
             key.verify(sig, message)
         except InvalidSignature:
-            raise VerificationError(
-                f"DSSE: invalid signature by key {s.keyid[:16]}"
-            ) from None
+            raise VerificationError(f"DSSE: invalid signature by key {s.keyid[:16]}") from None
         accepted.append(s.keyid)
     if not accepted:
         raise VerificationError(f"signed by unknown key {unknown[0][:16]}")

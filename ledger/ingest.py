@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -107,7 +107,8 @@ def verify_envelope(
         )
     if info.role != want_role:
         raise VerificationError(
-            f"key {info.name} has role {info.role}; a {_kind(stmt)} must be signed by a {want_role} key"
+            f"key {info.name} has role {info.role}; "
+            f"a {_kind(stmt)} must be signed by a {want_role} key"
         )
     return Verified(
         id=receipt_id(payload),
@@ -154,7 +155,13 @@ def receipt_index(seq: int, v: Verified) -> tuple[dict[str, Any], list[dict[str,
 def review_index(seq: int, v: Verified) -> dict[str, Any]:
     assert isinstance(v.statement, ReviewStatement)
     p = v.statement.predicate
-    return {"seq": seq, "id": v.id, "receipt_id": p.receipt, "verdict": p.verdict, "signer": v.signer}
+    return {
+        "seq": seq,
+        "id": v.id,
+        "receipt_id": p.receipt,
+        "verdict": p.verdict,
+        "signer": v.signer,
+    }
 
 
 def _check_links(store: Store, v: Verified, batch: dict[str, Verified]) -> None:
@@ -172,6 +179,19 @@ def _check_links(store: Store, v: Verified, batch: dict[str, Verified]) -> None:
         for s in v.statement.predicate.supersedes:
             if store.entry(s.id) is None and s.id not in batch:
                 raise RefusedError(f"supersedes unknown receipt {s.id}")
+
+
+def _indexer(v: Verified) -> Callable[[Connection, int], None]:
+    def index(conn: Connection, seq: int) -> None:
+        if v.kind == "receipt":
+            row, facets = receipt_index(seq, v)
+            conn.execute(RECEIPT.insert().values(**row))
+            if facets:
+                conn.execute(FACET.insert(), facets)
+        else:
+            conn.execute(REVIEW.insert().values(**review_index(seq, v)))
+
+    return index
 
 
 def record(store: Store, raws: Sequence[bytes]) -> list[Recorded]:
@@ -200,22 +220,9 @@ def record(store: Store, raws: Sequence[bytes]) -> list[Recorded]:
                 out.append(Recorded(v.id, v.kind, None, True))
                 continue
             seen.add(v.id)
-            body = envelope_body(v.envelope)
-            if v.kind == "receipt":
-                row, facets = receipt_index(tx.next_seq, v)
-
-                def idx(conn: Connection, seq: int, row: Any = row, facets: Any = facets) -> None:
-                    conn.execute(RECEIPT.insert().values(**row))
-                    if facets:
-                        conn.execute(FACET.insert(), facets)
-
-            else:
-                rrow = review_index(tx.next_seq, v)
-
-                def idx(conn: Connection, seq: int, rrow: Any = rrow) -> None:
-                    conn.execute(REVIEW.insert().values(**rrow))
-
-            seq = tx.add(kind=v.kind, entry_id=v.id, body=body, index=idx)
+            seq = tx.add(
+                kind=v.kind, entry_id=v.id, body=envelope_body(v.envelope), index=_indexer(v)
+            )
             out.append(Recorded(v.id, v.kind, seq, False))
     return out
 
@@ -263,7 +270,9 @@ def register_key(store: Store, name: str, role: Role, public: Ed25519PublicKey) 
 
 
 def revocation_body(keyid: str, reason: str, when: str) -> bytes:
-    return canonical_bytes({"kind": "revocation", "keyid": keyid, "reason": reason, "revoked": when})
+    return canonical_bytes(
+        {"kind": "revocation", "keyid": keyid, "reason": reason, "revoked": when}
+    )
 
 
 def revoke_key(store: Store, ref: str, reason: str) -> KeyInfo:

@@ -43,7 +43,9 @@ def checkpoint(store: Store, keys: KeyDir, *, size: int | None = None) -> bytes:
     info = ledger_key(store)
     local: LocalKey = keys.load(info.name)
     if local.keyid != info.keyid:
-        raise UsageError(f"private key {info.name!r} does not match the ledger key {info.keyid[:12]}")
+        raise UsageError(
+            f"private key {info.name!r} does not match the ledger key {info.keyid[:12]}"
+        )
     root = merkle.root(leaves[:size])
     note = sign_checkpoint(origin(store), size, root, key_name=info.name, private_key=local.private)
     store.add_checkpoint(size, root.hex(), note.decode())

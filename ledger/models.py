@@ -153,7 +153,9 @@ def _check_exact(value: Any, path: str) -> None:
         for k, v in value.items():
             where = f"{path}.{k}"
             if _EXACT_KEY.search(k) and isinstance(v, float):
-                raise ValueError(f"{where} must be an exact integer (bytes and ns are never floats)")
+                raise ValueError(
+                    f"{where} must be an exact integer (bytes and ns are never floats)"
+                )
             _check_exact(v, where)
     elif isinstance(value, list):
         for i, v in enumerate(value):

@@ -18,7 +18,11 @@ def render_show(doc: dict[str, Any]) -> str:
     s = doc["signer"]
     lines.append(f"signed by  {s['name']} ({s['role']}) {s['keyid'][:16]}")
     if doc["kind"] == "review":
-        lines += [f"reviews    {p['receipt']}", f"verdict    {p['verdict']}", f"note       {p['note']}"]
+        lines += [
+            f"reviews    {p['receipt']}",
+            f"verdict    {p['verdict']}",
+            f"note       {p['note']}",
+        ]
         return "\n".join(lines)
     src = p["source"]
     lines += [

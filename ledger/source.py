@@ -91,8 +91,13 @@ def _pr_commit(repo: git.Repo, pr: int) -> git.Commit:
 
 
 def _base(repo: git.Repo, commit: git.Commit) -> str | None:
-    for name in ("refs/remotes/origin/HEAD", "refs/remotes/origin/main", "refs/heads/main",
-                 "refs/remotes/origin/master", "refs/heads/master"):
+    for name in (
+        "refs/remotes/origin/HEAD",
+        "refs/remotes/origin/main",
+        "refs/heads/main",
+        "refs/remotes/origin/master",
+        "refs/heads/master",
+    ):
         try:
             other = repo.commit(name)
         except (git.BadName, ValueError):

@@ -38,7 +38,9 @@ def verify_in_ledger(store: Store, ref: str, keys: KeyDir | None) -> dict[str, A
         renv = Envelope.model_validate(json.loads(r.body))
         rv = verify_envelope(renv, keys_at(store, r.seq), at_seq=r.seq)
         assert isinstance(rv.statement, ReviewStatement)
-        reviews.append({"id": rv.id, "verdict": rv.statement.predicate.verdict, "signer": rv.signer})
+        reviews.append(
+            {"id": rv.id, "verdict": rv.statement.predicate.verdict, "signer": rv.signer}
+        )
     return {
         "verified": True,
         "id": v.id,

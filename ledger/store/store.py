@@ -26,8 +26,8 @@ from ledger.store.tables import (
     KeyRow,
     LogEntry,
     ReceiptRow,
-    RevocationRow,
     ReviewRow,
+    RevocationRow,
     ScopeFacet,
 )
 
@@ -117,7 +117,9 @@ class Store:
         try:
             return create_engine(url, pool_pre_ping=True)
         except ModuleNotFoundError as e:
-            raise UsageError(f"database driver missing ({e.name}); pip install '.[postgres]'") from None
+            raise UsageError(
+                f"database driver missing ({e.name}); pip install '.[postgres]'"
+            ) from None
 
     @classmethod
     def create(cls, url: str) -> Store:
@@ -267,7 +269,9 @@ class Store:
 
     def latest_checkpoint(self) -> CheckpointRow | None:
         with self.engine.connect() as conn:
-            row = conn.execute(select(CHECKPOINT).order_by(CHECKPOINT.c.size.desc()).limit(1)).first()
+            row = conn.execute(
+                select(CHECKPOINT).order_by(CHECKPOINT.c.size.desc()).limit(1)
+            ).first()
         return None if row is None else CheckpointRow(**row._mapping)
 
     def checkpoint(self, size: int) -> CheckpointRow | None:
@@ -297,8 +301,6 @@ class Store:
 
 
 def load_keys(conn: Connection) -> dict[str, KeyInfo]:
-    from ledger.keys import Ed25519PublicKey as _Pub
-
     revoked: dict[str, tuple[int, str]] = {}
     for seq, keyid, reason in conn.execute(
         select(REVOCATION.c.seq, REVOCATION.c.keyid, REVOCATION.c.reason).order_by(REVOCATION.c.seq)
@@ -311,7 +313,7 @@ def load_keys(conn: Connection) -> dict[str, KeyInfo]:
             keyid=r.keyid,
             name=r.name,
             role=r.role,
-            public=_Pub.from_public_bytes(base64.b64decode(r.public_key)),
+            public=Ed25519PublicKey.from_public_bytes(base64.b64decode(r.public_key)),
             seq=r.seq,
             revoked_seq=rev[0] if rev else None,
             revoked_reason=rev[1] if rev else None,

@@ -18,8 +18,8 @@ __all__ = [
     "KeyRow",
     "LogEntry",
     "ReceiptRow",
-    "RevocationRow",
     "ReviewRow",
+    "RevocationRow",
     "ScopeFacet",
 ]
 

@@ -1,0 +1,75 @@
+"""Shared fixtures: real SQLite files and a real PostgreSQL server, real git repos."""
+
+from __future__ import annotations
+
+import os
+import secrets
+from collections.abc import Iterator
+from pathlib import Path
+
+import git
+import pytest
+from sqlalchemy import create_engine, text
+
+PG_URL = os.environ.get(
+    "LEDGER_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/ledger_test"
+)
+
+
+def _pg_available() -> str | None:
+    try:
+        eng = create_engine(PG_URL)
+        with eng.connect() as c:
+            c.execute(text("select 1"))
+        eng.dispose()
+    except Exception as e:  # any driver/connection failure means "not here"
+        return f"{type(e).__name__}: {e}"
+    return None
+
+
+_PG_PROBLEM = _pg_available()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A fresh, empty database URL: an SQLite file, or a private PostgreSQL schema."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'ledger.db'}"
+        return
+    if _PG_PROBLEM is not None:
+        if os.environ.get("CI"):
+            pytest.fail(f"PostgreSQL required in CI: {_PG_PROBLEM}")
+        pytest.skip(f"PostgreSQL not reachable: {_PG_PROBLEM}")
+    schema = "t_" + secrets.token_hex(6)
+    admin = create_engine(PG_URL, isolation_level="AUTOCOMMIT")
+    with admin.connect() as c:
+        c.execute(text(f"CREATE SCHEMA {schema}"))
+    sep = "&" if "?" in PG_URL else "?"
+    yield f"{PG_URL}{sep}options=-csearch_path%3D{schema}"
+    with admin.connect() as c:
+        c.execute(text(f"DROP SCHEMA {schema} CASCADE"))
+    admin.dispose()
+
+
+@pytest.fixture
+def key_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    d = tmp_path / "keys"
+    monkeypatch.setenv("LEDGER_KEYS", str(d))
+    return d
+
+
+def commit_file(repo: git.Repo, path: str, content: str, message: str) -> str:
+    root = Path(repo.working_tree_dir or ".")
+    (root / path).parent.mkdir(parents=True, exist_ok=True)
+    (root / path).write_text(content)
+    repo.index.add([path])
+    actor = git.Actor("Test", "test@example.com")
+    return repo.index.commit(message, author=actor, committer=actor).hexsha
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> git.Repo:
+    """A real git repository with one commit on main."""
+    r = git.Repo.init(tmp_path / "repo", initial_branch="main")
+    commit_file(r, "model/a.py", "x = 1\n", "initial")
+    return r

@@ -1,0 +1,76 @@
+"""The core stays light: importing ledger and verifying never loads torch."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import git
+import pytest
+
+from tests.ledger.helpers import run
+
+PROBE = """
+import sys
+from ledger.cli import main
+code = main(sys.argv[1:])
+heavy = sorted(m for m in ("torch", "runners", "numpy") if m in sys.modules)
+print("HEAVY=" + ",".join(heavy))
+sys.exit(code)
+"""
+
+
+def test_import_ledger_does_not_import_torch() -> None:
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys, ledger, ledger.cli, ledger.bundle, ledger.audit; "
+            "print('torch' in sys.modules)",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert out.stdout.strip() == "False"
+
+
+def test_verify_does_not_import_torch(
+    tmp_path: Path,
+    key_dir: Path,
+    repo: git.Repo,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    db = tmp_path / "l.db"
+    monkeypatch.setenv("LEDGER_DB", str(db))
+    assert run(capsys, "init").code == 0
+    assert run(capsys, "keys", "new", "r", "--role", "runner").code == 0
+    rid = run(
+        capsys,
+        "attest",
+        "--claim",
+        "c",
+        "--rev",
+        "HEAD",
+        "--repo",
+        str(repo.working_tree_dir),
+        "--outcome",
+        "passed",
+        "--key",
+        "r",
+    ).out.strip()
+    bundle = tmp_path / "b.json"
+    assert run(capsys, "export", rid, "-o", str(bundle)).code == 0
+    env = {"LEDGER_DB": str(db), "LEDGER_KEYS": str(key_dir), "PATH": "/usr/bin:/bin"}
+    for args in (["verify", rid], ["verify", str(bundle), "--trust", str(key_dir / "ledger.pem")]):
+        p = subprocess.run(
+            [sys.executable, "-c", PROBE, *args],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=tmp_path,
+        )
+        assert p.returncode == 0, p.stderr
+        assert "HEAVY=\n" in p.stdout, p.stdout
