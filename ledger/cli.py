@@ -385,6 +385,92 @@ def review(receipt: str, verdict: str | None, note: str, key_name: str, db: str 
 # -- reading ---------------------------------------------------------------------------
 
 
+@cli.command()
+@_rev_options
+@click.option(
+    "--claim",
+    "claims",
+    multiple=True,
+    metavar="NAME",
+    help="Ask about these claims only (repeatable); also claims absent from the plan.",
+)
+@click.option(
+    "--scope",
+    "scope",
+    multiple=True,
+    metavar="K=V",
+    help="Required scope facet (repeatable), added to each claim's plan scope.",
+)
+@click.option(
+    "--plan",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Plan file (default: qualification.toml as committed at the revision).",
+)
+@db_option
+@json_option
+def status(
+    pr: int | None,
+    rev: str | None,
+    repo: Path | None,
+    claims: Sequence[str],
+    scope: Sequence[str],
+    plan: Path | None,
+    db: str | None,
+    as_json: bool,
+) -> None:
+    """Which claims are qualified for a revision, at which scope, on what evidence.
+
+    For --pr N, the PR's current head is asked about; evidence on earlier heads
+    counts only where the plan's carry-over (tree or package identity) allows,
+    and shows as stale otherwise. Exit 0 only when every required claim is
+    qualified at the requested scope.
+    """
+    from ledger.attest import parse_scope
+    from ledger.qualification import render_table
+    from ledger.status import query_status, resolve_query
+
+    store = _store(db)
+    q = resolve_query(repo, rev=rev, pr=pr, plan_file=plan)
+    report = query_status(store, q, claims=claims, scope=parse_scope(scope))
+    if as_json:
+        emit_json(report.to_json())
+    else:
+        click.echo(render_table(report), nl=False)
+    if not report.qualified:
+        raise SystemExit(EXIT_NEGATIVE)
+
+
+@cli.command()
+@_rev_options
+@click.option(
+    "--plan",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Plan file (for package identity).",
+)
+@db_option
+@json_option
+def history(
+    pr: int | None,
+    rev: str | None,
+    repo: Path | None,
+    plan: Path | None,
+    db: str | None,
+    as_json: bool,
+) -> None:
+    """Every statement and review about a revision, in log order; superseded ones marked."""
+    from ledger.status import query_history, resolve_query
+
+    store = _store(db)
+    q = resolve_query(repo, rev=rev, pr=pr, plan_file=plan)
+    items = query_history(store, q)
+    if as_json:
+        emit_json({"subject": q.revision.to_json(), "entries": [i.to_json() for i in items]})
+        return
+    from ledger.render import render_history
+
+    click.echo(render_history(q.revision.to_json(), [i.to_json() for i in items]), nl=False)
+
+
 def _decoded(body: str) -> dict[str, Any]:
     import base64
 
@@ -595,6 +681,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     except SystemExit as e:
         return int(e.code or 0) if isinstance(e.code, int) else EXIT_USAGE
+    except Exception as e:
+        # Database failures are environment errors: one line, not a traceback.
+        from sqlalchemy.exc import SQLAlchemyError
+
+        if not isinstance(e, SQLAlchemyError):
+            raise
+        orig = getattr(e, "orig", None) or e
+        click.echo(f"ledger: database error: {str(orig).strip().splitlines()[0]}", err=True)
+        return EXIT_USAGE
     except KeyboardInterrupt:
         click.echo("ledger: interrupted; nothing half-written was recorded", err=True)
         return 130

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["render_show", "short"]
+__all__ = ["render_history", "render_show", "short"]
 
 
 def short(receipt_id: str) -> str:
@@ -50,3 +50,31 @@ def render_show(doc: dict[str, Any]) -> str:
     for r in doc.get("reviews", []):
         lines.append(f"review     {short(r['id'])} {r['verdict']}: {r.get('note', '')}")
     return "\n".join(lines)
+
+
+def render_history(subject: dict[str, Any], items: list[dict[str, Any]]) -> str:
+    head = f"PR #{subject['pr']} head" if subject.get("pr") else "commit"
+    lines = [f"{subject['repo']} {head} {subject['commit'][:12]}: {len(items)} entries"]
+    for it in items:
+        mark = "SUPERSEDED " if it.get("superseded") else ""
+        if it["kind"] == "receipt":
+            src = it.get("source", {})
+            scope = ", ".join(f"{k}={v}" for k, v in it.get("scope", {}).items()) or "-"
+            lines.append(
+                f"{it['seq']:>6}  {short(it['id'])}  {mark}{it['claim']}  {it['outcome']}"
+                f"  commit {str(src.get('commit', ''))[:12]}  [{scope}]  observer {it['observer']}"
+            )
+            if it.get("reason"):
+                lines.append(f"        reason: {it['reason']}")
+        else:
+            lines.append(
+                f"{it['seq']:>6}  {short(it['id'])}  review of {short(it.get('receipt', ''))}:"
+                f" {it.get('verdict')}  {it.get('note', '')}"
+            )
+        for s in it.get("supersedes", []):
+            lines.append(f"        supersedes {short(s['id'])}: {s['reason']}")
+        for s in it.get("superseded_by", []):
+            lines.append(f"        superseded by {short(s['id'])}: {s['reason']}")
+        for p in it.get("problems", []):
+            lines.append(f"        does not count: {p}")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,168 @@
+"""`status` and `history`: load the evidence about a revision and ask the engine.
+
+The store verifies each loaded entry again (signature, key, role), so an
+entry that no longer holds shows as unverified instead of counting.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import git
+
+from ledger import source as src
+from ledger.errors import Error
+from ledger.ingest import verify_envelope
+from ledger.models import Envelope, QualificationStatement, ReviewStatement
+from ledger.plan import Plan, load_plan, parse_plan
+from ledger.qualification import (
+    HistoryItem,
+    ReceiptEvidence,
+    ReviewEvidence,
+    Revision,
+    StatusReport,
+    evaluate,
+    history,
+)
+from ledger.store.store import KeyInfo, Store
+from ledger.verify import keys_at
+
+__all__ = ["Query", "load_evidence", "plan_at", "query_history", "query_status"]
+
+PLAN_FILE = "qualification.toml"
+
+
+def plan_at(repo: git.Repo, commit: str, override: Path | None) -> Plan | None:
+    """The plan as committed at the revision (or --plan FILE); None when there is none."""
+    if override is not None:
+        return load_plan(override)
+    try:
+        blob = repo.commit(commit).tree / PLAN_FILE
+    except KeyError:
+        return None
+    return parse_plan(blob.data_stream.read().decode(), f"{PLAN_FILE} at {commit[:12]}")
+
+
+@dataclass(frozen=True, slots=True)
+class Query:
+    revision: Revision
+    plan: Plan | None
+
+
+def resolve_query(
+    repo_path: Path | None, *, rev: str | None, pr: int | None, plan_file: Path | None
+) -> Query:
+    repo = src.open_repo(repo_path)
+    bare = src.resolve(repo, rev=rev, pr=pr)
+    plan = plan_at(repo, bare.commit, plan_file)
+    paths = list(plan.package.paths) if plan is not None and plan.package else []
+    package = src.package_identity(repo.commit(bare.commit), paths) if paths else None
+    return Query(
+        Revision(
+            repo=bare.repo_name,
+            commit=bare.commit,
+            tree=bare.tree,
+            package_digest=package.digest if package else None,
+            pr=pr,
+        ),
+        plan,
+    )
+
+
+def _problem(body: str, keys: dict[str, KeyInfo], seq: int) -> str | None:
+    """Why a logged entry no longer verifies, or None when it does."""
+    try:
+        verify_envelope(Envelope.model_validate(json.loads(body)), keys, at_seq=seq)
+    except Error as e:
+        return e.reason()
+    except ValueError:
+        return "entry is not a DSSE envelope"
+    return None
+
+
+def load_evidence(
+    store: Store, revision: Revision, claims: Sequence[str] | None = None
+) -> tuple[list[ReceiptEvidence], list[ReviewEvidence]]:
+    entries = store.receipt_entries(
+        commits=[revision.commit],
+        trees=[revision.tree],
+        packages=[revision.package_digest] if revision.package_digest else [],
+        pr=revision.pr,
+        repo=revision.repo,
+        claims=claims or None,
+    )
+    all_keys = store.keys()
+    receipts: list[ReceiptEvidence] = []
+    for e in entries:
+        problem = _problem(e.body, keys_at(store, e.seq), e.seq)
+        try:
+            stmt = QualificationStatement.model_validate_json(_payload(e.body))
+        except ValueError:
+            continue  # unreadable only if altered behind the ledger's back: `audit` names it
+        signer = json.loads(e.body)["signatures"][0]["keyid"]
+        info = all_keys.get(signer)
+        receipts.append(
+            ReceiptEvidence(
+                id=e.entry_id,
+                seq=e.seq,
+                statement=stmt,
+                signer=signer,
+                signer_role=info.role if info else "unknown",
+                signer_revoked_seq=info.revoked_seq if info else None,
+                problem=problem,
+            )
+        )
+    reviews: list[ReviewEvidence] = []
+    for e in store.review_entries([r.id for r in receipts]):
+        problem = _problem(e.body, keys_at(store, e.seq), e.seq)
+        try:
+            rstmt = ReviewStatement.model_validate_json(_payload(e.body))
+        except ValueError:
+            continue
+        signer = json.loads(e.body)["signatures"][0]["keyid"]
+        info = all_keys.get(signer)
+        reviews.append(
+            ReviewEvidence(
+                id=e.entry_id,
+                seq=e.seq,
+                receipt=rstmt.predicate.receipt,
+                verdict=rstmt.predicate.verdict,
+                note=rstmt.predicate.note,
+                signer=signer,
+                signer_role=info.role if info else "unknown",
+                signer_revoked_seq=info.revoked_seq if info else None,
+                problem=problem,
+            )
+        )
+    return receipts, reviews
+
+
+def _payload(body: str) -> bytes:
+    return base64.b64decode(json.loads(body)["payload"])
+
+
+def query_status(
+    store: Store,
+    q: Query,
+    *,
+    claims: Sequence[str] | None,
+    scope: dict[str, str | int],
+) -> StatusReport:
+    receipts, reviews = load_evidence(store, q.revision)
+    return evaluate(
+        plan=q.plan,
+        revision=q.revision,
+        receipts=receipts,
+        reviews=reviews,
+        claims=list(claims) if claims else None,
+        query_scope=scope,
+    )
+
+
+def query_history(store: Store, q: Query) -> list[HistoryItem]:
+    receipts, reviews = load_evidence(store, q.revision)
+    return history(receipts, reviews)
