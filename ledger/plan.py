@@ -128,7 +128,7 @@ def _reviews(value: object) -> int:
 
 
 def _paths(value: object) -> tuple[str, ...]:
-    if not isinstance(value, list) or not value:
+    if not isinstance(value, list | tuple) or not value:
         raise ValueError("must be a non-empty array of glob strings")
     for i, item in enumerate(value):
         if not isinstance(item, str) or not item.strip():
