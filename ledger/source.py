@@ -114,8 +114,13 @@ def resolve(
     rev: str | None = None,
     pr: int | None = None,
     package_paths: Sequence[str] = (),
+    identity_only: bool = False,
 ) -> Revision:
-    """Identity of --rev REV or --pr N (its current head)."""
+    """Identity of --rev REV or --pr N (its current head).
+
+    `identity_only` skips what only a new statement needs (merge-base, dirty
+    flag): each costs a git process, and queries never use them.
+    """
     if (rev is None) == (pr is None):
         raise UsageError("give exactly one of --rev or --pr")
     if pr is not None:
@@ -128,7 +133,7 @@ def resolve(
     # The dirty flag speaks of the work tree, so it only applies when the work
     # tree is the revision being attested.
     dirty = False
-    if not repo.bare and repo.head.is_valid() and repo.head.commit.hexsha == commit.hexsha:
+    if not identity_only and not repo.bare and repo.head.is_valid() and repo.head.commit.hexsha == commit.hexsha:
         dirty = repo.is_dirty(index=True, working_tree=True, untracked_files=True)
     package = package_identity(commit, package_paths) if package_paths else None
     return Revision(
@@ -137,7 +142,7 @@ def resolve(
         tree=commit.tree.hexsha,
         parents=tuple(p.hexsha for p in commit.parents),
         pr=pr,
-        base=_base(repo, commit),
+        base=None if identity_only else _base(repo, commit),
         dirty=dirty,
         package=package,
     )

@@ -57,7 +57,7 @@ def resolve_query(
     repo_path: Path | None, *, rev: str | None, pr: int | None, plan_file: Path | None
 ) -> Query:
     repo = src.open_repo(repo_path)
-    bare = src.resolve(repo, rev=rev, pr=pr)
+    bare = src.resolve(repo, rev=rev, pr=pr, identity_only=True)
     plan = plan_at(repo, bare.commit, plan_file)
     paths = list(plan.package.paths) if plan is not None and plan.package else []
     package = src.package_identity(repo.commit(bare.commit), paths) if paths else None

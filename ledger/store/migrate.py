@@ -15,6 +15,10 @@ from ledger.errors import UsageError
 __all__ = ["alembic_config", "current_revision", "head_revision", "upgrade"]
 
 MIGRATIONS = Path(__file__).resolve().parents[2] / "migrations"
+# The newest revision in migrations/versions. Kept as a constant so opening a
+# ledger needs one query, not a parse of every migration file; a test checks
+# that it matches the script directory.
+HEAD = "0002"
 
 
 def alembic_config(url: str | None = None) -> Config:

@@ -148,7 +148,7 @@ class Store:
             raise UsageError(f"cannot open database: {str(e.orig).strip()}") from None
         if current is None:
             raise UsageError("database holds no ledger; run `ledger init` first")
-        if current != migrate.head_revision():
+        if current != migrate.HEAD:
             migrate.upgrade(engine)
         return cls(engine, url)
 

@@ -49,6 +49,10 @@ def test_open_applies_pending_migrations(db_url: str) -> None:
     assert store.checkpoint(1) is not None
 
 
+def test_head_constant_matches_migrations() -> None:
+    assert migrate.HEAD == migrate.head_revision()
+
+
 def test_open_refuses_empty_database(tmp_path: Path) -> None:
     from ledger.errors import UsageError
 
