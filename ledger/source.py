@@ -133,7 +133,8 @@ def resolve(
     # The dirty flag speaks of the work tree, so it only applies when the work
     # tree is the revision being attested.
     dirty = False
-    if not identity_only and not repo.bare and repo.head.is_valid() and repo.head.commit.hexsha == commit.hexsha:
+    at_head = not repo.bare and repo.head.is_valid() and repo.head.commit.hexsha == commit.hexsha
+    if not identity_only and at_head:
         dirty = repo.is_dirty(index=True, working_tree=True, untracked_files=True)
     package = package_identity(commit, package_paths) if package_paths else None
     return Revision(
