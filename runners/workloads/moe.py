@@ -200,7 +200,10 @@ class MoEModel(nn.Module):
         batch, seq = input_ids.shape
         x = F.embedding(input_ids.reshape(-1), self.embed)
         for layer in self.layers:
-            x = layer(x, batch, seq)
+            assert isinstance(layer, MoELayer)
+            # Not through nn.Module.__call__: global module hooks (MemTracker's registers a
+            # gradient hook on every parameter and fails on frozen ones) stay out of the step.
+            x = layer.forward(x, batch, seq)
         return F.layer_norm(x, (self.cfg.d_model,))
 
     def nll(self, hidden: Tensor, targets: Tensor) -> Tensor:

@@ -1,0 +1,111 @@
+"""Deliberately broken variants of the reference workload, for testing checks.
+
+Each factory takes the same parameters as `runners.workloads.moe.make_workload` and
+breaks exactly one property a check is meant to catch.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import tempfile
+from typing import Any
+
+import torch
+
+from runners.protocol import Batch, ForwardOutputs, MemoryEstimate, Phase, Shape
+
+from .moe import MoEConfig, MoEWorkload
+
+UNDER_PREDICTION_DIVISOR = 4
+"""`under_predicting` reports this fraction (1/n) of the true estimate."""
+
+
+class UnderPredicting(MoEWorkload):
+    """Estimates a quarter of the real peak, so admission admits what may not fit."""
+
+    name = "moe-lora-under-predicting"
+
+    def estimate(self, shape: Shape, phase: Phase) -> MemoryEstimate:
+        true = super().estimate(shape, phase)
+        terms = {k: v // UNDER_PREDICTION_DIVISOR for k, v in true.terms.items()}
+        return MemoryEstimate(predicted_bytes=sum(terms.values()), terms=terms)
+
+
+class Nondeterministic(MoEWorkload):
+    """Adds noise from an OS-entropy-seeded generator to the pooled hidden states, so
+    repeated forwards differ even under a fixed global seed."""
+
+    name = "moe-lora-nondeterministic"
+
+    def forward(self, batch: Batch, *, grad: bool) -> ForwardOutputs:
+        out = super().forward(batch, grad=grad)
+        gen = torch.Generator().manual_seed(int.from_bytes(os.urandom(8), "little"))
+        noise = torch.randn(out.pooled_hidden.shape, generator=gen) * 1e-3
+        pooled = out.pooled_hidden + noise.to(out.pooled_hidden)
+        return ForwardOutputs(pooled_hidden=pooled, nll=out.nll, loss=out.loss)
+
+
+class LeaksProcess(MoEWorkload):
+    """`setup` starts ``sleep 600`` and nothing ever stops it; its pid is `leaked_pid`."""
+
+    name = "moe-lora-leaks-process"
+
+    def __init__(self, config: MoEConfig) -> None:
+        super().__init__(config)
+        self.leaked_pid: int | None = None
+        self._child: subprocess.Popen[bytes] | None = None
+
+    def setup(self, device: torch.device, seed: int) -> None:
+        super().setup(device, seed)
+        self._child = subprocess.Popen(["sleep", "600"])
+        self.leaked_pid = self._child.pid
+
+
+class LeaksTempdir(MoEWorkload):
+    """`setup` creates a temporary directory that nothing removes; its path is
+    `leaked_path`."""
+
+    name = "moe-lora-leaks-tempdir"
+
+    def __init__(self, config: MoEConfig) -> None:
+        super().__init__(config)
+        self.leaked_path: str | None = None
+
+    def setup(self, device: torch.device, seed: int) -> None:
+        super().setup(device, seed)
+        self.leaked_path = tempfile.mkdtemp(prefix="moe-lora-leak-")
+
+
+class RaisesInForward(MoEWorkload):
+    """`forward` raises `RuntimeError` before computing anything."""
+
+    name = "moe-lora-raises-in-forward"
+
+    def forward(self, batch: Batch, *, grad: bool) -> ForwardOutputs:
+        raise RuntimeError(f"{self.name}: deliberate failure in forward")
+
+
+def under_predicting(**params: Any) -> UnderPredicting:
+    """Factory for `UnderPredicting`."""
+    return UnderPredicting(MoEConfig(**params))
+
+
+def nondeterministic(**params: Any) -> Nondeterministic:
+    """Factory for `Nondeterministic`."""
+    return Nondeterministic(MoEConfig(**params))
+
+
+def leaks_process(**params: Any) -> LeaksProcess:
+    """Factory for `LeaksProcess`."""
+    return LeaksProcess(MoEConfig(**params))
+
+
+def leaks_tempdir(**params: Any) -> LeaksTempdir:
+    """Factory for `LeaksTempdir`."""
+    return LeaksTempdir(MoEConfig(**params))
+
+
+def raises_in_forward(**params: Any) -> RaisesInForward:
+    """Factory for `RaisesInForward`."""
+    return RaisesInForward(MoEConfig(**params))
