@@ -247,6 +247,7 @@ class ResourceRegistry:
         self.scan_children = scan_children
         self.private_tempdir = private_tempdir
         self._owned: list[Owned] = []
+        self._seq = 0
         self._done: list[ReleasedResource] = []
         self._children0: set[int] = set()
         self._temp_root: Path | None = None
@@ -409,12 +410,14 @@ class ResourceRegistry:
         holds the reference: read it as ``owned.payload`` and keep no other."""
         ref = weakref.ref(tensor.untyped_storage())
         nbytes = int(tensor.untyped_storage().nbytes())
-        ident = f"{name or kind}:{tensor.device}:{nbytes}B:{tensor.data_ptr():#x}"
+        self._seq += 1
+        ident = f"{name or kind}#{self._seq}:{tensor.device}:{nbytes}B"
         owned_box: list[Owned] = []
 
         def release() -> list[ReleasedResource]:
             owned_box[0].payload = None
-            gc.collect()
+            if ref() is not None:
+                gc.collect()  # a reference cycle may be all that keeps it
             gone = ref() is None
             why = (
                 f"weakref to its {nbytes}-byte storage is dead after the registry's reference "
@@ -541,7 +544,7 @@ class ResourceRegistry:
         probe, mem0 = self.probe, self._mem0
         if probe is None or mem0 is None:
             return []
-        probe.release_cached()
+        probe.release_cached(final=True)
         mem1 = probe.sample()
         tol = self.tolerance_bytes
         out: list[ReleasedResource] = []

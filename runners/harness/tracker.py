@@ -25,6 +25,24 @@ from torch.utils._pytree import tree_flatten
 from runners.result import Json
 
 
+def _tensors(items: tuple[Any, ...]) -> list[torch.Tensor]:
+    # ATen schemas hold tensors at the top level or in one level of list/tuple; the
+    # generic pytree walk costs more than the op on small CPU tensors.
+    out: list[torch.Tensor] = []
+    for x in items:
+        if isinstance(x, torch.Tensor):
+            out.append(x)
+        elif isinstance(x, list | tuple):
+            for y in x:
+                if isinstance(y, torch.Tensor):
+                    out.append(y)
+                elif isinstance(y, list | tuple | dict):
+                    out.extend(t for t in tree_flatten(y)[0] if isinstance(t, torch.Tensor))
+        elif isinstance(x, dict):
+            out.extend(t for t in tree_flatten(x)[0] if isinstance(t, torch.Tensor))
+    return out
+
+
 class LiveStorageTracker(TorchDispatchMode):  # type: ignore[no-untyped-call]
     """Counts live bytes of CPU tensor storages created or touched under the mode."""
 
@@ -140,13 +158,13 @@ class LiveStorageTracker(TorchDispatchMode):  # type: ignore[no-untyped-call]
         kwargs = kwargs or {}
         op = str(getattr(func, "__name__", func))
         # Inputs first: a storage seen for the first time as an input pre-existed.
-        for x in tree_flatten((args, kwargs))[0]:
-            if isinstance(x, torch.Tensor):
-                self._see(x, op, pre_existing=True)
+        for x in _tensors(args):
+            self._see(x, op, pre_existing=True)
+        for x in _tensors(tuple(kwargs.values())):
+            self._see(x, op, pre_existing=True)
         out = func(*args, **kwargs)
-        for x in tree_flatten(out)[0]:
-            if isinstance(x, torch.Tensor):
-                self._see(x, op, pre_existing=False)
+        for x in _tensors((out,)):
+            self._see(x, op, pre_existing=False)
         return out
 
     def close(self) -> None:

@@ -1,0 +1,382 @@
+"""Admission contract over a lattice of shapes: admitted => no OOM and measured <= predicted.
+
+For every (phase, batch, seq) the workload is asked to admit at the memory
+available now. A refusal is recorded with its numbers and, with
+``measure_refused``, the refused step is run anyway (without ballast) to
+measure over-refusal: a refused step whose measured increment fit within the
+usable bytes at refusal time was over-refused. An admitted step is, under
+``pressure="edge"``, re-admitted with ballast allocated so that the available
+memory is just above the least the workload admits at (``edge_margin_bytes``
+above it), then run under a reset-to-peak window, cold then warm, each run
+re-admitted first. A counterexample (an OOM, or a measured increment above the
+prediction of the decision that admitted it) fails the check. A check whose
+every step was refused is ``refused``, not passed.
+
+CPU: host RAM is not what the contract is about, so free memory is simulated:
+the probe's budget (``budget_bytes``) less the tracked live storage bytes.
+Ballast is then a tracked CPU tensor, and a run whose tracked peak exceeds the
+budget counts as a (simulated) OOM.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Any
+
+import torch
+
+from runners.checks.base import (
+    CheckContext,
+    ParamError,
+    Session,
+    Verdict,
+    execute,
+    int_list_param,
+    int_param,
+    phase_step,
+)
+from runners.harness.cleanup import Owned
+from runners.harness.probe import CpuProbe, MiB
+from runners.harness.steps import StepRecord, measure_step
+from runners.protocol import PHASES, AdmissionDecision, Phase, Shape, Workload
+from runners.result import CheckResult, Json
+
+NAME = "admission"
+VERSION = "1"
+DEFAULTS: dict[str, Json] = {
+    "batches": [1, 2, 4],
+    "seqs": [16, 64],
+    "phases": list(PHASES),
+    "pressure": "edge",
+    "edge_margin_bytes": None,
+    "warm_runs": 1,
+    "measure_refused": True,
+    "budget_bytes": None,
+    "seed": 0,
+}
+"""``edge_margin_bytes`` None: 2 MiB on CUDA (allocator block granularity), 0 on CPU.
+``budget_bytes`` (CPU only) None: live bytes after setup plus the median, over the
+lattice, of the least free memory the workload admits at, so some shapes refuse."""
+
+_CUDA_EDGE_MARGIN = 2 * MiB
+_MAX_EDGE_TRIES = 4
+
+
+def min_admitting_free(w: Workload, shape: Shape, phase: Phase) -> int | None:
+    """The least ``free_bytes`` at which ``w.admit`` admits (admission is monotone in
+    free memory), or None if it admits at no size up to 2**60."""
+    hi = 1 << 20
+    while not w.admit(shape, phase, hi).admitted:
+        hi *= 2
+        if hi > 1 << 60:
+            return None
+    lo = 0
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if w.admit(shape, phase, mid).admitted:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
+def _phases(params: dict[str, Json]) -> list[Phase]:
+    raw = params.get("phases", DEFAULTS["phases"])
+    if not isinstance(raw, list) or not raw or any(p not in PHASES for p in raw):
+        raise ParamError(f"phases must be a non-empty list from {list(PHASES)}, got {raw!r}")
+    return [p for p in PHASES if p in raw]
+
+
+def _run_phase(sess: Session, w: Workload, shape: Shape, phase: Phase, what: str) -> StepRecord:
+    grad = phase == "forward_backward"
+    if grad:
+        sess.call("zero_grad", w.zero_grad)
+    batch = sess.call(f"make_batch {shape}", partial(w.make_batch, shape, sess.seed))
+    step = phase_step(w, batch, grad=grad)
+    del batch
+    rec = measure_step(sess.probe, what, step)
+    del step
+    if phase == "forward_backward":
+        sess.call("zero_grad", w.zero_grad)
+    return rec
+
+
+def _decision(d: AdmissionDecision, prefix: str = "") -> dict[str, Json]:
+    return {f"{prefix}{k}": v for k, v in d.measurements().items()}
+
+
+def run(ctx: CheckContext, params: dict[str, Json]) -> list[CheckResult]:
+    p = {**DEFAULTS, **params}
+    return [execute(ctx, check=NAME, version=VERSION, params=p, body=lambda s: _body(s, p))]
+
+
+def _body(sess: Session, p: dict[str, Json]) -> Verdict:
+    batches = int_list_param(p, "batches", [1])
+    seqs = int_list_param(p, "seqs", [16])
+    phases = _phases(p)
+    pressure = p.get("pressure")
+    if pressure not in ("edge", "none"):
+        raise ParamError(f"pressure must be 'edge' or 'none', got {pressure!r}")
+    warm_runs = int_param(p, "warm_runs", 1)
+    measure_refused = bool(p.get("measure_refused", True))
+    cpu = isinstance(sess.probe, CpuProbe)
+    margin_default = 0 if cpu else _CUDA_EDGE_MARGIN
+    margin_raw = p.get("edge_margin_bytes")
+    margin = margin_default if margin_raw is None else int_param(p, "edge_margin_bytes", 0)
+    shapes = [Shape(batch=b, seq=s) for b in batches for s in seqs]
+
+    w = sess.load()
+    m: dict[str, Json] = {"edge_margin_bytes": margin, "pressure": str(pressure)}
+    if isinstance(sess.probe, CpuProbe):
+        probe = sess.probe
+        m["memory_simulated"] = True
+        m["memory_note"] = (
+            "CPU run: free memory is simulated as budget_bytes less tracked live tensor "
+            "storage; host RAM is not the constraint"
+        )
+        budget = p.get("budget_bytes")
+        live = probe.sample().allocated_bytes
+        if budget is None:
+            needs = sorted(
+                n
+                for s in shapes
+                for ph in phases
+                if (n := min_admitting_free(w, s, ph)) is not None
+            )
+            if not needs:
+                raise ParamError("no lattice shape is admitted at any budget")
+            probe.budget_bytes = live + needs[len(needs) // 2]
+            m["budget_rule"] = "live after setup + median least-admitting free over the lattice"
+        else:
+            probe.budget_bytes = int_param(p, "budget_bytes", 0)
+            m["budget_rule"] = "parameter"
+        m["live_after_setup_bytes"] = live
+        m["budget_bytes"] = probe.budget_bytes
+    else:
+        m["memory_simulated"] = False
+
+    rows: list[dict[str, Json]] = []
+    counterexamples: list[str] = []
+    failures: list[str] = []
+    for phase in phases:
+        for shape in shapes:
+            sess.progress(f"admission {phase} {shape}")
+            rows.extend(
+                _shape(
+                    sess,
+                    w,
+                    shape,
+                    phase,
+                    pressure == "edge",
+                    margin,
+                    warm_runs,
+                    measure_refused,
+                    counterexamples,
+                    failures,
+                )
+            )
+
+    admitted = [r for r in rows if r["admitted"]]
+    refused = [r for r in rows if not r["admitted"]]
+    ratios = [r["measured_over_predicted"] for r in admitted if r["measured_bytes"] is not None]
+    m.update(
+        {
+            "attempts": len(rows),
+            "admitted_count": len(admitted),
+            "refused_count": len(refused),
+            "counterexample_count": len(counterexamples),
+            "over_refused_count": sum(1 for r in refused if r.get("over_refused") is True),
+            "max_measured_over_predicted": max(
+                (float(x) for x in ratios if isinstance(x, float)), default=None
+            ),
+            "shapes": rows,  # type: ignore[dict-item]
+        }
+    )
+    if counterexamples:
+        return Verdict(
+            outcome="failed",
+            reason=counterexamples[0]
+            + (
+                f" (and {len(counterexamples) - 1} more counterexamples)"
+                if len(counterexamples) > 1
+                else ""
+            ),
+            measurements=m,
+        )
+    if failures:
+        return Verdict(outcome="failed", reason=failures[0], measurements=m)
+    if not admitted:
+        return Verdict(
+            outcome="refused",
+            reason=f"every one of {len(rows)} lattice steps was refused; first: "
+            f"{refused[0]['phase']} {refused[0]['shape']} predicted "
+            f"{refused[0]['predicted_bytes']} > usable {refused[0]['usable_bytes']}",
+            measurements=m,
+        )
+    return Verdict(outcome="passed", reason=None, measurements=m)
+
+
+def _shape(
+    sess: Session,
+    w: Workload,
+    shape: Shape,
+    phase: Phase,
+    edge: bool,
+    margin: int,
+    warm_runs: int,
+    measure_refused: bool,
+    counterexamples: list[str],
+    failures: list[str],
+) -> list[dict[str, Json]]:
+    probe = sess.probe
+    rows: list[dict[str, Json]] = []
+    for i in range(1 + warm_runs):
+        run_name = "cold" if i == 0 else f"warm{i}"
+        probe.release_cached()
+        available0 = probe.available_bytes()
+        d0: AdmissionDecision = sess.call(
+            f"admit {phase} {shape}", partial(w.admit, shape, phase, available0)
+        )
+        row: dict[str, Json] = {
+            "shape": str(shape),
+            "batch": shape.batch,
+            "seq": shape.seq,
+            "phase": phase,
+            "run": run_name,
+            "available_bytes": available0,
+            "ballast_bytes": 0,
+            "measured_bytes": None,
+            "measured_over_predicted": None,
+            "status": None,
+            "counterexample": False,
+        }
+        if not d0.admitted:
+            row.update(_decision(d0))
+            row["over_refused"] = None
+            if measure_refused:
+                rec = _run_phase(sess, w, shape, phase, f"{phase} {shape} (refused, measured)")
+                row["status"] = _status(rec, available0, probe)
+                if rec.ok:
+                    row["measured_bytes"] = rec.increment_bytes
+                    row["measured_over_predicted"] = _ratio(rec.increment_bytes, d0.predicted_bytes)
+                    row["over_refused"] = rec.increment_bytes <= d0.usable_bytes
+                row["duration_ns"] = rec.peak.duration_ns
+            rows.append(row)
+            # A refusal at natural free memory repeats for the warm runs: stop here.
+            break
+
+        decision, ballast = d0, None
+        if edge:
+            decision, ballast, tries = _edge(sess, w, shape, phase, available0, margin)
+            row["edge_tries"] = tries
+        try:
+            row.update(_decision(decision))
+            row["ballast_bytes"] = 0 if ballast is None else int(ballast.payload.nbytes)
+            available = probe.available_bytes()
+            row["available_with_ballast_bytes"] = available
+            if not decision.admitted:
+                # The edge search could not land on an admitting size (granularity):
+                # record it as a refusal under ballast, not as a counterexample.
+                row["over_refused"] = None
+                rows.append(row)
+                continue
+            rec = _run_phase(sess, w, shape, phase, f"{phase} {shape} ({run_name})")
+        finally:
+            if ballast is not None:
+                sess.registry.release_now(ballast)
+        row["status"] = _status(rec, available, probe)
+        row["duration_ns"] = rec.peak.duration_ns
+        row["measured_bytes"] = rec.increment_bytes if rec.outcome.status != "failed" else None
+        row["measured_over_predicted"] = _ratio(rec.increment_bytes, decision.predicted_bytes)
+        if rec.outcome.status == "failed" or rec.outcome.status == "infra-error":
+            failures.append(f"{phase} {shape} ({run_name}): {rec.outcome.sentence()}")
+            row["error"] = rec.outcome.measurements()
+            rows.append(row)
+            break
+        oom = row["status"] in ("oom", "simulated-oom")
+        over = rec.increment_bytes > decision.predicted_bytes
+        if oom or over:
+            row["counterexample"] = True
+            what = (
+                "ran out of memory"
+                if row["status"] == "oom"
+                else (
+                    f"measured increment {rec.increment_bytes} > predicted "
+                    f"{decision.predicted_bytes}"
+                    + (" (simulated OOM: peak above the budget)" if oom else "")
+                )
+            )
+            counterexamples.append(
+                f"counterexample: {phase} at shape {shape} ({run_name}) was admitted "
+                f"(predicted {decision.predicted_bytes} <= usable {decision.usable_bytes}, "
+                f"ballast {row['ballast_bytes']}) but {what}"
+            )
+            if row["status"] == "oom":
+                row["error"] = rec.outcome.measurements()
+        rows.append(row)
+        if not rec.ok:
+            break
+    return rows
+
+
+def _status(rec: StepRecord, available: int, probe: Any) -> str:
+    if rec.outcome.status != "ok":
+        return rec.outcome.status
+    if (
+        isinstance(probe, CpuProbe)
+        and probe.budget_bytes is not None
+        and (rec.increment_bytes > available)
+    ):
+        probe.note_oom()
+        return "simulated-oom"
+    return "ok"
+
+
+def _ratio(measured: int, predicted: int) -> float | None:
+    return None if predicted <= 0 else round(measured / predicted, 6)
+
+
+def _edge(
+    sess: Session, w: Workload, shape: Shape, phase: Phase, available0: int, margin: int
+) -> tuple[AdmissionDecision, Owned | None, int]:
+    """Allocate ballast so the available memory sits just above the least admitting
+    free; return the decision at that memory, the ballast (owned) and the tries."""
+    probe = sess.probe
+    least = sess.call(f"edge search {phase} {shape}", lambda: min_admitting_free(w, shape, phase))
+    step = margin
+    ballast: Owned | None = None
+    decision: AdmissionDecision | None = None
+    tries = 0
+    for tries in range(1, _MAX_EDGE_TRIES + 1):
+        size = available0 - (int(least) + step)
+        if size <= 0:
+            break
+        ballast = sess.registry.own_tensor(
+            "ballast", _allocate(size, probe.device), name=f"ballast-{phase}-{shape}"
+        )
+        decision = sess.call(
+            f"admit {phase} {shape} under ballast",
+            lambda: w.admit(shape, phase, probe.available_bytes()),
+        )
+        if decision.admitted:
+            return decision, ballast, tries
+        sess.registry.release_now(ballast)
+        ballast = None
+        # Allocation granularity took more than the margin: leave more room.
+        step = max(2 * step, _CUDA_EDGE_MARGIN if probe.device.type == "cuda" else 4096)
+    if decision is None:
+        decision = sess.call(
+            f"admit {phase} {shape}", lambda: w.admit(shape, phase, probe.available_bytes())
+        )
+    return decision, ballast, tries
+
+
+def _allocate(nbytes: int, device: torch.device) -> torch.Tensor:
+    # Deterministic mode fills fresh tensors; ballast is never read, so skip the fill
+    # (on CPU its pages then stay virtual; on CUDA the block is held all the same).
+    flag = torch.utils.deterministic.fill_uninitialized_memory  # type: ignore[attr-defined]
+    torch.utils.deterministic.fill_uninitialized_memory = False  # type: ignore[attr-defined]
+    try:
+        return torch.empty(nbytes, dtype=torch.uint8, device=device)
+    finally:
+        torch.utils.deterministic.fill_uninitialized_memory = flag  # type: ignore[attr-defined]

@@ -1,0 +1,166 @@
+"""Full-prefix backward: replay a retained prefix, then measure the target backward.
+
+The prefix is ``prefix_backwards`` forward+backward steps accumulating
+gradients, then (``optimizer_step``) one optimizer update and `zero_grad`.
+The target step (forward+backward at ``batch`` x ``seq``) is then admitted at
+the memory available and, if admitted, run in a reset-to-peak window. Its
+increment is reported against the prediction and the usable budget: passed iff
+no OOM and measured <= predicted. A refused target is ``refused`` (with
+``run_if_refused`` it is run anyway and its increment recorded).
+
+On CPU the budget is the host's MemAvailable unless ``budget_bytes`` is given
+(then simulated, as in the admission check).
+"""
+
+from __future__ import annotations
+
+from functools import partial
+
+from runners.checks.base import (
+    CheckContext,
+    Session,
+    Verdict,
+    execute,
+    int_param,
+    phase_step,
+)
+from runners.harness.probe import CpuProbe
+from runners.harness.steps import measure_step
+from runners.protocol import Shape
+from runners.result import CheckResult, Json
+
+NAME = "full-prefix-backward"
+VERSION = "1"
+DEFAULTS: dict[str, Json] = {
+    "batch": 4,
+    "seq": 64,
+    "prefix_backwards": 3,
+    "prefix_batch": None,
+    "prefix_seq": None,
+    "optimizer_step": True,
+    "run_if_refused": False,
+    "budget_bytes": None,
+    "seed": 0,
+}
+"""``prefix_batch`` / ``prefix_seq`` None: the target's."""
+
+
+def run(ctx: CheckContext, params: dict[str, Json]) -> list[CheckResult]:
+    p = {**DEFAULTS, **params}
+    budget = p.get("budget_bytes")
+    budget_bytes = budget if isinstance(budget, int) and not isinstance(budget, bool) else None
+    return [
+        execute(
+            ctx,
+            check=NAME,
+            version=VERSION,
+            params=p,
+            body=lambda s: _body(s, p),
+            budget_bytes=budget_bytes if ctx.device.type == "cpu" else None,
+        )
+    ]
+
+
+def _body(sess: Session, p: dict[str, Json]) -> Verdict:
+    target = Shape(batch=int_param(p, "batch", 4), seq=int_param(p, "seq", 64))
+    prefix = Shape(
+        batch=target.batch if p.get("prefix_batch") is None else int_param(p, "prefix_batch", 1),
+        seq=target.seq if p.get("prefix_seq") is None else int_param(p, "prefix_seq", 1),
+    )
+    n = int_param(p, "prefix_backwards", 3)
+    w = sess.load()
+    probe = sess.probe
+    m: dict[str, Json] = {"target_shape": str(target), "prefix_shape": str(prefix)}
+    if isinstance(probe, CpuProbe):
+        m["memory_simulated"] = probe.budget_bytes is not None
+
+    def fail(rec_sentence: str, status: str) -> Verdict:
+        return Verdict(
+            outcome="infra-error" if status == "infra-error" else "failed",
+            reason=rec_sentence,
+            measurements=m,
+        )
+
+    for i in range(n):
+        sess.progress(f"prefix backward {i + 1}/{n}")
+        batch = sess.call("make_batch prefix", partial(w.make_batch, prefix, sess.seed + 1 + i))
+        step = phase_step(w, batch, grad=True)
+        del batch
+        rec = measure_step(probe, f"prefix forward_backward {i + 1}", step)
+        del step
+        m.update(rec.measurements(f"prefix{i + 1}_"))
+        if not rec.ok:
+            return fail(f"prefix backward {i + 1}: {rec.outcome.sentence()}", rec.outcome.status)
+    if p.get("optimizer_step", True):
+        sess.progress("prefix optimizer step")
+        rec = measure_step(probe, "optimizer_step", w.optimizer_step)
+        m.update(rec.measurements("optimizer_step_"))
+        if not rec.ok:
+            return fail(f"optimizer step: {rec.outcome.sentence()}", rec.outcome.status)
+    sess.call("zero_grad", w.zero_grad)
+
+    batch = sess.call("make_batch target", partial(w.make_batch, target, sess.seed))
+    target_step = phase_step(w, batch, grad=True)
+    del batch
+    probe.release_cached()
+    available = probe.available_bytes()
+    decision = sess.call("admit target", lambda: w.admit(target, "forward_backward", available))
+    estimate = sess.call("estimate target", lambda: w.estimate(target, "forward_backward"))
+    m.update(
+        {
+            "target_available_bytes": available,
+            "target_admitted": decision.admitted,
+            "target_predicted_bytes": decision.predicted_bytes,
+            "target_usable_bytes": decision.usable_bytes,
+            "target_reserve_bytes": decision.reserve_bytes,
+            "target_suggestion": decision.suggestion,
+            "target_estimate_terms": {k: v for k, v in estimate.terms.items()},
+        }
+    )
+    if not decision.admitted and not p.get("run_if_refused", False):
+        return Verdict(
+            outcome="refused",
+            reason=(
+                f"target forward_backward {target} refused after the prefix: predicted "
+                f"{decision.predicted_bytes} > usable {decision.usable_bytes}"
+            ),
+            measurements=m,
+        )
+
+    sess.progress(f"target backward {target}")
+    rec = measure_step(probe, "target forward_backward", target_step)
+    del target_step
+    m.update(rec.measurements("target_"))
+    measured = rec.increment_bytes
+    m["target_measured_bytes"] = measured
+    m["target_headroom_bytes"] = decision.usable_bytes - measured
+    m["target_measured_over_predicted"] = (
+        round(measured / decision.predicted_bytes, 6) if decision.predicted_bytes else None
+    )
+    if not decision.admitted:
+        return Verdict(
+            outcome="refused",
+            reason=(
+                f"target refused (predicted {decision.predicted_bytes} > usable "
+                f"{decision.usable_bytes}); run anyway: {rec.outcome.status}, measured "
+                f"{measured}"
+            ),
+            measurements=m,
+        )
+    if rec.outcome.status == "oom":
+        return Verdict(
+            outcome="failed",
+            reason=f"target admitted (predicted {decision.predicted_bytes} <= usable "
+            f"{decision.usable_bytes}) but ran out of memory: {rec.outcome.sentence()}",
+            measurements=m,
+        )
+    if not rec.ok:
+        return fail(f"target: {rec.outcome.sentence()}", rec.outcome.status)
+    if measured > decision.predicted_bytes:
+        return Verdict(
+            outcome="failed",
+            reason=f"target measured increment {measured} > predicted "
+            f"{decision.predicted_bytes} (usable {decision.usable_bytes})",
+            measurements=m,
+        )
+    return Verdict(outcome="passed", reason=None, measurements=m)

@@ -1,0 +1,261 @@
+"""Gradient comparison: base vs candidate on the same device in one run.
+
+Each arm runs in its own child process (`runners.checks.grad_arm`, owned by
+the check's registry with its process group), sequentially on the same device,
+saving its gradients to an owned temporary directory. Tensors are compared by
+name: relative L2 ``||c - b|| / ||b||``, cosine, max abs difference, and
+whether rel-L2 exceeds ``threshold``. The outcome is ``inconclusive`` when the
+arms ran on different GPU UUIDs or started from different reserved bytes;
+``failed`` when any tensor is over the threshold or the tensor sets differ.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+
+import runners
+from runners.checks.base import (
+    CheckContext,
+    ParamError,
+    Session,
+    Verdict,
+    execute,
+    float_param,
+    int_param,
+)
+from runners.result import CheckResult, Json
+
+NAME = "gradient-compare"
+VERSION = "1"
+DEFAULTS: dict[str, Json] = {
+    "batch": 2,
+    "seq": 32,
+    "threshold": 0.03,
+    "base_workload_params": {},
+    "candidate_workload_params": {},
+    "arm_timeout_s": 600,
+    "seed": 0,
+}
+"""Each arm's workload params are the claim's, updated by its ``*_workload_params``;
+the base arm loads from the base checkout when one is given."""
+
+
+def compare(
+    base: dict[str, torch.Tensor], cand: dict[str, torch.Tensor], threshold: float
+) -> tuple[list[dict[str, Json]], list[str]]:
+    """Per-tensor rows (sorted by name) and the names present in only one arm."""
+    rows: list[dict[str, Json]] = []
+    only = sorted(set(base) ^ set(cand))
+    for name in sorted(set(base) & set(cand)):
+        b = base[name].double().flatten()
+        c = cand[name].double().flatten()
+        if b.shape != c.shape:
+            rows.append(
+                {
+                    "name": name,
+                    "numel": int(b.numel()),
+                    "shape_mismatch": True,
+                    "over_threshold": True,
+                    "rel_l2": None,
+                    "cosine": None,
+                    "max_abs": None,
+                }
+            )
+            continue
+        nb = float(torch.linalg.vector_norm(b))
+        nc = float(torch.linalg.vector_norm(c))
+        nd = float(torch.linalg.vector_norm(c - b))
+        rel: float | None = nd / nb if nb > 0 else (0.0 if nd == 0 else None)
+        cos = float(torch.dot(b, c)) / (nb * nc) if nb > 0 and nc > 0 else None
+        max_abs = float((c - b).abs().max()) if b.numel() else 0.0
+        finite = all(math.isfinite(x) for x in (nb, nc, nd))
+        rows.append(
+            {
+                "name": name,
+                "numel": int(b.numel()),
+                "rel_l2": rel if finite else None,
+                "cosine": cos if finite else None,
+                "max_abs": max_abs if math.isfinite(max_abs) else None,
+                "over_threshold": (not finite) or rel is None or rel > threshold,
+            }
+        )
+    return rows, only
+
+
+def run(ctx: CheckContext, params: dict[str, Json]) -> list[CheckResult]:
+    p = {**DEFAULTS, **params}
+    return [execute(ctx, check=NAME, version=VERSION, params=p, body=lambda s: _body(s, p))]
+
+
+def _arm_params(ctx: CheckContext, p: dict[str, Json], key: str) -> dict[str, Json]:
+    extra = p.get(key) or {}
+    if not isinstance(extra, dict):
+        raise ParamError(f"{key} must be a mapping, got {extra!r}")
+    return {**ctx.workload_params, **extra}
+
+
+def _run_arm(
+    sess: Session, arm: str, root: Path, wparams: dict[str, Json], p: dict[str, Json], work: Path
+) -> dict[str, Any]:
+    ctx = sess.ctx
+    out_dir = work / arm
+    out_dir.mkdir()
+    spec = {
+        "arm": arm,
+        "root": str(root),
+        "ref": ctx.workload_ref,
+        "params": wparams,
+        "device": str(sess.device),
+        "seed": sess.seed,
+        "warn_only": bool(p.get("deterministic_warn_only", True)),
+        "batch": int_param(p, "batch", 2),
+        "seq": int_param(p, "seq", 32),
+        "out_dir": str(out_dir),
+    }
+    spec_path = out_dir / "spec.json"
+    spec_path.write_text(json.dumps(spec))
+    env = dict(os.environ)
+    # The arm must import this harness, wherever the current directory is.
+    here = str(Path(runners.__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = os.pathsep.join(x for x in (here, env.get("PYTHONPATH")) if x)
+    log_path = out_dir / "arm.log"
+    sess.progress(f"gradient arm {arm}: {ctx.workload_ref} from {root}")
+    with open(log_path, "wb") as log:
+        popen = sess.registry.spawn(
+            [sys.executable, "-m", "runners.checks.grad_arm", str(spec_path)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            cwd=str(out_dir),
+        )
+        try:
+            rc = popen.wait(timeout=int_param(p, "arm_timeout_s", 600))
+        except subprocess.TimeoutExpired:
+            rc = None
+    info: dict[str, Any] = {"returncode": rc, "pid": popen.pid}
+    arm_json = out_dir / "arm.json"
+    if rc is None:
+        info["status"] = "timeout"
+    elif arm_json.exists():
+        info.update(json.loads(arm_json.read_text()))
+    else:
+        info["status"] = "no-result"
+        info["log_tail"] = log_path.read_text(errors="replace")[-2000:]
+    return info
+
+
+def _body(sess: Session, p: dict[str, Json]) -> Verdict:
+    ctx = sess.ctx
+    threshold = float_param(p, "threshold", 0.03)
+    base_params = _arm_params(ctx, p, "base_workload_params")
+    cand_params = _arm_params(ctx, p, "candidate_workload_params")
+    work = sess.registry.make_tempdir("grad-compare-")
+    base_root = ctx.base_root or ctx.repo_root
+    arms = {
+        "base": _run_arm(sess, "base", base_root, base_params, p, work),
+        "candidate": _run_arm(sess, "candidate", ctx.repo_root, cand_params, p, work),
+    }
+    m: dict[str, Json] = {"threshold": threshold, "base_root": str(base_root)}
+    keys = (
+        "pid",
+        "returncode",
+        "status",
+        "gpu_uuid",
+        "reserved_at_start_bytes",
+        "allocated_at_start_bytes",
+        "reserved_after_setup_bytes",
+        "forward_backward_increment_bytes",
+        "duration_ns",
+        "workload_digest",
+        "error",
+    )
+    for arm, info in arms.items():
+        for k in keys:
+            if k in info:
+                m[f"{arm}_{k}"] = info[k]
+    if "workload" in arms["candidate"]:
+        sess.workload_scope = {
+            "workload": arms["candidate"]["workload"],
+            "workload_digest": arms["candidate"].get("workload_digest", ""),
+            "dtype": arms["candidate"].get("dtype", ""),
+        }
+    bad = {a: i for a, i in arms.items() if i.get("status") != "ok"}
+    if bad:
+        sentence = "; ".join(
+            f"{a} arm {i.get('status')}: {i.get('error') or i.get('log_tail') or ''}".strip()
+            for a, i in bad.items()
+        )
+        statuses = {i.get("status") for i in bad.values()}
+        if statuses & {"infra-error", "timeout", "no-result"}:
+            return Verdict(outcome="infra-error", reason=sentence, measurements=m)
+        if "candidate" in bad:
+            return Verdict(outcome="failed", reason=sentence, measurements=m)
+        return Verdict(
+            outcome="inconclusive",
+            reason=f"baseline arm failed, nothing to compare against: {sentence}",
+            measurements=m,
+        )
+    base = torch.load(work / "base" / "grads.pt", weights_only=True)
+    cand = torch.load(work / "candidate" / "grads.pt", weights_only=True)
+    rows, only = compare(base, cand, threshold)
+    del base, cand
+    over = [r for r in rows if r["over_threshold"]]
+    rels = [float(r["rel_l2"]) for r in rows if isinstance(r["rel_l2"], float)]
+    coss = [float(r["cosine"]) for r in rows if isinstance(r["cosine"], float)]
+    m.update(
+        {
+            "tensors_compared": len(rows),
+            "tensors_over_threshold": len(over),
+            "tensors_only_in_one_arm": only,  # type: ignore[dict-item]
+            "max_rel_l2": max(rels, default=None),
+            "min_cosine": min(coss, default=None),
+            "tensors": rows,  # type: ignore[dict-item]
+        }
+    )
+    ua, ub = arms["base"].get("gpu_uuid"), arms["candidate"].get("gpu_uuid")
+    ra, rb = (
+        arms["base"].get("reserved_at_start_bytes"),
+        arms["candidate"].get("reserved_at_start_bytes"),
+    )
+    if ua != ub:
+        return Verdict(
+            outcome="inconclusive",
+            reason=f"arms ran on different GPUs: base {ua}, candidate {ub}",
+            measurements=m,
+        )
+    if ra != rb:
+        return Verdict(
+            outcome="inconclusive",
+            reason=f"arms started from different reserved bytes: base {ra}, candidate {rb}",
+            measurements=m,
+        )
+    if only:
+        return Verdict(
+            outcome="failed",
+            reason=f"gradient tensor sets differ: {len(only)} names in only one arm "
+            f"(first: {only[0]})",
+            measurements=m,
+        )
+    if over:
+        worst = max(
+            over, key=lambda r: float(r["rel_l2"]) if isinstance(r["rel_l2"], float) else math.inf
+        )
+        return Verdict(
+            outcome="failed",
+            reason=f"{len(over)} of {len(rows)} gradient tensors over rel-L2 {threshold}; worst "
+            f"{worst['name']} rel-L2 {worst['rel_l2']} cosine {worst['cosine']}",
+            measurements=m,
+        )
+    if not rows:
+        return Verdict(
+            outcome="inconclusive", reason="no gradient tensors to compare", measurements=m
+        )
+    return Verdict(outcome="passed", reason=None, measurements=m)

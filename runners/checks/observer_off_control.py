@@ -1,0 +1,207 @@
+"""Observer-off control: the same check with the observer on, then off, compared.
+
+Both runs happen in this process, each with a fresh workload instance, setup
+and resource registry (whose release returns library workspaces too), so they
+start alike. Compared: the outcomes and every measurement that does not depend
+on allocator cache state, timing or the observer itself (reset-to-peak
+increments, predictions, admission decisions, statuses, output digests, NLLs,
+gradient comparisons). The results are the observer-on run, the observer-off
+run (the control receipt) and a comparison saying whether the observer changed
+anything: passed iff nothing compared differs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable
+
+from runners.checks.base import CheckContext, infra_result
+from runners.harness.cleanup import merge_proofs
+from runners.result import CheckResult, Json
+
+NAME = "observer-off-control"
+VERSION = "1"
+DEFAULTS: dict[str, Json] = {"check": "regression-24view", "params": {}, "float_rtol": 0.0}
+"""``check``: the check to control; ``params``: its parameters; ``float_rtol``: allowed
+relative difference of compared floats (0: exact)."""
+
+_EXACT_SUFFIXES = ("increment_bytes", "measured_bytes", "predicted_bytes", "_over_predicted")
+_EXACT_NAMES = frozenset(
+    {
+        "admitted",
+        "status",
+        "counterexample",
+        "over_refused",
+        "over_threshold",
+        "rel_l2",
+        "cosine",
+        "max_abs",
+        "name",
+        "numel",
+        "shape",
+        "phase",
+        "run",
+        "admitted_count",
+        "refused_count",
+        "counterexample_count",
+        "over_refused_count",
+        "tensors_compared",
+        "tensors_over_threshold",
+        "target_admitted",
+    }
+)
+_EXACT_PREFIXES = ("nll", "pooled", "max_rel_l2", "min_cosine")
+
+
+def compared(key: str) -> bool:
+    """Whether a flattened measurement key is compared between the two runs."""
+    last = key.rsplit(".", 1)[-1].split("[", 1)[0]
+    if last.startswith("observer_") or last.endswith("_ns"):
+        return False
+    return (
+        last.endswith(_EXACT_SUFFIXES)
+        or last in _EXACT_NAMES
+        or last.startswith(_EXACT_PREFIXES)
+        or "sha256" in last
+    )
+
+
+def flatten(value: Json, prefix: str = "") -> dict[str, Json]:
+    """``{"a": {"b": [1]}}`` -> ``{"a.b[0]": 1}``."""
+    out: dict[str, Json] = {}
+    if isinstance(value, dict):
+        for k, v in value.items():
+            out.update(flatten(v, f"{prefix}.{k}" if prefix else k))
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            out.update(flatten(v, f"{prefix}[{i}]"))
+    else:
+        out[prefix] = value
+    return out
+
+
+def _same(a: Json, b: Json, rtol: float) -> bool:
+    if isinstance(a, float) and isinstance(b, float) and rtol > 0:
+        if math.isnan(a) or math.isnan(b):
+            return math.isnan(a) and math.isnan(b)
+        return abs(a - b) <= rtol * max(abs(a), abs(b))
+    return a == b and type(a) is type(b)
+
+
+def differences(on: CheckResult, off: CheckResult, rtol: float) -> list[dict[str, Json]]:
+    """Compared measurements (and the outcome) that differ between the runs."""
+    diffs: list[dict[str, Json]] = []
+    if on.outcome != off.outcome:
+        diffs.append({"key": "outcome", "on": on.outcome, "off": off.outcome})
+    fa, fb = flatten(dict(on.measurements)), flatten(dict(off.measurements))
+    for key in sorted(set(fa) | set(fb)):
+        if not compared(key):
+            continue
+        a, b = fa.get(key), fb.get(key)
+        if key not in fa or key not in fb or not _same(a, b, rtol):
+            diffs.append({"key": key, "on": a, "off": b})
+    return diffs
+
+
+def run(ctx: CheckContext, params: dict[str, Json]) -> list[CheckResult]:
+    from runners.checks import get_check  # the check table imports this module
+
+    p = {**DEFAULTS, **params}
+    inner_name = p.get("check")
+    inner_params = p.get("params") or {}
+    rtol = p.get("float_rtol", 0.0)
+    if (
+        not isinstance(inner_name, str)
+        or not isinstance(inner_params, dict)
+        or not isinstance(rtol, int | float)
+        or inner_name == NAME
+    ):
+        return [
+            infra_result(
+                ctx,
+                check=NAME,
+                version=VERSION,
+                params=p,
+                reason=f"bad parameters: check {inner_name!r}, params {inner_params!r}",
+            )
+        ]
+    try:
+        inner: Callable[[CheckContext, dict[str, Json]], list[CheckResult]] = get_check(
+            inner_name
+        ).run
+    except KeyError as e:
+        return [infra_result(ctx, check=NAME, version=VERSION, params=p, reason=str(e))]
+
+    ctx.progress(f"observer-off control of {inner_name}: observer on")
+    on = inner(dataclasses.replace(ctx, observer="on"), dict(inner_params))
+    ctx.progress(f"observer-off control of {inner_name}: observer off")
+    off = inner(dataclasses.replace(ctx, observer="off"), dict(inner_params))
+    if len(on) != 1 or len(off) != 1:
+        return [
+            *on,
+            *off,
+            infra_result(
+                ctx,
+                check=NAME,
+                version=VERSION,
+                params=p,
+                reason=f"{inner_name} gave {len(on)}/{len(off)} results, expected 1/1",
+            ),
+        ]
+    a, b = on[0], off[0]
+    diffs = differences(a, b, float(rtol))
+    keys = [
+        k
+        for k in set(flatten(dict(a.measurements))) | set(flatten(dict(b.measurements)))
+        if compared(k)
+    ]
+    m: dict[str, Json] = {
+        "order": ["on", "off"],
+        "on_outcome": a.outcome,
+        "off_outcome": b.outcome,
+        "compared_keys": len(keys),
+        "differences": diffs,  # type: ignore[dict-item]
+        "observer_changed_anything": bool(diffs),
+        "duration_on_ns": a.finished_ns - a.started_ns,
+        "duration_off_ns": b.finished_ns - b.started_ns,
+    }
+    if "infra-error" in (a.outcome, b.outcome):
+        outcome, reason = (
+            "inconclusive",
+            (f"a run was an infra-error (on: {a.reason}; off: {b.reason})"),
+        )
+    elif diffs:
+        first = diffs[0]
+        outcome, reason = (
+            "failed",
+            (
+                f"the observer changed {len(diffs)} of {len(keys)} compared values; first "
+                f"{first['key']}: on {first['on']!r}, off {first['off']!r}"
+            ),
+        )
+    else:
+        outcome, reason = "passed", None
+    control = CheckResult(
+        claim=ctx.claim,
+        check=NAME,
+        check_version=VERSION,
+        params={
+            "check": inner_name,
+            "params": inner_params,
+            "float_rtol": rtol,
+            "inner_check_version": b.check_version,
+        },
+        scope=dict(b.scope),
+        outcome=outcome,  # type: ignore[arg-type]
+        reason=reason,
+        measurements=m,
+        observer="off",
+        cleanup=merge_proofs(a.cleanup, b.cleanup),
+        artifacts=[],
+        gpu_uuids=list(b.gpu_uuids),
+        host=b.host,
+        started_ns=a.started_ns,
+        finished_ns=b.finished_ns,
+    )
+    return [a, b, control]
