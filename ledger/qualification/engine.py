@@ -371,7 +371,7 @@ def _decide(
                 Reason(
                     rules.COUNTEREXAMPLE,
                     f"{len(row.counterexamples)} counterexample(s) outweigh {len(passes)} "
-                    f"other receipt(s): {ids}",
+                    f"pass(es): {ids}",
                 )
             )
         return "failed", row.counterexamples, lead

@@ -205,13 +205,15 @@ def not_carried(r: ReceiptEvidence, revision: Revision, req: Requirement) -> Rea
 
 def stale(r: ReceiptEvidence, revision: Revision, req: Requirement) -> Reason:
     src = r.predicate.source
-    differs = {"commit": "carries over by commit only", "tree": "its tree differs"}.get(
-        req.carry_over, "its tree and package differ"
-    )
+    why = {
+        "commit": "the claim carries over by commit only",
+        "tree": "its tree differs",
+        "package": "its tree and package differ",
+    }[req.carry_over]
     return Reason(
         STALE_HEAD,
         f"{short_id(r.id)} {r.predicate.outcome} on earlier head {src.commit[:12]} of "
-        f"PR #{src.pr}; the claim {differs}",
+        f"PR #{src.pr}; {why}",
         r.id,
     )
 

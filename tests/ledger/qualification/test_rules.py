@@ -105,7 +105,7 @@ def test_counterexample_outweighs_any_number_of_passes() -> None:
     fail = receipt(seq=6, outcome="failed", reason="CUDA OOM after admission")
     row = status([*passes, fail])
     assert (row.state, row.receipts) == ("failed", (fail.id,))
-    assert "outweigh 5 other receipt(s)" in why(row)
+    assert "outweigh 5 pass(es)" in why(row)
     # An earlier failure outweighs later passes too: order does not excuse it.
     early_fail = receipt(seq=0, outcome="failed")
     assert status([early_fail, *passes]).state == "failed"

@@ -1,0 +1,72 @@
+"""The status report: its JSON shape and the table for people."""
+
+from __future__ import annotations
+
+import json
+
+from ledger.qualification import STATES, StatusReport, render_table
+
+from .factories import CLAIM, H200, receipt, review, revision
+from .helpers import report
+
+
+def _report() -> StatusReport:
+    ok = receipt(seq=1, scope={**H200, "dtype": "bf16"})
+    oom = receipt(seq=2, scope={**H200, "dtype": "fp32"}, outcome="failed", reason="CUDA OOM")
+    return report([ok, oom], [review(ok, seq=3)], rev=revision(pr=898), reviews=1)
+
+
+def test_json_shape() -> None:
+    doc = _report().to_json()
+    assert json.loads(json.dumps(doc)) == doc
+    assert set(doc) == {"subject", "qualified", "scope", "claims"}
+    assert set(doc["subject"]) == {"repo", "commit", "tree", "package_digest", "pr"}
+    assert doc["subject"]["pr"] == 898 and doc["qualified"] is False
+    required, *evidence = doc["claims"]
+    assert set(required) == {
+        "claim", "scope", "scope_role", "state", "receipts", "via", "reasons", "required",
+        "in_plan",
+    }  # fmt: skip
+    assert (required["claim"], required["scope_role"], required["state"]) == (
+        CLAIM,
+        "required",
+        "failed",
+    )
+    assert required["scope"] == H200 and required["via"] == "commit"
+    assert required["receipts"][0].startswith("sha256:")
+    assert all(isinstance(r, str) and ": " in r for r in required["reasons"])
+    assert [(e["scope"]["dtype"], e["state"]) for e in evidence] == [
+        ("bf16", "qualified"),
+        ("fp32", "failed"),
+    ]
+    assert {row["state"] for row in doc["claims"]} <= set(STATES)
+
+
+def test_table_is_aligned_plain_text_with_short_ids() -> None:
+    rep = _report()
+    text = render_table(rep)
+    assert text.isascii()
+    lines = text.splitlines()
+    assert lines[0].endswith(": not qualified") and "PR #898" in lines[0]
+    header = lines[1]
+    assert header.split() == ["CLAIM", "SCOPE", "STATE", "VIA", "RECEIPTS", "WHY"]
+    state_col, why_col = header.index("STATE"), header.index("WHY")
+    for line in lines[2:]:
+        # Every line has its state (or nothing) at the STATE column and reasons at WHY.
+        assert line[state_col - 2 : state_col] == "  "
+        assert len(line) > why_col and line[why_col - 2 : why_col] == "  "
+    rows = [
+        line for line in lines[2:] if line[state_col:].split()[:1] in (["failed"], ["qualified"])
+    ]
+    assert len(rows) == 3
+    short = rep.claims[0].receipts[0][7:19]
+    assert short in text and rep.claims[0].receipts[0] not in text
+    assert "> device_kind=cuda,dtype=bf16,gpu_model=NVIDIA H200" in text
+    assert "counterexample: " in text
+
+
+def test_table_for_nothing_asked() -> None:
+    rep = StatusReport(subject=revision(), qualified=False, claims=())
+    assert render_table(rep).splitlines()[1].split() == [
+        "CLAIM", "SCOPE", "STATE", "VIA", "RECEIPTS", "WHY",
+    ]  # fmt: skip
