@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ledger.plan import CarryOver, Plan
 from ledger.qualification import rules
@@ -38,9 +38,10 @@ def evaluate(
 ) -> StatusReport:
     """The state of each asked claim for `revision`.
 
-    Asked claims are `claims` if given, else the plan's, else every claim
-    with evidence. A claim absent from the plan gets the defaults (carry-over
-    by commit, no reviews, no observer-off control, cleanup proof required).
+    Asked claims are `claims` if given (each then counts as required), else
+    the plan's, else every claim with evidence. A claim absent from the plan
+    gets the defaults (carry-over by commit, no reviews, no observer-off
+    control, cleanup proof required).
     `InputError` if `query_scope` contradicts a claim's plan scope.
     """
     query = dict(query_scope or {})
@@ -66,7 +67,10 @@ def _asked(plan: Plan | None, claims: Sequence[str] | None, ctx: _Context) -> li
     out: list[Requirement] = []
     for name in dict.fromkeys(claims):
         spec = plan.claim(name) if plan is not None else None
-        out.append(Requirement.from_plan(spec) if spec is not None else Requirement(claim=name))
+        req = Requirement.from_plan(spec) if spec is not None else Requirement(claim=name)
+        # A claim asked by name is the question itself: the answer needs it, even
+        # where the plan marks it optional for the revision as a whole.
+        out.append(replace(req, required=True))
     return out
 
 
@@ -81,7 +85,7 @@ class _Context:
     ) -> None:
         self.revision = revision
         unique = {r.id: r for r in receipts}
-        self.receipts = sorted(unique.values(), key=lambda r: r.seq)
+        self.receipts = sorted(unique.values(), key=lambda r: (r.seq, r.id))
         self.by_claim: dict[str, list[ReceiptEvidence]] = defaultdict(list)
         self.named_by: dict[str, list[tuple[ReceiptEvidence, str]]] = defaultdict(list)
         for r in self.receipts:

@@ -500,3 +500,12 @@ def test_duplicate_receipts_are_counted_once() -> None:
 
 def test_unknown_superseded_id_is_harmless() -> None:
     assert status([receipt(seq=1, supersedes=[(rid("nothing"), "gone")])]).state == "qualified"
+
+
+def test_a_claim_asked_by_name_is_required_even_if_the_plan_makes_it_optional() -> None:
+    fail = receipt(seq=1, outcome="failed")
+    assert report([fail], required=False).qualified
+    rep = evaluate(
+        plan=plan(required=False), revision=revision(), receipts=[fail], reviews=[], claims=[CLAIM]
+    )
+    assert rep.at_required_scope(CLAIM).required and not rep.qualified
