@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
@@ -380,6 +381,112 @@ def review(receipt: str, verdict: str | None, note: str, key_name: str, db: str 
         store, entry.entry_id, "dispute" if verdict == "dispute" else "concur", note, key
     )
     click.echo(rec.id)
+
+
+@cli.command()
+@_rev_options
+@click.option(
+    "--plan",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Plan file (default: qualification.toml in the checked-out revision).",
+)
+@click.option(
+    "--claim",
+    "claims",
+    multiple=True,
+    metavar="NAME",
+    help="Run only these plan claims (repeatable).",
+)
+@click.option(
+    "--device",
+    type=click.Choice(["auto", "cpu", "cuda"]),
+    default="auto",
+    show_default=True,
+    help="auto: CUDA when a GPU is present, else CPU.",
+)
+@click.option(
+    "--key",
+    "key_name",
+    default="runner",
+    show_default=True,
+    help="Runner key name in $LEDGER_KEYS.",
+)
+@click.option(
+    "--server", metavar="URL", help="Not available in this version (record into --db instead)."
+)
+@db_option
+@json_option
+def qualify(
+    pr: int | None,
+    rev: str | None,
+    repo: Path | None,
+    plan: Path | None,
+    claims: Sequence[str],
+    device: str,
+    key_name: str,
+    server: str | None,
+    db: str | None,
+    as_json: bool,
+) -> None:
+    """Run the plan's checks on a revision; record one signed receipt per check and scope.
+
+    The revision is checked out into a temporary worktree (removed afterwards);
+    plan and workload come from it. Progress goes to stderr; the receipt ids and
+    the status table (or --json) to stdout. Exit 0 only when every required
+    claim ends qualified.
+    """
+    from ledger.qualification import render_table
+    from ledger.qualify import qualify as run_plan
+    from ledger.status import Query, query_status
+
+    if server:
+        raise UsageError("--server is not available in this version; use --db URL")
+    store = _store(db)
+    key = _keydir().load(key_name)
+    t0 = time.monotonic()
+
+    def progress(msg: str) -> None:
+        click.echo(f"{time.monotonic() - t0:7.1f}s  {msg}", err=True)
+
+    result = run_plan(
+        store,
+        key,
+        repo_path=repo,
+        rev=rev,
+        pr=pr,
+        plan_file=plan,
+        claims=claims,
+        device="cuda" if device == "cuda" else "cpu" if device == "cpu" else "auto",
+        progress=progress,
+    )
+    from ledger.qualification import Revision
+
+    r = result.revision
+    q = Query(
+        Revision(
+            repo=r.repo_name,
+            commit=r.commit,
+            tree=r.tree,
+            package_digest=r.package.digest if r.package else None,
+            pr=pr,
+        ),
+        result.plan,
+    )
+    report = query_status(store, q, claims=claims, scope={})
+    if as_json:
+        emit_json(
+            {
+                "receipts": [{"id": i, "claim": c, "outcome": o} for i, c, o in result.receipts],
+                "status": report.to_json(),
+            }
+        )
+    else:
+        for i, c, o in result.receipts:
+            click.echo(f"{i}  {c}  {o}")
+        click.echo()
+        click.echo(render_table(report), nl=False)
+    if not report.qualified:
+        raise SystemExit(EXIT_NEGATIVE)
 
 
 # -- reading ---------------------------------------------------------------------------

@@ -50,7 +50,7 @@ def test_open_applies_pending_migrations(db_url: str) -> None:
 
 
 def test_head_constant_matches_migrations() -> None:
-    assert migrate.HEAD == migrate.head_revision()
+    assert migrate.head_revision() == migrate.HEAD
 
 
 def test_open_refuses_empty_database(tmp_path: Path) -> None:

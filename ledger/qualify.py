@@ -1,0 +1,169 @@
+"""`ledger qualify`: run a plan's checks on a revision and record one receipt each.
+
+The revision is checked out into a temporary git worktree (removed
+afterwards, also on Ctrl-C); the plan and the workload come from that
+checkout. Each finished claim is signed and recorded at once, in its own
+transaction, so an interruption leaves complete receipts or none. torch is
+imported here lazily, through `runners`, and nowhere else in `ledger`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal
+
+import git
+
+from ledger import source as src
+from ledger.attest import Facts, artifact_of, build_statement, record_statement, timestamp
+from ledger.errors import InputError, UsageError
+from ledger.keys import LocalKey
+from ledger.plan import Plan, load_plan
+from ledger.status import PLAN_FILE
+from ledger.store.store import Store
+
+if TYPE_CHECKING:
+    from runners.result import CheckResult
+
+__all__ = ["QualifyRun", "qualify", "worktree"]
+
+Device = Literal["auto", "cpu", "cuda"]
+
+
+@contextlib.contextmanager
+def worktree(repo: git.Repo, commit: str, label: str) -> Iterator[Path]:
+    """A detached temporary worktree at `commit`, removed on the way out."""
+    parent = Path(tempfile.mkdtemp(prefix=f"ledger-{label}-"))
+    path = parent / "src"
+    repo.git.worktree("add", "--detach", "--force", str(path), commit)
+    try:
+        yield path
+    finally:
+        with contextlib.suppress(git.GitCommandError):
+            repo.git.worktree("remove", "--force", str(path))
+        shutil.rmtree(parent, ignore_errors=True)
+        with contextlib.suppress(git.GitCommandError):
+            repo.git.worktree("prune")
+
+
+def _prefixed(progress: Callable[[str], None], prefix: str) -> Callable[[str], None]:
+    def say(msg: str) -> None:
+        progress(prefix + msg)
+
+    return say
+
+
+@contextlib.contextmanager
+def _removed(path: Path) -> Iterator[None]:
+    try:
+        yield
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+@dataclass
+class QualifyRun:
+    receipts: list[tuple[str, str, str]]
+    """(receipt id, claim, outcome) in the order they were recorded."""
+    revision: src.Revision
+    plan: Plan
+
+
+def _facts(r: CheckResult, store: Store) -> Facts:
+    cleanup = asdict(r.cleanup)
+    return Facts(
+        claim=r.claim,
+        check=r.check,
+        check_version=r.check_version,
+        parameters=r.params,
+        scope=r.scope,
+        outcome=r.outcome,
+        reason=r.reason,
+        measurements=r.measurements,
+        observer=r.observer,
+        cleanup=cleanup,
+        artifacts=[artifact_of(store, Path(a.path), a.name) for a in r.artifacts],
+        supersedes=[],
+        host=r.host,
+        gpu_uuids=r.gpu_uuids,
+        started=timestamp(r.started_ns) if r.started_ns else None,
+        finished=timestamp(r.finished_ns) if r.finished_ns else None,
+    )
+
+
+def qualify(
+    store: Store,
+    key: LocalKey,
+    *,
+    repo_path: Path | None,
+    rev: str | None,
+    pr: int | None,
+    plan_file: Path | None,
+    claims: Sequence[str],
+    device: Device,
+    progress: Callable[[str], None],
+) -> QualifyRun:
+    try:
+        from runners.api import UnknownCheck, run_claim
+    except ImportError as e:
+        raise UsageError(f"qualify needs the runners extra (torch): {e}") from None
+
+    repo = src.open_repo(repo_path)
+    head = src.resolve(repo, rev=rev, pr=pr, identity_only=True)
+    out: list[tuple[str, str, str]] = []
+    with worktree(repo, head.commit, "rev") as root:
+        path = plan_file or root / PLAN_FILE
+        if not path.is_file():
+            raise InputError(f"no {PLAN_FILE} at {head.commit[:12]}; pass --plan FILE")
+        plan = load_plan(path)
+        paths = list(plan.package.paths) if plan.package else []
+        revision = src.resolve(repo, rev=head.commit, package_paths=paths)
+        revision = src.Revision(**{**asdict(revision), "pr": pr})
+        asked = [c for c in plan.claims if not claims or c.name in claims]
+        unknown = sorted(set(claims) - {c.name for c in plan.claims})
+        if unknown:
+            raise InputError(f"claims not in the plan: {', '.join(unknown)}")
+        base_ctx: contextlib.AbstractContextManager[Path | None] = contextlib.nullcontext(None)
+        if (
+            revision.base
+            and revision.base != revision.commit
+            and any(c.check == "gradient-compare" for c in asked)
+        ):
+            base_ctx = worktree(repo, revision.base, "base")
+        artifacts = Path(tempfile.mkdtemp(prefix="ledger-artifacts-"))
+        with base_ctx as base_root, _removed(artifacts):
+            for i, claim in enumerate(asked, 1):
+                t0 = time.monotonic()
+                tag = f"[{i}/{len(asked)}]"
+                progress(f"{tag} {claim.name} ({claim.check}) ...")
+                try:
+                    results = run_claim(
+                        claim=claim.name,
+                        check=claim.check,
+                        params=dict(claim.params),
+                        repo_root=root,
+                        workload_ref=claim.workload or plan.workload or "",
+                        workload_params=dict(plan.workload_params),
+                        device=device,
+                        observer_off_required=claim.observer_off,
+                        base_root=base_root,
+                        progress=_prefixed(progress, tag + "  "),
+                        artifact_dir=artifacts,
+                    )
+                except UnknownCheck as e:
+                    raise InputError(f"plan claim {claim.name}: unknown check {e}") from None
+                stmts = [build_statement(revision.source(), _facts(r, store)) for r in results]
+                for rec, r in zip(record_statement(store, stmts, key), results, strict=True):
+                    out.append((rec.id, r.claim, r.outcome))
+                    note = "" if r.outcome == "passed" else f": {r.reason}"
+                    progress(
+                        f"{tag} {r.claim} {r.outcome}{note} "
+                        f"({time.monotonic() - t0:.1f} s) -> {rec.id[:19]}"
+                    )
+    return QualifyRun(out, revision, plan)
