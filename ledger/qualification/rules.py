@@ -258,12 +258,16 @@ def dirty(r: ReceiptEvidence) -> Reason | None:
 
 # -- outcomes -----------------------------------------------------------------
 
-# Per-arm records of an A/B comparison; arms that differ here were not compared
-# under the same conditions, so neither a pass nor a failure attributes anything.
-_ARM_FACTS = {
-    "arm_gpu_uuids": "different GPUs",
-    "arm_start_reserved_bytes": "different starting reserved bytes",
-}
+# Per-arm records of an A/B comparison, as a list or table under one key
+# (`arm_gpu_uuids`) or as one key per arm (`base_gpu_uuid`, `candidate_gpu_uuid`,
+# as the shipped gradient comparison writes them). Arms that differ here were
+# not compared under the same conditions, so neither a pass nor a failure
+# attributes anything.
+_ARM_FACTS = (
+    ("different GPUs", "arm_gpu_uuids", "gpu_uuid"),
+    ("different starting reserved bytes", "arm_start_reserved_bytes", "reserved_at_start_bytes"),
+)
+_ARMS = ("base", "candidate")
 
 
 def effective_outcome(r: ReceiptEvidence) -> tuple[Outcome, Reason | None]:
@@ -271,7 +275,11 @@ def effective_outcome(r: ReceiptEvidence) -> tuple[Outcome, Reason | None]:
     p = r.predicate
     if p.outcome not in ("passed", "failed"):
         return p.outcome, None
-    differing = [why for key, why in _ARM_FACTS.items() if _arms_differ(p.measurements.get(key))]
+    differing = [
+        why
+        for why, table, suffix in _ARM_FACTS
+        if _differ(_arm_values(p.measurements, table, suffix))
+    ]
     if not differing:
         return p.outcome, None
     return "inconclusive", Reason(
@@ -282,13 +290,16 @@ def effective_outcome(r: ReceiptEvidence) -> tuple[Outcome, Reason | None]:
     )
 
 
-def _arms_differ(arms: JsonValue | None) -> bool:
+def _arm_values(measurements: Mapping[str, JsonValue], table: str, suffix: str) -> list[JsonValue]:
+    arms = measurements.get(table)
     if isinstance(arms, dict):
-        values: Iterable[JsonValue] = arms.values()
-    elif isinstance(arms, list):
-        values = arms
-    else:
-        return False
+        return list(arms.values())
+    if isinstance(arms, list):
+        return list(arms)
+    return [measurements[f"{arm}_{suffix}"] for arm in _ARMS if f"{arm}_{suffix}" in measurements]
+
+
+def _differ(values: Iterable[JsonValue]) -> bool:
     return len({json.dumps(v, sort_keys=True) for v in values}) > 1
 
 

@@ -194,6 +194,8 @@ def test_pass_outweighs_inconclusive() -> None:
         {"arm_gpu_uuids": {"base": "GPU-aaaa", "candidate": "GPU-bbbb"}},
         {"arm_start_reserved_bytes": [1024, 2048]},
         {"arm_gpu_uuids": [["GPU-a", "GPU-b"], ["GPU-a", "GPU-c"]]},
+        {"base_gpu_uuid": "GPU-a", "candidate_gpu_uuid": "GPU-b"},
+        {"base_reserved_at_start_bytes": 0, "candidate_reserved_at_start_bytes": 2097152},
     ],
 )
 @pytest.mark.parametrize("outcome", ["passed", "failed"])
@@ -209,6 +211,9 @@ def test_comparison_across_different_arms_is_inconclusive(
 def test_comparison_on_the_same_arms_counts() -> None:
     same = {"arm_gpu_uuids": ["GPU-a", "GPU-a"], "arm_start_reserved_bytes": [0, 0]}
     r = receipt(seq=1, check="gradient-compare", measurements=same)
+    assert status([r], check="gradient-compare").state == "qualified"
+    per_arm = {"base_gpu_uuid": "GPU-a", "candidate_gpu_uuid": "GPU-a", "base_gpu_uuid_x": 1}
+    r = receipt(seq=1, check="gradient-compare", measurements=per_arm)
     assert status([r], check="gradient-compare").state == "qualified"
 
 
