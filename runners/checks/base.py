@@ -9,6 +9,7 @@ an ``infra-error``; neither escapes as an exception.
 
 from __future__ import annotations
 
+import math
 import sys
 import time
 import traceback
@@ -198,7 +199,8 @@ def execute(
     empty_proof = CleanupProof(complete=False, resources=[])
 
     def result(v: Verdict, proof: CleanupProof, observer: Observer) -> CheckResult:
-        m = {**common, **v.measurements}
+        m = json_safe({**common, **v.measurements})
+        assert isinstance(m, dict)
         if not proof.complete and v.outcome == "passed":
             m["cleanup_incomplete"] = describe_incomplete(proof)
         return CheckResult(
@@ -273,6 +275,23 @@ def execute(
     verdict.artifacts = [*verdict.artifacts, *obs.artifacts]
     proof = reg.proof or empty_proof
     return result(verdict, proof, obs.state)
+
+
+def json_safe(value: object) -> Json:
+    """``value`` as canonical-JSON-safe data: tuples become lists, and non-finite
+    floats (which RFC 8785 cannot encode) become the strings 'NaN', 'Infinity',
+    '-Infinity'."""
+    if isinstance(value, float):
+        if math.isfinite(value):
+            return value
+        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+    if value is None or isinstance(value, bool | int | str):
+        return value
+    if isinstance(value, dict):
+        return {str(k): json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [json_safe(v) for v in value]
+    return str(value)
 
 
 def capture_where(e: BaseException) -> str:

@@ -16,6 +16,8 @@ import math
 import os
 import subprocess
 import sys
+import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -42,10 +44,12 @@ DEFAULTS: dict[str, Json] = {
     "base_workload_params": {},
     "candidate_workload_params": {},
     "arm_timeout_s": 600,
+    "parallel_arms": None,
     "seed": 0,
 }
 """Each arm's workload params are the claim's, updated by its ``*_workload_params``;
-the base arm loads from the base checkout when one is given."""
+the base arm loads from the base checkout when one is given. ``parallel_arms`` None:
+in parallel on CPU, one after the other on CUDA."""
 
 
 def compare(
@@ -102,9 +106,16 @@ def _arm_params(ctx: CheckContext, p: dict[str, Json], key: str) -> dict[str, Js
     return {**ctx.workload_params, **extra}
 
 
-def _run_arm(
+@dataclass(slots=True)
+class _Arm:
+    name: str
+    popen: subprocess.Popen[bytes]
+    out_dir: Path
+
+
+def _start_arm(
     sess: Session, arm: str, root: Path, wparams: dict[str, Json], p: dict[str, Json], work: Path
-) -> dict[str, Any]:
+) -> _Arm:
     ctx = sess.ctx
     out_dir = work / arm
     out_dir.mkdir()
@@ -126,9 +137,8 @@ def _run_arm(
     # The arm must import this harness, wherever the current directory is.
     here = str(Path(runners.__file__).resolve().parent.parent)
     env["PYTHONPATH"] = os.pathsep.join(x for x in (here, env.get("PYTHONPATH")) if x)
-    log_path = out_dir / "arm.log"
     sess.progress(f"gradient arm {arm}: {ctx.workload_ref} from {root}")
-    with open(log_path, "wb") as log:
+    with open(out_dir / "arm.log", "wb") as log:
         popen = sess.registry.spawn(
             [sys.executable, "-m", "runners.checks.grad_arm", str(spec_path)],
             stdout=log,
@@ -136,19 +146,23 @@ def _run_arm(
             env=env,
             cwd=str(out_dir),
         )
-        try:
-            rc = popen.wait(timeout=int_param(p, "arm_timeout_s", 600))
-        except subprocess.TimeoutExpired:
-            rc = None
-    info: dict[str, Any] = {"returncode": rc, "pid": popen.pid}
-    arm_json = out_dir / "arm.json"
+    return _Arm(name=arm, popen=popen, out_dir=out_dir)
+
+
+def _finish_arm(arm: _Arm, deadline: float) -> dict[str, Any]:
+    try:
+        rc: int | None = arm.popen.wait(timeout=max(0.1, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        rc = None  # the registry stops it when the check ends
+    info: dict[str, Any] = {"returncode": rc, "pid": arm.popen.pid}
+    arm_json = arm.out_dir / "arm.json"
     if rc is None:
         info["status"] = "timeout"
     elif arm_json.exists():
         info.update(json.loads(arm_json.read_text()))
     else:
         info["status"] = "no-result"
-        info["log_tail"] = log_path.read_text(errors="replace")[-2000:]
+        info["log_tail"] = (arm.out_dir / "arm.log").read_text(errors="replace")[-2000:]
     return info
 
 
@@ -159,11 +173,24 @@ def _body(sess: Session, p: dict[str, Json]) -> Verdict:
     cand_params = _arm_params(ctx, p, "candidate_workload_params")
     work = sess.registry.make_tempdir("grad-compare-")
     base_root = ctx.base_root or ctx.repo_root
-    arms = {
-        "base": _run_arm(sess, "base", base_root, base_params, p, work),
-        "candidate": _run_arm(sess, "candidate", ctx.repo_root, cand_params, p, work),
+    parallel = p.get("parallel_arms")
+    # On a GPU the arms take turns so that each starts from an idle device; CPU arms
+    # share nothing that changes their gradients and may overlap.
+    parallel = sess.device.type == "cpu" if parallel is None else bool(parallel)
+    deadline = time.monotonic() + int_param(p, "arm_timeout_s", 600)
+    arms: dict[str, dict[str, Any]] = {}
+    plan = [("base", base_root, base_params), ("candidate", ctx.repo_root, cand_params)]
+    if parallel:
+        started = [_start_arm(sess, n, r, wp, p, work) for n, r, wp in plan]
+        arms = {a.name: _finish_arm(a, deadline) for a in started}
+    else:
+        for n, r, wp in plan:
+            arms[n] = _finish_arm(_start_arm(sess, n, r, wp, p, work), deadline)
+    m: dict[str, Json] = {
+        "threshold": threshold,
+        "base_root": str(base_root),
+        "arms_in_parallel": parallel,
     }
-    m: dict[str, Json] = {"threshold": threshold, "base_root": str(base_root)}
     keys = (
         "pid",
         "returncode",

@@ -16,7 +16,7 @@ import dataclasses
 import math
 from collections.abc import Callable
 
-from runners.checks.base import CheckContext, infra_result
+from runners.checks.base import CheckContext, infra_result, json_safe
 from runners.harness.cleanup import merge_proofs
 from runners.result import CheckResult, Json
 
@@ -195,7 +195,7 @@ def run(ctx: CheckContext, params: dict[str, Json]) -> list[CheckResult]:
         scope=dict(b.scope),
         outcome=outcome,  # type: ignore[arg-type]
         reason=reason,
-        measurements=m,
+        measurements=safe if isinstance(safe := json_safe(m), dict) else {},
         observer="off",
         cleanup=merge_proofs(a.cleanup, b.cleanup),
         artifacts=[],
