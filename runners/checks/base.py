@@ -239,7 +239,8 @@ def execute(
                 enabled=ctx.observer == "on",
                 probe=probe,
                 artifact_dir=ctx.artifact_dir,
-                name=f"{check}-{ctx.device.type}",
+                # Unique per run: several runs of one check share the artifact dir.
+                name=f"{check}-{ctx.device.type}-{started_ns}",
             )
             with reg, obs:
                 sess = Session(ctx, probe, reg, obs, seed)

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import hashlib
 import json
 import os
 import subprocess
@@ -260,7 +261,14 @@ def _body(sess: Session, p: dict[str, Json]) -> Verdict:
                 measurements=m,
             )
         ranks.append(json.loads(path.read_text()))
-    scope: dict[str, str | int] = {"world_size": world, "backend": backend, "dtype": str(dtype)}
+    scope: dict[str, str | int] = {"world_size": world, "backend": backend}
+    # The check's own sharded weight is the workload here, not the plan's model.
+    spec = json.dumps({"rows": rows, "cols": cols, "dtype": dtype, "world": world}, sort_keys=True)
+    sess.workload_scope = {
+        "workload": "mesh-handoff-weight",
+        "workload_digest": hashlib.sha256(spec.encode()).hexdigest(),
+        "dtype": str(dtype),
+    }
     problems: list[str] = []
     for info in ranks:
         r = info["rank"]
