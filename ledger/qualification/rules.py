@@ -196,10 +196,12 @@ def not_carried(r: ReceiptEvidence, revision: Revision, req: Requirement) -> Rea
     elif req.carry_over == "package" and src.package is None:
         text = f"{sid} on commit {src.commit[:12]} records no package identity"
     else:
-        differs = {"commit": "commit", "tree": "commit and tree"}.get(
-            req.carry_over, "commit, tree and package digest"
-        )
-        text = f"{sid} is for commit {src.commit[:12]}: {differs} differ"
+        differs = {
+            "commit": "another commit",
+            "tree": "another commit and tree",
+            "package": "another commit, tree and package digest",
+        }[req.carry_over]
+        text = f"{sid} is for {differs} ({src.commit[:12]})"
     return Reason(CARRY_OVER, text, r.id)
 
 
