@@ -112,11 +112,11 @@ def render_table(report: StatusReport) -> str:
             name = row.claim if row.required else f"{row.claim} (optional)"
             scope = format_scope(row.scope)
         else:
-            name, scope = "", f"> {format_scope(row.scope)}"
+            name, scope = "", "> " + format_scope(row.scope)
         table.append(
             (
                 [name],
-                [scope],
+                _wrap(scope),
                 [row.state],
                 [row.via or "-"],
                 [short_id(r) for r in row.receipts] or ["-"],
@@ -131,3 +131,17 @@ def render_table(report: StatusReport) -> str:
             text = "  ".join(p.ljust(w) for p, w in zip(parts, widths, strict=True))
             lines.append(text.rstrip())
     return "\n".join(lines) + "\n"
+
+
+def _wrap(scope: str, width: int = 64) -> list[str]:
+    """A scope cell over several lines, long digests shortened (JSON keeps them whole)."""
+    lines: list[str] = []
+    for part in scope.split(","):
+        key, sep, value = part.partition("=")
+        if sep and len(value) > 16 and all(c in "0123456789abcdef" for c in value):
+            part = f"{key}={value[:12]}..."
+        if lines and len(lines[-1]) + 1 + len(part) <= width:
+            lines[-1] += "," + part
+        else:
+            lines.append(part if not lines else "  " + part)
+    return lines
