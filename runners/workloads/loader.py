@@ -29,6 +29,16 @@ def _provided_by(root: Path, top: str) -> bool:
     return (root / top).is_dir() or (root / f"{top}.py").is_file()
 
 
+def _imported_from(root: Path, top: str) -> bool:
+    """Whether the imported package ``top`` (if any) was imported from ``root``."""
+    pkg = sys.modules.get(top)
+    if pkg is None:
+        return False
+    places = [getattr(pkg, "__file__", None), *getattr(pkg, "__path__", [])]
+    resolved = root.resolve()
+    return any(p and Path(p).resolve().is_relative_to(resolved) for p in places)
+
+
 def _forget(top: str) -> None:
     # A second checkout of the same package must not reuse the first one's modules.
     for name in [n for n in sys.modules if n == top or n.startswith(top + ".")]:
@@ -40,7 +50,8 @@ def _import_from(root: Path, module: str, ref: str) -> ModuleType:
     local = _provided_by(root, top)
     entry = str(root)
     if local:
-        _forget(top)
+        if not _imported_from(root, top):
+            _forget(top)
         sys.path.insert(0, entry)
         importlib.invalidate_caches()
     try:
@@ -71,10 +82,12 @@ def load_workload(root: Path, ref: str, params: Mapping[str, Any]) -> Workload:
     ``params`` and return the `Workload` it builds.
 
     When ``root`` holds the module's top-level package, that package is imported from
-    ``root`` under its real name after any previously imported copy is forgotten, so two
-    checkouts can be loaded one after the other in one process; ``root`` is on
-    ``sys.path`` only during the import (a workload module must import its siblings at
-    import time). Otherwise the module is imported from the installed packages.
+    ``root`` under its real name after any copy imported from elsewhere is forgotten, so
+    two checkouts can be loaded one after the other in one process; a copy already
+    imported from ``root`` itself is kept (modules are not re-read from disk). ``root``
+    is on ``sys.path`` only during the import (a workload module must import its
+    siblings at import time). Otherwise the module is imported from the installed
+    packages.
 
     Raises `WorkloadLoadError` (naming ``ref``) when the module or attribute is missing,
     the attribute is not callable, ``params`` do not fit its signature, or the result

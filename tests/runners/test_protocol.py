@@ -142,3 +142,10 @@ def test_import_error_inside_module_is_a_load_error(tmp_path: Path) -> None:
 def test_installed_module_when_checkout_lacks_it(tmp_path: Path) -> None:
     w = load_workload(tmp_path, "runners.workloads.broken:raises_in_forward", {"n_layers": 1})
     assert w.name == "moe-lora-raises-in-forward"
+
+
+def test_the_checkout_already_imported_is_kept(tmp_path: Path) -> None:
+    project = Path(__file__).resolve().parents[2]
+    w = load_workload(project, "runners.workloads.moe:make_workload", {})
+    assert type(w) is moe.MoEWorkload  # not a second copy of the module
+    assert sys.modules["runners.workloads.moe"] is moe
