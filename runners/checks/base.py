@@ -231,37 +231,29 @@ def execute(
     common["probe"] = probe.name
     verdict: Verdict | None = None
     tol = None if tolerance is None else int(tolerance)  # type: ignore[arg-type]
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        with probe.session():
-            reg = ResourceRegistry(probe=probe, tolerance_bytes=tol)
-            obs = ObserverSession(
-                enabled=ctx.observer == "on",
-                probe=probe,
-                artifact_dir=ctx.artifact_dir,
-                # Unique per run: several runs of one check share the artifact dir.
-                name=f"{check}-{ctx.device.type}-{started_ns}",
-            )
-            with reg, obs:
-                sess = Session(ctx, probe, reg, obs, seed)
-                try:
-                    verdict = body(sess)
-                except WorkloadFailed as wf:
-                    verdict = verdict_of_failure(wf.outcome)
-                except WorkloadLoadError as e:
-                    verdict = Verdict(outcome="infra-error", reason=f"workload load: {e}")
-                except ParamError as e:
-                    verdict = Verdict(outcome="infra-error", reason=f"bad parameter: {e}")
-                except Exception as e:
-                    where = capture_where(e)
-                    verdict = Verdict(
-                        outcome="infra-error",
-                        reason=f"check {check} raised {type(e).__name__}: {e}{where}",
-                    )
-                finally:
-                    scope.update(sess.workload_scope)
-                    sess.close()
-                    del sess
+    reg = ResourceRegistry(probe=probe, tolerance_bytes=tol)
+    obs = ObserverSession(
+        enabled=ctx.observer == "on",
+        probe=probe,
+        artifact_dir=ctx.artifact_dir,
+        # Unique per run: several runs of one check share the artifact dir.
+        name=f"{check}-{ctx.device.type}-{started_ns}",
+    )
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            with probe.session(), reg, obs:
+                verdict = _run_body(ctx, check, body, Session(ctx, probe, reg, obs, seed), scope)
+    except Exception as e:
+        # The harness itself failed (registry, observer, probe): not evidence either way.
+        verdict = Verdict(
+            outcome="infra-error",
+            reason=f"harness: {type(e).__name__}: {e}{capture_where(e)}",
+        )
+        caught = []
+    finally:
+        if isinstance(probe, CpuProbe):
+            probe.close()
     nondet = [str(w.message) for w in caught if "determinis" in str(w.message)]
     common["nondeterministic_op_warnings"] = len(nondet)
     if nondet:
@@ -270,12 +262,38 @@ def execute(
         common["budget_source"] = probe.budget_source
         if probe.budget_bytes is not None:
             common["budget_bytes"] = probe.budget_bytes
-        probe.close()
     assert verdict is not None
     verdict.measurements.update(obs.summary)
     verdict.artifacts = [*verdict.artifacts, *obs.artifacts]
     proof = reg.proof or empty_proof
     return result(verdict, proof, obs.state)
+
+
+def _run_body(
+    ctx: CheckContext,
+    check: str,
+    body: Callable[[Session], Verdict],
+    sess: Session,
+    scope: dict[str, str | int],
+) -> Verdict:
+    """The body's verdict; its failures as verdicts. Returning drops the body's frame
+    (and the workload, torn down) before the registry proves memory released."""
+    try:
+        return body(sess)
+    except WorkloadFailed as wf:
+        return verdict_of_failure(wf.outcome)
+    except WorkloadLoadError as e:
+        return Verdict(outcome="infra-error", reason=f"workload load: {e}")
+    except ParamError as e:
+        return Verdict(outcome="infra-error", reason=f"bad parameter: {e}")
+    except Exception as e:
+        return Verdict(
+            outcome="infra-error",
+            reason=f"check {check} raised {type(e).__name__}: {e}{capture_where(e)}",
+        )
+    finally:
+        scope.update(sess.workload_scope)
+        sess.close()
 
 
 def json_safe(value: object) -> Json:

@@ -7,6 +7,7 @@ name: relative L2 ``||c - b|| / ||b||``, cosine, max abs difference, and
 whether rel-L2 exceeds ``threshold``. The outcome is ``inconclusive`` when the
 arms ran on different GPU UUIDs or started from different reserved bytes;
 ``failed`` when any tensor is over the threshold or the tensor sets differ.
+The observer, when on, instruments this (parent) process only, not the arms.
 """
 
 from __future__ import annotations
