@@ -7,8 +7,9 @@ measure over-refusal: a refused step whose measured increment fit within the
 usable bytes at refusal time was over-refused. An admitted step is, under
 ``pressure="edge"``, re-admitted with ballast allocated so that the available
 memory is just above the least the workload admits at (``edge_margin_bytes``
-above it), then run under a reset-to-peak window, cold then warm, each run
-re-admitted first. A counterexample (an OOM, or a measured increment above the
+above it; where allocation granularity or the driver prevents that, the step
+runs at the memory available and its row says ``edge_reached: false``), then
+run under a reset-to-peak window, cold then warm, each run re-admitted first. A counterexample (an OOM, or a measured increment above the
 prediction of the decision that admitted it) fails the check. A check whose
 every step was refused is ``refused``, not passed.
 
@@ -267,16 +268,17 @@ def _shape(
 
         decision, ballast = d0, None
         if edge:
-            decision, ballast, tries = _edge(sess, w, shape, phase, available0, margin)
+            decision, ballast, tries, reached = _edge(sess, w, shape, phase, available0, margin)
             row["edge_tries"] = tries
+            row["edge_reached"] = reached
         try:
             row.update(_decision(decision))
             row["ballast_bytes"] = 0 if ballast is None else int(ballast.payload.nbytes)
             available = probe.available_bytes()
             row["available_with_ballast_bytes"] = available
             if not decision.admitted:
-                # The edge search could not land on an admitting size (granularity):
-                # record it as a refusal under ballast, not as a counterexample.
+                # Admitted a moment ago, refused now (memory moved under us): record
+                # the refusal with its numbers; it is not a counterexample.
                 row["over_refused"] = None
                 rows.append(row)
                 continue
@@ -338,37 +340,45 @@ def _ratio(measured: int, predicted: int) -> float | None:
 
 def _edge(
     sess: Session, w: Workload, shape: Shape, phase: Phase, available0: int, margin: int
-) -> tuple[AdmissionDecision, Owned | None, int]:
+) -> tuple[AdmissionDecision, Owned | None, int, bool]:
     """Allocate ballast so the available memory sits just above the least admitting
-    free; return the decision at that memory, the ballast (owned) and the tries."""
+    free. Returns the decision at the memory then available, the ballast (owned; None
+    when the edge was not reached), the tries, and whether the edge was reached."""
     probe = sess.probe
     least = sess.call(f"edge search {phase} {shape}", lambda: min_admitting_free(w, shape, phase))
+    floor = _CUDA_EDGE_MARGIN if probe.device.type == "cuda" else 4096
     step = margin
-    ballast: Owned | None = None
-    decision: AdmissionDecision | None = None
     tries = 0
+    if available0 <= int(least) + margin:
+        # Already at the edge: no ballast needed.
+        here = sess.call(f"admit {phase} {shape}", lambda: w.admit(shape, phase, available0))
+        return here, None, 0, True
     for tries in range(1, _MAX_EDGE_TRIES + 1):
         size = available0 - (int(least) + step)
         if size <= 0:
             break
-        ballast = sess.registry.own_tensor(
-            "ballast", _allocate(size, probe.device), name=f"ballast-{phase}-{shape}"
-        )
-        decision = sess.call(
+        try:
+            tensor = _allocate(size, probe.device)
+        except torch.OutOfMemoryError:
+            # The driver would not hand out all it reported free: leave more room.
+            step = max(4 * step, 32 * floor)
+            continue
+        ballast = sess.registry.own_tensor("ballast", tensor, name=f"ballast-{phase}-{shape}")
+        del tensor
+        decision: AdmissionDecision = sess.call(
             f"admit {phase} {shape} under ballast",
             lambda: w.admit(shape, phase, probe.available_bytes()),
         )
         if decision.admitted:
-            return decision, ballast, tries
+            return decision, ballast, tries, True
         sess.registry.release_now(ballast)
-        ballast = None
         # Allocation granularity took more than the margin: leave more room.
-        step = max(2 * step, _CUDA_EDGE_MARGIN if probe.device.type == "cuda" else 4096)
-    if decision is None:
-        decision = sess.call(
-            f"admit {phase} {shape}", lambda: w.admit(shape, phase, probe.available_bytes())
-        )
-    return decision, ballast, tries
+        step = max(2 * step, floor)
+    probe.release_cached()
+    decision = sess.call(
+        f"admit {phase} {shape}", lambda: w.admit(shape, phase, probe.available_bytes())
+    )
+    return decision, None, tries, False
 
 
 def _allocate(nbytes: int, device: torch.device) -> torch.Tensor:
