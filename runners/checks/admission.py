@@ -9,8 +9,9 @@ usable bytes at refusal time was over-refused. An admitted step is, under
 memory is just above the least the workload admits at (``edge_margin_bytes``
 above it; where allocation granularity or the driver prevents that, the step
 runs at the memory available and its row says ``edge_reached: false``), then
-run under a reset-to-peak window, cold then warm, each run re-admitted first. A counterexample (an OOM, or a measured increment above the
-prediction of the decision that admitted it) fails the check. A check whose
+run under a reset-to-peak window, cold then warm, each run re-admitted first.
+A counterexample (an OOM, or a measured increment above the prediction of the
+decision that admitted it) fails the check. A check whose
 every step was refused is ``refused``, not passed.
 
 CPU: host RAM is not what the contract is about, so free memory is simulated:
