@@ -9,7 +9,9 @@ usable bytes at refusal time was over-refused. An admitted step is, under
 memory is just above the least the workload admits at (``edge_margin_bytes``
 above it; where allocation granularity or the driver prevents that, the step
 runs at the memory available and its row says ``edge_reached: false``), then
-run under a reset-to-peak window, cold then warm, each run re-admitted first.
+run under a reset-to-peak window, once and ``warm_runs`` more times, each run
+re-admitted first. Rows say which run was the check's cold one (its first
+measured step); the others are warm.
 A counterexample (an OOM, or a measured increment above the prediction of the
 decision that admitted it) fails the check. A check whose
 every step was refused is ``refused``, not passed.
@@ -97,6 +99,7 @@ def _run_phase(sess: Session, w: Workload, shape: Shape, phase: Phase, what: str
     step = phase_step(w, batch, grad=grad)
     del batch
     rec = measure_step(sess.probe, what, step)
+    sess.steps_measured += 1
     del step
     if phase == "forward_backward":
         sess.call("zero_grad", w.zero_grad)
@@ -233,7 +236,7 @@ def _shape(
     probe = sess.probe
     rows: list[dict[str, Json]] = []
     for i in range(1 + warm_runs):
-        run_name = "cold" if i == 0 else f"warm{i}"
+        run_name = "first" if i == 0 else f"repeat{i}"
         probe.release_cached()
         available0 = probe.available_bytes()
         d0: AdmissionDecision = sess.call(
@@ -245,6 +248,8 @@ def _shape(
             "seq": shape.seq,
             "phase": phase,
             "run": run_name,
+            # Only the check's first measured step is cold in the process sense.
+            "cold": sess.steps_measured == 0,
             "available_bytes": available0,
             "ballast_bytes": 0,
             "measured_bytes": None,

@@ -137,6 +137,9 @@ class Session:
         self.seed = seed
         self.workload: Workload | None = None
         self.workload_scope: dict[str, str | int] = {}
+        self.steps_measured = 0
+        """Measured workload steps so far; the first one runs cold (first in the process
+        for this workload: workspaces, lazy kernels), later ones warm."""
 
     @property
     def device(self) -> torch.device:

@@ -44,7 +44,8 @@ def test_admission_passes_with_refusals_and_over_refusal_measured(run_cpu: RunCl
         # Edge pressure: ballast brought usable memory down to the prediction.
         assert x["usable_bytes"] - x["predicted_bytes"] <= m["edge_margin_bytes"]
     assert any(x["ballast_bytes"] > 0 for x in admitted)
-    assert {x["run"] for x in admitted} == {"cold", "warm1"}
+    assert {x["run"] for x in admitted} == {"first", "repeat1"}
+    assert [x["cold"] for x in rows] == [True] + [False] * (len(rows) - 1)
     for x in refused:
         assert x["predicted_bytes"] > x["usable_bytes"] and x["suggestion"]
         assert x["over_refused"] in (True, False)
