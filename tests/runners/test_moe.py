@@ -165,6 +165,9 @@ def test_cuda_terms() -> None:
     assert warm.terms["cuda_rounding"] > 0 and warm.terms["cuda_scratch"] > 0
     assert "cuda_cublas_workspace" not in warm.terms
     assert cold.terms["cuda_cublas_workspace"] == 2 * estimator.cublas_workspace_bytes()
+    assert cold.terms["cuda_cublaslt_workspace"] == 2 * estimator.cublaslt_workspace_bytes()
+    assert estimator.cublaslt_workspace_bytes({"CUBLASLT_WORKSPACE_SIZE": "4096"}) == 4 << 20
+    assert estimator.cublaslt_workspace_bytes({"CUBLASLT_WORKSPACE_SIZE": "x"}) == 1 << 20
     assert cpu.predicted_bytes < warm.predicted_bytes < cold.predicted_bytes
     default = estimator.CUBLAS_DEFAULT_WORKSPACE_BYTES
     assert estimator.cublas_workspace_bytes({}) == default
@@ -335,6 +338,33 @@ def test_estimates_are_exact_integers() -> None:
         for phase in PHASES:
             est = make_workload().estimate(shape, phase)
             assert isinstance(est.predicted_bytes, int) and not math.isnan(est.predicted_bytes)
+
+
+def measure_cuda(w: MoEWorkload, shape: Shape, phase: Phase, seed: int = 1) -> int:
+    """Reset-to-peak increment of ``phase`` on CUDA, from the allocator's statistics."""
+    batch = w.make_batch(shape, seed)
+    w.zero_grad()
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    before = torch.cuda.memory_allocated()
+    _step(w, batch, phase)
+    torch.cuda.synchronize()
+    return torch.cuda.max_memory_allocated() - before
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_estimate_is_safe_on_cuda_cold_and_warm(dtype: str) -> None:
+    w = make_workload(dtype=dtype)
+    w.setup(torch.device("cuda"), 0)
+    for phase in PHASES:
+        for shape in [*LATTICE, Shape(batch=8, seq=2048)]:
+            for run in ("first", "again"):
+                predicted = w.estimate(shape, phase)
+                measured = measure_cuda(w, shape, phase)
+                assert measured <= predicted.predicted_bytes, (phase, shape, run, predicted.terms)
+    w.teardown()
 
 
 if __name__ == "__main__":
