@@ -11,13 +11,14 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from pydantic import ValidationError
 
 from ledger._internal import merkle
-from ledger.canonical import receipt_id
+from ledger.canonical import receipt_id, sha256_hex
 from ledger.checkpoint import CheckpointError, verify_checkpoint
 from ledger.errors import RefusedError, VerificationError
 from ledger.ingest import envelope_body, receipt_index, review_index, verify_envelope
 from ledger.keys import key_id
 from ledger.models import Envelope
 from ledger.store.store import (
+    ARTIFACT,
     CHECKPOINT,
     FACET,
     KEY,
@@ -55,11 +56,18 @@ def audit(store: Store) -> AuditReport:
     key_rows = {r["seq"]: r for r in store.table_rows(KEY, KEY.c.seq)}
     revocations = {r["seq"]: r for r in store.table_rows(REVOCATION, REVOCATION.c.seq)}
     seen_derived: set[int] = set()
+    expected = 0
 
     for e in store.entries():
         where = f"entry {e.seq} ({e.entry_id[:19]})"
-        if e.seq != rep.entries:
-            rep.problems.append(f"sequence gap: expected {rep.entries}, found {e.seq}")
+        if e.seq != expected:
+            gone = (
+                f"entry {expected} is"
+                if e.seq == expected + 1
+                else f"entries {expected}..{e.seq - 1} are"
+            )
+            rep.problems.append(f"sequence gap: {gone} missing")
+        expected = e.seq + 1
         rep.entries += 1
         body = e.body.encode()
         leaf = merkle.leaf_hash(body)
@@ -143,6 +151,11 @@ def audit(store: Store) -> AuditReport:
     ):
         for seq in sorted(set(rows) - seen_derived):
             rep.problems.append(f"{table} row {seq} has no matching log entry")
+
+    for a in store.table_rows(ARTIFACT, ARTIFACT.c.sha256):
+        content = bytes(a["content"])
+        if sha256_hex(content) != a["sha256"] or len(content) != a["size"]:
+            rep.problems.append(f"artifact {a['sha256'][:12]}: content differs from its digest")
 
     rep.root = merkle.root(leaves).hex()
     for cp in store.table_rows(CHECKPOINT, CHECKPOINT.c.size):

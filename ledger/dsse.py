@@ -66,6 +66,8 @@ def parse_envelope(raw: bytes) -> Envelope:
 
 
 def _b64(text: str, what: str) -> bytes:
+    """Standard base64 only: DSSE also allows URL-safe, but one alphabet keeps a
+    single byte form per envelope (what we sign, log and hash is that form)."""
     try:
         return base64.b64decode(text, validate=True)
     except (binascii.Error, ValueError):

@@ -161,8 +161,10 @@ class Store:
             if conn.dialect.name == "postgresql":
                 conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({_PG_APPEND_LOCK})")
             nxt = conn.execute(select(func.coalesce(func.max(LOG.c.seq) + 1, 0))).scalar_one()
-            yield Appender(conn, int(nxt))
-        self._keys = None
+            tx = Appender(conn, int(nxt))
+            yield tx
+        if tx.touched_keys:
+            self._keys = None
 
     # -- reading ---------------------------------------------------------------
 
@@ -173,8 +175,9 @@ class Store:
         return self._keys
 
     def size(self) -> int:
+        """Number of entries: max(seq) + 1, an index lookup (seqs are gapless)."""
         with self.engine.connect() as conn:
-            return int(conn.execute(select(func.count()).select_from(LOG)).scalar_one())
+            return int(conn.execute(select(func.coalesce(func.max(LOG.c.seq) + 1, 0))).scalar_one())
 
     def resolve(self, ref: str) -> LogEntry:
         """Find a receipt or review by full id or a unique prefix of 12+ hex digits."""
@@ -327,6 +330,7 @@ class Appender:
 
     conn: Connection
     next_seq: int
+    touched_keys: bool = False
 
     def add(
         self,
@@ -337,6 +341,7 @@ class Appender:
         index: Callable[[Connection, int], None] | None = None,
     ) -> int:
         seq = self.next_seq
+        self.touched_keys = self.touched_keys or kind in ("key", "revocation")
         self.conn.execute(
             LOG.insert().values(
                 seq=seq,

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# The main job end to end on the embedded default (SQLite; CUDA when a GPU is
+# present, else CPU): set up, make an example repository with a pull request,
+# qualify the PR, review a receipt, export it and verify it offline, audit.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PIP_DISABLE_PIP_VERSION_CHECK=1
+
+if [ ! -x .venv/bin/ledger ]; then
+  python3 -m venv .venv
+  .venv/bin/python -m pip install -q --upgrade pip
+  # CPU build of torch first; a plain torch requirement would pull a CUDA build.
+  .venv/bin/python -m pip install -q "torch==2.13.0" || .venv/bin/python -m pip install -q "torch>=2.4,<2.15"
+  .venv/bin/python -m pip install -q -e '.[runners,postgres]'
+fi
+# shellcheck disable=SC1091
+. .venv/bin/activate
+
+DEMO=${DEMO:-$PWD/.ledger-demo}
+rm -rf "$DEMO"
+mkdir -p "$DEMO"
+export LEDGER_DB="$DEMO/ledger.db" LEDGER_KEYS="$DEMO/keys"
+
+step() { printf '\n== %s\n' "$*"; }
+
+step "example repository with PR 1 (fetched from its remote on demand)"
+python -m runners.example_repo "$DEMO/repo"
+
+step "ledger init; runner and reviewer keys"
+ledger init
+ledger keys new runner --role runner
+ledger keys new reviewer --role reviewer
+
+step "ledger qualify --pr 1"
+set +e
+ledger qualify --pr 1 --repo "$DEMO/repo" --json > "$DEMO/qualify.json"
+qualified=$?
+set -e
+python - "$DEMO/qualify.json" <<'PY'
+import json, sys
+doc = json.load(open(sys.argv[1]))
+for r in doc["receipts"]:
+    print(f"{r['id'][:19]}  {r['claim']:<32} {r['outcome']}")
+PY
+
+step "ledger status --pr 1"
+ledger status --pr 1 --repo "$DEMO/repo" || true
+
+first=$(python -c "import json,sys; print(json.load(open(sys.argv[1]))['receipts'][0]['id'])" "$DEMO/qualify.json")
+step "review, export and offline verification of ${first:0:19}"
+ledger review "$first" --concur --note "numbers checked against the snapshot" --key reviewer
+ledger export "$first" -o "$DEMO/receipt.bundle.json"
+LEDGER_DB=/nonexistent ledger verify "$DEMO/receipt.bundle.json" --trust "$LEDGER_KEYS/ledger.pem"
+
+step "ledger audit"
+ledger audit
+exit $qualified
