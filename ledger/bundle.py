@@ -32,38 +32,30 @@ __all__ = ["BUNDLE_TYPE", "BundleReport", "export", "verify_bundle"]
 BUNDLE_TYPE = "application/vnd.ledger.bundle.v1+json"
 
 
-def _entry(store: Store, seq: int, body: str, keys: KeyDir | None, size: int) -> dict[str, Any]:
-    leaves = store.leaf_hashes(upto=size)
-    return {
-        "index": seq,
-        "body": body,
-        "proof": [h.hex() for h in merkle.inclusion_proof(seq, leaves)],
-    }
-
-
 def export(store: Store, ref: str, keys: KeyDir | None) -> bytes:
     entry = store.resolve(ref)
-    inc = inclusion(store, entry.seq, keys)
     reviews = store.review_entries([entry.entry_id]) if entry.kind == "receipt" else []
+    # A checkpoint covering the newest review too; signed afresh when the key is here.
+    inc = inclusion(store, max([entry.seq, *(r.seq for r in reviews)]), keys)
     reviews = [r for r in reviews if r.seq < inc.size]
+    leaves = store.leaf_hashes(upto=inc.size)
+
+    def item(seq: int, body: str) -> dict[str, Any]:
+        proof = merkle.inclusion_proof(seq, leaves)
+        return {"index": seq, "body": body, "proof": [h.hex() for h in proof]}
+
     signers: set[str] = set()
     for e in [entry, *reviews]:
-        env = json.loads(e.body)
-        signers.update(s["keyid"] for s in env["signatures"])
+        signers.update(s["keyid"] for s in json.loads(e.body)["signatures"])
     all_keys = store.keys()
-    key_infos = [all_keys[k] for k in sorted(signers) if k in all_keys]
-    key_infos.append(ledger_key(store))
-    key_entries = []
-    for info in key_infos:
-        row = next(store.entries_at([info.seq]))
-        key_entries.append(_entry(store, row.seq, row.body, keys, inc.size))
+    key_seqs = sorted({all_keys[k].seq for k in signers if k in all_keys} | {ledger_key(store).seq})
     doc = {
         "mediaType": BUNDLE_TYPE,
         "id": entry.entry_id,
         "checkpoint": inc.note.decode(),
-        "entry": {"index": entry.seq, "body": entry.body, "proof": [h.hex() for h in inc.proof]},
-        "reviews": [_entry(store, r.seq, r.body, keys, inc.size) for r in reviews],
-        "keys": key_entries,
+        "entry": item(entry.seq, entry.body),
+        "reviews": [item(r.seq, r.body) for r in reviews],
+        "keys": [item(k.seq, k.body) for k in store.entries_at(key_seqs)],
     }
     return canonical_bytes(doc)
 
@@ -79,6 +71,10 @@ class BundleReport:
     """Which trusted key the verification rests on."""
     statement: dict[str, Any]
     reviews: list[dict[str, Any]] = field(default_factory=list)
+    """Reviews logged up to `log_size`, vouched for by a trusted ledger key.
+    Each is proven to be in the log; that the list is complete is not."""
+    unanchored_reviews: list[dict[str, Any]] = field(default_factory=list)
+    """Reviews in a log no trusted key vouches for (anchor = the signer): shown, never counted."""
 
 
 def _fail(reason: str) -> VerificationError:
@@ -157,14 +153,20 @@ def verify_bundle(raw: bytes, trust: list[Ed25519PublicKey]) -> BundleReport:
             body["keyid"], body["name"], body["role"], pub, int(item["index"])
         )
 
+    # The checkpoint must be signed by the bundle's own ledger key whatever the
+    # anchor; only a trusted ledger key makes the log (and so its reviews) vouched for.
     anchor = None
-    for kid, info in keys.items():
-        if info.role == "ledger" and kid in trusted:
-            try:
-                verify_checkpoint(note, key_name=info.name, public_key=info.public)
-            except CheckpointError as e:
-                raise _fail(f"checkpoint: {e}") from None
-            anchor = f"ledger key {info.name} ({kid[:12]})"
+    ledger_keys = [k for k in keys.values() if k.role == "ledger"]
+    if not ledger_keys:
+        raise _fail("no ledger key entry: the checkpoint cannot be checked")
+    for info in ledger_keys:
+        try:
+            verify_checkpoint(note, key_name=info.name, public_key=info.public)
+        except CheckpointError as e:
+            raise _fail(f"checkpoint: {e}") from None
+        if info.keyid in trusted:
+            anchor = f"ledger key {info.name} ({info.keyid[:12]})"
+    log_anchored = anchor is not None
 
     body = included(entry, "entry")
     try:
@@ -203,7 +205,7 @@ def verify_bundle(raw: bytes, trust: list[Ed25519PublicKey]) -> BundleReport:
         assert isinstance(rv.statement, ReviewStatement)
         if rv.statement.predicate.receipt != v.id:
             raise _fail(f"reviews[{i}] reviews another receipt")
-        report.reviews.append(
+        (report.reviews if log_anchored else report.unanchored_reviews).append(
             {
                 "id": rv.id,
                 "verdict": rv.statement.predicate.verdict,

@@ -652,6 +652,8 @@ def verify(target: str, trust: Sequence[str], db: str | None, as_json: bool) -> 
             "claim": rep.statement.get("predicate", {}).get("claim"),
             "outcome": rep.statement.get("predicate", {}).get("outcome"),
             "reviews": rep.reviews,
+            "unanchored_reviews": rep.unanchored_reviews,
+            "reviews_as_of_log_size": rep.log_size,
         }
     else:
         from ledger.verify import verify_in_ledger
@@ -662,10 +664,15 @@ def verify(target: str, trust: Sequence[str], db: str | None, as_json: bool) -> 
         return
     click.echo(f"verified {doc['id']}")
     for k, v in doc.items():
-        if k not in ("verified", "id", "reviews"):
+        if k not in ("verified", "id", "reviews", "unanchored_reviews"):
             click.echo(f"  {k}: {v}")
     for r in doc.get("reviews", []):
         click.echo(f"  review {r['id'][:19]}: {r['verdict']} by {r['signer'][:12]}")
+    for r in doc.get("unanchored_reviews", []):
+        click.echo(
+            f"  unanchored review {r['id'][:19]}: {r['verdict']} by {r['signer'][:12]}"
+            " (its log is not vouched for by a trusted ledger key; not counted)"
+        )
 
 
 @cli.command()

@@ -239,12 +239,11 @@ def test_changed_bytes_against_the_signer_key_stay_in_the_checkpoint_note(
     assert set(passed) <= checkpoint_unsigned_span(raw)
 
 
-def test_signer_anchor_leaves_the_checkpoint_signature_unchecked(
+def test_checkpoint_signature_is_checked_whatever_the_anchor(
     exported: Exported, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Current behaviour, a known gap: when the anchor is the signer, nobody
-    checks the checkpoint's signature, so a broken one still verifies and the
-    reported log origin is whatever the file says."""
+    """The checkpoint must hold under the bundle's own ledger key entry even
+    when the trust anchor is the receipt's signer."""
     raw = exported.bundle.read_bytes()
     doc = json.loads(raw)
     sig_at = doc["checkpoint"].index("\n\n— ledger ") + len("\n\n— ledger ") + 10
@@ -256,7 +255,9 @@ def test_signer_anchor_leaves_the_checkpoint_signature_unchecked(
     r = verify(capsys, broken, exported.keys / "ledger.pem")
     assert_refused(r)
     assert "checkpoint:" in r.err
-    assert ok(verify(capsys, broken, exported.keys / "runner.pem")).code == 0
+    r = verify(capsys, broken, exported.keys / "runner.pem")
+    assert_refused(r)
+    assert "checkpoint:" in r.err
 
 
 # --- what a bundle does not bind -----------------------------------------------------------
@@ -302,20 +303,15 @@ def test_dropping_a_review_is_not_detected(
     assert verdicts(capsys, dropped, trust) == ["concur"]
 
 
-def test_export_leaves_out_reviews_newer_than_the_checkpoint(
+def test_export_covers_reviews_newer_than_the_checkpoint(
     exported: Exported, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Current behaviour, a known gap: export proves entries against the newest
-    checkpoint and silently leaves out reviews logged after it, a dispute
-    included, until someone runs `ledger log checkpoint`."""
+    """A review logged after the newest checkpoint (here a dispute) makes
+    export sign a fresh checkpoint, so the bundle carries it."""
     dispute(capsys, exported)
     trust = exported.keys / "ledger.pem"
     again = tmp_path / "again.json"
-    export = ("export", exported.id, "-o", str(again), "--db", exported.db)
-    ledger(capsys, *export)
-    assert verdicts(capsys, again, trust) == ["concur"]
-    ledger(capsys, "log checkpoint --db", exported.db)
-    ledger(capsys, *export)
+    ledger(capsys, "export", exported.id, "-o", str(again), "--db", exported.db)
     assert verdicts(capsys, again, trust) == ["concur", "dispute"]
 
 
@@ -325,11 +321,10 @@ def test_signer_anchor_accepts_reviews_from_another_log(
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Current behaviour, a known gap: trusting only the signer, the log that
-    vouches for the reviews is unauthenticated. Anyone can log the genuine
-    receipt in a ledger of their own, add reviews by keys of their own, and
-    export a bundle that verifies with the signer's key, listing those reviews
-    beside the real anchor. The ledger key refuses it."""
+    """Trusting only the signer, the log that holds the reviews is not vouched
+    for: anyone can log the genuine receipt in a ledger of their own and add
+    reviews by keys of their own. The receipt verifies; those reviews are
+    shown apart as unanchored and never as reviews. The ledger key refuses it."""
     doc = json.loads(exported.bundle.read_bytes())
     envelope = tmp_path / "envelope.json"
     envelope.write_text(doc["entry"]["body"])
@@ -349,5 +344,6 @@ def test_signer_anchor_accepts_reviews_from_another_log(
     runner = str(exported.keys / "runner.pem")
     shown = json.loads(ledger(capsys, "verify --json", str(forged), "--trust", runner).out)
     assert shown["anchor"].startswith("signer runner (")
-    assert [rv["note"] for rv in shown["reviews"]] == ["looks great"]
+    assert shown["reviews"] == []
+    assert [rv["note"] for rv in shown["unanchored_reviews"]] == ["looks great"]
     assert_refused(verify(capsys, forged, exported.keys / "ledger.pem"))
