@@ -150,6 +150,22 @@ def keys_list(db: str | None, as_json: bool) -> None:
         click.echo(f"{r['keyid'][:16]}  {r['role']:<8}  {r['name']:<16}  {state}{mine}")
 
 
+@keys.command("export")
+@click.argument("name")
+@db_option
+def keys_export(name: str, db: str | None) -> None:
+    """Print a registered key's public PEM (for `verify --trust` and `keys add` elsewhere)."""
+    from ledger.keys import public_pem
+
+    store = _store(db)
+    live = [
+        k for k in store.keys().values() if name in (k.name, k.keyid) or k.keyid.startswith(name)
+    ]
+    if len(live) != 1:
+        raise UsageError(f"{name!r} matches {len(live)} registered keys; give a name or key id")
+    click.echo(public_pem(live[0].public).decode(), nl=False)
+
+
 @keys.command("revoke")
 @click.argument("keyid")
 @click.option("--reason", required=True, help="Why; recorded in the log.")

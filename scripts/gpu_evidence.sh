@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Run on a GPU host (through the device tool): qualify the example PR on CUDA,
+# sign the receipts there, export one bundle per receipt, run the device smoke
+# (harness overhead, estimator ratios), and pack it all as $OUT/evidence.tgz.
+# Private keys stay on the host and are never packed.
+#   usage: scripts/gpu_evidence.sh single|mesh
+set -euo pipefail
+MODE=${1:-single}
+cd "$(dirname "$0")/.."
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
+export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
+E=/tmp/evidence-$MODE
+rm -rf "$E" && mkdir -p "$E/bundles"
+export LEDGER_DB=$E/ledger.db LEDGER_KEYS=/tmp/keys-$MODE
+L() { python3 -m ledger "$@"; }
+nvidia-smi --query-gpu=name,uuid,driver_version,memory.total --format=csv > "$E/nvidia-smi.csv"
+python3 -m runners.example_repo /tmp/ex-$MODE > "$E/example_repo.txt"
+L init
+L keys new "h200-$MODE" --role runner
+if [ "$MODE" = mesh ]; then
+  cat > /tmp/mesh-plan.toml <<'TOML'
+workload = "model.workload:make_workload"
+[[claims]]
+name = "mesh.handoff-in-place"
+check = "mesh-handoff"
+params = { mode = "keep" }
+[[claims]]
+name = "mesh.handoff-allgather"
+check = "mesh-handoff"
+params = { mode = "gather" }
+TOML
+  PLAN=(--plan /tmp/mesh-plan.toml)
+else
+  PLAN=()
+fi
+set +e
+L qualify --pr 1 --repo /tmp/ex-$MODE --device cuda --key "h200-$MODE" "${PLAN[@]}" --json \
+  > "$E/qualify.json" 2> "$E/qualify.log"
+echo "qualify exit $?" | tee -a "$E/qualify.log"
+set -e
+L log checkpoint > "$E/checkpoint.txt"
+python3 - "$E" <<'PY'
+import json, subprocess, sys
+e = sys.argv[1]
+for r in json.load(open(f"{e}/qualify.json"))["receipts"]:
+    short = r["id"][7:19]
+    subprocess.run([sys.executable, "-m", "ledger", "export", r["id"], "-o", f"{e}/bundles/{short}.json"], check=True)
+PY
+L keys export ledger > "$E/ledger.pub.pem"
+L keys export "h200-$MODE" > "$E/runner.pub.pem"
+L status --pr 1 --repo /tmp/ex-$MODE "${PLAN[@]}" > "$E/status.txt" || true
+L audit > "$E/audit.txt"
+if [ "$MODE" = single ]; then
+  python3 -m runners.device_scripts.gpu_smoke --out "$E/smoke" --device cuda --size medium > "$E/smoke.log" 2>&1 || echo "smoke exit $?" >> "$E/smoke.log"
+fi
+tar czf "$OUT/evidence-$MODE.tgz" -C "$E" .
+tail -5 "$E/qualify.log"; cat "$E/status.txt" | head -30
