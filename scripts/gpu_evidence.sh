@@ -50,8 +50,12 @@ L keys export ledger > "$E/ledger.pub.pem"
 L keys export "h200-$MODE" > "$E/runner.pub.pem"
 L status --pr 1 --repo /tmp/ex-$MODE "${PLAN[@]}" > "$E/status.txt" || true
 L audit > "$E/audit.txt"
-if [ "$MODE" = single ]; then
-  python3 -m runners.device_scripts.gpu_smoke --out "$E/smoke" --device cuda --size medium > "$E/smoke.log" 2>&1 || echo "smoke exit $?" >> "$E/smoke.log"
-fi
 tar czf "$OUT/evidence-$MODE.tgz" -C "$E" .
-tail -5 "$E/qualify.log"; cat "$E/status.txt" | head -30
+tail -5 "$E/qualify.log"; head -30 "$E/status.txt"
+if [ "$MODE" = single ]; then
+  S=/tmp/smoke && rm -rf $S && mkdir -p $S
+  timeout "${SMOKE_S:-240}" python3 -m runners.device_scripts.gpu_smoke --out "$S" --device cuda \
+    --size medium > "$S/smoke.log" 2>&1 || echo "smoke exit $?" >> "$S/smoke.log"
+  tar czf "$OUT/smoke.tgz" -C "$S" .
+  tail -5 "$S/smoke.log"
+fi
