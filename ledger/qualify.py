@@ -110,7 +110,8 @@ def qualify(
     progress: Callable[[str], None],
 ) -> QualifyRun:
     try:
-        from runners.api import UnknownCheck, run_claim
+        from runners.api import check_names
+        from runners.isolated import run_claim_isolated
     except ImportError as e:
         raise UsageError(f"qualify needs the runners extra (torch): {e}") from None
 
@@ -129,6 +130,10 @@ def qualify(
         unknown = sorted(set(claims) - {c.name for c in plan.claims})
         if unknown:
             raise InputError(f"claims not in the plan: {', '.join(unknown)}")
+        for c in asked:
+            if c.check not in check_names():
+                known = ", ".join(check_names())
+                raise InputError(f"plan claim {c.name}: unknown check {c.check!r} ({known})")
         base_ctx: contextlib.AbstractContextManager[Path | None] = contextlib.nullcontext(None)
         if (
             revision.base
@@ -142,22 +147,19 @@ def qualify(
                 t0 = time.monotonic()
                 tag = f"[{i}/{len(asked)}]"
                 progress(f"{tag} {claim.name} ({claim.check}) ...")
-                try:
-                    results = run_claim(
-                        claim=claim.name,
-                        check=claim.check,
-                        params=dict(claim.params),
-                        repo_root=root,
-                        workload_ref=claim.workload or plan.workload or "",
-                        workload_params=dict(plan.workload_params),
-                        device=device,
-                        observer_off_required=claim.observer_off,
-                        base_root=base_root,
-                        progress=_prefixed(progress, tag + "  "),
-                        artifact_dir=artifacts,
-                    )
-                except UnknownCheck as e:
-                    raise InputError(f"plan claim {claim.name}: unknown check {e}") from None
+                results = run_claim_isolated(
+                    claim=claim.name,
+                    check=claim.check,
+                    params=dict(claim.params),
+                    repo_root=root,
+                    workload_ref=claim.workload or plan.workload or "",
+                    workload_params=dict(plan.workload_params),
+                    device=device,
+                    observer_off_required=claim.observer_off,
+                    base_root=base_root,
+                    progress=_prefixed(progress, tag + "  "),
+                    artifact_dir=artifacts,
+                )
                 stmts = [build_statement(revision.source(), _facts(r, store)) for r in results]
                 for rec, r in zip(record_statement(store, stmts, key), results, strict=True):
                     out.append((rec.id, r.claim, r.outcome))

@@ -1,0 +1,139 @@
+"""`ledger qualify` end to end on the example repository (real git, real torch on CPU)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import git
+import pytest
+
+from runners.example_repo import make_example_repo
+from tests.ledger.helpers import run
+
+FAST = ("--claim", "cleanup.all-released", "--claim", "regression.24view-nograd")
+
+
+@pytest.fixture
+def example(
+    tmp_path: Path,
+    key_dir: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> Path:
+    monkeypatch.setenv("LEDGER_DB", str(tmp_path / "l.db"))
+    assert run(capsys, "init").code == 0
+    assert run(capsys, "keys", "new", "runner", "--role", "runner").code == 0
+    return make_example_repo(tmp_path / "repo").path
+
+
+def _worktrees(repo: Path) -> list[str]:
+    out = git.Repo(repo).git.worktree("list", "--porcelain")
+    return [line for line in out.splitlines() if line.startswith("worktree ")]
+
+
+def test_qualify_pr_records_receipts_and_prints_status(
+    example: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    r = run(capsys, "qualify", "--pr", "1", "--repo", str(example), *FAST, "--json")
+    assert r.code == 0, r.err
+    doc = json.loads(r.out)
+    assert [x["outcome"] for x in doc["receipts"]] == ["passed", "passed"]
+    assert doc["status"]["qualified"] is True
+    assert "[1/2] regression.24view-nograd" in r.err and "[2/2]" in r.err  # progress: stderr
+    assert len(_worktrees(example)) == 1  # the temporary worktree is gone
+    shown = json.loads(run(capsys, "show", doc["receipts"][0]["id"], "--json").out)
+    p = shown["statement"]["predicate"]
+    assert p["source"]["pr"] == 1 and p["cleanup"]["complete"] is True
+    assert p["scope"]["device_kind"] == "cpu" and p["scope"]["workload"] == "moe-lora"
+    st = run(
+        capsys, "status", "--pr", "1", "--repo", str(example), "--claim", "cleanup.all-released"
+    )
+    assert st.code == 0 and "qualified" in st.out
+
+
+def test_cuda_asked_without_a_gpu_is_an_infra_error(
+    example: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present")
+    r = run(
+        capsys,
+        "qualify",
+        "--pr",
+        "1",
+        "--repo",
+        str(example),
+        "--device",
+        "cuda",
+        "--claim",
+        "cleanup.all-released",
+        "--json",
+    )
+    assert r.code == 1
+    doc = json.loads(r.out)
+    assert doc["receipts"][0]["outcome"] == "infra-error"
+    [row] = [c for c in doc["status"]["claims"] if c["scope_role"] == "required"]
+    assert row["state"] == "not-run"
+
+
+def test_broken_plans_are_refused_before_anything_runs(
+    example: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = tmp_path / "plan.toml"
+    bad.write_text('[[claims]]\nname = "x"\ncheck = "no-such-check"\n')
+    r = run(capsys, "qualify", "--pr", "1", "--repo", str(example), "--plan", str(bad))
+    assert r.code == 1 and "unknown check 'no-such-check'" in r.err
+    bad.write_text('[[claims]]\nname = "x"\ncheck = "cleanup"\ncarry_over = "forever"\n')
+    r = run(capsys, "qualify", "--pr", "1", "--repo", str(example), "--plan", str(bad))
+    assert r.code == 1 and "carry_over" in r.err and r.err.count("\n") == 1
+    r = run(capsys, "qualify", "--pr", "1", "--repo", str(example), "--claim", "nope")
+    assert r.code == 1 and "not in the plan" in r.err
+    assert json.loads(run(capsys, "audit", "--json").out)["entries"] == 2  # only the keys
+    assert len(_worktrees(example)) == 1
+
+
+def test_ctrl_c_leaves_no_worktree_process_or_receipt(
+    example: Path, tmp_path: Path, key_dir: Path
+) -> None:
+    env = {**os.environ, "LEDGER_DB": str(tmp_path / "l.db"), "LEDGER_KEYS": str(key_dir)}
+    p = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "ledger",
+            "qualify",
+            "--pr",
+            "1",
+            "--repo",
+            str(example),
+            "--claim",
+            "admission.no-oom-after-admit",
+        ],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert p.stderr is not None
+    for line in p.stderr:  # wait until the check is running in its child process
+        if "admission forward" in line or "setup moe-lora" in line:
+            break
+    p.send_signal(signal.SIGINT)
+    _, err = p.communicate(timeout=60)
+    assert p.returncode == 130, err
+    assert len(_worktrees(example)) == 1
+    time.sleep(0.5)
+    ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+    assert "runners.isolated" not in ps
+    audit = subprocess.run(
+        [sys.executable, "-m", "ledger", "audit", "--json"], env=env, capture_output=True, text=True
+    )
+    assert json.loads(audit.stdout)["entries"] == 2, audit.stdout

@@ -1,0 +1,52 @@
+"""Claims run in a child process: results come back intact, a dying child is an infra-error."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from runners.isolated import run_claim_isolated
+
+KILLER = """
+import os, signal
+from runners.workloads.moe import make_workload as _make
+
+def make_workload(**params):
+    os.kill(os.getpid(), signal.SIGKILL)  # a crash no Python handler can catch
+    return _make(**params)
+"""
+
+
+def _run(root: Path, ref: str, msgs: list[str]) -> list:  # type: ignore[type-arg]
+    return run_claim_isolated(
+        progress=msgs.append,
+        device="cpu",
+        claim="cleanup.all-released",
+        check="cleanup",
+        params={"batch": 1, "seq": 8},
+        repo_root=root,
+        workload_ref=ref,
+        workload_params={},
+        observer_off_required=False,
+        base_root=None,
+        artifact_dir=None,
+    )
+
+
+def test_results_and_progress_cross_the_process_boundary(tmp_path: Path) -> None:
+    msgs: list[str] = []
+    [r] = _run(Path(__file__).resolve().parents[2], "runners.workloads.moe:make_workload", msgs)
+    assert r.outcome == "passed", r.reason
+    assert any("cleanup" in m for m in msgs)
+    own = r.cleanup.resources[-1]
+    assert own.kind == "process" and own.released and "reaped" in own.proof
+    assert r.cleanup.complete
+    assert isinstance(r.measurements, dict) and r.scope["device_kind"] == "cpu"
+
+
+def test_a_child_killed_by_a_signal_is_an_infra_error(tmp_path: Path) -> None:
+    (tmp_path / "killer.py").write_text(KILLER)
+    msgs: list[str] = []
+    [r] = _run(tmp_path, "killer:make_workload", msgs)
+    assert r.outcome == "infra-error"
+    assert r.reason is not None and "killed by signal 9" in r.reason
+    assert r.cleanup.resources[-1].released and not r.cleanup.complete
