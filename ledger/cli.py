@@ -206,17 +206,6 @@ def _rev_options(f: F) -> F:
     return f
 
 
-def _plan_paths(repo: Any, plan: Path | None) -> list[str]:
-    """Package globs from the plan, when the repository has one."""
-    from ledger.plan import load_plan
-
-    path = plan or Path(repo.working_tree_dir or ".") / "qualification.toml"
-    if not path.is_file():
-        return []
-    package = load_plan(path).package
-    return list(package.paths) if package else []
-
-
 @cli.command()
 @click.option("--claim", required=True, help="What is asserted, e.g. admission.no-oom-after-admit.")
 @_rev_options
@@ -322,7 +311,7 @@ def attest(
         Supersedes(id=store.resolve(s).entry_id, reason=supersedes_reason or "") for s in supersedes
     ]
     repository = src.open_repo(repo)
-    revision = src.resolve(repository, rev=rev, pr=pr, package_paths=_plan_paths(repository, plan))
+    revision = src.with_package(repository, src.resolve(repository, rev=rev, pr=pr), plan)
     facts = Facts(
         claim=claim,
         check=check_name or claim,

@@ -10,6 +10,7 @@ imported here lazily, through `runners`, and nowhere else in `ledger`.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import shutil
 import tempfile
 import time
@@ -124,8 +125,10 @@ def qualify(
             raise InputError(f"no {PLAN_FILE} at {head.commit[:12]}; pass --plan FILE")
         plan = load_plan(path)
         paths = list(plan.package.paths) if plan.package else []
-        revision = src.resolve(repo, rev=head.commit, package_paths=paths)
-        revision = src.Revision(**{**asdict(revision), "pr": pr})
+        full = src.resolve(repo, rev=head.commit, package_paths=paths)
+        # The checks run on a fresh worktree of the commit: clean by construction,
+        # whatever state the caller's own work tree is in.
+        revision = dataclasses.replace(full, pr=pr, dirty=False)
         asked = [c for c in plan.claims if not claims or c.name in claims]
         unknown = sorted(set(claims) - {c.name for c in plan.claims})
         if unknown:

@@ -3,6 +3,7 @@ merge-base, PR head, dirty flag and package identity."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 import re
@@ -16,16 +17,21 @@ import git
 from ledger.canonical import canonical_bytes
 from ledger.errors import NotFoundError, UsageError
 from ledger.models import PackageIdentity, Source
+from ledger.plan import Plan, load_plan, parse_plan
 
 __all__ = [
+    "PLAN_FILE",
     "Revision",
     "glob_regex",
     "open_repo",
     "package_digest_of_dir",
     "package_identity",
+    "plan_at",
     "resolve",
+    "with_package",
 ]
 
+PLAN_FILE = "qualification.toml"
 PR_REFS = ("refs/pull/{n}/head", "refs/merge-requests/{n}/head")
 
 
@@ -147,6 +153,27 @@ def resolve(
         dirty=dirty,
         package=package,
     )
+
+
+def plan_at(repo: git.Repo, commit: str, override: Path | None) -> Plan | None:
+    """The plan as committed at the revision (or --plan FILE); None when there is none."""
+    if override is not None:
+        return load_plan(override)
+    try:
+        blob = repo.commit(commit).tree / PLAN_FILE
+    except KeyError:
+        return None
+    return parse_plan(blob.data_stream.read().decode(), f"{PLAN_FILE} at {commit[:12]}")
+
+
+def with_package(repo: git.Repo, revision: Revision, plan_file: Path | None) -> Revision:
+    """The revision with the package identity its plan defines (the plan as
+    committed at the revision, or `plan_file`); unchanged without a package."""
+    plan = plan_at(repo, revision.commit, plan_file)
+    if plan is None or plan.package is None:
+        return revision
+    package = package_identity(repo.commit(revision.commit), plan.package.paths)
+    return dataclasses.replace(revision, package=package)
 
 
 @lru_cache(maxsize=256)

@@ -12,13 +12,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import git
-
 from ledger import source as src
 from ledger.errors import Error
 from ledger.ingest import verify_envelope
 from ledger.models import Envelope, QualificationStatement, ReviewStatement
-from ledger.plan import Plan, load_plan, parse_plan
+from ledger.plan import Plan
 from ledger.qualification import (
     HistoryItem,
     ReceiptEvidence,
@@ -28,23 +26,11 @@ from ledger.qualification import (
     evaluate,
     history,
 )
+from ledger.source import PLAN_FILE, plan_at
 from ledger.store.store import KeyInfo, Store
 from ledger.verify import keys_at
 
-__all__ = ["Query", "load_evidence", "plan_at", "query_history", "query_status"]
-
-PLAN_FILE = "qualification.toml"
-
-
-def plan_at(repo: git.Repo, commit: str, override: Path | None) -> Plan | None:
-    """The plan as committed at the revision (or --plan FILE); None when there is none."""
-    if override is not None:
-        return load_plan(override)
-    try:
-        blob = repo.commit(commit).tree / PLAN_FILE
-    except KeyError:
-        return None
-    return parse_plan(blob.data_stream.read().decode(), f"{PLAN_FILE} at {commit[:12]}")
+__all__ = ["PLAN_FILE", "Query", "load_evidence", "query_history", "query_status"]
 
 
 @dataclass(frozen=True, slots=True)
