@@ -1,9 +1,11 @@
 """A self-contained example repository to qualify: the reference workload under git.
 
 `make_example_repo` creates a real git repository holding a package ``model/``
-(a copy of the reference MoE workload: ``model/workload.py`` exposing
-``make_workload`` and ``model/estimator.py``) and a ``qualification.toml`` with
-one claim per shipped check, sized to run in well under a minute on a CPU.
+(a verbatim copy of the reference MoE workload: ``model/workload.py`` exposing
+``make_workload`` and ``model/estimator.py``, so both commits carry its admission
+rule, including the CUDA allowance for memory outside the allocator's pool) and a
+``qualification.toml`` with one claim per shipped check, sized to run in well under
+a minute on a CPU.
 
 History (author, committer and dates are fixed, so commit ids depend only on the
 content):

@@ -10,7 +10,7 @@ proven release), `nvml` (optional NVML access).
 from runners.harness.cleanup import ResourceRegistry
 from runners.harness.determinism import apply_determinism
 from runners.harness.fingerprint import Fingerprint, fingerprint
-from runners.harness.observer import ObserverSession
+from runners.harness.observer import ObserverError, ObserverSession
 from runners.harness.oom import Captured, StepOutcome, capture
 from runners.harness.probe import (
     CpuProbe,
@@ -30,6 +30,7 @@ __all__ = [
     "Fingerprint",
     "MemoryProbe",
     "MemorySample",
+    "ObserverError",
     "ObserverSession",
     "PeakIncrement",
     "ResourceRegistry",

@@ -320,9 +320,37 @@ def estimate(
     return MemoryEstimate(predicted_bytes=sum(terms.values()), terms=terms)
 
 
-def reserve_bytes(free_bytes: int, *, reserve_permille: int, reserve_min_bytes: int) -> int:
-    """``max(reserve_min_bytes, free_bytes * reserve_permille // 1000)``."""
-    return max(reserve_min_bytes, max(free_bytes, 0) * reserve_permille // 1000)
+CUDA_OUTSIDE_POOL_RESERVE_BYTES = 512 * 1024 * 1024
+"""Admission allowance on CUDA for device memory taken outside the caching allocator's
+pool while a phase runs, which `estimate` (an increment inside the pool) does not and
+cannot price: with lazy module loading (``CUDA_MODULE_LOADING=LAZY``, the default since
+CUDA 11.7/12.2) a kernel's module is loaded into device memory on its first launch, so
+the first phase that uses a kernel pays for it; the CUDA context grows (local memory
+for kernels with larger stack frames, printf/malloc heaps); and cuBLAS, cuBLASLt and
+cuDNN handles take memory of their own when first created on a thread. None of this
+shows in the allocator's counters, and an allocation that finds the device full
+during module loading fails as a sticky ``CUDA error: unknown error`` that poisons the
+process rather than as a catchable out-of-memory error. The sizes depend on the
+driver, the toolkit and which kernels the library picks, so this is a stated allowance,
+not a prediction; CPU runs have nothing outside the budget and take no allowance."""
+
+
+def reserve_bytes(
+    free_bytes: int,
+    *,
+    reserve_permille: int,
+    reserve_min_bytes: int,
+    outside_pool_bytes: int = 0,
+) -> int:
+    """``max(reserve_min_bytes, free_bytes * reserve_permille // 1000) + outside_pool_bytes``.
+
+    ``outside_pool_bytes`` is the allowance for device memory used outside the
+    allocator's pool (`CUDA_OUTSIDE_POOL_RESERVE_BYTES` on CUDA, 0 on the CPU).
+    """
+    if outside_pool_bytes < 0:
+        raise ValueError(f"outside_pool_bytes must be >= 0, got {outside_pool_bytes}")
+    proportional = max(reserve_min_bytes, max(free_bytes, 0) * reserve_permille // 1000)
+    return proportional + outside_pool_bytes
 
 
 def admit(
@@ -332,14 +360,19 @@ def admit(
     *,
     reserve_permille: int,
     reserve_min_bytes: int,
+    outside_pool_bytes: int = 0,
 ) -> AdmissionDecision:
-    """Admit ``shape`` iff ``estimate_of(shape)`` fits ``free_bytes`` less the reserve.
+    """Admit ``shape`` iff ``estimate_of(shape)`` fits ``free_bytes`` less the reserve
+    (`reserve_bytes`, including the ``outside_pool_bytes`` allowance).
 
     A refusal suggests the fewest equal chunks of whole sequences (or, for a single
     sequence, of tokens) whose estimate fits, or says that none does.
     """
     reserve = reserve_bytes(
-        free_bytes, reserve_permille=reserve_permille, reserve_min_bytes=reserve_min_bytes
+        free_bytes,
+        reserve_permille=reserve_permille,
+        reserve_min_bytes=reserve_min_bytes,
+        outside_pool_bytes=outside_pool_bytes,
     )
     usable = free_bytes - reserve
     predicted = estimate_of(shape).predicted_bytes

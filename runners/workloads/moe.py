@@ -64,6 +64,11 @@ class MoEConfig:
     """Admission reserve as a fraction of free bytes, in thousandths."""
     reserve_min_bytes: int = 1 << 20
     """Admission reserve floor in bytes."""
+    reserve_outside_pool_bytes: int = _estimator.CUDA_OUTSIDE_POOL_RESERVE_BYTES
+    """Admission allowance, on CUDA devices only, for device memory taken outside the
+    caching allocator's pool (lazy kernel module loading, CUDA context growth, library
+    handles; see `estimator.CUDA_OUTSIDE_POOL_RESERVE_BYTES`). Added to the reserve
+    above; a CPU device takes none, whatever this says."""
 
     def __post_init__(self) -> None:
         if self.dtype not in DTYPES:
@@ -77,6 +82,8 @@ class MoEConfig:
                 raise ValueError(f"{name} must be >= 1")
         if not 0 <= self.reserve_permille < 1000 or self.reserve_min_bytes < 0:
             raise ValueError("reserve_permille must be in [0, 1000) and reserve_min_bytes >= 0")
+        if self.reserve_outside_pool_bytes < 0:
+            raise ValueError("reserve_outside_pool_bytes must be >= 0")
 
     @property
     def torch_dtype(self) -> torch.dtype:
@@ -288,14 +295,23 @@ class MoEWorkload:
             _estimator.Dims.of(self.config), shape, phase, kind, cold_threads=cold
         )
 
+    def outside_pool_reserve_bytes(self) -> int:
+        """The admission allowance for memory outside the allocator's pool: the configured
+        `MoEConfig.reserve_outside_pool_bytes` on a CUDA device, 0 otherwise."""
+        on_cuda = self.device is not None and self.device.type == "cuda"
+        return self.config.reserve_outside_pool_bytes if on_cuda else 0
+
     def admit(self, shape: Shape, phase: Phase, free_bytes: int) -> AdmissionDecision:
-        """Admit iff the estimate fits ``free_bytes`` less the reserve (`estimator.admit`)."""
+        """Admit iff the estimate fits ``free_bytes`` less the reserve (`estimator.admit`):
+        ``max(reserve_min_bytes, free * reserve_permille / 1000)``, plus on CUDA the
+        allowance for memory outside the allocator's pool."""
         return _estimator.admit(
             lambda s: self.estimate(s, phase),
             shape,
             free_bytes,
             reserve_permille=self.config.reserve_permille,
             reserve_min_bytes=self.config.reserve_min_bytes,
+            outside_pool_bytes=self.outside_pool_reserve_bytes(),
         )
 
     def forward(self, batch: Batch, *, grad: bool) -> ForwardOutputs:

@@ -98,6 +98,9 @@ def test_base_and_head_workloads_load_one_after_the_other(tmp_path: Path) -> Non
     # The pull request halves the margin: the same walk, a smaller prediction.
     assert head.estimate(shape, "forward_backward").predicted_bytes < base_predicted
     assert head.digest() != base.digest()
+    # Both commits carry the CUDA allowance for memory outside the allocator's pool.
+    for w in (base, head):
+        assert vars(w)["config"].reserve_outside_pool_bytes == 512 << 20
 
 
 def test_cli_prints_what_it_made(tmp_path: Path) -> None:

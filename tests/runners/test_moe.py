@@ -369,3 +369,41 @@ def test_estimate_is_safe_on_cuda_cold_and_warm(dtype: str) -> None:
 
 if __name__ == "__main__":
     print_tightness_table()
+
+
+def test_cuda_admission_reserves_for_memory_outside_the_pool(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The H200 counterexample: a cold forward_nograd 1x64 predicted at about 35 MB (35,049,269
+    # bytes with the pull request's 1/16 margin) was admitted with 37,041,306 usable bytes
+    # and then failed while kernel modules loaded outside the allocator's pool.
+    monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    monkeypatch.delenv("CUBLASLT_WORKSPACE_SIZE", raising=False)
+    w = make_workload(d_model=64, n_layers=2)
+    shape = Shape(batch=1, seq=64)
+    w.device = torch.device("cuda", 0)  # estimate and admit only; nothing runs
+    predicted = w.estimate(shape, "forward_nograd").predicted_bytes
+    allowance = estimator.CUDA_OUTSIDE_POOL_RESERVE_BYTES
+    assert w.outside_pool_reserve_bytes() == allowance == 512 << 20
+    free = -(-37_041_306 * 1000 // 950)  # free memory that left 37,041,306 usable before
+    edge = w.admit(shape, "forward_nograd", free)
+    assert not edge.admitted and edge.predicted_bytes == predicted
+    assert edge.reserve_bytes == max(1 << 20, free * 50 // 1000) + allowance
+    roomy = predicted + allowance + (8 << 20)
+    ok = w.admit(shape, "forward_nograd", roomy * 2)
+    assert ok.admitted and ok.usable_bytes == roomy * 2 - ok.reserve_bytes
+    assert ok.reserve_bytes == max(1 << 20, roomy * 2 * 50 // 1000) + allowance
+
+    # Configurable, including off; never applied to a CPU device.
+    off = make_workload(reserve_outside_pool_bytes=0)
+    off.device = torch.device("cuda", 0)
+    assert off.admit(shape, "forward_nograd", free).reserve_bytes == max(1 << 20, free * 50 // 1000)
+    cpu = make_workload()
+    assert cpu.outside_pool_reserve_bytes() == 0
+    cpu.setup(CPU, 0)
+    assert cpu.outside_pool_reserve_bytes() == 0
+    assert cpu.admit(shape, "forward_nograd", free).reserve_bytes == max(1 << 20, free * 50 // 1000)
+    with pytest.raises(ValueError, match="reserve_outside_pool_bytes"):
+        MoEConfig(reserve_outside_pool_bytes=-1)
+    with pytest.raises(ValueError, match="outside_pool_bytes"):
+        estimator.reserve_bytes(0, reserve_permille=0, reserve_min_bytes=0, outside_pool_bytes=-1)
