@@ -10,6 +10,7 @@ recorded, not enforced.
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 
 import torch
@@ -44,7 +45,8 @@ def tensor_sha256(t: torch.Tensor) -> str:
     """sha256 hex of a tensor's bytes (CPU, contiguous), with dtype and shape."""
     c = t.detach().to("cpu").contiguous()
     h = hashlib.sha256(f"{c.dtype}:{tuple(c.shape)}:".encode())
-    h.update(c.view(torch.uint8).numpy().tobytes() if c.numel() else b"")
+    # The raw bytes through ctypes: no NumPy needed (the torch wheel does not bring it).
+    h.update(ctypes.string_at(c.data_ptr(), c.numel() * c.element_size()) if c.numel() else b"")
     return h.hexdigest()
 
 
