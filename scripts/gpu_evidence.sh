@@ -52,7 +52,7 @@ L status --pr 1 --repo /tmp/ex-$MODE "${PLAN[@]}" > "$E/status.txt" || true
 L audit > "$E/audit.txt"
 tar czf "$OUT/evidence-$MODE.tgz" -C "$E" .
 tail -5 "$E/qualify.log"; head -30 "$E/status.txt"
-if [ "$MODE" = single ]; then
+if [ "$MODE" = single ] && [ "${SMOKE_S:-240}" != 0 ]; then
   S=/tmp/smoke && rm -rf $S && mkdir -p $S
   timeout "${SMOKE_S:-240}" python3 -m runners.device_scripts.gpu_smoke --out "$S" --device cuda \
     --size medium > "$S/smoke.log" 2>&1 || echo "smoke exit $?" >> "$S/smoke.log"
