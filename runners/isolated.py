@@ -34,6 +34,51 @@ __all__ = ["run_claim_isolated"]
 
 _PROGRESS = "\x1eprogress "
 _STOP_GRACE_S = 10.0
+# Same allowance as the in-process harness on CUDA (runners.checks.base).
+_EXIT_TOLERANCE_BYTES = 64 * 1024 * 1024
+
+
+def _gpu_state() -> tuple[dict[str, int], set[int]] | None:
+    """Device-wide used bytes per GPU UUID and the pids holding GPU memory (NVML).
+
+    Read from the parent, which never creates a CUDA context, so it sees the
+    child's memory and then its absence. None where NVML is not available.
+    """
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+    except Exception:  # no driver, no library: nothing to observe on this host
+        return None
+    used: dict[str, int] = {}
+    pids: set[int] = set()
+    for i in range(pynvml.nvmlDeviceGetCount()):
+        h = pynvml.nvmlDeviceGetHandleByIndex(i)
+        uuid = pynvml.nvmlDeviceGetUUID(h)
+        used[uuid.decode() if isinstance(uuid, bytes) else str(uuid)] = int(
+            pynvml.nvmlDeviceGetMemoryInfo(h).used
+        )
+        pids.update(int(p.pid) for p in pynvml.nvmlDeviceGetComputeRunningProcesses(h))
+    return used, pids
+
+
+def _exit_release(
+    before: tuple[dict[str, int], set[int]] | None, pid: int
+) -> tuple[bool, str] | None:
+    """Whether the child's GPU memory was returned when it exited, and the observation."""
+    after = _gpu_state()
+    if before is None or after is None:
+        return None
+    used0, _ = before
+    used1, pids = after
+    deltas = {u: used1.get(u, 0) - used0.get(u, 0) for u in used0}
+    ok = pid not in pids and all(d <= _EXIT_TOLERANCE_BYTES for d in deltas.values())
+    seen = ", ".join(f"{u}: {d:+d} bytes" for u, d in sorted(deltas.items()))
+    where = "absent from" if pid not in pids else "still in"
+    return ok, (
+        f"after the claim runner (pid {pid}) exited: pid {where} NVML's compute processes; "
+        f"device used vs before it started: {seen} (tolerance {_EXIT_TOLERANCE_BYTES})"
+    )
 
 
 def _result_from(d: Mapping[str, Any]) -> CheckResult:
@@ -48,6 +93,36 @@ def _result_from(d: Mapping[str, Any]) -> CheckResult:
             ),
             "artifacts": [Artifact(**a) for a in d["artifacts"]],
         }
+    )
+
+
+def _with_exit_proof(
+    proof: CleanupProof, own: ReleasedResource, at_exit: tuple[bool, str] | None
+) -> CleanupProof:
+    """Add the child process to the proof; GPU memory the child still held when
+    it measured itself (the CUDA context, lazily loaded kernels) counts as
+    released only when NVML shows it returned after the child exited."""
+    resources = []
+    for r in proof.resources:
+        if r.kind == "gpu-memory" and not r.released and at_exit is not None and at_exit[0]:
+            r = ReleasedResource(
+                kind=r.kind,
+                id=r.id,
+                released=True,
+                proof=f"held by the claim process until it exited ({r.proof}); {at_exit[1]}",
+            )
+        resources.append(r)
+    resources.append(own)
+    if at_exit is not None:
+        resources.append(
+            ReleasedResource(
+                kind="gpu-process-memory", id=own.id, released=at_exit[0], proof=at_exit[1]
+            )
+        )
+    return CleanupProof(
+        complete=all(r.released for r in resources),
+        resources=resources,
+        tolerance_bytes=proof.tolerance_bytes,
     )
 
 
@@ -85,6 +160,7 @@ def run_claim_isolated(
     req.write_text(json.dumps(request, default=str))
     tail: collections.deque[str] = collections.deque(maxlen=8)
     started = time.time_ns()
+    gpu_before = _gpu_state()
     try:
         proc = subprocess.Popen(
             [sys.executable, "-m", "runners.isolated", str(req), str(out)],
@@ -129,18 +205,25 @@ def run_claim_isolated(
                     reason=f"claim runner process {how} without a result: {last}"[:2000],
                     measurements={},
                     observer="off",
-                    cleanup=CleanupProof(complete=False, resources=[]),
+                    cleanup=CleanupProof(
+                        complete=False,
+                        resources=[
+                            ReleasedResource(
+                                kind="owned-by-claim-process",
+                                id=str(proc.pid),
+                                released=False,
+                                proof="the claim process ended before proving the release "
+                                "of what it owned",
+                            )
+                        ],
+                    ),
                     started_ns=started,
                     finished_ns=time.time_ns(),
                 )
             ]
+        at_exit = _exit_release(gpu_before, proc.pid)
         for r in results:
-            proof = r.cleanup
-            r.cleanup = CleanupProof(
-                complete=proof.complete and own.released,
-                resources=[*proof.resources, own],
-                tolerance_bytes=proof.tolerance_bytes,
-            )
+            r.cleanup = _with_exit_proof(r.cleanup, own, at_exit)
         return results
     finally:
         shutil.rmtree(work, ignore_errors=True)
