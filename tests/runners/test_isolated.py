@@ -50,3 +50,25 @@ def test_a_child_killed_by_a_signal_is_an_infra_error(tmp_path: Path) -> None:
     assert r.outcome == "infra-error"
     assert r.reason is not None and "killed by signal 9" in r.reason
     assert r.cleanup.resources[-1].released and not r.cleanup.complete
+
+
+def test_gpu_memory_counts_as_released_only_when_nvml_saw_it_return() -> None:
+    from runners.isolated import _with_exit_proof
+    from runners.result import CleanupProof, ReleasedResource
+
+    held = ReleasedResource(
+        kind="gpu-memory",
+        id="GPU-1:outside-pool",
+        released=False,
+        proof="delta 167772160 > tolerance 67108864",
+    )
+    tmp = ReleasedResource(kind="tempdir", id="/tmp/x", released=True, proof="gone")
+    proof = CleanupProof(complete=False, resources=[held, tmp])
+    own = ReleasedResource(kind="process", id="42", released=True, proof="reaped")
+    returned = _with_exit_proof(proof, own, (True, "pid absent; GPU-1: +0 bytes"))
+    assert returned.complete and all(r.released for r in returned.resources)
+    assert "held by the claim process until it exited" in returned.resources[0].proof
+    kept = _with_exit_proof(proof, own, (False, "pid still in NVML's compute processes"))
+    assert not kept.complete and not kept.resources[0].released
+    no_nvml = _with_exit_proof(proof, own, None)
+    assert not no_nvml.complete
