@@ -126,6 +126,19 @@ def _with_exit_proof(
     )
 
 
+def _cleanup_verdict(r: CheckResult) -> None:
+    """The `cleanup` check's verdict is its proof: decide it on the whole proof,
+    the observations after the claim process exited included."""
+    if r.check != "cleanup" or r.outcome not in ("passed", "failed"):
+        return
+    left = [f"{x.kind} {x.id}" for x in r.cleanup.resources if not x.released]
+    r.measurements["verdict_basis"] = "cleanup proof including the claim process's exit"
+    if r.cleanup.complete:
+        r.outcome, r.reason = "passed", None
+    else:
+        r.outcome, r.reason = "failed", "cleanup incomplete: not released: " + ", ".join(left)
+
+
 def _gone(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -224,6 +237,7 @@ def run_claim_isolated(
         at_exit = _exit_release(gpu_before, proc.pid)
         for r in results:
             r.cleanup = _with_exit_proof(r.cleanup, own, at_exit)
+            _cleanup_verdict(r)
         return results
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -72,3 +72,34 @@ def test_gpu_memory_counts_as_released_only_when_nvml_saw_it_return() -> None:
     assert not kept.complete and not kept.resources[0].released
     no_nvml = _with_exit_proof(proof, own, None)
     assert not no_nvml.complete
+
+
+def test_cleanup_verdict_follows_the_whole_proof() -> None:
+    from runners.isolated import _cleanup_verdict, _with_exit_proof
+    from runners.result import CheckResult, CleanupProof, ReleasedResource
+
+    held = ReleasedResource(
+        kind="gpu-memory", id="GPU-1:outside-pool", released=False, proof="delta > tolerance"
+    )
+    own = ReleasedResource(kind="process", id="7", released=True, proof="reaped")
+
+    def result(at_exit: tuple[bool, str] | None) -> CheckResult:
+        r = CheckResult(
+            claim="c",
+            check="cleanup",
+            check_version="1",
+            params={},
+            scope={},
+            outcome="failed",
+            reason="cleanup incomplete",
+            measurements={},
+            observer="off",
+            cleanup=CleanupProof(complete=False, resources=[held]),
+        )
+        r.cleanup = _with_exit_proof(r.cleanup, own, at_exit)
+        _cleanup_verdict(r)
+        return r
+
+    assert result((True, "returned")).outcome == "passed"
+    kept = result((False, "still held"))
+    assert kept.outcome == "failed" and kept.reason and "GPU-1:outside-pool" in kept.reason
