@@ -28,7 +28,32 @@ def _statement(bundle: dict[str, Any]) -> dict[str, Any]:
 
 
 def test_there_is_evidence() -> None:
-    assert {p.name for p in RUNS} >= {"h200-run1", "h200x2-mesh"}
+    assert {p.name for p in RUNS} >= {"h200-run1", "h200-run4", "h200x2-mesh"}
+
+
+def _claims(run_dir: str) -> dict[str, dict[str, Any]]:
+    out = {}
+    for path in (EVIDENCE / run_dir / "bundles").glob("*.json"):
+        st = _statement(json.loads(path.read_text()))["predicate"]
+        out.setdefault(st["claim"], st)
+    return out
+
+
+def test_run1_admission_counterexample_and_run4_qualified() -> None:
+    first = _claims("h200-run1")["admission.no-oom-after-admit"]
+    assert first["outcome"] == "failed"
+    [cx] = [r for r in first["measurements"]["shapes"] if r["counterexample"]]
+    assert (cx["predicted_bytes"], cx["usable_bytes"]) == (35_049_269, 37_041_306)
+    assert cx["error"]["error_type"] == "OutOfMemoryError"
+    assert (
+        (EVIDENCE / "h200-run4" / "status.txt").read_text().splitlines()[0].endswith(": qualified")
+    )
+    last = _claims("h200-run4")
+    adm = last["admission.no-oom-after-admit"]["measurements"]
+    assert adm["counterexample_count"] == 0 and adm["admitted_count"] == 24
+    assert adm["max_measured_over_predicted"] <= 1
+    assert all(s["outcome"] == "passed" for s in last.values())
+    assert all(s["cleanup"]["complete"] for s in last.values())
 
 
 @pytest.mark.parametrize("run_dir", RUNS, ids=lambda p: p.name)
