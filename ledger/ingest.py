@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,7 +27,17 @@ from ledger.models import (
     QualificationStatement,
     ReviewStatement,
 )
-from ledger.store.store import FACET, KEY, RECEIPT, REVIEW, REVOCATION, KeyInfo, Store, utc_now
+from ledger.store.store import (
+    FACET,
+    KEY,
+    LOG,
+    RECEIPT,
+    REVIEW,
+    REVOCATION,
+    KeyInfo,
+    Store,
+    utc_now,
+)
 
 __all__ = [
     "Recorded",
@@ -181,19 +191,6 @@ def _check_links(store: Store, v: Verified, batch: dict[str, Verified]) -> None:
                 raise RefusedError(f"supersedes unknown receipt {s.id}")
 
 
-def _indexer(v: Verified) -> Callable[[Connection, int], None]:
-    def index(conn: Connection, seq: int) -> None:
-        if v.kind == "receipt":
-            row, facets = receipt_index(seq, v)
-            conn.execute(RECEIPT.insert().values(**row))
-            if facets:
-                conn.execute(FACET.insert(), facets)
-        else:
-            conn.execute(REVIEW.insert().values(**review_index(seq, v)))
-
-    return index
-
-
 def record(store: Store, raws: Sequence[bytes]) -> list[Recorded]:
     """Verify every envelope, then append the new ones in one transaction.
 
@@ -214,16 +211,28 @@ def record(store: Store, raws: Sequence[bytes]) -> list[Recorded]:
         batch[v.id] = v
     out: list[Recorded] = []
     with store.append_tx() as tx:
-        seen: set[str] = set()
+        seen = tx.existing([v.id for v in checked])
+        logs: list[dict[str, Any]] = []
+        receipts: list[dict[str, Any]] = []
+        facets: list[dict[str, Any]] = []
+        reviews: list[dict[str, Any]] = []
         for v in checked:
-            if v.id in seen or tx.exists(v.id):
+            if v.id in seen:
                 out.append(Recorded(v.id, v.kind, None, True))
                 continue
             seen.add(v.id)
-            seq = tx.add(
-                kind=v.kind, entry_id=v.id, body=envelope_body(v.envelope), index=_indexer(v)
-            )
-            out.append(Recorded(v.id, v.kind, seq, False))
+            log = tx.row(kind=v.kind, entry_id=v.id, body=envelope_body(v.envelope))
+            logs.append(log)
+            if v.kind == "receipt":
+                row, fs = receipt_index(log["seq"], v)
+                receipts.append(row)
+                facets.extend(fs)
+            else:
+                reviews.append(review_index(log["seq"], v))
+            out.append(Recorded(v.id, v.kind, log["seq"], False))
+        # Parents before children: the index tables reference log_entry.seq.
+        for table, rows in ((LOG, logs), (RECEIPT, receipts), (FACET, facets), (REVIEW, reviews)):
+            tx.insert_many(table, rows)
     return out
 
 

@@ -332,6 +332,20 @@ class Appender:
     next_seq: int
     touched_keys: bool = False
 
+    def row(self, *, kind: str, entry_id: str, body: bytes) -> dict[str, Any]:
+        """The next log row (its seq taken); written by `add` or `insert_many`."""
+        seq = self.next_seq
+        self.next_seq += 1
+        self.touched_keys = self.touched_keys or kind in ("key", "revocation")
+        return {
+            "seq": seq,
+            "kind": kind,
+            "entry_id": entry_id,
+            "body": body.decode(),
+            "leaf_hash": leaf_hash(body).hex(),
+            "logged_at": utc_now(),
+        }
+
     def add(
         self,
         *,
@@ -340,25 +354,22 @@ class Appender:
         body: bytes,
         index: Callable[[Connection, int], None] | None = None,
     ) -> int:
-        seq = self.next_seq
-        self.touched_keys = self.touched_keys or kind in ("key", "revocation")
-        self.conn.execute(
-            LOG.insert().values(
-                seq=seq,
-                kind=kind,
-                entry_id=entry_id,
-                body=body.decode(),
-                leaf_hash=leaf_hash(body).hex(),
-                logged_at=utc_now(),
-            )
-        )
+        r = self.row(kind=kind, entry_id=entry_id, body=body)
+        self.conn.execute(LOG.insert().values(**r))
         if index is not None:
-            index(self.conn, seq)
-        self.next_seq += 1
-        return seq
+            index(self.conn, r["seq"])
+        return int(r["seq"])
 
-    def exists(self, entry_id: str) -> bool:
-        return (
-            self.conn.execute(select(LOG.c.seq).where(LOG.c.entry_id == entry_id)).first()
-            is not None
-        )
+    def insert_many(self, table: Any, rows: Sequence[dict[str, Any]]) -> None:
+        """One executemany per table: a batch costs a few round trips, not four per entry."""
+        if rows:
+            self.conn.execute(table.insert(), list(rows))
+
+    def existing(self, entry_ids: Sequence[str]) -> set[str]:
+        found: set[str] = set()
+        for i in range(0, len(entry_ids), 500):  # bounded IN lists
+            chunk = entry_ids[i : i + 500]
+            found.update(
+                self.conn.execute(select(LOG.c.entry_id).where(LOG.c.entry_id.in_(chunk))).scalars()
+            )
+        return found
