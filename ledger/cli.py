@@ -442,7 +442,7 @@ def qualify(
     """
     from ledger.qualification import render_table
     from ledger.qualify import qualify as run_plan
-    from ledger.status import Query, query_status
+    from ledger.status import query_status
 
     if server:
         raise UsageError("--server is not available in this version; use --db URL")
@@ -464,19 +464,7 @@ def qualify(
         device="cuda" if device == "cuda" else "cpu" if device == "cpu" else "auto",
         progress=progress,
     )
-    from ledger.qualification import Revision
-
-    r = result.revision
-    q = Query(
-        Revision(
-            repo=r.repo_name,
-            commit=r.commit,
-            tree=r.tree,
-            package_digest=r.package.digest if r.package else None,
-            pr=pr,
-        ),
-        result.plan,
-    )
+    q = result.query()
     report = query_status(store, q, claims=claims, scope={})
     if as_json:
         emit_json(

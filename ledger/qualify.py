@@ -26,7 +26,8 @@ from ledger.attest import Facts, artifact_of, build_statement, record_statement,
 from ledger.errors import InputError, UsageError
 from ledger.keys import LocalKey
 from ledger.plan import Plan, load_plan
-from ledger.status import PLAN_FILE
+from ledger.qualification import Revision
+from ledger.status import PLAN_FILE, Query
 from ledger.store.store import Store
 
 if TYPE_CHECKING:
@@ -74,6 +75,20 @@ class QualifyRun:
     """(receipt id, claim, outcome) in the order they were recorded."""
     revision: src.Revision
     plan: Plan
+
+    def query(self) -> Query:
+        """The status question about what was just qualified."""
+        r = self.revision
+        return Query(
+            Revision(
+                repo=r.repo_name,
+                commit=r.commit,
+                tree=r.tree,
+                package_digest=r.package.digest if r.package else None,
+                pr=r.pr,
+            ),
+            self.plan,
+        )
 
 
 def _facts(r: CheckResult, store: Store) -> Facts:
