@@ -651,7 +651,7 @@ def verify(target: str, trust: Sequence[str], db: str | None, as_json: bool) -> 
     else:
         from ledger.verify import verify_in_ledger
 
-        doc = verify_in_ledger(_store(db), target, _keydir())
+        doc = verify_in_ledger(_store(db), target)
     if as_json:
         emit_json(doc)
         return
