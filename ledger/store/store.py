@@ -95,7 +95,10 @@ def _sqlite_engine(url: str) -> Engine:
 
     @event.listens_for(engine, "begin")
     def _begin(conn: Connection) -> None:
-        conn.exec_driver_sql("BEGIN IMMEDIATE")
+        # Writers take the write lock at BEGIN; readers stay deferred, so WAL
+        # lets them read while an append is in progress.
+        immediate = conn.get_execution_options().get("ledger_append", False)
+        conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
 
     return engine
 
@@ -157,7 +160,10 @@ class Store:
     @contextmanager
     def append_tx(self) -> Iterator[Appender]:
         """A transaction that holds the append lock; entries get gapless seqs."""
-        with self.engine.begin() as conn:
+        with (
+            self.engine.connect().execution_options(ledger_append=True) as conn,
+            conn.begin(),
+        ):
             if conn.dialect.name == "postgresql":
                 conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({_PG_APPEND_LOCK})")
             nxt = conn.execute(select(func.coalesce(func.max(LOG.c.seq) + 1, 0))).scalar_one()
