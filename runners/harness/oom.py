@@ -27,6 +27,24 @@ INFRA_ERRORS: tuple[type[BaseException], ...] = (ImportError,)
 
 _MESSAGE_LIMIT = 2000
 
+# Device memory exhausted outside the caching allocator: CUDA libraries and
+# the driver report it as a RuntimeError, not torch.OutOfMemoryError. Seen on
+# an H200 at the admission edge: "CUBLAS_STATUS_ALLOC_FAILED when calling
+# `cublasCreate(handle)`". It is an out-of-memory all the same.
+_OOM_MARKERS = (
+    "CUBLAS_STATUS_ALLOC_FAILED",
+    "CUSOLVER_STATUS_ALLOC_FAILED",
+    "CUSPARSE_STATUS_ALLOC_FAILED",
+    "CUFFT_ALLOC_FAILED",
+    "CUDNN_STATUS_ALLOC_FAILED",
+    "CUDA error: out of memory",
+    "cudaErrorMemoryAllocation",
+)
+
+
+def _is_device_oom(e: Exception) -> bool:
+    return isinstance(e, RuntimeError) and any(m in str(e) for m in _OOM_MARKERS)
+
 
 @dataclass(kw_only=True, slots=True, frozen=True)
 class StepOutcome:
@@ -129,13 +147,17 @@ def capture(
         gc.collect()
         return Captured(value=None, outcome=out)
     except Exception as e:
-        status: Status = "infra-error" if isinstance(e, infra_errors) else "failed"
+        oom = _is_device_oom(e)
+        status: Status = (
+            "oom" if oom else "infra-error" if isinstance(e, infra_errors) else "failed"
+        )
         out = StepOutcome(
             what=what,
             status=status,
             error_type=type(e).__name__,
             message=str(e)[:_MESSAGE_LIMIT],
             where=_where(e),
+            memory_stats=_cuda_stats(device) if oom else {},
             duration_ns=time.perf_counter_ns() - t0,
         )
         e.__traceback__ = None

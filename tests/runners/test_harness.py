@@ -234,3 +234,19 @@ def test_merge_proofs() -> None:
     merged = merge_proofs(a.proof, b.proof)
     assert not merged.complete
     assert len(merged.resources) == len(a.proof.resources) + len(b.proof.resources)
+
+
+def test_a_cuda_library_allocation_failure_is_an_oom() -> None:
+    """What an H200 raised at the admission edge: memory outside the allocator ran out."""
+    from runners.harness.oom import capture
+
+    def fails() -> None:
+        raise RuntimeError(
+            "CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`"
+        )
+
+    def other() -> None:
+        raise RuntimeError("shape mismatch")
+
+    assert capture("forward", fails).outcome.status == "oom"
+    assert capture("forward", other).outcome.status == "failed"
