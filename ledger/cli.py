@@ -7,12 +7,16 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
 from ledger import __version__
 from ledger.errors import Error, InputError, UsageError
+
+if TYPE_CHECKING:  # the CLI imports its machinery lazily, so `--help` starts fast
+    from ledger.keys import KeyDir
+    from ledger.store.store import Store
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -37,13 +41,13 @@ def emit_json(doc: Any) -> None:
     click.echo(json.dumps(doc, indent=2, sort_keys=False))
 
 
-def _store(db: str | None) -> Any:
+def _store(db: str | None) -> Store:
     from ledger.store.store import Store, resolve_url
 
     return Store.open(resolve_url(db))
 
 
-def _keydir() -> Any:
+def _keydir() -> KeyDir:
     from ledger.keys import KeyDir
 
     return KeyDir.default()
@@ -130,7 +134,7 @@ def keys_list(db: str | None, as_json: bool) -> None:
     """Registered keys with role and revocation state."""
     store = _store(db)
     local = set(_keydir().names())
-    rows = [
+    rows: list[dict[str, Any]] = [
         {
             "keyid": k.keyid,
             "name": k.name,
@@ -737,18 +741,19 @@ def log_proof(receipt: str, db: str | None, as_json: bool) -> None:
     store = _store(db)
     e = store.resolve(receipt)
     inc = inclusion(store, e.seq, _keydir())
+    proof = [h.hex() for h in inc.proof]
     doc = {
         "id": e.entry_id,
         "index": inc.index,
         "size": inc.size,
-        "proof": [h.hex() for h in inc.proof],
+        "proof": proof,
         "checkpoint": inc.note.decode(),
     }
     if as_json:
         emit_json(doc)
         return
     click.echo(f"entry {inc.index} of {inc.size}, verified")
-    for h in doc["proof"]:
+    for h in proof:
         click.echo(f"  {h}")
     click.echo(doc["checkpoint"], nl=False)
 
