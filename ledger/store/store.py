@@ -194,7 +194,13 @@ class Store:
         with self.engine.connect() as conn:
             rows = conn.execute(
                 select(LOG)
-                .where(LOG.c.entry_id.like(prefix + "%"), LOG.c.kind.in_(("receipt", "review")))
+                # A range on the unique index, not LIKE: SQLite's LIKE is
+                # case-insensitive and would scan every row of a large ledger.
+                .where(
+                    LOG.c.entry_id >= prefix,
+                    LOG.c.entry_id < prefix + "g",
+                    LOG.c.kind.in_(("receipt", "review")),
+                )
                 .limit(2)
             ).all()
         if not rows:
