@@ -96,15 +96,16 @@ class Facts:
     finished: str | None = None
 
 
-def artifact_of(store: Store, path: Path, name: str | None = None) -> Artifact:
-    """Store a file content-addressed and describe it for the statement."""
+def artifact_of(store: Store | None, path: Path, name: str | None = None) -> Artifact:
+    """Describe a file for the statement; store it content-addressed when a store is given."""
     try:
         content = path.read_bytes()
     except OSError as e:
         raise UsageError(f"artifact {path}: {e.strerror}") from None
     digest = hashlib.sha256(content).hexdigest()
     media = mimetypes.guess_type(path.name)[0] or "application/octet-stream"
-    store.put_artifact(digest, content, media)
+    if store is not None:
+        store.put_artifact(digest, content, media)
     return Artifact(
         name=name or path.name, digest={"sha256": digest}, size=len(content), mediaType=media
     )

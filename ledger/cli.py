@@ -263,6 +263,9 @@ def _rev_options(f: F) -> F:
     type=click.Path(dir_okay=False, path_type=Path),
     help="Plan file for package identity (default: qualification.toml in the repo).",
 )
+@click.option(
+    "--server", metavar="URL", help="Record through a `ledger serve` at URL instead of --db."
+)
 @db_option
 def attest(
     claim: str,
@@ -283,6 +286,7 @@ def attest(
     supersedes_reason: str | None,
     key_name: str,
     plan: Path | None,
+    server: str | None,
     db: str | None,
 ) -> None:
     """Sign and record a receipt from another harness's result.
@@ -301,7 +305,11 @@ def attest(
     )
     from ledger.models import Supersedes
 
-    store = _store(db)
+    if server and db:
+        raise UsageError("give --server or --db, not both")
+    if server and artifacts:
+        raise UsageError("--artifact needs --db: a ledger server does not store artifact contents")
+    store: Store | None = None if server else _store(db)
     key = _keydir().load(key_name)
     if supersedes and not supersedes_reason:
         raise UsageError("--supersedes needs --supersedes-reason")
@@ -311,9 +319,14 @@ def attest(
     clean = load_json_file(cleanup, "cleanup") if cleanup else None
     if clean is not None and not isinstance(clean, dict):
         raise InputError("cleanup file must hold a JSON object")
-    sup = [
-        Supersedes(id=store.resolve(s).entry_id, reason=supersedes_reason or "") for s in supersedes
-    ]
+    if server:
+        from ledger.client import fetch_entry
+
+        sup_ids = [fetch_entry(server, s)["id"] for s in supersedes]
+    else:
+        assert store is not None
+        sup_ids = [store.resolve(s).entry_id for s in supersedes]
+    sup = [Supersedes(id=i, reason=supersedes_reason or "") for i in sup_ids]
     repository = src.open_repo(repo)
     revision = src.with_package(repository, src.resolve(repository, rev=rev, pr=pr), plan)
     facts = Facts(
@@ -331,13 +344,22 @@ def attest(
         supersedes=sup,
     )
     stmt = build_statement(revision.source(), facts)
-    [rec] = record_statement(store, [stmt], key)
+    if server:
+        from ledger.attest import sign_statement
+        from ledger.client import post_envelopes
+
+        [doc] = post_envelopes(server, [sign_statement(stmt, key)])
+        rid = str(doc["id"])
+    else:
+        assert store is not None
+        [rec] = record_statement(store, [stmt], key)
+        rid = rec.id
     if revision.dirty:
         click.echo(
             "warning: the work tree is dirty; recorded as dirty (it will not qualify the commit)",
             err=True,
         )
-    click.echo(rec.id)
+    click.echo(rid)
 
 
 @cli.command()
@@ -421,7 +443,9 @@ def review(receipt: str, verdict: str | None, note: str, key_name: str, db: str 
     help="Runner key name in $LEDGER_KEYS.",
 )
 @click.option(
-    "--server", metavar="URL", help="Not available in this version (record into --db instead)."
+    "--server",
+    metavar="URL",
+    help="Record through a `ledger serve` at URL instead of --db (prints no status table).",
 )
 @db_option
 @json_option
@@ -448,9 +472,9 @@ def qualify(
     from ledger.qualify import qualify as run_plan
     from ledger.status import query_status
 
-    if server:
-        raise UsageError("--server is not available in this version; use --db URL")
-    store = _store(db)
+    if server and db:
+        raise UsageError("give --server or --db, not both")
+    store = None if server else _store(db)
     key = _keydir().load(key_name)
     t0 = time.monotonic()
 
@@ -467,7 +491,31 @@ def qualify(
         claims=claims,
         device="cuda" if device == "cuda" else "cpu" if device == "cpu" else "auto",
         progress=progress,
+        server=server,
     )
+    if store is None:
+        # Status needs the ledger's rows; a server client has only the receipts
+        # it just recorded, so it reports those and leaves qualification to
+        # `ledger status` where the database is.
+        if as_json:
+            emit_json(
+                {
+                    "receipts": [
+                        {"id": i, "claim": c, "outcome": o} for i, c, o in result.receipts
+                    ],
+                    "status": None,
+                }
+            )
+        else:
+            for i, c, o in result.receipts:
+                click.echo(f"{i}  {c}  {o}")
+        click.echo(
+            f"recorded at {server}; whether the claims qualify: `ledger status` on that ledger",
+            err=True,
+        )
+        if any(o != "passed" for _, _, o in result.receipts):
+            raise SystemExit(EXIT_NEGATIVE)
+        return
     q = result.query()
     report = query_status(store, q, claims=claims, scope={})
     if as_json:
@@ -714,6 +762,29 @@ def audit(db: str | None, as_json: bool) -> None:
         )
     if not rep.ok:
         raise SystemExit(EXIT_NEGATIVE)
+
+
+@cli.command()
+@click.option(
+    "--host",
+    default="127.0.0.1",
+    show_default=True,
+    help="Address to listen on; 0.0.0.0 exposes it (reads need no authentication).",
+)
+@click.option("--port", type=click.IntRange(min=0, max=65535), default=8765, show_default=True)
+@db_option
+def serve(host: str, port: int, db: str | None) -> None:
+    """Serve this ledger over HTTP: hosts record with --server URL, without database credentials.
+
+    Posted envelopes are verified and recorded like `ledger record` (all or
+    nothing); entries, bundles and the newest checkpoint can be read by anyone
+    who reaches the port. Fresh checkpoints are signed when $LEDGER_KEYS holds
+    the ledger key. One line per request on stderr; Ctrl-C stops.
+    """
+    from ledger.server import serve as run_server
+    from ledger.store.store import resolve_url
+
+    run_server(resolve_url(db), host, port, _keydir())
 
 
 @cli.group()
