@@ -21,7 +21,7 @@ from ledger._internal import merkle
 from ledger.canonical import canonical_bytes
 from ledger.checkpoint import CheckpointError, parse_checkpoint, verify_checkpoint
 from ledger.errors import RefusedError, UsageError, VerificationError
-from ledger.ingest import verify_envelope
+from ledger.ingest import Verified, verify_envelope
 from ledger.keys import KeyDir, key_id
 from ledger.log import inclusion, ledger_key
 from ledger.models import Envelope, ReviewStatement
@@ -168,14 +168,17 @@ def verify_bundle(raw: bytes, trust: list[Ed25519PublicKey]) -> BundleReport:
             anchor = f"ledger key {info.name} ({info.keyid[:12]})"
     log_anchored = anchor is not None
 
-    body = included(entry, "entry")
-    try:
-        env = Envelope.model_validate_json(body)
-        v = verify_envelope(env, keys, at_seq=int(entry["index"]))
-    except (RefusedError, VerificationError) as e:
-        raise _fail(f"entry: {e.reason()}") from None
-    except ValueError:
-        raise _fail("entry is not a DSSE envelope") from None
+    def verified(item: Any, what: str) -> Verified:
+        body = included(item, what)
+        try:
+            env = Envelope.model_validate_json(body)
+            return verify_envelope(env, keys, at_seq=int(item["index"]))
+        except (RefusedError, VerificationError) as e:
+            raise _fail(f"{what}: {e.reason()}") from None
+        except ValueError:
+            raise _fail(f"{what} is not a DSSE envelope") from None
+
+    v = verified(entry, "entry")
     if v.id != doc.get("id"):
         raise _fail(f"id {doc.get('id')} does not match the payload's digest {v.id}")
     if anchor is None:
@@ -194,15 +197,9 @@ def verify_bundle(raw: bytes, trust: list[Ed25519PublicKey]) -> BundleReport:
         statement=json.loads(v.payload),
     )
     for i, item in enumerate(reviews if isinstance(reviews, list) else []):
-        rbody = included(item, f"reviews[{i}]")
-        try:
-            renv = Envelope.model_validate_json(rbody)
-            rv = verify_envelope(renv, keys, at_seq=int(item["index"]))
-        except (RefusedError, VerificationError) as e:
-            raise _fail(f"reviews[{i}]: {e.reason()}") from None
-        except ValueError:
-            raise _fail(f"reviews[{i}] is not a DSSE envelope") from None
-        assert isinstance(rv.statement, ReviewStatement)
+        rv = verified(item, f"reviews[{i}]")
+        if not isinstance(rv.statement, ReviewStatement):
+            raise _fail(f"reviews[{i}] is not a review")
         if rv.statement.predicate.receipt != v.id:
             raise _fail(f"reviews[{i}] reviews another receipt")
         (report.reviews if log_anchored else report.unanchored_reviews).append(

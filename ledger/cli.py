@@ -623,41 +623,15 @@ def history(
     click.echo(render_history(q.revision.to_json(), [i.to_json() for i in items]), nl=False)
 
 
-def _decoded(body: str) -> dict[str, Any]:
-    import base64
-
-    env = json.loads(body)
-    return {"envelope": env, "statement": json.loads(base64.b64decode(env["payload"]))}
-
-
 @cli.command()
 @click.argument("receipt")
 @db_option
 @json_option
 def show(receipt: str, db: str | None, as_json: bool) -> None:
     """Show a receipt or review: its statement, signer and reviews."""
-    store = _store(db)
-    e = store.resolve(receipt)
-    d = _decoded(e.body)
-    signer = d["envelope"]["signatures"][0]["keyid"]
-    info = store.keys().get(signer)
-    reviews = [
-        {"id": r.entry_id, **_decoded(r.body)["statement"]["predicate"]}
-        for r in store.review_entries([e.entry_id])
-    ]
-    doc = {
-        "id": e.entry_id,
-        "kind": e.kind,
-        "seq": e.seq,
-        "logged_at": e.logged_at,
-        "signer": {
-            "keyid": signer,
-            "name": info.name if info else None,
-            "role": info.role if info else None,
-        },
-        "statement": d["statement"],
-        "reviews": reviews,
-    }
+    from ledger.entries import show_document
+
+    doc = show_document(_store(db), receipt)
     if as_json:
         emit_json(doc)
         return

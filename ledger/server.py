@@ -21,7 +21,6 @@ anything else (details go to the server's stderr, never to the client).
 
 from __future__ import annotations
 
-import base64
 import json
 import sys
 import time
@@ -36,6 +35,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from ledger.bundle import export
 from ledger.dsse import MAX_ENVELOPE_BYTES
+from ledger.entries import show_document
 from ledger.errors import (
     Error,
     InputError,
@@ -260,36 +260,6 @@ class Handler(BaseHTTPRequestHandler):
             self.close_connection = True
             raise RequestError(400, f"body ended after {len(data)} of {n} bytes")
         return data
-
-
-def _decoded(body: str) -> dict[str, Any]:
-    env = json.loads(body)
-    return {"envelope": env, "statement": json.loads(base64.b64decode(env["payload"]))}
-
-
-def show_document(store: Store, ref: str) -> dict[str, Any]:
-    """What `ledger show --json` prints for a receipt or review."""
-    e = store.resolve(ref)
-    d = _decoded(e.body)
-    signer = d["envelope"]["signatures"][0]["keyid"]
-    info = store.keys().get(signer)
-    reviews = [
-        {"id": r.entry_id, **_decoded(r.body)["statement"]["predicate"]}
-        for r in store.review_entries([e.entry_id])
-    ]
-    return {
-        "id": e.entry_id,
-        "kind": e.kind,
-        "seq": e.seq,
-        "logged_at": e.logged_at,
-        "signer": {
-            "keyid": signer,
-            "name": info.name if info else None,
-            "role": info.role if info else None,
-        },
-        "statement": d["statement"],
-        "reviews": reviews,
-    }
 
 
 def _signing_keys(store: Store, keys: KeyDir | None) -> KeyDir | None:

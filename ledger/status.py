@@ -6,13 +6,14 @@ entry that no longer holds shows as unverified instead of counting.
 
 from __future__ import annotations
 
-import base64
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ledger import source as src
+from ledger.entries import payload_of, signer_of
 from ledger.errors import Error
 from ledger.ingest import verify_envelope
 from ledger.models import Envelope, QualificationStatement, ReviewStatement
@@ -28,6 +29,7 @@ from ledger.qualification import (
 )
 from ledger.source import PLAN_FILE, plan_at
 from ledger.store.store import KeyInfo, Store
+from ledger.store.tables import LogEntry
 from ledger.verify import keys_at
 
 __all__ = ["PLAN_FILE", "Query", "load_evidence", "query_history", "query_status"]
@@ -82,53 +84,39 @@ def load_evidence(
         claims=claims or None,
     )
     all_keys = store.keys()
+
+    def signed(e: LogEntry) -> dict[str, Any]:
+        """What both kinds of evidence say about an entry's signature."""
+        signer = signer_of(e.body)
+        info = all_keys.get(signer)
+        return {
+            "id": e.entry_id,
+            "seq": e.seq,
+            "signer": signer,
+            "signer_role": info.role if info else "unknown",
+            "signer_revoked_seq": info.revoked_seq if info else None,
+            "problem": _problem(e.body, keys_at(store, e.seq), e.seq),
+        }
+
+    # A body that no longer parses was altered behind the ledger's back: it
+    # counts for nothing here, and `audit` names it.
     receipts: list[ReceiptEvidence] = []
     for e in entries:
-        problem = _problem(e.body, keys_at(store, e.seq), e.seq)
         try:
-            stmt = QualificationStatement.model_validate_json(_payload(e.body))
-        except ValueError:
-            continue  # unreadable only if altered behind the ledger's back: `audit` names it
-        signer = json.loads(e.body)["signatures"][0]["keyid"]
-        info = all_keys.get(signer)
-        receipts.append(
-            ReceiptEvidence(
-                id=e.entry_id,
-                seq=e.seq,
-                statement=stmt,
-                signer=signer,
-                signer_role=info.role if info else "unknown",
-                signer_revoked_seq=info.revoked_seq if info else None,
-                problem=problem,
-            )
-        )
-    reviews: list[ReviewEvidence] = []
-    for e in store.review_entries([r.id for r in receipts]):
-        problem = _problem(e.body, keys_at(store, e.seq), e.seq)
-        try:
-            rstmt = ReviewStatement.model_validate_json(_payload(e.body))
+            stmt = QualificationStatement.model_validate_json(payload_of(e.body))
         except ValueError:
             continue
-        signer = json.loads(e.body)["signatures"][0]["keyid"]
-        info = all_keys.get(signer)
+        receipts.append(ReceiptEvidence(statement=stmt, **signed(e)))
+    reviews: list[ReviewEvidence] = []
+    for e in store.review_entries([r.id for r in receipts]):
+        try:
+            p = ReviewStatement.model_validate_json(payload_of(e.body)).predicate
+        except ValueError:
+            continue
         reviews.append(
-            ReviewEvidence(
-                id=e.entry_id,
-                seq=e.seq,
-                receipt=rstmt.predicate.receipt,
-                verdict=rstmt.predicate.verdict,
-                note=rstmt.predicate.note,
-                signer=signer,
-                signer_role=info.role if info else "unknown",
-                signer_revoked_seq=info.revoked_seq if info else None,
-                problem=problem,
-            )
+            ReviewEvidence(receipt=p.receipt, verdict=p.verdict, note=p.note, **signed(e))
         )
     return receipts, reviews
-
-
-def _payload(body: str) -> bytes:
-    return base64.b64decode(json.loads(body)["payload"])
 
 
 def query_status(

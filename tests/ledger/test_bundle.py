@@ -347,3 +347,17 @@ def test_signer_anchor_accepts_reviews_from_another_log(
     assert shown["reviews"] == []
     assert [rv["note"] for rv in shown["unanchored_reviews"]] == ["looks great"]
     assert_refused(verify(capsys, forged, exported.keys / "ledger.pem"))
+
+
+def test_a_receipt_in_the_reviews_slot_is_refused(
+    exported: Exported, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Every entry in the list is in the log, but a receipt is no review: a
+    one-line refusal, not a crash."""
+    doc = json.loads(exported.bundle.read_bytes())
+    doc["reviews"] = [doc["entry"]]
+    swapped = tmp_path / "swapped.json"
+    swapped.write_bytes(canonical_bytes(doc))
+    r = verify(capsys, swapped, exported.keys / "ledger.pem")
+    assert_refused(r)
+    assert "reviews[0] is not a review" in r.err
