@@ -38,7 +38,7 @@ def export(store: Store, ref: str, keys: KeyDir | None) -> bytes:
     # A checkpoint covering the newest review too; signed afresh when the key is here.
     inc = inclusion(store, max([entry.seq, *(r.seq for r in reviews)]), keys)
     reviews = [r for r in reviews if r.seq < inc.size]
-    leaves = store.leaf_hashes(upto=inc.size)
+    leaves = inc.leaves
 
     def item(seq: int, body: str) -> dict[str, Any]:
         proof = merkle.inclusion_proof(seq, leaves)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ledger._internal import merkle
-from ledger.checkpoint import CheckpointError, sign_checkpoint, verify_checkpoint
+from ledger.checkpoint import Checkpoint, CheckpointError, sign_checkpoint, verify_checkpoint
 from ledger.errors import NotFoundError, UsageError, VerificationError
 from ledger.keys import KeyDir, LocalKey
 from ledger.store.store import KeyInfo, Store
@@ -33,10 +33,10 @@ def origin(store: Store) -> str:
 
 def checkpoint(store: Store, keys: KeyDir, *, size: int | None = None) -> bytes:
     """Sign (or reuse) a checkpoint of the log at `size` (default: now)."""
-    leaves = store.leaf_hashes()
-    size = len(leaves) if size is None else size
-    if not 0 < size <= len(leaves):
-        raise UsageError(f"the log has {len(leaves)} entries; no checkpoint at size {size}")
+    entries = store.size()
+    size = entries if size is None else size
+    if not 0 < size <= entries:
+        raise UsageError(f"the log has {entries} entries; no checkpoint at size {size}")
     existing = store.checkpoint(size)
     if existing is not None:
         return existing.note.encode()
@@ -46,17 +46,18 @@ def checkpoint(store: Store, keys: KeyDir, *, size: int | None = None) -> bytes:
         raise UsageError(
             f"private key {info.name!r} does not match the ledger key {info.keyid[:12]}"
         )
-    root = merkle.root(leaves[:size])
+    # The leaves are read only when a new checkpoint is signed.
+    root = merkle.root(store.leaf_hashes(upto=size))
     note = sign_checkpoint(origin(store), size, root, key_name=info.name, private_key=local.private)
     store.add_checkpoint(size, root.hex(), note.decode())
     return note
 
 
-def verify_note(store: Store, note: bytes) -> int:
-    """Verify a stored checkpoint note against the ledger's key; return its size."""
+def verify_note(store: Store, note: bytes) -> Checkpoint:
+    """Verify a stored checkpoint note against the ledger's key."""
     info = ledger_key(store)
     try:
-        return verify_checkpoint(note, key_name=info.name, public_key=info.public).size
+        return verify_checkpoint(note, key_name=info.name, public_key=info.public)
     except CheckpointError as e:
         raise VerificationError(f"checkpoint: {e}") from None
 
@@ -67,6 +68,8 @@ class Inclusion:
     size: int
     proof: list[bytes]
     note: bytes
+    leaves: list[bytes]
+    """The leaf hashes the checkpoint covers (callers proving more entries reuse them)."""
 
 
 def inclusion(store: Store, seq: int, keys: KeyDir | None) -> Inclusion:
@@ -82,12 +85,16 @@ def inclusion(store: Store, seq: int, keys: KeyDir | None) -> Inclusion:
         note = checkpoint(store, keys)
     else:
         note = latest.note.encode()
-    size = verify_note(store, note)
-    leaves = store.leaf_hashes(upto=size)
+    cp = verify_note(store, note)
+    leaves = store.leaf_hashes(upto=cp.size)
     proof = merkle.inclusion_proof(seq, leaves)
-    root = merkle.root(leaves)
-    merkle.verify_inclusion(seq, size, leaves[seq], proof, root)
-    return Inclusion(seq, size, proof, note)
+    # Against the signed root, not one recomputed here: this also proves the
+    # rows still agree with what the ledger key signed.
+    try:
+        merkle.verify_inclusion(seq, cp.size, leaves[seq], proof, cp.root)
+    except merkle.MerkleError as e:
+        raise VerificationError(f"entry {seq} does not match checkpoint {cp.size}: {e}") from None
+    return Inclusion(seq, cp.size, proof, note, leaves)
 
 
 def consistency(store: Store, old: int, new: int) -> list[bytes]:
@@ -97,12 +104,13 @@ def consistency(store: Store, old: int, new: int) -> list[bytes]:
         if row is None:
             raise NotFoundError(f"no checkpoint at size {size}")
     assert a is not None and b is not None
-    verify_note(store, a.note.encode())
-    verify_note(store, b.note.encode())
+    # The signed roots, not the `root` columns beside them.
+    ca = verify_note(store, a.note.encode())
+    cb = verify_note(store, b.note.encode())
     leaves = store.leaf_hashes(upto=new)
     proof = merkle.consistency_proof(old, new, leaves)
     try:
-        merkle.verify_consistency(old, new, bytes.fromhex(a.root), bytes.fromhex(b.root), proof)
+        merkle.verify_consistency(old, new, ca.root, cb.root, proof)
     except merkle.MerkleError as e:
         raise VerificationError(f"log is not consistent between {old} and {new}: {e}") from None
     return proof
