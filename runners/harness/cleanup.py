@@ -142,64 +142,81 @@ def _group_gone(pgid: int) -> tuple[bool, str]:
     return False, f"os.killpg({pgid}, 0) succeeded: process group {pgid} still exists"
 
 
-def stop_pid(pid: int, *, timeout_s: float) -> tuple[bool, str]:
-    """Terminate, then kill, then reap (when ours) ``pid``; prove it gone."""
+def _escalate(
+    *,
+    check: Callable[[], tuple[bool, str]],
+    signal_: Callable[[int], None],
+    reap: Callable[[], list[str]],
+    term_first: bool,
+    label: str,
+    timeout_s: float,
+) -> tuple[bool, str]:
+    """SIGTERM, wait, SIGKILL, wait: until `check` observes the target gone.
+
+    `reap` collects exit statuses of our own children so they stop being
+    zombies (a zombie still answers kill(pid, 0)); it returns what it did.
+    """
     actions: list[str] = []
-    gone, why = _pid_gone(pid)
-    if not gone and _state(pid) != "Z":
+    gone, why = check()
+    if not gone and term_first:
         with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(pid, signal.SIGTERM)
-            actions.append("SIGTERM")
+            signal_(signal.SIGTERM)
+            actions.append(f"SIGTERM{label}")
     deadline = time.monotonic() + timeout_s
     killed = False
-    while True:
-        status = _reap_if_child(pid)
-        if status is not None:
-            actions.append(f"reaped by waitpid (status {status})")
-        gone, why = _pid_gone(pid)
+    while not gone:
+        actions.extend(reap())
+        gone, why = check()
         if gone:
             break
         if time.monotonic() > deadline:
             if killed:
                 break
             with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, signal.SIGKILL)
-                actions.append("SIGKILL")
+                signal_(signal.SIGKILL)
+                actions.append(f"SIGKILL{label}")
             killed = True
             deadline = time.monotonic() + timeout_s
         time.sleep(0.01)
     prefix = "; ".join(actions)
     return gone, f"{prefix}; {why}" if prefix else why
+
+
+def stop_pid(pid: int, *, timeout_s: float) -> tuple[bool, str]:
+    """Terminate, then kill, then reap (when ours) ``pid``; prove it gone."""
+
+    def reap() -> list[str]:
+        status = _reap_if_child(pid)
+        return [] if status is None else [f"reaped by waitpid (status {status})"]
+
+    return _escalate(
+        check=lambda: _pid_gone(pid),
+        signal_=lambda sig: os.kill(pid, sig),
+        reap=reap,
+        # A zombie is already dead: it needs reaping, not a signal.
+        term_first=_state(pid) != "Z",
+        label="",
+        timeout_s=timeout_s,
+    )
 
 
 def stop_group(pgid: int, *, timeout_s: float) -> tuple[bool, str]:
     """Terminate, then kill, the process group; reap our members; prove it gone."""
-    actions: list[str] = []
-    gone, why = _group_gone(pgid)
-    if not gone:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(pgid, signal.SIGTERM)
-            actions.append("SIGTERM to group")
-    deadline = time.monotonic() + timeout_s
-    killed = False
-    while not gone:
+
+    def reap() -> list[str]:
         for p in descendants(os.getpid()).values():
             if p.pgid == pgid:
                 _reap_if_child(p.pid)
-        gone, why = _group_gone(pgid)
-        if gone:
-            break
-        if time.monotonic() > deadline:
-            if killed:
-                break
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(pgid, signal.SIGKILL)
-                actions.append("SIGKILL to group")
-            killed = True
-            deadline = time.monotonic() + timeout_s
-        time.sleep(0.01)
-    prefix = "; ".join(actions)
-    return gone, f"{prefix}; {why}" if prefix else why
+        return []
+
+    return _escalate(
+        check=lambda: _group_gone(pgid),
+        signal_=lambda sig: os.killpg(pgid, sig),
+        reap=reap,
+        term_first=True,
+        label=" to group",
+        timeout_s=timeout_s,
+    )
 
 
 def _user() -> str:
