@@ -31,6 +31,14 @@ def db_option(f: F) -> F:
     )(f)
 
 
+def plan_option(f: F) -> F:
+    return click.option(
+        "--plan",
+        type=click.Path(dir_okay=False, path_type=Path),
+        help="Plan file (default: qualification.toml as committed at the revision).",
+    )(f)
+
+
 def json_option(f: F) -> F:
     return click.option(
         "--json", "as_json", is_flag=True, help="Print one JSON document on stdout."
@@ -258,11 +266,7 @@ def _rev_options(f: F) -> F:
 )
 @click.option("--supersedes-reason", help="Why the superseded receipts no longer stand.")
 @click.option("--key", "key_name", required=True, help="Runner key name in $LEDGER_KEYS.")
-@click.option(
-    "--plan",
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="Plan file for package identity (default: qualification.toml in the repo).",
-)
+@plan_option
 @click.option(
     "--server", metavar="URL", help="Record through a `ledger serve` at URL instead of --db."
 )
@@ -416,11 +420,7 @@ def review(receipt: str, verdict: str | None, note: str, key_name: str, db: str 
 
 @cli.command()
 @_rev_options
-@click.option(
-    "--plan",
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="Plan file (default: qualification.toml in the checked-out revision).",
-)
+@plan_option
 @click.option(
     "--claim",
     "claims",
@@ -553,11 +553,7 @@ def qualify(
     metavar="K=V",
     help="Required scope facet (repeatable), added to each claim's plan scope.",
 )
-@click.option(
-    "--plan",
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="Plan file (default: qualification.toml as committed at the revision).",
-)
+@plan_option
 @db_option
 @json_option
 def status(
@@ -594,11 +590,7 @@ def status(
 
 @cli.command()
 @_rev_options
-@click.option(
-    "--plan",
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="Plan file (for package identity).",
-)
+@plan_option
 @db_option
 @json_option
 def history(
