@@ -1,4 +1,4 @@
-"""Schema migrations through Alembic (migrations/ at the project root).
+"""Schema migrations through Alembic (ledger/migrations/, shipped in the wheel).
 
 Alembic is imported only when a migration runs: opening an up-to-date
 ledger reads the recorded revision with one query, and every command that
@@ -21,8 +21,10 @@ if TYPE_CHECKING:
 
 __all__ = ["HEAD", "alembic_config", "current_revision", "head_revision", "upgrade"]
 
-MIGRATIONS = Path(__file__).resolve().parents[2] / "migrations"
-# The newest revision in migrations/versions. Kept as a constant so opening a
+# Package data of ledger (env.py, script.py.mako, versions/*.py), so an installed
+# wheel migrates as a source checkout does.
+MIGRATIONS = Path(__file__).resolve().parent.parent / "migrations"
+# The newest revision in ledger/migrations/versions. Kept as a constant so opening a
 # ledger needs one query, not a parse of every migration file; a test checks
 # that it matches the script directory.
 HEAD = "0002"
@@ -32,7 +34,7 @@ def alembic_config(url: str | None = None) -> Config:
     from alembic.config import Config
 
     if not (MIGRATIONS / "env.py").is_file():
-        raise UsageError(f"migrations not found at {MIGRATIONS}; install the project from source")
+        raise UsageError(f"migrations not found at {MIGRATIONS}; reinstall ledger-qualify")
     # stdout now, not the default bound when alembic was first imported: that
     # stream may be gone (a redirected stdout, a test's capture).
     cfg = Config(stdout=sys.stdout)

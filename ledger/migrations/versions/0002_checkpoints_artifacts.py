@@ -11,7 +11,7 @@ by digest; both append-only like the log.
 from __future__ import annotations
 
 import sqlalchemy as sa
-import sqlmodel
+import sqlmodel.sql.sqltypes
 from alembic import op
 
 from ledger.store.triggers import create_append_only_triggers, drop_append_only_triggers
