@@ -13,18 +13,25 @@ from __future__ import annotations
 import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Literal
 
 import torch
 
-from runners.checks import CHECKS, get_check, observer_off_control
-from runners.checks.base import CheckContext, infra_result
+from runners.checks.catalog import CHECKS, describe, get_check, params_error
+from runners.checks.context import CheckContext, infra_result
 from runners.harness.fingerprint import fingerprint
+from runners.names import NEEDS_BASE, OBSERVER_OFF_CONTROL, Device
 from runners.result import CheckResult, Json, Observer
 
-Device = Literal["auto", "cpu", "cuda"]
-
-__all__ = ["CHECKS", "Device", "UnknownCheck", "check_names", "resolve_device", "run_claim"]
+__all__ = [
+    "Device",
+    "UnknownCheck",
+    "check_names",
+    "describe",
+    "needs_base",
+    "params_error",
+    "resolve_device",
+    "run_claim",
+]
 
 
 class UnknownCheck(KeyError):
@@ -34,6 +41,12 @@ class UnknownCheck(KeyError):
 def check_names() -> list[str]:
     """Names of the checks `run_claim` accepts."""
     return sorted(CHECKS)
+
+
+def needs_base(check: str) -> bool:
+    """Whether ``check`` compares against a checkout of the base revision (`run_claim`'s
+    ``base_root``); the caller checks one out only for those."""
+    return check in NEEDS_BASE
 
 
 def resolve_device(device: Device) -> torch.device | None:
@@ -75,10 +88,7 @@ def run_claim(
     except KeyError as e:
         raise UnknownCheck(str(e.args[0])) from None
     p: dict[str, Json] = dict(params)
-    observer_raw = p.pop("observer", "off")
-    if observer_raw not in ("on", "off"):
-        raise ValueError(f"params['observer'] must be 'on' or 'off', got {observer_raw!r}")
-    observer: Observer = "on" if observer_raw == "on" else "off"
+    observer = _observer(p.pop("observer", "off"))
     artifacts = (
         Path(tempfile.mkdtemp(prefix="ledger-artifacts-"))
         if artifact_dir is None
@@ -100,16 +110,20 @@ def run_claim(
         progress=progress,
     )
     if dev is None:
-        r = infra_result(
-            ctx,
-            check=check,
-            version=spec.version,
-            params=p,
-            reason="device 'cuda' requested but torch.cuda.is_available() is False",
-        )
+        reason = "device 'cuda' requested but torch.cuda.is_available() is False"
+        r = infra_result(ctx, check=check, version=spec.version, params=p, reason=reason)
         r.scope["device_kind"] = "cuda"
         return [r]
     progress(f"{check} for {claim} on {dev} (observer {observer})")
-    if observer == "on" and observer_off_required and check != observer_off_control.NAME:
-        return observer_off_control.run(ctx, {"check": check, "params": p, "float_rtol": 0.0})
+    if observer == "on" and observer_off_required and check != OBSERVER_OFF_CONTROL:
+        control = get_check(OBSERVER_OFF_CONTROL)
+        return control.run(ctx, {"check": check, "params": p, "float_rtol": 0.0})
     return spec.run(ctx, p)
+
+
+def _observer(value: Json) -> Observer:
+    if value == "on":
+        return "on"
+    if value == "off":
+        return "off"
+    raise ValueError(f"params['observer'] must be 'on' or 'off', got {value!r}")

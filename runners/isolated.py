@@ -14,85 +14,48 @@ cleanup proof of every result it produced.
 from __future__ import annotations
 
 import collections
-import contextlib
 import dataclasses
-import json
-import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from runners.result import Artifact, CheckResult, CleanupProof, Json, ReleasedResource
+from runners.checks.cleanup import decide as cleanup_verdict
+from runners.harness import child, nvml
+from runners.harness.processes import stop_group, stop_popen
+from runners.harness.proofs import CUDA_TOLERANCE_BYTES
+from runners.result import CheckResult, CleanupProof, Json, ReleasedResource, infra_error
+from runners.result import result_from_dict as _result_from
 
 __all__ = ["run_claim_isolated"]
 
-_PROGRESS = "\x1eprogress "
 _STOP_GRACE_S = 10.0
-# Same allowance as the in-process harness on CUDA (runners.checks.base).
-_EXIT_TOLERANCE_BYTES = 64 * 1024 * 1024
+_EXIT_BASIS = "cleanup proof including the claim process's exit"
+
+GpuState = tuple[dict[str, int], set[int]]
 
 
-def _gpu_state() -> tuple[dict[str, int], set[int]] | None:
-    """Device-wide used bytes per GPU UUID and the pids holding GPU memory (NVML).
+def _exit_release(before: GpuState | None, pid: int) -> tuple[bool, str] | None:
+    """Whether the child's GPU memory was returned when it exited, and the observation.
 
-    Read from the parent, which never creates a CUDA context, so it sees the
-    child's memory and then its absence. None where NVML is not available.
-    """
-    try:
-        import pynvml
-
-        pynvml.nvmlInit()
-    except Exception:  # no driver, no library: nothing to observe on this host
-        return None
-    used: dict[str, int] = {}
-    pids: set[int] = set()
-    for i in range(pynvml.nvmlDeviceGetCount()):
-        h = pynvml.nvmlDeviceGetHandleByIndex(i)
-        uuid = pynvml.nvmlDeviceGetUUID(h)
-        used[uuid.decode() if isinstance(uuid, bytes) else str(uuid)] = int(
-            pynvml.nvmlDeviceGetMemoryInfo(h).used
-        )
-        pids.update(int(p.pid) for p in pynvml.nvmlDeviceGetComputeRunningProcesses(h))
-    return used, pids
-
-
-def _exit_release(
-    before: tuple[dict[str, int], set[int]] | None, pid: int
-) -> tuple[bool, str] | None:
-    """Whether the child's GPU memory was returned when it exited, and the observation."""
-    after = _gpu_state()
+    Read from the parent, which never creates a CUDA context, so NVML shows the
+    child's memory and then its absence."""
+    after = nvml.devices_used()
     if before is None or after is None:
         return None
     used0, _ = before
     used1, pids = after
     deltas = {u: used1.get(u, 0) - used0.get(u, 0) for u in used0}
-    ok = pid not in pids and all(d <= _EXIT_TOLERANCE_BYTES for d in deltas.values())
+    ok = pid not in pids and all(d <= CUDA_TOLERANCE_BYTES for d in deltas.values())
     seen = ", ".join(f"{u}: {d:+d} bytes" for u, d in sorted(deltas.items()))
     where = "absent from" if pid not in pids else "still in"
     return ok, (
         f"after the claim runner (pid {pid}) exited: pid {where} NVML's compute processes; "
-        f"device used vs before it started: {seen} (tolerance {_EXIT_TOLERANCE_BYTES})"
-    )
-
-
-def _result_from(d: Mapping[str, Any]) -> CheckResult:
-    c = d["cleanup"]
-    return CheckResult(
-        **{
-            **d,
-            "cleanup": CleanupProof(
-                complete=c["complete"],
-                resources=[ReleasedResource(**r) for r in c["resources"]],
-                tolerance_bytes=c["tolerance_bytes"],
-            ),
-            "artifacts": [Artifact(**a) for a in d["artifacts"]],
-        }
+        f"device used vs before it started: {seen} (tolerance {CUDA_TOLERANCE_BYTES})"
     )
 
 
@@ -127,36 +90,50 @@ def _with_exit_proof(
 
 
 def _cleanup_verdict(r: CheckResult) -> None:
-    """The `cleanup` check's verdict is its proof: decide it on the whole proof,
-    the observations after the claim process exited included."""
-    if r.check != "cleanup" or r.outcome not in ("passed", "failed"):
-        return
-    left = [f"{x.kind} {x.id}" for x in r.cleanup.resources if not x.released]
-    r.measurements["verdict_basis"] = "cleanup proof including the claim process's exit"
-    if r.cleanup.complete:
-        r.outcome, r.reason = "passed", None
-    else:
-        r.outcome, r.reason = "failed", "cleanup incomplete: not released: " + ", ".join(left)
+    """The `cleanup` check's verdict, decided on the whole proof: the observations
+    after the claim process exited included."""
+    cleanup_verdict(r, basis=_EXIT_BASIS)
 
 
-def _gone(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    return False
+def _died(
+    *, claim: str, check: str, device: str, params: Any, pid: int, rc: int, tail: str, started: int
+) -> CheckResult:
+    how = f"killed by signal {-rc}" if rc < 0 else f"exited with status {rc}"
+    return infra_error(
+        claim=claim,
+        check=check,
+        version="unknown",
+        params=dict(params or {}),
+        scope={"device_kind": device},
+        reason=f"claim runner process {how} without a result: {tail or 'no output'}"[:2000],
+        cleanup=CleanupProof(
+            complete=False,
+            resources=[
+                ReleasedResource(
+                    kind="owned-by-claim-process",
+                    id=str(pid),
+                    released=False,
+                    proof="the claim process ended before proving the release of what it owned",
+                )
+            ],
+        ),
+        started_ns=started,
+        finished_ns=time.time_ns(),
+    )
 
 
-def _stop(proc: subprocess.Popen[str]) -> None:
-    """End the child's whole process group: TERM, then KILL after a grace period."""
-    for sig, wait_s in ((signal.SIGTERM, _STOP_GRACE_S), (signal.SIGKILL, None)):
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, sig)
-        try:
-            proc.wait(timeout=wait_s)
-            return
-        except subprocess.TimeoutExpired:
-            continue
+def _follow(proc: subprocess.Popen[str], progress: Callable[[str], None]) -> tuple[int, str]:
+    """Relay the child's progress until it exits; its status and last log lines."""
+    tail: collections.deque[str] = collections.deque(maxlen=8)
+    assert proc.stderr is not None
+    for line in proc.stderr:
+        line = line.rstrip("\n")
+        msg = child.progress_line(line)
+        if msg is not None:
+            progress(msg)
+        elif line.strip():
+            tail.append(line)
+    return proc.wait(), " | ".join(tail)
 
 
 def run_claim_isolated(
@@ -168,70 +145,42 @@ def run_claim_isolated(
     infra-error result that says how it ended.
     """
     work = Path(tempfile.mkdtemp(prefix="ledger-claim-"))
-    request = {"device": device, "claim": claim, "check": check, **kwargs}
     req, out = work / "request.json", work / "result.json"
-    req.write_text(json.dumps(request, default=str))
-    tail: collections.deque[str] = collections.deque(maxlen=8)
+    child.write_request(req, {"device": device, "claim": claim, "check": check, **kwargs})
     started = time.time_ns()
-    gpu_before = _gpu_state()
+    gpu_before = nvml.devices_used()
     try:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "runners.isolated", str(req), str(out)],
+            child.argv("runners.isolated", req, out),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
             text=True,
+            env=child.env(),
             start_new_session=True,  # its own process group, ended as a whole
         )
         try:
-            assert proc.stderr is not None
-            for line in proc.stderr:
-                line = line.rstrip("\n")
-                if line.startswith(_PROGRESS):
-                    progress(line.removeprefix(_PROGRESS))
-                elif line.strip():
-                    tail.append(line)
-            rc = proc.wait()
+            rc, tail = _follow(proc, progress)
         except BaseException:
-            _stop(proc)
+            stop_group(proc.pid, timeout_s=_STOP_GRACE_S)
+            stop_popen(proc, timeout_s=_STOP_GRACE_S)
             raise
-        own = ReleasedResource(
-            kind="process",
-            id=str(proc.pid),
-            released=_gone(proc.pid),
-            proof=f"claim runner exited with status {rc} and was reaped; "
-            "os.kill(pid, 0) raised ProcessLookupError",
-        )
-        if rc == 0 and out.is_file():
-            results = [_result_from(d) for d in json.loads(out.read_text())]
+        gone, why = stop_popen(proc, timeout_s=_STOP_GRACE_S)
+        own = ReleasedResource(kind="process", id=str(proc.pid), released=gone, proof=why)
+        got = child.read_result(out) if rc == 0 else None
+        if got is not None:
+            results = [_result_from(d) for d in got]
         else:
-            how = f"killed by signal {-rc}" if rc < 0 else f"exited with status {rc}"
-            last = " | ".join(tail) or "no output"
             results = [
-                CheckResult(
+                _died(
                     claim=claim,
                     check=check,
-                    check_version="unknown",
-                    params=dict(kwargs.get("params") or {}),
-                    scope={"device_kind": "cuda" if device == "cuda" else device},
-                    outcome="infra-error",
-                    reason=f"claim runner process {how} without a result: {last}"[:2000],
-                    measurements={},
-                    observer="off",
-                    cleanup=CleanupProof(
-                        complete=False,
-                        resources=[
-                            ReleasedResource(
-                                kind="owned-by-claim-process",
-                                id=str(proc.pid),
-                                released=False,
-                                proof="the claim process ended before proving the release "
-                                "of what it owned",
-                            )
-                        ],
-                    ),
-                    started_ns=started,
-                    finished_ns=time.time_ns(),
+                    device=device,
+                    params=kwargs.get("params"),
+                    pid=proc.pid,
+                    rc=rc,
+                    tail=tail,
+                    started=started,
                 )
             ]
         at_exit = _exit_release(gpu_before, proc.pid)
@@ -243,28 +192,20 @@ def run_claim_isolated(
         shutil.rmtree(work, ignore_errors=True)
 
 
-def _child(request_path: str, result_path: str) -> int:
+def _serve(req: dict[str, Json]) -> list[dict[str, Any]]:
     from runners.api import run_claim
-
-    req: dict[str, Json] = json.loads(Path(request_path).read_text())
-
-    def say(msg: str) -> None:
-        print(_PROGRESS + msg.replace("\n", " "), file=sys.stderr, flush=True)
 
     base = req.pop("base_root", None)
     art = req.pop("artifact_dir", None)
     results = run_claim(
-        progress=say,
+        progress=child.say,
         repo_root=Path(str(req.pop("repo_root"))),
         base_root=None if base is None else Path(str(base)),
         artifact_dir=None if art is None else Path(str(art)),
         **req,  # type: ignore[arg-type]
     )
-    tmp = Path(result_path + ".part")
-    tmp.write_text(json.dumps([dataclasses.asdict(r) for r in results]))
-    tmp.replace(result_path)
-    return 0
+    return [dataclasses.asdict(r) for r in results]
 
 
 if __name__ == "__main__":
-    sys.exit(_child(sys.argv[1], sys.argv[2]))
+    sys.exit(child.serve(_serve))

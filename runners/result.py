@@ -7,11 +7,24 @@ cosine, measured/predicted) may be floats.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any
 
-Outcome = Literal["passed", "failed", "inconclusive", "refused", "infra-error"]
-Observer = Literal["on", "off"]
+from runners.names import Observer, Outcome
+
+__all__ = [
+    "Artifact",
+    "CheckResult",
+    "CleanupProof",
+    "Json",
+    "Observer",
+    "Outcome",
+    "ReleasedResource",
+    "infra_error",
+    "result_from_dict",
+]
+
 Scalar = int | float | str | bool | None
 Json = Scalar | list["Json"] | dict[str, "Json"]
 
@@ -69,3 +82,56 @@ class CheckResult:
     started_ns: int = 0
     """UTC wall clock, ns since the epoch."""
     finished_ns: int = 0
+
+
+def infra_error(
+    *,
+    claim: str,
+    check: str,
+    version: str,
+    params: Mapping[str, Json],
+    reason: str,
+    scope: Mapping[str, str | int],
+    observer: Observer = "off",
+    cleanup: CleanupProof | None = None,
+    gpu_uuids: tuple[str, ...] | list[str] = (),
+    host: str = "",
+    started_ns: int,
+    finished_ns: int,
+) -> CheckResult:
+    """A result for a check that could not produce evidence either way.
+
+    ``cleanup`` None: nothing was acquired, so nothing is left to prove released.
+    """
+    return CheckResult(
+        claim=claim,
+        check=check,
+        check_version=version,
+        params=dict(params),
+        scope=dict(scope),
+        outcome="infra-error",
+        reason=reason,
+        measurements={},
+        observer=observer,
+        cleanup=CleanupProof(complete=True, resources=[]) if cleanup is None else cleanup,
+        gpu_uuids=list(gpu_uuids),
+        host=host,
+        started_ns=started_ns,
+        finished_ns=finished_ns,
+    )
+
+
+def result_from_dict(d: Mapping[str, Any]) -> CheckResult:
+    """The inverse of `dataclasses.asdict` on a `CheckResult` (after a JSON round trip)."""
+    c = d["cleanup"]
+    return CheckResult(
+        **{
+            **d,
+            "cleanup": CleanupProof(
+                complete=c["complete"],
+                resources=[ReleasedResource(**r) for r in c["resources"]],
+                tolerance_bytes=c["tolerance_bytes"],
+            ),
+            "artifacts": [Artifact(**a) for a in d["artifacts"]],
+        }
+    )

@@ -24,43 +24,52 @@ budget counts as a (simulated) OOM.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from functools import partial
-from typing import Any
+from typing import Any, Literal
 
 import torch
 
-from runners.checks.base import (
-    CheckContext,
-    ParamError,
-    Session,
-    Verdict,
-    execute,
-    int_list_param,
-    int_param,
-    phase_step,
-)
-from runners.harness.cleanup import Owned
+from runners.checks.context import CheckContext, Session, Verdict, phase_step
+from runners.checks.execute import execute
+from runners.checks.params import CheckParams, ParamError
 from runners.harness.probe import CpuProbe, MiB
+from runners.harness.registry import Owned
 from runners.harness.steps import StepRecord, measure_step
+from runners.names import ADMISSION
 from runners.protocol import PHASES, AdmissionDecision, Phase, Shape, Workload
 from runners.result import CheckResult, Json
 
-NAME = "admission"
+NAME = ADMISSION
 VERSION = "1"
-DEFAULTS: dict[str, Json] = {
-    "batches": [1, 2, 4],
-    "seqs": [16, 64],
-    "phases": list(PHASES),
-    "pressure": "edge",
-    "edge_margin_bytes": None,
-    "warm_runs": 1,
-    "measure_refused": True,
-    "budget_bytes": None,
-    "seed": 0,
-}
-"""``edge_margin_bytes`` None: 2 MiB on CUDA (allocator block granularity), 0 on CPU.
-``budget_bytes`` (CPU only) None: live bytes after setup plus the median, over the
-lattice, of the least free memory the workload admits at, so some shapes refuse."""
+
+
+@dataclass(kw_only=True, slots=True, frozen=True)
+class Params(CheckParams):
+    batches: list[int] = field(default_factory=lambda: [1, 2, 4])
+    """Batch sizes of the lattice."""
+    seqs: list[int] = field(default_factory=lambda: [16, 64])
+    """Sequence lengths of the lattice."""
+    phases: list[Phase] = field(default_factory=lambda: list(PHASES))
+    """Phases admitted and run at every shape (run in the order forward_nograd,
+    forward_backward)."""
+    pressure: Literal["edge", "none"] = "edge"
+    """``edge``: ballast brings the available memory down to just above the least the
+    workload admits at; ``none``: each step runs at the memory available."""
+    edge_margin_bytes: int | None = None
+    """Room left above the least admitting free memory under edge pressure. None: 2 MiB
+    on CUDA (allocator block granularity), 0 on CPU."""
+    warm_runs: int = 1
+    """Runs of each admitted step after the first, each re-admitted first."""
+    measure_refused: bool = True
+    """Run a refused step anyway (without ballast) to measure over-refusal."""
+    budget_bytes: int | None = None
+    """CPU only: the simulated device size. None: live bytes after setup plus the median,
+    over the lattice, of the least free memory the workload admits at, so some shapes
+    refuse."""
+    seed: int = 0
+    """Seed of every generator and of the workload's inputs."""
+
 
 _CUDA_EDGE_MARGIN = 2 * MiB
 _MAX_EDGE_TRIES = 4
@@ -84,13 +93,6 @@ def min_admitting_free(w: Workload, shape: Shape, phase: Phase) -> int | None:
     return lo
 
 
-def _phases(params: dict[str, Json]) -> list[Phase]:
-    raw = params.get("phases", DEFAULTS["phases"])
-    if not isinstance(raw, list) or not raw or any(p not in PHASES for p in raw):
-        raise ParamError(f"phases must be a non-empty list from {list(PHASES)}, got {raw!r}")
-    return [p for p in PHASES if p in raw]
-
-
 def _run_phase(sess: Session, w: Workload, shape: Shape, phase: Phase, what: str) -> StepRecord:
     grad = phase == "forward_backward"
     if grad:
@@ -110,25 +112,21 @@ def _decision(d: AdmissionDecision, prefix: str = "") -> dict[str, Json]:
     return {f"{prefix}{k}": v for k, v in d.measurements().items()}
 
 
-def run(ctx: CheckContext, params: dict[str, Json]) -> list[CheckResult]:
-    p = {**DEFAULTS, **params}
-    return [execute(ctx, check=NAME, version=VERSION, params=p, body=lambda s: _body(s, p))]
+def run(ctx: CheckContext, p: Params, recorded: dict[str, Json]) -> list[CheckResult]:
+    body = partial(_body, p=p)
+    r = execute(
+        ctx, check=NAME, version=VERSION, params=p, recorded=recorded, body=body, seed=p.seed
+    )
+    return [r]
 
 
-def _body(sess: Session, p: dict[str, Json]) -> Verdict:
-    batches = int_list_param(p, "batches", [1])
-    seqs = int_list_param(p, "seqs", [16])
-    phases = _phases(p)
-    pressure = p.get("pressure")
-    if pressure not in ("edge", "none"):
-        raise ParamError(f"pressure must be 'edge' or 'none', got {pressure!r}")
-    warm_runs = int_param(p, "warm_runs", 1)
-    measure_refused = bool(p.get("measure_refused", True))
+def _body(sess: Session, p: Params) -> Verdict:
+    phases = [ph for ph in PHASES if ph in p.phases]
+    pressure, warm_runs, measure_refused = p.pressure, p.warm_runs, p.measure_refused
     cpu = isinstance(sess.probe, CpuProbe)
     margin_default = 0 if cpu else _CUDA_EDGE_MARGIN
-    margin_raw = p.get("edge_margin_bytes")
-    margin = margin_default if margin_raw is None else int_param(p, "edge_margin_bytes", 0)
-    shapes = [Shape(batch=b, seq=s) for b in batches for s in seqs]
+    margin = margin_default if p.edge_margin_bytes is None else p.edge_margin_bytes
+    shapes = [Shape(batch=b, seq=s) for b in p.batches for s in p.seqs]
 
     w = sess.load()
     m: dict[str, Json] = {"edge_margin_bytes": margin, "pressure": str(pressure)}
@@ -139,9 +137,8 @@ def _body(sess: Session, p: dict[str, Json]) -> Verdict:
             "CPU run: free memory is simulated as budget_bytes less tracked live tensor "
             "storage; host RAM is not the constraint"
         )
-        budget = p.get("budget_bytes")
         live = probe.sample().allocated_bytes
-        if budget is None:
+        if p.budget_bytes is None:
             needs = sorted(
                 n
                 for s in shapes
@@ -153,7 +150,7 @@ def _body(sess: Session, p: dict[str, Json]) -> Verdict:
             probe.budget_bytes = live + needs[len(needs) // 2]
             m["budget_rule"] = "live after setup + median least-admitting free over the lattice"
         else:
-            probe.budget_bytes = int_param(p, "budget_bytes", 0)
+            probe.budget_bytes = p.budget_bytes
             m["budget_rule"] = "parameter"
         m["live_after_setup_bytes"] = live
         m["budget_bytes"] = probe.budget_bytes

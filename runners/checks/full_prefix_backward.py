@@ -14,60 +14,65 @@ On CPU the budget is the host's MemAvailable unless ``budget_bytes`` is given
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from functools import partial
 
-from runners.checks.base import (
-    CheckContext,
-    Session,
-    Verdict,
-    execute,
-    int_param,
-    phase_step,
-)
+from runners.checks.context import CheckContext, Session, Verdict, phase_step
+from runners.checks.execute import execute
+from runners.checks.params import CheckParams
 from runners.harness.probe import CpuProbe
 from runners.harness.steps import measure_step
+from runners.names import FULL_PREFIX_BACKWARD
 from runners.protocol import Shape
 from runners.result import CheckResult, Json
 
-NAME = "full-prefix-backward"
+NAME = FULL_PREFIX_BACKWARD
 VERSION = "1"
-DEFAULTS: dict[str, Json] = {
-    "batch": 4,
-    "seq": 64,
-    "prefix_backwards": 3,
-    "prefix_batch": None,
-    "prefix_seq": None,
-    "optimizer_step": True,
-    "run_if_refused": False,
-    "budget_bytes": None,
-    "seed": 0,
-}
-"""``prefix_batch`` / ``prefix_seq`` None: the target's."""
 
 
-def run(ctx: CheckContext, params: dict[str, Json]) -> list[CheckResult]:
-    p = {**DEFAULTS, **params}
-    budget = p.get("budget_bytes")
-    budget_bytes = budget if isinstance(budget, int) and not isinstance(budget, bool) else None
-    return [
-        execute(
-            ctx,
-            check=NAME,
-            version=VERSION,
-            params=p,
-            body=lambda s: _body(s, p),
-            budget_bytes=budget_bytes if ctx.device.type == "cpu" else None,
-        )
-    ]
+@dataclass(kw_only=True, slots=True, frozen=True)
+class Params(CheckParams):
+    batch: int = 4
+    """Sequences in the target step."""
+    seq: int = 64
+    """Tokens per sequence of the target step."""
+    prefix_backwards: int = 3
+    """Forward+backward steps of the prefix, accumulating gradients."""
+    prefix_batch: int | None = None
+    """Sequences in each prefix step. None: the target's."""
+    prefix_seq: int | None = None
+    """Tokens per sequence of each prefix step. None: the target's."""
+    optimizer_step: bool = True
+    """End the prefix with one optimizer update."""
+    run_if_refused: bool = False
+    """Run a refused target anyway and record its increment (the outcome stays refused)."""
+    budget_bytes: int | None = None
+    """CPU only: a simulated device size. None: the host's MemAvailable."""
+    seed: int = 0
+    """Seed of every generator and of the workload's inputs."""
 
 
-def _body(sess: Session, p: dict[str, Json]) -> Verdict:
-    target = Shape(batch=int_param(p, "batch", 4), seq=int_param(p, "seq", 64))
-    prefix = Shape(
-        batch=target.batch if p.get("prefix_batch") is None else int_param(p, "prefix_batch", 1),
-        seq=target.seq if p.get("prefix_seq") is None else int_param(p, "prefix_seq", 1),
+def run(ctx: CheckContext, p: Params, recorded: dict[str, Json]) -> list[CheckResult]:
+    r = execute(
+        ctx,
+        check=NAME,
+        version=VERSION,
+        params=p,
+        recorded=recorded,
+        body=partial(_body, p=p),
+        seed=p.seed,
+        budget_bytes=p.budget_bytes if ctx.device.type == "cpu" else None,
     )
-    n = int_param(p, "prefix_backwards", 3)
+    return [r]
+
+
+def _body(sess: Session, p: Params) -> Verdict:
+    target = Shape(batch=p.batch, seq=p.seq)
+    prefix = Shape(
+        batch=target.batch if p.prefix_batch is None else p.prefix_batch,
+        seq=target.seq if p.prefix_seq is None else p.prefix_seq,
+    )
+    n = p.prefix_backwards
     w = sess.load()
     probe = sess.probe
     m: dict[str, Json] = {"target_shape": str(target), "prefix_shape": str(prefix)}
@@ -91,7 +96,7 @@ def _body(sess: Session, p: dict[str, Json]) -> Verdict:
         m.update(rec.measurements(f"prefix{i + 1}_"))
         if not rec.ok:
             return fail(f"prefix backward {i + 1}: {rec.outcome.sentence()}", rec.outcome.status)
-    if p.get("optimizer_step", True):
+    if p.optimizer_step:
         sess.progress("prefix optimizer step")
         rec = measure_step(probe, "optimizer_step", w.optimizer_step)
         m.update(rec.measurements("optimizer_step_"))
@@ -117,7 +122,7 @@ def _body(sess: Session, p: dict[str, Json]) -> Verdict:
             "target_estimate_terms": {k: v for k, v in estimate.terms.items()},
         }
     )
-    if not decision.admitted and not p.get("run_if_refused", False):
+    if not decision.admitted and not p.run_if_refused:
         return Verdict(
             outcome="refused",
             reason=(

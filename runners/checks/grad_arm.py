@@ -1,16 +1,15 @@
 """One arm of a gradient comparison, run in its own process.
 
-``python -m runners.checks.grad_arm SPEC.json`` loads the workload named in the
-spec, runs one forward+backward and saves the gradients (``grads.pt``, CPU
-tensors by name) and ``arm.json`` (status, GPU UUID, starting reserved bytes,
-measured increment) into the spec's ``out_dir``. A workload failure is written
-as a status, with exit code 0; exit code 2 means the arm itself could not run.
+``python -m runners.checks.grad_arm SPEC.json ARM.json`` loads the workload
+named in the spec, runs one forward+backward and saves the gradients
+(``grads.pt``, CPU tensors by name) into the spec's ``out_dir``; ``ARM.json``
+says how it went (status, GPU UUID, starting reserved bytes, measured
+increment). A workload failure is written as a status, with exit code 0.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import sys
 import time
@@ -19,32 +18,28 @@ from typing import Any
 
 import torch
 
-from runners.harness.determinism import apply_determinism
+from runners.checks.context import dtype_name, phase_step
+from runners.checks.execute import start_harness
+from runners.harness import child
 from runners.harness.oom import capture
-from runners.harness.probe import CudaProbe, make_probe
+from runners.harness.probe import CudaProbe
 from runners.harness.steps import measure_step
 from runners.protocol import Shape
 from runners.workloads.loader import WorkloadLoadError, load_workload
 
 
 def run_arm(spec: dict[str, Any]) -> dict[str, Any]:
-    """Run the arm described by ``spec``; return what goes into arm.json."""
-    out_dir = Path(spec["out_dir"])
+    """Run the arm described by ``spec``; return what goes into ARM.json."""
     device = torch.device(spec["device"])
     info: dict[str, Any] = {"arm": spec["arm"], "pid": os.getpid(), "device": str(device)}
     if device.type == "cuda":
         torch.cuda.set_device(device)
-    probe = make_probe(device)
-    if isinstance(probe, CudaProbe):
-        info["gpu_uuid"] = probe.uuid
-    else:
-        info["gpu_uuid"] = "cpu"
+    seed = int(spec["seed"])
+    probe, info["determinism"] = start_harness(device, seed=seed, warn_only=bool(spec["warn_only"]))
+    info["gpu_uuid"] = probe.uuid if isinstance(probe, CudaProbe) else "cpu"
     start = probe.sample()
     info["reserved_at_start_bytes"] = start.reserved_bytes
     info["allocated_at_start_bytes"] = start.allocated_bytes
-    info["determinism"] = apply_determinism(
-        seed=int(spec["seed"]), warn_only=bool(spec["warn_only"])
-    )
     t0 = time.perf_counter_ns()
 
     def finish(status: str, **extra: Any) -> dict[str, Any]:
@@ -55,29 +50,21 @@ def run_arm(spec: dict[str, Any]) -> dict[str, Any]:
         w = load_workload(Path(spec["root"]), spec["ref"], spec["params"])
     except WorkloadLoadError as e:
         return finish("infra-error", error=f"workload load: {e}")
-    info["workload"] = w.name
-    info["workload_digest"] = w.digest()
-    info["dtype"] = str(w.dtype).removeprefix("torch.")
+    info.update(workload=w.name, workload_digest=w.digest(), dtype=dtype_name(w.dtype))
     shape = Shape(batch=int(spec["batch"]), seq=int(spec["seq"]))
     # On CPU the tracker's dispatch mode would import torch._dynamo (seconds per arm)
     # for a figure the comparison does not use; CUDA's counters cost nothing.
     session = probe.session() if isinstance(probe, CudaProbe) else contextlib.nullcontext()
     with session:
-        cap = capture("setup", lambda: w.setup(device, int(spec["seed"])), device=device)
+        cap = capture("setup", lambda: w.setup(device, seed), device=device)
         if not cap.outcome.ok:
             return finish(cap.outcome.status, error=cap.outcome.sentence())
         info["reserved_after_setup_bytes"] = probe.sample().reserved_bytes
-        batch_cap = capture("make_batch", lambda: w.make_batch(shape, int(spec["seed"])))
+        batch_cap = capture("make_batch", lambda: w.make_batch(shape, seed))
         if not batch_cap.outcome.ok:
             return finish(batch_cap.outcome.status, error=batch_cap.outcome.sentence())
-        batch = batch_cap.value
-        assert batch is not None
-
-        def step() -> Any:
-            out = w.forward(batch, grad=True)
-            w.backward(out)
-            return out
-
+        assert batch_cap.value is not None
+        step = phase_step(w, batch_cap.value, grad=True)
         if isinstance(probe, CudaProbe):
             rec = measure_step(probe, "forward_backward", step)
             info.update(rec.measurements("forward_backward_"))
@@ -90,21 +77,10 @@ def run_arm(spec: dict[str, Any]) -> dict[str, Any]:
         if not grads_cap.outcome.ok or grads_cap.value is None:
             return finish(grads_cap.outcome.status, error=grads_cap.outcome.sentence())
         grads = {k: v.detach().to("cpu") for k, v in grads_cap.value.items()}
-    torch.save(grads, out_dir / "grads.pt")
+    torch.save(grads, Path(spec["out_dir"]) / "grads.pt")
     capture("teardown", w.teardown, device=device)
     return finish("ok", tensors=len(grads))
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    if len(args) != 1:
-        print("usage: python -m runners.checks.grad_arm SPEC.json", file=sys.stderr)
-        return 2
-    spec = json.loads(Path(args[0]).read_text())
-    info = run_arm(spec)
-    Path(spec["out_dir"], "arm.json").write_text(json.dumps(info, sort_keys=True))
-    return 0
-
-
 if __name__ == "__main__":
-    raise SystemExit(main())
+    sys.exit(child.serve(run_arm))

@@ -12,45 +12,47 @@ The observer, when on, instruments this (parent) process only, not the arms.
 
 from __future__ import annotations
 
-import json
 import math
-import os
 import subprocess
-import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import torch
 
-import runners
-from runners.checks.base import (
-    CheckContext,
-    ParamError,
-    Session,
-    Verdict,
-    execute,
-    float_param,
-    int_param,
-)
+from runners.checks.context import CheckContext, Session, Verdict
+from runners.checks.execute import execute
+from runners.checks.params import CheckParams
+from runners.harness import child
+from runners.names import GRADIENT_COMPARE
 from runners.result import CheckResult, Json
 
-NAME = "gradient-compare"
+NAME = GRADIENT_COMPARE
 VERSION = "1"
-DEFAULTS: dict[str, Json] = {
-    "batch": 2,
-    "seq": 32,
-    "threshold": 0.03,
-    "base_workload_params": {},
-    "candidate_workload_params": {},
-    "arm_timeout_s": 600,
-    "parallel_arms": None,
-    "seed": 0,
-}
-"""Each arm's workload params are the claim's, updated by its ``*_workload_params``;
-the base arm loads from the base checkout when one is given. ``parallel_arms`` None:
-in parallel on CPU, one after the other on CUDA."""
+
+
+@dataclass(kw_only=True, slots=True, frozen=True)
+class Params(CheckParams):
+    batch: int = 2
+    """Sequences in each arm's forward+backward."""
+    seq: int = 32
+    """Tokens per sequence."""
+    threshold: float = 0.03
+    """Largest rel-L2 ``||c - b|| / ||b||`` a gradient tensor may have."""
+    base_workload_params: dict[str, Json] = field(default_factory=dict)
+    """Workload parameters of the base arm: the claim's, updated by these. The base arm
+    loads from the base revision's checkout when there is one."""
+    candidate_workload_params: dict[str, Json] = field(default_factory=dict)
+    """Workload parameters of the candidate arm: the claim's, updated by these."""
+    arm_timeout_s: int = 600
+    """Seconds both arms together may take."""
+    parallel_arms: bool | None = None
+    """Run the arms at the same time. None: in parallel on CPU, one after the other on
+    CUDA (so that each starts from an idle device)."""
+    seed: int = 0
+    """Seed of every generator and of the workload's inputs."""
 
 
 def compare(
@@ -95,16 +97,12 @@ def compare(
     return rows, only
 
 
-def run(ctx: CheckContext, params: dict[str, Json]) -> list[CheckResult]:
-    p = {**DEFAULTS, **params}
-    return [execute(ctx, check=NAME, version=VERSION, params=p, body=lambda s: _body(s, p))]
-
-
-def _arm_params(ctx: CheckContext, p: dict[str, Json], key: str) -> dict[str, Json]:
-    extra = p.get(key) or {}
-    if not isinstance(extra, dict):
-        raise ParamError(f"{key} must be a mapping, got {extra!r}")
-    return {**ctx.workload_params, **extra}
+def run(ctx: CheckContext, p: Params, recorded: dict[str, Json]) -> list[CheckResult]:
+    body = partial(_body, p=p)
+    r = execute(
+        ctx, check=NAME, version=VERSION, params=p, recorded=recorded, body=body, seed=p.seed
+    )
+    return [r]
 
 
 @dataclass(slots=True)
@@ -115,7 +113,7 @@ class _Arm:
 
 
 def _start_arm(
-    sess: Session, arm: str, root: Path, wparams: dict[str, Json], p: dict[str, Json], work: Path
+    sess: Session, arm: str, root: Path, wparams: dict[str, Json], p: Params, work: Path
 ) -> _Arm:
     ctx = sess.ctx
     out_dir = work / arm
@@ -127,24 +125,20 @@ def _start_arm(
         "params": wparams,
         "device": str(sess.device),
         "seed": sess.seed,
-        "warn_only": bool(p.get("deterministic_warn_only", True)),
-        "batch": int_param(p, "batch", 2),
-        "seq": int_param(p, "seq", 32),
+        "warn_only": p.deterministic_warn_only,
+        "batch": p.batch,
+        "seq": p.seq,
         "out_dir": str(out_dir),
     }
     spec_path = out_dir / "spec.json"
-    spec_path.write_text(json.dumps(spec))
-    env = dict(os.environ)
-    # The arm must import this harness, wherever the current directory is.
-    here = str(Path(runners.__file__).resolve().parent.parent)
-    env["PYTHONPATH"] = os.pathsep.join(x for x in (here, env.get("PYTHONPATH")) if x)
+    child.write_request(spec_path, spec)
     sess.progress(f"gradient arm {arm}: {ctx.workload_ref} from {root}")
     with open(out_dir / "arm.log", "wb") as log:
         popen = sess.registry.spawn(
-            [sys.executable, "-m", "runners.checks.grad_arm", str(spec_path)],
+            child.argv("runners.checks.grad_arm", spec_path, out_dir / "arm.json"),
             stdout=log,
             stderr=subprocess.STDOUT,
-            env=env,
+            env=child.env(),
             cwd=str(out_dir),
         )
     return _Arm(name=arm, popen=popen, out_dir=out_dir)
@@ -156,29 +150,28 @@ def _finish_arm(arm: _Arm, deadline: float) -> dict[str, Any]:
     except subprocess.TimeoutExpired:
         rc = None  # the registry stops it when the check ends
     info: dict[str, Any] = {"returncode": rc, "pid": arm.popen.pid}
-    arm_json = arm.out_dir / "arm.json"
+    got = None if rc is None else child.read_result(arm.out_dir / "arm.json")
     if rc is None:
         info["status"] = "timeout"
-    elif arm_json.exists():
-        info.update(json.loads(arm_json.read_text()))
+    elif got is not None:
+        info.update(got)
     else:
         info["status"] = "no-result"
         info["log_tail"] = (arm.out_dir / "arm.log").read_text(errors="replace")[-2000:]
     return info
 
 
-def _body(sess: Session, p: dict[str, Json]) -> Verdict:
+def _body(sess: Session, p: Params) -> Verdict:
     ctx = sess.ctx
-    threshold = float_param(p, "threshold", 0.03)
-    base_params = _arm_params(ctx, p, "base_workload_params")
-    cand_params = _arm_params(ctx, p, "candidate_workload_params")
+    threshold = p.threshold
+    base_params = {**ctx.workload_params, **p.base_workload_params}
+    cand_params = {**ctx.workload_params, **p.candidate_workload_params}
     work = sess.registry.make_tempdir("grad-compare-")
     base_root = ctx.base_root or ctx.repo_root
-    parallel = p.get("parallel_arms")
     # On a GPU the arms take turns so that each starts from an idle device; CPU arms
     # share nothing that changes their gradients and may overlap.
-    parallel = sess.device.type == "cpu" if parallel is None else bool(parallel)
-    deadline = time.monotonic() + int_param(p, "arm_timeout_s", 600)
+    parallel = sess.device.type == "cpu" if p.parallel_arms is None else p.parallel_arms
+    deadline = time.monotonic() + p.arm_timeout_s
     arms: dict[str, dict[str, Any]] = {}
     plan = [("base", base_root, base_params), ("candidate", ctx.repo_root, cand_params)]
     if parallel:

@@ -15,14 +15,14 @@ rank, outside-pool memory after that handoff (and, for gather, after
 destroy) stays within ``flat_tolerance_bytes`` of the level before it, and the
 gathered weight equals the concatenated shards. Both paths are always measured.
 
-``python -m runners.checks.mesh_handoff --worker ...`` is the rank entry; on CPU
+``python -m runners.checks.mesh_handoff RANK.request.json RANK.json`` is the rank
+entry; on CPU
 the same code runs on gloo as a functional test of the path (device_kind=cpu,
 outcome inconclusive: there is no allocator pool to measure).
 """
 
 from __future__ import annotations
 
-import argparse
 import gc
 import hashlib
 import json
@@ -30,30 +30,48 @@ import os
 import subprocess
 import sys
 import time
-from pathlib import Path
-from typing import Any
+from dataclasses import dataclass
+from functools import partial
+from typing import Any, Literal
 
 import torch
 
-import runners
-from runners.checks.base import CheckContext, ParamError, Session, Verdict, execute, infra_result
-from runners.checks.base import int_param as _int
-from runners.harness import nvml
-from runners.harness.probe import MiB
+from runners.checks.context import CheckContext, Session, Verdict, infra_result
+from runners.checks.execute import execute
+from runners.checks.params import CheckParams, ParamError
+from runners.harness import child
+from runners.harness.probe import CudaProbe, MiB
+from runners.names import MESH_HANDOFF
 from runners.result import CheckResult, Json
 
-NAME = "mesh-handoff"
+NAME = MESH_HANDOFF
 VERSION = "1"
-DEFAULTS: dict[str, Json] = {
-    "world_size": 2,
-    "rows": 8192,
-    "cols": 4096,
-    "dtype": "bfloat16",
-    "mode": "keep",
-    "flat_tolerance_bytes": 16 * MiB,
-    "timeout_s": 300,
-}
-"""The full weight is ``rows`` x ``cols`` of ``dtype``, split by rows over the ranks."""
+
+
+@dataclass(kw_only=True, slots=True, frozen=True)
+class Params(CheckParams):
+    world_size: int = 2
+    """Ranks, one child process each (on CUDA one GPU each)."""
+    rows: int = 8192
+    """Rows of the full weight, split evenly over the ranks."""
+    cols: int = 4096
+    """Columns of the full weight."""
+    dtype: Literal["float32", "bfloat16", "float16"] = "bfloat16"
+    """Element type of the weight."""
+    mode: Literal["keep", "gather"] = "keep"
+    """The handoff the outcome is about: ``keep`` (in place) or ``gather`` (all-gather to a
+    full replica, judged after destroy_process_group). Both are always measured."""
+    flat_tolerance_bytes: int = 16 * MiB
+    """Allowed growth of memory outside the pool across the handoff, per rank."""
+    timeout_s: int = 300
+    """Seconds all ranks together may take."""
+
+    def constrain(self) -> None:
+        if self.world_size < 1 or self.rows % self.world_size:
+            raise ParamError(
+                f"parameter 'rows' must divide by world_size {self.world_size}, got {self.rows}"
+            )
+
 
 POINTS = (
     "before",
@@ -69,8 +87,8 @@ _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torc
 # --- rank side -----------------------------------------------------------------------
 
 
-def _sample(device: torch.device) -> dict[str, int | None]:
-    if device.type != "cuda":
+def _sample(device: torch.device, probe: CudaProbe | None) -> dict[str, int | None]:
+    if probe is None:
         return {
             "outside_pool_bytes": None,
             "process_outside_pool_bytes": None,
@@ -78,164 +96,125 @@ def _sample(device: torch.device) -> dict[str, int | None]:
             "allocated_bytes": None,
         }
     torch.cuda.synchronize(device)
-    free, total = (int(x) for x in torch.cuda.mem_get_info(device))
-    reserved = int(torch.cuda.memory_reserved(device))
-    uuid = nvml.normalise_uuid(str(torch.cuda.get_device_properties(device).uuid))
-    proc = nvml.process_used_bytes(uuid)
+    s = probe.sample()
     return {
-        "outside_pool_bytes": (total - free) - reserved,
-        "process_outside_pool_bytes": None if proc is None else proc - reserved,
-        "reserved_bytes": reserved,
-        "allocated_bytes": int(torch.cuda.memory_allocated(device)),
-        "used_bytes": total - free,
+        "outside_pool_bytes": s.outside_pool_bytes,
+        "process_outside_pool_bytes": s.process_outside_pool_bytes,
+        "reserved_bytes": s.reserved_bytes,
+        "allocated_bytes": s.allocated_bytes,
+        "used_bytes": s.total_bytes - s.free_bytes,
     }
 
 
-def rank_main(args: argparse.Namespace) -> dict[str, Any]:
+def rank_main(req: dict[str, Any]) -> dict[str, Any]:
     """One rank: shard, keep, gather twice, destroy; samples at each point."""
     import torch.distributed as dist
 
-    rank, world = args.rank, args.world_size
-    cuda = args.backend == "nccl"
+    rank, world = int(req["rank"]), int(req["world_size"])
+    cuda = req["backend"] == "nccl"
     device = torch.device("cuda", rank) if cuda else torch.device("cpu")
     info: dict[str, Any] = {"rank": rank, "pid": os.getpid(), "device": str(device)}
+    probe: CudaProbe | None = None
     if cuda:
         torch.cuda.set_device(device)
-        torch.cuda.init()  # type: ignore[no-untyped-call]
-        info["gpu_uuid"] = nvml.normalise_uuid(str(torch.cuda.get_device_properties(device).uuid))
+        probe = CudaProbe(device)
+        info["gpu_uuid"] = probe.uuid
     # No device_id: the communicator is then created lazily, by the first collective.
     dist.init_process_group(
-        backend=args.backend, init_method=f"file://{args.init_file}", rank=rank, world_size=world
+        backend=req["backend"],
+        init_method=f"file://{req['init_file']}",
+        rank=rank,
+        world_size=world,
     )
-    dtype = _DTYPES[args.dtype]
-    rows = args.rows // world
+    dtype = _DTYPES[req["dtype"]]
+    rows = int(req["rows"]) // world
     gen = torch.Generator().manual_seed(1234)
-    full = torch.randn(args.rows, args.cols, generator=gen).to(dtype)
+    full = torch.randn(int(req["rows"]), int(req["cols"]), generator=gen).to(dtype)
     shard = full[rank * rows : (rank + 1) * rows].clone().to(device)
     expected = full.to(device)
     del full
     samples: dict[str, dict[str, int | None]] = {}
     times: dict[str, int] = {}
-    samples["before"] = _sample(device)
+    samples["before"] = _sample(device, probe)
 
     # In-place handoff: the evaluation mesh's sharding names the same placement.
     eval_weight = shard
-    samples["after_keep"] = _sample(device)
+    samples["after_keep"] = _sample(device, probe)
     info["keep_aliases_shard"] = eval_weight.data_ptr() == shard.data_ptr()
 
-    replica = torch.empty(rows * world, args.cols, dtype=dtype, device=device)
+    replica = torch.empty(rows * world, int(req["cols"]), dtype=dtype, device=device)
     t0 = time.perf_counter_ns()
     dist.all_gather_into_tensor(replica, shard)
     if cuda:
         torch.cuda.synchronize(device)
     times["first_allgather_ns"] = time.perf_counter_ns() - t0
-    samples["after_first_allgather"] = _sample(device)
+    samples["after_first_allgather"] = _sample(device, probe)
     info["gather_matches"] = bool(torch.equal(replica, expected))
     t0 = time.perf_counter_ns()
     dist.all_gather_into_tensor(replica, shard)
     if cuda:
         torch.cuda.synchronize(device)
     times["second_allgather_ns"] = time.perf_counter_ns() - t0
-    samples["after_second_allgather"] = _sample(device)
+    samples["after_second_allgather"] = _sample(device, probe)
     del replica, expected, eval_weight, shard
     dist.destroy_process_group()
     gc.collect()
     if cuda:
         torch.cuda.empty_cache()
-    samples["after_destroy"] = _sample(device)
+    samples["after_destroy"] = _sample(device, probe)
     info["dist_initialized_after_destroy"] = dist.is_initialized()
     info["samples"] = samples
     info["times"] = times
     return info
 
 
-def _worker_cli(argv: list[str]) -> int:
-    ap = argparse.ArgumentParser(prog="python -m runners.checks.mesh_handoff --worker")
-    ap.add_argument("--worker", action="store_true", required=True)
-    ap.add_argument("--rank", type=int, required=True)
-    ap.add_argument("--world-size", type=int, required=True)
-    ap.add_argument("--backend", choices=("nccl", "gloo"), required=True)
-    ap.add_argument("--init-file", required=True)
-    ap.add_argument("--rows", type=int, required=True)
-    ap.add_argument("--cols", type=int, required=True)
-    ap.add_argument("--dtype", choices=sorted(_DTYPES), required=True)
-    ap.add_argument("--out", required=True)
-    args = ap.parse_args(argv)
-    info = rank_main(args)
-    Path(args.out).write_text(json.dumps(info, sort_keys=True))
-    return 0
-
-
 # --- check side ----------------------------------------------------------------------
 
 
-def run(ctx: CheckContext, params: dict[str, Json]) -> list[CheckResult]:
-    p = {**DEFAULTS, **params}
-    world = p.get("world_size")
-    if ctx.device.type == "cuda" and (
-        not isinstance(world, int) or torch.cuda.device_count() < world
-    ):
-        return [
-            infra_result(
-                ctx,
-                check=NAME,
-                version=VERSION,
-                params=p,
-                reason=f"needs {world} CUDA devices; {torch.cuda.device_count()} visible",
-            )
-        ]
-    return [execute(ctx, check=NAME, version=VERSION, params=p, body=lambda s: _body(s, p))]
+def run(ctx: CheckContext, p: Params, recorded: dict[str, Json]) -> list[CheckResult]:
+    if ctx.device.type == "cuda" and torch.cuda.device_count() < p.world_size:
+        reason = f"needs {p.world_size} CUDA devices; {torch.cuda.device_count()} visible"
+        return [infra_result(ctx, check=NAME, version=VERSION, params=recorded, reason=reason)]
+    body = partial(_body, p=p)
+    return [execute(ctx, check=NAME, version=VERSION, params=p, recorded=recorded, body=body)]
 
 
 def _delta(a: int | None, b: int | None) -> int | None:
     return None if a is None or b is None else b - a
 
 
-def _body(sess: Session, p: dict[str, Json]) -> Verdict:
-    world = _int(p, "world_size", 2)
-    rows, cols = _int(p, "rows", 8192), _int(p, "cols", 4096)
-    dtype = p.get("dtype")
-    mode = p.get("mode")
-    if dtype not in _DTYPES or mode not in ("keep", "gather") or rows % world:
-        raise ParamError(f"dtype {dtype!r}, mode {mode!r}, rows {rows} (must divide by {world})")
-    tol = _int(p, "flat_tolerance_bytes", 16 * MiB)
+def _body(sess: Session, p: Params) -> Verdict:
+    world, rows, cols, dtype, mode = p.world_size, p.rows, p.cols, p.dtype, p.mode
+    tol = p.flat_tolerance_bytes
     cuda = sess.device.type == "cuda"
     backend = "nccl" if cuda else "gloo"
     work = sess.registry.make_tempdir("mesh-handoff-")
-    env = dict(os.environ)
-    here = str(Path(runners.__file__).resolve().parent.parent)
-    env["PYTHONPATH"] = os.pathsep.join(x for x in (here, env.get("PYTHONPATH")) if x)
     procs: list[subprocess.Popen[bytes]] = []
     for rank in range(world):
-        argv = [
-            sys.executable,
-            "-m",
+        request = {
+            "rank": rank,
+            "world_size": world,
+            "backend": backend,
+            "init_file": str(work / "store"),
+            "rows": rows,
+            "cols": cols,
+            "dtype": dtype,
+        }
+        child.write_request(work / f"rank{rank}.request.json", request)
+        argv = child.argv(
             "runners.checks.mesh_handoff",
-            "--worker",
-            "--rank",
-            str(rank),
-            "--world-size",
-            str(world),
-            "--backend",
-            backend,
-            "--init-file",
-            str(work / "store"),
-            "--rows",
-            str(rows),
-            "--cols",
-            str(cols),
-            "--dtype",
-            str(dtype),
-            "--out",
-            str(work / f"rank{rank}.json"),
-        ]
+            work / f"rank{rank}.request.json",
+            work / f"rank{rank}.json",
+        )
         log = open(work / f"rank{rank}.log", "wb")  # noqa: SIM115 - closed once the rank exits
         procs.append(
-            sess.registry.spawn(argv, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=str(work))
+            sess.registry.spawn(
+                argv, stdout=log, stderr=subprocess.STDOUT, env=child.env(), cwd=str(work)
+            )
         )
         log.close()
     sess.progress(f"mesh handoff: {world} ranks on {backend}")
-    deadline = time.monotonic() + _int(p, "timeout_s", 300)
+    deadline = time.monotonic() + p.timeout_s
     codes: list[int | None] = []
     for proc in procs:
         try:
@@ -322,4 +301,4 @@ def _body(sess: Session, p: dict[str, Json]) -> Verdict:
 
 
 if __name__ == "__main__":
-    raise SystemExit(_worker_cli(sys.argv[1:]))
+    sys.exit(child.serve(rank_main))

@@ -15,16 +15,35 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
-from runners.checks.base import CheckContext, infra_result, json_safe
-from runners.harness.cleanup import merge_proofs
+from runners.checks.context import CheckContext, infra_result
+from runners.checks.execute import json_safe
+from runners.checks.params import CheckParams, ParamError
+from runners.harness.proofs import merge_proofs
+from runners.names import OBSERVER_OFF_CONTROL, REGRESSION_24VIEW
 from runners.result import CheckResult, Json
 
-NAME = "observer-off-control"
+NAME = OBSERVER_OFF_CONTROL
 VERSION = "1"
-DEFAULTS: dict[str, Json] = {"check": "regression-24view", "params": {}, "float_rtol": 0.0}
-"""``check``: the check to control; ``params``: its parameters; ``float_rtol``: allowed
-relative difference of compared floats (0: exact)."""
+
+Runner = Callable[[CheckContext, dict[str, Json]], list[CheckResult]]
+"""A check as the control calls it: context and plan parameters in, results out."""
+
+
+@dataclass(kw_only=True, slots=True, frozen=True)
+class Params(CheckParams):
+    check: str = REGRESSION_24VIEW
+    """The check to run with the observer on, then off."""
+    params: dict[str, Json] = field(default_factory=dict)
+    """That check's parameters."""
+    float_rtol: float = 0.0
+    """Allowed relative difference of compared floats (0: exact)."""
+
+    def constrain(self) -> None:
+        if self.check == OBSERVER_OFF_CONTROL:
+            raise ParamError(f"parameter 'check' must name another check, got {self.check!r}")
+
 
 _EXACT_SUFFIXES = ("increment_bytes", "measured_bytes", "predicted_bytes", "_over_predicted")
 _EXACT_NAMES = frozenset(
@@ -104,53 +123,30 @@ def differences(on: CheckResult, off: CheckResult, rtol: float) -> list[dict[str
     return diffs
 
 
-def run(ctx: CheckContext, params: dict[str, Json]) -> list[CheckResult]:
-    from runners.checks import get_check  # the check table imports this module
-
-    p = {**DEFAULTS, **params}
-    inner_name = p.get("check")
-    inner_params = p.get("params") or {}
-    rtol = p.get("float_rtol", 0.0)
-    if (
-        not isinstance(inner_name, str)
-        or not isinstance(inner_params, dict)
-        or not isinstance(rtol, int | float)
-        or inner_name == NAME
-    ):
-        return [
-            infra_result(
-                ctx,
-                check=NAME,
-                version=VERSION,
-                params=p,
-                reason=f"bad parameters: check {inner_name!r}, params {inner_params!r}",
-            )
-        ]
+def run(
+    ctx: CheckContext, p: Params, recorded: dict[str, Json], *, lookup: Callable[[str], Runner]
+) -> list[CheckResult]:
+    """Run ``p.check`` (found by ``lookup``, KeyError when unknown) on, then off."""
     try:
-        inner: Callable[[CheckContext, dict[str, Json]], list[CheckResult]] = get_check(
-            inner_name
-        ).run
+        inner = lookup(p.check)
     except KeyError as e:
-        return [infra_result(ctx, check=NAME, version=VERSION, params=p, reason=str(e))]
-
-    ctx.progress(f"observer-off control of {inner_name}: observer on")
-    on = inner(dataclasses.replace(ctx, observer="on"), dict(inner_params))
-    ctx.progress(f"observer-off control of {inner_name}: observer off")
-    off = inner(dataclasses.replace(ctx, observer="off"), dict(inner_params))
+        return [infra_result(ctx, check=NAME, version=VERSION, params=recorded, reason=str(e))]
+    ctx.progress(f"observer-off control of {p.check}: observer on")
+    on = inner(dataclasses.replace(ctx, observer="on"), dict(p.params))
+    ctx.progress(f"observer-off control of {p.check}: observer off")
+    off = inner(dataclasses.replace(ctx, observer="off"), dict(p.params))
     if len(on) != 1 or len(off) != 1:
-        return [
-            *on,
-            *off,
-            infra_result(
-                ctx,
-                check=NAME,
-                version=VERSION,
-                params=p,
-                reason=f"{inner_name} gave {len(on)}/{len(off)} results, expected 1/1",
-            ),
-        ]
-    a, b = on[0], off[0]
-    diffs = differences(a, b, float(rtol))
+        reason = f"{p.check} gave {len(on)}/{len(off)} results, expected 1/1"
+        bad = infra_result(ctx, check=NAME, version=VERSION, params=recorded, reason=reason)
+        return [*on, *off, bad]
+    return [on[0], off[0], _control(ctx, p, recorded, on[0], off[0])]
+
+
+def _control(
+    ctx: CheckContext, p: Params, recorded: dict[str, Json], a: CheckResult, b: CheckResult
+) -> CheckResult:
+    inner_name, inner_params, rtol = p.check, p.params, recorded.get("float_rtol", 0.0)
+    diffs = differences(a, b, p.float_rtol)
     keys = [
         k
         for k in set(flatten(dict(a.measurements))) | set(flatten(dict(b.measurements)))
@@ -182,7 +178,7 @@ def run(ctx: CheckContext, params: dict[str, Json]) -> list[CheckResult]:
         )
     else:
         outcome, reason = "passed", None
-    control = CheckResult(
+    return CheckResult(
         claim=ctx.claim,
         check=NAME,
         check_version=VERSION,
@@ -204,4 +200,3 @@ def run(ctx: CheckContext, params: dict[str, Json]) -> list[CheckResult]:
         started_ns=a.started_ns,
         finished_ns=b.finished_ns,
     )
-    return [a, b, control]

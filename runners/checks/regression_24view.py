@@ -12,33 +12,39 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+from dataclasses import dataclass
+from functools import partial
 
 import torch
 
-from runners.checks.base import (
-    CheckContext,
-    Session,
-    Verdict,
-    execute,
-    float_param,
-    int_param,
-    phase_step,
-)
+from runners.checks.context import CheckContext, Session, Verdict, phase_step
+from runners.checks.execute import execute
+from runners.checks.params import CheckParams
 from runners.harness.steps import measure_step
+from runners.names import REGRESSION_24VIEW
 from runners.protocol import ForwardOutputs, Shape
 from runners.result import CheckResult, Json
 
-NAME = "regression-24view"
+NAME = REGRESSION_24VIEW
 VERSION = "1"
-DEFAULTS: dict[str, Json] = {
-    "views": 24,
-    "seq": 32,
-    "pooled_atol": 0.0,
-    "nll_rtol": 1e-5,
-    "chunk_tokens": None,
-    "seed": 0,
-}
-"""``chunk_tokens`` None: a quarter of the step's tokens (at least 1)."""
+
+
+@dataclass(kw_only=True, slots=True, frozen=True)
+class Params(CheckParams):
+    views: int = 24
+    """Sequences (views) in the one unchunked forward."""
+    seq: int = 32
+    """Tokens per view."""
+    pooled_atol: float = 0.0
+    """Allowed max abs difference of the pooled hidden states between the two runs
+    (0: bitwise repetition)."""
+    nll_rtol: float = 1e-5
+    """Allowed relative difference of the unchunked and the chunked NLL."""
+    chunk_tokens: int | None = None
+    """Tokens per chunk of the chunked NLL. None: a quarter of the step's tokens
+    (at least 1)."""
+    seed: int = 0
+    """Seed of every generator and of the workload's inputs."""
 
 
 def tensor_sha256(t: torch.Tensor) -> str:
@@ -50,22 +56,18 @@ def tensor_sha256(t: torch.Tensor) -> str:
     return h.hexdigest()
 
 
-def run(ctx: CheckContext, params: dict[str, Json]) -> list[CheckResult]:
-    p = {**DEFAULTS, **params}
-    return [execute(ctx, check=NAME, version=VERSION, params=p, body=lambda s: _body(s, p))]
-
-
-def _body(sess: Session, p: dict[str, Json]) -> Verdict:
-    views = int_param(p, "views", 24)
-    seq = int_param(p, "seq", 32)
-    atol = float_param(p, "pooled_atol", 0.0)
-    rtol = float_param(p, "nll_rtol", 1e-5)
-    shape = Shape(batch=views, seq=seq)
-    chunk = (
-        max(1, shape.tokens // 4)
-        if p.get("chunk_tokens") is None
-        else int_param(p, "chunk_tokens", 1)
+def run(ctx: CheckContext, p: Params, recorded: dict[str, Json]) -> list[CheckResult]:
+    body = partial(_body, p=p)
+    r = execute(
+        ctx, check=NAME, version=VERSION, params=p, recorded=recorded, body=body, seed=p.seed
     )
+    return [r]
+
+
+def _body(sess: Session, p: Params) -> Verdict:
+    views, seq, atol, rtol = p.views, p.seq, p.pooled_atol, p.nll_rtol
+    shape = Shape(batch=views, seq=seq)
+    chunk = max(1, shape.tokens // 4) if p.chunk_tokens is None else p.chunk_tokens
     w = sess.load()
     batch = sess.call("make_batch", lambda: w.make_batch(shape, sess.seed))
     decision = sess.call(

@@ -20,11 +20,11 @@ from typing import Any
 
 import torch
 
-from runners.checks.base import load_preserving
+from runners.checks.context import load_preserving
 from runners.device_scripts.common import PRESETS, REPO_ROOT, WORKLOAD, write_json
-from runners.harness.cleanup import ResourceRegistry
 from runners.harness.determinism import apply_determinism
 from runners.harness.probe import make_probe
+from runners.harness.registry import ResourceRegistry
 from runners.harness.steps import measure_step
 from runners.protocol import Shape
 from runners.result import Json

@@ -3,11 +3,12 @@
 One module per concept: `probe` (memory figures), `tracker` (CPU storage
 counting), `steps` (measured steps, cold/warm), `oom` (failures as outcomes),
 `observer` (instrumentation on/off), `fingerprint` (scope facets),
-`determinism` (settings applied and recorded), `cleanup` (owned resources and
-proven release), `nvml` (optional NVML access).
+`determinism` (settings applied and recorded), `processes` (observing and
+stopping processes), `registry` (owned resources and their proven release),
+`proofs` (memory back to baseline, proofs merged), `child` (how runners start a
+Python child), `nvml` (optional NVML access).
 """
 
-from runners.harness.cleanup import ResourceRegistry
 from runners.harness.determinism import apply_determinism
 from runners.harness.fingerprint import Fingerprint, fingerprint
 from runners.harness.observer import ObserverError, ObserverSession
@@ -20,6 +21,7 @@ from runners.harness.probe import (
     PeakIncrement,
     make_probe,
 )
+from runners.harness.registry import ResourceRegistry
 from runners.harness.steps import ColdWarm, StepRecord, cold_warm, measure_step
 
 __all__ = [

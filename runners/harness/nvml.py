@@ -87,3 +87,27 @@ def process_used_bytes(uuid: str, pid: int | None = None) -> int | None:
             # NVML reports None (NVML_VALUE_NOT_AVAILABLE) under some virtualisation.
             return None if used is None else int(used)
     return None
+
+
+def devices_used() -> tuple[dict[str, int], set[int]] | None:
+    """Device-wide used bytes per GPU UUID, and the pids holding GPU memory.
+
+    Read from a process without a CUDA context of its own, it shows another
+    process's memory and then its absence.
+    """
+    nv = _nvml()
+    if nv is None:
+        return None
+    used: dict[str, int] = {}
+    pids: set[int] = set()
+    try:
+        for i in range(nv.nvmlDeviceGetCount()):
+            h = nv.nvmlDeviceGetHandleByIndex(i)
+            uuid = nv.nvmlDeviceGetUUID(h)
+            used[uuid.decode() if isinstance(uuid, bytes) else str(uuid)] = int(
+                nv.nvmlDeviceGetMemoryInfo(h).used
+            )
+            pids.update(int(p.pid) for p in nv.nvmlDeviceGetComputeRunningProcesses(h))
+    except Exception:
+        return None
+    return used, pids

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from runners.api import UnknownCheck, check_names, resolve_device, run_claim
-from runners.checks import CHECKS
+from runners.checks.catalog import CHECKS
 
 from .conftest import MOE, REPO, TINY, RunClaim
 

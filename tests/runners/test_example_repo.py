@@ -10,7 +10,7 @@ import git
 import pytest
 import torch
 
-from ledger.plan import load_plan
+from ledger.qualification.plan import load_plan
 from runners.example_repo import PR_BRANCH, PR_REF, make_example_repo
 from runners.protocol import Shape
 from runners.workloads.loader import load_workload

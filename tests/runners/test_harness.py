@@ -23,8 +23,9 @@ from runners.harness import (
     fingerprint,
     measure_step,
 )
-from runners.harness.cleanup import descendants, describe_incomplete, merge_proofs
 from runners.harness.fingerprint import packages_digest
+from runners.harness.processes import descendants
+from runners.harness.proofs import describe_incomplete, merge_proofs
 from runners.harness.tracker import LiveStorageTracker
 
 

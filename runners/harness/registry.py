@@ -8,23 +8,21 @@ registering: new descendant processes (scanned in /proc) and new entries in
 the check's private temporary root (``tempfile.tempdir`` and ``TMPDIR`` point
 there while the registry is open, so other programs' files in /tmp are not
 mistaken for leaks). Leaks are released too, but they make the proof
-incomplete. Finally memory must be back to its baseline within a tolerance:
-CUDA allocated bytes, memory outside the pool and NVML per-process use; on
-CPU the tracked live storage bytes.
+incomplete. Finally memory must be back to its baseline within a tolerance
+(`runners.harness.proofs`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import gc
 import getpass
 import os
 import re
 import shutil
-import signal
 import subprocess
 import tempfile
-import time
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -35,188 +33,9 @@ from typing import Any
 import torch
 
 from runners.harness.probe import CpuProbe, CudaProbe, MemoryProbe, MemorySample
+from runners.harness.processes import descendants, proc_table, stop_group, stop_pid, stop_popen
+from runners.harness.proofs import CUDA_TOLERANCE_BYTES, memory_proofs
 from runners.result import CleanupProof, ReleasedResource
-
-MiB = 1024**2
-DEFAULT_CUDA_TOLERANCE_BYTES = 64 * MiB
-"""Lazily loaded kernels add to the context (outside the pool) on first use."""
-
-
-# --- process observations -------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class ProcInfo:
-    pid: int
-    ppid: int
-    pgid: int
-    state: str
-    comm: str
-
-
-def proc_table() -> dict[int, ProcInfo] | None:
-    """Every process in /proc, or None where there is no /proc."""
-    root = Path("/proc")
-    if not (root / "self").exists():
-        return None
-    table: dict[int, ProcInfo] = {}
-    for entry in root.iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            raw = (entry / "stat").read_text()
-        except OSError:
-            continue  # exited while we looked
-        # comm is in parentheses and may itself contain ') ': split at the last one.
-        head, _, rest = raw.rpartition(")")
-        fields = rest.split()
-        if len(fields) < 3:
-            continue
-        pid = int(entry.name)
-        table[pid] = ProcInfo(
-            pid=pid,
-            ppid=int(fields[1]),
-            pgid=int(fields[2]),
-            state=fields[0],
-            comm=head.partition("(")[2],
-        )
-    return table
-
-
-def descendants(pid: int, table: dict[int, ProcInfo] | None = None) -> dict[int, ProcInfo]:
-    """Processes whose parent chain leads to ``pid`` (children, grandchildren, ...)."""
-    table = proc_table() if table is None else table
-    if table is None:
-        return {}
-    children: dict[int, list[int]] = {}
-    for info in table.values():
-        children.setdefault(info.ppid, []).append(info.pid)
-    found: dict[int, ProcInfo] = {}
-    todo = list(children.get(pid, []))
-    while todo:
-        p = todo.pop()
-        if p in found or p not in table:
-            continue
-        found[p] = table[p]
-        todo.extend(children.get(p, []))
-    return found
-
-
-def _state(pid: int) -> str | None:
-    try:
-        raw = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return raw.rpartition(")")[2].split()[0]
-
-
-def _reap_if_child(pid: int) -> int | None:
-    """waitpid a child of ours without blocking; its exit status, or None."""
-    try:
-        done, status = os.waitpid(pid, os.WNOHANG)
-    except ChildProcessError:
-        return None  # not our child, or already reaped
-    return status if done == pid else None
-
-
-def _pid_gone(pid: int) -> tuple[bool, str]:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True, f"os.kill({pid}, 0) raised ProcessLookupError"
-    except PermissionError:
-        return False, f"os.kill({pid}, 0) raised PermissionError: pid exists (not ours)"
-    st = _state(pid)
-    if st == "Z":
-        return False, f"pid {pid} is a zombie (state Z) not yet reaped by waitpid"
-    return False, f"os.kill({pid}, 0) succeeded: pid {pid} still exists (state {st})"
-
-
-def _group_gone(pgid: int) -> tuple[bool, str]:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return True, f"os.killpg({pgid}, 0) raised ProcessLookupError"
-    except PermissionError:
-        return False, f"os.killpg({pgid}, 0) raised PermissionError: group exists"
-    return False, f"os.killpg({pgid}, 0) succeeded: process group {pgid} still exists"
-
-
-def _escalate(
-    *,
-    check: Callable[[], tuple[bool, str]],
-    signal_: Callable[[int], None],
-    reap: Callable[[], list[str]],
-    term_first: bool,
-    label: str,
-    timeout_s: float,
-) -> tuple[bool, str]:
-    """SIGTERM, wait, SIGKILL, wait: until `check` observes the target gone.
-
-    `reap` collects exit statuses of our own children so they stop being
-    zombies (a zombie still answers kill(pid, 0)); it returns what it did.
-    """
-    actions: list[str] = []
-    gone, why = check()
-    if not gone and term_first:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            signal_(signal.SIGTERM)
-            actions.append(f"SIGTERM{label}")
-    deadline = time.monotonic() + timeout_s
-    killed = False
-    while not gone:
-        actions.extend(reap())
-        gone, why = check()
-        if gone:
-            break
-        if time.monotonic() > deadline:
-            if killed:
-                break
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                signal_(signal.SIGKILL)
-                actions.append(f"SIGKILL{label}")
-            killed = True
-            deadline = time.monotonic() + timeout_s
-        time.sleep(0.01)
-    prefix = "; ".join(actions)
-    return gone, f"{prefix}; {why}" if prefix else why
-
-
-def stop_pid(pid: int, *, timeout_s: float) -> tuple[bool, str]:
-    """Terminate, then kill, then reap (when ours) ``pid``; prove it gone."""
-
-    def reap() -> list[str]:
-        status = _reap_if_child(pid)
-        return [] if status is None else [f"reaped by waitpid (status {status})"]
-
-    return _escalate(
-        check=lambda: _pid_gone(pid),
-        signal_=lambda sig: os.kill(pid, sig),
-        reap=reap,
-        # A zombie is already dead: it needs reaping, not a signal.
-        term_first=_state(pid) != "Z",
-        label="",
-        timeout_s=timeout_s,
-    )
-
-
-def stop_group(pgid: int, *, timeout_s: float) -> tuple[bool, str]:
-    """Terminate, then kill, the process group; reap our members; prove it gone."""
-
-    def reap() -> list[str]:
-        for p in descendants(os.getpid()).values():
-            if p.pgid == pgid:
-                _reap_if_child(p.pid)
-        return []
-
-    return _escalate(
-        check=lambda: _group_gone(pgid),
-        signal_=lambda sig: os.killpg(pgid, sig),
-        reap=reap,
-        term_first=True,
-        label=" to group",
-        timeout_s=timeout_s,
-    )
 
 
 def _user() -> str:
@@ -258,7 +77,7 @@ class ResourceRegistry:
     ) -> None:
         self.probe = probe
         if tolerance_bytes is None:
-            tolerance_bytes = DEFAULT_CUDA_TOLERANCE_BYTES if isinstance(probe, CudaProbe) else 0
+            tolerance_bytes = CUDA_TOLERANCE_BYTES if isinstance(probe, CudaProbe) else 0
         self.tolerance_bytes = tolerance_bytes
         self.timeout_s = timeout_s
         self.scan_children = scan_children
@@ -330,26 +149,8 @@ class ResourceRegistry:
         timeout = self.timeout_s
 
         def release() -> list[ReleasedResource]:
-            actions: list[str] = []
-            if popen.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    popen.terminate()
-                actions.append("SIGTERM")
-                try:
-                    popen.wait(timeout=timeout)
-                except subprocess.TimeoutExpired:
-                    popen.kill()
-                    actions.append("SIGKILL")
-                    with contextlib.suppress(subprocess.TimeoutExpired):
-                        popen.wait(timeout=timeout)
-            if popen.returncode is not None:
-                actions.append(f"reaped by waitpid (returncode {popen.returncode})")
-            gone, why = _pid_gone(pid)
-            out = [
-                ReleasedResource(
-                    kind="process", id=str(pid), released=gone, proof="; ".join([*actions, why])
-                )
-            ]
+            gone, why = stop_popen(popen, timeout_s=timeout)
+            out = [ReleasedResource(kind="process", id=str(pid), released=gone, proof=why)]
             if group:
                 g_gone, g_why = stop_group(pid, timeout_s=timeout)
                 out.append(
@@ -563,69 +364,11 @@ class ResourceRegistry:
             return []
         probe.release_cached(final=True)
         mem1 = probe.sample()
-        tol = self.tolerance_bytes
-        out: list[ReleasedResource] = []
-
-        def compare(
-            kind: str, ident: str, what: str, before: int | None, after: int | None
-        ) -> None:
-            if before is None or after is None:
-                return
-            delta = after - before
-            ok = delta <= tol
-            out.append(
-                ReleasedResource(
-                    kind=kind,
-                    id=ident,
-                    released=ok,
-                    proof=(
-                        f"{what}: {after} bytes after vs {before} at baseline, delta {delta} "
-                        f"{'<=' if ok else '>'} tolerance {tol}"
-                    ),
-                )
-            )
-
-        if isinstance(probe, CudaProbe):
-            u = probe.uuid
-            compare(
-                "gpu-memory",
-                f"{u}:allocated",
-                "allocator allocated bytes",
-                mem0.allocated_bytes,
-                mem1.allocated_bytes,
-            )
-            compare(
-                "gpu-memory",
-                f"{u}:outside-pool",
-                "device used - reserved",
-                mem0.outside_pool_bytes,
-                mem1.outside_pool_bytes,
-            )
-            compare(
-                "gpu-memory",
-                f"{u}:nvml-process-used",
-                "NVML per-process used",
-                mem0.process_used_bytes,
-                mem1.process_used_bytes,
-            )
-            compare(
-                "gpu-memory",
-                f"{u}:nvml-process-outside-pool",
-                "NVML per-process used - reserved",
-                mem0.process_outside_pool_bytes,
-                mem1.process_outside_pool_bytes,
-            )
-        elif isinstance(probe, CpuProbe):
+        if isinstance(probe, CpuProbe):
             # Storages first seen during the check existed before it: not the check's.
             retro = probe.tracker.retroactive_bytes - self._retro0
-            compare(
-                "host-memory",
-                "cpu:tracked-storage",
-                "tracked live tensor storage (less pre-existing storages first seen)",
-                mem0.allocated_bytes,
-                mem1.allocated_bytes - retro,
-            )
-        return out
+            mem1 = dataclasses.replace(mem1, allocated_bytes=mem1.allocated_bytes - retro)
+        return memory_proofs(probe, mem0, mem1, tolerance_bytes=self.tolerance_bytes)
 
     def release(self) -> CleanupProof:
         """Release everything, newest first; scan for leaks; check memory."""
@@ -647,18 +390,3 @@ class ResourceRegistry:
             complete=complete, resources=resources, tolerance_bytes=self.tolerance_bytes
         )
         return self.proof
-
-
-def merge_proofs(*proofs: CleanupProof) -> CleanupProof:
-    """One proof covering several registries (complete only if all are)."""
-    return CleanupProof(
-        complete=all(p.complete for p in proofs),
-        resources=[r for p in proofs for r in p.resources],
-        tolerance_bytes=max((p.tolerance_bytes for p in proofs), default=0),
-    )
-
-
-def describe_incomplete(proof: CleanupProof) -> str:
-    """One sentence naming each resource that was leaked or not proven released."""
-    bad = [r for r in proof.resources if not r.released]
-    return "; ".join(f"{r.kind} {r.id}: {r.proof}" for r in bad)

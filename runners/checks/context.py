@@ -1,0 +1,196 @@
+"""What a check body works with: its context, its session on the harness, its verdict."""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import torch
+
+from runners.harness.fingerprint import Fingerprint
+from runners.harness.observer import ObserverSession
+from runners.harness.oom import StepOutcome, capture
+from runners.harness.probe import MemoryProbe
+from runners.harness.registry import ResourceRegistry
+from runners.protocol import Batch, ForwardOutputs, Workload
+from runners.result import Artifact, CheckResult, Json, Observer, Outcome, infra_error
+from runners.workloads.loader import load_workload
+
+Progress = Callable[[str], None]
+
+# Modules a workload load must not replace (see `load_preserving`).
+_KEEP = ("runners.harness", "runners.checks", "runners.api", "runners.result", "runners.protocol")
+
+
+@dataclass(kw_only=True, slots=True)
+class CheckContext:
+    """Where and on what a check runs."""
+
+    claim: str
+    repo_root: Path
+    workload_ref: str
+    workload_params: dict[str, Json]
+    device: torch.device
+    fingerprint: Fingerprint
+    artifact_dir: Path
+    """Artifacts written here must outlive the check (the ledger hashes them later)."""
+    observer: Observer = "off"
+    base_root: Path | None = None
+    """Checkout of the base revision (gradient comparison); None: same as repo_root."""
+    progress: Progress = field(default=lambda _msg: None)
+
+
+@dataclass(kw_only=True, slots=True)
+class Verdict:
+    """A check body's finding."""
+
+    outcome: Outcome
+    reason: str | None
+    measurements: dict[str, Json] = field(default_factory=dict)
+    artifacts: list[Artifact] = field(default_factory=list)
+    scope: dict[str, str | int] = field(default_factory=dict)
+    """Facets added to (or overriding) the fingerprint's."""
+
+
+class WorkloadFailed(Exception):
+    """A workload call failed; carries the captured outcome."""
+
+    def __init__(self, outcome: StepOutcome) -> None:
+        super().__init__(outcome.sentence())
+        self.outcome = outcome
+
+
+def verdict_of_failure(
+    outcome: StepOutcome, measurements: dict[str, Json] | None = None
+) -> Verdict:
+    """``failed`` for a workload error or OOM, ``infra-error`` for an environment one."""
+    m = dict(measurements or {})
+    m["failure"] = outcome.measurements()
+    kind: Outcome = "infra-error" if outcome.status == "infra-error" else "failed"
+    return Verdict(outcome=kind, reason=outcome.sentence(), measurements=m)
+
+
+def load_preserving(root: Path, ref: str, params: Mapping[str, Any]) -> Workload:
+    """`load_workload`, keeping this process's harness, check and result modules.
+
+    The loader forgets and re-imports a top-level package the checkout provides;
+    when the checkout is this project, that would give the harness a second copy of
+    its own modules (and result classes) mid-check.
+    """
+    saved: dict[str, ModuleType] = {
+        n: m for n, m in sys.modules.items() if n == "runners" or n.startswith(_KEEP)
+    }
+    try:
+        return load_workload(root, ref, params)
+    finally:
+        sys.modules.update(saved)
+
+
+def phase_step(w: Workload, batch: Batch, *, grad: bool) -> Callable[[], ForwardOutputs]:
+    """One phase over ``batch`` (``grad``: forward_backward, else forward_nograd); the
+    outputs are returned so they stay live until the measurement window closes."""
+
+    def step() -> ForwardOutputs:
+        out = w.forward(batch, grad=grad)
+        if grad:
+            w.backward(out)
+        return out
+
+    return step
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+class Session:
+    """A check body's handle on the harness: probe, registry, observer, workload."""
+
+    def __init__(
+        self,
+        ctx: CheckContext,
+        probe: MemoryProbe,
+        registry: ResourceRegistry,
+        observer: ObserverSession,
+        seed: int,
+    ) -> None:
+        self.ctx = ctx
+        self.probe = probe
+        self.registry = registry
+        self.observer = observer
+        self.seed = seed
+        self.workload: Workload | None = None
+        self.workload_scope: dict[str, str | int] = {}
+        self.steps_measured = 0
+        """Measured workload steps so far; the first one runs cold (first in the process
+        for this workload: workspaces, lazy kernels), later ones warm."""
+
+    @property
+    def device(self) -> torch.device:
+        return self.probe.device
+
+    def progress(self, msg: str) -> None:
+        self.ctx.progress(msg)
+
+    def call(self, what: str, fn: Callable[[], Any]) -> Any:
+        """Call into the workload; raise `WorkloadFailed` with the captured outcome."""
+        cap = capture(what, fn, device=self.device)
+        if not cap.outcome.ok:
+            raise WorkloadFailed(cap.outcome)
+        return cap.value
+
+    def load(self, params: Mapping[str, Any] | None = None, root: Path | None = None) -> Workload:
+        """Load the context's workload (optionally other params / checkout); set it up."""
+        ctx = self.ctx
+        wparams = dict(ctx.workload_params if params is None else params)
+        w: Workload = load_preserving(root or ctx.repo_root, ctx.workload_ref, wparams)
+        self.workload_scope = {
+            "workload": w.name,
+            "workload_digest": w.digest(),
+            "dtype": dtype_name(w.dtype),
+        }
+        self.workload = w
+        self.progress(f"setup {w.name} on {self.device}")
+        self.call("setup", lambda: w.setup(self.device, self.seed))
+        return w
+
+    def close(self) -> None:
+        """Tear the workload down and drop it, so its memory can return."""
+        w, self.workload = self.workload, None
+        if w is not None:
+            capture("teardown", w.teardown, device=self.device)
+
+
+def base_scope(ctx: CheckContext) -> dict[str, str | int]:
+    """The scope facets known before the workload is loaded."""
+    return {
+        **ctx.fingerprint.scope(),
+        "workload": ctx.workload_ref,
+        "workload_digest": "",
+        "dtype": "",
+    }
+
+
+def infra_result(
+    ctx: CheckContext, *, check: str, version: str, params: Mapping[str, Json], reason: str
+) -> CheckResult:
+    """A result for a check that could not run at all (no device, bad parameters)."""
+    now = time.time_ns()
+    return infra_error(
+        claim=ctx.claim,
+        check=check,
+        version=version,
+        params=params,
+        reason=reason,
+        scope=base_scope(ctx),
+        observer=ctx.observer,
+        gpu_uuids=ctx.fingerprint.gpu_uuids,
+        host=ctx.fingerprint.host,
+        started_ns=now,
+        finished_ns=now,
+    )

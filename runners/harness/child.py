@@ -1,0 +1,67 @@
+"""The one way runners start a Python child: ``python -m MODULE REQUEST.json RESULT.json``.
+
+The parent writes the request, the child writes its result atomically (a
+missing result file means the child died before finishing) and reports
+progress as prefixed lines on stderr. Children import this harness wherever
+their working directory is.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import runners
+
+PROGRESS = "\x1eprogress "
+"""Prefix of a stderr line that is a progress message, not log output."""
+
+
+def argv(module: str, request: Path, result: Path) -> list[str]:
+    """The command line that runs ``module``'s `serve` entry on ``request``."""
+    return [sys.executable, "-m", module, str(request), str(result)]
+
+
+def env() -> dict[str, str]:
+    """The child's environment: this one, with this harness first on the path."""
+    out = dict(os.environ)
+    here = str(Path(runners.__file__).resolve().parent.parent)
+    out["PYTHONPATH"] = os.pathsep.join(x for x in (here, out.get("PYTHONPATH")) if x)
+    return out
+
+
+def write_request(path: Path, request: Mapping[str, Any]) -> None:
+    path.write_text(json.dumps(dict(request), default=str))
+
+
+def read_result(path: Path) -> Any | None:
+    """The child's result, or None when it wrote none."""
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def progress_line(line: str) -> str | None:
+    """The message of a progress line, or None for any other line."""
+    return line.removeprefix(PROGRESS) if line.startswith(PROGRESS) else None
+
+
+def say(msg: str) -> None:
+    """Report progress to the parent (one line)."""
+    print(PROGRESS + msg.replace("\n", " "), file=sys.stderr, flush=True)
+
+
+def serve(handle: Callable[[dict[str, Any]], Any], args: list[str] | None = None) -> int:
+    """The child side: read the request, write ``handle(request)`` as the result."""
+    args = sys.argv[1:] if args is None else args
+    if len(args) != 2:
+        print("usage: python -m MODULE REQUEST.json RESULT.json", file=sys.stderr)
+        return 2
+    request = json.loads(Path(args[0]).read_text())
+    result = handle(request)
+    tmp = Path(args[1] + ".part")
+    tmp.write_text(json.dumps(result))
+    tmp.replace(args[1])
+    return 0

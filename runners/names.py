@@ -1,0 +1,38 @@
+"""The literals runners and the ledger exchange: check names, outcomes, devices.
+
+Plain strings, no torch: the ledger reads these without loading a runner.
+"""
+
+from __future__ import annotations
+
+from typing import Final, Literal
+
+Outcome = Literal["passed", "failed", "inconclusive", "refused", "infra-error"]
+OUTCOMES: Final[tuple[Outcome, ...]] = (
+    "passed",
+    "failed",
+    "inconclusive",
+    "refused",
+    "infra-error",
+)
+
+Observer = Literal["on", "off"]
+OBSERVER_STATES: Final[tuple[Observer, ...]] = ("on", "off")
+
+Device = Literal["auto", "cpu", "cuda"]
+"""What a caller asks for; ``auto`` resolves to CUDA when available, else CPU."""
+DEVICES: Final[tuple[Device, ...]] = ("auto", "cpu", "cuda")
+
+DeviceKind = Literal["cuda", "cpu"]
+"""What a run happened on (the ``device_kind`` scope facet)."""
+
+ADMISSION: Final = "admission"
+CLEANUP: Final = "cleanup"
+FULL_PREFIX_BACKWARD: Final = "full-prefix-backward"
+GRADIENT_COMPARE: Final = "gradient-compare"
+MESH_HANDOFF: Final = "mesh-handoff"
+OBSERVER_OFF_CONTROL: Final = "observer-off-control"
+REGRESSION_24VIEW: Final = "regression-24view"
+
+NEEDS_BASE: Final = frozenset({GRADIENT_COMPARE})
+"""Checks that compare the candidate against a checkout of the base revision."""
