@@ -17,7 +17,6 @@ OUTCOMES: Final[tuple[Outcome, ...]] = (
 )
 
 Observer = Literal["on", "off"]
-OBSERVER_STATES: Final[tuple[Observer, ...]] = ("on", "off")
 
 Device = Literal["auto", "cpu", "cuda"]
 """What a caller asks for; ``auto`` resolves to CUDA when available, else CPU."""

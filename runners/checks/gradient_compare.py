@@ -105,6 +105,22 @@ def run(ctx: CheckContext, p: Params, recorded: dict[str, Json]) -> list[CheckRe
     return [r]
 
 
+_ARM_KEYS = (
+    "pid",
+    "returncode",
+    "status",
+    "gpu_uuid",
+    "reserved_at_start_bytes",
+    "allocated_at_start_bytes",
+    "reserved_after_setup_bytes",
+    "forward_backward_increment_bytes",
+    "duration_ns",
+    "workload_digest",
+    "error",
+)
+"""What each arm reports that the result records, as ``{arm}_{key}``."""
+
+
 @dataclass(slots=True)
 class _Arm:
     name: str
@@ -185,21 +201,8 @@ def _body(sess: Session, p: Params) -> Verdict:
         "base_root": str(base_root),
         "arms_in_parallel": parallel,
     }
-    keys = (
-        "pid",
-        "returncode",
-        "status",
-        "gpu_uuid",
-        "reserved_at_start_bytes",
-        "allocated_at_start_bytes",
-        "reserved_after_setup_bytes",
-        "forward_backward_increment_bytes",
-        "duration_ns",
-        "workload_digest",
-        "error",
-    )
     for arm, info in arms.items():
-        for k in keys:
+        for k in _ARM_KEYS:
             if k in info:
                 m[f"{arm}_{k}"] = info[k]
     if "workload" in arms["candidate"]:
@@ -208,22 +211,37 @@ def _body(sess: Session, p: Params) -> Verdict:
             "workload_digest": arms["candidate"].get("workload_digest", ""),
             "dtype": arms["candidate"].get("dtype", ""),
         }
+    bad = _bad_arms(arms, m)
+    if bad is not None:
+        return bad
+    return _compared(work, arms, threshold, m)
+
+
+def _bad_arms(arms: dict[str, dict[str, Any]], m: dict[str, Json]) -> Verdict | None:
+    """The verdict when an arm did not finish with gradients; None when both did."""
     bad = {a: i for a, i in arms.items() if i.get("status") != "ok"}
-    if bad:
-        sentence = "; ".join(
-            f"{a} arm {i.get('status')}: {i.get('error') or i.get('log_tail') or ''}".strip()
-            for a, i in bad.items()
-        )
-        statuses = {i.get("status") for i in bad.values()}
-        if statuses & {"infra-error", "timeout", "no-result"}:
-            return Verdict(outcome="infra-error", reason=sentence, measurements=m)
-        if "candidate" in bad:
-            return Verdict(outcome="failed", reason=sentence, measurements=m)
-        return Verdict(
-            outcome="inconclusive",
-            reason=f"baseline arm failed, nothing to compare against: {sentence}",
-            measurements=m,
-        )
+    if not bad:
+        return None
+    sentence = "; ".join(
+        f"{a} arm {i.get('status')}: {i.get('error') or i.get('log_tail') or ''}".strip()
+        for a, i in bad.items()
+    )
+    statuses = {i.get("status") for i in bad.values()}
+    if statuses & {"infra-error", "timeout", "no-result"}:
+        return Verdict(outcome="infra-error", reason=sentence, measurements=m)
+    if "candidate" in bad:
+        return Verdict(outcome="failed", reason=sentence, measurements=m)
+    return Verdict(
+        outcome="inconclusive",
+        reason=f"baseline arm failed, nothing to compare against: {sentence}",
+        measurements=m,
+    )
+
+
+def _compared(
+    work: Path, arms: dict[str, dict[str, Any]], threshold: float, m: dict[str, Json]
+) -> Verdict:
+    """The verdict on the two arms' gradients."""
     base = torch.load(work / "base" / "grads.pt", weights_only=True)
     cand = torch.load(work / "candidate" / "grads.pt", weights_only=True)
     rows, only = compare(base, cand, threshold)

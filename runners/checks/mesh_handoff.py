@@ -32,6 +32,7 @@ import sys
 import time
 from dataclasses import dataclass
 from functools import partial
+from pathlib import Path
 from typing import Any, Literal
 
 import torch
@@ -189,30 +190,7 @@ def _body(sess: Session, p: Params) -> Verdict:
     cuda = sess.device.type == "cuda"
     backend = "nccl" if cuda else "gloo"
     work = sess.registry.make_tempdir("mesh-handoff-")
-    procs: list[subprocess.Popen[bytes]] = []
-    for rank in range(world):
-        request = {
-            "rank": rank,
-            "world_size": world,
-            "backend": backend,
-            "init_file": str(work / "store"),
-            "rows": rows,
-            "cols": cols,
-            "dtype": dtype,
-        }
-        child.write_request(work / f"rank{rank}.request.json", request)
-        argv = child.argv(
-            "runners.checks.mesh_handoff",
-            work / f"rank{rank}.request.json",
-            work / f"rank{rank}.json",
-        )
-        log = open(work / f"rank{rank}.log", "wb")  # noqa: SIM115 - closed once the rank exits
-        procs.append(
-            sess.registry.spawn(
-                argv, stdout=log, stderr=subprocess.STDOUT, env=child.env(), cwd=str(work)
-            )
-        )
-        log.close()
+    procs = _spawn_ranks(sess, p, work, backend)
     sess.progress(f"mesh handoff: {world} ranks on {backend}")
     deadline = time.monotonic() + p.timeout_s
     codes: list[int | None] = []
@@ -248,45 +226,7 @@ def _body(sess: Session, p: Params) -> Verdict:
         "workload_digest": hashlib.sha256(spec.encode()).hexdigest(),
         "dtype": str(dtype),
     }
-    problems: list[str] = []
-    for info in ranks:
-        r = info["rank"]
-        s = info["samples"]
-        for point in POINTS:
-            for k, v in s[point].items():
-                m[f"rank{r}_{point}_{k}"] = v
-        for key in ("outside_pool_bytes", "process_outside_pool_bytes"):
-            before = s["before"][key]
-            m[f"rank{r}_keep_{key}_delta"] = _delta(before, s["after_keep"][key])
-            m[f"rank{r}_first_allgather_{key}_delta"] = _delta(
-                s["after_keep"][key], s["after_first_allgather"][key]
-            )
-            m[f"rank{r}_second_allgather_{key}_delta"] = _delta(
-                s["after_first_allgather"][key], s["after_second_allgather"][key]
-            )
-            m[f"rank{r}_after_destroy_{key}_delta"] = _delta(before, s["after_destroy"][key])
-        m[f"rank{r}_gather_matches"] = info["gather_matches"]
-        m[f"rank{r}_gpu_uuid"] = info.get("gpu_uuid")
-        m[f"rank{r}_first_allgather_ns"] = info["times"]["first_allgather_ns"]
-        m[f"rank{r}_second_allgather_ns"] = info["times"]["second_allgather_ns"]
-        if not info["gather_matches"]:
-            problems.append(f"rank {r}: gathered weight differs from the shards")
-        if info["dist_initialized_after_destroy"]:
-            problems.append(f"rank {r}: process group still initialised after destroy")
-        if cuda:
-            key = "outside_pool_bytes"
-            if mode == "keep":
-                d = m[f"rank{r}_keep_{key}_delta"]
-                what = "in-place handoff"
-            else:
-                d = m[f"rank{r}_after_destroy_{key}_delta"]
-                what = "all-gather handoff (after destroy_process_group)"
-            if isinstance(d, int) and d > tol:
-                problems.append(
-                    f"rank {r}: memory outside the pool grew {d} bytes across the {what} "
-                    f"(tolerance {tol}); first all-gather delta "
-                    f"{m[f'rank{r}_first_allgather_{key}_delta']}"
-                )
+    problems = [x for info in ranks for x in _rank_problems(info, m, p, cuda)]
     if problems:
         return Verdict(outcome="failed", reason="; ".join(problems), measurements=m, scope=scope)
     if not cuda:
@@ -298,6 +238,82 @@ def _body(sess: Session, p: Params) -> Verdict:
             scope=scope,
         )
     return Verdict(outcome="passed", reason=None, measurements=m, scope=scope)
+
+
+def _spawn_ranks(
+    sess: Session, p: Params, work: Path, backend: str
+) -> list[subprocess.Popen[bytes]]:
+    """Start one owned child per rank; each writes ``rank{N}.json`` and ``rank{N}.log``."""
+    world, rows, cols, dtype = p.world_size, p.rows, p.cols, p.dtype
+    procs: list[subprocess.Popen[bytes]] = []
+    for rank in range(world):
+        request = {
+            "rank": rank,
+            "world_size": world,
+            "backend": backend,
+            "init_file": str(work / "store"),
+            "rows": rows,
+            "cols": cols,
+            "dtype": dtype,
+        }
+        child.write_request(work / f"rank{rank}.request.json", request)
+        argv = child.argv(
+            "runners.checks.mesh_handoff",
+            work / f"rank{rank}.request.json",
+            work / f"rank{rank}.json",
+        )
+        log = open(work / f"rank{rank}.log", "wb")  # noqa: SIM115 - closed once the rank exits
+        procs.append(
+            sess.registry.spawn(
+                argv, stdout=log, stderr=subprocess.STDOUT, env=child.env(), cwd=str(work)
+            )
+        )
+        log.close()
+    return procs
+
+
+def _rank_problems(info: dict[str, Any], m: dict[str, Json], p: Params, cuda: bool) -> list[str]:
+    """Record one rank's samples and deltas in ``m``; what went wrong on it."""
+    mode, tol = p.mode, p.flat_tolerance_bytes
+    problems: list[str] = []
+    r = info["rank"]
+    s = info["samples"]
+    for point in POINTS:
+        for k, v in s[point].items():
+            m[f"rank{r}_{point}_{k}"] = v
+    for key in ("outside_pool_bytes", "process_outside_pool_bytes"):
+        before = s["before"][key]
+        m[f"rank{r}_keep_{key}_delta"] = _delta(before, s["after_keep"][key])
+        m[f"rank{r}_first_allgather_{key}_delta"] = _delta(
+            s["after_keep"][key], s["after_first_allgather"][key]
+        )
+        m[f"rank{r}_second_allgather_{key}_delta"] = _delta(
+            s["after_first_allgather"][key], s["after_second_allgather"][key]
+        )
+        m[f"rank{r}_after_destroy_{key}_delta"] = _delta(before, s["after_destroy"][key])
+    m[f"rank{r}_gather_matches"] = info["gather_matches"]
+    m[f"rank{r}_gpu_uuid"] = info.get("gpu_uuid")
+    m[f"rank{r}_first_allgather_ns"] = info["times"]["first_allgather_ns"]
+    m[f"rank{r}_second_allgather_ns"] = info["times"]["second_allgather_ns"]
+    if not info["gather_matches"]:
+        problems.append(f"rank {r}: gathered weight differs from the shards")
+    if info["dist_initialized_after_destroy"]:
+        problems.append(f"rank {r}: process group still initialised after destroy")
+    if cuda:
+        key = "outside_pool_bytes"
+        if mode == "keep":
+            d = m[f"rank{r}_keep_{key}_delta"]
+            what = "in-place handoff"
+        else:
+            d = m[f"rank{r}_after_destroy_{key}_delta"]
+            what = "all-gather handoff (after destroy_process_group)"
+        if isinstance(d, int) and d > tol:
+            problems.append(
+                f"rank {r}: memory outside the pool grew {d} bytes across the {what} "
+                f"(tolerance {tol}); first all-gather delta "
+                f"{m[f'rank{r}_first_allgather_{key}_delta']}"
+            )
+    return problems
 
 
 if __name__ == "__main__":

@@ -59,17 +59,6 @@ def _handle(uuid: str) -> Any | None:
         return None
 
 
-def device_used_bytes(uuid: str) -> int | None:
-    """Device-wide used bytes by NVML's count (all processes)."""
-    h = _handle(uuid)
-    if h is None:
-        return None
-    try:
-        return int(_nvml().nvmlDeviceGetMemoryInfo(h).used)  # type: ignore[union-attr]
-    except Exception:
-        return None
-
-
 def process_used_bytes(uuid: str, pid: int | None = None) -> int | None:
     """GPU memory NVML attributes to ``pid`` (default: this process) on the device."""
     h = _handle(uuid)

@@ -168,24 +168,6 @@ class ResourceRegistry:
         self.own_popen(popen, group=True)
         return popen
 
-    def own_pid(self, pid: int) -> Owned:
-        timeout = self.timeout_s
-
-        def release() -> list[ReleasedResource]:
-            gone, why = stop_pid(pid, timeout_s=timeout)
-            return [ReleasedResource(kind="process", id=str(pid), released=gone, proof=why)]
-
-        return self._add(Owned(kind="process", id=str(pid), _release=release))
-
-    def own_process_group(self, pgid: int) -> Owned:
-        timeout = self.timeout_s
-
-        def release() -> list[ReleasedResource]:
-            gone, why = stop_group(pgid, timeout_s=timeout)
-            return [ReleasedResource(kind="process-group", id=str(pgid), released=gone, proof=why)]
-
-        return self._add(Owned(kind="process-group", id=str(pgid), _release=release))
-
     def own_dist_group(self, group: Any = None, *, name: str = "world") -> Owned:
         """A torch.distributed process group (None: the default/world group)."""
         import torch.distributed as dist
