@@ -30,11 +30,12 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from sqlalchemy import create_engine, text
 
 from ledger import dsse
-from ledger.attest import Facts, build_statement, sign_statement
-from ledger.ingest import record, register_key, verify_envelope
-from ledger.keys import LocalKey
+from ledger.ingest import record, register_key
+from ledger.keys import KeyInfo, LocalKey
 from ledger.models import Source
-from ledger.store.store import KeyInfo, Store
+from ledger.statement import Facts, build_statement, sign_statement
+from ledger.store.store import Store
+from ledger.verify import verify_envelope
 
 DEFAULT_PG_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/ledger_test"
 
@@ -232,7 +233,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print("verify: parse + verify_envelope = all of ingest's in-memory checks per envelope:")
     print("  JSON parse + Envelope model + payloadType check (dsse.parse_envelope), base64")
     print("  decode, PAE, Ed25519 verify, statement JSON parse + pydantic model, key role and")
-    print("  revocation check, SHA-256 receipt id (ingest.verify_envelope). Best of 3 runs.")
+    print("  revocation check, SHA-256 receipt id (ledger.verify.verify_envelope). Best of 3 runs.")
     print("record: ledger.ingest.record(store, raws) on a fresh database holding only the")
     print("  runner key: the same verification plus reference checks, the append lock,")
     print("  inserts of entry + index rows + scope facets, and the commit. One run each.")

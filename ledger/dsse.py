@@ -15,7 +15,7 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from pydantic import ValidationError
 
-from ledger.errors import RefusedError, VerificationError
+from ledger.errors import RefusedError, VerificationError, first_validation_error
 from ledger.keys import LocalKey
 from ledger.models import IN_TOTO_PAYLOAD_TYPE, Envelope, Signature
 
@@ -55,9 +55,9 @@ def parse_envelope(raw: bytes) -> Envelope:
     try:
         env = Envelope.model_validate(data)
     except ValidationError as e:
-        first = e.errors()[0]
-        loc = ".".join(str(p) for p in first["loc"]) or "envelope"
-        raise RefusedError(f"malformed DSSE envelope: {loc}: {first['msg']}") from None
+        raise RefusedError(
+            f"malformed DSSE envelope: {first_validation_error(e, 'envelope')}"
+        ) from None
     if env.payloadType != IN_TOTO_PAYLOAD_TYPE:
         raise RefusedError(
             f"wrong payloadType {env.payloadType!r}, expected {IN_TOTO_PAYLOAD_TYPE!r}"

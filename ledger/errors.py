@@ -1,21 +1,36 @@
-"""The one error hierarchy. The CLI turns these into a one-line reason and an exit code."""
+"""The one error hierarchy. Each type carries its exit code and HTTP status, so
+the CLI and the server map errors the same way, in one place each."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # pydantic stays out of the import path of the HTTP client
+    from pydantic import ValidationError
+
 __all__ = [
+    "EXIT_NEGATIVE",
+    "EXIT_OK",
+    "EXIT_USAGE",
+    "CheckpointError",
     "Error",
     "InputError",
+    "MerkleError",
     "NotFoundError",
     "RefusedError",
     "UsageError",
     "VerificationError",
+    "first_validation_error",
 ]
+
+EXIT_OK, EXIT_NEGATIVE, EXIT_USAGE = 0, 1, 2
 
 
 class Error(Exception):
     """Base of every error the ledger reports to a person."""
 
-    exit_code = 1
+    exit_code = EXIT_NEGATIVE
+    http_status = 400
 
     def reason(self) -> str:
         """One line: what went wrong, without a traceback."""
@@ -26,12 +41,22 @@ class VerificationError(Error):
     """A signature, hash, key, proof or checkpoint does not hold."""
 
 
+class CheckpointError(VerificationError):
+    """A checkpoint note is malformed or its signature does not hold."""
+
+
+class MerkleError(VerificationError):
+    """An inclusion or consistency proof does not hold, or its arguments are invalid."""
+
+
 class RefusedError(Error):
     """An input was refused on ingest; nothing of it was written."""
 
 
 class NotFoundError(Error):
     """No receipt, key or revision matches what was asked for."""
+
+    http_status = 404
 
 
 class InputError(Error):
@@ -41,4 +66,13 @@ class InputError(Error):
 class UsageError(Error):
     """The command cannot run as asked: bad usage or environment (exit 2)."""
 
-    exit_code = 2
+    exit_code = EXIT_USAGE
+    # Configuration trouble on a server is the operator's, not the client's.
+    http_status = 500
+
+
+def first_validation_error(e: ValidationError, default_loc: str = "") -> str:
+    """`field.path: message` of pydantic's first error: one line for a person."""
+    first = e.errors()[0]
+    loc = ".".join(str(p) for p in first["loc"]) or default_loc
+    return f"{loc}: {first['msg']}" if loc else str(first["msg"])

@@ -7,26 +7,21 @@ input leaves the database exactly as it was.
 from __future__ import annotations
 
 import base64
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
-from pydantic import ValidationError
 from sqlalchemy import Connection
 
 from ledger import dsse
-from ledger.canonical import canonical_bytes, receipt_id
+from ledger.canonical import receipt_id
+from ledger.entry import envelope_body, key_body, revocation_body
 from ledger.errors import RefusedError, UsageError, VerificationError
-from ledger.keys import Role, key_id, raw_public
-from ledger.models import (
-    QUALIFICATION_PREDICATE,
-    REVIEW_PREDICATE,
-    Envelope,
-    QualificationStatement,
-    ReviewStatement,
-)
+from ledger.keys import KeyDir, KeyInfo, Role, find_key, key_id, raw_public
+from ledger.models import QualificationStatement, ReviewStatement
+from ledger.statement import ArtifactFile
 from ledger.store.store import (
     FACET,
     KEY,
@@ -34,35 +29,21 @@ from ledger.store.store import (
     RECEIPT,
     REVIEW,
     REVOCATION,
-    KeyInfo,
     Store,
     utc_now,
 )
+from ledger.verify.envelope import Verified, verify_envelope
 
 __all__ = [
+    "Initialized",
     "Recorded",
-    "Verified",
-    "parse_statement",
+    "init_ledger",
     "receipt_index",
     "record",
     "register_key",
+    "review_index",
     "revoke_key",
-    "verify_envelope",
 ]
-
-Statement = QualificationStatement | ReviewStatement
-ROLE_FOR = {QUALIFICATION_PREDICATE: "runner", REVIEW_PREDICATE: "reviewer"}
-
-
-@dataclass(frozen=True, slots=True)
-class Verified:
-    id: str
-    kind: str
-    """receipt | review"""
-    envelope: Envelope
-    payload: bytes
-    statement: Statement
-    signer: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,71 +53,9 @@ class Recorded:
     seq: int | None
     duplicate: bool
 
-
-def parse_statement(payload: bytes) -> Statement:
-    """Validate the exact payload bytes as one of our statements."""
-    try:
-        data = json.loads(payload)
-    except (UnicodeDecodeError, json.JSONDecodeError):
-        raise RefusedError("payload is not JSON") from None
-    if not isinstance(data, dict):
-        raise RefusedError("payload is not a JSON object")
-    ptype = data.get("predicateType")
-    model: type[QualificationStatement] | type[ReviewStatement]
-    if ptype == QUALIFICATION_PREDICATE:
-        model = QualificationStatement
-    elif ptype == REVIEW_PREDICATE:
-        model = ReviewStatement
-    else:
-        raise RefusedError(f"unknown predicateType {ptype!r}")
-    try:
-        return model.model_validate(data)
-    except ValidationError as e:
-        first = e.errors()[0]
-        loc = ".".join(str(p) for p in first["loc"])
-        raise RefusedError(f"malformed in-toto statement: {loc}: {first['msg']}") from None
-
-
-def verify_envelope(
-    env: Envelope, keys: dict[str, KeyInfo], *, at_seq: int | None = None
-) -> Verified:
-    """Signature, key status, role and statement checks of one envelope.
-
-    `at_seq` is the log position the entry has (audit) or would get (ingest):
-    a key revoked before that position does not count.
-    """
-    pubs: dict[str, Ed25519PublicKey] = {k: v.public for k, v in keys.items()}
-    payload, accepted = dsse.verify(env, pubs)
-    stmt = parse_statement(payload)
-    want_role = ROLE_FOR[stmt.predicateType]
-    signer = accepted[0]
-    info = keys[signer]
-    if info.revoked_seq is not None and (at_seq is None or info.revoked_seq < at_seq):
-        raise VerificationError(
-            f"key {info.name} ({signer[:12]}) was revoked: {info.revoked_reason}"
-        )
-    if info.role != want_role:
-        raise VerificationError(
-            f"key {info.name} has role {info.role}; "
-            f"a {_kind(stmt)} must be signed by a {want_role} key"
-        )
-    return Verified(
-        id=receipt_id(payload),
-        kind=_kind(stmt),
-        envelope=env,
-        payload=payload,
-        statement=stmt,
-        signer=signer,
-    )
-
-
-def _kind(stmt: Statement) -> str:
-    return "receipt" if isinstance(stmt, QualificationStatement) else "review"
-
-
-def envelope_body(env: Envelope) -> bytes:
-    """The log entry bytes of an envelope: its canonical JSON (payload bytes untouched)."""
-    return canonical_bytes(env.model_dump(mode="json"))
+    def to_json(self) -> dict[str, Any]:
+        """What `ledger record --json` prints and the server answers, per envelope."""
+        return {"id": self.id, "kind": self.kind, "seq": self.seq, "duplicate": self.duplicate}
 
 
 def receipt_index(seq: int, v: Verified) -> tuple[dict[str, Any], list[dict[str, Any]]]:
@@ -191,10 +110,14 @@ def _check_links(store: Store, v: Verified, batch: dict[str, Verified]) -> None:
                 raise RefusedError(f"supersedes unknown receipt {s.id}")
 
 
-def record(store: Store, raws: Sequence[bytes]) -> list[Recorded]:
+def record(
+    store: Store, raws: Sequence[bytes], artifacts: Sequence[ArtifactFile] = ()
+) -> list[Recorded]:
     """Verify every envelope, then append the new ones in one transaction.
 
-    All or nothing: one refused input means nothing is written.
+    All or nothing: one refused input means nothing is written, and the
+    artifacts the receipts name are stored in that same transaction, only
+    once everything was accepted.
     """
     keys = store.keys()
     nxt = store.size()
@@ -233,19 +156,29 @@ def record(store: Store, raws: Sequence[bytes]) -> list[Recorded]:
         # Parents before children: the index tables reference log_entry.seq.
         for table, rows in ((LOG, logs), (RECEIPT, receipts), (FACET, facets), (REVIEW, reviews)):
             tx.insert_many(table, rows)
+        for a in artifacts:
+            tx.put_artifact(a.artifact.digest["sha256"], a.content, a.artifact.mediaType)
     return out
 
 
-def key_body(keyid: str, name: str, role: str, public: Ed25519PublicKey) -> bytes:
-    return canonical_bytes(
-        {
-            "kind": "key",
-            "keyid": keyid,
-            "name": name,
-            "role": role,
-            "public_key": base64.b64encode(raw_public(public)).decode(),
-        }
-    )
+@dataclass(frozen=True, slots=True)
+class Initialized:
+    created: bool
+    name: str
+    keyid: str
+    private_key: Path
+
+
+def init_ledger(url: str, keys: KeyDir) -> Initialized:
+    """Create (or migrate) the ledger at `url` and register its ledger key once."""
+    store = Store.create(url)
+    have = [k for k in store.keys().values() if k.role == "ledger" and k.active]
+    if have:
+        return Initialized(False, have[0].name, have[0].keyid, keys.file(have[0].name))
+    name = "ledger"
+    local = keys.load(name) if keys.file(name).exists() else keys.create(name)
+    kid, _ = register_key(store, name, "ledger", local.public)
+    return Initialized(True, name, kid, keys.file(name))
 
 
 def register_key(store: Store, name: str, role: Role, public: Ed25519PublicKey) -> tuple[str, bool]:
@@ -278,23 +211,11 @@ def register_key(store: Store, name: str, role: Role, public: Ed25519PublicKey) 
     return kid, True
 
 
-def revocation_body(keyid: str, reason: str, when: str) -> bytes:
-    return canonical_bytes(
-        {"kind": "revocation", "keyid": keyid, "reason": reason, "revoked": when}
-    )
-
-
 def revoke_key(store: Store, ref: str, reason: str) -> KeyInfo:
     """Revoke a key by id (or unique prefix) or name; later entries by it stop counting."""
     if not reason.strip():
         raise UsageError("a revocation needs a --reason")
-    keys = store.keys()
-    matches = [k for k in keys.values() if k.keyid.startswith(ref.lower()) or k.name == ref]
-    if not matches:
-        raise UsageError(f"no registered key matches {ref!r}")
-    if len(matches) > 1:
-        raise UsageError(f"{ref!r} matches several keys; give more of the key id")
-    info = matches[0]
+    info = find_key(store.keys(), ref)
     if info.revoked_seq is not None:
         raise UsageError(f"key {info.name} is already revoked")
     body = revocation_body(info.keyid, reason, utc_now())

@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -22,10 +23,12 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import (
 from ledger.errors import InputError, NotFoundError, UsageError
 
 __all__ = [
-    "ROLES",
     "KeyDir",
+    "KeyInfo",
     "LocalKey",
     "Role",
+    "active_ledger_key",
+    "find_key",
     "key_id",
     "load_public_pem",
     "public_pem",
@@ -33,7 +36,6 @@ __all__ = [
 ]
 
 Role = Literal["runner", "reviewer", "ledger"]
-ROLES: tuple[Role, ...] = ("runner", "reviewer", "ledger")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
 
@@ -67,6 +69,42 @@ def load_public_pem(data: bytes, what: str = "PEM") -> Ed25519PublicKey:
     if not isinstance(key, Ed25519PublicKey):
         raise InputError(f"{what} is not an Ed25519 public key")
     return key
+
+
+@dataclass(frozen=True, slots=True)
+class KeyInfo:
+    """A public key as the log registered it: name, role, position, revocation."""
+
+    keyid: str
+    name: str
+    role: str
+    public: Ed25519PublicKey
+    seq: int
+    revoked_seq: int | None = None
+    revoked_reason: str | None = None
+
+    @property
+    def active(self) -> bool:
+        return self.revoked_seq is None
+
+
+def find_key(keys: Mapping[str, KeyInfo], ref: str) -> KeyInfo:
+    """The one registered key named `ref`, or whose id is or starts with `ref`."""
+    want = ref.strip().lower()
+    matches = [k for k in keys.values() if k.name == ref or (want and k.keyid.startswith(want))]
+    if not matches:
+        raise UsageError(f"no registered key matches {ref!r}")
+    if len(matches) > 1:
+        raise UsageError(f"{ref!r} matches {len(matches)} registered keys; give more of the key id")
+    return matches[0]
+
+
+def active_ledger_key(keys: Mapping[str, KeyInfo]) -> KeyInfo:
+    """The newest active key with role `ledger` (it signs checkpoints)."""
+    live = [k for k in keys.values() if k.role == "ledger" and k.active]
+    if not live:
+        raise UsageError("this ledger has no active ledger key; run `ledger init`")
+    return max(live, key=lambda k: k.seq)
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal, TypeAlias
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, StringConstraints, model_validator
 
 __all__ = [
+    "BUNDLE_TYPE",
     "IN_TOTO_PAYLOAD_TYPE",
     "QUALIFICATION_PREDICATE",
     "REVIEW_PREDICATE",
@@ -40,6 +41,8 @@ STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 IN_TOTO_PAYLOAD_TYPE = "application/vnd.in-toto+json"
 QUALIFICATION_PREDICATE = "https://ledger.dev/predicates/qualification/v1"
 REVIEW_PREDICATE = "https://ledger.dev/predicates/review/v1"
+BUNDLE_TYPE = "application/vnd.ledger.bundle.v1+json"
+"""Media type of an exported bundle (`ledger export`, `ledger verify FILE`)."""
 
 Outcome: TypeAlias = Literal["passed", "failed", "inconclusive", "refused", "infra-error"]
 Hex40 = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{40}([0-9a-f]{24})?$")]

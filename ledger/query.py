@@ -1,74 +1,46 @@
-"""`status` and `history`: load the evidence about a revision and ask the engine.
+"""The read side: `status`, `history` and `show` answered from the store.
 
-The store verifies each loaded entry again (signature, key, role), so an
-entry that no longer holds shows as unverified instead of counting.
+Each loaded entry is verified again (signature, key, role), so an entry that
+no longer holds shows as unverified instead of counting.
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Sequence
-from dataclasses import dataclass
-from pathlib import Path
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ledger import source as src
-from ledger.entries import payload_of, signer_of
+from ledger.entry import LoggedEntry
 from ledger.errors import Error
-from ledger.ingest import verify_envelope
-from ledger.models import Envelope, QualificationStatement, ReviewStatement
-from ledger.plan import Plan
+from ledger.keys import KeyInfo
 from ledger.qualification import (
     HistoryItem,
     ReceiptEvidence,
     ReviewEvidence,
-    Revision,
     StatusReport,
     evaluate,
     history,
 )
-from ledger.source import PLAN_FILE, plan_at
-from ledger.store.store import KeyInfo, Store
-from ledger.store.tables import LogEntry
-from ledger.verify import keys_at
+from ledger.revision import Revision
+from ledger.source import Identity
+from ledger.store.store import Store
+from ledger.verify.envelope import verify_entry
+from ledger.verify.logged import keys_at
 
-__all__ = ["PLAN_FILE", "Query", "load_evidence", "query_history", "query_status"]
-
-
-@dataclass(frozen=True, slots=True)
-class Query:
-    revision: Revision
-    plan: Plan | None
-
-
-def resolve_query(
-    repo_path: Path | None, *, rev: str | None, pr: int | None, plan_file: Path | None
-) -> Query:
-    repo = src.open_repo(repo_path)
-    bare = src.resolve(repo, rev=rev, pr=pr, identity_only=True)
-    plan = plan_at(repo, bare.commit, plan_file)
-    paths = list(plan.package.paths) if plan is not None and plan.package else []
-    package = src.package_identity(repo.commit(bare.commit), paths) if paths else None
-    return Query(
-        Revision(
-            repo=bare.repo_name,
-            commit=bare.commit,
-            tree=bare.tree,
-            package_digest=package.digest if package else None,
-            pr=pr,
-        ),
-        plan,
-    )
+__all__ = [
+    "history_document",
+    "load_evidence",
+    "query_history",
+    "query_status",
+    "show_document",
+]
 
 
-def _problem(body: str, keys: dict[str, KeyInfo], seq: int) -> str | None:
+def _problem(entry: LoggedEntry, keys: Mapping[str, KeyInfo]) -> str | None:
     """Why a logged entry no longer verifies, or None when it does."""
     try:
-        verify_envelope(Envelope.model_validate(json.loads(body)), keys, at_seq=seq)
+        verify_entry(entry, keys)
     except Error as e:
         return e.reason()
-    except ValueError:
-        return "entry is not a DSSE envelope"
     return None
 
 
@@ -85,17 +57,16 @@ def load_evidence(
     )
     all_keys = store.keys()
 
-    def signed(e: LogEntry) -> dict[str, Any]:
+    def signed(e: LoggedEntry) -> dict[str, Any]:
         """What both kinds of evidence say about an entry's signature."""
-        signer = signer_of(e.body)
-        info = all_keys.get(signer)
+        info = all_keys.get(e.signer)
         return {
             "id": e.entry_id,
             "seq": e.seq,
-            "signer": signer,
+            "signer": e.signer,
             "signer_role": info.role if info else "unknown",
             "signer_revoked_seq": info.revoked_seq if info else None,
-            "problem": _problem(e.body, keys_at(store, e.seq), e.seq),
+            "problem": _problem(e, keys_at(store, e.seq)),
         }
 
     # A body that no longer parses was altered behind the ledger's back: it
@@ -103,15 +74,15 @@ def load_evidence(
     receipts: list[ReceiptEvidence] = []
     for e in entries:
         try:
-            stmt = QualificationStatement.model_validate_json(payload_of(e.body))
-        except ValueError:
+            stmt = e.receipt
+        except Error:
             continue
         receipts.append(ReceiptEvidence(statement=stmt, **signed(e)))
     reviews: list[ReviewEvidence] = []
     for e in store.review_entries([r.id for r in receipts]):
         try:
-            p = ReviewStatement.model_validate_json(payload_of(e.body)).predicate
-        except ValueError:
+            p = e.review.predicate
+        except Error:
             continue
         reviews.append(
             ReviewEvidence(receipt=p.receipt, verdict=p.verdict, note=p.note, **signed(e))
@@ -121,10 +92,10 @@ def load_evidence(
 
 def query_status(
     store: Store,
-    q: Query,
+    q: Identity,
     *,
     claims: Sequence[str] | None,
-    scope: dict[str, str | int],
+    scope: Mapping[str, str | int],
 ) -> StatusReport:
     receipts, reviews = load_evidence(store, q.revision)
     return evaluate(
@@ -133,10 +104,38 @@ def query_status(
         receipts=receipts,
         reviews=reviews,
         claims=list(claims) if claims else None,
-        query_scope=scope,
+        query_scope=dict(scope),
     )
 
 
-def query_history(store: Store, q: Query) -> list[HistoryItem]:
+def query_history(store: Store, q: Identity) -> list[HistoryItem]:
     receipts, reviews = load_evidence(store, q.revision)
     return history(receipts, reviews)
+
+
+def history_document(q: Identity, items: Sequence[HistoryItem]) -> dict[str, Any]:
+    """What `ledger history --json` prints."""
+    return {"subject": q.revision.to_json(), "entries": [i.to_json() for i in items]}
+
+
+def show_document(store: Store, ref: str) -> dict[str, Any]:
+    """What `ledger show --json` prints (and the server's GET /v1/entries/ID returns)."""
+    e = store.resolve(ref)
+    info = store.keys().get(e.signer)
+    reviews = [
+        {"id": r.entry_id, **r.payload_document["predicate"]}
+        for r in store.review_entries([e.entry_id])
+    ]
+    return {
+        "id": e.entry_id,
+        "kind": e.kind,
+        "seq": e.seq,
+        "logged_at": e.logged_at,
+        "signer": {
+            "keyid": e.signer,
+            "name": info.name if info else None,
+            "role": info.role if info else None,
+        },
+        "statement": e.payload_document,
+        "reviews": reviews,
+    }

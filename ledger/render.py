@@ -2,9 +2,19 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["render_history", "render_show", "short"]
+if TYPE_CHECKING:
+    from ledger.qualification import StatusReport
+
+__all__ = [
+    "render_history",
+    "render_keys",
+    "render_qualify",
+    "render_show",
+    "render_verification",
+    "short",
+]
 
 
 def short(receipt_id: str) -> str:
@@ -78,3 +88,51 @@ def render_history(subject: dict[str, Any], items: list[dict[str, Any]]) -> str:
         for p in it.get("problems", []):
             lines.append(f"        does not count: {p}")
     return "\n".join(lines) + "\n"
+
+
+def render_keys(rows: list[dict[str, Any]]) -> str:
+    lines = []
+    for r in rows:
+        state = f"revoked: {r['revoked_reason']}" if r["revoked"] else "active"
+        mine = " (private key here)" if r["private_key_here"] else ""
+        lines.append(f"{r['keyid'][:16]}  {r['role']:<8}  {r['name']:<16}  {state}{mine}")
+    return "".join(line + "\n" for line in lines)
+
+
+def render_qualify(receipts: list[dict[str, Any]], report: StatusReport | None) -> str:
+    """The receipts a qualify run recorded, then the status table (when the ledger is local)."""
+    out = "".join(f"{r['id']}  {r['claim']}  {r['outcome']}\n" for r in receipts)
+    if report is None:
+        return out
+    from ledger.qualification import render_table
+
+    return out + "\n" + render_table(report)
+
+
+def render_verification(doc: dict[str, Any]) -> str:
+    """A verification report (`VerificationReport.to_json`) for people."""
+    s = doc["signer"]
+    log = doc["log"]
+    lines = [
+        f"verified {doc['id']}",
+        f"  kind: {doc['kind']}",
+        f"  claim: {doc['claim']}",
+        f"  outcome: {doc['outcome']}",
+        f"  signer: {s['name']} ({s['keyid'][:12]}, {s['role']})",
+        f"  anchor: {doc['anchor']}",
+        f"  log: entry {log['index']} of {log['size']}"
+        + (f" in {log['origin']}" if log.get("origin") else "")
+        + f", inclusion {log['inclusion']}",
+    ]
+    for r in doc.get("reviews", []):
+        lines.append(f"  review {r['id'][:19]}: {r['verdict']} by {_who(r['signer'])}")
+    for r in doc.get("unanchored_reviews", []):
+        lines.append(
+            f"  unanchored review {r['id'][:19]}: {r['verdict']} by {_who(r['signer'])}"
+            " (its log is not vouched for by a trusted ledger key; not counted)"
+        )
+    return "".join(line + "\n" for line in lines)
+
+
+def _who(signer: dict[str, Any]) -> str:
+    return f"{signer.get('name') or '?'} ({str(signer['keyid'])[:12]})"

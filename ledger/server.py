@@ -33,20 +33,12 @@ from typing import Any, cast
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import SQLAlchemyError
 
-from ledger.bundle import export
 from ledger.dsse import MAX_ENVELOPE_BYTES
-from ledger.entries import show_document
-from ledger.errors import (
-    Error,
-    InputError,
-    NotFoundError,
-    RefusedError,
-    UsageError,
-    VerificationError,
-)
+from ledger.errors import Error, UsageError
 from ledger.ingest import record
-from ledger.keys import KeyDir
-from ledger.log import ledger_key
+from ledger.keys import KeyDir, active_ledger_key
+from ledger.log import export
+from ledger.query import show_document
 from ledger.store.store import Store
 
 __all__ = ["DEFAULT_HOST", "DEFAULT_PORT", "MAX_BODY_BYTES", "LedgerServer", "make_server", "serve"]
@@ -153,16 +145,16 @@ class Handler(BaseHTTPRequestHandler):
             route()
         except RequestError as e:
             self._json(e.status, {"error": e.reason})
-        except NotFoundError as e:
-            self._json(404, {"error": e.reason()})
-        except (RefusedError, VerificationError, InputError) as e:
-            self._json(400, {"error": e.reason()})
         except (Error, SQLAlchemyError) as e:
-            # Configuration and database trouble is the operator's to read, not the client's.
-            detail = e.reason() if isinstance(e, Error) else str(getattr(e, "orig", None) or e)
-            first = (detail.strip().splitlines() or [type(e).__name__])[0]
-            sys.stderr.write(f"ledger serve: {self.command} {self.path}: {first}\n")
-            self._json(500, {"error": "the ledger server could not complete the request"})
+            status = e.http_status if isinstance(e, Error) else 500
+            if isinstance(e, Error) and status < 500:
+                self._json(status, {"error": e.reason()})
+            else:
+                # Configuration and database trouble is the operator's to read, not the client's.
+                detail = e.reason() if isinstance(e, Error) else str(getattr(e, "orig", None) or e)
+                first = (detail.strip().splitlines() or [type(e).__name__])[0]
+                sys.stderr.write(f"ledger serve: {self.command} {self.path}: {first}\n")
+                self._json(500, {"error": "the ledger server could not complete the request"})
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True
             return
@@ -230,7 +222,7 @@ class Handler(BaseHTTPRequestHandler):
         # which travel base64-encoded inside the envelope and are not touched.
         raws = [json.dumps(item).encode() for item in items]
         recs = record(self.ledger.request_store(), raws)
-        out = [{"id": r.id, "kind": r.kind, "seq": r.seq, "duplicate": r.duplicate} for r in recs]
+        out = [r.to_json() for r in recs]
         self._json(200 if all(r.duplicate for r in recs) else 201, out)
 
     def _body(self) -> bytes:
@@ -269,7 +261,7 @@ def _signing_keys(store: Store, keys: KeyDir | None) -> KeyDir | None:
     if keys is None:
         return None
     try:
-        info = ledger_key(store)
+        info = active_ledger_key(store.keys())
         if not keys.file(info.name).exists():
             return None
         local = keys.load(info.name)

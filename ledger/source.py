@@ -1,11 +1,13 @@
 """Source identity read from a real git repository: commit, tree, parents,
-merge-base, PR head, dirty flag and package identity."""
+merge-base, PR head, dirty flag, package identity, and the plan that governs.
+
+`identify` is the one way a revision's identity is built, for a new
+statement and for a status question alike.
+"""
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
-import os
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -15,48 +17,29 @@ from pathlib import Path
 import git
 
 from ledger.canonical import canonical_bytes
-from ledger.errors import NotFoundError, UsageError
-from ledger.models import PackageIdentity, Source
-from ledger.plan import Plan, load_plan, parse_plan
+from ledger.errors import InputError, NotFoundError, UsageError
+from ledger.models import PackageIdentity
+from ledger.qualification.plan import PLAN_FILE, Plan, load_plan, parse_plan
+from ledger.revision import Revision
 
 __all__ = [
-    "PLAN_FILE",
-    "Revision",
+    "Identity",
     "glob_regex",
+    "identify",
     "open_repo",
-    "package_digest_of_dir",
     "package_identity",
     "plan_at",
-    "resolve",
-    "with_package",
 ]
 
-PLAN_FILE = "qualification.toml"
 PR_REFS = ("refs/pull/{n}/head", "refs/merge-requests/{n}/head")
 
 
 @dataclass(frozen=True, slots=True)
-class Revision:
-    repo_name: str
-    commit: str
-    tree: str
-    parents: tuple[str, ...]
-    pr: int | None
-    base: str | None
-    dirty: bool
-    package: PackageIdentity | None
+class Identity:
+    """A revision and the plan that governs it (None: no plan committed there)."""
 
-    def source(self) -> Source:
-        return Source(
-            repo=self.repo_name,
-            commit=self.commit,
-            tree=self.tree,
-            parents=list(self.parents),
-            pr=self.pr,
-            base=self.base,
-            dirty=self.dirty,
-            package=self.package,
-        )
+    revision: Revision
+    plan: Plan | None
 
 
 def open_repo(path: str | Path | None) -> git.Repo:
@@ -114,45 +97,54 @@ def _base(repo: git.Repo, commit: git.Commit) -> str | None:
     return None
 
 
-def resolve(
+def _commit(repo: git.Repo, rev: str | None, pr: int | None) -> git.Commit:
+    if (rev is None) == (pr is None):
+        raise UsageError("give exactly one of --rev or --pr")
+    if pr is not None:
+        return _pr_commit(repo, pr)
+    try:
+        return repo.commit(rev)
+    except (git.BadName, ValueError):
+        raise NotFoundError(f"unknown revision {rev!r}") from None
+
+
+def identify(
     repo: git.Repo,
     *,
     rev: str | None = None,
     pr: int | None = None,
-    package_paths: Sequence[str] = (),
-    identity_only: bool = False,
-) -> Revision:
-    """Identity of --rev REV or --pr N (its current head).
+    plan_file: Path | None = None,
+    for_statement: bool = False,
+) -> Identity:
+    """Identity of --rev REV or --pr N (its current head), with its plan.
 
-    `identity_only` skips what only a new statement needs (merge-base, dirty
-    flag): each costs a git process, and queries never use them.
+    The package identity is the one the plan (as committed at the revision,
+    or `plan_file`) defines. `for_statement` adds what only a new statement
+    needs (merge-base, dirty flag): each costs a git process, and queries
+    never use them.
     """
-    if (rev is None) == (pr is None):
-        raise UsageError("give exactly one of --rev or --pr")
-    if pr is not None:
-        commit = _pr_commit(repo, pr)
-    else:
-        try:
-            commit = repo.commit(rev)
-        except (git.BadName, ValueError):
-            raise NotFoundError(f"unknown revision {rev!r}") from None
+    commit = _commit(repo, rev, pr)
+    plan = plan_at(repo, commit.hexsha, plan_file)
+    paths = tuple(plan.package.paths) if plan is not None and plan.package else ()
+    package = package_identity(commit, paths) if paths else None
     # The dirty flag speaks of the work tree, so it only applies when the work
     # tree is the revision being attested.
     dirty = False
     at_head = not repo.bare and repo.head.is_valid() and repo.head.commit.hexsha == commit.hexsha
-    if not identity_only and at_head:
+    if for_statement and at_head:
         dirty = repo.is_dirty(index=True, working_tree=True, untracked_files=True)
-    package = package_identity(commit, package_paths) if package_paths else None
-    return Revision(
-        repo_name=repo_name(repo),
+    revision = Revision(
+        repo=repo_name(repo),
         commit=commit.hexsha,
         tree=commit.tree.hexsha,
-        parents=tuple(p.hexsha for p in commit.parents),
+        package_digest=package.digest if package else None,
         pr=pr,
-        base=None if identity_only else _base(repo, commit),
+        package_paths=paths,
+        parents=tuple(p.hexsha for p in commit.parents),
+        base=_base(repo, commit) if for_statement else None,
         dirty=dirty,
-        package=package,
     )
+    return Identity(revision, plan)
 
 
 def plan_at(repo: git.Repo, commit: str, override: Path | None) -> Plan | None:
@@ -163,17 +155,12 @@ def plan_at(repo: git.Repo, commit: str, override: Path | None) -> Plan | None:
         blob = repo.commit(commit).tree / PLAN_FILE
     except KeyError:
         return None
-    return parse_plan(blob.data_stream.read().decode(), f"{PLAN_FILE} at {commit[:12]}")
-
-
-def with_package(repo: git.Repo, revision: Revision, plan_file: Path | None) -> Revision:
-    """The revision with the package identity its plan defines (the plan as
-    committed at the revision, or `plan_file`); unchanged without a package."""
-    plan = plan_at(repo, revision.commit, plan_file)
-    if plan is None or plan.package is None:
-        return revision
-    package = package_identity(repo.commit(revision.commit), plan.package.paths)
-    return dataclasses.replace(revision, package=package)
+    where = f"{PLAN_FILE} at {commit[:12]}"
+    try:
+        text = blob.data_stream.read().decode("utf-8")
+    except UnicodeDecodeError:
+        raise InputError(f"{where}: not UTF-8 text") from None
+    return parse_plan(text, where)
 
 
 @lru_cache(maxsize=256)
@@ -216,20 +203,3 @@ def package_identity(commit: git.Commit, globs: Sequence[str]) -> PackageIdentit
         if isinstance(item, git.Blob) and _matches(str(item.path), globs)
     ]
     return PackageIdentity(paths=list(globs), digest=_digest(pairs))
-
-
-def blob_id(content: bytes) -> str:
-    """Git's blob id of file content, so a copy without .git hashes the same."""
-    return hashlib.sha1(b"blob %d\0" % len(content) + content, usedforsecurity=False).hexdigest()
-
-
-def package_digest_of_dir(root: Path, globs: Sequence[str]) -> str:
-    pairs = []
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = [d for d in dirnames if d != ".git"]
-        for f in filenames:
-            full = Path(dirpath) / f
-            rel = full.relative_to(root).as_posix()
-            if _matches(rel, globs):
-                pairs.append((rel, blob_id(full.read_bytes())))
-    return _digest(pairs)

@@ -25,6 +25,8 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
+from ledger.errors import CheckpointError
+
 __all__ = [
     "Checkpoint",
     "CheckpointError",
@@ -45,10 +47,6 @@ _MAX_SIZE = 2**64 - 1
 # Same cap as the Go reference: parsing a note must not cost unbounded work.
 _MAX_SIGNATURES = 100
 _DECIMAL = re.compile(r"0|[1-9][0-9]*")
-
-
-class CheckpointError(Exception):
-    """A checkpoint note is malformed or its signature does not hold (one-line reason)."""
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,8 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable, Sequence
 
+from ledger.errors import MerkleError
+
 __all__ = [
     "EMPTY_ROOT",
     "HASH_SIZE",
@@ -38,10 +40,6 @@ _LEAF_PREFIX = b"\x00"
 _NODE_PREFIX = b"\x01"
 
 _sha256 = hashlib.sha256
-
-
-class MerkleError(Exception):
-    """A proof, root or tree size does not hold; the message is a one-line reason."""
 
 
 def leaf_hash(entry: bytes) -> bytes:

@@ -1,22 +1,22 @@
-"""Recompute the whole log from its rows and name every entry that differs."""
+"""Recompute the whole log from its rows and name every entry that differs.
+
+One pass over the entries in log order; each kind of entry is checked by its
+own function against the derived rows stored for it.
+"""
 
 from __future__ import annotations
 
-import base64
-import binascii
-import json
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
-from pydantic import ValidationError
+from typing import Any
 
 from ledger._internal import merkle
-from ledger.canonical import receipt_id, sha256_hex
-from ledger.checkpoint import CheckpointError, verify_checkpoint
-from ledger.errors import RefusedError, VerificationError
-from ledger.ingest import envelope_body, receipt_index, review_index, verify_envelope
-from ledger.keys import key_id
-from ledger.models import Envelope
+from ledger._internal.checkpoint import verify_checkpoint
+from ledger.canonical import sha256_hex
+from ledger.entry import LoggedEntry, envelope_body
+from ledger.errors import Error
+from ledger.ingest import receipt_index, review_index
+from ledger.keys import KeyInfo
 from ledger.store.store import (
     ARTIFACT,
     CHECKPOINT,
@@ -25,9 +25,9 @@ from ledger.store.store import (
     RECEIPT,
     REVIEW,
     REVOCATION,
-    KeyInfo,
     Store,
 )
+from ledger.verify.envelope import verify_envelope
 
 __all__ = ["AuditReport", "audit"]
 
@@ -43,21 +43,126 @@ class AuditReport:
     def ok(self) -> bool:
         return not self.problems
 
+    def to_json(self) -> dict[str, Any]:
+        """What `ledger audit --json` prints."""
+        return {
+            "ok": self.ok,
+            "entries": self.entries,
+            "checkpoints": self.checkpoints,
+            "root": self.root,
+            "problems": self.problems,
+        }
 
-def audit(store: Store) -> AuditReport:
-    rep = AuditReport()
+
+@dataclass
+class _Rows:
+    """The derived rows, by log position, and which of them an entry explained."""
+
+    receipts: dict[int, dict[str, Any]]
+    facets: dict[int, list[dict[str, Any]]]
+    reviews: dict[int, dict[str, Any]]
+    keys: dict[int, dict[str, Any]]
+    revocations: dict[int, dict[str, Any]]
+    explained: set[int] = field(default_factory=set)
+
+    @classmethod
+    def load(cls, store: Store) -> _Rows:
+        facets: dict[int, list[dict[str, Any]]] = {}
+        for f in store.table_rows(FACET, FACET.c.seq):
+            facets.setdefault(int(f["seq"]), []).append(f)
+        return cls(
+            receipts={r["seq"]: r for r in store.table_rows(RECEIPT, RECEIPT.c.seq)},
+            facets=facets,
+            reviews={r["seq"]: r for r in store.table_rows(REVIEW, REVIEW.c.seq)},
+            keys={r["seq"]: r for r in store.table_rows(KEY, KEY.c.seq)},
+            revocations={r["seq"]: r for r in store.table_rows(REVOCATION, REVOCATION.c.seq)},
+        )
+
+    def unexplained(self) -> Iterable[str]:
+        for table, rows in (
+            ("receipt", self.receipts),
+            ("review", self.reviews),
+            ("key", self.keys),
+            ("revocation", self.revocations),
+        ):
+            for seq in sorted(set(rows) - self.explained):
+                yield f"{table} row {seq} has no matching log entry"
+
+
+def _statement(e: LoggedEntry, rows: _Rows, keys: dict[str, KeyInfo]) -> list[str]:
+    try:
+        v = verify_envelope(e.envelope, keys, at_seq=e.seq)
+    except Error as err:
+        return [err.reason()]
+    out = []
+    if v.id != e.entry_id:
+        out.append(f"id differs from the payload digest {v.id[:19]}")
+    if envelope_body(v.envelope) != e.body:
+        out.append("body is not the canonical envelope")
+    rows.explained.add(e.seq)
+    if e.kind == "receipt":
+        row, want_facets = receipt_index(e.seq, v)
+        if rows.receipts.get(e.seq) != row:
+            out.append("receipt index row differs from the entry")
+        got = [
+            {"seq": f["seq"], "key": f["key"], "value": f["value"]}
+            for f in rows.facets.get(e.seq, [])
+        ]
+        if sorted(got, key=lambda f: str(f["key"])) != want_facets:
+            out.append("scope facets differ from the entry")
+    elif rows.reviews.get(e.seq) != review_index(e.seq, v):
+        out.append("review index row differs from the entry")
+    return out
+
+
+def _key(e: LoggedEntry, rows: _Rows, keys: dict[str, KeyInfo]) -> list[str]:
+    out = []
+    if e.body_id() != e.entry_id:
+        out.append("id differs from the body digest")
+    try:
+        info = e.key()
+    except Error as err:
+        return [*out, err.reason()]
+    kr = rows.keys.get(e.seq)
+    data = e.document
+    if kr is None or (kr["keyid"], kr["name"], kr["role"], kr["public_key"]) != (
+        data.get("keyid"),
+        data.get("name"),
+        data.get("role"),
+        data.get("public_key"),
+    ):
+        out.append("key row differs from the entry")
+    rows.explained.add(e.seq)
+    keys[info.keyid] = info
+    return out
+
+
+def _revocation(e: LoggedEntry, rows: _Rows, keys: dict[str, KeyInfo]) -> list[str]:
+    out = []
+    if e.body_id() != e.entry_id:
+        out.append("id differs from the body digest")
+    try:
+        keyid, reason = e.revocation()
+    except Error as err:
+        return [*out, err.reason()]
+    rr = rows.revocations.get(e.seq)
+    if rr is None or (rr["keyid"], rr["reason"]) != (keyid, reason):
+        out.append("revocation row differs from the entry")
+    rows.explained.add(e.seq)
+    old = keys.get(keyid)
+    if old is not None and old.revoked_seq is None:
+        keys[keyid] = KeyInfo(old.keyid, old.name, old.role, old.public, old.seq, e.seq, reason)
+    return out
+
+
+_CHECKS = {"receipt": _statement, "review": _statement, "key": _key, "revocation": _revocation}
+
+
+def _entries(store: Store, rows: _Rows, rep: AuditReport) -> tuple[list[bytes], dict[str, KeyInfo]]:
+    """Check every entry in log order; returns the leaves and the keys as the log built them."""
     keys: dict[str, KeyInfo] = {}
     leaves: list[bytes] = []
-    receipts = {r["seq"]: r for r in store.table_rows(RECEIPT, RECEIPT.c.seq)}
-    facets: dict[int, list[dict[str, object]]] = {}
-    for f in store.table_rows(FACET, FACET.c.seq):
-        facets.setdefault(int(f["seq"]), []).append(f)
-    reviews = {r["seq"]: r for r in store.table_rows(REVIEW, REVIEW.c.seq)}
-    key_rows = {r["seq"]: r for r in store.table_rows(KEY, KEY.c.seq)}
-    revocations = {r["seq"]: r for r in store.table_rows(REVOCATION, REVOCATION.c.seq)}
-    seen_derived: set[int] = set()
     expected = 0
-
     for e in store.entries():
         where = f"entry {e.seq} ({e.entry_id[:19]})"
         if e.seq != expected:
@@ -69,95 +174,33 @@ def audit(store: Store) -> AuditReport:
             rep.problems.append(f"sequence gap: {gone} missing")
         expected = e.seq + 1
         rep.entries += 1
-        body = e.body.encode()
-        leaf = merkle.leaf_hash(body)
+        leaf = merkle.leaf_hash(e.body)
         leaves.append(leaf)
-        if leaf.hex() != e.leaf_hash:
+        if leaf.hex() != e.stored_leaf_hash:
             rep.problems.append(f"{where}: stored leaf hash differs from its body")
         try:
-            data = json.loads(body)
-        except json.JSONDecodeError:
+            e.document  # noqa: B018 - a body that is not JSON is one problem, not several
+        except Error:
             rep.problems.append(f"{where}: body is not JSON")
             continue
-        if e.kind in ("receipt", "review"):
-            try:
-                env = Envelope.model_validate(data)
-                v = verify_envelope(env, keys, at_seq=e.seq)
-            except (RefusedError, VerificationError) as err:
-                rep.problems.append(f"{where}: {err.reason()}")
-                continue
-            except ValidationError:
-                rep.problems.append(f"{where}: body is not a DSSE envelope")
-                continue
-            if v.id != e.entry_id:
-                rep.problems.append(f"{where}: id differs from the payload digest {v.id[:19]}")
-            if envelope_body(env) != body:
-                rep.problems.append(f"{where}: body is not the canonical envelope")
-            seen_derived.add(e.seq)
-            if e.kind == "receipt":
-                row, want_facets = receipt_index(e.seq, v)
-                if receipts.get(e.seq) != row:
-                    rep.problems.append(f"{where}: receipt index row differs from the entry")
-                got = [
-                    {"seq": f["seq"], "key": f["key"], "value": f["value"]}
-                    for f in facets.get(e.seq, [])
-                ]
-                if sorted(got, key=lambda f: str(f["key"])) != want_facets:
-                    rep.problems.append(f"{where}: scope facets differ from the entry")
-            elif reviews.get(e.seq) != review_index(e.seq, v):
-                rep.problems.append(f"{where}: review index row differs from the entry")
-        elif e.kind == "key":
-            if receipt_id(body) != e.entry_id:
-                rep.problems.append(f"{where}: id differs from the body digest")
-            try:
-                pub = Ed25519PublicKey.from_public_bytes(
-                    base64.b64decode(data["public_key"], validate=True)
-                )
-            except (KeyError, ValueError, binascii.Error):
-                rep.problems.append(f"{where}: not a key entry")
-                continue
-            if key_id(pub) != data.get("keyid"):
-                rep.problems.append(f"{where}: key id is not the digest of the key")
-            kr = key_rows.get(e.seq)
-            if kr is None or (kr["keyid"], kr["name"], kr["role"], kr["public_key"]) != (
-                data.get("keyid"),
-                data.get("name"),
-                data.get("role"),
-                data.get("public_key"),
-            ):
-                rep.problems.append(f"{where}: key row differs from the entry")
-            seen_derived.add(e.seq)
-            keys[data["keyid"]] = KeyInfo(data["keyid"], data["name"], data["role"], pub, e.seq)
-        elif e.kind == "revocation":
-            if receipt_id(body) != e.entry_id:
-                rep.problems.append(f"{where}: id differs from the body digest")
-            rr = revocations.get(e.seq)
-            if rr is None or (rr["keyid"], rr["reason"]) != (data.get("keyid"), data.get("reason")):
-                rep.problems.append(f"{where}: revocation row differs from the entry")
-            seen_derived.add(e.seq)
-            old = keys.get(str(data.get("keyid")))
-            if old is not None and old.revoked_seq is None:
-                keys[old.keyid] = KeyInfo(
-                    old.keyid, old.name, old.role, old.public, old.seq, e.seq, data.get("reason")
-                )
-        else:
+        check = _CHECKS.get(e.kind)
+        if check is None:
             rep.problems.append(f"{where}: unknown kind {e.kind!r}")
+            continue
+        rep.problems.extend(f"{where}: {p}" for p in check(e, rows, keys))
+    return leaves, keys
 
-    for table, rows in (
-        ("receipt", receipts),
-        ("review", reviews),
-        ("key", key_rows),
-        ("revocation", revocations),
-    ):
-        for seq in sorted(set(rows) - seen_derived):
-            rep.problems.append(f"{table} row {seq} has no matching log entry")
 
+def _artifacts(store: Store) -> Iterable[str]:
     for a in store.table_rows(ARTIFACT, ARTIFACT.c.sha256):
         content = bytes(a["content"])
         if sha256_hex(content) != a["sha256"] or len(content) != a["size"]:
-            rep.problems.append(f"artifact {a['sha256'][:12]}: content differs from its digest")
+            yield f"artifact {a['sha256'][:12]}: content differs from its digest"
 
-    rep.root = merkle.root(leaves).hex()
+
+def _checkpoints(
+    store: Store, leaves: list[bytes], keys: dict[str, KeyInfo], rep: AuditReport
+) -> None:
     checkpoints = store.table_rows(CHECKPOINT, CHECKPOINT.c.size)
     roots = _roots_at(leaves, {int(cp["size"]) for cp in checkpoints})
     for cp in checkpoints:
@@ -169,16 +212,25 @@ def audit(store: Store) -> AuditReport:
         want = roots[size]
         if want.hex() != cp["root"]:
             rep.problems.append(f"checkpoint {size}: root differs from the recomputed log")
-        signers = [k for k in keys.values() if k.role == "ledger" and k.seq < size]
         ok = False
-        for k in signers:
+        for k in (k for k in keys.values() if k.role == "ledger" and k.seq < size):
             try:
                 c = verify_checkpoint(cp["note"].encode(), key_name=k.name, public_key=k.public)
-            except CheckpointError:
+            except Error:
                 continue
             ok = c.root == want and c.size == size
         if not ok:
             rep.problems.append(f"checkpoint {size}: signature or root does not hold")
+
+
+def audit(store: Store) -> AuditReport:
+    rep = AuditReport()
+    rows = _Rows.load(store)
+    leaves, keys = _entries(store, rows, rep)
+    rep.problems.extend(rows.unexplained())
+    rep.problems.extend(_artifacts(store))
+    rep.root = merkle.root(leaves).hex()
+    _checkpoints(store, leaves, keys, rep)
     return rep
 
 

@@ -14,9 +14,9 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from ledger.plan import CarryOver, Plan
 from ledger.qualification import rules
 from ledger.qualification.evidence import ReceiptEvidence, ReviewEvidence, Revision, short_id
+from ledger.qualification.plan import CarryOver, Plan
 from ledger.qualification.report import ClaimStatus, ScopeRole, State, StatusReport
 from ledger.qualification.rules import Reason, Requirement, ReviewTally, Via
 from ledger.qualification.scope import covers, format_scope, merge_scopes, scope_key

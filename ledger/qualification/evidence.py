@@ -7,32 +7,12 @@ engine decides what the evidence means and never touches bytes or keys.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
 from ledger.models import QualificationPredicate, QualificationStatement
+from ledger.revision import Revision
 
 __all__ = ["ReceiptEvidence", "ReviewEvidence", "Revision", "short_id"]
-
-
-@dataclass(frozen=True, slots=True)
-class Revision:
-    """The identity of what is asked about (for a PR: its current head)."""
-
-    repo: str
-    commit: str
-    tree: str
-    package_digest: str | None = None
-    """Digest of the plan's package paths at this revision, when the plan has any."""
-    pr: int | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "repo": self.repo,
-            "commit": self.commit,
-            "tree": self.tree,
-            "package_digest": self.package_digest,
-            "pr": self.pr,
-        }
 
 
 @dataclass(frozen=True, slots=True)

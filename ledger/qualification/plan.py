@@ -31,8 +31,8 @@ from pydantic_core import ErrorDetails
 from ledger.errors import InputError
 
 __all__ = [
-    "CARRY_OVER",
     "OBSERVER_OFF_CONTROL_CHECK",
+    "PLAN_FILE",
     "CarryOver",
     "ClaimSpec",
     "PackageSpec",
@@ -42,7 +42,9 @@ __all__ = [
 ]
 
 CarryOver: TypeAlias = Literal["commit", "tree", "package"]
-CARRY_OVER: tuple[CarryOver, ...] = ("commit", "tree", "package")
+
+PLAN_FILE = "qualification.toml"
+"""Where a revision's plan is committed."""
 
 OBSERVER_OFF_CONTROL_CHECK = "observer-off-control"
 """Check name of a dedicated observer-off control; its parameter `check` names the check."""
@@ -183,7 +185,7 @@ class ClaimSpec(_Frozen):
     """Check parameters; a pass counts only if its receipt records these values."""
     scope: Facets = Field(default_factory=dict)
     """Facets every counted receipt must match exactly (more facets are allowed)."""
-    carry_over: Literal["commit", "tree", "package"] = "commit"
+    carry_over: CarryOver = "commit"
     reviews: Reviews = 0
     """Concurring reviews needed, from reviewer keys other than the receipt's signer."""
     observer_off: StrictBool = False
@@ -246,7 +248,7 @@ def load_plan(path: str | Path) -> Plan:
     return parse_plan(text, str(p))
 
 
-def parse_plan(text: str, source_name: str = "qualification.toml") -> Plan:
+def parse_plan(text: str, source_name: str = PLAN_FILE) -> Plan:
     """Validate plan text; `source_name` prefixes every error message."""
     try:
         data = tomllib.loads(text)
@@ -255,7 +257,7 @@ def parse_plan(text: str, source_name: str = "qualification.toml") -> Plan:
     return plan_from_mapping(data, source_name)
 
 
-def plan_from_mapping(data: Mapping[str, Any], source_name: str = "qualification.toml") -> Plan:
+def plan_from_mapping(data: Mapping[str, Any], source_name: str = PLAN_FILE) -> Plan:
     """Validate an already-decoded plan document."""
     if "claims" in data and not isinstance(data["claims"], list):
         # `[claims]` (a table) instead of `[[claims]]` (an array of tables) is an easy slip.

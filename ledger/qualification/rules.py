@@ -15,8 +15,8 @@ from typing import Literal, TypeAlias
 from pydantic import JsonValue
 
 from ledger.models import Outcome
-from ledger.plan import OBSERVER_OFF_CONTROL_CHECK, CarryOver, ClaimSpec
 from ledger.qualification.evidence import ReceiptEvidence, ReviewEvidence, Revision, short_id
+from ledger.qualification.plan import OBSERVER_OFF_CONTROL_CHECK, CarryOver, ClaimSpec
 from ledger.qualification.scope import Facets, covers
 
 __all__ = [

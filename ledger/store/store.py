@@ -18,7 +18,9 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, OperationalError
 
 from ledger._internal.merkle import leaf_hash
+from ledger.entry import LoggedEntry
 from ledger.errors import InputError, NotFoundError, UsageError
+from ledger.keys import KeyInfo
 from ledger.store import migrate
 from ledger.store.tables import (
     ArtifactBlob,
@@ -31,7 +33,7 @@ from ledger.store.tables import (
     ScopeFacet,
 )
 
-__all__ = ["DEFAULT_DB", "KeyInfo", "Store", "resolve_url", "utc_now"]
+__all__ = ["DEFAULT_DB", "Store", "resolve_url", "utc_now"]
 
 DEFAULT_DB = Path(".ledger") / "ledger.db"
 _PREFIX = re.compile(r"^(sha256:)?([0-9a-f]{12,64})$")
@@ -62,23 +64,6 @@ def resolve_url(db: str | None) -> str:
             raise UsageError(f"invalid database URL {value!r}") from None
         return value
     return f"sqlite:///{Path(value).expanduser().resolve()}"
-
-
-@dataclass(frozen=True, slots=True)
-class KeyInfo:
-    keyid: str
-    name: str
-    role: str
-    public: Ed25519PublicKey
-    seq: int
-    revoked_seq: int | None = None
-    revoked_reason: str | None = None
-
-    @property
-    def public_b64(self) -> str:
-        from ledger.keys import raw_public
-
-        return base64.b64encode(raw_public(self.public)).decode()
 
 
 def _sqlite_engine(url: str) -> Engine:
@@ -185,7 +170,7 @@ class Store:
         with self.engine.connect() as conn:
             return int(conn.execute(select(func.coalesce(func.max(LOG.c.seq) + 1, 0))).scalar_one())
 
-    def resolve(self, ref: str) -> LogEntry:
+    def resolve(self, ref: str) -> LoggedEntry:
         """Find a receipt or review by full id or a unique prefix of 12+ hex digits."""
         m = _PREFIX.match(ref.strip().lower())
         if not m:
@@ -207,25 +192,25 @@ class Store:
             raise NotFoundError(f"no receipt or review matches {ref}")
         if len(rows) > 1:
             raise InputError(f"{ref} is ambiguous: give more hex digits")
-        return LogEntry(**rows[0]._mapping)
+        return LoggedEntry.of(rows[0])
 
-    def entry(self, entry_id: str) -> LogEntry | None:
+    def entry(self, entry_id: str) -> LoggedEntry | None:
         with self.engine.connect() as conn:
             row = conn.execute(select(LOG).where(LOG.c.entry_id == entry_id)).first()
-        return None if row is None else LogEntry(**row._mapping)
+        return None if row is None else LoggedEntry.of(row)
 
-    def entries(self, *, kinds: Sequence[str] | None = None) -> Iterator[LogEntry]:
+    def entries(self, *, kinds: Sequence[str] | None = None) -> Iterator[LoggedEntry]:
         q = select(LOG).order_by(LOG.c.seq)
         if kinds:
             q = q.where(LOG.c.kind.in_(kinds))
         with self.engine.connect() as conn:
             for row in conn.execution_options(yield_per=2000).execute(q):
-                yield LogEntry(**row._mapping)
+                yield LoggedEntry.of(row)
 
-    def entries_at(self, seqs: Sequence[int]) -> Iterator[LogEntry]:
+    def entries_at(self, seqs: Sequence[int]) -> Iterator[LoggedEntry]:
         with self.engine.connect() as conn:
             for row in conn.execute(select(LOG).where(LOG.c.seq.in_(seqs)).order_by(LOG.c.seq)):
-                yield LogEntry(**row._mapping)
+                yield LoggedEntry.of(row)
 
     def leaf_hashes(self, upto: int | None = None) -> list[bytes]:
         q = select(LOG.c.leaf_hash).order_by(LOG.c.seq)
@@ -243,7 +228,7 @@ class Store:
         pr: int | None = None,
         repo: str | None = None,
         claims: Sequence[str] | None = None,
-    ) -> list[LogEntry]:
+    ) -> list[LoggedEntry]:
         """Receipts that could bear on a revision: same commit, tree, package or PR."""
         conds = []
         if commits:
@@ -262,9 +247,9 @@ class Store:
         if claims:
             q = q.where(RECEIPT.c.claim.in_(claims))
         with self.engine.connect() as conn:
-            return [LogEntry(**r._mapping) for r in conn.execute(q.order_by(LOG.c.seq))]
+            return [LoggedEntry.of(r) for r in conn.execute(q.order_by(LOG.c.seq))]
 
-    def review_entries(self, receipt_ids: Sequence[str]) -> list[LogEntry]:
+    def review_entries(self, receipt_ids: Sequence[str]) -> list[LoggedEntry]:
         if not receipt_ids:
             return []
         q = (
@@ -274,7 +259,7 @@ class Store:
             .order_by(LOG.c.seq)
         )
         with self.engine.connect() as conn:
-            return [LogEntry(**r._mapping) for r in conn.execute(q)]
+            return [LoggedEntry.of(r) for r in conn.execute(q)]
 
     def receipt_signer(self, receipt_id: str) -> str | None:
         with self.engine.connect() as conn:
@@ -299,16 +284,6 @@ class Store:
             if conn.execute(select(CHECKPOINT.c.size).where(CHECKPOINT.c.size == size)).first():
                 return
             conn.execute(CHECKPOINT.insert().values(size=size, root=root, note=note))
-
-    def put_artifact(self, sha256: str, content: bytes, media_type: str) -> None:
-        with self.engine.begin() as conn:
-            if conn.execute(select(ARTIFACT.c.sha256).where(ARTIFACT.c.sha256 == sha256)).first():
-                return
-            conn.execute(
-                ARTIFACT.insert().values(
-                    sha256=sha256, size=len(content), media_type=media_type, content=content
-                )
-            )
 
     def table_rows(self, table: Any, order: Any) -> list[dict[str, Any]]:
         with self.engine.connect() as conn:
@@ -376,6 +351,16 @@ class Appender:
         """One executemany per table: a batch costs a few round trips, not four per entry."""
         if rows:
             self.conn.execute(table.insert(), list(rows))
+
+    def put_artifact(self, sha256: str, content: bytes, media_type: str) -> None:
+        """Store an artifact's bytes once (content-addressed), inside this transaction."""
+        if self.conn.execute(select(ARTIFACT.c.sha256).where(ARTIFACT.c.sha256 == sha256)).first():
+            return
+        self.conn.execute(
+            ARTIFACT.insert().values(
+                sha256=sha256, size=len(content), media_type=media_type, content=content
+            )
+        )
 
     def existing(self, entry_ids: Sequence[str]) -> set[str]:
         found: set[str] = set()

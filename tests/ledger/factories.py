@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from ledger.attest import sign_statement
 from ledger.keys import LocalKey
 from ledger.models import (
     QUALIFICATION_PREDICATE,
     STATEMENT_TYPE,
     QualificationStatement,
 )
+from ledger.statement import sign_statement
 from ledger.store.store import Store
 from ledger.store.tables import APPEND_ONLY_TABLES
 

@@ -11,7 +11,7 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
-from ledger.checkpoint import (
+from ledger._internal.checkpoint import (
     Checkpoint,
     CheckpointError,
     NoteSignature,

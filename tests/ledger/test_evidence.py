@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from ledger.bundle import verify_bundle
 from ledger.keys import key_id, load_public_pem
+from ledger.verify import verify_bundle
 from tests.ledger.helpers import run
 
 EVIDENCE = Path(__file__).resolve().parents[2] / "evidence"

@@ -21,12 +21,12 @@ from securesystemslib.dsse import Envelope as SslibEnvelope
 from securesystemslib.signer import CryptoSigner, SSlibKey  # type: ignore[attr-defined]
 
 from ledger import dsse
-from ledger.attest import Facts, build_statement
 from ledger.canonical import canonical_bytes, receipt_id
 from ledger.errors import RefusedError, VerificationError
 from ledger.keys import LocalKey, key_id, load_public_pem, public_pem, raw_public
 from ledger.models import IN_TOTO_PAYLOAD_TYPE, Envelope
-from ledger.source import open_repo, resolve
+from ledger.source import identify, open_repo
+from ledger.statement import Facts, build_statement
 from ledger.store.store import Store
 from tests.ledger.helpers import Run, run
 
@@ -56,7 +56,9 @@ def statement_payload(repo: git.Repo) -> bytes:
 
     The reason holds non-ASCII text, so PAE lengths must count bytes, not characters.
     """
-    source = resolve(open_repo(Path(str(repo.working_tree_dir))), rev="HEAD").source()
+    source = identify(
+        open_repo(Path(str(repo.working_tree_dir))), rev="HEAD", for_statement=True
+    ).revision.source()
     facts = Facts(
         claim="grad.compare",
         check="grad.compare",

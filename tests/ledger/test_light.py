@@ -17,6 +17,8 @@ from ledger.cli import main
 code = main(sys.argv[1:])
 heavy = sorted(m for m in ("torch", "runners", "numpy") if m in sys.modules)
 print("HEAVY=" + ",".join(heavy))
+db = sorted(m for m in ("sqlalchemy", "sqlmodel", "alembic") if m in sys.modules)
+print("DB=" + ",".join(db))
 sys.exit(code)
 """
 
@@ -26,7 +28,7 @@ def test_import_ledger_does_not_import_torch() -> None:
         [
             sys.executable,
             "-c",
-            "import sys, ledger, ledger.cli, ledger.bundle, ledger.audit; "
+            "import sys, ledger, ledger.cli, ledger.verify, ledger.log, ledger.query; "
             "print('torch' in sys.modules)",
         ],
         capture_output=True,
@@ -74,3 +76,5 @@ def test_verify_does_not_import_torch(
         )
         assert p.returncode == 0, p.stderr
         assert "HEAVY=\n" in p.stdout, p.stdout
+    # Offline verification of a bundle is store-free: no database code at all.
+    assert "DB=\n" in p.stdout, p.stdout

@@ -16,12 +16,12 @@ from urllib.parse import urlsplit
 import pytest
 
 from ledger import client
-from ledger.bundle import verify_bundle
 from ledger.dsse import MAX_ENVELOPE_BYTES
 from ledger.errors import NotFoundError, RefusedError, UsageError
 from ledger.keys import KeyDir, LocalKey
 from ledger.server import MAX_BODY_BYTES, LedgerServer, make_server
 from ledger.store.store import Store
+from ledger.verify import verify_bundle
 from tests.ledger.factories import dump, envelope
 from tests.ledger.helpers import run
 

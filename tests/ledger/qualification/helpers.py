@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ledger.plan import ClaimSpec, PackageSpec, Plan
 from ledger.qualification import (
     ClaimStatus,
     ReceiptEvidence,
@@ -14,6 +13,7 @@ from ledger.qualification import (
     StatusReport,
     evaluate,
 )
+from ledger.qualification.plan import ClaimSpec, PackageSpec, Plan
 
 from .factories import CHECK, CLAIM, H200, PACKAGE_PATHS, revision
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from ledger.errors import InputError
-from ledger.plan import ClaimSpec, Plan, load_plan, parse_plan
+from ledger.qualification.plan import ClaimSpec, Plan, load_plan, parse_plan
 
 FULL = """
 workload = "model.workload:make_workload"

@@ -7,8 +7,8 @@ from typing import Any, TypeAlias
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ledger.plan import ClaimSpec, PackageSpec, Plan
 from ledger.qualification import ReceiptEvidence, ReviewEvidence, State, covers, evaluate
+from ledger.qualification.plan import ClaimSpec, PackageSpec, Plan
 
 from .factories import CHECK, CLAIM, PACKAGE_PATHS, receipt, review, revision
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from ledger.plan import parse_plan
 from ledger.qualification import ClaimStatus, Revision, evaluate, history, render_table
+from ledger.qualification.plan import parse_plan
 
 from .factories import REPO, hex40, hex64, receipt, review
 from .helpers import status, why

@@ -1,0 +1,117 @@
+"""What every command shares: options, input files, output."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import click
+
+from ledger.errors import InputError, UsageError
+
+if TYPE_CHECKING:  # the CLI imports its machinery lazily, so `--help` starts fast
+    from ledger.keys import KeyDir
+    from ledger.store.store import Store
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+__all__ = [
+    "F",
+    "db_option",
+    "emit_json",
+    "json_option",
+    "keydir",
+    "load_json_file",
+    "open_store",
+    "parse_scope",
+    "plan_option",
+    "read_file",
+    "rev_options",
+]
+
+
+def db_option(f: F) -> F:
+    return click.option(
+        "--db",
+        metavar="URL",
+        help="SQLAlchemy URL or SQLite path (default: $LEDGER_DB, else ./.ledger/ledger.db).",
+    )(f)
+
+
+def plan_option(f: F) -> F:
+    return click.option(
+        "--plan",
+        type=click.Path(dir_okay=False, path_type=Path),
+        help="Plan file (default: qualification.toml as committed at the revision).",
+    )(f)
+
+
+def json_option(f: F) -> F:
+    return click.option(
+        "--json", "as_json", is_flag=True, help="Print one JSON document on stdout."
+    )(f)
+
+
+def rev_options(f: F) -> F:
+    f = click.option(
+        "--repo",
+        type=click.Path(file_okay=False, path_type=Path),
+        help="Repository (default: the current one).",
+    )(f)
+    f = click.option("--rev", metavar="REV", help="A commit, branch or tag.")(f)
+    f = click.option(
+        "--pr",
+        type=click.IntRange(min=1),
+        metavar="N",
+        help="Pull request N: its current head (refs/pull/N/head, fetched when missing).",
+    )(f)
+    return f
+
+
+def emit_json(doc: Any) -> None:
+    click.echo(json.dumps(doc, indent=2, sort_keys=False))
+
+
+def open_store(db: str | None) -> Store:
+    from ledger.store.store import Store, resolve_url
+
+    return Store.open(resolve_url(db))
+
+
+def keydir() -> KeyDir:
+    from ledger.keys import KeyDir
+
+    return KeyDir.default()
+
+
+def read_file(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        raise UsageError(f"{path} does not exist") from None
+    except OSError as e:
+        raise UsageError(f"{path}: {e.strerror}") from None
+
+
+def load_json_file(path: Path, what: str) -> Any:
+    try:
+        return json.loads(path.read_bytes())
+    except FileNotFoundError:
+        raise UsageError(f"{what} file {path} does not exist") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise InputError(f"{what} file {path} is not JSON: {e}") from None
+
+
+def parse_scope(pairs: Sequence[str]) -> dict[str, str | int]:
+    """`k=v` facets; integers stay integers so `gpu_count=2` matches exactly."""
+    out: dict[str, str | int] = {}
+    for p in pairs:
+        k, sep, v = p.partition("=")
+        if not sep or not k:
+            raise UsageError(f"--scope {p!r}: expected key=value")
+        if k in out:
+            raise UsageError(f"--scope {k} given twice")
+        out[k.strip()] = int(v) if v.lstrip("-").isdigit() else v
+    return out

@@ -1,0 +1,108 @@
+"""`ledger init` and `ledger keys ...`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from ledger.cli._common import db_option, emit_json, json_option, keydir, open_store, read_file
+
+
+@click.command()
+@db_option
+def init(db: str | None) -> None:
+    """Create the ledger (or migrate an older one) and its ledger key."""
+    from ledger.ingest import init_ledger
+    from ledger.store.store import resolve_url
+
+    url = resolve_url(db)
+    result = init_ledger(url, keydir())
+    if not result.created:
+        click.echo(f"ledger at {url} is up to date; ledger key {result.name} {result.keyid[:16]}")
+        return
+    click.echo(f"created ledger at {url}")
+    click.echo(f"ledger key {result.name} {result.keyid} (private key {result.private_key})")
+
+
+@click.group()
+def keys() -> None:
+    """Ed25519 keys: runner, reviewer and ledger roles. Private keys stay in $LEDGER_KEYS."""
+
+
+@keys.command("new")
+@click.argument("name")
+@click.option("--role", type=click.Choice(["runner", "reviewer"]), required=True)
+@db_option
+def keys_new(name: str, role: str, db: str | None) -> None:
+    """Make a key pair (private key mode 0600 in $LEDGER_KEYS) and register its public key."""
+    from ledger.ingest import register_key
+
+    store = open_store(db)
+    kd = keydir()
+    local = kd.create(name)
+    kid, _ = register_key(store, name, role, local.public)  # type: ignore[arg-type]
+    click.echo(kid)
+    click.echo(f"private key: {kd.file(name)}", err=True)
+
+
+@keys.command("add")
+@click.argument("pem", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--name", required=True)
+@click.option("--role", type=click.Choice(["runner", "reviewer", "ledger"]), required=True)
+@db_option
+def keys_add(pem: Path, name: str, role: str, db: str | None) -> None:
+    """Register someone else's public key (PEM) under a name and role."""
+    from ledger.ingest import register_key
+    from ledger.keys import load_public_pem
+
+    public = load_public_pem(read_file(pem), str(pem))
+    kid, new = register_key(open_store(db), name, role, public)  # type: ignore[arg-type]
+    click.echo(kid if new else f"{kid} (already registered)")
+
+
+@keys.command("list")
+@db_option
+@json_option
+def keys_list(db: str | None, as_json: bool) -> None:
+    """Registered keys with role and revocation state."""
+    from ledger.render import render_keys
+
+    local = set(keydir().names())
+    rows = [
+        {
+            "keyid": k.keyid,
+            "name": k.name,
+            "role": k.role,
+            "revoked": k.revoked_seq is not None,
+            "revoked_reason": k.revoked_reason,
+            "private_key_here": k.name in local,
+        }
+        for k in open_store(db).keys().values()
+    ]
+    if as_json:
+        emit_json(rows)
+    else:
+        click.echo(render_keys(rows), nl=False)
+
+
+@keys.command("export")
+@click.argument("name")
+@db_option
+def keys_export(name: str, db: str | None) -> None:
+    """Print a registered key's public PEM (for `verify --trust` and `keys add` elsewhere)."""
+    from ledger.keys import find_key, public_pem
+
+    click.echo(public_pem(find_key(open_store(db).keys(), name).public).decode(), nl=False)
+
+
+@keys.command("revoke")
+@click.argument("keyid")
+@click.option("--reason", required=True, help="Why; recorded in the log.")
+@db_option
+def keys_revoke(keyid: str, reason: str, db: str | None) -> None:
+    """Revoke a key: anything it signs that is logged afterwards does not count."""
+    from ledger.ingest import revoke_key
+
+    info = revoke_key(open_store(db), keyid, reason)
+    click.echo(f"revoked {info.name} {info.keyid}")

@@ -1,0 +1,190 @@
+"""Commands that read: `status`, `history`, `show`, `verify`, `export`, `audit`."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import click
+
+from ledger.cli._common import (
+    db_option,
+    emit_json,
+    json_option,
+    keydir,
+    open_store,
+    parse_scope,
+    plan_option,
+    read_file,
+    rev_options,
+)
+from ledger.errors import EXIT_NEGATIVE
+
+
+def _identity(repo: Path | None, rev: str | None, pr: int | None, plan: Path | None):  # type: ignore[no-untyped-def]
+    from ledger import source
+
+    return source.identify(source.open_repo(repo), rev=rev, pr=pr, plan_file=plan)
+
+
+@click.command()
+@rev_options
+@click.option(
+    "--claim",
+    "claims",
+    multiple=True,
+    metavar="NAME",
+    help="Ask about these claims only (repeatable); also claims absent from the plan.",
+)
+@click.option(
+    "--scope",
+    "scope",
+    multiple=True,
+    metavar="K=V",
+    help="Required scope facet (repeatable), added to each claim's plan scope.",
+)
+@plan_option
+@db_option
+@json_option
+def status(
+    pr: int | None,
+    rev: str | None,
+    repo: Path | None,
+    claims: Sequence[str],
+    scope: Sequence[str],
+    plan: Path | None,
+    db: str | None,
+    as_json: bool,
+) -> None:
+    """Which claims are qualified for a revision, at which scope, on what evidence.
+
+    For --pr N, the PR's current head is asked about; evidence on earlier heads
+    counts only where the plan's carry-over (tree or package identity) allows,
+    and shows as stale otherwise. Exit 0 only when every required claim is
+    qualified at the requested scope.
+    """
+    from ledger.qualification import render_table
+    from ledger.query import query_status
+
+    store = open_store(db)
+    report = query_status(
+        store, _identity(repo, rev, pr, plan), claims=claims, scope=parse_scope(scope)
+    )
+    if as_json:
+        emit_json(report.to_json())
+    else:
+        click.echo(render_table(report), nl=False)
+    if not report.qualified:
+        raise SystemExit(EXIT_NEGATIVE)
+
+
+@click.command()
+@rev_options
+@plan_option
+@db_option
+@json_option
+def history(
+    pr: int | None,
+    rev: str | None,
+    repo: Path | None,
+    plan: Path | None,
+    db: str | None,
+    as_json: bool,
+) -> None:
+    """Every statement and review about a revision, in log order; superseded ones marked."""
+    from ledger.query import history_document, query_history
+    from ledger.render import render_history
+
+    store = open_store(db)
+    q = _identity(repo, rev, pr, plan)
+    doc = history_document(q, query_history(store, q))
+    if as_json:
+        emit_json(doc)
+    else:
+        click.echo(render_history(doc["subject"], doc["entries"]), nl=False)
+
+
+@click.command()
+@click.argument("receipt")
+@db_option
+@json_option
+def show(receipt: str, db: str | None, as_json: bool) -> None:
+    """Show a receipt or review: its statement, signer and reviews."""
+    from ledger.query import show_document
+    from ledger.render import render_show
+
+    doc = show_document(open_store(db), receipt)
+    if as_json:
+        emit_json(doc)
+    else:
+        click.echo(render_show(doc))
+
+
+@click.command()
+@click.argument("target")
+@click.option(
+    "--trust",
+    "trust",
+    multiple=True,
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Trusted public key PEM (repeatable): the ledger key, or the signer's.",
+)
+@db_option
+@json_option
+def verify(target: str, trust: Sequence[str], db: str | None, as_json: bool) -> None:
+    """Verify a receipt: a bundle FILE offline (with --trust), or an ID against the ledger."""
+    from ledger.render import render_verification
+
+    path = Path(target)
+    if path.is_file():
+        # Offline: the store-free verifier only, so no database code is loaded.
+        from ledger.keys import load_public_pem
+        from ledger.verify import verify_bundle
+
+        anchors = [load_public_pem(read_file(Path(t)), str(t)) for t in trust]
+        report = verify_bundle(read_file(path), anchors)
+    else:
+        from ledger.verify.logged import verify_in_ledger
+
+        report = verify_in_ledger(open_store(db), target)
+    doc = report.to_json()
+    if as_json:
+        emit_json(doc)
+    else:
+        click.echo(render_verification(doc), nl=False)
+
+
+@click.command()
+@click.argument("receipt")
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), required=True)
+@db_option
+def export(receipt: str, output: Path, db: str | None) -> None:
+    """Write a self-contained bundle that `ledger verify FILE --trust PEM` checks offline."""
+    from ledger.log import export as do_export
+
+    data = do_export(open_store(db), receipt, keydir())
+    tmp = output.with_name(output.name + ".part")
+    tmp.write_bytes(data)
+    tmp.replace(output)
+    click.echo(f"wrote {output} ({len(data)} bytes)")
+
+
+@click.command()
+@db_option
+@json_option
+def audit(db: str | None, as_json: bool) -> None:
+    """Recompute every entry hash, signature, sequence number and checkpoint root."""
+    from ledger.log import audit as do_audit
+
+    rep = do_audit(open_store(db))
+    if as_json:
+        emit_json(rep.to_json())
+    else:
+        for p in rep.problems:
+            click.echo(p)
+        click.echo(
+            f"{rep.entries} entries, {rep.checkpoints} checkpoints, root {rep.root}: "
+            + ("ok" if rep.ok else f"{len(rep.problems)} problems")
+        )
+    if not rep.ok:
+        raise SystemExit(EXIT_NEGATIVE)

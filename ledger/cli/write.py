@@ -1,0 +1,288 @@
+"""Commands that write: `attest`, `record`, `review`, `qualify`."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import click
+
+from ledger.cli._common import (
+    F,
+    db_option,
+    emit_json,
+    json_option,
+    keydir,
+    load_json_file,
+    open_store,
+    parse_scope,
+    plan_option,
+    read_file,
+    rev_options,
+)
+from ledger.errors import EXIT_NEGATIVE, InputError, UsageError
+
+
+def _server_option(help_text: str) -> Callable[[F], F]:
+    return click.option("--server", metavar="URL", help=help_text)
+
+
+@click.command()
+@click.option("--claim", required=True, help="What is asserted, e.g. admission.no-oom-after-admit.")
+@rev_options
+@click.option(
+    "--outcome",
+    type=click.Choice(["passed", "failed", "inconclusive", "refused", "infra-error"]),
+    required=True,
+)
+@click.option("--reason", help="Required for anything but passed: one sentence.")
+@click.option("--check", "check_name", help="Check name (default: the claim).")
+@click.option("--check-version", default="1", show_default=True)
+@click.option(
+    "--param", "params", multiple=True, metavar="K=V", help="Check parameter (repeatable)."
+)
+@click.option(
+    "--scope",
+    "scope",
+    multiple=True,
+    metavar="K=V",
+    help="Scope facet (repeatable): device_kind=cuda, gpu_model=..., dtype=...",
+)
+@click.option(
+    "--measurements",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="JSON object of measurements (bytes and ns as integers).",
+)
+@click.option(
+    "--artifact",
+    "artifacts",
+    multiple=True,
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="File to store content-addressed and reference (repeatable).",
+)
+@click.option("--observer", type=click.Choice(["on", "off"]), default="off", show_default=True)
+@click.option(
+    "--cleanup",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help='JSON {"complete": bool, "resources": [{"kind","id","released","proof"}]}.',
+)
+@click.option(
+    "--supersedes",
+    "supersedes",
+    multiple=True,
+    metavar="ID",
+    help="Receipt this one replaces (needs --supersedes-reason).",
+)
+@click.option("--supersedes-reason", help="Why the superseded receipts no longer stand.")
+@click.option("--key", "key_name", required=True, help="Runner key name in $LEDGER_KEYS.")
+@plan_option
+@_server_option("Record through a `ledger serve` at URL instead of --db.")
+@db_option
+def attest(
+    claim: str,
+    pr: int | None,
+    rev: str | None,
+    repo: Path | None,
+    outcome: str,
+    reason: str | None,
+    check_name: str | None,
+    check_version: str,
+    params: Sequence[str],
+    scope: Sequence[str],
+    measurements: Path | None,
+    artifacts: Sequence[Path],
+    observer: str,
+    cleanup: Path | None,
+    supersedes: Sequence[str],
+    supersedes_reason: str | None,
+    key_name: str,
+    plan: Path | None,
+    server: str | None,
+    db: str | None,
+) -> None:
+    """Sign and record a receipt from another harness's result.
+
+    Commit, tree, parents, PR, merge-base, dirty flag and package identity are
+    read from the repository; the rest comes from the options. Prints the id.
+    """
+    from ledger.attest import attest as do_attest
+    from ledger.record import open_recorder
+    from ledger.statement import Facts
+
+    recorder = open_recorder(db, server)
+    key = keydir().load(key_name)
+    meas = load_json_file(measurements, "measurements") if measurements else {}
+    if not isinstance(meas, dict):
+        raise InputError("measurements file must hold a JSON object")
+    clean = load_json_file(cleanup, "cleanup") if cleanup else None
+    if clean is not None and not isinstance(clean, dict):
+        raise InputError("cleanup file must hold a JSON object")
+    facts = Facts(
+        claim=claim,
+        check=check_name or claim,
+        check_version=check_version,
+        parameters=parse_scope(params),
+        scope=parse_scope(scope),
+        outcome=outcome,  # type: ignore[arg-type]
+        reason=reason,
+        measurements=meas,
+        observer="on" if observer == "on" else "off",
+        cleanup=clean,
+        artifacts=[],
+        supersedes=[],
+    )
+    done = do_attest(
+        recorder,
+        key,
+        facts,
+        repo_path=repo,
+        rev=rev,
+        pr=pr,
+        plan_file=plan,
+        artifact_paths=artifacts,
+        supersedes=supersedes,
+        supersedes_reason=supersedes_reason,
+    )
+    if done.revision.dirty:
+        click.echo(
+            "warning: the work tree is dirty; recorded as dirty (it will not qualify the commit)",
+            err=True,
+        )
+    click.echo(done.recorded.id)
+
+
+@click.command()
+@click.argument(
+    "envelopes", nargs=-1, required=True, type=click.Path(dir_okay=False, path_type=Path)
+)
+@db_option
+@json_option
+def record(envelopes: Sequence[Path], db: str | None, as_json: bool) -> None:
+    """Verify and record signed envelopes (all or nothing)."""
+    from ledger.ingest import record as do_record
+
+    recs = do_record(open_store(db), [read_file(p) for p in envelopes])
+    if as_json:
+        emit_json([r.to_json() for r in recs])
+        return
+    for r in recs:
+        click.echo(
+            f"{r.id} already recorded (no change)"
+            if r.duplicate
+            else f"{r.id} recorded as entry {r.seq}"
+        )
+
+
+@click.command()
+@click.argument("receipt")
+@click.option("--concur", "verdict", flag_value="concur", help="Agree with the receipt.")
+@click.option(
+    "--dispute", "verdict", flag_value="dispute", help="Dispute it: its claim stops qualifying."
+)
+@click.option("--note", default="", help="What was checked, or why it is disputed.")
+@click.option("--key", "key_name", required=True, help="Reviewer key name in $LEDGER_KEYS.")
+@db_option
+def review(receipt: str, verdict: str | None, note: str, key_name: str, db: str | None) -> None:
+    """Countersign (or dispute) a receipt with a reviewer key other than its signer."""
+    from ledger.record import LocalRecorder
+    from ledger.record import review as do_review
+
+    if verdict is None:
+        raise UsageError("give --concur or --dispute")
+    recorder = LocalRecorder(open_store(db))
+    key = keydir().load(key_name)
+    rec = do_review(recorder, receipt, "dispute" if verdict == "dispute" else "concur", note, key)
+    click.echo(rec.id)
+
+
+@click.command()
+@rev_options
+@plan_option
+@click.option(
+    "--claim",
+    "claims",
+    multiple=True,
+    metavar="NAME",
+    help="Run only these plan claims (repeatable).",
+)
+@click.option(
+    "--device",
+    type=click.Choice(["auto", "cpu", "cuda"]),
+    default="auto",
+    show_default=True,
+    help="auto: CUDA when a GPU is present, else CPU.",
+)
+@click.option(
+    "--key",
+    "key_name",
+    default="runner",
+    show_default=True,
+    help="Runner key name in $LEDGER_KEYS.",
+)
+@_server_option("Record through a `ledger serve` at URL instead of --db (prints no status table).")
+@db_option
+@json_option
+def qualify(
+    pr: int | None,
+    rev: str | None,
+    repo: Path | None,
+    plan: Path | None,
+    claims: Sequence[str],
+    device: str,
+    key_name: str,
+    server: str | None,
+    db: str | None,
+    as_json: bool,
+) -> None:
+    """Run the plan's checks on a revision; record one signed receipt per check and scope.
+
+    The revision is checked out into a temporary worktree (removed afterwards);
+    plan and workload come from it. Progress goes to stderr; the receipt ids and
+    the status table (or --json) to stdout. Exit 0 only when every required
+    claim ends qualified.
+    """
+    from ledger.qualify import qualify as run_plan
+    from ledger.record import LocalRecorder, open_recorder
+    from ledger.render import render_qualify
+
+    recorder = open_recorder(db, server)
+    key = keydir().load(key_name)
+    t0 = time.monotonic()
+
+    def progress(msg: str) -> None:
+        click.echo(f"{time.monotonic() - t0:7.1f}s  {msg}", err=True)
+
+    result = run_plan(
+        recorder,
+        key,
+        repo_path=repo,
+        rev=rev,
+        pr=pr,
+        plan_file=plan,
+        claims=claims,
+        device="cuda" if device == "cuda" else "cpu" if device == "cpu" else "auto",
+        progress=progress,
+    )
+    receipts = [{"id": i, "claim": c, "outcome": o} for i, c, o in result.receipts]
+    report = None
+    if isinstance(recorder, LocalRecorder):
+        from ledger.query import query_status
+
+        report = query_status(recorder.store, result.query(), claims=claims, scope={})
+    if as_json:
+        emit_json({"receipts": receipts, "status": report.to_json() if report else None})
+    else:
+        click.echo(render_qualify(receipts, report), nl=False)
+    if report is None:
+        # A server client has only the receipts it just recorded, so it reports
+        # those and leaves qualification to `ledger status` where the database is.
+        click.echo(
+            f"recorded at {server}; whether the claims qualify: `ledger status` on that ledger",
+            err=True,
+        )
+        if any(o != "passed" for _, _, o in result.receipts):
+            raise SystemExit(EXIT_NEGATIVE)
+        return
+    if not report.qualified:
+        raise SystemExit(EXIT_NEGATIVE)

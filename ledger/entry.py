@@ -1,0 +1,162 @@
+"""One logged entry: the exact stored bytes beside their parsed views.
+
+Every reader of the log (status, show, verify, bundles, audit) goes through
+`LoggedEntry`, so a body is decoded one way everywhere, and the bytes that
+are hashed are the bytes that were stored. The body formats of key and
+revocation entries are written and read here too.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any
+
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+from pydantic import ValidationError
+
+from ledger import dsse
+from ledger.canonical import canonical_bytes, receipt_id
+from ledger.errors import RefusedError
+from ledger.keys import KeyInfo, key_id, raw_public
+from ledger.models import Envelope, QualificationStatement, ReviewStatement
+from ledger.statement import Statement, parse_statement
+
+__all__ = ["LoggedEntry", "envelope_body", "key_body", "revocation_body"]
+
+
+@dataclass(frozen=True)
+class LoggedEntry:
+    """A log entry as stored; each parsed view is computed once, on first use."""
+
+    seq: int
+    kind: str
+    """receipt | review | key | revocation"""
+    entry_id: str
+    body: bytes
+    logged_at: str | None = None
+    stored_leaf_hash: str | None = None
+    """The leaf hash stored beside the body (the audit compares it with the body's)."""
+
+    @classmethod
+    def of(cls, row: Any) -> LoggedEntry:
+        """From a stored row (anything with seq, kind, entry_id, body, logged_at, leaf_hash)."""
+        body = row.body.encode() if isinstance(row.body, str) else bytes(row.body)
+        return cls(
+            int(row.seq), str(row.kind), str(row.entry_id), body, row.logged_at, row.leaf_hash
+        )
+
+    @property
+    def text(self) -> str:
+        return self.body.decode()
+
+    @cached_property
+    def document(self) -> Any:
+        """The body as JSON; RefusedError when it is not."""
+        try:
+            return json.loads(self.body)
+        except (UnicodeDecodeError, ValueError):
+            raise RefusedError("body is not JSON") from None
+
+    @cached_property
+    def envelope(self) -> Envelope:
+        try:
+            return Envelope.model_validate(self.document)
+        except ValidationError:
+            raise RefusedError("entry is not a DSSE envelope") from None
+
+    @cached_property
+    def payload(self) -> bytes:
+        """The signed payload bytes, exactly as carried in the envelope."""
+        return dsse.decode_payload(self.envelope)
+
+    @cached_property
+    def payload_document(self) -> Any:
+        """The payload as JSON, as it was signed (for display; `statement` validates)."""
+        try:
+            return json.loads(self.payload)
+        except (UnicodeDecodeError, ValueError):
+            raise RefusedError("payload is not JSON") from None
+
+    @cached_property
+    def statement(self) -> Statement:
+        return parse_statement(self.payload)
+
+    @property
+    def receipt(self) -> QualificationStatement:
+        stmt = self.statement
+        if not isinstance(stmt, QualificationStatement):
+            raise RefusedError(f"entry {self.seq} is a review, not a receipt")
+        return stmt
+
+    @property
+    def review(self) -> ReviewStatement:
+        stmt = self.statement
+        if not isinstance(stmt, ReviewStatement):
+            raise RefusedError(f"entry {self.seq} is a receipt, not a review")
+        return stmt
+
+    @cached_property
+    def signer(self) -> str:
+        """Key id of the first signature (the one that gave the entry its role)."""
+        return self.envelope.signatures[0].keyid
+
+    @cached_property
+    def signers(self) -> tuple[str, ...]:
+        return tuple(s.keyid for s in self.envelope.signatures)
+
+    def key(self) -> KeyInfo:
+        """A key entry's registered key; RefusedError when the body is not one."""
+        data = self.document
+        try:
+            pub = Ed25519PublicKey.from_public_bytes(
+                base64.b64decode(data["public_key"], validate=True)
+            )
+            name, role, keyid = data["name"], data["role"], data["keyid"]
+        except (KeyError, TypeError, ValueError, binascii.Error):
+            raise RefusedError("not a key entry") from None
+        if data.get("kind") != "key" or not all(isinstance(v, str) for v in (name, role, keyid)):
+            raise RefusedError("not a key entry")
+        if key_id(pub) != keyid:
+            raise RefusedError("key id is not the digest of the key")
+        return KeyInfo(keyid, name, role, pub, self.seq)
+
+    def revocation(self) -> tuple[str, str]:
+        """A revocation entry's (key id, reason)."""
+        data = self.document
+        if not isinstance(data, dict) or data.get("kind") != "revocation":
+            raise RefusedError("not a revocation entry")
+        keyid, reason = data.get("keyid"), data.get("reason")
+        if not isinstance(keyid, str) or not isinstance(reason, str):
+            raise RefusedError("not a revocation entry")
+        return keyid, reason
+
+    def body_id(self) -> str:
+        """The id a key or revocation entry must have: the digest of its body."""
+        return receipt_id(self.body)
+
+
+def envelope_body(env: Envelope) -> bytes:
+    """The log entry bytes of an envelope: its canonical JSON (payload bytes untouched)."""
+    return canonical_bytes(env.model_dump(mode="json"))
+
+
+def key_body(keyid: str, name: str, role: str, public: Ed25519PublicKey) -> bytes:
+    return canonical_bytes(
+        {
+            "kind": "key",
+            "keyid": keyid,
+            "name": name,
+            "role": role,
+            "public_key": base64.b64encode(raw_public(public)).decode(),
+        }
+    )
+
+
+def revocation_body(keyid: str, reason: str, when: str) -> bytes:
+    return canonical_bytes(
+        {"kind": "revocation", "keyid": keyid, "reason": reason, "revoked": when}
+    )

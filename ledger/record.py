@@ -1,0 +1,134 @@
+"""Where signed statements go: one `Recorder`, a local store or a remote
+`ledger serve`, so attest, qualify and review never branch on which."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal, Protocol
+
+from ledger.errors import InputError, UsageError
+from ledger.statement import ArtifactFile, Statement, build_review, sign_statement
+
+if TYPE_CHECKING:  # the store loads SQLAlchemy; a remote recorder never needs it
+    from ledger.ingest import Recorded
+    from ledger.keys import LocalKey
+    from ledger.store.store import Store
+
+__all__ = [
+    "EntryRef",
+    "LocalRecorder",
+    "Recorder",
+    "RemoteRecorder",
+    "open_recorder",
+    "review",
+    "sign_and_record",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class EntryRef:
+    """A logged receipt or review, as much as writers need to know of it."""
+
+    id: str
+    kind: str
+    signer: str
+
+
+class Recorder(Protocol):
+    where: str
+    """The ledger written to, for messages."""
+    stores_artifacts: bool
+    """Whether artifact contents are kept (a server keeps signed envelopes only)."""
+
+    def record(
+        self, envelopes: Sequence[bytes], artifacts: Sequence[ArtifactFile] = ()
+    ) -> list[Recorded]:
+        """Verify and append, all or nothing."""
+        ...
+
+    def lookup(self, ref: str) -> EntryRef:
+        """A receipt or review by full id or a unique prefix of 12+ hex digits."""
+        ...
+
+
+class LocalRecorder:
+    stores_artifacts = True
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.where = store.url
+
+    def record(
+        self, envelopes: Sequence[bytes], artifacts: Sequence[ArtifactFile] = ()
+    ) -> list[Recorded]:
+        from ledger.ingest import record
+
+        return record(self.store, envelopes, artifacts)
+
+    def lookup(self, ref: str) -> EntryRef:
+        e = self.store.resolve(ref)
+        return EntryRef(e.entry_id, e.kind, e.signer)
+
+
+class RemoteRecorder:
+    stores_artifacts = False
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.where = url
+
+    def record(
+        self, envelopes: Sequence[bytes], artifacts: Sequence[ArtifactFile] = ()
+    ) -> list[Recorded]:
+        from ledger.client import post_envelopes
+        from ledger.ingest import Recorded
+
+        docs = post_envelopes(self.url, envelopes)
+        return [
+            Recorded(str(d["id"]), str(d["kind"]), d.get("seq"), bool(d["duplicate"])) for d in docs
+        ]
+
+    def lookup(self, ref: str) -> EntryRef:
+        from ledger.client import fetch_entry
+
+        doc = fetch_entry(self.url, ref)
+        return EntryRef(str(doc["id"]), str(doc["kind"]), str(doc["signer"]["keyid"]))
+
+
+def open_recorder(db: str | None, server: str | None) -> Recorder:
+    """A server when `server` is given, else the local ledger (`--db`, `$LEDGER_DB`, default)."""
+    if server and db:
+        raise UsageError("give --server or --db, not both")
+    if server:
+        return RemoteRecorder(server)
+    from ledger.store.store import Store, resolve_url
+
+    return LocalRecorder(Store.open(resolve_url(db)))
+
+
+def sign_and_record(
+    recorder: Recorder,
+    stmts: Sequence[Statement],
+    key: LocalKey,
+    artifacts: Sequence[ArtifactFile] = (),
+) -> list[Recorded]:
+    """Sign each statement and record them together, with the artifacts they name."""
+    return recorder.record([sign_statement(s, key) for s in stmts], artifacts)
+
+
+def review(
+    recorder: Recorder,
+    ref: str,
+    verdict: Literal["concur", "dispute"],
+    note: str,
+    key: LocalKey,
+) -> Recorded:
+    """Countersign (or dispute) a receipt with a reviewer key other than its signer."""
+    target = recorder.lookup(ref)
+    if target.kind != "receipt":
+        raise InputError(f"{ref} is a {target.kind}, not a receipt")
+    if target.signer == key.keyid:
+        raise InputError("a reviewer cannot review a receipt it signed itself")
+    [rec] = sign_and_record(recorder, [build_review(target.id, verdict, note)], key)
+    return rec

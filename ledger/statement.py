@@ -1,0 +1,190 @@
+"""Statements: built from facts, signed into envelopes, and parsed back from
+their exact payload bytes. Used alike by `attest`, `qualify` and `review`."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import mimetypes
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Literal, TypeAlias
+
+from pydantic import JsonValue, ValidationError
+
+from ledger import __version__, dsse
+from ledger.canonical import canonical_bytes
+from ledger.errors import InputError, RefusedError, UsageError, first_validation_error
+from ledger.keys import LocalKey
+from ledger.models import (
+    QUALIFICATION_PREDICATE,
+    REVIEW_PREDICATE,
+    STATEMENT_TYPE,
+    Artifact,
+    Check,
+    Cleanup,
+    Outcome,
+    QualificationPredicate,
+    QualificationStatement,
+    ReviewPredicate,
+    ReviewStatement,
+    Runner,
+    Source,
+    Subject,
+    Supersedes,
+)
+
+__all__ = [
+    "ROLE_FOR",
+    "ArtifactFile",
+    "Facts",
+    "Statement",
+    "build_review",
+    "build_statement",
+    "kind_of",
+    "parse_statement",
+    "read_artifact",
+    "sign_statement",
+    "timestamp",
+]
+
+Statement: TypeAlias = QualificationStatement | ReviewStatement
+ROLE_FOR = {QUALIFICATION_PREDICATE: "runner", REVIEW_PREDICATE: "reviewer"}
+"""The key role that may sign each kind of statement."""
+
+
+def timestamp(ns: int | None = None) -> str:
+    when = datetime.now(UTC) if ns is None else datetime.fromtimestamp(ns / 1e9, UTC)
+    return when.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+@dataclass(frozen=True, slots=True)
+class Facts:
+    """What a harness tells about one check; the repository tells the rest."""
+
+    claim: str
+    check: str
+    check_version: str
+    parameters: Mapping[str, JsonValue]
+    scope: Mapping[str, str | int]
+    outcome: Outcome
+    reason: str | None
+    measurements: Mapping[str, JsonValue]
+    observer: Literal["on", "off"]
+    cleanup: Mapping[str, Any] | None
+    artifacts: Sequence[Artifact]
+    supersedes: Sequence[Supersedes]
+    host: str = ""
+    gpu_uuids: Sequence[str] = ()
+    started: str | None = None
+    finished: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ArtifactFile:
+    """A file a receipt names by digest, with the bytes to store beside it."""
+
+    artifact: Artifact
+    content: bytes
+
+
+def read_artifact(path: Path, name: str | None = None) -> ArtifactFile:
+    """Read and describe a file; nothing is stored until its receipt is accepted."""
+    try:
+        content = path.read_bytes()
+    except OSError as e:
+        raise UsageError(f"artifact {path}: {e.strerror}") from None
+    media = mimetypes.guess_type(path.name)[0] or "application/octet-stream"
+    art = Artifact(
+        name=name or path.name,
+        digest={"sha256": hashlib.sha256(content).hexdigest()},
+        size=len(content),
+        mediaType=media,
+    )
+    return ArtifactFile(art, content)
+
+
+def build_statement(source: Source, facts: Facts) -> QualificationStatement:
+    now = timestamp()
+    try:
+        predicate = QualificationPredicate(
+            claim=facts.claim,
+            check=Check(
+                name=facts.check, version=facts.check_version, parameters=dict(facts.parameters)
+            ),
+            scope=dict(facts.scope),
+            source=source,
+            outcome=facts.outcome,
+            reason=facts.reason,
+            measurements=dict(facts.measurements),
+            observer=facts.observer,
+            cleanup=None if facts.cleanup is None else Cleanup.model_validate(facts.cleanup),
+            artifacts=list(facts.artifacts),
+            runner=Runner(
+                host=facts.host,
+                gpu_uuids=list(facts.gpu_uuids),
+                started=facts.started or now,
+                finished=facts.finished or now,
+                ledger_version=__version__,
+            ),
+            supersedes=list(facts.supersedes),
+        )
+    except ValidationError as e:
+        raise InputError(f"statement would be invalid: {first_validation_error(e)}") from None
+    return QualificationStatement(
+        type_=STATEMENT_TYPE,
+        subject=[
+            Subject(name=source.repo, digest={"gitCommit": source.commit, "gitTree": source.tree})
+        ],
+        predicateType=QUALIFICATION_PREDICATE,
+        predicate=predicate,
+    )
+
+
+def build_review(receipt: str, verdict: Literal["concur", "dispute"], note: str) -> ReviewStatement:
+    return ReviewStatement(
+        type_=STATEMENT_TYPE,
+        subject=[Subject(name="receipt", digest={"sha256": receipt.removeprefix("sha256:")})],
+        predicateType=REVIEW_PREDICATE,
+        predicate=ReviewPredicate(
+            receipt=receipt,
+            verdict=verdict,
+            note=note,
+            reviewed=timestamp(),
+            ledger_version=__version__,
+        ),
+    )
+
+
+def sign_statement(stmt: Statement, key: LocalKey) -> bytes:
+    """The envelope bytes: the statement's canonical JSON, signed."""
+    payload = canonical_bytes(stmt.model_dump(mode="json", by_alias=True))
+    return dsse.sign(payload, key).model_dump_json().encode()
+
+
+def kind_of(stmt: Statement) -> str:
+    return "receipt" if isinstance(stmt, QualificationStatement) else "review"
+
+
+def parse_statement(payload: bytes) -> Statement:
+    """Validate the exact payload bytes as one of our statements."""
+    try:
+        data = json.loads(payload)
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        raise RefusedError("payload is not JSON") from None
+    if not isinstance(data, dict):
+        raise RefusedError("payload is not a JSON object")
+    ptype = data.get("predicateType")
+    model: type[QualificationStatement] | type[ReviewStatement]
+    if ptype == QUALIFICATION_PREDICATE:
+        model = QualificationStatement
+    elif ptype == REVIEW_PREDICATE:
+        model = ReviewStatement
+    else:
+        raise RefusedError(f"unknown predicateType {ptype!r}")
+    try:
+        return model.model_validate(data)
+    except ValidationError as e:
+        raise RefusedError(f"malformed in-toto statement: {first_validation_error(e)}") from None

@@ -1,0 +1,165 @@
+"""Offline verification of an exported bundle (no database needed).
+
+A bundle is one canonical JSON document: the receipt's log entry, its
+reviews' entries and the key entries of every signer, each with an inclusion
+proof against one signed checkpoint. Every byte is covered: entry bodies by
+the proofs, proofs by the checkpoint root, the checkpoint by the ledger's
+signature, and the layout by the canonical-form check.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+from ledger._internal import merkle
+from ledger._internal.checkpoint import Checkpoint, parse_checkpoint, verify_checkpoint
+from ledger.canonical import canonical_bytes
+from ledger.entry import LoggedEntry
+from ledger.errors import Error, UsageError, VerificationError
+from ledger.keys import KeyInfo, key_id
+from ledger.models import BUNDLE_TYPE, ReviewStatement
+from ledger.verify.envelope import Verified, verify_envelope
+from ledger.verify.report import LogState, VerificationReport, review_item
+
+__all__ = ["BUNDLE_TYPE", "verify_bundle"]
+
+
+def _fail(reason: str) -> VerificationError:
+    return VerificationError(f"bundle: {reason}")
+
+
+def _hexes(values: Any, what: str) -> list[bytes]:
+    if not isinstance(values, list):
+        raise _fail(f"{what} is not a list")
+    out = []
+    for v in values:
+        try:
+            b = bytes.fromhex(v)
+        except (TypeError, ValueError):
+            raise _fail(f"{what} holds a non-hex value") from None
+        if len(b) != 32 or b.hex() != v:
+            raise _fail(f"{what} holds a malformed hash")
+        out.append(b)
+    return out
+
+
+def _included(cp: Checkpoint, item: Any, what: str, kind: str) -> LoggedEntry:
+    """The entry of a bundle item, once its inclusion in the checkpointed log holds."""
+    try:
+        index, body = item["index"], item["body"].encode()
+    except (KeyError, TypeError, AttributeError):
+        raise _fail(f"{what} is malformed") from None
+    if not isinstance(index, int) or isinstance(index, bool) or index < 0:
+        raise _fail(f"{what} is malformed")
+    try:
+        merkle.verify_inclusion(
+            index, cp.size, merkle.leaf_hash(body), _hexes(item.get("proof"), what), cp.root
+        )
+    except merkle.MerkleError as e:
+        raise _fail(f"{what} is not in the checkpointed log: {e}") from None
+    return LoggedEntry(index, kind, "", body)
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def verify_bundle(raw: bytes, trust: list[Ed25519PublicKey]) -> VerificationReport:
+    """Verify a bundle offline against trusted public keys.
+
+    The trust anchor is the ledger key that signed the checkpoint; the
+    receipt's signer may be trusted directly instead (then the log proofs are
+    still checked against the checkpoint, but its signature is not required
+    to come from a trusted key).
+    """
+    if not trust:
+        raise UsageError("offline verification needs at least one --trust PEM")
+    try:
+        doc = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise _fail(f"not JSON ({e})") from None
+    if not isinstance(doc, dict) or doc.get("mediaType") != BUNDLE_TYPE:
+        raise _fail(f"not a {BUNDLE_TYPE} document")
+    if canonical_bytes(doc) != raw:
+        raise _fail("not in canonical form: the file was modified after export")
+    trusted = {key_id(k): k for k in trust}
+    try:
+        note = doc["checkpoint"].encode()
+        entry, reviews, key_entries = doc["entry"], doc["reviews"], doc["keys"]
+    except (KeyError, AttributeError, TypeError) as e:
+        raise _fail(f"missing or malformed field {e}") from None
+    try:
+        cp = parse_checkpoint(note)
+    except Error as e:
+        raise _fail(f"checkpoint: {e.reason()}") from None
+
+    # Key entries first: the log vouches for each signer's key and role.
+    keys: dict[str, KeyInfo] = {}
+    for i, item in enumerate(_list(key_entries)):
+        try:
+            info = _included(cp, item, f"keys[{i}]", "key").key()
+        except VerificationError:
+            raise
+        except Error:
+            raise _fail(f"keys[{i}] is not a valid key entry") from None
+        keys[info.keyid] = info
+
+    # The checkpoint must be signed by the bundle's own ledger key whatever the
+    # anchor; only a trusted ledger key makes the log (and so its reviews) vouched for.
+    anchor = None
+    ledger_keys = [k for k in keys.values() if k.role == "ledger"]
+    if not ledger_keys:
+        raise _fail("no ledger key entry: the checkpoint cannot be checked")
+    for info in ledger_keys:
+        try:
+            verify_checkpoint(note, key_name=info.name, public_key=info.public)
+        except Error as e:
+            raise _fail(f"checkpoint: {e.reason()}") from None
+        if info.keyid in trusted:
+            anchor = f"ledger key {info.name} ({info.keyid[:12]})"
+    log_anchored = anchor is not None
+
+    def verified(item: Any, what: str) -> Verified:
+        e = _included(cp, item, what, "entry")
+        try:
+            return verify_envelope(e.envelope, keys, at_seq=e.seq)
+        except Error as err:
+            raise _fail(f"{what}: {err.reason()}") from None
+
+    v = verified(entry, "entry")
+    if v.id != doc.get("id"):
+        raise _fail(f"id {doc.get('id')} does not match the payload's digest {v.id}")
+    if anchor is None:
+        if v.signer in trusted:
+            anchor = f"signer {keys[v.signer].name} ({v.signer[:12]})"
+        else:
+            raise _fail("neither the checkpoint's ledger key nor the signer is in --trust")
+
+    report = VerificationReport(
+        id=v.id,
+        kind=v.kind,
+        signer=v.signer,
+        signer_name=keys[v.signer].name,
+        signer_role=keys[v.signer].role,
+        anchor=anchor,
+        log=LogState(
+            index=int(entry["index"]),
+            size=cp.size,
+            origin=cp.origin,
+            inclusion=f"verified against the signed checkpoint at size {cp.size}",
+        ),
+        statement=json.loads(v.payload),
+    )
+    for i, item in enumerate(_list(reviews)):
+        rv = verified(item, f"reviews[{i}]")
+        if not isinstance(rv.statement, ReviewStatement):
+            raise _fail(f"reviews[{i}] is not a review")
+        if rv.statement.predicate.receipt != v.id:
+            raise _fail(f"reviews[{i}] reviews another receipt")
+        (report.reviews if log_anchored else report.unanchored_reviews).append(
+            review_item(rv, keys)
+        )
+    return report

@@ -1,0 +1,69 @@
+"""Verify one envelope: signatures, key status, role, statement."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from ledger import dsse
+from ledger.canonical import receipt_id
+from ledger.entry import LoggedEntry
+from ledger.errors import VerificationError
+from ledger.keys import KeyInfo
+from ledger.models import Envelope
+from ledger.statement import ROLE_FOR, Statement, kind_of, parse_statement
+
+__all__ = ["Verified", "verify_entry", "verify_envelope"]
+
+
+@dataclass(frozen=True, slots=True)
+class Verified:
+    """What verification accepted: the statement, its exact bytes and its signer."""
+
+    id: str
+    kind: str
+    """receipt | review"""
+    envelope: Envelope
+    payload: bytes
+    statement: Statement
+    signer: str
+
+
+def verify_envelope(
+    env: Envelope, keys: Mapping[str, KeyInfo], *, at_seq: int | None = None
+) -> Verified:
+    """Signature, key status, role and statement checks of one envelope.
+
+    `at_seq` is the log position the entry has (audit) or would get (ingest):
+    a key revoked before that position does not count.
+    """
+    payload, accepted = dsse.verify(env, {k: v.public for k, v in keys.items()})
+    stmt = parse_statement(payload)
+    want_role = ROLE_FOR[stmt.predicateType]
+    signer = accepted[0]
+    info = keys[signer]
+    if info.revoked_seq is not None and (at_seq is None or info.revoked_seq < at_seq):
+        raise VerificationError(
+            f"key {info.name} ({signer[:12]}) was revoked: {info.revoked_reason}"
+        )
+    if info.role != want_role:
+        raise VerificationError(
+            f"key {info.name} has role {info.role}; "
+            f"a {kind_of(stmt)} must be signed by a {want_role} key"
+        )
+    return Verified(
+        id=receipt_id(payload),
+        kind=kind_of(stmt),
+        envelope=env,
+        payload=payload,
+        statement=stmt,
+        signer=signer,
+    )
+
+
+def verify_entry(entry: LoggedEntry, keys: Mapping[str, KeyInfo]) -> Verified:
+    """A logged receipt or review, judged by the keys as of its own log position."""
+    v = verify_envelope(entry.envelope, keys, at_seq=entry.seq)
+    if v.id != entry.entry_id:
+        raise VerificationError(f"entry {entry.seq}: id differs from its payload digest")
+    return v
