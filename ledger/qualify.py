@@ -117,7 +117,7 @@ def qualify(
     progress: Callable[[str], None],
 ) -> QualifyRun:
     try:
-        from runners.api import check_names, needs_base
+        from runners.api import check_names, needs_base, params_error
         from runners.isolated import run_claim_isolated
     except ImportError as e:
         raise UsageError(f"qualify needs the runners extra (torch): {e}") from None
@@ -138,6 +138,10 @@ def qualify(
         if c.check not in check_names():
             known = ", ".join(check_names())
             raise InputError(f"plan claim {c.name}: unknown check {c.check!r} ({known})")
+        # A misspelt parameter would otherwise run the check with its default.
+        bad = params_error(c.check, dict(c.params))
+        if bad:
+            raise InputError(f"plan claim {c.name}: {bad}")
     out: list[tuple[str, str, str]] = []
     base_ctx: contextlib.AbstractContextManager[Path | None] = contextlib.nullcontext(None)
     if (

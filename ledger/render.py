@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from ledger.qualification import StatusReport
 
 __all__ = [
+    "render_checks",
     "render_history",
     "render_keys",
     "render_qualify",
@@ -136,3 +138,16 @@ def render_verification(doc: dict[str, Any]) -> str:
 
 def _who(signer: dict[str, Any]) -> str:
     return f"{signer.get('name') or '?'} ({str(signer['keyid'])[:12]})"
+
+
+def render_checks(catalog: list[dict[str, Any]]) -> str:
+    """`ledger checks`: each check, then one line per parameter and its meaning."""
+    out = []
+    for c in catalog:
+        out.append(f"{c['name']} (version {c['version']}): {c['summary']}")
+        for p in c["params"]:
+            out.append(f"    {p['name']}: {p['type']} = {json.dumps(p['default'])}")
+            if p.get("doc"):
+                out.append(f"        {p['doc']}")
+        out.append("")
+    return "\n".join(out)

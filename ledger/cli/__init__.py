@@ -12,6 +12,7 @@ from collections.abc import Sequence
 import click
 
 from ledger import __version__
+from ledger.cli import checks as _checks
 from ledger.cli import keys as _keys
 from ledger.cli import log as _log
 from ledger.cli import read as _read
@@ -50,6 +51,7 @@ for _command in (
     _read.audit,
     _log.serve,
     _log.log,
+    _checks.checks,
 ):
     cli.add_command(_command)
 

@@ -137,3 +137,23 @@ def test_ctrl_c_leaves_no_worktree_process_or_receipt(
         [sys.executable, "-m", "ledger", "audit", "--json"], env=env, capture_output=True, text=True
     )
     assert json.loads(audit.stdout)["entries"] == 2, audit.stdout
+
+
+def test_a_misspelt_check_parameter_is_refused_before_anything_runs(
+    example: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A plan parameter the check does not have would silently run with the default:
+    refused with the parameter named, no receipt written."""
+    plan = tmp_path / "typo.toml"
+    plan.write_text(
+        'workload = "model.workload:make_workload"\n'
+        "[[claims]]\n"
+        'name = "cleanup.all-released"\n'
+        'check = "cleanup"\n'
+        "params = { ballast = true }\n"
+    )
+    before = run(capsys, "audit", "--json")
+    r = run(capsys, "qualify", "--rev", "HEAD", "--repo", str(example), "--plan", str(plan))
+    assert r.code == 1
+    assert "unknown parameter 'ballast'" in r.err and len(r.err.strip().splitlines()) == 1
+    assert run(capsys, "audit", "--json").out == before.out  # nothing written

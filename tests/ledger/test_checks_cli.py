@@ -1,0 +1,30 @@
+"""`ledger checks`: a plan's author learns every check and parameter from the CLI."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.ledger.helpers import run
+
+
+def test_checks_json_lists_every_check_with_typed_documented_parameters(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    r = run(capsys, "checks", "--json")
+    assert r.code == 0, r.err
+    catalog = {c["name"]: c for c in json.loads(r.out)}
+    assert {"admission", "regression-24view", "full-prefix-backward", "cleanup"} <= set(catalog)
+    adm = {p["name"]: p for p in catalog["admission"]["params"]}
+    assert adm["batches"]["type"] == "list[int]" and adm["batches"]["default"] == [1, 2, 4]
+    for check in catalog.values():
+        assert check["summary"] and check["version"]
+        for p in check["params"]:
+            assert p["doc"], f"{check['name']}.{p['name']} has no docstring"
+
+
+def test_checks_text_names_each_parameter(capsys: pytest.CaptureFixture[str]) -> None:
+    r = run(capsys, "checks")
+    assert r.code == 0
+    assert "admission (version" in r.out and "    batches: list[int] = [1, 2, 4]" in r.out
