@@ -101,6 +101,10 @@ def open_recorder(db: str | None, server: str | None) -> Recorder:
     if server and db:
         raise UsageError("give --server or --db, not both")
     if server:
+        from ledger.client import health
+
+        # Fail before any work (a GPU run can take hours) when the server is unreachable.
+        health(server)
         return RemoteRecorder(server)
     from ledger.store.store import Store, resolve_url
 
