@@ -157,3 +157,27 @@ def test_a_misspelt_check_parameter_is_refused_before_anything_runs(
     assert r.code == 1
     assert "unknown parameter 'ballast'" in r.err and len(r.err.strip().splitlines()) == 1
     assert run(capsys, "audit", "--json").out == before.out  # nothing written
+
+
+def test_qualify_through_an_unreachable_server_fails_before_any_check_runs(
+    example: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A GPU run can take hours: a server that is down is found before the first claim."""
+    import socket
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    r = run(
+        capsys,
+        "qualify",
+        "--pr",
+        "1",
+        "--repo",
+        str(example),
+        *FAST,
+        "--server",
+        f"http://127.0.0.1:{port}",
+    )
+    assert r.code == 2
+    assert "cannot reach ledger server" in r.err and "[1/2]" not in r.err
