@@ -13,10 +13,8 @@ cleanup proof of every result it produced.
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -26,14 +24,16 @@ from typing import Any
 
 from runners.checks.cleanup import decide as cleanup_verdict
 from runners.harness import child, nvml
-from runners.harness.processes import stop_group, stop_popen
+from runners.harness.launch import RankGroup
 from runners.harness.proofs import CUDA_TOLERANCE_BYTES
+from runners.ranks import merge_ranks
 from runners.result import CheckResult, CleanupProof, Json, ReleasedResource, infra_error
 from runners.result import result_from_dict as _result_from
 
 __all__ = ["run_claim_isolated"]
 
-_STOP_GRACE_S = 10.0
+DEFAULT_TIMEOUT_S = 1800
+"""A claim's time limit when its caller states none (the plan's default, docs/plan.md)."""
 _EXIT_BASIS = "cleanup proof including the claim process's exit"
 
 GpuState = tuple[dict[str, int], set[int]]
@@ -60,7 +60,7 @@ def _exit_release(before: GpuState | None, pid: int) -> tuple[bool, str] | None:
 
 
 def _with_exit_proof(
-    proof: CleanupProof, own: ReleasedResource, at_exit: tuple[bool, str] | None
+    proof: CleanupProof, own: list[ReleasedResource], at_exit: tuple[bool, str] | None
 ) -> CleanupProof:
     """Add the child process to the proof; GPU memory the child still held when
     it measured itself (the CUDA context, lazily loaded kernels) counts as
@@ -75,11 +75,11 @@ def _with_exit_proof(
                 proof=f"held by the claim process until it exited ({r.proof}); {at_exit[1]}",
             )
         resources.append(r)
-    resources.append(own)
+    resources.extend(own)
     if at_exit is not None:
         resources.append(
             ReleasedResource(
-                kind="gpu-process-memory", id=own.id, released=at_exit[0], proof=at_exit[1]
+                kind="gpu-process-memory", id=own[-1].id, released=at_exit[0], proof=at_exit[1]
             )
         )
     return CleanupProof(
@@ -96,16 +96,15 @@ def _cleanup_verdict(r: CheckResult) -> None:
 
 
 def _died(
-    *, claim: str, check: str, device: str, params: Any, pid: int, rc: int, tail: str, started: int
+    *, claim: str, check: str, device: str, params: Any, pid: int, how: str, tail: str, started: int
 ) -> CheckResult:
-    how = f"killed by signal {-rc}" if rc < 0 else f"exited with status {rc}"
     return infra_error(
         claim=claim,
         check=check,
         version="unknown",
         params=dict(params or {}),
         scope={"device_kind": device},
-        reason=f"claim runner process {how} without a result: {tail or 'no output'}"[:2000],
+        reason=f"{how} without a result: {tail or 'no output'}"[:2000],
         cleanup=CleanupProof(
             complete=False,
             resources=[
@@ -122,70 +121,125 @@ def _died(
     )
 
 
-def _follow(proc: subprocess.Popen[str], progress: Callable[[str], None]) -> tuple[int, str]:
-    """Relay the child's progress until it exits; its status and last log lines."""
-    tail: collections.deque[str] = collections.deque(maxlen=8)
-    assert proc.stderr is not None
-    for line in proc.stderr:
-        line = line.rstrip("\n")
-        msg = child.progress_line(line)
-        if msg is not None:
-            progress(msg)
-        elif line.strip():
-            tail.append(line)
-    return proc.wait(), " | ".join(tail)
+def _timed_out(
+    *, claim: str, check: str, device: str, params: Any, timeout_s: float, started: int
+) -> CheckResult:
+    return infra_error(
+        claim=claim,
+        check=check,
+        version="unknown",
+        params=dict(params or {}),
+        scope={"device_kind": device},
+        reason=f"timed out after {timeout_s:g} s; the claim's process group was killed",
+        started_ns=started,
+        finished_ns=time.time_ns(),
+    )
+
+
+def _backend(device: str) -> str:
+    """NCCL where the ranks will run on CUDA, gloo otherwise (decided without touching
+    CUDA here: the parent creates no context)."""
+    if device == "cpu":
+        return "gloo"
+    if device == "cuda":
+        return "nccl"
+    return "nccl" if nvml.devices_used() else "gloo"
 
 
 def run_claim_isolated(
-    *, progress: Callable[[str], None], device: str, claim: str, check: str, **kwargs: Any
+    *,
+    progress: Callable[[str], None],
+    device: str,
+    claim: str,
+    check: str,
+    world_size: int = 1,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    **kwargs: Any,
 ) -> list[CheckResult]:
-    """`runners.api.run_claim` in a fresh child process; same arguments, same results.
+    """`runners.api.run_claim` in fresh child processes, one per rank; same results.
 
-    A child that dies without results (a crash, a signal) yields one
-    infra-error result that says how it ended.
+    All ranks form one process group: on ``timeout_s`` it is killed and the one
+    result is an infra-error "timed out after N s". A rank that dies without results
+    (a crash, a signal) ends the claim: the others are stopped, and the result is an
+    infra-error naming the rank and how it ended. With ``world_size`` > 1 the ranks'
+    results are merged per check (`runners.ranks.merge_ranks`).
     """
     work = Path(tempfile.mkdtemp(prefix="ledger-claim-"))
-    req, out = work / "request.json", work / "result.json"
-    child.write_request(req, {"device": device, "claim": claim, "check": check, **kwargs})
+    backend = _backend(device)
+    argvs, envs = [], []
+    for rank in range(world_size):
+        req, out = work / f"request{rank}.json", work / f"result{rank}.json"
+        body: dict[str, Any] = {"device": device, "claim": claim, "check": check, **kwargs}
+        if world_size > 1:
+            body["rank_session"] = {
+                "rank": rank,
+                "world_size": world_size,
+                "backend": backend,
+                "init_file": str(work / "rendezvous"),
+                "timeout_s": max(1, int(timeout_s)),
+            }
+        child.write_request(req, body)
+        argvs.append(child.argv("runners.isolated", req, out))
+        envs.append(child.env())
     started = time.time_ns()
     gpu_before = nvml.devices_used()
+    results_of = [work / f"result{rank}.json" for rank in range(world_size)]
     try:
-        proc = subprocess.Popen(
-            child.argv("runners.isolated", req, out),
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=child.env(),
-            start_new_session=True,  # its own process group, ended as a whole
-        )
+        group = RankGroup.start(argvs, progress=progress, envs=envs)
         try:
-            rc, tail = _follow(proc, progress)
-        except BaseException:
-            stop_group(proc.pid, timeout_s=_STOP_GRACE_S)
-            stop_popen(proc, timeout_s=_STOP_GRACE_S)
-            raise
-        gone, why = stop_popen(proc, timeout_s=_STOP_GRACE_S)
-        own = ReleasedResource(kind="process", id=str(proc.pid), released=gone, proof=why)
-        got = child.read_result(out) if rc == 0 else None
-        if got is not None:
-            results = [_result_from(d) for d in got]
-        else:
+            group.wait(
+                timeout_s=timeout_s,
+                died=lambda rank, rc: rc != 0 or not results_of[rank].is_file(),
+            )
+        finally:
+            # Also on Ctrl-C: no rank outlives the claim.
+            stopped = group.stop()
+        exits = group.exits()
+        got = [
+            child.read_result(p) if e.rc == 0 else None
+            for p, e in zip(results_of, exits, strict=True)
+        ]
+        if group.timed_out:
+            results = [
+                _timed_out(
+                    claim=claim,
+                    check=check,
+                    device=device,
+                    params=kwargs.get("params"),
+                    timeout_s=timeout_s,
+                    started=started,
+                )
+            ]
+        elif any(g is None for g in got):
+            bad = group.first_death
+            bad = bad if bad is not None else next(i for i, g in enumerate(got) if g is None)
+            e = exits[bad]
+            who = f"rank {bad} of {world_size} " if world_size > 1 else ""
             results = [
                 _died(
                     claim=claim,
                     check=check,
                     device=device,
                     params=kwargs.get("params"),
-                    pid=proc.pid,
-                    rc=rc,
-                    tail=tail,
+                    pid=e.pid,
+                    how=f"{who}claim runner process {e.how()}",
+                    tail=e.tail,
                     started=started,
                 )
             ]
-        at_exit = _exit_release(gpu_before, proc.pid)
+        else:
+            per_rank = [[_result_from(d) for d in g] for g in got if g is not None]
+            results = (
+                per_rank[0]
+                if world_size == 1
+                else [
+                    merge_ranks(list(rs), cuda=backend == "nccl")
+                    for rs in zip(*per_rank, strict=True)
+                ]
+            )
+        at_exit = _exit_release(gpu_before, exits[0].pid) if world_size == 1 else None
         for r in results:
-            r.cleanup = _with_exit_proof(r.cleanup, own, at_exit)
+            r.cleanup = _with_exit_proof(r.cleanup, stopped, at_exit)
             _cleanup_verdict(r)
         return results
     finally:
@@ -197,6 +251,13 @@ def _serve(req: dict[str, Json]) -> list[dict[str, Any]]:
 
     base = req.pop("base_root", None)
     art = req.pop("artifact_dir", None)
+    ranked = req.pop("rank_session", None)
+    sess = None
+    if isinstance(ranked, dict):
+        from runners.distributed import RankSession
+
+        sess = RankSession.from_request(ranked)
+        sess.start()
     results = run_claim(
         progress=child.say,
         repo_root=Path(str(req.pop("repo_root"))),
@@ -204,6 +265,10 @@ def _serve(req: dict[str, Json]) -> list[dict[str, Any]]:
         artifact_dir=None if art is None else Path(str(art)),
         **req,  # type: ignore[arg-type]
     )
+    if sess is not None:
+        from runners.distributed import add_rank_proofs
+
+        add_rank_proofs(results, sess, sess.finish())
     return [dataclasses.asdict(r) for r in results]
 
 

@@ -31,6 +31,7 @@ from pydantic_core import ErrorDetails
 from ledger.errors import InputError
 
 __all__ = [
+    "DEFAULT_TIMEOUT_S",
     "OBSERVER_OFF_CONTROL_CHECK",
     "PLAN_FILE",
     "CarryOver",
@@ -48,6 +49,9 @@ PLAN_FILE = "qualification.toml"
 
 OBSERVER_OFF_CONTROL_CHECK = "observer-off-control"
 """Check name of a dedicated observer-off control; its parameter `check` names the check."""
+
+DEFAULT_TIMEOUT_S = 1800
+"""A claim's time limit when the plan states none: 30 minutes."""
 
 _ENTRY_POINT = re.compile(
     r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_.]*$"
@@ -176,6 +180,13 @@ class PackageSpec(_Frozen):
     """Globs over repository paths; the package digest covers the matching files."""
 
 
+class ProjectSpec(_Frozen):
+    """`[project]`: what the repository is called where no remote names it."""
+
+    repo: Annotated[str, Field(min_length=1)]
+    """Repository id used when the repository has no remote (e.g. a folder copy)."""
+
+
 class ClaimSpec(_Frozen):
     """One `[[claims]]` entry: what is asserted, how it is checked, what it needs."""
 
@@ -196,6 +207,10 @@ class ClaimSpec(_Frozen):
     """Whether overall qualification needs this claim."""
     workload: EntryPoint | None = None
     """Entry point overriding the plan's `workload` for this claim."""
+    world_size: Annotated[int, Field(strict=True, ge=1, le=64)] = 1
+    """Ranks the claim's workload runs on (one process each; on CUDA one GPU each)."""
+    timeout_s: Annotated[int, Field(strict=True, ge=1)] = DEFAULT_TIMEOUT_S
+    """Seconds the claim may run, all ranks together, before it is killed (infra-error)."""
 
 
 class Plan(_Frozen):
@@ -203,6 +218,7 @@ class Plan(_Frozen):
 
     workload: EntryPoint | None = None
     workload_params: JsonTable = Field(default_factory=dict)
+    project: ProjectSpec | None = None
     package: PackageSpec | None = None
     claims: tuple[ClaimSpec, ...] = Field(min_length=1)
 
@@ -271,6 +287,7 @@ def plan_from_mapping(data: Mapping[str, Any], source_name: str = PLAN_FILE) -> 
 _KNOWN = {
     (): tuple(Plan.model_fields),
     ("package",): tuple(PackageSpec.model_fields),
+    ("project",): tuple(ProjectSpec.model_fields),
     ("claims", 0): tuple(ClaimSpec.model_fields),
 }
 

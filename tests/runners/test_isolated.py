@@ -65,12 +65,12 @@ def test_gpu_memory_counts_as_released_only_when_nvml_saw_it_return() -> None:
     tmp = ReleasedResource(kind="tempdir", id="/tmp/x", released=True, proof="gone")
     proof = CleanupProof(complete=False, resources=[held, tmp])
     own = ReleasedResource(kind="process", id="42", released=True, proof="reaped")
-    returned = _with_exit_proof(proof, own, (True, "pid absent; GPU-1: +0 bytes"))
+    returned = _with_exit_proof(proof, [own], (True, "pid absent; GPU-1: +0 bytes"))
     assert returned.complete and all(r.released for r in returned.resources)
     assert "held by the claim process until it exited" in returned.resources[0].proof
-    kept = _with_exit_proof(proof, own, (False, "pid still in NVML's compute processes"))
+    kept = _with_exit_proof(proof, [own], (False, "pid still in NVML's compute processes"))
     assert not kept.complete and not kept.resources[0].released
-    no_nvml = _with_exit_proof(proof, own, None)
+    no_nvml = _with_exit_proof(proof, [own], None)
     assert not no_nvml.complete
 
 
@@ -96,7 +96,7 @@ def test_cleanup_verdict_follows_the_whole_proof() -> None:
             observer="off",
             cleanup=CleanupProof(complete=False, resources=[held]),
         )
-        r.cleanup = _with_exit_proof(r.cleanup, own, at_exit)
+        r.cleanup = _with_exit_proof(r.cleanup, [own], at_exit)
         _cleanup_verdict(r)
         return r
 
