@@ -14,6 +14,7 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
+from ledger.errors import InputError
 from ledger.qualification import rules
 from ledger.qualification.evidence import ReceiptEvidence, ReviewEvidence, Revision, short_id
 from ledger.qualification.plan import CarryOver, Plan
@@ -42,14 +43,20 @@ def evaluate(
     the plan's, else every claim with evidence. A claim absent from the plan
     gets the defaults (carry-over by commit, no reviews, no observer-off
     control, cleanup proof required).
-    `InputError` if `query_scope` contradicts a claim's plan scope.
+    A claim whose plan scope `query_scope` contradicts is `not-applicable`.
     """
     query = dict(query_scope or {})
     ctx = _Context(revision, receipts, reviews)
     rows: list[ClaimStatus] = []
     asked = _asked(plan, claims, ctx)
     for req in asked:
-        required_scope = merge_scopes(req.scope, query, claim=req.claim)
+        try:
+            required_scope = merge_scopes(req.scope, query, claim=req.claim)
+        except InputError as e:
+            # The plan cannot answer at a scope it excludes: say so in the
+            # answer for this claim instead of refusing the whole question.
+            rows.append(_not_applicable(req, {**req.scope, **query}, e.reason()))
+            continue
         rows.extend(_claim_rows(ctx, req, required_scope))
     qualified = bool(asked) and all(
         row.state == "qualified" for row in rows if row.scope_role == "required" and row.required
@@ -180,6 +187,8 @@ class _Row:
     counterexamples: list[ReceiptEvidence] = field(default_factory=list)
     qualifying: list[ReceiptEvidence] = field(default_factory=list)
     disputed: list[ReceiptEvidence] = field(default_factory=list)
+    needs_review: list[ReceiptEvidence] = field(default_factory=list)
+    """Passes whose one missing requirement is concurring reviews."""
     unverified: list[ReceiptEvidence] = field(default_factory=list)
     inconclusive: list[ReceiptEvidence] = field(default_factory=list)
     stale: list[ReceiptEvidence] = field(default_factory=list)
@@ -338,6 +347,8 @@ def _sort_pass(ctx: _Context, req: Requirement, r: ReceiptEvidence, via: Via, ro
     row.why[r.id].extend([lead, *disputes, *blockers, *support, *tally.ignored])
     if disputes:
         row.disputed.append(r)
+    elif blockers and all(b.rule == rules.REVIEWS for b in blockers):
+        row.needs_review.append(r)
     elif blockers:
         row.unverified.append(r)
     else:
@@ -368,7 +379,7 @@ def _decide(
     """The state, the receipts that decide it, and reasons to put first."""
     if row.counterexamples:
         lead: list[Reason] = []
-        passes = row.qualifying + row.disputed + row.unverified
+        passes = row.qualifying + row.disputed + row.needs_review + row.unverified
         if passes:
             ids = ", ".join(short_id(r.id) for r in passes)
             lead.append(
@@ -382,6 +393,7 @@ def _decide(
     groups: tuple[tuple[State, list[ReceiptEvidence]], ...] = (
         ("qualified", row.qualifying),
         ("disputed", row.disputed),
+        ("needs-review", row.needs_review),
         ("unverified", row.unverified),
         ("inconclusive", row.inconclusive),
         ("stale", row.stale),
@@ -395,3 +407,17 @@ def _decide(
         else f"no receipt of {req.claim!r} covers scope {format_scope(scope)}"
     )
     return "not-run", [], [Reason(rules.NO_EVIDENCE, text)]
+
+
+def _not_applicable(req: Requirement, scope: Mapping[str, str | int], why: str) -> ClaimStatus:
+    return ClaimStatus(
+        claim=req.claim,
+        scope=dict(scope),
+        scope_role="required",
+        state="not-applicable",
+        receipts=(),
+        via=None,
+        reasons=(Reason(rules.SCOPE, why),),
+        required=req.required,
+        in_plan=req.in_plan,
+    )

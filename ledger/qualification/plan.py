@@ -29,6 +29,7 @@ from pydantic import (
 from pydantic_core import ErrorDetails
 
 from ledger.errors import InputError
+from ledger.limits import check_nesting
 
 __all__ = [
     "DEFAULT_TIMEOUT_S",
@@ -266,6 +267,8 @@ def load_plan(path: str | Path) -> Plan:
 
 def parse_plan(text: str, source_name: str = PLAN_FILE) -> Plan:
     """Validate plan text; `source_name` prefixes every error message."""
+    # Bounded before parsing: tomllib recurses once per nesting level.
+    check_nesting(text, source_name, toml=True)
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:

@@ -13,16 +13,26 @@ from ledger.qualification.scope import format_scope
 __all__ = ["STATES", "ClaimStatus", "ScopeRole", "State", "StatusReport", "render_table"]
 
 State: TypeAlias = Literal[
-    "qualified", "failed", "inconclusive", "not-run", "stale", "disputed", "unverified"
+    "qualified",
+    "failed",
+    "inconclusive",
+    "not-run",
+    "stale",
+    "disputed",
+    "needs-review",
+    "unverified",
+    "not-applicable",
 ]
 STATES: tuple[State, ...] = (
     "qualified",
     "failed",
     "disputed",
+    "needs-review",
     "unverified",
     "inconclusive",
     "stale",
     "not-run",
+    "not-applicable",
 )
 ScopeRole: TypeAlias = Literal["required", "evidence"]
 
@@ -71,6 +81,8 @@ class StatusReport:
     """Every required asked claim is qualified at its required scope."""
     claims: tuple[ClaimStatus, ...]
     query_scope: Mapping[str, str | int] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()
+    """What was judged: which head (fetched or local) and which plan governs."""
 
     def at_required_scope(self, claim: str) -> ClaimStatus:
         """The row that decides `claim`; KeyError if it was not asked."""
@@ -87,54 +99,87 @@ class StatusReport:
             "subject": self.subject.to_json(),
             "qualified": self.qualified,
             "scope": dict(self.query_scope),
+            "judged": list(self.notes),
             "claims": [row.to_json() for row in self.claims],
         }
 
 
-_HEADER = ("CLAIM", "SCOPE", "STATE", "VIA", "RECEIPTS", "WHY")
+_HEADER = ("CLAIM / SCOPE / WHY", "STATE", "VIA", "RECEIPTS")
 
 
-def render_table(report: StatusReport) -> str:
-    """Plain-text table for people: claim x scope -> state, receipts, via, reasons.
+def render_table(report: StatusReport, *, width: int | None = None, color: bool = False) -> str:
+    """The table for people: claim -> state, via, receipts, reasons.
 
-    Rows whose scope starts with `>` are the narrower scopes evidence was
-    recorded at, listed under the claim's required scope.
+    At most `width` columns (default: the terminal's, 80 when not a TTY).
+    Scope and reasons are folded under their claim (the one column that
+    wraps), so the short columns stay aligned; rows of narrower evidence
+    scopes start with `>`. Digests are shortened (JSON keeps them
+    whole). A qualified row lists only what qualifies it, so what other
+    receipts lack never reads like a fault (`history` lists every receipt).
     """
+    import io
+    import os
+    import shutil
+
+    from rich.console import Console
+    from rich.table import Table
+
+    if width is None:
+        width = shutil.get_terminal_size((80, 24)).columns if _is_tty() else 80
+    color = color and not os.environ.get("NO_COLOR")
     s = report.subject
     head = f"PR #{s.pr} head {s.commit[:12]}" if s.pr is not None else f"commit {s.commit[:12]}"
     verdict = "qualified" if report.qualified else "not qualified"
     lines = [f"{s.repo} {head} (tree {s.tree[:12]}): {verdict}"]
+    lines.extend(f"  {note}" for note in report.notes)
     if report.query_scope:
         lines.append(f"asked at scope {format_scope(report.query_scope)}")
-    table: list[tuple[list[str], ...]] = [tuple([h] for h in _HEADER)]
+    table = Table(box=None, pad_edge=False, expand=False)
+    for i, h in enumerate(_HEADER):
+        # Only the first column wraps (at word boundaries); the short ones stay whole.
+        table.add_column(h, overflow="fold", no_wrap=i > 0)
     for row in report.claims:
         if row.scope_role == "required":
             name = row.claim if row.required else f"{row.claim} (optional)"
-            scope = format_scope(row.scope)
+            cell = "\n".join([name, *("  " + x for x in _wrap(format_scope(row.scope)))])
         else:
-            name, scope = "", "> " + format_scope(row.scope)
-        table.append(
-            (
-                [name],
-                _wrap(scope),
-                [row.state],
-                [row.via or "-"],
-                [short_id(r) for r in row.receipts] or ["-"],
-                [str(r) for r in row.reasons] or [""],
-            )
+            first, *rest = _wrap(format_scope(row.scope))
+            cell = "\n".join(["  > " + first, *("    " + x for x in rest)])
+        reasons = row.reasons
+        if row.state == "qualified":
+            deciding = set(row.receipts)
+            reasons = tuple(r for r in reasons if r.receipt is None or r.receipt in deciding)
+        why = "".join(f"\n    - {r}" for r in reasons)
+        table.add_row(
+            cell + why,
+            row.state,
+            row.via or "-",
+            "\n".join(short_id(r) for r in row.receipts) or "-",
         )
-    widths = [max(len(line) for cells in table for line in cells[i]) for i in range(len(_HEADER))]
-    for cells in table:
-        height = max(len(c) for c in cells)
-        for k in range(height):
-            parts = [c[k] if k < len(c) else "" for c in cells]
-            text = "  ".join(p.ljust(w) for p, w in zip(parts, widths, strict=True))
-            lines.append(text.rstrip())
-    return "\n".join(lines) + "\n"
+    buf = io.StringIO()
+    console = Console(
+        file=buf,
+        width=width,
+        force_terminal=color,
+        no_color=not color,
+        color_system="standard" if color else None,
+        highlight=False,
+        emoji=False,
+        markup=False,
+    )
+    console.print(table, markup=False)
+    body = "\n".join(line.rstrip() for line in buf.getvalue().splitlines())
+    return "\n".join(lines) + "\n" + body.strip("\n") + "\n"
 
 
-def _wrap(scope: str, width: int = 64) -> list[str]:
-    """A scope cell over several lines, long digests shortened (JSON keeps them whole)."""
+def _is_tty() -> bool:
+    import sys
+
+    return sys.stdout.isatty()
+
+
+def _wrap(scope: str, width: int = 40) -> list[str]:
+    """A scope over several lines, long digests shortened (JSON keeps them whole)."""
     lines: list[str] = []
     for part in scope.split(","):
         key, sep, value = part.partition("=")
@@ -143,5 +188,5 @@ def _wrap(scope: str, width: int = 64) -> list[str]:
         if lines and len(lines[-1]) + 1 + len(part) <= width:
             lines[-1] += "," + part
         else:
-            lines.append(part if not lines else "  " + part)
+            lines.append(part)
     return lines

@@ -36,6 +36,7 @@ __all__ = [
     "REFUSAL",
     "REVIEWS",
     "RULES",
+    "SCOPE",
     "SIGNATURE",
     "SIGNER_ROLE",
     "STALE_HEAD",
@@ -67,6 +68,7 @@ SIGNATURE = "signature"
 KEY_REVOKED = "key-revoked"
 SIGNER_ROLE = "signer-role"
 NO_EVIDENCE = "no-evidence"
+SCOPE = "scope"
 
 RULES: Mapping[str, str] = {
     PASSING_EVIDENCE: "a valid pass that meets every requirement of the claim qualifies it",
@@ -96,6 +98,7 @@ RULES: Mapping[str, str] = {
     KEY_REVOKED: "a receipt or review logged after its key's revocation does not count",
     SIGNER_ROLE: "receipts count only from runner keys, reviews only from reviewer keys",
     NO_EVIDENCE: "no receipt of the claim covers the scope",
+    SCOPE: "a claim asked at a scope its plan excludes is not applicable there",
 }
 
 

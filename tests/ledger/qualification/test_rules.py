@@ -6,7 +6,6 @@ from typing import Any
 
 import pytest
 
-from ledger.errors import InputError
 from ledger.qualification import RULES, evaluate
 from ledger.qualification import rules as R
 
@@ -356,9 +355,9 @@ def test_reviews_count_distinct_independent_reviewer_keys() -> None:
     r = receipt(seq=1)
     one = [review(r, seq=2)]
     assert status([r], one, reviews=1).state == "qualified"
-    assert status([r], one, reviews=2).state == "unverified"
+    assert status([r], one, reviews=2).state == "needs-review"
     twice = [review(r, seq=2), review(r, seq=3)]
-    assert status([r], twice, reviews=2).state == "unverified"
+    assert status([r], twice, reviews=2).state == "needs-review"
     two = [review(r, seq=2), review(r, seq=3, signer="reviewer-2")]
     row = status([r], two, reviews=2)
     assert row.state == "qualified" and "2 concurring review(s)" in why(row)
@@ -376,7 +375,7 @@ def test_reviews_count_distinct_independent_reviewer_keys() -> None:
 def test_reviews_that_do_not_count(kwargs: dict[str, Any], rule: str) -> None:
     r = receipt(seq=1)
     row = status([r], [review(r, seq=3, **kwargs)], reviews=1)
-    assert row.state == "unverified"
+    assert row.state == "needs-review"
     assert "0 of 1 concurring" in why(row) and rule in rules_of(row)
 
 
@@ -470,9 +469,15 @@ def test_query_scope_narrows_and_compares_by_text() -> None:
     assert status([r], query={"gpu_count": 1}).state == "not-run"
 
 
-def test_query_scope_conflicting_with_the_plan_names_the_facet() -> None:
-    with pytest.raises(InputError, match="gpu_model=NVIDIA A100 conflicts with claim"):
-        status([], query={"gpu_model": "NVIDIA A100"})
+def test_query_scope_conflicting_with_the_plan_is_not_applicable_there() -> None:
+    row = status([receipt(seq=1)], query={"gpu_model": "NVIDIA A100"})
+    assert row.state == "not-applicable" and row.scope["gpu_model"] == "NVIDIA A100"
+    assert "gpu_model=NVIDIA A100 conflicts with claim" in why(row)
+
+
+def test_a_pass_missing_only_reviews_needs_review_not_unverified() -> None:
+    r = receipt(seq=1)
+    assert status([r], [], reviews=1).state == "needs-review"
 
 
 # -- overall ----------------------------------------------------------------------------
