@@ -120,6 +120,7 @@ def render_table(report: StatusReport, *, width: int | None = None, color: bool 
     import io
     import os
     import shutil
+    import textwrap
 
     from rich.console import Console
     from rich.table import Table
@@ -169,7 +170,8 @@ def render_table(report: StatusReport, *, width: int | None = None, color: bool 
     )
     console.print(table, markup=False)
     body = "\n".join(line.rstrip() for line in buf.getvalue().splitlines())
-    return "\n".join(lines) + "\n" + body.strip("\n") + "\n"
+    heading = [w for line in lines for w in textwrap.wrap(line, width, subsequent_indent="    ")]
+    return "\n".join(heading) + "\n" + body.strip("\n") + "\n"
 
 
 def _is_tty() -> bool:
