@@ -131,7 +131,7 @@ def render_table(report: StatusReport, *, width: int | None = None, color: bool 
     s = report.subject
     head = f"PR #{s.pr} head {s.commit[:12]}" if s.pr is not None else f"commit {s.commit[:12]}"
     verdict = "qualified" if report.qualified else "not qualified"
-    lines = [f"{s.repo} {head} (tree {s.tree[:12]}): {verdict}"]
+    lines = [f"{s.repo}: {verdict}", f"  {head} (tree {s.tree[:12]})"]
     lines.extend(f"  {note}" for note in report.notes)
     if report.query_scope:
         lines.append(f"asked at scope {format_scope(report.query_scope)}")

@@ -47,13 +47,13 @@ def test_table_is_aligned_plain_text_with_short_ids() -> None:
     text = render_table(rep)
     assert text.isascii() and "\x1b" not in text
     lines = text.splitlines()
-    assert lines[0].endswith(": not qualified") and "PR #898" in lines[0]
-    header = lines[1]
+    assert lines[0].endswith(": not qualified") and "PR #898" in lines[1]
+    header = lines[2]
     assert header.split() == ["CLAIM", "/", "SCOPE", "/", "WHY", "STATE", "VIA", "RECEIPTS"]
     assert max(len(line) for line in lines) <= 80
     state_col = header.index("STATE")
     rows = [
-        line for line in lines[2:] if line[state_col:].split()[:1] in (["failed"], ["qualified"])
+        line for line in lines[3:] if line[state_col:].split()[:1] in (["failed"], ["qualified"])
     ]
     assert len(rows) == 3
     assert all(line[state_col - 2 : state_col] == "  " for line in rows)
@@ -65,6 +65,6 @@ def test_table_is_aligned_plain_text_with_short_ids() -> None:
 
 def test_table_for_nothing_asked() -> None:
     rep = StatusReport(subject=revision(), qualified=False, claims=())
-    assert render_table(rep).splitlines()[1].split() == [
+    assert render_table(rep).splitlines()[2].split() == [
         "CLAIM", "/", "SCOPE", "/", "WHY", "STATE", "VIA", "RECEIPTS",
     ]  # fmt: skip
