@@ -23,9 +23,18 @@ import torch.distributed as dist
 
 from runners.harness.probe import CudaProbe
 from runners.harness.proofs import CUDA_TOLERANCE_BYTES
+from runners.protocol import AdmissionDecision
 from runners.result import CheckResult, CleanupProof, Json, ReleasedResource
 
-__all__ = ["RankSession", "agree", "is_distributed", "rank_and_world"]
+__all__ = [
+    "RankSession",
+    "add_rank_proofs",
+    "agree",
+    "agreed_decision",
+    "any_rank",
+    "is_distributed",
+    "rank_and_world",
+]
 
 
 def is_distributed() -> bool:
@@ -55,6 +64,35 @@ def agree(maximum: Mapping[str, int], minimum: Mapping[str, int]) -> dict[str, i
         dist.all_reduce(t, op=op)
         out.update({n: int(v) for n, v in zip(names, t.tolist(), strict=True)})
     return out
+
+
+def any_rank(flag: bool) -> bool:
+    """Whether ``flag`` holds on any rank: a loop one rank leaves, every rank leaves, so
+    that no rank waits in a collective its peers never enter."""
+    return bool(agree({"flag": int(flag)}, {})["flag"])
+
+
+def agreed_decision(d: AdmissionDecision, row: dict[str, Json]) -> AdmissionDecision:
+    """The admission decision every rank takes: required = MAX over ranks of the
+    predicted bytes, usable = MIN over ranks of the usable bytes, admitted iff the one
+    fits the other. This rank's own figures are recorded in ``row`` (``rank_*``)."""
+    if not is_distributed():
+        return d
+    row["rank_predicted_bytes"] = d.predicted_bytes
+    row["rank_usable_bytes"] = d.usable_bytes
+    row["rank_admitted"] = d.admitted
+    a = agree(
+        {"predicted_bytes": d.predicted_bytes, "reserve_bytes": d.reserve_bytes},
+        {"usable_bytes": d.usable_bytes},
+    )
+    admitted = a["predicted_bytes"] <= a["usable_bytes"]
+    return AdmissionDecision(
+        admitted=admitted,
+        predicted_bytes=a["predicted_bytes"],
+        usable_bytes=a["usable_bytes"],
+        reserve_bytes=a["reserve_bytes"],
+        suggestion=None if admitted else (d.suggestion or "refused on a peer rank"),
+    )
 
 
 def _collective_device() -> torch.device:
@@ -172,4 +210,4 @@ def add_rank_proofs(
             resources=resources,
             tolerance_bytes=max(r.cleanup.tolerance_bytes, measured),
         )
-        r.measurements["process_group"] = sess.measurements()  # type: ignore[assignment]
+        r.measurements["process_group"] = sess.measurements()

@@ -24,7 +24,7 @@ from typing import Any
 
 from runners.checks.cleanup import decide as cleanup_verdict
 from runners.harness import child, nvml
-from runners.harness.launch import RankGroup
+from runners.harness.launch import RankExit, RankGroup
 from runners.harness.proofs import CUDA_TOLERANCE_BYTES
 from runners.ranks import merge_ranks
 from runners.result import CheckResult, CleanupProof, Json, ReleasedResource, infra_error
@@ -121,19 +121,50 @@ def _died(
     )
 
 
+_BAD = ("failed", "infra-error")
+
+
 def _timed_out(
-    *, claim: str, check: str, device: str, params: Any, timeout_s: float, started: int
+    *,
+    claim: str,
+    check: str,
+    device: str,
+    params: Any,
+    timeout_s: float,
+    started: int,
+    ranks: list[int],
 ) -> CheckResult:
+    which = f" (still running: rank {', '.join(map(str, ranks))})" if len(ranks) > 0 else ""
     return infra_error(
         claim=claim,
         check=check,
         version="unknown",
         params=dict(params or {}),
         scope={"device_kind": device},
-        reason=f"timed out after {timeout_s:g} s; the claim's process group was killed",
+        reason=f"timed out after {timeout_s:g} s{which}; the claim's process group was killed",
         started_ns=started,
         finished_ns=time.time_ns(),
     )
+
+
+def _stopped(like: CheckResult, e: RankExit, culprit: int) -> CheckResult:
+    """What a rank stopped after its peer ``culprit`` failed contributes: no evidence."""
+    return infra_error(
+        claim=like.claim,
+        check=like.check,
+        version=like.check_version,
+        params=like.params,
+        scope=like.scope,
+        reason=f"stopped after rank {culprit} ended with {like.outcome}; it {e.how()}",
+        started_ns=like.started_ns,
+        finished_ns=time.time_ns(),
+    )
+
+
+def _merged(per_rank: list[list[CheckResult]], *, cuda: bool) -> list[CheckResult]:
+    if len(per_rank) == 1:
+        return per_rank[0]
+    return [merge_ranks(list(rs), cuda=cuda) for rs in zip(*per_rank, strict=True)]
 
 
 def _backend(device: str) -> str:
@@ -186,11 +217,20 @@ def run_claim_isolated(
     results_of = [work / f"result{rank}.json" for rank in range(world_size)]
     try:
         group = RankGroup.start(argvs, progress=progress, envs=envs)
+        seen: dict[int, Any] = {}
+
+        def ended(rank: int, rc: int) -> bool:
+            """A rank that died, or (among several) came back with a failure its peers
+            may now wait on forever."""
+            if rc != 0:
+                return True
+            if rank not in seen:
+                seen[rank] = child.read_result(results_of[rank])
+            got = seen[rank]
+            return got is None or (world_size > 1 and any(d["outcome"] in _BAD for d in got))
+
         try:
-            group.wait(
-                timeout_s=timeout_s,
-                died=lambda rank, rc: rc != 0 or not results_of[rank].is_file(),
-            )
+            group.wait(timeout_s=timeout_s, died=ended)
         finally:
             # Also on Ctrl-C: no rank outlives the claim.
             stopped = group.stop()
@@ -199,44 +239,37 @@ def run_claim_isolated(
             child.read_result(p) if e.rc == 0 else None
             for p, e in zip(results_of, exits, strict=True)
         ]
+        common: dict[str, Any] = {
+            "claim": claim,
+            "check": check,
+            "device": device,
+            "started": started,
+        }
+        params = kwargs.get("params")
         if group.timed_out:
-            results = [
-                _timed_out(
-                    claim=claim,
-                    check=check,
-                    device=device,
-                    params=kwargs.get("params"),
-                    timeout_s=timeout_s,
-                    started=started,
-                )
-            ]
-        elif any(g is None for g in got):
+            running = [e.rank for e in exits if e.rc is None or e.rc < 0]
+            results = [_timed_out(**common, params=params, timeout_s=timeout_s, ranks=running)]
+        elif all(g is not None for g in got):
+            per_rank = [[_result_from(d) for d in g] for g in got if g is not None]
+            results = _merged(per_rank, cuda=backend == "nccl")
+        else:
             bad = group.first_death
             bad = bad if bad is not None else next(i for i, g in enumerate(got) if g is None)
-            e = exits[bad]
-            who = f"rank {bad} of {world_size} " if world_size > 1 else ""
-            results = [
-                _died(
-                    claim=claim,
-                    check=check,
-                    device=device,
-                    params=kwargs.get("params"),
-                    pid=e.pid,
-                    how=f"{who}claim runner process {e.how()}",
-                    tail=e.tail,
-                    started=started,
-                )
-            ]
-        else:
-            per_rank = [[_result_from(d) for d in g] for g in got if g is not None]
-            results = (
-                per_rank[0]
-                if world_size == 1
-                else [
-                    merge_ranks(list(rs), cuda=backend == "nccl")
-                    for rs in zip(*per_rank, strict=True)
+            first = got[bad]
+            if first is None:
+                e = exits[bad]
+                who = f"rank {bad} of {world_size} " if world_size > 1 else ""
+                how = f"{who}claim runner process {e.how()}"
+                results = [_died(**common, params=params, pid=e.pid, how=how, tail=e.tail)]
+            else:
+                # A rank came back with a failure; peers still waiting on it were stopped.
+                per_rank = [
+                    [_result_from(d) for d in g]
+                    if g is not None
+                    else [_stopped(_result_from(d), exits[i], bad) for d in first]
+                    for i, g in enumerate(got)
                 ]
-            )
+                results = _merged(per_rank, cuda=backend == "nccl")
         at_exit = _exit_release(gpu_before, exits[0].pid) if world_size == 1 else None
         for r in results:
             r.cleanup = _with_exit_proof(r.cleanup, stopped, at_exit)

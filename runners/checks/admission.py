@@ -33,6 +33,7 @@ import torch
 from runners.checks.context import CheckContext, Session, Verdict, phase_step
 from runners.checks.execute import execute
 from runners.checks.params import CheckParams, ParamError
+from runners.distributed import agreed_decision, any_rank
 from runners.harness.probe import CpuProbe, MiB
 from runners.harness.registry import Owned
 from runners.harness.steps import StepRecord, measure_step
@@ -254,6 +255,7 @@ def _shape(
             "status": None,
             "counterexample": False,
         }
+        d0 = agreed_decision(d0, row)
         if not d0.admitted:
             row.update(_decision(d0))
             row["over_refused"] = None
@@ -275,6 +277,8 @@ def _shape(
             row["edge_tries"] = tries
             row["edge_reached"] = reached
         try:
+            if edge:
+                decision = agreed_decision(decision, row)
             row.update(_decision(decision))
             row["ballast_bytes"] = 0 if ballast is None else int(ballast.payload.nbytes)
             available = probe.available_bytes()
@@ -289,6 +293,7 @@ def _shape(
         finally:
             if ballast is not None:
                 sess.registry.release_now(ballast)
+        halt = any_rank(not rec.ok)
         row["status"] = _status(rec, available, probe)
         row["duration_ns"] = rec.peak.duration_ns
         row["measured_bytes"] = rec.increment_bytes if rec.outcome.status != "failed" else None
@@ -299,7 +304,9 @@ def _shape(
             rows.append(row)
             break
         oom = row["status"] in ("oom", "simulated-oom")
-        over = rec.increment_bytes > decision.predicted_bytes
+        # Each rank against its own prediction: the agreed one is only the largest.
+        own = row.get("rank_predicted_bytes", decision.predicted_bytes)
+        over = rec.increment_bytes > (own if isinstance(own, int) else decision.predicted_bytes)
         if oom or over:
             row["counterexample"] = True
             what = (
@@ -319,7 +326,7 @@ def _shape(
             if row["status"] == "oom":
                 row["error"] = rec.outcome.measurements()
         rows.append(row)
-        if not rec.ok:
+        if halt:
             break
     return rows
 

@@ -68,12 +68,13 @@ class RankGroup:
         progress: Callable[[str], None],
         envs: Sequence[dict[str, str]],
     ) -> RankGroup:
-        """Start rank 0 as a new session (its pid is the group id), the others in it."""
+        """Start rank 0 as a new process group (its pid is the group id), the others in it."""
         group = cls()
         for rank, argv in enumerate(argvs):
-            kw: dict[str, object] = (
-                {"start_new_session": True} if rank == 0 else {"process_group": group.pgid}
-            )
+            # Rank 0 leads a new group (not a new session: setpgid cannot join a group
+            # across sessions); the group is not the terminal's, so Ctrl-C reaches only
+            # the qualifier, which then ends the group.
+            pgid = 0 if rank == 0 else group.pgid
             try:
                 proc = subprocess.Popen(
                     argv,
@@ -82,7 +83,7 @@ class RankGroup:
                     stderr=subprocess.PIPE,
                     text=True,
                     env=envs[rank],
-                    **kw,  # type: ignore[call-overload]
+                    process_group=pgid,
                 )
             except BaseException:
                 group.stop()
