@@ -31,9 +31,12 @@ def merge_ranks(per_rank: Sequence[CheckResult], *, cuda: bool) -> CheckResult:
     world = len(per_rank)
     worst = min(per_rank, key=lambda r: _ORDER.index(r.outcome))
     outcome = worst.outcome
-    reasons = [
-        f"rank {i}: {r.reason}" for i, r in enumerate(per_rank) if r.outcome == outcome and r.reason
-    ]
+    by_reason: dict[str, list[str]] = {}
+    for i, r in enumerate(per_rank):
+        if r.outcome == outcome and r.reason:
+            by_reason.setdefault(r.reason, []).append(str(i))
+    # Ranks that agree on why are named together.
+    reasons = [f"rank {', '.join(ranks)}: {why}" for why, ranks in by_reason.items()]
     resources = [_named(i, res) for i, r in enumerate(per_rank) for res in r.cleanup.resources]
     measurements: dict[str, Json] = {
         "world_size": world,

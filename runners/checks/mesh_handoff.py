@@ -16,9 +16,11 @@ destroy) stays within ``flat_tolerance_bytes`` of the level before it, and the
 gathered weight equals the concatenated shards. Both paths are always measured.
 
 ``python -m runners.checks.mesh_handoff RANK.request.json RANK.json`` is the rank
-entry; on CPU
-the same code runs on gloo as a functional test of the path (device_kind=cpu,
-outcome inconclusive: there is no allocator pool to measure).
+entry when the check starts its own ranks. Inside the multi-rank harness (a
+claim with ``world_size = N``) every rank runs the handoff in process, over a
+process group of its own that it creates and destroys. On CPU the same
+code runs on gloo as a functional test of the path (device_kind=cpu, outcome
+inconclusive: there is no allocator pool to measure).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -40,6 +43,7 @@ import torch
 from runners.checks.context import CheckContext, Session, Verdict, infra_result
 from runners.checks.execute import execute
 from runners.checks.params import CheckParams, ParamError
+from runners.distributed import is_distributed
 from runners.harness import child
 from runners.harness.probe import CudaProbe, MiB
 from runners.names import MESH_HANDOFF
@@ -108,18 +112,16 @@ def _sample(device: torch.device, probe: CudaProbe | None) -> dict[str, int | No
 
 
 def rank_main(req: dict[str, Any]) -> dict[str, Any]:
-    """One rank: shard, keep, gather twice, destroy; samples at each point."""
+    """One rank started by this check: its own default group, handed off, destroyed."""
     import torch.distributed as dist
 
     rank, world = int(req["rank"]), int(req["world_size"])
     cuda = req["backend"] == "nccl"
     device = torch.device("cuda", rank) if cuda else torch.device("cpu")
-    info: dict[str, Any] = {"rank": rank, "pid": os.getpid(), "device": str(device)}
     probe: CudaProbe | None = None
     if cuda:
         torch.cuda.set_device(device)
         probe = CudaProbe(device)
-        info["gpu_uuid"] = probe.uuid
     # No device_id: the communicator is then created lazily, by the first collective.
     dist.init_process_group(
         backend=req["backend"],
@@ -127,6 +129,32 @@ def rank_main(req: dict[str, Any]) -> dict[str, Any]:
         rank=rank,
         world_size=world,
     )
+
+    def destroy() -> bool:
+        dist.destroy_process_group()
+        return dist.is_initialized()
+
+    return handoff(req, rank, world, device, probe, None, destroy)
+
+
+def handoff(
+    req: dict[str, Any],
+    rank: int,
+    world: int,
+    device: torch.device,
+    probe: CudaProbe | None,
+    group: Any,
+    destroy: Callable[[], bool],
+) -> dict[str, Any]:
+    """Shard, keep, gather twice over ``group``, ``destroy`` it; samples at each point.
+
+    ``destroy`` returns whether the group is still usable afterwards."""
+    import torch.distributed as dist
+
+    cuda = device.type == "cuda"
+    info: dict[str, Any] = {"rank": rank, "pid": os.getpid(), "device": str(device)}
+    if probe is not None:
+        info["gpu_uuid"] = probe.uuid
     dtype = _DTYPES[req["dtype"]]
     rows = int(req["rows"]) // world
     gen = torch.Generator().manual_seed(1234)
@@ -145,28 +173,51 @@ def rank_main(req: dict[str, Any]) -> dict[str, Any]:
 
     replica = torch.empty(rows * world, int(req["cols"]), dtype=dtype, device=device)
     t0 = time.perf_counter_ns()
-    dist.all_gather_into_tensor(replica, shard)
+    dist.all_gather_into_tensor(replica, shard, group=group)
     if cuda:
         torch.cuda.synchronize(device)
     times["first_allgather_ns"] = time.perf_counter_ns() - t0
     samples["after_first_allgather"] = _sample(device, probe)
     info["gather_matches"] = bool(torch.equal(replica, expected))
     t0 = time.perf_counter_ns()
-    dist.all_gather_into_tensor(replica, shard)
+    dist.all_gather_into_tensor(replica, shard, group=group)
     if cuda:
         torch.cuda.synchronize(device)
     times["second_allgather_ns"] = time.perf_counter_ns() - t0
     samples["after_second_allgather"] = _sample(device, probe)
     del replica, expected, eval_weight, shard
-    dist.destroy_process_group()
+    info["dist_initialized_after_destroy"] = destroy()
     gc.collect()
     if cuda:
         torch.cuda.empty_cache()
     samples["after_destroy"] = _sample(device, probe)
-    info["dist_initialized_after_destroy"] = dist.is_initialized()
     info["samples"] = samples
     info["times"] = times
     return info
+
+
+def _in_harness(sess: Session, p: Params) -> dict[str, Any]:
+    """This rank's handoff inside the multi-rank harness: over a group of its own (the
+    harness's default group outlives the check), created and destroyed here, so the
+    communicator it creates on its first collective is the one measured."""
+    import torch.distributed as dist
+
+    rank, world = dist.get_rank(), dist.get_world_size()
+    if p.world_size != world:
+        raise ParamError(f"parameter 'world_size' is {p.world_size}, the claim runs {world} ranks")
+    probe = sess.probe if isinstance(sess.probe, CudaProbe) else None
+    group = dist.new_group(backend=dist.get_backend())
+
+    def destroy() -> bool:
+        dist.destroy_process_group(group)
+        try:
+            dist.get_rank(group)
+        except (ValueError, RuntimeError):
+            return False  # no longer registered: destroyed
+        return True
+
+    req = {"rows": p.rows, "cols": p.cols, "dtype": p.dtype}
+    return handoff(req, rank, world, sess.device, probe, group, destroy)
 
 
 # --- check side ----------------------------------------------------------------------
@@ -185,10 +236,11 @@ def _delta(a: int | None, b: int | None) -> int | None:
 
 
 def _body(sess: Session, p: Params) -> Verdict:
-    world, rows, cols, dtype, mode = p.world_size, p.rows, p.cols, p.dtype, p.mode
-    tol = p.flat_tolerance_bytes
+    world = p.world_size
     cuda = sess.device.type == "cuda"
     backend = "nccl" if cuda else "gloo"
+    if is_distributed():
+        return _verdict(sess, p, [_in_harness(sess, p)], {"harness": "multi-rank"})
     work = sess.registry.make_tempdir("mesh-handoff-")
     procs = _spawn_ranks(sess, p, work, backend)
     sess.progress(f"mesh handoff: {world} ranks on {backend}")
@@ -199,14 +251,7 @@ def _body(sess: Session, p: Params) -> Verdict:
             codes.append(proc.wait(timeout=max(0.1, deadline - time.monotonic())))
         except subprocess.TimeoutExpired:
             codes.append(None)
-    m: dict[str, Json] = {
-        "backend": backend,
-        "world_size": world,
-        "mode": str(mode),
-        "flat_tolerance_bytes": tol,
-        "weight_bytes": rows * cols * _DTYPES[str(dtype)].itemsize,
-        "returncodes": [c for c in codes],  # a list[Json] by inference
-    }
+    m: dict[str, Json] = {"returncodes": [c for c in codes]}  # a list[Json] by inference
     ranks: list[dict[str, Any]] = []
     for rank in range(world):
         path = work / f"rank{rank}.json"
@@ -218,6 +263,23 @@ def _body(sess: Session, p: Params) -> Verdict:
                 measurements=m,
             )
         ranks.append(json.loads(path.read_text()))
+    return _verdict(sess, p, ranks, m)
+
+
+def _verdict(sess: Session, p: Params, ranks: list[dict[str, Any]], m: dict[str, Json]) -> Verdict:
+    """The handoff's verdict from the ranks' samples (all ranks, or this one)."""
+    world, rows, cols, dtype, mode = p.world_size, p.rows, p.cols, p.dtype, p.mode
+    cuda = sess.device.type == "cuda"
+    backend = "nccl" if cuda else "gloo"
+    m.update(
+        {
+            "backend": backend,
+            "world_size": world,
+            "mode": str(mode),
+            "flat_tolerance_bytes": p.flat_tolerance_bytes,
+            "weight_bytes": rows * cols * _DTYPES[str(dtype)].itemsize,
+        }
+    )
     scope: dict[str, str | int] = {"world_size": world, "backend": backend}
     # The check's own sharded weight is the workload here, not the plan's model.
     spec = json.dumps({"rows": rows, "cols": cols, "dtype": dtype, "world": world}, sort_keys=True)

@@ -184,14 +184,14 @@ class MoELayer(nn.Module):
 class MoEModel(nn.Module):
     """Embedding, `MoELayer` stack, final norm and LM head."""
 
-    def __init__(self, cfg: MoEConfig, seed: int, layer: type[MoELayer] | None = None) -> None:
+    def __init__(self, cfg: MoEConfig, seed: int, kind: type[MoELayer] | None = None) -> None:
         super().__init__()
         gen = torch.Generator().manual_seed(seed)
         self.cfg = cfg
         self.embed = nn.Parameter(
             _normal(gen, cfg.vocab, cfg.d_model, std=1.0), requires_grad=False
         )
-        make = MoELayer if layer is None else layer
+        make = MoELayer if kind is None else kind
         self.layers = nn.ModuleList(make(cfg, gen) for _ in range(cfg.n_layers))
         self.head = nn.Parameter(
             _normal(gen, cfg.d_model, cfg.vocab, std=cfg.d_model**-0.5), requires_grad=False

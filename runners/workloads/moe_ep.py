@@ -86,7 +86,7 @@ class EPMoELayer(MoELayer):
         dist.all_to_all_single(recv, send)
         out_splits: list[int] = recv.sum(dim=1).tolist()
         in_splits: list[int] = send.sum(dim=1).tolist()
-        got = dist_nn.all_to_all_single(
+        got = dist_nn.all_to_all_single(  # type: ignore[no-untyped-call]
             rows.new_empty(sum(out_splits), d), rows, out_splits, in_splits
         )
         # Received rows come grouped by source rank; regroup them by local expert.
@@ -96,7 +96,7 @@ class EPMoELayer(MoELayer):
         regroup = torch.argsort(expert_of, stable=True)
         done = self._experts(got.index_select(0, regroup), recv.sum(dim=0).tolist())
         done = done.index_select(0, torch.argsort(regroup))
-        back = dist_nn.all_to_all_single(
+        back = dist_nn.all_to_all_single(  # type: ignore[no-untyped-call]
             rows.new_empty(sum(in_splits), d), done, in_splits, out_splits
         )
         per_token = back.index_select(0, inverse).view(tokens, k, d)
@@ -111,7 +111,7 @@ class EPMoEWorkload(MoEWorkload):
     def setup(self, device: torch.device, seed: int) -> None:
         """Every rank builds the model from ``seed`` and keeps its experts."""
         self.teardown()
-        model = MoEModel(self.config, seed, layer=EPMoELayer)
+        model = MoEModel(self.config, seed, kind=EPMoELayer)
         self.model = model.to(device=device, dtype=self.dtype)
         self.device = device
         trainable = [p for p in self.model.parameters() if p.requires_grad]
