@@ -32,7 +32,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption, PrivateFormat
 from sqlalchemy import create_engine, select, text
 
-from ledger._internal.merkle import leaf_hash
+from ledger._internal.merkle import entry_leaf
 from ledger.canonical import canonical_bytes, receipt_id
 from ledger.cli import main
 from ledger.dsse import pae
@@ -175,7 +175,7 @@ def build(url: str, n: int, repo: git.Repo, keys: KeyDir) -> Store:
                     "kind": "receipt",
                     "entry_id": rid,
                     "body": body,
-                    "leaf_hash": leaf_hash(body.encode()).hex(),
+                    "leaf_hash": entry_leaf(seq, "2026-11-30T00:00:00Z", body.encode()).hex(),
                     "logged_at": "2026-11-30T00:00:00Z",
                 }
             )

@@ -8,15 +8,15 @@ from __future__ import annotations
 
 import base64
 import binascii
-import json
 from collections.abc import Mapping
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from pydantic import ValidationError
 
-from ledger.errors import RefusedError, VerificationError, first_validation_error
+from ledger.errors import InputError, RefusedError, VerificationError, first_validation_error
 from ledger.keys import LocalKey
+from ledger.limits import load_json
 from ledger.models import IN_TOTO_PAYLOAD_TYPE, Envelope, Signature
 
 __all__ = ["MAX_ENVELOPE_BYTES", "decode_payload", "pae", "parse_envelope", "sign", "verify"]
@@ -49,9 +49,9 @@ def parse_envelope(raw: bytes) -> Envelope:
             f"envelope is {len(raw)} bytes, over the {MAX_ENVELOPE_BYTES}-byte limit"
         )
     try:
-        data = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise RefusedError(f"malformed JSON: {e}") from None
+        data = load_json(raw, "")
+    except InputError as e:
+        raise RefusedError(e.reason()) from None
     try:
         env = Envelope.model_validate(data)
     except ValidationError as e:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import json
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
@@ -20,8 +19,9 @@ from pydantic import ValidationError
 
 from ledger import dsse
 from ledger.canonical import canonical_bytes, receipt_id
-from ledger.errors import RefusedError
+from ledger.errors import InputError, RefusedError
 from ledger.keys import KeyInfo, key_id, raw_public
+from ledger.limits import load_json
 from ledger.models import Envelope, QualificationStatement, ReviewStatement
 from ledger.statement import Statement, parse_statement
 
@@ -44,7 +44,14 @@ class LoggedEntry:
     @classmethod
     def of(cls, row: Any) -> LoggedEntry:
         """From a stored row (anything with seq, kind, entry_id, body, logged_at, leaf_hash)."""
-        body = row.body.encode() if isinstance(row.body, str) else bytes(row.body)
+        # surrogateescape: a stored byte that is not UTF-8 (see the SQLite text
+        # factory in ledger/store/store.py) comes back as itself, so the audit
+        # names the entry whose leaf hash it breaks instead of aborting.
+        body = (
+            row.body.encode("utf-8", "surrogateescape")
+            if isinstance(row.body, str)
+            else bytes(row.body)
+        )
         return cls(
             int(row.seq), str(row.kind), str(row.entry_id), body, row.logged_at, row.leaf_hash
         )
@@ -57,8 +64,8 @@ class LoggedEntry:
     def document(self) -> Any:
         """The body as JSON; RefusedError when it is not."""
         try:
-            return json.loads(self.body)
-        except (UnicodeDecodeError, ValueError):
+            return load_json(self.body, "body")
+        except InputError:
             raise RefusedError("body is not JSON") from None
 
     @cached_property
@@ -77,8 +84,8 @@ class LoggedEntry:
     def payload_document(self) -> Any:
         """The payload as JSON, as it was signed (for display; `statement` validates)."""
         try:
-            return json.loads(self.payload)
-        except (UnicodeDecodeError, ValueError):
+            return load_json(self.payload, "payload")
+        except InputError:
             raise RefusedError("payload is not JSON") from None
 
     @cached_property

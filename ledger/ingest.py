@@ -15,7 +15,7 @@ from typing import Any
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from sqlalchemy import Connection
 
-from ledger import dsse
+from ledger import dsse, limits
 from ledger.canonical import receipt_id
 from ledger.entry import envelope_body, key_body, revocation_body
 from ledger.errors import RefusedError, UsageError, VerificationError
@@ -110,6 +110,16 @@ def _check_links(store: Store, v: Verified, batch: dict[str, Verified]) -> None:
                 raise RefusedError(f"supersedes unknown receipt {s.id}")
 
 
+def _check_limits(v: Verified) -> None:
+    """The derived rows fit their columns: refused here, alike on every backend."""
+    if v.kind == "receipt":
+        row, facets = receipt_index(0, v)
+        limits.check_row("receipt", row)
+        limits.check_rows("scope_facet", facets)
+    else:
+        limits.check_row("review", review_index(0, v))
+
+
 def record(
     store: Store, raws: Sequence[bytes], artifacts: Sequence[ArtifactFile] = ()
 ) -> list[Recorded]:
@@ -126,6 +136,7 @@ def record(
     for i, raw in enumerate(raws):
         try:
             v = verify_envelope(dsse.parse_envelope(raw), keys, at_seq=nxt + i)
+            _check_limits(v)
             _check_links(store, v, batch)
         except (RefusedError, VerificationError) as e:
             where = f"input {i + 1}: " if len(raws) > 1 else ""
@@ -184,6 +195,7 @@ def init_ledger(url: str, keys: KeyDir) -> Initialized:
 def register_key(store: Store, name: str, role: Role, public: Ed25519PublicKey) -> tuple[str, bool]:
     """Log a public key with its role; returns (key id, newly added)."""
     kid = key_id(public)
+    limits.check_row("key", {"name": name, "role": role})
     existing = store.keys().get(kid)
     if existing is not None:
         if existing.role != role or existing.name != name:
@@ -215,6 +227,7 @@ def revoke_key(store: Store, ref: str, reason: str) -> KeyInfo:
     """Revoke a key by id (or unique prefix) or name; later entries by it stop counting."""
     if not reason.strip():
         raise UsageError("a revocation needs a --reason")
+    limits.check_text(reason, "--reason", limits.COLUMN_LIMITS["reason"])
     info = find_key(store.keys(), ref)
     if info.revoked_seq is not None:
         raise UsageError(f"key {info.name} is already revoked")

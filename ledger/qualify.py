@@ -75,10 +75,11 @@ class QualifyRun:
     """(receipt id, claim, outcome) in the order they were recorded."""
     revision: Revision
     plan: Plan
+    notes: tuple[str, ...] = ()
 
     def query(self) -> Identity:
         """The status question about what was just qualified."""
-        return Identity(self.revision, self.plan)
+        return Identity(self.revision, self.plan, self.notes)
 
 
 def _facts(r: CheckResult) -> tuple[Facts, list[ArtifactFile]]:
@@ -115,6 +116,8 @@ def qualify(
     claims: Sequence[str],
     device: Device,
     progress: Callable[[str], None],
+    offline: bool = False,
+    base: str | None = None,
 ) -> QualifyRun:
     try:
         from runners.api import check_names, needs_base, params_error
@@ -123,7 +126,9 @@ def qualify(
         raise UsageError(f"qualify needs the runners extra (torch): {e}") from None
 
     repo = src.open_repo(repo_path)
-    ident = src.identify(repo, rev=rev, pr=pr, plan_file=plan_file, for_statement=True)
+    ident = src.identify(
+        repo, rev=rev, pr=pr, plan_file=plan_file, for_statement=True, offline=offline, base=base
+    )
     plan = ident.plan
     if plan is None:
         raise InputError(f"no {PLAN_FILE} at {ident.revision.commit[:12]}; pass --plan FILE")
@@ -155,7 +160,8 @@ def qualify(
         for i, claim in enumerate(asked, 1):
             t0 = time.monotonic()
             tag = f"[{i}/{len(asked)}]"
-            progress(f"{tag} {claim.name} ({claim.check}) ...")
+            ranks = f", {claim.world_size} ranks" if claim.world_size > 1 else ""
+            progress(f"{tag} {claim.name} ({claim.check}{ranks}) ...")
             results = run_claim_isolated(
                 claim=claim.name,
                 check=claim.check,
@@ -168,6 +174,9 @@ def qualify(
                 base_root=base_root,
                 progress=_prefixed(progress, tag + "  "),
                 artifact_dir=artifacts,
+                # All ranks of the claim are one process group, killed on the timeout.
+                world_size=claim.world_size,
+                timeout_s=claim.timeout_s,
             )
             built = [_facts(r) for r in results]
             stmts = [build_statement(revision.source(), f) for f, _ in built]
@@ -180,4 +189,4 @@ def qualify(
                     f"{tag} {r.claim} {r.outcome}{note} "
                     f"({time.monotonic() - t0:.1f} s) -> {rec.id[:19]}"
                 )
-    return QualifyRun(out, revision, plan)
+    return QualifyRun(out, revision, plan, ident.notes)

@@ -18,6 +18,7 @@ from ledger import __version__, dsse
 from ledger.canonical import canonical_bytes
 from ledger.errors import InputError, RefusedError, UsageError, first_validation_error
 from ledger.keys import LocalKey
+from ledger.limits import load_json
 from ledger.models import (
     QUALIFICATION_PREDICATE,
     REVIEW_PREDICATE,
@@ -171,9 +172,9 @@ def kind_of(stmt: Statement) -> str:
 def parse_statement(payload: bytes) -> Statement:
     """Validate the exact payload bytes as one of our statements."""
     try:
-        data = json.loads(payload)
-    except (UnicodeDecodeError, json.JSONDecodeError):
-        raise RefusedError("payload is not JSON") from None
+        data = load_json(payload, "payload")
+    except InputError as e:
+        raise RefusedError(e.reason()) from None
     if not isinstance(data, dict):
         raise RefusedError("payload is not a JSON object")
     ptype = data.get("predicateType")

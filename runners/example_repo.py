@@ -124,6 +124,59 @@ observer_off = false
 cleanup = true
 """
 
+MULTI_RANK_PLAN_FILE = "qualification-multirank.toml"
+MULTI_RANK_PLAN = """\
+# The expert-parallel variant at two ranks (one GPU each; gloo on CPU), and the
+# mesh handoff through the multi-rank harness.
+workload = "model.workload_ep:make_workload"
+
+[workload_params]
+d_model = 64
+n_layers = 2
+
+[package]
+paths = ["model/**/*.py"]
+
+[[claims]]
+name = "ep2.admission.no-oom-after-admit"
+check = "admission"
+params = { batches = [1, 2, 4], seqs = [16, 64], pressure = "edge" }
+carry_over = "package"
+world_size = 2
+timeout_s = 900
+
+[[claims]]
+name = "ep2.regression.24view-nograd"
+check = "regression-24view"
+params = { views = 24, seq = 32 }
+carry_over = "package"
+world_size = 2
+timeout_s = 600
+
+[[claims]]
+name = "ep2.backward.full-prefix"
+check = "full-prefix-backward"
+params = { batch = 4, seq = 64, prefix_backwards = 3 }
+carry_over = "package"
+world_size = 2
+timeout_s = 600
+
+[[claims]]
+name = "ep2.cleanup.all-released"
+check = "cleanup"
+params = { batch = 2, seq = 32 }
+carry_over = "package"
+world_size = 2
+timeout_s = 600
+
+[[claims]]
+name = "mesh.handoff-gather"
+check = "mesh-handoff"
+params = { world_size = 2, mode = "gather" }
+world_size = 2
+timeout_s = 600
+"""
+
 README = """\
 # Example MoE workload
 
@@ -150,17 +203,22 @@ class ExampleRepo:
     """The plan's path inside the repository."""
 
 
-def _files() -> dict[str, str]:
+def _files(multi_rank: bool = False) -> dict[str, str]:
     estimator = (_WORKLOADS / "estimator.py").read_text(encoding="utf-8")
     if estimator.count(_MARGIN_BASE) != 1:
         raise RuntimeError(f"estimator.py no longer defines {_MARGIN_BASE.strip()!r} once")
-    return {
+    files = {
         "README.md": README,
         "qualification.toml": PLAN,
         "model/__init__.py": '"""Example MoE workload package."""\n',
         "model/workload.py": (_WORKLOADS / "moe.py").read_text(encoding="utf-8"),
         "model/estimator.py": estimator,
     }
+    if multi_rank:
+        ep = (_WORKLOADS / "moe_ep.py").read_text(encoding="utf-8")
+        files["model/workload_ep.py"] = ep.replace("from .moe import", "from .workload import")
+        files[MULTI_RANK_PLAN_FILE] = MULTI_RANK_PLAN
+    return files
 
 
 def _write(root: Path, files: dict[str, str]) -> None:
@@ -196,18 +254,22 @@ def _commit_pr(repo: git.Repo) -> str:
     )
 
 
-def make_example_repo(path: Path, *, with_remote: bool = True) -> ExampleRepo:
+def make_example_repo(
+    path: Path, *, with_remote: bool = True, multi_rank: bool = False
+) -> ExampleRepo:
     """Create the example repository at ``path`` (which must not exist or be empty).
 
     With ``with_remote`` also creates the bare ``origin`` beside it (``path`` with
     ``-origin.git`` appended to its name), which alone holds ``refs/pull/1/head``.
+    ``multi_rank`` adds the expert-parallel variant (``model/workload_ep.py``) and
+    its plan, `MULTI_RANK_PLAN_FILE`.
     """
     path = Path(path)
     if path.exists() and any(path.iterdir()):
         raise FileExistsError(f"{path} exists and is not empty")
     path.mkdir(parents=True, exist_ok=True)
     repo = git.Repo.init(path, initial_branch=MAIN)
-    files = _files()
+    files = _files(multi_rank)
     _write(path, files)
     base = _commit(repo, sorted(files), "Example MoE workload and qualification plan\n", BASE_DATE)
 
@@ -248,8 +310,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("path", type=Path, help="where to create the checkout")
     parser.add_argument("--no-remote", action="store_true", help="keep the PR ref locally")
+    parser.add_argument(
+        "--multi-rank",
+        action="store_true",
+        help=f"add the expert-parallel variant and {MULTI_RANK_PLAN_FILE}",
+    )
     args = parser.parse_args(argv)
-    made = make_example_repo(args.path, with_remote=not args.no_remote)
+    made = make_example_repo(args.path, with_remote=not args.no_remote, multi_rank=args.multi_rank)
     print(f"checkout     {made.path}")
     print(f"origin       {made.origin if made.origin else '(none)'}")
     print(f"base commit  {made.base_commit}  ({MAIN})")

@@ -69,6 +69,14 @@ class Checkpoint:
     extensions: tuple[str, ...] = ()
 
     @property
+    def timestamp(self) -> str | None:
+        """The `timestamp <UTC time>` extension line, when the note has one."""
+        for line in self.extensions:
+            if line.startswith("timestamp "):
+                return line.removeprefix("timestamp ")
+        return None
+
+    @property
     def body(self) -> bytes:
         """The signed text of this checkpoint."""
         return format_body(self.origin, self.size, self.root, extensions=self.extensions)
@@ -127,7 +135,13 @@ def format_body(origin: str, size: int, root: bytes, *, extensions: Sequence[str
 
 
 def sign_checkpoint(
-    origin: str, size: int, root: bytes, *, key_name: str, private_key: Ed25519PrivateKey
+    origin: str,
+    size: int,
+    root: bytes,
+    *,
+    key_name: str,
+    private_key: Ed25519PrivateKey,
+    extensions: Sequence[str] = (),
 ) -> bytes:
     """Return the signed note for a checkpoint, signed by ``private_key`` under ``key_name``.
 
@@ -135,7 +149,7 @@ def sign_checkpoint(
     """
     if not _valid_name(key_name):
         raise ValueError(f"key name must be non-empty, without spaces or '+': {key_name!r}")
-    body = format_body(origin, size, root)
+    body = format_body(origin, size, root, extensions=extensions)
     hint = key_hint(key_name, private_key.public_key())
     signature = private_key.sign(body)
     line = f"{_SIG_PREFIX}{key_name} {base64.b64encode(hint + signature).decode('ascii')}\n"

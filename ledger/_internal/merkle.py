@@ -22,6 +22,7 @@ __all__ = [
     "CompactRange",
     "MerkleError",
     "consistency_proof",
+    "entry_leaf",
     "inclusion_proof",
     "leaf_hash",
     "node_hash",
@@ -45,6 +46,13 @@ _sha256 = hashlib.sha256
 def leaf_hash(entry: bytes) -> bytes:
     """Return ``SHA256(0x00 || entry)``."""
     return _sha256(_LEAF_PREFIX + entry).digest()
+
+
+def entry_leaf(seq: int, logged_at: str, body: bytes) -> bytes:
+    """The leaf hash of a log entry: it commits to the entry's position, its
+    logging time and its body, so every stored byte a reader is shown of a log
+    row is covered by the signed root (not the body alone)."""
+    return leaf_hash(b"%d\n%s\n" % (seq, logged_at.encode("utf-8", "surrogateescape")) + body)
 
 
 def node_hash(left: bytes, right: bytes) -> bytes:

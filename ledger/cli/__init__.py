@@ -17,7 +17,7 @@ from ledger.cli import keys as _keys
 from ledger.cli import log as _log
 from ledger.cli import read as _read
 from ledger.cli import write as _write
-from ledger.errors import EXIT_OK, EXIT_USAGE, Error
+from ledger.errors import EXIT_NEGATIVE, EXIT_OK, EXIT_USAGE, Error
 
 __all__ = ["cli", "main"]
 
@@ -56,6 +56,10 @@ for _command in (
     cli.add_command(_command)
 
 
+def _first_line(e: BaseException) -> str:
+    return (str(e).strip().splitlines() or [type(e).__name__])[0]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point: runs the CLI and maps every error to a one-line reason and an exit code."""
     try:
@@ -76,6 +80,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         click.echo("ledger: interrupted; nothing half-written was recorded", err=True)
         return 130
+    except RecursionError:
+        # Inputs are depth-bounded where they enter (ledger.limits); this is the
+        # backstop for any parser the bounds do not reach.
+        click.echo("ledger: input refused: nested too deeply", err=True)
+        return EXIT_NEGATIVE
+    except OverflowError as e:
+        click.echo(f"ledger: input refused: number out of range ({_first_line(e)})", err=True)
+        return EXIT_NEGATIVE
+    except OSError as e:
+        # A file the environment will not give or take (too long a name, a
+        # missing folder, a dangling link): the environment's problem, exit 2.
+        where = f"{e.filename}: " if e.filename else ""
+        click.echo(f"ledger: {where}{e.strerror or _first_line(e)}", err=True)
+        return EXIT_USAGE
     except Exception as e:
         # Database failures are environment errors: one line, not a traceback.
         from sqlalchemy.exc import SQLAlchemyError

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from ledger.errors import InputError, UsageError
+from ledger.errors import UsageError
 
 if TYPE_CHECKING:  # the CLI imports its machinery lazily, so `--help` starts fast
     from ledger.keys import KeyDir
@@ -96,12 +96,9 @@ def read_file(path: Path) -> bytes:
 
 
 def load_json_file(path: Path, what: str) -> Any:
-    try:
-        return json.loads(path.read_bytes())
-    except FileNotFoundError:
-        raise UsageError(f"{what} file {path} does not exist") from None
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise InputError(f"{what} file {path} is not JSON: {e}") from None
+    from ledger.limits import load_json
+
+    return load_json(read_file(path), f"{what} file {path}")
 
 
 def parse_scope(pairs: Sequence[str]) -> dict[str, str | int]:

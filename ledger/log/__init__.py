@@ -5,7 +5,7 @@ private, in `ledger._internal`."""
 from __future__ import annotations
 
 from ledger.log.audit import AuditReport, audit
-from ledger.log.checkpoints import checkpoint, origin, verify_note
+from ledger.log.checkpoints import checkpoint, origin, rotate_ledger_key, verify_note
 from ledger.log.export import export
 from ledger.log.proofs import Inclusion, consistency, current_inclusion, inclusion
 
@@ -19,5 +19,6 @@ __all__ = [
     "export",
     "inclusion",
     "origin",
+    "rotate_ledger_key",
     "verify_note",
 ]

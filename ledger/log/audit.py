@@ -11,12 +11,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ledger._internal import merkle
-from ledger._internal.checkpoint import verify_checkpoint
 from ledger.canonical import sha256_hex
 from ledger.entry import LoggedEntry, envelope_body
 from ledger.errors import Error
 from ledger.ingest import receipt_index, review_index
 from ledger.keys import KeyInfo
+from ledger.log.checkpoints import ledger_signer
 from ledger.store.store import (
     ARTIFACT,
     CHECKPOINT,
@@ -63,7 +63,14 @@ class _Rows:
     reviews: dict[int, dict[str, Any]]
     keys: dict[int, dict[str, Any]]
     revocations: dict[int, dict[str, Any]]
-    explained: set[int] = field(default_factory=set)
+    kinds: dict[int, str] = field(default_factory=dict)
+    """The kind of the log entry at each seq: a derived row is explained by an
+    entry of its own kind at its seq, whether or not that entry verified (an
+    entry that fails is named once, not again through its rows)."""
+    artifacts: dict[str, set[tuple[str, int]]] = field(default_factory=dict)
+    """(mediaType, size) that the receipts name, per artifact digest."""
+    unread: bool = False
+    """Some receipt could not be read: an artifact it may name is not reported again."""
 
     @classmethod
     def load(cls, store: Store) -> _Rows:
@@ -85,11 +92,25 @@ class _Rows:
             ("key", self.keys),
             ("revocation", self.revocations),
         ):
-            for seq in sorted(set(rows) - self.explained):
+            for seq in sorted(s for s in rows if self.kinds.get(s) != table):
                 yield f"{table} row {seq} has no matching log entry"
 
 
+def _named_artifacts(e: LoggedEntry, rows: _Rows) -> None:
+    """The artifacts a receipt names, read even when its signature fails (that
+    failure is reported once, for the entry; its artifacts are not blamed too)."""
+    try:
+        artifacts = e.receipt.predicate.artifacts
+    except Error:
+        rows.unread = True
+        return
+    for a in artifacts:
+        rows.artifacts.setdefault(a.digest["sha256"], set()).add((a.mediaType, a.size))
+
+
 def _statement(e: LoggedEntry, rows: _Rows, keys: dict[str, KeyInfo]) -> list[str]:
+    if e.kind == "receipt":
+        _named_artifacts(e, rows)
     try:
         v = verify_envelope(e.envelope, keys, at_seq=e.seq)
     except Error as err:
@@ -99,7 +120,6 @@ def _statement(e: LoggedEntry, rows: _Rows, keys: dict[str, KeyInfo]) -> list[st
         out.append(f"id differs from the payload digest {v.id[:19]}")
     if envelope_body(v.envelope) != e.body:
         out.append("body is not the canonical envelope")
-    rows.explained.add(e.seq)
     if e.kind == "receipt":
         row, want_facets = receipt_index(e.seq, v)
         if rows.receipts.get(e.seq) != row:
@@ -132,7 +152,6 @@ def _key(e: LoggedEntry, rows: _Rows, keys: dict[str, KeyInfo]) -> list[str]:
         data.get("public_key"),
     ):
         out.append("key row differs from the entry")
-    rows.explained.add(e.seq)
     keys[info.keyid] = info
     return out
 
@@ -148,7 +167,6 @@ def _revocation(e: LoggedEntry, rows: _Rows, keys: dict[str, KeyInfo]) -> list[s
     rr = rows.revocations.get(e.seq)
     if rr is None or (rr["keyid"], rr["reason"]) != (keyid, reason):
         out.append("revocation row differs from the entry")
-    rows.explained.add(e.seq)
     old = keys.get(keyid)
     if old is not None and old.revoked_seq is None:
         keys[keyid] = KeyInfo(old.keyid, old.name, old.role, old.public, old.seq, e.seq, reason)
@@ -174,7 +192,8 @@ def _entries(store: Store, rows: _Rows, rep: AuditReport) -> tuple[list[bytes], 
             rep.problems.append(f"sequence gap: {gone} missing")
         expected = e.seq + 1
         rep.entries += 1
-        leaf = merkle.leaf_hash(e.body)
+        rows.kinds[e.seq] = e.kind
+        leaf = merkle.entry_leaf(e.seq, e.logged_at or "", e.body)
         leaves.append(leaf)
         if leaf.hex() != e.stored_leaf_hash:
             rep.problems.append(f"{where}: stored leaf hash differs from its body")
@@ -191,11 +210,19 @@ def _entries(store: Store, rows: _Rows, rep: AuditReport) -> tuple[list[bytes], 
     return leaves, keys
 
 
-def _artifacts(store: Store) -> Iterable[str]:
+def _artifacts(store: Store, rows: _Rows) -> Iterable[str]:
+    """Each stored artifact against its digest and against what a receipt says of it."""
     for a in store.table_rows(ARTIFACT, ARTIFACT.c.sha256):
         content = bytes(a["content"])
+        where = f"artifact {a['sha256'][:12]}"
         if sha256_hex(content) != a["sha256"] or len(content) != a["size"]:
-            yield f"artifact {a['sha256'][:12]}: content differs from its digest"
+            yield f"{where}: content differs from its digest"
+        named = rows.artifacts.get(a["sha256"])
+        if named is None:
+            if not rows.unread:
+                yield f"{where}: named by no receipt"
+        elif (a["media_type"], a["size"]) not in named:
+            yield f"{where}: media type or size differs from the receipts that name it"
 
 
 def _checkpoints(
@@ -212,15 +239,16 @@ def _checkpoints(
         want = roots[size]
         if want.hex() != cp["root"]:
             rep.problems.append(f"checkpoint {size}: root differs from the recomputed log")
-        ok = False
-        for k in (k for k in keys.values() if k.role == "ledger" and k.seq < size):
-            try:
-                c = verify_checkpoint(cp["note"].encode(), key_name=k.name, public_key=k.public)
-            except Error:
-                continue
-            ok = c.root == want and c.size == size
-        if not ok:
-            rep.problems.append(f"checkpoint {size}: signature or root does not hold")
+        try:
+            _, c = ledger_signer(keys.values(), cp["note"].encode("utf-8", "surrogateescape"))
+        except Error as e:
+            why = e.reason().removeprefix("checkpoint: ")
+            rep.problems.append(f"checkpoint {size}: signature or root does not hold ({why})")
+            continue
+        if c.root != want or c.size != size:
+            rep.problems.append(
+                f"checkpoint {size}: signature or root does not hold (signed root differs)"
+            )
 
 
 def audit(store: Store) -> AuditReport:
@@ -228,9 +256,11 @@ def audit(store: Store) -> AuditReport:
     rows = _Rows.load(store)
     leaves, keys = _entries(store, rows, rep)
     rep.problems.extend(rows.unexplained())
-    rep.problems.extend(_artifacts(store))
+    rep.problems.extend(_artifacts(store, rows))
     rep.root = merkle.root(leaves).hex()
     _checkpoints(store, leaves, keys, rep)
+    # A byte that is not UTF-8 came back surrogate-escaped: shown as \udcXX, printable.
+    rep.problems = [p.encode("utf-8", "backslashreplace").decode() for p in rep.problems]
     return rep
 
 

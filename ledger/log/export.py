@@ -8,7 +8,8 @@ from typing import Any
 
 from ledger._internal import merkle
 from ledger.canonical import canonical_bytes
-from ledger.keys import KeyDir, active_ledger_key
+from ledger.entry import LoggedEntry
+from ledger.keys import KeyDir
 from ledger.log.proofs import inclusion
 from ledger.models import BUNDLE_TYPE
 from ledger.store.store import Store
@@ -24,20 +25,27 @@ def export(store: Store, ref: str, keys: KeyDir | None) -> bytes:
     reviews = [r for r in reviews if r.seq < inc.size]
     leaves = inc.leaves
 
-    def item(seq: int, body: bytes) -> dict[str, Any]:
-        proof = merkle.inclusion_proof(seq, leaves)
-        return {"index": seq, "body": body.decode(), "proof": [h.hex() for h in proof]}
+    def item(e: LoggedEntry) -> dict[str, Any]:
+        proof = merkle.inclusion_proof(e.seq, leaves)
+        return {
+            "index": e.seq,
+            "logged_at": e.logged_at,
+            "body": e.body.decode(),
+            "proof": [h.hex() for h in proof],
+        }
 
     signers = {s for e in [entry, *reviews] for s in e.signers}
     all_keys = store.keys()
-    ledger_seq = active_ledger_key(all_keys).seq
-    key_seqs = sorted({all_keys[k].seq for k in signers if k in all_keys} | {ledger_seq})
+    # Every ledger key: whichever one signed this checkpoint (before or after
+    # a rotation), the verifier finds it in the bundle.
+    ledger_seqs = {k.seq for k in all_keys.values() if k.role == "ledger" and k.seq < inc.size}
+    key_seqs = sorted({all_keys[k].seq for k in signers if k in all_keys} | ledger_seqs)
     doc = {
         "mediaType": BUNDLE_TYPE,
         "id": entry.entry_id,
         "checkpoint": inc.note.decode(),
-        "entry": item(entry.seq, entry.body),
-        "reviews": [item(r.seq, r.body) for r in reviews],
-        "keys": [item(k.seq, k.body) for k in store.entries_at(key_seqs)],
+        "entry": item(entry),
+        "reviews": [item(r) for r in reviews],
+        "keys": [item(k) for k in store.entries_at(key_seqs)],
     }
     return canonical_bytes(doc)

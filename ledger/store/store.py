@@ -14,10 +14,11 @@ from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from sqlalchemy import Connection, Engine, create_engine, event, func, or_, select
+from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, OperationalError
 
-from ledger._internal.merkle import leaf_hash
+from ledger._internal.merkle import entry_leaf
 from ledger.entry import LoggedEntry
 from ledger.errors import InputError, NotFoundError, UsageError
 from ledger.keys import KeyInfo
@@ -74,6 +75,9 @@ def _sqlite_engine(url: str) -> Engine:
     @event.listens_for(engine, "connect")
     def _connect(dbapi_conn: Any, _record: Any) -> None:
         dbapi_conn.isolation_level = None
+        # A stored byte that is not UTF-8 (only a hand edit can put one there)
+        # must reach the audit as itself, not abort the read of a whole table.
+        dbapi_conn.text_factory = lambda b: b.decode("utf-8", "surrogateescape")
         dbapi_conn.execute("PRAGMA foreign_keys=ON")
         dbapi_conn.execute("PRAGMA journal_mode=WAL")
         dbapi_conn.execute("PRAGMA busy_timeout=30000")
@@ -279,11 +283,27 @@ class Store:
             row = conn.execute(select(CHECKPOINT).where(CHECKPOINT.c.size == size)).first()
         return None if row is None else CheckpointRow(**row._mapping)
 
-    def add_checkpoint(self, size: int, root: str, note: str) -> None:
-        with self.engine.begin() as conn:
-            if conn.execute(select(CHECKPOINT.c.size).where(CHECKPOINT.c.size == size)).first():
-                return
-            conn.execute(CHECKPOINT.insert().values(size=size, root=root, note=note))
+    def add_checkpoint(self, size: int, root: str, note: str) -> str:
+        """Store a checkpoint unless one of that size exists; returns the stored note.
+
+        Concurrent signers of one size are idempotent: SQLite takes the write
+        lock up front (BEGIN IMMEDIATE, the same busy timeout as appends) and
+        PostgreSQL inserts with ON CONFLICT DO NOTHING, so the loser reads the
+        winner's note instead of failing on the primary key.
+        """
+        with (
+            self.engine.connect().execution_options(ledger_append=True) as conn,
+            conn.begin(),
+        ):
+            values = {"size": size, "root": root, "note": note}
+            if conn.dialect.name == "postgresql":
+                conn.execute(pg_insert(CHECKPOINT).values(**values).on_conflict_do_nothing())
+            elif not conn.execute(
+                select(CHECKPOINT.c.size).where(CHECKPOINT.c.size == size)
+            ).first():
+                conn.execute(CHECKPOINT.insert().values(**values))
+            stored = conn.execute(select(CHECKPOINT.c.note).where(CHECKPOINT.c.size == size))
+            return str(stored.scalar_one())
 
     def table_rows(self, table: Any, order: Any) -> list[dict[str, Any]]:
         with self.engine.connect() as conn:
@@ -324,13 +344,14 @@ class Appender:
         seq = self.next_seq
         self.next_seq += 1
         self.touched_keys = self.touched_keys or kind in ("key", "revocation")
+        now = utc_now()
         return {
             "seq": seq,
             "kind": kind,
             "entry_id": entry_id,
             "body": body.decode(),
-            "leaf_hash": leaf_hash(body).hex(),
-            "logged_at": utc_now(),
+            "leaf_hash": entry_leaf(seq, now, body).hex(),
+            "logged_at": now,
         }
 
     def add(

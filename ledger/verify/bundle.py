@@ -15,11 +15,17 @@ from typing import Any
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from ledger._internal import merkle
-from ledger._internal.checkpoint import Checkpoint, parse_checkpoint, verify_checkpoint
+from ledger._internal.checkpoint import (
+    Checkpoint,
+    key_hint,
+    parse_checkpoint,
+    verify_checkpoint,
+)
 from ledger.canonical import canonical_bytes
 from ledger.entry import LoggedEntry
-from ledger.errors import Error, UsageError, VerificationError
+from ledger.errors import Error, InputError, UsageError, VerificationError
 from ledger.keys import KeyInfo, key_id
+from ledger.limits import load_json
 from ledger.models import BUNDLE_TYPE, ReviewStatement
 from ledger.verify.envelope import Verified, verify_envelope
 from ledger.verify.report import LogState, VerificationReport, review_item
@@ -49,18 +55,41 @@ def _hexes(values: Any, what: str) -> list[bytes]:
 def _included(cp: Checkpoint, item: Any, what: str, kind: str) -> LoggedEntry:
     """The entry of a bundle item, once its inclusion in the checkpointed log holds."""
     try:
-        index, body = item["index"], item["body"].encode()
-    except (KeyError, TypeError, AttributeError):
+        index, body, logged_at = item["index"], item["body"].encode(), item["logged_at"]
+    except (KeyError, TypeError, AttributeError, UnicodeEncodeError):
+        # UnicodeEncodeError: a lone surrogate escape (\ud800) in the JSON string.
         raise _fail(f"{what} is malformed") from None
     if not isinstance(index, int) or isinstance(index, bool) or index < 0:
         raise _fail(f"{what} is malformed")
+    if not isinstance(logged_at, str):
+        raise _fail(f"{what} is malformed")
     try:
         merkle.verify_inclusion(
-            index, cp.size, merkle.leaf_hash(body), _hexes(item.get("proof"), what), cp.root
+            index,
+            cp.size,
+            merkle.entry_leaf(index, logged_at, body),
+            _hexes(item.get("proof"), what),
+            cp.root,
         )
     except merkle.MerkleError as e:
         raise _fail(f"{what} is not in the checkpointed log: {e}") from None
-    return LoggedEntry(index, kind, "", body)
+    return LoggedEntry(index, kind, "", body, logged_at)
+
+
+def _trusted_signer(
+    cp: Checkpoint, note: bytes, trusted: dict[str, Ed25519PublicKey]
+) -> str | None:
+    """The id of a trusted key whose signature line on the checkpoint verifies, if any."""
+    for sig in cp.signatures:
+        for kid, pub in trusted.items():
+            if sig.key_hint != key_hint(sig.name, pub):
+                continue
+            try:
+                verify_checkpoint(note, key_name=sig.name, public_key=pub)
+            except Error:
+                continue
+            return kid
+    return None
 
 
 def _list(value: Any) -> list[Any]:
@@ -78,9 +107,9 @@ def verify_bundle(raw: bytes, trust: list[Ed25519PublicKey]) -> VerificationRepo
     if not trust:
         raise UsageError("offline verification needs at least one --trust PEM")
     try:
-        doc = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise _fail(f"not JSON ({e})") from None
+        doc = load_json(raw, "file")
+    except InputError as e:
+        raise _fail(e.reason()) from None
     if not isinstance(doc, dict) or doc.get("mediaType") != BUNDLE_TYPE:
         raise _fail(f"not a {BUNDLE_TYPE} document")
     if canonical_bytes(doc) != raw:
@@ -96,30 +125,43 @@ def verify_bundle(raw: bytes, trust: list[Ed25519PublicKey]) -> VerificationRepo
     except Error as e:
         raise _fail(f"checkpoint: {e.reason()}") from None
 
-    # Key entries first: the log vouches for each signer's key and role.
+    # The checkpoint's signature is checked against --trust before any key
+    # entry is parsed: a trusted ledger key vouches for every byte below it.
+    signed_by = _trusted_signer(cp, note, trusted)
+    included = [
+        _included(cp, item, f"keys[{i}]", "key") for i, item in enumerate(_list(key_entries))
+    ]
+
+    # The log vouches for each signer's key and role.
     keys: dict[str, KeyInfo] = {}
-    for i, item in enumerate(_list(key_entries)):
+    for i, e in enumerate(included):
         try:
-            info = _included(cp, item, f"keys[{i}]", "key").key()
-        except VerificationError:
-            raise
+            info = e.key()
         except Error:
             raise _fail(f"keys[{i}] is not a valid key entry") from None
         keys[info.keyid] = info
 
-    # The checkpoint must be signed by the bundle's own ledger key whatever the
-    # anchor; only a trusted ledger key makes the log (and so its reviews) vouched for.
-    anchor = None
+    # The checkpoint must be signed by a ledger key of the bundle whatever the
+    # anchor (after a rotation the bundle names older ledger keys too); only a
+    # trusted ledger key makes the log (and so its reviews) vouched for.
     ledger_keys = [k for k in keys.values() if k.role == "ledger"]
     if not ledger_keys:
         raise _fail("no ledger key entry: the checkpoint cannot be checked")
+    signer = None
+    problem = ""
     for info in ledger_keys:
         try:
             verify_checkpoint(note, key_name=info.name, public_key=info.public)
         except Error as e:
-            raise _fail(f"checkpoint: {e.reason()}") from None
-        if info.keyid in trusted:
-            anchor = f"ledger key {info.name} ({info.keyid[:12]})"
+            problem = problem or e.reason()
+            continue
+        if signer is None or info.keyid == signed_by:
+            signer = info
+    if signer is None:
+        raise _fail(f"checkpoint: {problem}")
+    anchor = None
+    if signed_by is not None and signed_by in keys and keys[signed_by].role == "ledger":
+        anchor = f"ledger key {keys[signed_by].name} ({signed_by[:12]})"
     log_anchored = anchor is not None
 
     def verified(item: Any, what: str) -> Verified:

@@ -1,0 +1,289 @@
+"""`ledger run -- CMD ...`: run any harness's command and describe what happened.
+
+The command runs in its own process group, with a marker in its environment
+that its descendants inherit. Around it: the environment fingerprint, NVML
+device memory before and after (where NVML answers), wall-clock start and
+finish, the exit status. Afterwards every process still in the group, or
+still carrying the marker (a child that left the group with setsid), is named
+as leaked, then ended; the cleanup proof says what was found and that the
+group is gone. The outcome comes from the exit status, or from the result
+file the command wrote (`RESULT_SCHEMA`, documented in docs/import.md).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import json
+import os
+import signal
+import subprocess
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, get_args
+
+from ledger.envprint import environment, gpu_used_bytes
+from ledger.errors import UsageError
+from ledger.models import Outcome
+from ledger.statement import Facts, timestamp
+
+__all__ = ["CHECK", "RESULT_SCHEMA", "CommandRun", "run_command"]
+
+CHECK = "command"
+VERSION = "1"
+MARKER = "LEDGER_RUN_ID"
+GRACE_S = 5.0
+RESULT_SCHEMA = {
+    "outcome": "passed | failed | inconclusive | refused | infra-error (required)",
+    "reason": "one sentence; required for anything but passed",
+    "measurements": "a JSON object (optional)",
+}
+# A process that dies of one of these crashed by itself: evidence against the code.
+# Any other signal came from outside (the OOM killer, an operator, a timeout).
+_CRASHES = {signal.SIGSEGV, signal.SIGABRT, signal.SIGBUS, signal.SIGFPE, signal.SIGILL}
+_OUTCOMES: tuple[str, ...] = get_args(Outcome)
+
+
+@dataclass
+class CommandRun:
+    """What `run_command` observed; `facts` turns it into a receipt's facts."""
+
+    argv: list[str]
+    returncode: int | None
+    timed_out: bool
+    started_ns: int
+    finished_ns: int
+    outcome: Outcome
+    reason: str | None
+    measurements: dict[str, Any]
+    resources: list[dict[str, Any]]
+    artifacts: list[Path] = field(default_factory=list)
+
+    def facts(self, claim: str) -> Facts:
+        env = environment()
+        return Facts(
+            claim=claim,
+            check=CHECK,
+            check_version=VERSION,
+            parameters={"command": list(self.argv)},
+            scope=env.scope,
+            outcome=self.outcome,
+            reason=self.reason,
+            measurements=self.measurements,
+            observer="off",
+            cleanup={
+                "complete": all(r["released"] for r in self.resources),
+                "resources": self.resources,
+                "tolerance_bytes": 0,
+            },
+            artifacts=[],
+            supersedes=[],
+            host=env.host,
+            gpu_uuids=env.gpu_uuids,
+            started=timestamp(self.started_ns),
+            finished=timestamp(self.finished_ns),
+        )
+
+
+def _strays(marker: str, pgid: int) -> dict[int, str]:
+    """Live processes in the group ``pgid`` or whose environment carries ``marker``
+    (inherited by every descendant, also one that left the group): pid -> name."""
+    found: dict[int, str] = {}
+    needle = f"{MARKER}={marker}".encode()
+    for entry in Path("/proc").glob("[0-9]*"):
+        with contextlib.suppress(OSError):
+            stat = (entry / "stat").read_text()
+            fields = stat.rpartition(")")[2].split()
+            if fields[0] == "Z":
+                continue
+            if int(fields[3]) == pgid or needle in (entry / "environ").read_bytes().split(b"\0"):
+                found[int(entry.name)] = stat.partition("(")[2].rpartition(")")[0]
+    return found
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _end(pgid: int, pids: Sequence[int]) -> tuple[bool, str]:
+    """SIGTERM, a grace period, SIGKILL to the group and to the strays; prove them gone."""
+    sent: list[str] = []
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        alive = [p for p in pids if _alive(p)]
+        if not _group_alive(pgid) and not alive:
+            break
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pgid, sig)
+        for p in alive:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(p, sig)
+        sent.append(signal.Signals(sig).name)
+        deadline = time.monotonic() + GRACE_S
+        while time.monotonic() < deadline and (_group_alive(pgid) or any(_alive(p) for p in pids)):
+            time.sleep(0.02)
+    gone = not _group_alive(pgid) and not any(_alive(p) for p in pids)
+    did = f"sent {', '.join(sent)}; " if sent else ""
+    return gone, f"{did}os.killpg({pgid}, 0) {'raised ProcessLookupError' if gone else 'succeeded'}"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rpartition(")")[2].split()[0] != "Z"
+
+
+def run_command(
+    argv: Sequence[str],
+    *,
+    timeout_s: float | None,
+    result_file: Path | None,
+    artifact_globs: Sequence[str],
+) -> CommandRun:
+    if not argv:
+        raise UsageError("ledger run needs a command after --")
+    marker = uuid.uuid4().hex
+    env = {**os.environ, MARKER: marker}
+    if result_file is not None:
+        result_file.unlink(missing_ok=True)  # only what this run writes counts
+    before = gpu_used_bytes()
+    started = time.time_ns()
+    t0 = time.monotonic()
+    try:
+        # stdout to our stderr: the receipt id is the only thing on stdout.
+        proc = subprocess.Popen(
+            list(argv), env=env, stdin=subprocess.DEVNULL, stdout=2, process_group=0
+        )
+    except OSError as e:
+        raise UsageError(f"cannot run {argv[0]}: {e.strerror}") from None
+    timed_out = False
+    try:
+        rc: int | None = proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        timed_out, rc = True, None
+    finally:
+        if proc.poll() is None and not timed_out:
+            # Ctrl-C or an error in this process: the command goes with it.
+            _end(proc.pid, [])
+    duration = time.monotonic() - t0
+    strays = {p: n for p, n in _strays(marker, proc.pid).items() if p != proc.pid}
+    gone, why = _end(proc.pid, list(strays))
+    if timed_out:
+        rc = proc.wait()
+    finished = time.time_ns()
+    after = gpu_used_bytes()
+    leaked = ", ".join(f"pid {p} ({n})" for p, n in sorted(strays.items()))
+    resources = [
+        {
+            "kind": "process",
+            "id": str(proc.pid),
+            "released": proc.returncode is not None,
+            "proof": f"reaped by waitpid (returncode {proc.returncode})",
+        },
+        {
+            "kind": "process-group",
+            "id": str(proc.pid),
+            "released": gone and not strays,
+            "proof": (f"left behind after the command exited: {leaked}; " if strays else "") + why,
+        },
+    ]
+    m: dict[str, Any] = {
+        "exit_status": rc,
+        "duration_ns": int(duration * 1e9),
+        "timeout_s": timeout_s,
+        "leaked_processes": [{"pid": p, "comm": n} for p, n in sorted(strays.items())],
+    }
+    if before is not None and after is not None:
+        m["nvml_used_before_bytes"] = before
+        m["nvml_used_after_bytes"] = after
+        m["nvml_used_delta_bytes"] = {u: after.get(u, 0) - b for u, b in before.items()}
+    outcome, reason = _outcome(rc, timed_out, timeout_s, result_file, m)
+    arts, unmatched = _artifacts(artifact_globs)
+    if unmatched:
+        m["artifact_globs_unmatched"] = unmatched
+        if outcome == "passed":
+            outcome, reason = "inconclusive", f"declared artifact {unmatched[0]!r} matched no file"
+    return CommandRun(
+        argv=list(argv),
+        returncode=rc,
+        timed_out=timed_out,
+        started_ns=started,
+        finished_ns=finished,
+        outcome=outcome,
+        reason=reason,
+        measurements=m,
+        resources=resources,
+        artifacts=arts,
+    )
+
+
+def _artifacts(globs: Sequence[str]) -> tuple[list[Path], list[str]]:
+    found: list[Path] = []
+    unmatched: list[str] = []
+    for g in globs:
+        hits = sorted(Path(p) for p in glob.glob(g, recursive=True) if Path(p).is_file())
+        if not hits:
+            unmatched.append(g)
+        found.extend(h for h in hits if h not in found)
+    return found, unmatched
+
+
+def _outcome(
+    rc: int | None,
+    timed_out: bool,
+    timeout_s: float | None,
+    result_file: Path | None,
+    m: dict[str, Any],
+) -> tuple[Outcome, str | None]:
+    """The outcome: a timeout or an outside signal is no evidence (infra-error); a crash
+    is a failure; otherwise the result file when declared, else the exit status."""
+    if timed_out:
+        return "infra-error", f"timed out after {timeout_s:g} s; its process group was killed"
+    assert rc is not None
+    if rc < 0:
+        sig = signal.Signals(-rc)
+        m["signal"] = sig.name
+        if sig in _CRASHES:
+            return "failed", f"the command crashed: killed by {sig.name}"
+        return "infra-error", f"the command was killed by {sig.name} from outside"
+    if result_file is None:
+        return ("passed", None) if rc == 0 else ("failed", f"the command exited with status {rc}")
+    try:
+        doc = json.loads(result_file.read_text())
+    except FileNotFoundError:
+        return "infra-error", f"the command exited with status {rc} without writing {result_file}"
+    except (OSError, ValueError) as e:
+        return "infra-error", f"result file {result_file} is not JSON: {e}"
+    problem = _result_problem(doc)
+    if problem:
+        return "infra-error", f"result file {result_file}: {problem}"
+    m["result"] = doc.get("measurements", {})
+    outcome: Outcome = doc["outcome"]
+    if outcome == "passed" and rc != 0:
+        return "failed", f"the result file says passed but the command exited with status {rc}"
+    return outcome, doc.get("reason") if outcome != "passed" else None
+
+
+def _result_problem(doc: Any) -> str | None:
+    if not isinstance(doc, dict):
+        return "must hold a JSON object"
+    extra = sorted(set(doc) - set(RESULT_SCHEMA))
+    if extra:
+        return f"unknown keys {extra} (known: {sorted(RESULT_SCHEMA)})"
+    if doc.get("outcome") not in _OUTCOMES:
+        return f"outcome must be one of {', '.join(_OUTCOMES)}, got {doc.get('outcome')!r}"
+    if doc["outcome"] != "passed" and not isinstance(doc.get("reason"), str):
+        return f"outcome {doc['outcome']} needs a reason"
+    if not isinstance(doc.get("measurements", {}), dict):
+        return "measurements must be a JSON object"
+    return None
