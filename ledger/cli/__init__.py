@@ -13,9 +13,11 @@ import click
 
 from ledger import __version__
 from ledger.cli import checks as _checks
+from ledger.cli import importers as _importers
 from ledger.cli import keys as _keys
 from ledger.cli import log as _log
 from ledger.cli import read as _read
+from ledger.cli import run as _run
 from ledger.cli import write as _write
 from ledger.errors import EXIT_NEGATIVE, EXIT_OK, EXIT_USAGE, Error
 
@@ -52,6 +54,8 @@ for _command in (
     _log.serve,
     _log.log,
     _checks.checks,
+    _run.run,
+    _importers.import_,
 ):
     cli.add_command(_command)
 

@@ -55,19 +55,26 @@ def _hexes(values: Any, what: str) -> list[bytes]:
 def _included(cp: Checkpoint, item: Any, what: str, kind: str) -> LoggedEntry:
     """The entry of a bundle item, once its inclusion in the checkpointed log holds."""
     try:
-        index, body, logged_at = item["index"], item["body"].encode(), item["logged_at"]
+        index, body = item["index"], item["body"].encode()
+        # Bundles exported before leaves committed to the logging time carry
+        # none; their leaf is the body's alone (a stripped time changes the
+        # leaf, so the signed root still decides).
+        logged_at = item.get("logged_at")
     except (KeyError, TypeError, AttributeError, UnicodeEncodeError):
         # UnicodeEncodeError: a lone surrogate escape (\ud800) in the JSON string.
         raise _fail(f"{what} is malformed") from None
     if not isinstance(index, int) or isinstance(index, bool) or index < 0:
         raise _fail(f"{what} is malformed")
-    if not isinstance(logged_at, str):
+    if logged_at is not None and not isinstance(logged_at, str):
         raise _fail(f"{what} is malformed")
+    leaf = (
+        merkle.leaf_hash(body) if logged_at is None else merkle.entry_leaf(index, logged_at, body)
+    )
     try:
         merkle.verify_inclusion(
             index,
             cp.size,
-            merkle.entry_leaf(index, logged_at, body),
+            leaf,
             _hexes(item.get("proof"), what),
             cp.root,
         )
