@@ -181,6 +181,7 @@ def _entries(store: Store, rows: _Rows, rep: AuditReport) -> tuple[list[bytes], 
     keys: dict[str, KeyInfo] = {}
     leaves: list[bytes] = []
     expected = 0
+    legacy = True
     for e in store.entries():
         where = f"entry {e.seq} ({e.entry_id[:19]})"
         if e.seq != expected:
@@ -194,9 +195,15 @@ def _entries(store: Store, rows: _Rows, rep: AuditReport) -> tuple[list[bytes], 
         rep.entries += 1
         rows.kinds[e.seq] = e.kind
         leaf = merkle.entry_leaf(e.seq, e.logged_at or "", e.body)
+        if leaf.hex() == e.stored_leaf_hash:
+            legacy = False
+        elif legacy and merkle.leaf_hash(e.body).hex() == e.stored_leaf_hash:
+            # Ledgers written before leaves committed to seq and time start
+            # with body-only leaves; once one entry commits, all later must.
+            leaf = merkle.leaf_hash(e.body)
+        else:
+            rep.problems.append(f"{where}: stored leaf hash differs from its seq, time and body")
         leaves.append(leaf)
-        if leaf.hex() != e.stored_leaf_hash:
-            rep.problems.append(f"{where}: stored leaf hash differs from its body")
         try:
             e.document  # noqa: B018 - a body that is not JSON is one problem, not several
         except Error:

@@ -27,12 +27,14 @@ def export(store: Store, ref: str, keys: KeyDir | None) -> bytes:
 
     def item(e: LoggedEntry) -> dict[str, Any]:
         proof = merkle.inclusion_proof(e.seq, leaves)
-        return {
-            "index": e.seq,
-            "logged_at": e.logged_at,
-            "body": e.body.decode(),
-            "proof": [h.hex() for h in proof],
-        }
+        doc: dict[str, Any] = {"index": e.seq, "body": e.body.decode()}
+        # The time only where the leaf commits to it (not in ledgers from before).
+        if e.logged_at is not None and leaves[e.seq] == merkle.entry_leaf(
+            e.seq, e.logged_at, e.body
+        ):
+            doc["logged_at"] = e.logged_at
+        doc["proof"] = [h.hex() for h in proof]
+        return doc
 
     signers = {s for e in [entry, *reviews] for s in e.signers}
     all_keys = store.keys()

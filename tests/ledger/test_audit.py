@@ -68,7 +68,7 @@ def history(
     claim = "admission.no-oom-after-admit"
     passed = ledger(
         capsys,
-        f"attest --claim {claim} --outcome passed {scope}",
+        f"attest --unplanned --claim {claim} --outcome passed {scope}",
         "--artifact",
         str(snapshot),
         *attest,
@@ -76,7 +76,7 @@ def history(
     ledger(capsys, "review", passed, "--concur", "--key", "reviewer", *db)
     failed = ledger(
         capsys,
-        f"attest --claim regression.24-view --outcome failed {scope}",
+        f"attest --unplanned --claim regression.24-view --outcome failed {scope}",
         "--reason",
         "pooled states differ between runs",
         *attest,
@@ -175,7 +175,7 @@ TAMPERING: dict[str, tuple[Callable[[Connection], None], list[str]]] = {
         flip_payload_char,
         [
             "entry 3 ({passed})",
-            ": stored leaf hash differs from its body",
+            ": stored leaf hash differs from its seq, time and body",
             "checkpoint 8: root differs from the recomputed log",
         ],
     ),
@@ -316,7 +316,7 @@ def test_appending_still_works_under_the_triggers(
     """The triggers stop changes, not growth: a new receipt and checkpoint audit clean."""
     ledger(
         capsys,
-        "attest --claim cleanup.complete --outcome passed --rev HEAD --key runner",
+        "attest --unplanned --claim cleanup.complete --outcome passed --rev HEAD --key runner",
         "--repo",
         str(repo.working_tree_dir),
         "--db",
