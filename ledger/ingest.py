@@ -104,6 +104,13 @@ def _check_links(store: Store, v: Verified, batch: dict[str, Verified]) -> None:
             raise RefusedError(f"review of unknown receipt {target}")
         if signer == v.signer:
             raise RefusedError("a reviewer cannot review a receipt it signed itself")
+        # No co-signer of the receipt is its independent reviewer either.
+        logged = store.entry(target)
+        cosigners = {s.keyid for s in logged.envelope.signatures} if logged is not None else set()
+        if target in batch:
+            cosigners |= set(batch[target].signers)
+        if set(v.signers) & cosigners:
+            raise RefusedError("a key that signed a receipt cannot review it")
     else:
         for s in v.statement.predicate.supersedes:
             if store.entry(s.id) is None and s.id not in batch:
@@ -129,7 +136,7 @@ def record(
     artifacts the receipts name are stored in that same transaction, only
     once everything was accepted.
     """
-    keys = store.keys()
+    keys = store.keys(fresh=True)
     nxt = store.size()
     checked: list[Verified] = []
     batch: dict[str, Verified] = {}

@@ -122,6 +122,8 @@ class Runner(_Frozen):
     started: Timestamp
     finished: Timestamp
     ledger_version: str
+    environment: dict[str, str] = Field(default_factory=dict)
+    """Versions of where it ran (python, torch, CUDA, NCCL, driver, packages digest)."""
 
 
 class Supersedes(_Frozen):

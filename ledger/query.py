@@ -6,6 +6,7 @@ no longer holds shows as unverified instead of counting.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -20,6 +21,7 @@ from ledger.qualification import (
     evaluate,
     history,
 )
+from ledger.repoid import canonical_repo
 from ledger.revision import Revision
 from ledger.source import Identity
 from ledger.store.store import Store
@@ -44,17 +46,30 @@ def _problem(entry: LoggedEntry, keys: Mapping[str, KeyInfo]) -> str | None:
     return None
 
 
+def _repo_of(e: LoggedEntry) -> str | None:
+    try:
+        return canonical_repo(e.receipt.predicate.source.repo)
+    except Error:
+        return None
+
+
 def load_evidence(
     store: Store, revision: Revision, claims: Sequence[str] | None = None
 ) -> tuple[list[ReceiptEvidence], list[ReviewEvidence]]:
-    entries = store.receipt_entries(
-        commits=[revision.commit],
-        trees=[revision.tree],
-        packages=[revision.package_digest] if revision.package_digest else [],
-        pr=revision.pr,
-        repo=revision.repo,
-        claims=claims or None,
-    )
+    # The repository is matched through the same normalisation that made the
+    # asked id, so receipts logged under a raw URL form still count.
+    entries = [
+        e
+        for e in store.receipt_entries(
+            commits=[revision.commit],
+            trees=[revision.tree],
+            packages=[revision.package_digest] if revision.package_digest else [],
+            pr=revision.pr,
+            repo=None,
+            claims=claims or None,
+        )
+        if _repo_of(e) == revision.repo
+    ]
     all_keys = store.keys()
 
     def signed(e: LoggedEntry) -> dict[str, Any]:
@@ -98,7 +113,7 @@ def query_status(
     scope: Mapping[str, str | int],
 ) -> StatusReport:
     receipts, reviews = load_evidence(store, q.revision)
-    return evaluate(
+    report = evaluate(
         plan=q.plan,
         revision=q.revision,
         receipts=receipts,
@@ -106,6 +121,7 @@ def query_status(
         claims=list(claims) if claims else None,
         query_scope=dict(scope),
     )
+    return dataclasses.replace(report, notes=q.notes)
 
 
 def query_history(store: Store, q: Identity) -> list[HistoryItem]:
@@ -115,7 +131,11 @@ def query_history(store: Store, q: Identity) -> list[HistoryItem]:
 
 def history_document(q: Identity, items: Sequence[HistoryItem]) -> dict[str, Any]:
     """What `ledger history --json` prints."""
-    return {"subject": q.revision.to_json(), "entries": [i.to_json() for i in items]}
+    return {
+        "subject": q.revision.to_json(),
+        "judged": list(q.notes),
+        "entries": [i.to_json() for i in items],
+    }
 
 
 def show_document(store: Store, ref: str) -> dict[str, Any]:

@@ -115,11 +115,17 @@ def render_verification(doc: dict[str, Any]) -> str:
     """A verification report (`VerificationReport.to_json`) for people."""
     s = doc["signer"]
     log = doc["log"]
+    subj = doc.get("subject") or {}
+    scope = doc.get("scope") or {}
+    head = "verified" if doc.get("verified", True) else "NOT the receipt expected"
     lines = [
-        f"verified {doc['id']}",
+        f"{head} {doc['id']}",
         f"  kind: {doc['kind']}",
+        f"  subject: {subj.get('repo')} commit {str(subj.get('commit'))[:12]}"
+        f" tree {str(subj.get('tree'))[:12]}" + (f" PR {subj['pr']}" if subj.get("pr") else ""),
         f"  claim: {doc['claim']}",
         f"  outcome: {doc['outcome']}",
+        "  scope: " + (", ".join(f"{k}={v}" for k, v in scope.items()) or "(any)"),
         f"  signer: {s['name']} ({s['keyid'][:12]}, {s['role']})",
         f"  anchor: {doc['anchor']}",
         f"  log: entry {log['index']} of {log['size']}"
@@ -127,12 +133,16 @@ def render_verification(doc: dict[str, Any]) -> str:
         + f", inclusion {log['inclusion']}",
     ]
     for r in doc.get("reviews", []):
-        lines.append(f"  review {r['id'][:19]}: {r['verdict']} by {_who(r['signer'])}")
+        lines.append(
+            f"  review {r['id'][:19]}: {r['verdict']} by {_who(r['signer'])} at {r.get('reviewed')}"
+        )
     for r in doc.get("unanchored_reviews", []):
         lines.append(
             f"  unanchored review {r['id'][:19]}: {r['verdict']} by {_who(r['signer'])}"
             " (its log is not vouched for by a trusted ledger key; not counted)"
         )
+    for step in doc.get("steps", []):
+        lines.append(f"  checked: {step}")
     return "".join(line + "\n" for line in lines)
 
 

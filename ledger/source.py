@@ -17,9 +17,10 @@ from pathlib import Path
 import git
 
 from ledger.canonical import canonical_bytes
-from ledger.errors import InputError, NotFoundError, UsageError
+from ledger.errors import InputError, UsageError
 from ledger.models import PackageIdentity
 from ledger.qualification.plan import PLAN_FILE, Plan, load_plan, parse_plan
+from ledger.repoid import canonical_repo
 from ledger.revision import Revision
 
 __all__ = [
@@ -29,6 +30,7 @@ __all__ = [
     "open_repo",
     "package_identity",
     "plan_at",
+    "repo_name",
 ]
 
 PR_REFS = ("refs/pull/{n}/head", "refs/merge-requests/{n}/head")
@@ -36,10 +38,15 @@ PR_REFS = ("refs/pull/{n}/head", "refs/merge-requests/{n}/head")
 
 @dataclass(frozen=True, slots=True)
 class Identity:
-    """A revision and the plan that governs it (None: no plan committed there)."""
+    """A revision and the plan that governs it (None: no plan committed there).
+
+    `notes` say, in words, which head was judged and which plan governs, so
+    an answer never leaves a person guessing what it was about.
+    """
 
     revision: Revision
     plan: Plan | None
+    notes: tuple[str, ...] = ()
 
 
 def open_repo(path: str | Path | None) -> git.Repo:
@@ -50,33 +57,86 @@ def open_repo(path: str | Path | None) -> git.Repo:
         raise UsageError(f"{where} is not a git repository") from None
 
 
-def repo_name(repo: git.Repo) -> str:
-    """The remote's URL without credentials or .git; else the folder name."""
+def _remote(repo: git.Repo) -> git.Remote | None:
+    """The remote that speaks for the repository: origin, else the only/first one."""
+    remotes = list(repo.remotes)
+    return next((r for r in remotes if r.name == "origin"), remotes[0] if remotes else None)
+
+
+def repo_name(repo: git.Repo, plan: Plan | None = None) -> str:
+    """The repository's canonical id (see `ledger.repoid`): its remote's URL
+    normalised, else the plan's `[project] repo`, else the folder name."""
+    remote = _remote(repo)
+    if remote is not None:
+        return canonical_repo(remote.url, Path(repo.working_tree_dir or repo.git_dir))
+    if plan is not None and plan.project is not None:
+        return plan.project.repo
+    return Path(repo.working_tree_dir or repo.git_dir).name
+
+
+def _fetch(repo: git.Repo, remote: git.Remote, refspecs: Sequence[str]) -> str | None:
+    """Fetch refspecs; None when done, else git's one-line reason."""
     try:
-        url = repo.remotes.origin.url
-    except (AttributeError, IndexError):
-        return Path(repo.working_tree_dir or repo.git_dir).name
-    url = re.sub(r"^[a-z+]+://[^@/]*@", lambda m: m.group(0).split("//")[0] + "//", url)
-    return url.removesuffix(".git").removesuffix("/")
+        repo.git.fetch("--no-tags", "--quiet", remote.name, *refspecs)
+    except git.GitCommandError as e:
+        lines = [x.strip() for x in str(e.stderr or e).splitlines() if x.strip()]
+        return (lines[0] if lines else str(e)).removeprefix("stderr: ").strip("'")
+    return None
 
 
-def _pr_commit(repo: git.Repo, pr: int) -> git.Commit:
-    for pattern in PR_REFS:
-        ref = pattern.format(n=pr)
-        try:
-            return repo.commit(ref)
-        except (git.BadName, ValueError):
-            pass
-    # Not known locally: fetch it from each remote, GitHub and GitLab styles.
-    for remote in repo.remotes:
+def _pr_commit(repo: git.Repo, pr: int, offline: bool) -> tuple[git.Commit, str]:
+    """The PR's head and how it was read. Asked of the remote every time:
+    a force-push there must never go unseen behind a stale local ref."""
+    remote = _remote(repo)
+    if remote is None or offline:
+        why = "--offline: not fetched" if remote is not None else "no remote"
         for pattern in PR_REFS:
             ref = pattern.format(n=pr)
             try:
-                remote.fetch(f"+{ref}:{ref}")
-                return repo.commit(ref)
-            except (git.GitCommandError, git.BadName, ValueError):
-                continue
-    raise NotFoundError(f"PR {pr}: no refs/pull/{pr}/head locally or on any remote")
+                return repo.commit(ref), f"judged the local ref {ref} ({why})"
+            except (git.BadName, ValueError):
+                pass
+        raise UsageError(f"unknown PR {pr}: no refs/pull/{pr}/head locally ({why})")
+    reasons = []
+    for pattern in PR_REFS:
+        ref = pattern.format(n=pr)
+        problem = _fetch(repo, remote, [f"+{ref}:{ref}"])
+        if problem is None:
+            return repo.commit(ref), f"fetched {ref} from {remote.name} just now"
+        reasons.append(problem)
+    if all("couldn't find remote ref" in r for r in reasons):
+        raise UsageError(f"unknown PR {pr}: {remote.name} has no refs/pull/{pr}/head")
+    raise UsageError(f"fetching PR {pr} from {remote.name} failed: {reasons[0]}")
+
+
+def _default_branch(repo: git.Repo) -> str:
+    remote = _remote(repo)
+    if remote is not None:
+        try:
+            head = repo.git.symbolic_ref(f"refs/remotes/{remote.name}/HEAD")
+            return str(head).removeprefix(f"refs/remotes/{remote.name}/")
+        except git.GitCommandError:
+            pass
+    return "main"
+
+
+def _base_commit(repo: git.Repo, branch: str, offline: bool) -> git.Commit:
+    """The base branch's commit: the remote's (fetched unless offline), else local."""
+    remote = _remote(repo)
+    names = [f"refs/heads/{branch}"]
+    if remote is not None:
+        tracking = f"refs/remotes/{remote.name}/{branch}"
+        if not offline:
+            problem = _fetch(repo, remote, [f"+refs/heads/{branch}:{tracking}"])
+            if problem is not None and "couldn't find remote ref" not in problem:
+                raise UsageError(f"fetching base branch {branch} failed: {problem}")
+        names.insert(0, tracking)
+    for name in names:
+        try:
+            return repo.commit(name)
+        except (git.BadName, ValueError):
+            continue
+    raise UsageError(f"base branch {branch!r} not found (pass --base BRANCH)")
 
 
 def _base(repo: git.Repo, commit: git.Commit) -> str | None:
@@ -97,15 +157,19 @@ def _base(repo: git.Repo, commit: git.Commit) -> str | None:
     return None
 
 
-def _commit(repo: git.Repo, rev: str | None, pr: int | None) -> git.Commit:
+def _commit(
+    repo: git.Repo, rev: str | None, pr: int | None, offline: bool
+) -> tuple[git.Commit, str]:
     if (rev is None) == (pr is None):
         raise UsageError("give exactly one of --rev or --pr")
     if pr is not None:
-        return _pr_commit(repo, pr)
+        return _pr_commit(repo, pr, offline)
     try:
-        return repo.commit(rev)
-    except (git.BadName, ValueError):
-        raise NotFoundError(f"unknown revision {rev!r}") from None
+        c = repo.commit(rev)
+    except (git.BadName, ValueError, KeyError):
+        # KeyError: a `REV:path` naming no blob (e.g. HEAD:../../etc/passwd).
+        raise UsageError(f"unknown revision {rev!r}") from None
+    return c, f"commit {c.hexsha[:12]} ({rev})"
 
 
 def identify(
@@ -115,16 +179,38 @@ def identify(
     pr: int | None = None,
     plan_file: Path | None = None,
     for_statement: bool = False,
+    offline: bool = False,
+    base: str | None = None,
 ) -> Identity:
-    """Identity of --rev REV or --pr N (its current head), with its plan.
+    """Identity of --rev REV or --pr N (its current head), with its governing plan.
 
-    The package identity is the one the plan (as committed at the revision,
-    or `plan_file`) defines. `for_statement` adds what only a new statement
-    needs (merge-base, dirty flag): each costs a git process, and queries
-    never use them.
+    For a PR the plan on its base branch governs (`base`, default: the
+    remote's default branch, else main), never the PR's own: a PR must not
+    relax its own gate. For a commit it is the plan committed there; an
+    explicit `plan_file` overrides both. The package identity is the one that
+    plan defines. `for_statement` adds what only a new statement needs
+    (merge-base, dirty flag): each costs a git process, and queries never use them.
     """
-    commit = _commit(repo, rev, pr)
-    plan = plan_at(repo, commit.hexsha, plan_file)
+    commit, head_note = _commit(repo, rev, pr, offline)
+    notes = [head_note]
+    if plan_file is not None:
+        plan = plan_at(repo, commit.hexsha, plan_file)
+        notes.append(f"plan: explicit --plan {plan_file}")
+    elif pr is not None:
+        branch = base or _default_branch(repo)
+        base_commit = _base_commit(repo, branch, offline)
+        plan = plan_at(repo, base_commit.hexsha, None)
+        notes.append(f"plan: {PLAN_FILE} on base branch {branch} ({base_commit.hexsha[:12]})")
+        proposed = _plan_text(repo, commit.hexsha)
+        if proposed != _plan_text(repo, base_commit.hexsha):
+            notes.append(f"the PR changes {PLAN_FILE}: proposed, not applied")
+    else:
+        plan = plan_at(repo, commit.hexsha, None)
+        notes.append(
+            f"plan: {PLAN_FILE} as committed at {commit.hexsha[:12]}"
+            if plan is not None
+            else f"plan: none committed at {commit.hexsha[:12]}"
+        )
     paths = tuple(plan.package.paths) if plan is not None and plan.package else ()
     package = package_identity(commit, paths) if paths else None
     # The dirty flag speaks of the work tree, so it only applies when the work
@@ -134,7 +220,7 @@ def identify(
     if for_statement and at_head:
         dirty = repo.is_dirty(index=True, working_tree=True, untracked_files=True)
     revision = Revision(
-        repo=repo_name(repo),
+        repo=repo_name(repo, plan),
         commit=commit.hexsha,
         tree=commit.tree.hexsha,
         package_digest=package.digest if package else None,
@@ -144,13 +230,25 @@ def identify(
         base=_base(repo, commit) if for_statement else None,
         dirty=dirty,
     )
-    return Identity(revision, plan)
+    return Identity(revision, plan, tuple(notes))
+
+
+def _plan_text(repo: git.Repo, commit: str) -> bytes | None:
+    try:
+        return bytes(repo.commit(commit).tree[PLAN_FILE].data_stream.read())
+    except KeyError:
+        return None
 
 
 def plan_at(repo: git.Repo, commit: str, override: Path | None) -> Plan | None:
     """The plan as committed at the revision (or --plan FILE); None when there is none."""
+    # A plan that cannot be read is the environment's fault, not a negative
+    # answer about the revision: exit 2, never "not qualified".
     if override is not None:
-        return load_plan(override)
+        try:
+            return load_plan(override)
+        except InputError as e:
+            raise UsageError(e.reason()) from None
     try:
         blob = repo.commit(commit).tree / PLAN_FILE
     except KeyError:
@@ -159,8 +257,11 @@ def plan_at(repo: git.Repo, commit: str, override: Path | None) -> Plan | None:
     try:
         text = blob.data_stream.read().decode("utf-8")
     except UnicodeDecodeError:
-        raise InputError(f"{where}: not UTF-8 text") from None
-    return parse_plan(text, where)
+        raise UsageError(f"{where}: not UTF-8 text") from None
+    try:
+        return parse_plan(text, where)
+    except InputError as e:
+        raise UsageError(e.reason()) from None
 
 
 @lru_cache(maxsize=256)

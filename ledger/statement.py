@@ -7,7 +7,7 @@ import hashlib
 import json
 import mimetypes
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal, TypeAlias
@@ -81,6 +81,7 @@ class Facts:
     gpu_uuids: Sequence[str] = ()
     started: str | None = None
     finished: str | None = None
+    environment: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,6 +130,7 @@ def build_statement(source: Source, facts: Facts) -> QualificationStatement:
                 started=facts.started or now,
                 finished=facts.finished or now,
                 ledger_version=__version__,
+                environment=dict(facts.environment),
             ),
             supersedes=list(facts.supersedes),
         )

@@ -36,7 +36,8 @@ def db_option(f: F) -> F:
     return click.option(
         "--db",
         metavar="URL",
-        help="SQLAlchemy URL or SQLite path (default: $LEDGER_DB, else ./.ledger/ledger.db).",
+        help="SQLAlchemy URL or SQLite path "
+        "(default: $LEDGER_DB, else $XDG_DATA_HOME/ledger/ledger.db).",
     )(f)
 
 
@@ -60,12 +61,23 @@ def rev_options(f: F) -> F:
         type=click.Path(file_okay=False, path_type=Path),
         help="Repository (default: the current one).",
     )(f)
+    f = click.option(
+        "--offline",
+        is_flag=True,
+        help="With --pr: judge the local refs as they are (no fetch), and say so.",
+    )(f)
+    f = click.option(
+        "--base",
+        metavar="BRANCH",
+        help="With --pr: the base branch whose plan governs "
+        "(default: the remote's default branch, else main).",
+    )(f)
     f = click.option("--rev", metavar="REV", help="A commit, branch or tag.")(f)
     f = click.option(
         "--pr",
         type=click.IntRange(min=1),
         metavar="N",
-        help="Pull request N: its current head (refs/pull/N/head, fetched when missing).",
+        help="Pull request N: its current head (refs/pull/N/head, fetched from the remote).",
     )(f)
     return f
 

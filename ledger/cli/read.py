@@ -21,10 +21,19 @@ from ledger.cli._common import (
 from ledger.errors import EXIT_NEGATIVE
 
 
-def _identity(repo: Path | None, rev: str | None, pr: int | None, plan: Path | None):  # type: ignore[no-untyped-def]
+def _identity(  # type: ignore[no-untyped-def]
+    repo: Path | None,
+    rev: str | None,
+    pr: int | None,
+    plan: Path | None,
+    offline: bool = False,
+    base: str | None = None,
+):
     from ledger import source
 
-    return source.identify(source.open_repo(repo), rev=rev, pr=pr, plan_file=plan)
+    return source.identify(
+        source.open_repo(repo), rev=rev, pr=pr, plan_file=plan, offline=offline, base=base
+    )
 
 
 @click.command()
@@ -49,6 +58,8 @@ def _identity(repo: Path | None, rev: str | None, pr: int | None, plan: Path | N
 def status(
     pr: int | None,
     rev: str | None,
+    base: str | None,
+    offline: bool,
     repo: Path | None,
     claims: Sequence[str],
     scope: Sequence[str],
@@ -68,7 +79,10 @@ def status(
 
     store = open_store(db)
     report = query_status(
-        store, _identity(repo, rev, pr, plan), claims=claims, scope=parse_scope(scope)
+        store,
+        _identity(repo, rev, pr, plan, offline, base),
+        claims=claims,
+        scope=parse_scope(scope),
     )
     if as_json:
         emit_json(report.to_json())
@@ -86,6 +100,8 @@ def status(
 def history(
     pr: int | None,
     rev: str | None,
+    base: str | None,
+    offline: bool,
     repo: Path | None,
     plan: Path | None,
     db: str | None,
@@ -96,7 +112,7 @@ def history(
     from ledger.render import render_history
 
     store = open_store(db)
-    q = _identity(repo, rev, pr, plan)
+    q = _identity(repo, rev, pr, plan, offline, base)
     doc = history_document(q, query_history(store, q))
     if as_json:
         emit_json(doc)
@@ -129,29 +145,76 @@ def show(receipt: str, db: str | None, as_json: bool) -> None:
     type=click.Path(dir_okay=False, path_type=Path),
     help="Trusted public key PEM (repeatable): the ledger key, or the signer's.",
 )
+@click.option("--repo", "want_repo", metavar="URL", help="Expect this repository (any URL form).")
+@click.option("--commit", "want_commit", metavar="SHA", help="Expect this commit (7+ hex digits).")
+@click.option("--claim", "want_claim", metavar="NAME", help="Expect this claim.")
+@click.option("--signer", "want_signer", metavar="NAME|KEYID", help="Expect this signer.")
 @db_option
 @json_option
-def verify(target: str, trust: Sequence[str], db: str | None, as_json: bool) -> None:
-    """Verify a receipt: a bundle FILE offline (with --trust), or an ID against the ledger."""
+def verify(
+    target: str,
+    trust: Sequence[str],
+    want_repo: str | None,
+    want_commit: str | None,
+    want_claim: str | None,
+    want_signer: str | None,
+    db: str | None,
+    as_json: bool,
+) -> None:
+    """Verify a receipt: a bundle FILE offline (with --trust), or an ID against the ledger.
+
+    With --repo/--commit/--claim/--signer it also checks the receipt is the one
+    expected, and fails (exit 1) when it is not. The output lists what was
+    verified and each step performed; --json prints a document also on failure.
+    """
+    from ledger.errors import Error, UsageError
     from ledger.render import render_verification
+    from ledger.verify.report import mismatches
 
     path = Path(target)
-    if path.is_file():
-        # Offline: the store-free verifier only, so no database code is loaded.
-        from ledger.keys import load_public_pem
-        from ledger.verify import verify_bundle
+    expect = {
+        k: v
+        for k, v in (
+            ("repo", want_repo),
+            ("commit", want_commit),
+            ("claim", want_claim),
+            ("signer", want_signer),
+        )
+        if v
+    }
+    looks_like_file = path.suffix == ".json" or "/" in target or path.exists()
+    try:
+        if looks_like_file and not path.is_file():
+            raise UsageError(f"{target}: no such file")
+        if path.is_file():
+            # Offline: the store-free verifier only, so no database code is loaded.
+            from ledger.keys import load_public_pem
+            from ledger.verify import verify_bundle
 
-        anchors = [load_public_pem(read_file(Path(t)), str(t)) for t in trust]
-        report = verify_bundle(read_file(path), anchors)
-    else:
-        from ledger.verify.logged import verify_in_ledger
+            anchors = [load_public_pem(read_file(Path(t)), str(t)) for t in trust]
+            report = verify_bundle(read_file(path), anchors)
+        else:
+            from ledger.verify.logged import verify_in_ledger
 
-        report = verify_in_ledger(open_store(db), target)
-    doc = report.to_json()
+            report = verify_in_ledger(open_store(db), target)
+        doc = report.to_json()
+        wrong = mismatches(doc, expect)
+        if wrong:
+            doc["verified"] = False
+            doc["reason"] = "; ".join(wrong)
+    except Error as e:
+        if not as_json:
+            raise
+        emit_json({"verified": False, "target": target, "reason": e.reason(), "expected": expect})
+        raise SystemExit(e.exit_code) from None
+    doc["expected"] = expect
     if as_json:
         emit_json(doc)
     else:
         click.echo(render_verification(doc), nl=False)
+    if not doc["verified"]:
+        click.echo(f"ledger: not the receipt expected: {doc['reason']}", err=True)
+        raise SystemExit(EXIT_NEGATIVE)
 
 
 @click.command()

@@ -37,7 +37,7 @@ def _server_option(help_text: str) -> Callable[[F], F]:
     required=True,
 )
 @click.option("--reason", help="Required for anything but passed: one sentence.")
-@click.option("--check", "check_name", help="Check name (default: the claim).")
+@click.option("--check", "check_name", help="Check name (default: the plan's check for the claim).")
 @click.option("--check-version", default="1", show_default=True)
 @click.option(
     "--param", "params", multiple=True, metavar="K=V", help="Check parameter (repeatable)."
@@ -75,6 +75,14 @@ def _server_option(help_text: str) -> Callable[[F], F]:
     help="Receipt this one replaces (needs --supersedes-reason).",
 )
 @click.option("--supersedes-reason", help="Why the superseded receipts no longer stand.")
+@click.option("--host", default="", help="Host the check ran on.")
+@click.option("--gpu-uuid", "gpu_uuids", multiple=True, help="GPU it ran on (repeatable).")
+@click.option("--started", metavar="TIME", help="When it started (RFC 3339).")
+@click.option("--finished", metavar="TIME", help="When it finished (RFC 3339).")
+@click.option("--unplanned", is_flag=True, help="Record a claim the governing plan does not name.")
+@click.option(
+    "--allow-dirty", is_flag=True, help="Record from a dirty work tree (recorded as dirty)."
+)
 @click.option("--key", "key_name", required=True, help="Runner key name in $LEDGER_KEYS.")
 @plan_option
 @_server_option("Record through a `ledger serve` at URL instead of --db.")
@@ -83,6 +91,8 @@ def attest(
     claim: str,
     pr: int | None,
     rev: str | None,
+    base: str | None,
+    offline: bool,
     repo: Path | None,
     outcome: str,
     reason: str | None,
@@ -96,6 +106,12 @@ def attest(
     cleanup: Path | None,
     supersedes: Sequence[str],
     supersedes_reason: str | None,
+    host: str,
+    gpu_uuids: Sequence[str],
+    started: str | None,
+    finished: str | None,
+    unplanned: bool,
+    allow_dirty: bool,
     key_name: str,
     plan: Path | None,
     server: str | None,
@@ -107,6 +123,8 @@ def attest(
     read from the repository; the rest comes from the options. Prints the id.
     """
     from ledger.attest import attest as do_attest
+    from ledger.attest import rfc3339
+    from ledger.environment import environment
     from ledger.record import open_recorder
     from ledger.statement import Facts
 
@@ -120,7 +138,7 @@ def attest(
         raise InputError("cleanup file must hold a JSON object")
     facts = Facts(
         claim=claim,
-        check=check_name or claim,
+        check=check_name or "",
         check_version=check_version,
         parameters=parse_scope(params),
         scope=parse_scope(scope),
@@ -131,6 +149,11 @@ def attest(
         cleanup=clean,
         artifacts=[],
         supersedes=[],
+        host=host,
+        gpu_uuids=list(gpu_uuids),
+        started=rfc3339(started, "--started") if started else None,
+        finished=rfc3339(finished, "--finished") if finished else None,
+        environment=environment(),
     )
     done = do_attest(
         recorder,
@@ -143,6 +166,10 @@ def attest(
         artifact_paths=artifacts,
         supersedes=supersedes,
         supersedes_reason=supersedes_reason,
+        unplanned=unplanned,
+        allow_dirty=allow_dirty,
+        offline=offline,
+        base=base,
     )
     if done.revision.dirty:
         click.echo(
@@ -176,23 +203,23 @@ def record(envelopes: Sequence[Path], db: str | None, as_json: bool) -> None:
 
 @click.command()
 @click.argument("receipt")
-@click.option("--concur", "verdict", flag_value="concur", help="Agree with the receipt.")
-@click.option(
-    "--dispute", "verdict", flag_value="dispute", help="Dispute it: its claim stops qualifying."
-)
+@click.option("--concur", is_flag=True, help="Agree with the receipt.")
+@click.option("--dispute", is_flag=True, help="Dispute it: its claim stops qualifying.")
 @click.option("--note", default="", help="What was checked, or why it is disputed.")
 @click.option("--key", "key_name", required=True, help="Reviewer key name in $LEDGER_KEYS.")
 @db_option
-def review(receipt: str, verdict: str | None, note: str, key_name: str, db: str | None) -> None:
+def review(
+    receipt: str, concur: bool, dispute: bool, note: str, key_name: str, db: str | None
+) -> None:
     """Countersign (or dispute) a receipt with a reviewer key other than its signer."""
     from ledger.record import LocalRecorder
     from ledger.record import review as do_review
 
-    if verdict is None:
-        raise UsageError("give --concur or --dispute")
+    if concur == dispute:
+        raise UsageError("give exactly one of --concur or --dispute")
     recorder = LocalRecorder(open_store(db))
     key = keydir().load(key_name)
-    rec = do_review(recorder, receipt, "dispute" if verdict == "dispute" else "concur", note, key)
+    rec = do_review(recorder, receipt, "dispute" if dispute else "concur", note, key)
     click.echo(rec.id)
 
 
@@ -226,6 +253,8 @@ def review(receipt: str, verdict: str | None, note: str, key_name: str, db: str 
 def qualify(
     pr: int | None,
     rev: str | None,
+    base: str | None,
+    offline: bool,
     repo: Path | None,
     plan: Path | None,
     claims: Sequence[str],
@@ -263,8 +292,13 @@ def qualify(
         claims=claims,
         device="cuda" if device == "cuda" else "cpu" if device == "cpu" else "auto",
         progress=progress,
+        offline=offline,
+        base=base,
     )
     receipts = [{"id": i, "claim": c, "outcome": o} for i, c, o in result.receipts]
+    # Every check ending in infra-error measured nothing: an environment
+    # failure (exit 2), never a verdict about the code.
+    nothing_measured = bool(receipts) and all(o == "infra-error" for _, _, o in result.receipts)
     report = None
     if isinstance(recorder, LocalRecorder):
         from ledger.query import query_status
@@ -274,6 +308,8 @@ def qualify(
         emit_json({"receipts": receipts, "status": report.to_json() if report else None})
     else:
         click.echo(render_qualify(receipts, report), nl=False)
+    if nothing_measured:
+        raise UsageError("nothing was measured: every check ended in infra-error")
     if report is None:
         # A server client has only the receipts it just recorded, so it reports
         # those and leaves qualification to `ledger status` where the database is.

@@ -36,7 +36,14 @@ from ledger.store.tables import (
 
 __all__ = ["DEFAULT_DB", "Store", "resolve_url", "utc_now"]
 
-DEFAULT_DB = Path(".ledger") / "ledger.db"
+def default_db() -> Path:
+    """$XDG_DATA_HOME/ledger/ledger.db (default ~/.local/share/...): never in a
+    work tree, where it would make every clone look dirty."""
+    data = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(data) / "ledger" / "ledger.db"
+
+
+DEFAULT_DB = default_db()
 _PREFIX = re.compile(r"^(sha256:)?([0-9a-f]{12,64})$")
 # Any constant works; it only has to be the same for every writer of one database.
 _PG_APPEND_LOCK = 0x1ED6E7
@@ -56,8 +63,8 @@ def utc_now() -> str:
 
 
 def resolve_url(db: str | None) -> str:
-    """--db, else LEDGER_DB, else ./.ledger/ledger.db; a bare path means SQLite."""
-    value = db or os.environ.get("LEDGER_DB") or str(DEFAULT_DB)
+    """--db, else LEDGER_DB, else $XDG_DATA_HOME/ledger/ledger.db; a bare path means SQLite."""
+    value = db or os.environ.get("LEDGER_DB") or str(default_db())
     if "://" in value:
         try:
             make_url(value)
@@ -163,8 +170,10 @@ class Store:
 
     # -- reading ---------------------------------------------------------------
 
-    def keys(self) -> dict[str, KeyInfo]:
-        if self._keys is None:
+    def keys(self, *, fresh: bool = False) -> dict[str, KeyInfo]:
+        """Registered keys; `fresh` re-reads them (a write must see every
+        revocation, also one another process logged after this one started)."""
+        if self._keys is None or fresh:
             with self.engine.connect() as conn:
                 self._keys = load_keys(conn)
         return self._keys

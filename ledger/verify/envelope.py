@@ -11,7 +11,8 @@ from ledger.entry import LoggedEntry
 from ledger.errors import VerificationError
 from ledger.keys import KeyInfo
 from ledger.models import Envelope
-from ledger.statement import ROLE_FOR, Statement, kind_of, parse_statement
+from ledger.statement import ROLE_FOR, Statement, kind_of
+from ledger.verify.strict import check_signers, strict_statement
 
 __all__ = ["Verified", "verify_entry", "verify_envelope"]
 
@@ -27,6 +28,8 @@ class Verified:
     payload: bytes
     statement: Statement
     signer: str
+    signers: tuple[str, ...] = ()
+    """Every key that signed (sorted); `signer` is the first of them."""
 
 
 def verify_envelope(
@@ -38,19 +41,17 @@ def verify_envelope(
     a key revoked before that position does not count.
     """
     payload, accepted = dsse.verify(env, {k: v.public for k, v in keys.items()})
-    stmt = parse_statement(payload)
-    want_role = ROLE_FOR[stmt.predicateType]
-    signer = accepted[0]
-    info = keys[signer]
-    if info.revoked_seq is not None and (at_seq is None or info.revoked_seq < at_seq):
-        raise VerificationError(
-            f"key {info.name} ({signer[:12]}) was revoked: {info.revoked_reason}"
-        )
-    if info.role != want_role:
-        raise VerificationError(
-            f"key {info.name} has role {info.role}; "
-            f"a {kind_of(stmt)} must be signed by a {want_role} key"
-        )
+    stmt = strict_statement(payload)
+    roles = {k: (v.name, v.role, v.revoked_seq, v.revoked_reason) for k, v in keys.items()}
+    signers = check_signers(
+        accepted,
+        [s.keyid for s in env.signatures],
+        roles,
+        ROLE_FOR[stmt.predicateType],
+        kind_of(stmt),
+        at_seq,
+    )
+    signer = signers[0]
     return Verified(
         id=receipt_id(payload),
         kind=kind_of(stmt),
@@ -58,6 +59,7 @@ def verify_envelope(
         payload=payload,
         statement=stmt,
         signer=signer,
+        signers=signers,
     )
 
 

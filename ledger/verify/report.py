@@ -11,7 +11,7 @@ from ledger.keys import KeyInfo
 from ledger.models import ReviewStatement
 from ledger.verify.envelope import Verified
 
-__all__ = ["LogState", "VerificationReport", "review_item"]
+__all__ = ["LogState", "VerificationReport", "mismatches", "review_item"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,14 +42,34 @@ class VerificationReport:
     unanchored_reviews: list[dict[str, Any]] = field(default_factory=list)
     """Reviews in a log no trusted key vouches for: shown, never counted."""
 
+    def steps(self) -> list[str]:
+        """Each verification step that was performed, in words."""
+        return [
+            "payload read strictly: canonical RFC 8785 form, no duplicate keys, strict types",
+            f"id {self.id[:19]} is the sha256 of the signed payload",
+            "every DSSE signature verifies by a registered, unrevoked key",
+            f"signer {self.signer_name} has role {self.signer_role}, which may sign a {self.kind}",
+            f"log inclusion of entry {self.log.index}: {self.log.inclusion}",
+            f"trust rests on {self.anchor}",
+            f"{len(self.reviews)} review(s) verified the same way",
+        ]
+
     def to_json(self) -> dict[str, Any]:
         p = self.statement.get("predicate", {})
+        src = p.get("source") or {}
         return {
             "verified": True,
             "id": self.id,
             "kind": self.kind,
+            "subject": {
+                "repo": src.get("repo"),
+                "commit": src.get("commit"),
+                "tree": src.get("tree"),
+                "pr": src.get("pr"),
+            },
             "claim": p.get("claim"),
             "outcome": p.get("outcome"),
+            "scope": p.get("scope"),
             "signer": {"keyid": self.signer, "name": self.signer_name, "role": self.signer_role},
             "anchor": self.anchor,
             "log": {
@@ -58,8 +78,10 @@ class VerificationReport:
                 "origin": self.log.origin,
                 "inclusion": self.log.inclusion,
             },
+            "checkpoint": {"size": self.log.size, "origin": self.log.origin},
             "reviews": self.reviews,
             "unanchored_reviews": self.unanchored_reviews,
+            "steps": self.steps(),
         }
 
 
@@ -74,3 +96,31 @@ def review_item(rv: Verified, keys: Mapping[str, KeyInfo]) -> dict[str, Any]:
         "reviewed": p.reviewed,
         "signer": {"keyid": rv.signer, "name": info.name if info else None},
     }
+
+
+def mismatches(doc: dict[str, Any], expect: dict[str, str]) -> list[str]:
+    """Where a verified receipt differs from what the user expects (`--repo`,
+    `--commit`, `--claim`, `--signer`), each in words; empty when it matches."""
+    from ledger.repoid import canonical_repo
+
+    out = []
+    subj = doc.get("subject") or {}
+    if "repo" in expect and canonical_repo(str(subj.get("repo") or "")) != canonical_repo(
+        expect["repo"]
+    ):
+        out.append(f"repo is {subj.get('repo')}, expected {canonical_repo(expect['repo'])}")
+    commit = str(subj.get("commit") or "")
+    if "commit" in expect and not (
+        len(expect["commit"]) >= 7 and commit.startswith(expect["commit"].lower())
+    ):
+        out.append(f"commit is {commit[:12]}, expected {expect['commit']}")
+    if "claim" in expect and doc.get("claim") != expect["claim"]:
+        out.append(f"claim is {doc.get('claim')}, expected {expect['claim']}")
+    if "signer" in expect:
+        s = doc.get("signer") or {}
+        want = expect["signer"]
+        if want != s.get("name") and not (
+            len(want) >= 12 and str(s.get("keyid", "")).startswith(want)
+        ):
+            out.append(f"signed by {s.get('name')} ({str(s.get('keyid'))[:12]}), expected {want}")
+    return out

@@ -60,6 +60,7 @@ def test_attest_reads_identity_from_git(
     r = run(
         capsys,
         "attest",
+        "--unplanned",
         "--claim",
         "backward.full-prefix",
         "--rev",
@@ -101,9 +102,9 @@ def test_dirty_work_tree_is_recorded_dirty(
     ready: Path, repo: git.Repo, capsys: pytest.CaptureFixture[str]
 ) -> None:
     Path(repo.working_tree_dir or ".", "model", "a.py").write_text("x = 2\n")
-    r = run(
-        capsys,
+    args = (
         "attest",
+        "--unplanned",
         "--claim",
         "c",
         "--rev",
@@ -115,6 +116,9 @@ def test_dirty_work_tree_is_recorded_dirty(
         "--key",
         "gpu-host",
     )
+    r = run(capsys, *args)
+    assert r.code == 1 and "--allow-dirty" in r.err
+    r = run(capsys, *args, "--allow-dirty")
     assert r.code == 0 and "dirty" in r.err
     p = _show(capsys, r.out.strip())["predicate"]
     assert isinstance(p, dict) and p["source"]["dirty"] is True
@@ -135,6 +139,7 @@ def test_pr_head_is_fetched_from_the_remote(
     r = run(
         capsys,
         "attest",
+        "--unplanned",
         "--claim",
         "c",
         "--pr",
@@ -155,6 +160,7 @@ def test_pr_head_is_fetched_from_the_remote(
     missing = run(
         capsys,
         "attest",
+        "--unplanned",
         "--claim",
         "c",
         "--pr",
@@ -166,13 +172,13 @@ def test_pr_head_is_fetched_from_the_remote(
         "--key",
         "gpu-host",
     )
-    assert missing.code == 1 and "PR 5" in missing.err
+    assert missing.code == 2 and "unknown PR 5" in missing.err
 
 
 @pytest.mark.parametrize(
     ("args", "code", "message"),
     [
-        (["--rev", "nope"], 1, "unknown revision"),
+        (["--rev", "nope"], 2, "unknown revision"),
         (["--rev", "HEAD", "--outcome", "failed"], 1, "needs a reason"),
         (["--rev", "HEAD", "--scope", "novalue"], 2, "expected key=value"),
         (["--rev", "HEAD", "--measurements", "/nonexistent.json"], 2, "does not exist"),
@@ -187,7 +193,7 @@ def test_bad_attest_input(
     code: int,
     message: str,
 ) -> None:
-    base = ["attest", "--claim", "c", "--repo", str(repo.working_tree_dir)]
+    base = ["attest", "--unplanned", "--claim", "c", "--repo", str(repo.working_tree_dir)]
     if "--outcome" not in args:
         base += ["--outcome", "passed"]
     if "--key" not in args:

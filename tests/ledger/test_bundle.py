@@ -54,7 +54,7 @@ def exported(
     ledger(capsys, "init", *db)
     ledger(capsys, "keys new runner --role runner", *db)
     ledger(capsys, "keys new reviewer --role reviewer", *db)
-    attest = "attest --claim admission.no-oom-after-admit --rev HEAD --outcome passed"
+    attest = "attest --unplanned --claim admission.no-oom-after-admit --rev HEAD --outcome passed"
     scope = "--scope device_kind=cpu --scope gpu_count=0 --key runner"
     rid = ledger(capsys, f"{attest} {scope}", "--repo", str(repo_dir), *db).out.strip()
     ledger(capsys, "review", rid, "--concur", "--note", "reran it", "--key", "reviewer", *db)

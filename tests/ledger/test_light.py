@@ -52,6 +52,7 @@ def test_verify_does_not_import_torch(
     rid = run(
         capsys,
         "attest",
+        "--unplanned",
         "--claim",
         "c",
         "--rev",

@@ -52,6 +52,7 @@ def _attest(capsys: pytest.CaptureFixture[str], r: git.Repo, *args: str) -> str:
     res = run(
         capsys,
         "attest",
+        "--unplanned",
         "--claim",
         "admission.no-oom-after-admit",
         "--check",
@@ -181,10 +182,10 @@ def test_unknown_revision_and_bad_plan(
     upstream: git.Repo, capsys: pytest.CaptureFixture[str]
 ) -> None:
     r = run(capsys, "status", "--repo", str(upstream.working_tree_dir), "--rev", "nope")
-    assert r.code == 1 and "unknown revision" in r.err
+    assert r.code == 2 and "unknown revision" in r.err
     commit_file(upstream, "qualification.toml", "[[claims]]\nname = 1\n", "broken plan")
     r = run(capsys, "status", "--repo", str(upstream.working_tree_dir), "--rev", "HEAD")
-    assert r.code == 1 and "qualification.toml" in r.err and r.err.count("\n") == 1
+    assert r.code == 2 and "qualification.toml" in r.err and r.err.count("\n") == 1
     r = run(capsys, "status", "--repo", str(upstream.working_tree_dir))
     assert r.code == 2 and "--rev or --pr" in r.err
 
