@@ -118,6 +118,7 @@ def qualify(
     progress: Callable[[str], None],
     offline: bool = False,
     base: str | None = None,
+    profile: str | None = None,
 ) -> QualifyRun:
     try:
         from runners.api import check_names, needs_base, params_error
@@ -132,10 +133,13 @@ def qualify(
     plan = ident.plan
     if plan is None:
         raise InputError(f"no {PLAN_FILE} at {ident.revision.commit[:12]}; pass --plan FILE")
+    # The profile sizes the run; status judges each receipt against the profile its
+    # scope names, so the plan kept for the question stays the unprofiled one.
+    run_plan = plan if profile is None else plan.with_profile(profile)
     # The checks run on a fresh worktree of the commit: clean by construction,
     # whatever state the caller's own work tree is in.
     revision = dataclasses.replace(ident.revision, dirty=False)
-    asked = [c for c in plan.claims if not claims or c.name in claims]
+    asked = [c for c in run_plan.claims if not claims or c.name in claims]
     unknown = sorted(set(claims) - {c.name for c in plan.claims})
     if unknown:
         raise InputError(f"claims not in the plan: {', '.join(unknown)}")
@@ -168,7 +172,7 @@ def qualify(
                 params=dict(claim.params),
                 repo_root=root,
                 workload_ref=plan.workload_for(claim) or "",
-                workload_params=dict(plan.workload_params),
+                workload_params=dict(run_plan.workload_params_for(claim)),
                 device=device,
                 observer_off_required=claim.observer_off,
                 base_root=base_root,
@@ -178,6 +182,9 @@ def qualify(
                 world_size=claim.world_size,
                 timeout_s=claim.timeout_s,
             )
+            if profile is not None:
+                for r in results:
+                    r.scope["profile"] = profile
             built = [_facts(r) for r in results]
             stmts = [build_statement(revision.source(), f) for f, _ in built]
             files = [a for _, fs in built for a in fs]

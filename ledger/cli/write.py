@@ -241,6 +241,11 @@ def review(
     help="auto: CUDA when a GPU is present, else CPU.",
 )
 @click.option(
+    "--profile",
+    metavar="NAME",
+    help="Apply the plan's [profiles.NAME] (recorded as the receipts' `profile` facet).",
+)
+@click.option(
     "--key",
     "key_name",
     default="runner",
@@ -259,6 +264,7 @@ def qualify(
     plan: Path | None,
     claims: Sequence[str],
     device: str,
+    profile: str | None,
     key_name: str,
     server: str | None,
     db: str | None,
@@ -294,6 +300,7 @@ def qualify(
         progress=progress,
         offline=offline,
         base=base,
+        profile=profile,
     )
     receipts = [{"id": i, "claim": c, "outcome": o} for i, c, o in result.receipts]
     # Every check ending in infra-error measured nothing: an environment

@@ -69,12 +69,12 @@ def evaluate(
 def _asked(plan: Plan | None, claims: Sequence[str] | None, ctx: _Context) -> list[Requirement]:
     if claims is None:
         if plan is not None:
-            return [Requirement.from_plan(c) for c in plan.claims]
+            return [Requirement.from_plan(c, plan) for c in plan.claims]
         return [Requirement(claim=name) for name in sorted(ctx.by_claim)]
     out: list[Requirement] = []
     for name in dict.fromkeys(claims):
         spec = plan.claim(name) if plan is not None else None
-        req = Requirement.from_plan(spec) if spec is not None else Requirement(claim=name)
+        req = Requirement.from_plan(spec, plan) if spec is not None else Requirement(claim=name)
         # A claim asked by name is the question itself: the answer needs it, even
         # where the plan marks it optional for the revision as a whole.
         out.append(replace(req, required=True))

@@ -39,6 +39,8 @@ __all__ = [
     "ClaimSpec",
     "PackageSpec",
     "Plan",
+    "ProfileClaim",
+    "ProfileSpec",
     "load_plan",
     "parse_plan",
 ]
@@ -212,6 +214,26 @@ class ClaimSpec(_Frozen):
     """Ranks the claim's workload runs on (one process each; on CUDA one GPU each)."""
     timeout_s: Annotated[int, Field(strict=True, ge=1)] = DEFAULT_TIMEOUT_S
     """Seconds the claim may run, all ranks together, before it is killed (infra-error)."""
+    workload_params: JsonTable = Field(default_factory=dict)
+    """Factory arguments for this claim: the plan's `workload_params`, updated by these."""
+
+
+class ProfileClaim(_Frozen):
+    """`[profiles.NAME.claims.CLAIM]`: what a profile changes for one claim."""
+
+    params: JsonTable = Field(default_factory=dict)
+    """Check parameters updating the claim's `params` (key by key)."""
+    workload_params: JsonTable = Field(default_factory=dict)
+    """Factory arguments updating the claim's (applied last)."""
+
+
+class ProfileSpec(_Frozen):
+    """`[profiles.NAME]`: one sizing of the plan (e.g. for CPU or for an H200)."""
+
+    workload_params: JsonTable = Field(default_factory=dict)
+    """Factory arguments updating every claim's (after the claim's own)."""
+    claims: dict[Name, ProfileClaim] = Field(default_factory=dict)
+    """Per-claim overrides, by claim name; every name must be a claim of the plan."""
 
 
 class Plan(_Frozen):
@@ -221,6 +243,7 @@ class Plan(_Frozen):
     workload_params: JsonTable = Field(default_factory=dict)
     project: ProjectSpec | None = None
     package: PackageSpec | None = None
+    profiles: dict[Name, ProfileSpec] = Field(default_factory=dict)
     claims: tuple[ClaimSpec, ...] = Field(min_length=1)
 
     @model_validator(mode="after")
@@ -238,7 +261,40 @@ class Plan(_Frozen):
                     f"claims[{i}].carry_over: 'package' needs [package].paths "
                     f"to define the package identity"
                 )
+        for pname, prof in self.profiles.items():
+            for cname in prof.claims:
+                if cname not in seen:
+                    raise _PlanError(
+                        f"profiles.{pname}.claims.{cname}: no such claim in the plan "
+                        f"(claims: {', '.join(seen)})"
+                    )
         return self
+
+    def workload_params_for(self, claim: ClaimSpec) -> dict[str, JsonValue]:
+        """The factory arguments of `claim`: the plan's, updated by the claim's own."""
+        return {**self.workload_params, **claim.workload_params}
+
+    def with_profile(self, name: str) -> Plan:
+        """This plan with profile `name` applied: each claim's `params` and
+        `workload_params` updated by the profile's (the claim entry last).
+        `InputError` for a profile the plan does not define."""
+        prof = self.profiles.get(name)
+        if prof is None:
+            known = ", ".join(self.profiles) or "none defined"
+            raise InputError(f"no profile {name!r} in the plan (profiles: {known})")
+        claims = []
+        for c in self.claims:
+            over = prof.claims.get(c.name, ProfileClaim())
+            wparams = {**self.workload_params_for(c), **prof.workload_params}
+            claims.append(
+                c.model_copy(
+                    update={
+                        "params": {**c.params, **over.params},
+                        "workload_params": {**wparams, **over.workload_params},
+                    }
+                )
+            )
+        return self.model_copy(update={"claims": tuple(claims)})
 
     def claim(self, name: str) -> ClaimSpec | None:
         """The claim named `name`, or None."""
@@ -291,6 +347,8 @@ _KNOWN = {
     (): tuple(Plan.model_fields),
     ("package",): tuple(PackageSpec.model_fields),
     ("project",): tuple(ProjectSpec.model_fields),
+    ("profiles", "*"): tuple(ProfileSpec.model_fields),
+    ("profiles", "*", "claims", "*"): tuple(ProfileClaim.model_fields),
     ("claims", 0): tuple(ClaimSpec.model_fields),
 }
 
@@ -305,6 +363,9 @@ def _explain(err: ErrorDetails) -> str:
     path = _path(loc)
     if kind == "extra_forbidden":
         parent = tuple(0 if isinstance(x, int) else x for x in loc[:-1])
+        # Profile and claim names are the user's: match them by position.
+        if parent[:1] == ("profiles",):
+            parent = tuple("*" if i in (1, 3) else x for i, x in enumerate(parent))
         known = _KNOWN.get(parent)
         hint = f" (known keys: {', '.join(known)})" if known else ""
         return f"{path}: unknown key{hint}"

@@ -16,7 +16,7 @@ from pydantic import JsonValue
 
 from ledger.models import Outcome
 from ledger.qualification.evidence import ReceiptEvidence, ReviewEvidence, Revision, short_id
-from ledger.qualification.plan import OBSERVER_OFF_CONTROL_CHECK, CarryOver, ClaimSpec
+from ledger.qualification.plan import OBSERVER_OFF_CONTROL_CHECK, CarryOver, ClaimSpec, Plan
 from ledger.qualification.scope import Facets, covers
 
 __all__ = [
@@ -129,13 +129,22 @@ class Requirement:
     cleanup: bool = True
     required: bool = True
     in_plan: bool = False
+    profile_params: Mapping[str, Mapping[str, JsonValue]] = field(default_factory=dict)
+    """The check parameters under each of the plan's profiles: a receipt whose scope
+    names a profile (``profile`` facet) must record those instead of `params`."""
 
     @classmethod
-    def from_plan(cls, spec: ClaimSpec) -> Requirement:
+    def from_plan(cls, spec: ClaimSpec, plan: Plan | None = None) -> Requirement:
+        profiled: dict[str, Mapping[str, JsonValue]] = {}
+        for name in plan.profiles if plan is not None else ():
+            got = plan.with_profile(name).claim(spec.name) if plan is not None else None
+            if got is not None:
+                profiled[name] = got.params
         return cls(
             claim=spec.name,
             check=spec.check,
             params=spec.params,
+            profile_params=profiled,
             scope=spec.scope,
             carry_over=spec.carry_over,
             reviews=spec.reviews,
@@ -335,7 +344,9 @@ def planned_check(r: ReceiptEvidence, req: Requirement) -> Reason | None:
         return Reason(
             PLANNED_CHECK, f"{sid} ran check {check.name!r}; the plan requires {req.check!r}", r.id
         )
-    for key, want in req.params.items():
+    profile = r.predicate.scope.get("profile")
+    params = req.profile_params.get(profile, req.params) if isinstance(profile, str) else req.params
+    for key, want in params.items():
         got = check.parameters.get(key)
         if key not in check.parameters or _canon(got) != _canon(want):
             shown = _canon(got) if key in check.parameters else "nothing"
