@@ -38,6 +38,7 @@ def markdown(doc: dict[str, Any]) -> str:
     verdict = "qualified" if doc["qualified"] else "not qualified"
     lines = [
         f"### Ledger: {_cell(_subject(doc))} is **{verdict}**",
+        *(f"- {_cell(line)}" for line in doc.get("judged", [])),
         "",
         "| claim | scope | state | receipts | why |",
         "|---|---|---|---|---|",

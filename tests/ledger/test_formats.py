@@ -27,8 +27,12 @@ def status_doc(
     monkeypatch.setenv("LEDGER_DB", str(tmp_path / "l.db"))
     assert run(capsys, "init").code == 0
     assert run(capsys, "keys", "new", "r", "--role", "runner").code == 0
-    where = ("--rev", "HEAD", "--repo", str(repo.working_tree_dir), "--key", "r")
-    ok = run(capsys, "attest", "--claim", "good", "--outcome", "passed", *where)
+    where = ("--rev", "HEAD", "--repo", str(repo.working_tree_dir), "--key", "r", "--unplanned")
+    clean = tmp_path / "cleanup.json"
+    clean.write_text('{"complete": true, "resources": []}')
+    ok = run(
+        capsys, "attest", "--claim", "good", "--outcome", "passed", "--cleanup", str(clean), *where
+    )
     bad = run(capsys, "attest", "--claim", "bad", "--outcome", "failed", "--reason", "a|b", *where)
     assert ok.code == 0 and bad.code == 0, (ok.err, bad.err)
     r = run(
