@@ -41,6 +41,7 @@ def import_(
     rev: str | None,
     repo: Path | None,
     key_name: str,
+    unplanned: bool,
     plan: Path | None,
     server: str | None,
     db: str | None,
@@ -76,6 +77,7 @@ def import_(
             plan_file=plan,
             # A server stores no artifact contents: the digest is then in the measurements.
             artifact_paths=[file] if recorder.stores_artifacts else [],
+            unplanned=unplanned,
         )
         note = "" if facts.outcome == "passed" else f": {facts.reason}"
         click.echo(f"{facts.claim}: {facts.outcome} (imported from {fmt}){note}", err=True)

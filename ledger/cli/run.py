@@ -11,8 +11,8 @@ from ledger.cli._common import F, db_option, keydir, plan_option
 
 
 def target_options(f: F) -> F:
-    """--claim, --pr/--rev, --repo, --key, --plan, --server, --db: what a receipt is about
-    and where it goes (shared with `ledger import`)."""
+    """--claim, --pr/--rev, --repo, --key, --unplanned, --plan, --server, --db: what a
+    receipt is about and where it goes (shared with `ledger import`)."""
     for opt in reversed(
         (
             click.option("--claim", required=True, help="The claim the receipt is about."),
@@ -24,6 +24,9 @@ def target_options(f: F) -> F:
                 help="Repository (default: the current one).",
             ),
             click.option("--key", "key_name", required=True, help="Runner key name."),
+            click.option(
+                "--unplanned", is_flag=True, help="Record a claim the governing plan does not name."
+            ),
             plan_option,
             click.option("--server", metavar="URL", help="Record through a `ledger serve`."),
             db_option,
@@ -66,6 +69,7 @@ def run(
     rev: str | None,
     repo: Path | None,
     key_name: str,
+    unplanned: bool,
     plan: Path | None,
     server: str | None,
     db: str | None,
@@ -101,6 +105,7 @@ def run(
         pr=pr,
         plan_file=plan,
         artifact_paths=done.artifacts,
+        unplanned=unplanned,
     )
     note = "" if done.outcome == "passed" else f": {done.reason}"
     click.echo(f"{claim}: {done.outcome}{note}", err=True)
