@@ -18,7 +18,7 @@ from ledger.keys import KeyDir
 from ledger.repoid import canonical_repo
 from ledger.store.store import Store, resolve_url
 from tests.conftest import commit_file
-from tests.ledger.factories import statement
+from tests.ledger.factories import envelope, statement
 from tests.ledger.helpers import run
 
 PLAN = """
@@ -99,6 +99,22 @@ def test_status_fetches_the_pr_head_every_time_and_sees_a_force_push(
     assert code == 2 and "fetching PR 7" in err
 
 
+def test_history_and_attest_follow_a_force_pushed_pr_head(
+    ledger: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bare, pusher = _origin(tmp_path)
+    _push_pr(pusher, 5, "x = 1\n")
+    judge = git.Repo.clone_from(str(bare.git_dir), tmp_path / "judge")
+    first = run(capsys, "history", "--pr", "5", "--repo", str(judge.working_tree_dir), "--json")
+    head2 = _push_pr(pusher, 5, "x = 2\n", force=True)
+    r = run(capsys, "history", "--pr", "5", "--repo", str(judge.working_tree_dir), "--json")
+    assert json.loads(first.out)["subject"]["commit"] != head2
+    assert r.code == 0 and json.loads(r.out)["subject"]["commit"] == head2
+    rid = _attest(capsys, judge, "--pr", "5").out.strip()
+    shown = json.loads(run(capsys, "show", rid, "--json").out)
+    assert shown["statement"]["predicate"]["source"]["commit"] == head2
+
+
 def test_no_remote_uses_the_local_ref_and_says_so(
     ledger: Path, repo: git.Repo, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -164,6 +180,30 @@ def test_clones_by_different_url_forms_see_the_same_receipts(
     a.delete_remote(a.remotes.origin)
     code, doc = _status(capsys, a, "--rev", "HEAD")
     assert doc["subject"]["repo"] == "acme/x"
+
+
+def test_receipts_logged_under_a_raw_url_are_matched_through_the_normalisation(
+    ledger: Path, tmp_path: Path, key_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A receipt signed before ids were canonical names the raw remote URL; a clone
+    whose remote is spelt another way still finds it."""
+    _, pusher = _origin(tmp_path)
+    pusher.git.remote("set-url", "origin", "git@GitHub.com:OpenPipe/ART.git")
+    head = pusher.head.commit
+    raw = tmp_path / "raw.json"
+    source = {
+        "repo": "https://github.com/OpenPipe/ART.git",
+        "commit": head.hexsha,
+        "tree": head.tree.hexsha,
+        "dirty": False,
+    }
+    raw.write_bytes(envelope(KeyDir(key_dir).load("h200"), claim="c", scope={}, source=source))
+    assert run(capsys, "record", str(raw)).code == 0
+    code, doc = _status(capsys, pusher, "--rev", "HEAD")
+    assert doc["subject"]["repo"] == "github.com/OpenPipe/ART"
+    [row] = [c for c in doc["claims"] if c["claim"] == "c" and c["scope_role"] == "required"]
+    assert row["receipts"] and row["state"] == "qualified", row
+    assert code == 0
 
 
 # -- 4. the ledger is not in the work tree --------------------------------------------

@@ -68,3 +68,21 @@ def test_table_for_nothing_asked() -> None:
     assert render_table(rep).splitlines()[2].split() == [
         "CLAIM", "/", "SCOPE", "/", "WHY", "STATE", "VIA", "RECEIPTS",
     ]  # fmt: skip
+
+
+def test_a_qualified_control_row_does_not_list_other_receipts_as_faults() -> None:
+    """A dedicated observer-off control claim qualified by its control receipt: a
+    receipt of the inner check logged under the same claim explains nothing about
+    the qualified row, so its planned-check mismatch is not shown there."""
+    control = receipt(
+        seq=1, check="observer-off-control", params={"check": "regression-24view"}, scope=H200
+    )
+    inner = receipt(seq=2, check="regression-24view", scope=H200)
+    rep = report(
+        [control, inner], check="observer-off-control", params={"check": "regression-24view"}
+    )
+    row = rep.at_required_scope(CLAIM)
+    assert row.state == "qualified"
+    assert any(str(r).startswith("planned-check") for r in row.reasons)  # JSON keeps them all
+    table = render_table(rep, width=100)
+    assert "qualified" in table and "planned-check" not in table
