@@ -161,8 +161,8 @@ def _stopped(like: CheckResult, e: RankExit, culprit: int) -> CheckResult:
     )
 
 
-def _merged(per_rank: list[list[CheckResult]], *, cuda: bool) -> list[CheckResult]:
-    if len(per_rank) == 1:
+def _merged(per_rank: list[list[CheckResult]], *, cuda: bool, grouped: bool) -> list[CheckResult]:
+    if not grouped:
         return per_rank[0]
     return [merge_ranks(list(rs), cuda=cuda) for rs in zip(*per_rank, strict=True)]
 
@@ -174,7 +174,8 @@ def _backend(device: str) -> str:
         return "gloo"
     if device == "cuda":
         return "nccl"
-    return "nccl" if nvml.devices_used() else "gloo"
+    used = nvml.devices_used()
+    return "nccl" if used is not None and used[0] else "gloo"
 
 
 def run_claim_isolated(
@@ -185,6 +186,7 @@ def run_claim_isolated(
     check: str,
     world_size: int = 1,
     timeout_s: float = DEFAULT_TIMEOUT_S,
+    distributed: bool | None = None,
     **kwargs: Any,
 ) -> list[CheckResult]:
     """`runners.api.run_claim` in fresh child processes, one per rank; same results.
@@ -193,15 +195,18 @@ def run_claim_isolated(
     result is an infra-error "timed out after N s". A rank that dies without results
     (a crash, a signal) ends the claim: the others are stopped, and the result is an
     infra-error naming the rank and how it ended. With ``world_size`` > 1 the ranks'
-    results are merged per check (`runners.ranks.merge_ranks`).
+    results are merged per check (`runners.ranks.merge_ranks`). ``distributed`` (default:
+    ``world_size > 1``) runs the ranks inside a process group even at one rank, which
+    exercises the multi-rank path on a single device.
     """
+    grouped = world_size > 1 if distributed is None else distributed
     work = Path(tempfile.mkdtemp(prefix="ledger-claim-"))
     backend = _backend(device)
     argvs, envs = [], []
     for rank in range(world_size):
         req, out = work / f"request{rank}.json", work / f"result{rank}.json"
         body: dict[str, Any] = {"device": device, "claim": claim, "check": check, **kwargs}
-        if world_size > 1:
+        if grouped:
             body["rank_session"] = {
                 "rank": rank,
                 "world_size": world_size,
@@ -251,7 +256,7 @@ def run_claim_isolated(
             results = [_timed_out(**common, params=params, timeout_s=timeout_s, ranks=running)]
         elif all(g is not None for g in got):
             per_rank = [[_result_from(d) for d in g] for g in got if g is not None]
-            results = _merged(per_rank, cuda=backend == "nccl")
+            results = _merged(per_rank, cuda=backend == "nccl", grouped=grouped)
         else:
             bad = group.first_death
             bad = bad if bad is not None else next(i for i, g in enumerate(got) if g is None)
@@ -269,7 +274,7 @@ def run_claim_isolated(
                     else [_stopped(_result_from(d), exits[i], bad) for d in first]
                     for i, g in enumerate(got)
                 ]
-                results = _merged(per_rank, cuda=backend == "nccl")
+                results = _merged(per_rank, cuda=backend == "nccl", grouped=grouped)
         at_exit = _exit_release(gpu_before, exits[0].pid) if world_size == 1 else None
         for r in results:
             r.cleanup = _with_exit_proof(r.cleanup, stopped, at_exit)
