@@ -12,6 +12,10 @@ port, so the default bind is 127.0.0.1.
     GET  /v1/entries/<ref>     the `ledger show --json` document
     GET  /v1/bundles/<ref>     the export bundle (`ledger verify FILE`)
     GET  /v1/checkpoint        the newest signed checkpoint note (text/plain)
+    GET  /v1/log/proof/<ref>   inclusion proof (the `ledger log proof --json` document)
+    GET  /v1/log/consistency?from=OLD[&to=NEW]
+                               consistency proof to a checkpoint (default the newest):
+                               {"old", "new", "proof", "checkpoint"}
     GET  /healthz              {"ok": true, "entries": N}
 
 Every error is `{"error": "<one line>"}`: 400 refused or malformed input,
@@ -34,10 +38,12 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import SQLAlchemyError
 
 from ledger.dsse import MAX_ENVELOPE_BYTES
-from ledger.errors import Error, UsageError
+from ledger.errors import Error, InputError, UsageError
 from ledger.ingest import record
 from ledger.keys import KeyDir, active_ledger_key
-from ledger.log import export
+from ledger.limits import MAX_INT, load_json
+from ledger.log import export, inclusion
+from ledger.log.witness import prove
 from ledger.query import show_document
 from ledger.store.store import Store
 
@@ -185,7 +191,14 @@ class Handler(BaseHTTPRequestHandler):
                 raise RequestError(404, "no checkpoint has been signed yet")
             self._reply(200, row.note.encode(), "text/plain; charset=utf-8")
             return
-        for prefix, route in (("/v1/entries/", self._entry), ("/v1/bundles/", self._bundle)):
+        if path == "/v1/log/consistency":
+            self._consistency()
+            return
+        for prefix, route in (
+            ("/v1/entries/", self._entry),
+            ("/v1/bundles/", self._bundle),
+            ("/v1/log/proof/", self._proof),
+        ):
             if path.startswith(prefix):
                 ref = urllib.parse.unquote(path.removeprefix(prefix))
                 if not ref or "/" in ref:
@@ -199,6 +212,43 @@ class Handler(BaseHTTPRequestHandler):
     def _entry(self, ref: str) -> None:
         self._json(200, show_document(self.ledger.request_store(), ref))
 
+    def _proof(self, ref: str) -> None:
+        store = self.ledger.request_store()
+        e = store.resolve(ref)
+        self._json(200, inclusion(store, e.seq, self.ledger.keys).to_json(e.entry_id))
+
+    def _consistency(self) -> None:
+        query = urllib.parse.parse_qs(urllib.parse.urlsplit(self.path).query)
+        store = self.ledger.request_store()
+
+        def size(name: str) -> int | None:
+            values = query.get(name)
+            if not values:
+                return None
+            text = values[0]
+            if not text.isdigit() or len(text) > 19 or not 1 <= int(text) <= MAX_INT:
+                raise RequestError(400, f"{name}={text[:30]!r}: expected a size 1..2^63-1")
+            return int(text)
+
+        old, new = size("from"), size("to")
+        if old is None:
+            raise RequestError(400, "from=SIZE is required")
+        if new is None:
+            latest = store.latest_checkpoint()
+            if latest is None:
+                raise RequestError(404, "no checkpoint has been signed yet")
+            new = latest.size
+        note, proof = prove(store, old, new)
+        self._json(
+            200,
+            {
+                "old": old,
+                "new": new,
+                "proof": [h.hex() for h in proof],
+                "checkpoint": note.decode(),
+            },
+        )
+
     def _bundle(self, ref: str) -> None:
         data = export(self.ledger.request_store(), ref, self.ledger.keys)
         self._reply(200, data)
@@ -209,9 +259,9 @@ class Handler(BaseHTTPRequestHandler):
             raise RequestError(404 if not path.startswith("/v1/") else 405, f"cannot POST {path}")
         body = self._body()
         try:
-            doc = json.loads(body)
-        except (UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise RequestError(400, f"malformed JSON: {e}") from None
+            doc = load_json(body, "")
+        except InputError as e:
+            raise RequestError(400, e.reason()) from None
         items = [doc] if isinstance(doc, dict) else doc
         if not isinstance(items, list) or not items:
             raise RequestError(400, "expected a DSSE envelope or a non-empty array of them")

@@ -106,3 +106,22 @@ def keys_revoke(keyid: str, reason: str, db: str | None) -> None:
 
     info = revoke_key(open_store(db), keyid, reason)
     click.echo(f"revoked {info.name} {info.keyid}")
+
+
+@keys.command("rotate-ledger")
+@click.option("--name", help="Name of the new ledger key (default: ledger-N).")
+@db_option
+def keys_rotate_ledger(name: str | None, db: str | None) -> None:
+    """Replace the ledger key: a new key signs checkpoints from now on.
+
+    The log is checkpointed under the old key first, then the new key is
+    registered and the old one revoked ("rotated"); checkpoints it signed keep
+    verifying, and bundles carry every ledger key a verifier needs.
+    """
+    from ledger.log import rotate_ledger_key
+
+    old, kid = rotate_ledger_key(open_store(db), keydir(), name)
+    click.echo(kid)
+    click.echo(
+        f"rotated: {old.name} {old.keyid[:12]} revoked, checkpoints now by {kid[:12]}", err=True
+    )

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
 
-from ledger.cli._common import db_option, emit_json, json_option, keydir, open_store
+from ledger.cli._common import db_option, emit_json, json_option, keydir, open_store, read_file
+from ledger.errors import UsageError
 
 
 @click.command()
@@ -15,19 +18,57 @@ from ledger.cli._common import db_option, emit_json, json_option, keydir, open_s
     help="Address to listen on; 0.0.0.0 exposes it (reads need no authentication).",
 )
 @click.option("--port", type=click.IntRange(min=0, max=65535), default=8765, show_default=True)
+@click.option(
+    "--tokens",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Bearer tokens (HOLDER sha256:HEX lines) for key, artifact and checkpoint writes.",
+)
+@click.option(
+    "--artifacts",
+    metavar="URL",
+    help="Artifact store: a folder or fsspec URL (default: $LEDGER_ARTIFACTS, else beside the db).",
+)
+@click.option(
+    "--deadline",
+    type=click.FloatRange(min=1),
+    default=60,
+    show_default=True,
+    help="Seconds one request may take, body included.",
+)
 @db_option
-def serve(host: str, port: int, db: str | None) -> None:
+def serve(
+    host: str,
+    port: int,
+    tokens: Path | None,
+    artifacts: str | None,
+    deadline: float,
+    db: str | None,
+) -> None:
     """Serve this ledger over HTTP: hosts record with --server URL, without database credentials.
 
     Posted envelopes are verified and recorded like `ledger record` (all or
-    nothing); entries, bundles and the newest checkpoint can be read by anyone
-    who reaches the port. Fresh checkpoints are signed when $LEDGER_KEYS holds
-    the ledger key. One line per request on stderr; Ctrl-C stops.
+    nothing); everything the CLI reads is served to whoever reaches the port,
+    with the reviewer's pages at /. Keys, artifacts and checkpoints are
+    written with a --tokens bearer token. Fresh checkpoints are signed when
+    $LEDGER_KEYS holds the ledger key. Ctrl-C stops.
     """
-    from ledger.server import serve as run_server
+    try:
+        from ledger.service.run import serve as run_server
+    except ImportError as e:
+        raise UsageError(
+            f"ledger serve needs the server extra ({e.name}): pip install '.[server]'"
+        ) from None
     from ledger.store.store import resolve_url
 
-    run_server(resolve_url(db), host, port, keydir())
+    run_server(
+        resolve_url(db),
+        host,
+        port,
+        keydir(),
+        tokens=tokens,
+        artifacts=artifacts,
+        deadline_s=deadline,
+    )
 
 
 @click.group()
@@ -64,19 +105,81 @@ def log_proof(receipt: str, db: str | None, as_json: bool) -> None:
     click.echo(doc["checkpoint"], nl=False)
 
 
+# Sizes are bounded by the database's integer column (2^63 - 1), checked here.
+_SIZE = click.IntRange(min=1, max=2**63 - 1)
+
+
 @log.command("consistency")
-@click.argument("old", type=click.IntRange(min=1))
-@click.argument("new", type=click.IntRange(min=1))
+@click.argument("old", type=_SIZE, required=False)
+@click.argument("new", type=_SIZE, required=False)
+@click.option(
+    "--from",
+    "from_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="A checkpoint note you hold: prove it is a prefix of the log now.",
+)
 @db_option
 @json_option
-def log_consistency(old: int, new: int, db: str | None, as_json: bool) -> None:
-    """Consistency proof between checkpoints of sizes OLD and NEW (verified before printing)."""
-    from ledger.log import consistency
+def log_consistency(
+    old: int | None, new: int | None, from_file: Path | None, db: str | None, as_json: bool
+) -> None:
+    """Consistency proof between checkpoints of sizes OLD and NEW (verified before printing).
 
-    proof = [h.hex() for h in consistency(open_store(db), old, new)]
+    With --from FILE: between the checkpoint in FILE and the newest one; exit 1
+    (both roots printed) when the log has forked or rolled back since FILE.
+    """
+    from ledger.log import consistency
+    from ledger.log.witness import consistency_from
+
+    store = open_store(db)
+    if from_file is not None:
+        if old is not None:
+            raise UsageError("give OLD NEW or --from FILE, not both")
+        doc = consistency_from(store, read_file(from_file), keydir())
+        if as_json:
+            emit_json(doc)
+        else:
+            click.echo(f"consistent: {doc['old']} -> {doc['new']}, verified")
+            for h in doc["proof"]:
+                click.echo(f"  {h}")
+        return
+    if old is None or new is None:
+        raise UsageError("give OLD and NEW sizes, or --from CHECKPOINT_FILE")
+    proof = [h.hex() for h in consistency(store, old, new)]
     if as_json:
         emit_json({"old": old, "new": new, "proof": proof})
         return
     click.echo(f"consistent: {old} -> {new}, verified")
     for h in proof:
         click.echo(f"  {h}")
+
+
+@log.command("witness")
+@click.option(
+    "--state",
+    type=click.Path(dir_okay=False, path_type=Path),
+    required=True,
+    help="The witness's memory: the last checkpoint it accepted (created on first use).",
+)
+@click.option("--server", metavar="URL", help="Watch a `ledger serve` at URL instead of --db.")
+@click.option(
+    "--trust",
+    type=click.Path(dir_okay=False, path_type=Path),
+    multiple=True,
+    help="Ledger key PEM (repeatable) checkpoints must be signed by (needed with --server).",
+)
+@db_option
+def log_witness(state: Path, server: str | None, trust: tuple[Path, ...], db: str | None) -> None:
+    """Check the newest checkpoint against the last one seen; remember it if consistent.
+
+    Exit 1, both roots printed, on a fork (another root at a size seen, or no
+    consistency proof) or a rollback (a smaller size, or an older timestamp).
+    """
+    from ledger.keys import load_public_pem
+    from ledger.log.witness import DbSource, ServerSource, witness
+
+    if server is not None and db is not None:
+        raise UsageError("give --db or --server, not both")
+    pems = [load_public_pem(read_file(p), str(p)) for p in trust]
+    source = ServerSource(server, pems) if server is not None else DbSource(open_store(db), pems)
+    click.echo(witness(state, source))

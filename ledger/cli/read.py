@@ -18,7 +18,7 @@ from ledger.cli._common import (
     read_file,
     rev_options,
 )
-from ledger.errors import EXIT_NEGATIVE
+from ledger.errors import EXIT_NEGATIVE, UsageError
 
 
 def _identity(  # type: ignore[no-untyped-def]
@@ -149,6 +149,13 @@ def show(receipt: str, db: str | None, as_json: bool) -> None:
 @click.option("--commit", "want_commit", metavar="SHA", help="Expect this commit (7+ hex digits).")
 @click.option("--claim", "want_claim", metavar="NAME", help="Expect this claim.")
 @click.option("--signer", "want_signer", metavar="NAME|KEYID", help="Expect this signer.")
+@click.option(
+    "--checkpoint",
+    "newer",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="A newer checkpoint you trust (note, or /v1/log/consistency JSON): the bundle's "
+    "must be a prefix of it (a forked log fails).",
+)
 @db_option
 @json_option
 def verify(
@@ -158,6 +165,7 @@ def verify(
     want_commit: str | None,
     want_claim: str | None,
     want_signer: str | None,
+    newer: Path | None,
     db: str | None,
     as_json: bool,
 ) -> None:
@@ -183,6 +191,7 @@ def verify(
         if v
     }
     looks_like_file = path.suffix == ".json" or "/" in target or path.exists()
+    consistent: str | None = None
     try:
         if looks_like_file and not path.is_file():
             raise UsageError(f"{target}: no such file")
@@ -192,12 +201,21 @@ def verify(
             from ledger.verify import verify_bundle
 
             anchors = [load_public_pem(read_file(Path(t)), str(t)) for t in trust]
-            report = verify_bundle(read_file(path), anchors)
+            raw = read_file(path)
+            report = verify_bundle(raw, anchors)
+            if newer is not None:
+                from ledger._internal.witness import check_bundle_against
+
+                consistent = check_bundle_against(raw, read_file(newer), anchors)
+        elif newer is not None:
+            raise UsageError("--checkpoint applies to a bundle FILE")
         else:
             from ledger.verify.logged import verify_in_ledger
 
             report = verify_in_ledger(open_store(db), target)
         doc = report.to_json()
+        if consistent is not None:
+            doc["log_consistency"] = consistent
         wrong = mismatches(doc, expect)
         if wrong:
             doc["verified"] = False
@@ -212,6 +230,8 @@ def verify(
         emit_json(doc)
     else:
         click.echo(render_verification(doc), nl=False)
+        if consistent is not None:
+            click.echo(f"log: {consistent}")
     if not doc["verified"]:
         click.echo(f"ledger: not the receipt expected: {doc['reason']}", err=True)
         raise SystemExit(EXIT_NEGATIVE)
@@ -225,6 +245,9 @@ def export(receipt: str, output: Path, db: str | None) -> None:
     """Write a self-contained bundle that `ledger verify FILE --trust PEM` checks offline."""
     from ledger.log import export as do_export
 
+    # Before any work: a fresh checkpoint must not be signed for a file that cannot be written.
+    if not output.absolute().parent.is_dir():
+        raise UsageError(f"{output.parent}: no such directory")
     data = do_export(open_store(db), receipt, keydir())
     tmp = output.with_name(output.name + ".part")
     tmp.write_bytes(data)
