@@ -1,28 +1,47 @@
-"""Talk to a `ledger serve` over HTTP: record envelopes, fetch entries and bundles.
+"""Talk to a `ledger serve` over HTTP: every command's `--server URL`.
 
-Standard library only, and nothing heavier than `ledger.errors` at import: a
-GPU host that records through a server needs neither a database driver nor
-database credentials.
+httpx, with a timeout on every request and a bounded number of retries (with
+backoff) on connection failures and on 502/503/504, which a restarting server
+or its reverse proxy answers. Retrying a write is safe: recording an envelope
+twice is a duplicate, not a second entry, and artifacts are content-addressed.
+httpx is imported on the first request, so `ledger` imports without it.
+
+Writes of keys and artifacts (and `log checkpoint`, `audit`) carry a bearer
+token: `--token`, else `$LEDGER_TOKEN`.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
-import urllib.error
+import os
+import time
 import urllib.parse
-import urllib.request
 from collections.abc import Sequence
 from typing import Any
 
-from ledger.errors import NotFoundError, RefusedError, UsageError
+from ledger.errors import NotFoundError, RefusedError, UsageError, VerificationError
 
 __all__ = [
     "MAX_BODY_BYTES",
+    "RETRIES",
+    "audit",
+    "fetch_artifact",
     "fetch_bundle",
     "fetch_checkpoint",
+    "fetch_consistency",
     "fetch_entry",
+    "fetch_history",
+    "fetch_keys",
+    "fetch_proof",
+    "fetch_status",
+    "fetch_verification",
     "health",
     "post_envelopes",
+    "register_key",
+    "revoke_key",
+    "sign_checkpoint",
+    "upload_artifact",
 ]
 
 # One envelope may be up to ledger.dsse.MAX_ENVELOPE_BYTES (1 MiB); a request
@@ -31,6 +50,9 @@ __all__ = [
 # batch of sixteen maximal envelopes room. Spelled out here rather than
 # imported so the client stays free of pydantic and cryptography.
 MAX_BODY_BYTES = 16 * 1024 * 1024
+RETRIES = 3
+"""Attempts after the first, 0.5 s, 1 s, 2 s apart: a few seconds of a restart."""
+_RETRY_STATUS = (502, 503, 504)
 
 
 def _base(url: str) -> str:
@@ -51,48 +73,83 @@ def _reason(body: bytes, status: int) -> str:
     return " ".join(reason.split())
 
 
+def _token(token: str | None) -> str:
+    t = token or os.environ.get("LEDGER_TOKEN")
+    if not t:
+        raise UsageError("this needs a token of the server: --token or $LEDGER_TOKEN")
+    return t
+
+
 def _request(
     url: str,
     path: str,
     *,
     body: bytes | None = None,
+    method: str | None = None,
+    content_type: str = "application/json",
+    token: str | None = None,
     timeout: float = 30,
-) -> tuple[int, bytes]:
+    retries: int = RETRIES,
+) -> tuple[int, bytes, str]:
+    """(status, body, content type) of a 2xx answer; anything else raises."""
+    try:
+        import httpx
+    except ImportError:
+        raise UsageError("--server needs httpx: pip install 'ledger-qualify[server]'") from None
     base = _base(url)
-    req = urllib.request.Request(
-        base + path,
-        data=body,
-        method="GET" if body is None else "POST",
-        headers={"Content-Type": "application/json"} if body is not None else {},
-    )
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as resp:
-            return int(resp.status), bytes(resp.read())
-    except urllib.error.HTTPError as e:
-        # The server answered: its one-line reason is what the person needs.
-        with e:
-            reason = _reason(e.read(), e.code)
-        if e.code in (400, 411, 413):
-            raise RefusedError(reason) from None
-        if e.code == 404:
-            raise NotFoundError(reason) from None
-        raise UsageError(f"ledger server at {base} answered {e.code}: {reason}") from None
-    except urllib.error.URLError as e:
-        raise UsageError(f"cannot reach ledger server at {base}: {e.reason}") from None
-    except OSError as e:
-        # Timeouts and resets after the connection was made.
-        raise UsageError(f"cannot reach ledger server at {base}: {e}") from None
+    headers = {"Content-Type": content_type} if body is not None else {}
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    verb = method or ("GET" if body is None else "POST")
+    attempt = 0
+    while True:
+        try:
+            resp = httpx.request(verb, base + path, content=body, headers=headers, timeout=timeout)
+        except httpx.HTTPError as e:
+            if attempt < retries and isinstance(e, httpx.TransportError):
+                time.sleep(0.5 * 2**attempt)
+                attempt += 1
+                continue
+            detail = " ".join(str(e).split()) or type(e).__name__
+            raise UsageError(f"cannot reach ledger server at {base}: {detail}") from None
+        if resp.status_code in _RETRY_STATUS and attempt < retries:
+            time.sleep(0.5 * 2**attempt)
+            attempt += 1
+            continue
+        break
+    status, data = resp.status_code, resp.content
+    if 200 <= status < 300:
+        return status, data, resp.headers.get("content-type", "")
+    # The server answered: its one-line reason is what the person needs.
+    reason = _reason(data, status)
+    if status in (400, 411, 413, 422):
+        raise RefusedError(reason)
+    if status == 404:
+        raise NotFoundError(reason)
+    raise UsageError(f"ledger server at {base} answered {status}: {reason}")
 
 
-def _json(url: str, data: bytes) -> Any:
+def _json(url: str, data: bytes, shape: type = dict) -> Any:
     try:
-        return json.loads(data)
+        doc = json.loads(data)
     except ValueError:
         raise UsageError(f"ledger server at {_base(url)} sent a reply that is not JSON") from None
+    if not isinstance(doc, shape):
+        raise UsageError(f"ledger server at {_base(url)} sent an unexpected reply")
+    return doc
 
 
 def _quoted(ref: str) -> str:
     return urllib.parse.quote(ref.strip(), safe=":")
+
+
+def _get(url: str, path: str, timeout: float = 30, shape: type = dict) -> Any:
+    return _json(url, _request(url, path, timeout=timeout)[1], shape)
+
+
+def _post(url: str, path: str, doc: Any, token: str | None = None, timeout: float = 30) -> Any:
+    body = json.dumps(doc).encode()
+    return _json(url, _request(url, path, body=body, token=token, timeout=timeout)[1], object)
 
 
 def post_envelopes(url: str, raws: Sequence[bytes], timeout: float = 30) -> list[dict[str, Any]]:
@@ -119,25 +176,22 @@ def post_envelopes(url: str, raws: Sequence[bytes], timeout: float = 30) -> list
             f"{len(raws)} envelopes are {len(body)} bytes, over the {MAX_BODY_BYTES}-byte"
             " request limit; record them in smaller batches"
         )
-    _, data = _request(url, "/v1/envelopes", body=body, timeout=timeout)
-    out = _json(url, data)
-    if not isinstance(out, list) or len(out) != len(raws):
+    _, data, _ = _request(url, "/v1/envelopes", body=body, timeout=timeout)
+    out = _json(url, data, list)
+    if len(out) != len(raws):
         raise UsageError(f"ledger server at {_base(url)} sent an unexpected reply")
     return [dict(d) for d in out]
 
 
 def fetch_entry(url: str, ref: str, timeout: float = 30) -> dict[str, Any]:
     """The `ledger show --json` document of a receipt or review (full id or 12+ hex digits)."""
-    _, data = _request(url, "/v1/entries/" + _quoted(ref), timeout=timeout)
-    doc = _json(url, data)
-    if not isinstance(doc, dict):
-        raise UsageError(f"ledger server at {_base(url)} sent an unexpected reply")
-    return doc
+    return dict(_get(url, "/v1/entries/" + _quoted(ref), timeout))
 
 
-def fetch_bundle(url: str, ref: str, timeout: float = 30) -> bytes:
+def fetch_bundle(url: str, ref: str, timeout: float = 30, artifacts: bool = False) -> bytes:
     """The export bundle of a receipt or review, as `ledger verify FILE` reads it."""
-    return _request(url, "/v1/bundles/" + _quoted(ref), timeout=timeout)[1]
+    q = "?artifacts=1" if artifacts else ""
+    return _request(url, "/v1/bundles/" + _quoted(ref) + q, timeout=timeout)[1]
 
 
 def fetch_checkpoint(url: str, timeout: float = 30) -> bytes:
@@ -146,7 +200,77 @@ def fetch_checkpoint(url: str, timeout: float = 30) -> bytes:
 
 
 def health(url: str, timeout: float = 10) -> dict[str, Any]:
-    doc = _json(url, _request(url, "/healthz", timeout=timeout)[1])
-    if not isinstance(doc, dict):
-        raise UsageError(f"ledger server at {_base(url)} sent an unexpected reply")
-    return doc
+    return dict(_get(url, "/healthz", timeout))
+
+
+def fetch_status(url: str, question: dict[str, Any], timeout: float = 60) -> dict[str, Any]:
+    """The `status --json` document for a question the caller identified locally."""
+    return dict(_post(url, "/v1/status", question, timeout=timeout))
+
+
+def fetch_history(url: str, question: dict[str, Any], timeout: float = 60) -> dict[str, Any]:
+    return dict(_post(url, "/v1/history", question, timeout=timeout))
+
+
+def fetch_verification(url: str, ref: str, timeout: float = 60) -> dict[str, Any]:
+    """The `verify ID --json` document, computed by the server against its ledger."""
+    return dict(_get(url, "/v1/verify/" + _quoted(ref), timeout))
+
+
+def fetch_keys(url: str, timeout: float = 30) -> list[dict[str, Any]]:
+    return list(_get(url, "/v1/keys", timeout, list))
+
+
+def register_key(
+    url: str, name: str, role: str, pem: bytes, token: str | None = None
+) -> dict[str, Any]:
+    doc = {"name": name, "role": role, "public_key_pem": pem.decode()}
+    return dict(_post(url, "/v1/keys", doc, _token(token)))
+
+
+def revoke_key(url: str, ref: str, reason: str, token: str | None = None) -> dict[str, Any]:
+    path = f"/v1/keys/{_quoted(ref)}/revoke"
+    return dict(_post(url, path, {"reason": reason}, _token(token)))
+
+
+def fetch_proof(url: str, ref: str, timeout: float = 30) -> dict[str, Any]:
+    return dict(_get(url, "/v1/log/proof/" + _quoted(ref), timeout))
+
+
+def fetch_consistency(url: str, old: int, new: int, timeout: float = 30) -> dict[str, Any]:
+    return dict(_get(url, f"/v1/log/consistency?old={old}&new={new}", timeout))
+
+
+def sign_checkpoint(url: str, token: str | None = None) -> bytes:
+    return _request(url, "/v1/checkpoint", body=b"{}", token=_token(token))[1]
+
+
+def audit(url: str, token: str | None = None, timeout: float = 600) -> dict[str, Any]:
+    path = "/v1/audit"
+    return dict(_json(url, _request(url, path, token=_token(token), timeout=timeout)[1]))
+
+
+def upload_artifact(
+    url: str, content: bytes, media_type: str, token: str | None = None, timeout: float = 300
+) -> dict[str, Any]:
+    """Store an artifact's bytes on the server (before the receipt that names it)."""
+    digest = hashlib.sha256(content).hexdigest()
+    _, data, _ = _request(
+        url,
+        f"/v1/artifacts/sha256:{digest}",
+        body=content,
+        method="PUT",
+        content_type=media_type,
+        token=_token(token),
+        timeout=timeout,
+    )
+    return dict(_json(url, data))
+
+
+def fetch_artifact(url: str, digest: str, timeout: float = 300) -> tuple[bytes, str]:
+    """An artifact's bytes and media type, checked against the digest on the way in."""
+    want = digest.strip().lower().removeprefix("sha256:")
+    _, data, ctype = _request(url, f"/v1/artifacts/sha256:{_quoted(want)}", timeout=timeout)
+    if hashlib.sha256(data).hexdigest() != want:
+        raise VerificationError(f"artifact sha256:{want[:12]} from {url} differs from its digest")
+    return data, ctype

@@ -16,6 +16,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from sqlalchemy import Connection
 
 from ledger import dsse, limits
+from ledger.artifacts import MAX_ARTIFACT_BYTES, ArtifactStore, for_ledger
 from ledger.canonical import receipt_id
 from ledger.entry import envelope_body, key_body, revocation_body
 from ledger.errors import RefusedError, UsageError, VerificationError
@@ -128,13 +129,17 @@ def _check_limits(v: Verified) -> None:
 
 
 def record(
-    store: Store, raws: Sequence[bytes], artifacts: Sequence[ArtifactFile] = ()
+    store: Store,
+    raws: Sequence[bytes],
+    artifacts: Sequence[ArtifactFile] = (),
+    artifact_store: ArtifactStore | None = None,
 ) -> list[Recorded]:
     """Verify every envelope, then append the new ones in one transaction.
 
-    All or nothing: one refused input means nothing is written, and the
-    artifacts the receipts name are stored in that same transaction, only
-    once everything was accepted.
+    All or nothing: one refused input means nothing is written. Artifact
+    bytes go to the content-addressed artifact store once everything was
+    accepted, before the transaction that logs their digest, size and media
+    type: a logged receipt never names bytes that are not there.
     """
     keys = store.keys(fresh=True)
     nxt = store.size()
@@ -150,6 +155,10 @@ def record(
             raise RefusedError(where + e.reason()) from None
         checked.append(v)
         batch[v.id] = v
+    _check_artifacts(checked, artifacts)
+    files = artifact_store or for_ledger(store.url)
+    for a in artifacts:
+        files.put(a.artifact.digest["sha256"], a.content)
     out: list[Recorded] = []
     with store.append_tx() as tx:
         seen = tx.existing([v.id for v in checked])
@@ -175,8 +184,27 @@ def record(
         for table, rows in ((LOG, logs), (RECEIPT, receipts), (FACET, facets), (REVIEW, reviews)):
             tx.insert_many(table, rows)
         for a in artifacts:
-            tx.put_artifact(a.artifact.digest["sha256"], a.content, a.artifact.mediaType)
+            tx.put_artifact(a.artifact.digest["sha256"], a.artifact.size, a.artifact.mediaType)
     return out
+
+
+def _check_artifacts(checked: Sequence[Verified], artifacts: Sequence[ArtifactFile]) -> None:
+    """Each artifact given is named by a receipt of the batch, with its size and media type."""
+    named = {
+        (a.digest["sha256"], a.size, a.mediaType)
+        for v in checked
+        if isinstance(v.statement, QualificationStatement)
+        for a in v.statement.predicate.artifacts
+    }
+    for a in artifacts:
+        d = a.artifact.digest["sha256"]
+        if (d, a.artifact.size, a.artifact.mediaType) not in named:
+            raise RefusedError(f"artifact sha256:{d[:12]} is named by no receipt of this batch")
+        if len(a.content) != a.artifact.size or len(a.content) > MAX_ARTIFACT_BYTES:
+            raise RefusedError(
+                f"artifact sha256:{d[:12]}: {len(a.content)} bytes (named {a.artifact.size},"
+                f" limit {MAX_ARTIFACT_BYTES})"
+            )
 
 
 @dataclass(frozen=True, slots=True)

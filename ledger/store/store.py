@@ -36,6 +36,7 @@ from ledger.store.tables import (
 
 __all__ = ["DEFAULT_DB", "Store", "resolve_url", "utc_now"]
 
+
 def default_db() -> Path:
     """$XDG_DATA_HOME/ledger/ledger.db (default ~/.local/share/...): never in a
     work tree, where it would make every clone look dirty."""
@@ -382,14 +383,16 @@ class Appender:
         if rows:
             self.conn.execute(table.insert(), list(rows))
 
-    def put_artifact(self, sha256: str, content: bytes, media_type: str) -> None:
-        """Store an artifact's bytes once (content-addressed), inside this transaction."""
+    def put_artifact(self, sha256: str, size: int, media_type: str) -> None:
+        """Log an artifact's digest, size and media type once, inside this transaction.
+
+        The bytes are in the artifact store (ledger.artifacts); `content` stays
+        empty for them and holds bytes only in ledgers written before it.
+        """
         if self.conn.execute(select(ARTIFACT.c.sha256).where(ARTIFACT.c.sha256 == sha256)).first():
             return
         self.conn.execute(
-            ARTIFACT.insert().values(
-                sha256=sha256, size=len(content), media_type=media_type, content=content
-            )
+            ARTIFACT.insert().values(sha256=sha256, size=size, media_type=media_type, content=b"")
         )
 
     def existing(self, entry_ids: Sequence[str]) -> set[str]:

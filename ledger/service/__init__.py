@@ -1,0 +1,14 @@
+"""`ledger serve`: the team ledger as an ASGI service (Starlette under uvicorn).
+
+Starlette rather than FastAPI: the request bodies are signed DSSE envelopes
+that `ledger.ingest` verifies byte for byte with its own models, so FastAPI's
+pydantic request models would only parse every body a second time, and its
+dependency injection buys nothing for a dozen routes. The OpenAPI document at
+`/openapi.json` is written out in `ledger.service.openapi` instead of being
+generated, and a property test sends requests drawn from it.
+
+Modules: `app` (assembly), `api` (the JSON routes), `auth` (bearer tokens),
+`limits` (body size and the whole-request deadline; the connection cap and
+timeouts are uvicorn's, set in `run`), `web/` (the reviewer's pages).
+Importing `ledger` never imports this package: it needs the `server` extra.
+"""

@@ -1,0 +1,361 @@
+"""The JSON routes: everything the CLI reads and writes, as the CLI's documents.
+
+Every handler runs its store work in a worker thread (SQLAlchemy is
+synchronous), on a fresh `Store` over the shared engine: `Store` caches the
+key table, and a long-running server must see keys registered or revoked by
+other writers since it started. Errors are `{"error": "<one line>"}`; the
+mapping from the ledger's errors to statuses is theirs (`http_status`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+import traceback
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from ledger.errors import Error, InputError, NotFoundError, RefusedError
+from ledger.service.limits import read_body
+
+if TYPE_CHECKING:
+    from ledger.service.app import Ledger
+
+__all__ = ["ROUTES", "error_response", "json_response"]
+
+
+class _JSON(JSONResponse):
+    def render(self, content: Any) -> bytes:
+        return json.dumps(content, indent=2).encode() + b"\n"
+
+
+def json_response(doc: Any, status: int = 200) -> Response:
+    return _JSON(doc, status, headers={"Cache-Control": "no-store"})
+
+
+def error_response(status: int, reason: str) -> Response:
+    return json_response({"error": " ".join(reason.split()) or "error"}, status)
+
+
+def _ledger(request: Request) -> Ledger:
+    led: Ledger = request.app.state.ledger
+    return led
+
+
+Handler = Callable[[Request], Awaitable[Response]]
+
+
+def guarded(fn: Handler) -> Handler:
+    """The one error boundary of the JSON routes."""
+
+    async def run(request: Request) -> Response:
+        try:
+            return await fn(request)
+        except Error as e:
+            if e.http_status < 500:
+                return error_response(e.http_status, e.reason())
+            sys.stderr.write(f"ledger serve: {request.method} {request.url.path}: {e.reason()}\n")
+            return error_response(500, "the ledger server could not complete the request")
+        except Exception as e:
+            from sqlalchemy.exc import SQLAlchemyError
+
+            if isinstance(e, SQLAlchemyError):
+                first = (str(getattr(e, "orig", None) or e).strip().splitlines() or ["?"])[0]
+                sys.stderr.write(f"ledger serve: {request.method} {request.url.path}: {first}\n")
+                return error_response(500, "the ledger server could not complete the request")
+            # Details go to the operator's log, never to the client.
+            traceback.print_exc(file=sys.stderr)
+            return error_response(500, "internal server error")
+
+    run.__name__ = fn.__name__
+    return run
+
+
+def _json_body(data: bytes) -> Any:
+    try:
+        return json.loads(data)
+    except (UnicodeDecodeError, ValueError) as e:
+        raise RefusedError(f"malformed JSON: {e}") from None
+
+
+async def _doc(request: Request) -> dict[str, Any]:
+    doc = _json_body(await read_body(request, _ledger(request).max_body))
+    if not isinstance(doc, dict):
+        raise RefusedError("expected a JSON object")
+    return doc
+
+
+def _str(doc: dict[str, Any], key: str, *, optional: bool = False) -> str:
+    value = doc.get(key)
+    if value is None and optional:
+        return ""
+    if not isinstance(value, str) or not value.strip():
+        raise RefusedError(f"{key}: expected a non-empty string")
+    return value
+
+
+async def health(request: Request) -> Response:
+    led = _ledger(request)
+    return json_response({"ok": True, "entries": await run_in_threadpool(led.store().size)})
+
+
+async def post_envelopes(request: Request, *, reviews_only: bool = False) -> Response:
+    led = _ledger(request)
+    doc = _json_body(await read_body(request, led.max_body))
+    items = [doc] if isinstance(doc, dict) else doc
+    if not isinstance(items, list) or not items:
+        raise RefusedError("expected a DSSE envelope or a non-empty array of them")
+    for i, item in enumerate(items):
+        if not isinstance(item, dict):
+            raise RefusedError(f"input {i + 1}: not a JSON object")
+    # Re-serializing is safe: the signature covers only the payload bytes,
+    # which travel base64-encoded inside the envelope and are not touched.
+    raws = [json.dumps(item).encode() for item in items]
+    recs = await run_in_threadpool(led.record, raws, reviews_only)
+    out = [r.to_json() for r in recs]
+    return json_response(out, 200 if all(r.duplicate for r in recs) else 201)
+
+
+async def post_reviews(request: Request) -> Response:
+    return await post_envelopes(request, reviews_only=True)
+
+
+def _ref(request: Request) -> str:
+    return str(request.path_params["ref"])
+
+
+async def entry(request: Request) -> Response:
+    from ledger.query import show_document
+
+    led = _ledger(request)
+    return json_response(await run_in_threadpool(show_document, led.store(), _ref(request)))
+
+
+async def bundle(request: Request) -> Response:
+    led = _ledger(request)
+    with_artifacts = request.query_params.get("artifacts") in ("1", "true")
+    data = await run_in_threadpool(led.bundle, _ref(request), with_artifacts)
+    return Response(data, media_type="application/json")
+
+
+async def verification(request: Request) -> Response:
+    from ledger.verify.logged import verify_in_ledger
+
+    led = _ledger(request)
+    report = await run_in_threadpool(verify_in_ledger, led.store(), _ref(request))
+    return json_response(report.to_json())
+
+
+async def status_question(request: Request) -> Response:
+    from ledger.service.questions import status_from_question
+
+    led = _ledger(request)
+    doc = await _doc(request)
+    return json_response(await run_in_threadpool(status_from_question, led.store(), doc))
+
+
+async def history_question(request: Request) -> Response:
+    from ledger.service.questions import history_from_question
+
+    led = _ledger(request)
+    doc = await _doc(request)
+    return json_response(await run_in_threadpool(history_from_question, led.store(), doc))
+
+
+async def status_query(request: Request) -> Response:
+    from ledger.service.questions import status_from_query
+
+    led = _ledger(request)
+    q = dict(request.query_params)
+    return json_response(await run_in_threadpool(status_from_query, led.store(), q))
+
+
+async def history_query(request: Request) -> Response:
+    from ledger.service.questions import history_from_query
+
+    led = _ledger(request)
+    q = dict(request.query_params)
+    return json_response(await run_in_threadpool(history_from_query, led.store(), q))
+
+
+async def get_checkpoint(request: Request) -> Response:
+    led = _ledger(request)
+    row = await run_in_threadpool(led.store().latest_checkpoint)
+    if row is None:
+        raise NotFoundError("no checkpoint has been signed yet")
+    return Response(row.note.encode(), media_type="text/plain; charset=utf-8")
+
+
+async def sign_checkpoint(request: Request) -> Response:
+    from ledger.log import checkpoint
+
+    led = _ledger(request)
+    led.holder(request)
+    if led.keys is None:
+        raise NotFoundError("this server does not hold the ledger key")
+    note = await run_in_threadpool(checkpoint, led.store(), led.keys)
+    return Response(note, media_type="text/plain; charset=utf-8")
+
+
+async def proof(request: Request) -> Response:
+    from ledger.log import inclusion
+
+    led = _ledger(request)
+
+    def work() -> dict[str, object]:
+        store = led.store()
+        e = store.resolve(_ref(request))
+        return inclusion(store, e.seq, led.keys).to_json(e.entry_id)
+
+    return json_response(await run_in_threadpool(work))
+
+
+def _size(q: Any, name: str) -> int:
+    value = q.get(name)
+    if value is None or not value.isdigit() or int(value) < 1 or len(value) > 18:
+        raise InputError(f"{name}: expected a checkpoint size (a positive integer)")
+    return int(value)
+
+
+async def consistency(request: Request) -> Response:
+    from ledger.log import consistency as prove
+
+    led = _ledger(request)
+    old, new = _size(request.query_params, "old"), _size(request.query_params, "new")
+    hashes = await run_in_threadpool(prove, led.store(), old, new)
+    return json_response({"old": old, "new": new, "proof": [h.hex() for h in hashes]})
+
+
+async def list_keys(request: Request) -> Response:
+    led = _ledger(request)
+    keys = await run_in_threadpool(lambda: led.store().keys(fresh=True))
+    return json_response(
+        [
+            {
+                "keyid": k.keyid,
+                "name": k.name,
+                "role": k.role,
+                "revoked": k.revoked_seq is not None,
+                "revoked_reason": k.revoked_reason,
+            }
+            for k in keys.values()
+        ]
+    )
+
+
+async def add_key(request: Request) -> Response:
+    from ledger.ingest import register_key
+    from ledger.keys import load_public_pem
+
+    led = _ledger(request)
+    holder = led.holder(request)
+    doc = await _doc(request)
+    name, role = _str(doc, "name"), _str(doc, "role")
+    if role not in ("runner", "reviewer", "ledger"):
+        raise RefusedError("role: expected runner, reviewer or ledger")
+    pem = _str(doc, "public_key_pem").encode()
+    public = load_public_pem(pem, "public_key_pem")
+    kid, new = await run_in_threadpool(register_key, led.store(), name, role, public)  # type: ignore[arg-type]
+    led.log(f"key {name} ({role}) {kid[:12]} registered by {holder}")
+    return json_response(
+        {"keyid": kid, "name": name, "role": role, "added": new}, 201 if new else 200
+    )
+
+
+async def revoke(request: Request) -> Response:
+    from ledger.ingest import revoke_key
+
+    led = _ledger(request)
+    holder = led.holder(request)
+    doc = await _doc(request)
+    reason = _str(doc, "reason")
+    info = await run_in_threadpool(revoke_key, led.store(), _ref(request), reason)
+    led.log(f"key {info.name} {info.keyid[:12]} revoked by {holder}")
+    return json_response({"keyid": info.keyid, "name": info.name, "revoked": True})
+
+
+def _digest_param(request: Request) -> str:
+    from ledger.artifacts import _digest
+
+    return _digest(str(request.path_params["digest"]))
+
+
+async def put_artifact(request: Request) -> Response:
+    from ledger.artifacts import MAX_ARTIFACT_BYTES
+
+    led = _ledger(request)
+    holder = led.holder(request)
+    try:
+        digest = _digest_param(request)
+    except Error as e:
+        raise InputError(e.reason()) from None
+    content = await read_body(request, MAX_ARTIFACT_BYTES)
+    if hashlib.sha256(content).hexdigest() != digest:
+        raise RefusedError(f"artifact sha256:{digest[:12]}: content differs from its digest")
+    await run_in_threadpool(led.artifacts.put, digest, content)
+    led.log(f"artifact sha256:{digest[:12]} ({len(content)} bytes) stored by {holder}")
+    return json_response({"sha256": digest, "size": len(content)}, 201)
+
+
+async def get_artifact(request: Request) -> Response:
+    led = _ledger(request)
+    try:
+        digest = _digest_param(request)
+    except Error as e:
+        raise InputError(e.reason()) from None
+    media, data = await run_in_threadpool(led.artifact, digest)
+    return Response(
+        data,
+        media_type=media,
+        headers={"Content-Disposition": f'attachment; filename="{digest[:12]}.bin"'},
+    )
+
+
+async def audit(request: Request) -> Response:
+    from ledger.log import audit as do_audit
+
+    led = _ledger(request)
+    led.holder(request)
+    rep = await run_in_threadpool(do_audit, led.store())
+    return json_response(rep.to_json())
+
+
+async def openapi(request: Request) -> Response:
+    from ledger.service.openapi import document
+
+    return json_response(document())
+
+
+def _routes() -> list[tuple[str, Handler, list[str]]]:
+    g = guarded
+    return [
+        ("/healthz", g(health), ["GET"]),
+        ("/openapi.json", g(openapi), ["GET"]),
+        ("/v1/envelopes", g(post_envelopes), ["POST"]),
+        ("/v1/reviews", g(post_reviews), ["POST"]),
+        ("/v1/entries/{ref}", g(entry), ["GET"]),
+        ("/v1/bundles/{ref}", g(bundle), ["GET"]),
+        ("/v1/verify/{ref}", g(verification), ["GET"]),
+        ("/v1/status", g(status_query), ["GET"]),
+        ("/v1/status", g(status_question), ["POST"]),
+        ("/v1/history", g(history_query), ["GET"]),
+        ("/v1/history", g(history_question), ["POST"]),
+        ("/v1/checkpoint", g(get_checkpoint), ["GET"]),
+        ("/v1/checkpoint", g(sign_checkpoint), ["POST"]),
+        ("/v1/log/proof/{ref}", g(proof), ["GET"]),
+        ("/v1/log/consistency", g(consistency), ["GET"]),
+        ("/v1/keys", g(list_keys), ["GET"]),
+        ("/v1/keys", g(add_key), ["POST"]),
+        ("/v1/keys/{ref}/revoke", g(revoke), ["POST"]),
+        ("/v1/artifacts/{digest}", g(put_artifact), ["PUT"]),
+        ("/v1/artifacts/{digest}", g(get_artifact), ["GET"]),
+        ("/v1/audit", g(audit), ["GET"]),
+    ]
+
+
+ROUTES = _routes()

@@ -1,0 +1,170 @@
+"""Assembly: the ledger a server holds, and the Starlette application over it."""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import BaseRoute, Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from ledger.artifacts import ArtifactStore, for_ledger
+from ledger.errors import Error, NotFoundError, RefusedError
+from ledger.keys import KeyDir, active_ledger_key
+from ledger.service import api
+from ledger.service.auth import Tokens
+from ledger.service.limits import DEADLINE_S, MAX_BODY_BYTES, Limits
+from ledger.store.store import ARTIFACT, Store
+
+__all__ = ["Ledger", "create_app"]
+
+
+@dataclass
+class Ledger:
+    """What every request shares: the engine, the keys, the tokens, the artifact store."""
+
+    base: Store
+    keys: KeyDir | None
+    tokens: Tokens
+    artifacts: ArtifactStore
+    max_body: int = MAX_BODY_BYTES
+    quiet: bool = False
+    _started: float = field(default_factory=time.monotonic)
+
+    def store(self) -> Store:
+        return Store(self.base.engine, self.base.url)
+
+    def holder(self, request: Request) -> str:
+        return self.tokens.holder(request.headers.get("authorization"))
+
+    def log(self, line: str) -> None:
+        if not self.quiet:
+            sys.stderr.write(f"ledger serve: {line}\n")
+
+    def record(self, raws: Sequence[bytes], reviews_only: bool) -> list[Any]:
+        """Record a batch; the artifacts its receipts name are logged when uploaded first."""
+        from ledger import dsse
+        from ledger.ingest import record
+        from ledger.statement import ArtifactFile, parse_statement
+
+        files: list[ArtifactFile] = []
+        seen: set[str] = set()
+        for i, raw in enumerate(raws):
+            try:
+                stmt = parse_statement(dsse.decode_payload(dsse.parse_envelope(raw)))
+            except Error as e:
+                where = f"input {i + 1}: " if len(raws) > 1 else ""
+                raise RefusedError(where + e.reason()) from None
+            kind = "review" if stmt.predicateType.endswith("/review/v1") else "receipt"
+            if reviews_only and kind != "review":
+                raise RefusedError(f"input {i + 1}: a receipt; post receipts to /v1/envelopes")
+            for a in getattr(stmt.predicate, "artifacts", []):
+                d = a.digest["sha256"]
+                if d not in seen and self.artifacts.has(d):
+                    seen.add(d)
+                    files.append(ArtifactFile(a, self.artifacts.get(d)))
+        return record(self.store(), raws, files, self.artifacts)
+
+    def bundle(self, ref: str, with_artifacts: bool) -> bytes:
+        from ledger.artifacts import bundle_with_artifacts
+        from ledger.log import export
+
+        store = self.store()
+        data = export(store, ref, self.keys)
+        if not with_artifacts:
+            return data
+        e = store.resolve(ref)
+        arts = e.receipt.predicate.artifacts if e.kind == "receipt" else []
+        files = []
+        for a in arts:
+            d = a.digest["sha256"]
+            media, content = self.artifact(d)
+            files.append((d, media, content))
+        return bundle_with_artifacts(data, files)
+
+    def artifact(self, digest: str) -> tuple[str, bytes]:
+        """(media type, bytes) of an artifact the log names, digest-checked."""
+        from sqlalchemy import select
+
+        with self.base.engine.connect() as conn:
+            row = conn.execute(
+                select(ARTIFACT.c.media_type, ARTIFACT.c.content).where(ARTIFACT.c.sha256 == digest)
+            ).first()
+        if row is None:
+            raise NotFoundError(f"no artifact sha256:{digest[:12]} is named by a logged receipt")
+        if row.content:
+            return str(row.media_type), bytes(row.content)  # stored before the artifact store
+        return str(row.media_type), self.artifacts.get(digest)
+
+
+def _signing_keys(store: Store, keys: KeyDir | None) -> KeyDir | None:
+    """The key dir only when it holds this ledger's private key: then bundles of
+    entries no checkpoint covers yet get a fresh checkpoint; otherwise they are
+    404 until someone runs `ledger log checkpoint`."""
+    if keys is None:
+        return None
+    try:
+        info = active_ledger_key(store.keys())
+        if not keys.file(info.name).exists():
+            return None
+        local = keys.load(info.name)
+    except Error as e:
+        sys.stderr.write(f"ledger serve: not signing checkpoints: {e.reason()}\n")
+        return None
+    if local.keyid != info.keyid:
+        sys.stderr.write(
+            f"ledger serve: not signing checkpoints: private key {info.name!r}"
+            f" is not the ledger key {info.keyid[:12]}\n"
+        )
+        return None
+    return keys
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    reasons = {404: f"no such resource {request.url.path}", 405: f"cannot {request.method} here"}
+    return api.error_response(exc.status_code, reasons.get(exc.status_code, str(exc.detail)))
+
+
+async def _internal(request: Request, exc: Exception) -> Response:
+    return api.error_response(500, "internal server error")
+
+
+def create_app(
+    store: Store,
+    keys: KeyDir | None = None,
+    *,
+    tokens: Tokens | None = None,
+    artifacts: ArtifactStore | None = None,
+    max_body: int = MAX_BODY_BYTES,
+    deadline_s: float = DEADLINE_S,
+    quiet: bool = False,
+) -> Any:
+    """The ASGI application (Starlette wrapped in the request limits)."""
+    from ledger.artifacts import MAX_ARTIFACT_BYTES
+    from ledger.service.web import pages
+
+    ledger = Ledger(
+        store,
+        _signing_keys(store, keys),
+        tokens or Tokens({}),
+        artifacts or for_ledger(store.url),
+        max_body,
+        quiet,
+    )
+    routes: list[BaseRoute] = [Route(p, h, methods=m) for p, h, m in api.ROUTES]
+    routes += [Route(p, h, methods=["GET"]) for p, h in pages.ROUTES]
+    routes.append(Mount("/static", app=StaticFiles(directory=pages.STATIC), name="static"))
+    app = Starlette(
+        routes=routes,
+        exception_handlers={HTTPException: _http_error, Exception: _internal},
+    )
+    app.state.ledger = ledger
+    return Limits(app, max_body, deadline_s, MAX_ARTIFACT_BYTES)

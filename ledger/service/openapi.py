@@ -1,0 +1,146 @@
+"""The OpenAPI 3.1 document served at `/openapi.json`, written out by hand
+(the routes are few and their bodies are our own signed formats)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ledger import __version__
+
+__all__ = ["document"]
+
+_ERROR = {
+    "description": 'refused: {"error": "<one line>"}',
+    "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}},
+}
+_JSON: dict[str, Any] = {"content": {"application/json": {"schema": {}}}}
+
+
+def _op(summary: str, ok: int = 200, body: dict[str, Any] | None = None, **extra: Any) -> Any:
+    op: dict[str, Any] = {
+        "summary": summary,
+        "responses": {str(ok): {"description": "ok", **_JSON}, "4XX": _ERROR},
+    }
+    if body is not None:
+        op["requestBody"] = {"required": True, "content": body}
+    op.update(extra)
+    return op
+
+
+def _path_param(name: str, pattern: str | None = None) -> list[dict[str, Any]]:
+    schema: dict[str, Any] = {"type": "string"}
+    if pattern:
+        schema["pattern"] = pattern
+    return [{"name": name, "in": "path", "required": True, "schema": schema}]
+
+
+def _query(*names: str, integer: tuple[str, ...] = ()) -> list[dict[str, Any]]:
+    return [
+        {
+            "name": n,
+            "in": "query",
+            "required": False,
+            "schema": {"type": "integer", "minimum": 1} if n in integer else {"type": "string"},
+        }
+        for n in names
+    ]
+
+
+_BINARY = {"type": "string", "format": "binary"}
+_BEARER: list[dict[str, list[str]]] = [{"bearer": []}]
+_OBJECT = {"application/json": {"schema": {"type": "object"}}}
+_ENVELOPES = {
+    "application/json": {
+        "schema": {
+            "oneOf": [
+                {"$ref": "#/components/schemas/Envelope"},
+                {"type": "array", "items": {"$ref": "#/components/schemas/Envelope"}},
+            ]
+        }
+    }
+}
+
+
+def document() -> dict[str, Any]:
+    ref = _path_param("ref")
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": "ledger", "version": __version__},
+        "paths": {
+            "/healthz": {"get": _op("entries in the log")},
+            "/v1/envelopes": {
+                "post": _op("record signed envelopes, all or nothing", 201, _ENVELOPES)
+            },
+            "/v1/reviews": {"post": _op("record signed review envelopes", 201, _ENVELOPES)},
+            "/v1/entries/{ref}": {"get": _op("the `show --json` document", parameters=ref)},
+            "/v1/bundles/{ref}": {
+                "get": _op("the export bundle", parameters=ref + _query("artifacts"))
+            },
+            "/v1/verify/{ref}": {"get": _op("the `verify ID --json` document", parameters=ref)},
+            "/v1/status": {
+                "get": _op(
+                    "status of what the log knows of a PR or commit",
+                    parameters=_query("repo", "rev", "pr", integer=("pr",)),
+                ),
+                "post": _op("the `status --json` document for a question", body=_OBJECT),
+            },
+            "/v1/history": {
+                "get": _op(
+                    "history of a PR or commit",
+                    parameters=_query("repo", "rev", "pr", integer=("pr",)),
+                ),
+                "post": _op("the `history --json` document for a question", body=_OBJECT),
+            },
+            "/v1/checkpoint": {
+                "get": _op("the newest signed checkpoint note (text/plain)"),
+                "post": _op("sign a checkpoint now", security=_BEARER),
+            },
+            "/v1/log/proof/{ref}": {"get": _op("inclusion proof", parameters=ref)},
+            "/v1/log/consistency": {
+                "get": _op(
+                    "consistency proof", parameters=_query("old", "new", integer=("old", "new"))
+                )
+            },
+            "/v1/keys": {
+                "get": _op("registered keys"),
+                "post": _op("register a public key", 201, _OBJECT, security=_BEARER),
+            },
+            "/v1/keys/{ref}/revoke": {
+                "post": _op("revoke a key", body=_OBJECT, parameters=ref, security=_BEARER)
+            },
+            "/v1/artifacts/{digest}": {
+                "get": _op("an artifact's bytes", parameters=_path_param("digest")),
+                "put": _op(
+                    "upload an artifact before its receipt",
+                    201,
+                    {
+                        "application/octet-stream": {
+                            "schema": {"type": "string", "format": "binary"}
+                        }
+                    },
+                    parameters=_path_param("digest"),
+                    security=_BEARER,
+                ),
+            },
+            "/v1/audit": {"get": _op("audit the whole ledger", security=_BEARER)},
+        },
+        "components": {
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+            "schemas": {
+                "Error": {
+                    "type": "object",
+                    "required": ["error"],
+                    "properties": {"error": {"type": "string"}},
+                },
+                "Envelope": {
+                    "type": "object",
+                    "required": ["payloadType", "payload", "signatures"],
+                    "properties": {
+                        "payloadType": {"type": "string"},
+                        "payload": {"type": "string"},
+                        "signatures": {"type": "array", "items": {"type": "object"}},
+                    },
+                },
+            },
+        },
+    }

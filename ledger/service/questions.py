@@ -1,0 +1,163 @@
+"""Status and history over HTTP: the same documents as `status --json` and
+`history --json`.
+
+Two ways to ask. The CLI (`status --server`) identifies the revision and its
+plan in its own checkout, as it does locally, and posts that question: the
+answer is then the one a local `status` would give. A browser or a script
+without a checkout asks `GET /v1/status?repo=R&pr=N` (or `&rev=COMMIT`): the
+server knows no git repository, so the subject is what the log knows of it
+(for a PR, the head the newest receipt was recorded for) and no plan governs
+(every claim with evidence is asked, with the default rules); `judged` says so.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from pydantic import ValidationError
+
+from ledger.errors import InputError, NotFoundError, RefusedError, first_validation_error
+from ledger.qualification.plan import Plan
+from ledger.query import history_document, query_history, query_status
+from ledger.repoid import canonical_repo
+from ledger.revision import Revision
+from ledger.source import Identity
+from ledger.store.store import LOG, RECEIPT, Store
+
+__all__ = [
+    "history_from_query",
+    "history_from_question",
+    "identity_from_log",
+    "question_of",
+    "status_from_query",
+    "status_from_question",
+]
+
+_REVISION_FIELDS = {f.name for f in dataclasses.fields(Revision)}
+
+
+def question_of(q: Identity, claims: list[str], scope: dict[str, str | int]) -> dict[str, Any]:
+    """What `status --server` posts: the locally identified revision and plan."""
+    rev = dataclasses.asdict(q.revision)
+    return {
+        "subject": rev,
+        "plan": q.plan.model_dump(mode="json") if q.plan else None,
+        "notes": list(q.notes),
+        "claims": claims,
+        "scope": scope,
+    }
+
+
+def _identity(doc: dict[str, Any]) -> Identity:
+    subject = doc.get("subject")
+    if not isinstance(subject, dict) or not set(subject) <= _REVISION_FIELDS:
+        raise RefusedError(f"subject: expected an object with fields {sorted(_REVISION_FIELDS)}")
+    try:
+        fields: dict[str, Any] = {
+            k: tuple(v) if isinstance(v, list) else v for k, v in subject.items()
+        }
+        revision = Revision(**fields)
+        for name in ("repo", "commit", "tree"):
+            if not isinstance(getattr(revision, name), str):
+                raise TypeError(name)
+    except TypeError as e:
+        raise RefusedError(f"subject: {e}") from None
+    plan = None
+    if doc.get("plan") is not None:
+        try:
+            plan = Plan.model_validate(doc["plan"])
+        except ValidationError as e:
+            raise RefusedError(f"plan: {first_validation_error(e)}") from None
+    notes = doc.get("notes") or []
+    if not isinstance(notes, list) or not all(isinstance(n, str) for n in notes):
+        raise RefusedError("notes: expected a list of strings")
+    return Identity(revision, plan, tuple(notes))
+
+
+def _claims_scope(doc: dict[str, Any]) -> tuple[list[str], dict[str, str | int]]:
+    claims = doc.get("claims") or []
+    scope = doc.get("scope") or {}
+    if not isinstance(claims, list) or not all(isinstance(c, str) for c in claims):
+        raise RefusedError("claims: expected a list of strings")
+    if not isinstance(scope, dict) or not all(
+        isinstance(v, str | int) and not isinstance(v, bool) for v in scope.values()
+    ):
+        raise RefusedError("scope: expected an object of strings and integers")
+    return claims, scope
+
+
+def status_from_question(store: Store, doc: dict[str, Any]) -> dict[str, Any]:
+    claims, scope = _claims_scope(doc)
+    return query_status(store, _identity(doc), claims=claims, scope=scope).to_json()
+
+
+def history_from_question(store: Store, doc: dict[str, Any]) -> dict[str, Any]:
+    q = _identity(doc)
+    return history_document(q, query_history(store, q))
+
+
+def identity_from_log(store: Store, repo: str, pr: int | None, rev: str | None) -> Identity:
+    """The subject as the log knows it: a PR's newest recorded head, or a commit."""
+    from sqlalchemy import select
+
+    want = canonical_repo(repo)
+    q = select(LOG).join(RECEIPT, RECEIPT.c.seq == LOG.c.seq).order_by(LOG.c.seq.desc())
+    if pr is not None:
+        q = q.where(RECEIPT.c.pr == pr)
+    elif rev is not None:
+        if not rev or len(rev) < 7 or not all(c in "0123456789abcdef" for c in rev.lower()):
+            raise InputError(f"rev {rev!r}: expected a commit (7+ hex digits)")
+        q = q.where(RECEIPT.c.commit >= rev.lower(), RECEIPT.c.commit < rev.lower() + "g")
+    else:
+        raise InputError("give pr=N or rev=COMMIT")
+    from ledger.entry import LoggedEntry
+
+    with store.engine.connect() as conn:
+        for row in conn.execute(q.limit(500)):
+            e = LoggedEntry.of(row)
+            try:
+                src = e.receipt.predicate.source
+                if canonical_repo(src.repo) != want:
+                    continue
+            except Exception:  # a body altered behind the ledger's back counts for nothing
+                continue
+            revision = Revision(
+                repo=want,
+                commit=src.commit,
+                tree=src.tree,
+                package_digest=src.package.digest if src.package else None,
+                pr=pr,
+                package_paths=tuple(src.package.paths) if src.package else (),
+            )
+            what = f"PR #{pr} head {src.commit[:12]}" if pr is not None else src.commit[:12]
+            notes = (
+                f"judged {what}: the newest revision receipts were recorded for",
+                "no plan: the server has no checkout, so every claim with evidence is asked",
+            )
+            return Identity(revision, None, notes)
+    what = f"PR #{pr}" if pr is not None else f"revision {rev}"
+    raise NotFoundError(f"no receipt for {what} of {want}")
+
+
+def _parse(q: dict[str, str]) -> tuple[str, int | None, str | None]:
+    repo = q.get("repo")
+    if not repo:
+        raise InputError("repo: required")
+    pr_text = q.get("pr")
+    pr = None
+    if pr_text is not None:
+        if not pr_text.isdigit() or not 0 < int(pr_text) < 2**31:
+            raise InputError("pr: expected a pull request number")
+        pr = int(pr_text)
+    return repo, pr, q.get("rev")
+
+
+def status_from_query(store: Store, q: dict[str, str]) -> dict[str, Any]:
+    ident = identity_from_log(store, *_parse(q))
+    return query_status(store, ident, claims=None, scope={}).to_json()
+
+
+def history_from_query(store: Store, q: dict[str, str]) -> dict[str, Any]:
+    ident = identity_from_log(store, *_parse(q))
+    return history_document(ident, query_history(store, ident))

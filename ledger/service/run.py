@@ -1,0 +1,138 @@
+"""Run the service under uvicorn, with the connection cap and timeouts that
+bound what slow or idle clients can hold (the body and deadline limits are
+`ledger.service.limits`)."""
+
+from __future__ import annotations
+
+import socket
+import sys
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy.engine import make_url
+
+from ledger.artifacts import for_ledger
+from ledger.errors import UsageError
+from ledger.keys import KeyDir
+from ledger.service.auth import Tokens
+from ledger.service.limits import DEADLINE_S
+from ledger.store.store import Store
+
+__all__ = ["DEFAULT_HOST", "DEFAULT_PORT", "MAX_CONNECTIONS", "Running", "serve", "start"]
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 8765
+MAX_CONNECTIONS = 256
+"""Open connections and requests in flight beyond this are answered 503 at once."""
+KEEP_ALIVE_S = 5
+"""An idle keep-alive connection is closed after this."""
+
+
+@dataclass
+class Running:
+    """A server started in a thread (tests, benchmarks)."""
+
+    url: str
+    server: Any
+    thread: threading.Thread
+    store: Store
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(10)
+        self.store.engine.dispose()
+
+
+def _config(app: Any, sock: socket.socket | None, host: str, port: int, quiet: bool) -> Any:
+    import uvicorn
+
+    return uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        limit_concurrency=MAX_CONNECTIONS,
+        timeout_keep_alive=KEEP_ALIVE_S,
+        # Requests in flight get this long to finish on Ctrl-C before they are cut.
+        timeout_graceful_shutdown=30,
+        h11_max_incomplete_event_size=64 * 1024,
+        access_log=not quiet,
+        log_level="warning" if quiet else "info",
+        lifespan="off",
+    )
+
+
+def _app(
+    store_url: str,
+    keys: KeyDir | None,
+    tokens: Path | None,
+    artifacts: str | None,
+    deadline_s: float,
+    quiet: bool,
+) -> tuple[Any, Store]:
+    from ledger.service.app import create_app
+
+    store = Store.open(store_url)
+    app = create_app(
+        store,
+        keys,
+        tokens=Tokens.load(tokens),
+        artifacts=for_ledger(store_url, artifacts),
+        deadline_s=deadline_s,
+        quiet=quiet,
+    )
+    return app, store
+
+
+def start(
+    store_url: str,
+    keys: KeyDir | None = None,
+    *,
+    tokens: Path | None = None,
+    artifacts: str | None = None,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    deadline_s: float = DEADLINE_S,
+    quiet: bool = True,
+) -> Running:
+    """Serve in a background thread on `port` (0: a free one); returns once it listens."""
+    import uvicorn
+
+    app, store = _app(store_url, keys, tokens, artifacts, deadline_s, quiet)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    server = uvicorn.Server(_config(app, sock, host, port, quiet))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    while not server.started and thread.is_alive():
+        thread.join(0.02)
+    if not server.started:
+        raise UsageError(f"ledger serve did not start on {host}:{port}")
+    return Running(f"http://{host}:{sock.getsockname()[1]}", server, thread, store)
+
+
+def serve(
+    store_url: str,
+    host: str = DEFAULT_HOST,
+    port: int = DEFAULT_PORT,
+    keys: KeyDir | None = None,
+    *,
+    tokens: Path | None = None,
+    artifacts: str | None = None,
+    deadline_s: float = DEADLINE_S,
+) -> None:
+    """Serve until Ctrl-C; requests in flight are finished before it returns."""
+    import uvicorn
+
+    app, store = _app(store_url, keys, tokens, artifacts, deadline_s, quiet=False)
+    safe = make_url(store_url).render_as_string(hide_password=True)
+    signing = (
+        "signs fresh checkpoints" if app.app.state.ledger.keys else "serves stored checkpoints"
+    )
+    sys.stderr.write(f"ledger serve: {safe} on http://{host}:{port} ({signing}); Ctrl-C stops\n")
+    try:
+        uvicorn.Server(_config(app, None, host, port, quiet=False)).run()
+    finally:
+        store.engine.dispose()
