@@ -5,7 +5,10 @@ from __future__ import annotations
 import base64
 import dataclasses
 import hashlib
+import json
 import re
+from pathlib import Path
+from typing import Any
 
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
@@ -21,6 +24,8 @@ from ledger._internal.checkpoint import (
     sign_checkpoint,
     verify_checkpoint,
 )
+from ledger.store.store import Store
+from tests.ledger.helpers import run
 
 KEY = Ed25519PrivateKey.from_private_bytes(bytes(range(32)))
 OTHER_KEY = Ed25519PrivateKey.from_private_bytes(bytes([7]) * 32)
@@ -287,3 +292,136 @@ def test_reasons_are_one_line() -> None:
         assert "\n" not in str(exc)
     else:
         raise AssertionError("control character accepted")
+
+
+# -- rotation, forks and replays ----------------------------------------------------
+
+
+def _record(capsys: pytest.CaptureFixture[str], db: str, tmp: Path, key: Any, n: int) -> str:
+    from tests.ledger.factories import envelope as make_envelope
+
+    f = tmp / f"env-{n}.json"
+    f.write_bytes(make_envelope(key, claim=f"claim.{n}"))
+    r = run(capsys, "record", str(f), "--db", db)
+    assert r.code == 0, r.err
+    return r.out.split()[0]
+
+
+def test_rotated_ledger_key_keeps_old_checkpoints_verifying(
+    db_url: str, key_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from ledger.keys import KeyDir
+    from ledger.log import audit
+
+    for args in (("init",), ("keys", "new", "runner", "--role", "runner")):
+        assert run(capsys, *args, "--db", db_url).code == 0
+    runner = KeyDir(key_dir).load("runner")
+    first = _record(capsys, db_url, tmp_path, runner, 1)
+    old_cp = run(capsys, "log", "checkpoint", "--db", db_url).out
+    old_pem = tmp_path / "old.pem"
+    old_pem.write_text(run(capsys, "keys", "export", "ledger", "--db", db_url).out)
+    r = run(capsys, "keys", "rotate-ledger", "--db", db_url)
+    assert r.code == 0, r.err
+    second = _record(capsys, db_url, tmp_path, runner, 2)
+    new_cp = run(capsys, "log", "checkpoint", "--db", db_url)
+    assert new_cp.code == 0, new_cp.err
+    assert "— ledger-2 " in new_cp.out and "timestamp " in new_cp.out
+    old_size, new_size = int(old_cp.split("\n")[1]), int(new_cp.out.split("\n")[1])
+    for args in (
+        ("log", "proof", first),
+        ("log", "proof", second),
+        ("log", "consistency", str(old_size), str(new_size)),
+    ):
+        got = run(capsys, *args, "--db", db_url)
+        assert got.code == 0, (args, got.err)
+    new_pem = tmp_path / "new.pem"
+    new_pem.write_text(run(capsys, "keys", "export", "ledger-2", "--db", db_url).out)
+    for rid in (first, second):
+        out = tmp_path / f"{rid[7:19]}.bundle.json"
+        assert run(capsys, "export", rid, "-o", str(out), "--db", db_url).code == 0
+        v = run(capsys, "verify", str(out), "--trust", str(new_pem))
+        assert v.code == 0, v.err
+    store = Store.open(db_url)
+    rep = audit(store)
+    assert rep.ok, rep.problems
+    store.engine.dispose()
+
+
+def test_two_diverging_copies_are_caught(
+    key_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from ledger.keys import KeyDir
+
+    a = tmp_path / "a.db"
+    for args in (("init",), ("keys", "new", "runner", "--role", "runner")):
+        assert run(capsys, *args, "--db", str(a)).code == 0
+    runner = KeyDir(key_dir).load("runner")
+    receipt = _record(capsys, str(a), tmp_path, runner, 1)
+    assert run(capsys, "log", "checkpoint", "--db", str(a)).code == 0
+    bundle = tmp_path / "bundle.json"
+    assert run(capsys, "export", receipt, "-o", str(bundle), "--db", str(a)).code == 0
+    b = tmp_path / "b.db"
+    copy_db(a, b)
+    # The copies diverge: each logs a different receipt and signs its own root.
+    _record(capsys, str(a), tmp_path, runner, 2)
+    _record(capsys, str(b), tmp_path, runner, 3)
+    cp_a = tmp_path / "a.cp"
+    cp_b = tmp_path / "b.cp"
+    cp_a.write_text(run(capsys, "log", "checkpoint", "--db", str(a)).out)
+    cp_b.write_text(run(capsys, "log", "checkpoint", "--db", str(b)).out)
+    assert cp_a.read_text().split("\n")[1] == cp_b.read_text().split("\n")[1]  # same size
+
+    state = tmp_path / "witness.json"
+    w = run(capsys, "log", "witness", "--state", str(state), "--db", str(a))
+    assert w.code == 0, w.err
+    fork = run(capsys, "log", "witness", "--state", str(state), "--db", str(b))
+    assert fork.code == 1 and "fork" in fork.err, fork.err
+    assert fork.err.count(" root ") >= 2  # both roots printed
+    # A's checkpoint is no prefix of B's log.
+    c = run(capsys, "log", "consistency", "--from", str(cp_a), "--db", str(b))
+    assert c.code == 1 and "fork" in c.err, c.err
+    ok = run(capsys, "log", "consistency", "--from", str(cp_a), "--db", str(a), "--json")
+    assert ok.code == 0, ok.err
+    # The bundle's checkpoint (size 3) is a prefix of A's, not of B's.
+    pem = tmp_path / "ledger.pem"
+    pem.write_text(run(capsys, "keys", "export", "ledger", "--db", str(a)).out)
+    proof_a = tmp_path / "proof-a.json"
+    size = json.loads(bundle.read_text())["checkpoint"].split("\n")[1]
+    doc = json.loads(
+        run(
+            capsys,
+            "log",
+            "consistency",
+            "--from",
+            str(bundle_cp(bundle, tmp_path)),
+            "--db",
+            str(a),
+            "--json",
+        ).out
+    )
+    assert str(doc["old"]) == size
+    proof_a.write_text(json.dumps(doc))
+    v = run(capsys, "verify", str(bundle), "--trust", str(pem), "--checkpoint", str(proof_a))
+    assert v.code == 0, v.err
+    v = run(capsys, "verify", str(bundle), "--trust", str(pem), "--checkpoint", str(cp_b))
+    assert v.code == 1, v.err
+    # A rollback: B witnessed, then the older checkpoint of size 3 again.
+    replay_state = tmp_path / "replay.json"
+    assert run(capsys, "log", "witness", "--state", str(replay_state), "--db", str(b)).code == 0
+    replay_state.write_text(json.dumps({"checkpoint": cp_b.read_text()}))
+    copy_db(a, b)  # B rolled back to A... which has another root at the same size
+    assert run(capsys, "log", "witness", "--state", str(replay_state), "--db", str(b)).code == 1
+
+
+def bundle_cp(bundle: Path, tmp: Path) -> Path:
+    out = tmp / "bundle.cp"
+    out.write_text(json.loads(bundle.read_text())["checkpoint"])
+    return out
+
+
+def copy_db(src: Path, dst: Path) -> None:
+    """A consistent copy of a WAL-mode SQLite ledger (the file alone may lag its WAL)."""
+    import sqlite3
+
+    with sqlite3.connect(src) as s, sqlite3.connect(dst) as d:
+        s.backup(d)
