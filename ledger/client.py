@@ -238,7 +238,7 @@ def fetch_proof(url: str, ref: str, timeout: float = 30) -> dict[str, Any]:
 
 
 def fetch_consistency(url: str, old: int, new: int, timeout: float = 30) -> dict[str, Any]:
-    return dict(_get(url, f"/v1/log/consistency?old={old}&new={new}", timeout))
+    return dict(_get(url, f"/v1/log/consistency?from={old}&to={new}", timeout))
 
 
 def sign_checkpoint(url: str, token: str | None = None) -> bytes:

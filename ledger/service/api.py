@@ -215,20 +215,45 @@ async def proof(request: Request) -> Response:
     return json_response(await run_in_threadpool(work))
 
 
-def _size(q: Any, name: str) -> int:
-    value = q.get(name)
-    if value is None or not value.isdigit() or int(value) < 1 or len(value) > 18:
-        raise InputError(f"{name}: expected a checkpoint size (a positive integer)")
-    return int(value)
+def _size(q: Any, name: str) -> int | None:
+    from ledger.limits import MAX_INT
+
+    text = q.get(name)
+    if text is None:
+        return None
+    if not text.isdigit() or len(text) > 19 or not 1 <= int(text) <= MAX_INT:
+        raise InputError(f"{name}={text[:30]!r}: expected a size 1..2^63-1")
+    return int(text)
 
 
 async def consistency(request: Request) -> Response:
-    from ledger.log import consistency as prove
+    """`?from=OLD[&to=NEW]` (NEW: the newest checkpoint); `old`/`new` are accepted too."""
+    from ledger.log.witness import prove
 
     led = _ledger(request)
-    old, new = _size(request.query_params, "old"), _size(request.query_params, "new")
-    hashes = await run_in_threadpool(prove, led.store(), old, new)
-    return json_response({"old": old, "new": new, "proof": [h.hex() for h in hashes]})
+    q = request.query_params
+    old = _size(q, "from") or _size(q, "old")
+    new = _size(q, "to") or _size(q, "new")
+    if old is None:
+        raise InputError("from=SIZE is required")
+
+    def work() -> dict[str, Any]:
+        store = led.store()
+        to = new
+        if to is None:
+            latest = store.latest_checkpoint()
+            if latest is None:
+                raise NotFoundError("no checkpoint has been signed yet")
+            to = latest.size
+        note, proof = prove(store, old, to)
+        return {
+            "old": old,
+            "new": to,
+            "proof": [h.hex() for h in proof],
+            "checkpoint": note.decode(),
+        }
+
+    return json_response(await run_in_threadpool(work))
 
 
 async def list_keys(request: Request) -> Response:

@@ -59,9 +59,10 @@ class Ledger:
         for i, raw in enumerate(raws):
             try:
                 stmt = parse_statement(dsse.decode_payload(dsse.parse_envelope(raw)))
-            except Error as e:
-                where = f"input {i + 1}: " if len(raws) > 1 else ""
-                raise RefusedError(where + e.reason()) from None
+            except Error:
+                # Refused by ingest below, with the reason in its usual order
+                # (the signature before the statement).
+                continue
             kind = "review" if stmt.predicateType.endswith("/review/v1") else "receipt"
             if reviews_only and kind != "review":
                 raise RefusedError(f"input {i + 1}: a receipt; post receipts to /v1/envelopes")

@@ -98,7 +98,7 @@ def document() -> dict[str, Any]:
             "/v1/log/proof/{ref}": {"get": _op("inclusion proof", parameters=ref)},
             "/v1/log/consistency": {
                 "get": _op(
-                    "consistency proof", parameters=_query("old", "new", integer=("old", "new"))
+                    "consistency proof", parameters=_query("from", "to", integer=("from", "to"))
                 )
             },
             "/v1/keys": {

@@ -1,4 +1,5 @@
-"""`ledger serve` and its client over real HTTP on 127.0.0.1, against SQLite and PostgreSQL."""
+"""`ledger serve` (ledger.service under uvicorn) and its client over real HTTP on 127.0.0.1,
+against SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
@@ -19,7 +20,8 @@ from ledger import client
 from ledger.dsse import MAX_ENVELOPE_BYTES
 from ledger.errors import NotFoundError, RefusedError, UsageError
 from ledger.keys import KeyDir, LocalKey
-from ledger.server import MAX_BODY_BYTES, LedgerServer, make_server
+from ledger.service.limits import MAX_BODY_BYTES
+from ledger.service.run import Running, start
 from ledger.store.store import Store
 from ledger.verify import verify_bundle
 from tests.ledger.factories import dump, envelope
@@ -34,18 +36,8 @@ class Served:
     runner: LocalKey
 
 
-def _start(db_url: str, keys: KeyDir | None) -> tuple[LedgerServer, threading.Thread]:
-    server = make_server(db_url, "127.0.0.1", 0, keys)
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05})
-    thread.start()
-    return server, thread
-
-
-def _stop(server: LedgerServer, thread: threading.Thread) -> None:
-    server.shutdown()
-    server.server_close()
-    thread.join(5)
-    server.store.engine.dispose()
+def _start(db_url: str, keys: KeyDir | None) -> Running:
+    return start(db_url, keys)
 
 
 def _init(db_url: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
@@ -65,12 +57,12 @@ def served(
     """A ledger with a runner key, served (with its ledger key) on a free port."""
     _init(db_url, monkeypatch, capsys)
     keys = KeyDir(key_dir)
-    server, thread = _start(db_url, keys)
+    server = _start(db_url, keys)
     store = Store.open(db_url)
     try:
         yield Served(server.url, store, keys, keys.load("runner"))
     finally:
-        _stop(server, thread)
+        server.stop()
         store.engine.dispose()
 
 
@@ -216,7 +208,7 @@ def test_entry_by_prefix_is_the_show_document(
     assert status == 400 and "is not a receipt id" in reason
     assert error_of(request(served.url, "GET", "/v1/nothing"))[0] == 404
     assert error_of(request(served.url, "GET", "/v1/envelopes"))[0] == 405
-    assert error_of(request(served.url, "DELETE", "/v1/envelopes"))[0] == 501
+    assert error_of(request(served.url, "DELETE", "/v1/envelopes"))[0] == 405
 
 
 def test_bundle_verifies_offline(served: Served) -> None:
@@ -239,7 +231,7 @@ def test_without_ledger_key_bundles_wait_for_a_checkpoint(
 ) -> None:
     _init(db_url, monkeypatch, capsys)
     runner = KeyDir(key_dir).load("runner")
-    server, thread = _start(db_url, None)
+    server = _start(db_url, None)
     try:
         [rec] = client.post_envelopes(server.url, [envelope(runner)])
         status, reason = error_of(request(server.url, "GET", f"/v1/bundles/{rec['id']}"))
@@ -251,7 +243,7 @@ def test_without_ledger_key_bundles_wait_for_a_checkpoint(
         assert json.loads(raw)["checkpoint"] == body.decode()
         verify_bundle(raw, [KeyDir(key_dir).load("ledger").public])
     finally:
-        _stop(server, thread)
+        server.stop()
 
 
 def _closed_port() -> int:
@@ -280,7 +272,7 @@ def test_internal_errors_do_not_leak(served: Served, monkeypatch: pytest.MonkeyP
     def broken(store: Store, ref: str) -> dict[str, Any]:
         raise RuntimeError("secret detail")
 
-    monkeypatch.setattr("ledger.server.show_document", broken)
+    monkeypatch.setattr("ledger.query.show_document", broken)
     status, reason = error_of(request(served.url, "GET", "/v1/entries/" + "ab" * 32))
     assert (status, reason) == (500, "internal server error")
     # The server keeps serving after it.
