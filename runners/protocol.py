@@ -20,6 +20,30 @@ baseline. The phases are:
 `Workload.admit` compares that prediction with the usable budget (free bytes
 less a reserve the workload states) and refuses with numbers instead of
 running out of memory.
+
+Cold and warm. The harness tells `estimate` and `admit` whether the phase is
+cold: no step of that phase has run yet in this process (lazy workspaces,
+library handles and kernels may still be allocated inside the step). A
+workload whose methods take no ``cold`` keyword is called without it
+(`estimate_of`, `admit_of`), so workloads written before it keep working.
+
+Outputs. A forward returns the framework's own loss (``loss``, attached to
+the graph with ``grad=True``) and declares what the regression compares:
+``pooled_hidden`` and ``nll`` when it has them, any named tensors in
+``compared`` (a logits tensor, pooled states, router probabilities). A
+workload that can compute its NLL with the LM head in chunks implements
+`SupportsChunkedNLL`; checks that need it say so and skip that part, with a
+reason, for a workload that does not.
+
+Batches. A batch is a dict of named tensors, as the trainer feeds its
+model: ``input_ids``, ``attention_mask`` (1 real, 0 padding), ``labels``
+with ``-100`` for positions that carry no loss, packed sequences with
+``cu_seqlens`` / ``position_ids``. `pad_sequences` and `pack_sequences`
+build those; `batch_tokens` counts the tokens that carry a loss.
+
+Migration from the previous protocol: a workload that returned
+``ForwardOutputs(pooled_hidden=..., nll=..., loss=...)`` and implemented
+``nll_chunked`` still works unchanged; see docs/workload-protocol.md.
 """
 
 from __future__ import annotations
@@ -46,24 +70,52 @@ Batch = dict[str, torch.Tensor]
 
 @dataclass(kw_only=True, slots=True, frozen=True)
 class Shape:
-    """The size of one step's input."""
+    """The size of one step's input: ``batch x seq`` and any named dimensions."""
 
     batch: int
-    """Sequences (views) in the step."""
+    """Sequences (views) in the step; for packed input, the rows."""
     seq: int
-    """Tokens per sequence."""
+    """Tokens per sequence (the padded length; for packed input, the packed length)."""
+    dims: tuple[tuple[str, int], ...] = ()
+    """Named dimensions beyond batch x seq, sorted by name: ``tokens`` (real tokens,
+    when padding or packing makes them fewer than batch x seq), ``sequences`` (packed
+    into the rows), or the workload's own (``experts``, ``image_patches``, ...)."""
 
     def __post_init__(self) -> None:
         if self.batch < 1 or self.seq < 1:
             raise ValueError(f"shape needs batch >= 1 and seq >= 1, got {self.batch}x{self.seq}")
+        for name, n in self.dims:
+            if not name.isidentifier() or n < 0:
+                raise ValueError(f"shape dimension {name}={n}: need a name and a size >= 0")
+        object.__setattr__(self, "dims", tuple(sorted(dict(self.dims).items())))
+
+    @classmethod
+    def parse(cls, text: str) -> Shape:
+        """``BATCHxSEQ`` optionally followed by ``,name=N`` pairs (``4x1024,tokens=3500``)."""
+        head, *rest = text.replace(" ", "").split(",")
+        b, sep, q = head.partition("x")
+        try:
+            dims = tuple((k, int(v)) for k, _, v in (r.partition("=") for r in rest))
+            return cls(batch=int(b), seq=int(q), dims=dims) if sep else cls._bad(text)
+        except ValueError as e:
+            raise ValueError(f"shape {text!r}: want BATCHxSEQ[,name=N...] ({e})") from None
+
+    @classmethod
+    def _bad(cls, text: str) -> Shape:
+        raise ValueError("no 'x' between batch and seq")
+
+    def dim(self, name: str, default: int | None = None) -> int | None:
+        """The named dimension ``name``, or ``default``."""
+        return dict(self.dims).get(name, default)
 
     @property
     def tokens(self) -> int:
-        """Tokens in the step: ``batch * seq``."""
-        return self.batch * self.seq
+        """Tokens in the step: the ``tokens`` dimension when given, else ``batch * seq``."""
+        return self.dim("tokens") or self.batch * self.seq
 
     def __str__(self) -> str:
-        return f"{self.batch}x{self.seq}"
+        extra = "".join(f",{k}={v}" for k, v in self.dims)
+        return f"{self.batch}x{self.seq}{extra}"
 
 
 @dataclass(kw_only=True, slots=True, frozen=True)
@@ -111,15 +163,37 @@ class AdmissionDecision:
 
 @dataclass(kw_only=True, slots=True, frozen=True)
 class ForwardOutputs:
-    """What one forward returns."""
+    """What one forward returns: the loss and the outputs the regression compares."""
 
-    pooled_hidden: torch.Tensor
-    """[batch, d_model]: final hidden states mean-pooled over each sequence (detached)."""
-    nll: torch.Tensor
-    """Scalar: mean next-token negative log-likelihood over all tokens (detached)."""
+    pooled_hidden: torch.Tensor | None = None
+    """[batch, d_model]: final hidden states mean-pooled over each sequence (detached);
+    None for a workload that does not offer them."""
+    nll: torch.Tensor | None = None
+    """Scalar: mean next-token negative log-likelihood (detached); None: `loss` is it."""
     loss: torch.Tensor | None = None
-    """Scalar loss still attached to the autograd graph when the forward ran with
-    ``grad=True`` (consumed by `Workload.backward`); None otherwise."""
+    """The framework's own scalar loss (e.g. ``model(**batch, labels=labels).loss``),
+    still attached to the graph when the forward ran with ``grad=True`` (consumed by
+    `Workload.backward`)."""
+    compared: dict[str, torch.Tensor] = field(default_factory=dict)
+    """More named outputs the regression compares between runs (detached), e.g.
+    ``logits`` (recorded by digest and max abs difference)."""
+
+    def declared(self) -> dict[str, torch.Tensor]:
+        """Every output the regression compares, by name: ``loss`` (the NLL when given,
+        else the loss), ``pooled_hidden`` when given, then `compared`."""
+        out: dict[str, torch.Tensor] = {}
+        scalar = self.nll if self.nll is not None else self.loss
+        if scalar is not None:
+            out["loss"] = scalar.detach()
+        if self.pooled_hidden is not None:
+            out["pooled_hidden"] = self.pooled_hidden.detach()
+        out.update({k: v.detach() for k, v in self.compared.items()})
+        return out
+
+    def scalar_loss(self) -> torch.Tensor | None:
+        """The detached mean NLL, else the detached loss; None when neither is given."""
+        t = self.nll if self.nll is not None else self.loss
+        return None if t is None else t.detach()
 
 
 @runtime_checkable
@@ -156,21 +230,19 @@ class Workload(Protocol):
         """Deterministic inputs of ``shape`` on the workload's device."""
         ...
 
-    def estimate(self, shape: Shape, phase: Phase) -> MemoryEstimate:
-        """Predicted reset-to-peak increment of ``phase`` at ``shape`` (module docstring)."""
+    def estimate(self, shape: Shape, phase: Phase, *, cold: bool = False) -> MemoryEstimate:
+        """Predicted reset-to-peak increment of ``phase`` at ``shape``; ``cold``: no step
+        of ``phase`` has run in this process yet (module docstring)."""
         ...
 
-    def admit(self, shape: Shape, phase: Phase, free_bytes: int) -> AdmissionDecision:
+    def admit(
+        self, shape: Shape, phase: Phase, free_bytes: int, *, cold: bool = False
+    ) -> AdmissionDecision:
         """Admit ``phase`` at ``shape`` iff its estimate fits ``free_bytes`` less the reserve."""
         ...
 
     def forward(self, batch: Batch, *, grad: bool) -> ForwardOutputs:
         """One forward over ``batch``; with ``grad`` the loss keeps its graph."""
-        ...
-
-    def nll_chunked(self, batch: Batch, chunk_tokens: int) -> torch.Tensor:
-        """The forward's `ForwardOutputs.nll` (no grad), computing the LM head and the
-        log-softmax over at most ``chunk_tokens`` tokens at a time."""
         ...
 
     def backward(self, out: ForwardOutputs) -> None:
@@ -189,6 +261,84 @@ class Workload(Protocol):
     def zero_grad(self) -> None:
         """Free the accumulated gradients (set them to None)."""
         ...
+
+
+@runtime_checkable
+class SupportsChunkedNLL(Protocol):
+    """A workload that can compute its NLL with the LM head in chunks (the 24-view
+    regression compares it with the unchunked forward's)."""
+
+    def nll_chunked(self, batch: Batch, chunk_tokens: int) -> torch.Tensor:
+        """The forward's `ForwardOutputs.nll` (no grad), computing the LM head and the
+        log-softmax over at most ``chunk_tokens`` tokens at a time."""
+        ...
+
+
+def _takes_cold(method: Callable[..., object]) -> bool:
+    try:
+        params = inspect.signature(method).parameters
+    except (TypeError, ValueError):
+        return False
+    return "cold" in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
+
+
+def estimate_of(w: Workload, shape: Shape, phase: Phase, *, cold: bool) -> MemoryEstimate:
+    """``w.estimate``, told ``cold`` when it takes the keyword (older workloads do not)."""
+    if _takes_cold(w.estimate):
+        return w.estimate(shape, phase, cold=cold)
+    return w.estimate(shape, phase)
+
+
+def admit_of(
+    w: Workload, shape: Shape, phase: Phase, free_bytes: int, *, cold: bool
+) -> AdmissionDecision:
+    """``w.admit``, told ``cold`` when it takes the keyword (older workloads do not)."""
+    if _takes_cold(w.admit):
+        return w.admit(shape, phase, free_bytes, cold=cold)
+    return w.admit(shape, phase, free_bytes)
+
+
+def pad_sequences(
+    seqs: Iterable[torch.Tensor], *, pad_id: int = 0, length: int | None = None
+) -> Batch:
+    """Right-padded ``input_ids``, ``attention_mask`` and ``labels`` (``-100`` on padding)
+    from 1-D token tensors; ``length`` defaults to the longest sequence."""
+    rows = [s.reshape(-1) for s in seqs]
+    n = max((r.numel() for r in rows), default=0) if length is None else length
+    ids = torch.full((len(rows), n), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(rows), n), dtype=torch.long)
+    for i, r in enumerate(rows):
+        k = min(n, r.numel())
+        ids[i, :k] = r[:k]
+        mask[i, :k] = 1
+    labels = ids.masked_fill(mask == 0, -100)
+    return {"input_ids": ids, "attention_mask": mask, "labels": labels}
+
+
+def pack_sequences(seqs: Iterable[torch.Tensor]) -> Batch:
+    """One packed row: ``input_ids`` [1, total], ``position_ids`` restarting at each
+    sequence, ``cu_seqlens`` (int32 cumulative lengths, starting at 0) and ``labels``
+    with ``-100`` at each sequence's first position (no previous token to predict it
+    from)."""
+    rows = [s.reshape(-1) for s in seqs]
+    ids = torch.cat(rows).unsqueeze(0)
+    lengths = torch.tensor([r.numel() for r in rows], dtype=torch.int32)
+    cu = torch.zeros(len(rows) + 1, dtype=torch.int32)
+    cu[1:] = torch.cumsum(lengths, 0)
+    pos = torch.cat([torch.arange(r.numel()) for r in rows]).unsqueeze(0)
+    labels = ids.clone()
+    labels[0, cu[:-1].long()] = -100
+    return {"input_ids": ids, "position_ids": pos, "cu_seqlens": cu, "labels": labels}
+
+
+def batch_tokens(batch: Batch) -> int:
+    """Tokens that carry a loss: ``labels != -100`` when there are labels, else the
+    ``attention_mask``'s ones, else every element of ``input_ids``."""
+    if "labels" in batch:
+        return int((batch["labels"] != -100).sum())
+    if "attention_mask" in batch:
+        return int(batch["attention_mask"].sum())
+    return int(batch["input_ids"].numel())
 
 
 WorkloadFactory = Callable[..., Workload]

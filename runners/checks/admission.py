@@ -38,7 +38,7 @@ from runners.harness.probe import CpuProbe, MiB
 from runners.harness.registry import Owned
 from runners.harness.steps import StepRecord, measure_step
 from runners.names import ADMISSION
-from runners.protocol import PHASES, AdmissionDecision, Phase, Shape, Workload
+from runners.protocol import PHASES, AdmissionDecision, Phase, Shape, Workload, admit_of
 from runners.result import CheckResult, Json
 
 NAME = ADMISSION
@@ -76,18 +76,20 @@ _CUDA_EDGE_MARGIN = 2 * MiB
 _MAX_EDGE_TRIES = 4
 
 
-def min_admitting_free(w: Workload, shape: Shape, phase: Phase) -> int | None:
+def min_admitting_free(
+    w: Workload, shape: Shape, phase: Phase, *, cold: bool = False
+) -> int | None:
     """The least ``free_bytes`` at which ``w.admit`` admits (admission is monotone in
     free memory), or None if it admits at no size up to 2**60."""
     hi = 1 << 20
-    while not w.admit(shape, phase, hi).admitted:
+    while not admit_of(w, shape, phase, hi, cold=cold).admitted:
         hi *= 2
         if hi > 1 << 60:
             return None
     lo = 0
     while lo < hi:
         mid = (lo + hi) // 2
-        if w.admit(shape, phase, mid).admitted:
+        if admit_of(w, shape, phase, mid, cold=cold).admitted:
             hi = mid
         else:
             lo = mid + 1
@@ -102,7 +104,7 @@ def _run_phase(sess: Session, w: Workload, shape: Shape, phase: Phase, what: str
     step = phase_step(w, batch, grad=grad)
     del batch
     rec = measure_step(sess.probe, what, step)
-    sess.steps_measured += 1
+    sess.ran(phase)
     del step
     if phase == "forward_backward":
         sess.call("zero_grad", w.zero_grad)
@@ -237,17 +239,17 @@ def _shape(
         run_name = "first" if i == 0 else f"repeat{i}"
         probe.release_cached()
         available0 = probe.available_bytes()
-        d0: AdmissionDecision = sess.call(
-            f"admit {phase} {shape}", partial(w.admit, shape, phase, available0)
-        )
+        d0: AdmissionDecision = sess.admit(w, shape, phase, available0)
         row: dict[str, Json] = {
             "shape": str(shape),
             "batch": shape.batch,
             "seq": shape.seq,
             "phase": phase,
             "run": run_name,
-            # Only the check's first measured step is cold in the process sense.
-            "cold": sess.steps_measured == 0,
+            # Cold: no step of this phase ran in the process yet (what the estimate
+            # was told); first_in_process: the check's very first measured step.
+            "cold": sess.cold(phase),
+            "first_in_process": sess.steps_measured == 0,
             "available_bytes": available0,
             "ballast_bytes": 0,
             "measured_bytes": None,
@@ -355,13 +357,16 @@ def _edge(
     free. Returns the decision at the memory then available, the ballast (owned; None
     when the edge was not reached), the tries, and whether the edge was reached."""
     probe = sess.probe
-    least = sess.call(f"edge search {phase} {shape}", lambda: min_admitting_free(w, shape, phase))
+    cold = sess.cold(phase)
+    least = sess.call(
+        f"edge search {phase} {shape}", lambda: min_admitting_free(w, shape, phase, cold=cold)
+    )
     floor = _CUDA_EDGE_MARGIN if probe.device.type == "cuda" else 4096
     step = margin
     tries = 0
     if available0 <= int(least) + margin:
         # Already at the edge: no ballast needed.
-        here = sess.call(f"admit {phase} {shape}", lambda: w.admit(shape, phase, available0))
+        here = sess.admit(w, shape, phase, available0)
         return here, None, 0, True
     for tries in range(1, _MAX_EDGE_TRIES + 1):
         size = available0 - (int(least) + step)
@@ -375,19 +380,14 @@ def _edge(
             continue
         ballast = sess.registry.own_tensor("ballast", tensor, name=f"ballast-{phase}-{shape}")
         del tensor
-        decision: AdmissionDecision = sess.call(
-            f"admit {phase} {shape} under ballast",
-            lambda: w.admit(shape, phase, probe.available_bytes()),
-        )
+        decision: AdmissionDecision = sess.admit(w, shape, phase, probe.available_bytes())
         if decision.admitted:
             return decision, ballast, tries, True
         sess.registry.release_now(ballast)
         # Allocation granularity took more than the margin: leave more room.
         step = max(2 * step, floor)
     probe.release_cached()
-    decision = sess.call(
-        f"admit {phase} {shape}", lambda: w.admit(shape, phase, probe.available_bytes())
-    )
+    decision = sess.admit(w, shape, phase, probe.available_bytes())
     return decision, None, tries, False
 
 

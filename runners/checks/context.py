@@ -17,7 +17,17 @@ from runners.harness.observer import ObserverSession
 from runners.harness.oom import StepOutcome, capture
 from runners.harness.probe import MemoryProbe
 from runners.harness.registry import ResourceRegistry
-from runners.protocol import Batch, ForwardOutputs, Workload
+from runners.protocol import (
+    AdmissionDecision,
+    Batch,
+    ForwardOutputs,
+    MemoryEstimate,
+    Phase,
+    Shape,
+    Workload,
+    admit_of,
+    estimate_of,
+)
 from runners.result import Artifact, CheckResult, Json, Observer, Outcome, infra_error
 from runners.workloads.loader import load_workload
 
@@ -129,6 +139,34 @@ class Session:
         self.steps_measured = 0
         """Measured workload steps so far; the first one runs cold (first in the process
         for this workload: workspaces, lazy kernels), later ones warm."""
+        self.phases_run: set[str] = set()
+        """Phases that have run a measured step in this process (see `cold`)."""
+
+    def cold(self, phase: Phase) -> bool:
+        """Whether no step of ``phase`` has run in this process yet: what the workload's
+        `estimate` / `admit` are told as ``cold``."""
+        return phase not in self.phases_run
+
+    def ran(self, phase: Phase) -> None:
+        """Note a measured step of ``phase``: later ones are warm."""
+        self.steps_measured += 1
+        self.phases_run.add(phase)
+
+    def admit(self, w: Workload, shape: Shape, phase: Phase, free: int) -> AdmissionDecision:
+        """``w.admit`` told whether ``phase`` is cold, through `call` (captured)."""
+        cold = self.cold(phase)
+        got: AdmissionDecision = self.call(
+            f"admit {phase} {shape}", lambda: admit_of(w, shape, phase, free, cold=cold)
+        )
+        return got
+
+    def estimate(self, w: Workload, shape: Shape, phase: Phase) -> MemoryEstimate:
+        """``w.estimate`` told whether ``phase`` is cold, through `call` (captured)."""
+        cold = self.cold(phase)
+        got: MemoryEstimate = self.call(
+            f"estimate {phase} {shape}", lambda: estimate_of(w, shape, phase, cold=cold)
+        )
+        return got
 
     @property
     def device(self) -> torch.device:

@@ -92,6 +92,7 @@ def _body(sess: Session, p: Params) -> Verdict:
         step = phase_step(w, batch, grad=True)
         del batch
         rec = measure_step(probe, f"prefix forward_backward {i + 1}", step)
+        sess.ran("forward_backward")
         del step
         m.update(rec.measurements(f"prefix{i + 1}_"))
         if not rec.ok:
@@ -109,8 +110,8 @@ def _body(sess: Session, p: Params) -> Verdict:
     del batch
     probe.release_cached()
     available = probe.available_bytes()
-    decision = sess.call("admit target", lambda: w.admit(target, "forward_backward", available))
-    estimate = sess.call("estimate target", lambda: w.estimate(target, "forward_backward"))
+    decision = sess.admit(w, target, "forward_backward", available)
+    estimate = sess.estimate(w, target, "forward_backward")
     m.update(
         {
             "target_available_bytes": available,

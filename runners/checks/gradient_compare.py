@@ -2,12 +2,19 @@
 
 Each arm runs in its own child process (`runners.checks.grad_arm`, owned by
 the check's registry with its process group), sequentially on the same device,
-saving its gradients to an owned temporary directory. Tensors are compared by
-name: relative L2 ``||c - b|| / ||b||``, cosine, max abs difference, and
-whether rel-L2 exceeds ``threshold``. The outcome is ``inconclusive`` when the
-arms ran on different GPU UUIDs or started from different reserved bytes;
-``failed`` when any tensor is over the threshold or the tensor sets differ.
-The observer, when on, instruments this (parent) process only, not the arms.
+saving its gradients to an owned temporary directory. With ``noise_floor`` the
+base runs twice (``base`` and ``base_repeat``): the repeat against the base is
+the noise floor, the candidate against the base the difference (see
+`runners.checks.noise`). Tensors are compared by name: relative L2
+``||c - b|| / ||b||``, cosine, max abs difference. Per tensor family the
+largest noise and difference are judged against the threshold (per dtype:
+``threshold_fp32`` / ``threshold_bf16`` unless ``threshold`` is given) and
+``noise_margin``. The outcome is ``inconclusive`` when the arms ran on
+different GPU UUIDs or started from different reserved bytes, or when a
+family's noise floor exceeds the threshold; ``failed`` when the tensor sets
+differ or a family's difference exceeds both the threshold and the noise
+floor times the margin. The observer, when on, instruments this (parent)
+process only, not the arms.
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ from typing import Any
 
 import torch
 
+from runners.checks import noise
 from runners.checks.context import CheckContext, Session, Verdict
 from runners.checks.execute import execute
 from runners.checks.params import CheckParams
@@ -30,7 +38,7 @@ from runners.names import GRADIENT_COMPARE
 from runners.result import CheckResult, Json
 
 NAME = GRADIENT_COMPARE
-VERSION = "1"
+VERSION = "2"
 
 
 @dataclass(kw_only=True, slots=True, frozen=True)
@@ -39,8 +47,19 @@ class Params(CheckParams):
     """Sequences in each arm's forward+backward."""
     seq: int = 32
     """Tokens per sequence."""
-    threshold: float = 0.03
-    """Largest rel-L2 ``||c - b|| / ||b||`` a gradient tensor may have."""
+    threshold: float | None = None
+    """Largest rel-L2 ``||c - b|| / ||b||`` a gradient tensor family may have. None: the
+    dtype's default (``threshold_fp32`` or ``threshold_bf16``)."""
+    threshold_fp32: float = 1e-4
+    """Default threshold for float32 workloads: summation-order differences are
+    ~1e-6 relative; a real change to the gradient is far above 1e-4."""
+    threshold_bf16: float = 3e-2
+    """Default threshold for bfloat16 / float16 workloads (8 / 11 mantissa bits: a
+    rounding step is ~4e-3 / 5e-4 relative, and reductions accumulate several)."""
+    noise_floor: bool = True
+    """Run the base arm twice and judge the candidate against that noise floor."""
+    noise_margin: float = 2.0
+    """The candidate's difference fails only above the noise floor times this."""
     base_workload_params: dict[str, Json] = field(default_factory=dict)
     """Workload parameters of the base arm: the claim's, updated by these. The base arm
     loads from the base revision's checkout when there is one."""
@@ -179,7 +198,6 @@ def _finish_arm(arm: _Arm, deadline: float) -> dict[str, Any]:
 
 def _body(sess: Session, p: Params) -> Verdict:
     ctx = sess.ctx
-    threshold = p.threshold
     base_params = {**ctx.workload_params, **p.base_workload_params}
     cand_params = {**ctx.workload_params, **p.candidate_workload_params}
     work = sess.registry.make_tempdir("grad-compare-")
@@ -190,14 +208,19 @@ def _body(sess: Session, p: Params) -> Verdict:
     deadline = time.monotonic() + p.arm_timeout_s
     arms: dict[str, dict[str, Any]] = {}
     plan = [("base", base_root, base_params), ("candidate", ctx.repo_root, cand_params)]
+    if p.noise_floor:
+        plan.append(("base_repeat", base_root, base_params))
     if parallel:
         started = [_start_arm(sess, n, r, wp, p, work) for n, r, wp in plan]
         arms = {a.name: _finish_arm(a, deadline) for a in started}
     else:
         for n, r, wp in plan:
             arms[n] = _finish_arm(_start_arm(sess, n, r, wp, p, work), deadline)
+    dtype = str(arms["candidate"].get("dtype") or arms["base"].get("dtype") or "")
+    threshold = noise.threshold_for(dtype, p.threshold, p.threshold_fp32, p.threshold_bf16)
     m: dict[str, Json] = {
         "threshold": threshold,
+        "noise_margin": p.noise_margin,
         "base_root": str(base_root),
         "arms_in_parallel": parallel,
     }
@@ -214,7 +237,7 @@ def _body(sess: Session, p: Params) -> Verdict:
     bad = _bad_arms(arms, m)
     if bad is not None:
         return bad
-    return _compared(work, arms, threshold, m)
+    return _compared(work, arms, threshold, p.noise_margin, m)
 
 
 def _bad_arms(arms: dict[str, dict[str, Any]], m: dict[str, Json]) -> Verdict | None:
@@ -238,15 +261,39 @@ def _bad_arms(arms: dict[str, dict[str, Any]], m: dict[str, Json]) -> Verdict | 
     )
 
 
+def _rel(rows: list[dict[str, Json]]) -> dict[str, float | None]:
+    return {
+        str(r["name"]): float(r["rel_l2"]) if isinstance(r["rel_l2"], float) else None for r in rows
+    }
+
+
 def _compared(
-    work: Path, arms: dict[str, dict[str, Any]], threshold: float, m: dict[str, Json]
+    work: Path,
+    arms: dict[str, dict[str, Any]],
+    threshold: float,
+    margin: float,
+    m: dict[str, Json],
 ) -> Verdict:
-    """The verdict on the two arms' gradients."""
+    """The verdict on the arms' gradients."""
     base = torch.load(work / "base" / "grads.pt", weights_only=True)
     cand = torch.load(work / "candidate" / "grads.pt", weights_only=True)
     rows, only = compare(base, cand, threshold)
-    del base, cand
-    over = [r for r in rows if r["over_threshold"]]
+    del cand
+    noise_rel: dict[str, float | None] = {}
+    if "base_repeat" in arms:
+        again = torch.load(work / "base_repeat" / "grads.pt", weights_only=True)
+        noise_rows, noise_only = compare(base, again, threshold)
+        del again
+        noise_rel = _rel(noise_rows)
+        m["noise_tensors_only_in_one_arm"] = noise_only  # type: ignore[assignment]
+        m["max_noise_rel_l2"] = max((v for v in noise_rel.values() if v is not None), default=None)
+        for r in rows:
+            r["noise_rel_l2"] = noise_rel.get(str(r["name"]))
+    del base
+    families = noise.by_family(noise_rel, _rel(rows), threshold, margin)
+    m["families"] = [f.to_json() for f in families]
+    failed_fams = {f.family for f in families if f.state == "failed"}
+    over = [r for r in rows if r["over_threshold"] and noise.family(str(r["name"])) in failed_fams]
     rels = [float(r["rel_l2"]) for r in rows if isinstance(r["rel_l2"], float)]
     coss = [float(r["cosine"]) for r in rows if isinstance(r["cosine"], float)]
     m.update(
@@ -259,21 +306,18 @@ def _compared(
             "tensors": rows,  # type: ignore[dict-item]
         }
     )
-    ua, ub = arms["base"].get("gpu_uuid"), arms["candidate"].get("gpu_uuid")
-    ra, rb = (
-        arms["base"].get("reserved_at_start_bytes"),
-        arms["candidate"].get("reserved_at_start_bytes"),
-    )
-    if ua != ub:
+    uuids = {a: i.get("gpu_uuid") for a, i in arms.items()}
+    reserved = {a: i.get("reserved_at_start_bytes") for a, i in arms.items()}
+    if len(set(uuids.values())) > 1:
+        seen = ", ".join(f"{a} {u}" for a, u in uuids.items())
         return Verdict(
-            outcome="inconclusive",
-            reason=f"arms ran on different GPUs: base {ua}, candidate {ub}",
-            measurements=m,
+            outcome="inconclusive", reason=f"arms ran on different GPUs: {seen}", measurements=m
         )
-    if ra != rb:
+    if len(set(reserved.values())) > 1:
+        seen = ", ".join(f"{a} {r}" for a, r in reserved.items())
         return Verdict(
             outcome="inconclusive",
-            reason=f"arms started from different reserved bytes: base {ra}, candidate {rb}",
+            reason=f"arms started from different reserved bytes: {seen}",
             measurements=m,
         )
     if only:
@@ -289,8 +333,26 @@ def _compared(
         )
         return Verdict(
             outcome="failed",
-            reason=f"{len(over)} of {len(rows)} gradient tensors over rel-L2 {threshold}; worst "
-            f"{worst['name']} rel-L2 {worst['rel_l2']} cosine {worst['cosine']}",
+            reason=f"{len(over)} of {len(rows)} gradient tensors over rel-L2 {threshold} and "
+            f"over {margin}x their family's noise floor; worst {worst['name']} rel-L2 "
+            f"{worst['rel_l2']} (noise {worst.get('noise_rel_l2', 0.0)}) cosine {worst['cosine']}",
+            measurements=m,
+        )
+    if failed_fams:
+        names = ", ".join(sorted(failed_fams))
+        return Verdict(
+            outcome="failed",
+            reason=f"gradient families over threshold {threshold} with non-finite figures: {names}",
+            measurements=m,
+        )
+    noisy = [f for f in families if f.state == "inconclusive"]
+    if noisy:
+        worst_f = max(noisy, key=lambda f: f.noise or 0.0)
+        return Verdict(
+            outcome="inconclusive",
+            reason=f"noise floor over the threshold {threshold} in {len(noisy)} of "
+            f"{len(families)} gradient families (base against base); worst {worst_f.family} "
+            f"noise rel-L2 {worst_f.noise}, difference {worst_f.diff}",
             measurements=m,
         )
     if not rows:

@@ -26,8 +26,8 @@ class UnderPredicting(MoEWorkload):
 
     name = "moe-lora-under-predicting"
 
-    def estimate(self, shape: Shape, phase: Phase) -> MemoryEstimate:
-        true = super().estimate(shape, phase)
+    def estimate(self, shape: Shape, phase: Phase, *, cold: bool = False) -> MemoryEstimate:
+        true = super().estimate(shape, phase, cold=cold)
         terms = {k: v // UNDER_PREDICTION_DIVISOR for k, v in true.terms.items()}
         return MemoryEstimate(predicted_bytes=sum(terms.values()), terms=terms)
 
@@ -41,6 +41,7 @@ class Nondeterministic(MoEWorkload):
     def forward(self, batch: Batch, *, grad: bool) -> ForwardOutputs:
         out = super().forward(batch, grad=grad)
         gen = torch.Generator().manual_seed(int.from_bytes(os.urandom(8), "little"))
+        assert out.pooled_hidden is not None
         noise = torch.randn(out.pooled_hidden.shape, generator=gen) * 1e-3
         pooled = out.pooled_hidden + noise.to(out.pooled_hidden)
         return ForwardOutputs(pooled_hidden=pooled, nll=out.nll, loss=out.loss)
@@ -109,3 +110,28 @@ def leaks_tempdir(**params: Any) -> LeaksTempdir:
 def raises_in_forward(**params: Any) -> RaisesInForward:
     """Factory for `RaisesInForward`."""
     return RaisesInForward(MoEConfig(**params))
+
+
+class NoisyGradients(MoEWorkload):
+    """Gradients carry OS-entropy noise of relative size ``noise`` (workload parameter
+    ``gradient_noise``, default 1e-3): two runs of the same code differ, as a
+    nondeterministic kernel makes them."""
+
+    name = "moe-lora-noisy-gradients"
+
+    def __init__(self, config: MoEConfig, noise: float) -> None:
+        super().__init__(config)
+        self.noise = noise
+
+    def gradients(self) -> dict[str, torch.Tensor]:
+        gen = torch.Generator().manual_seed(int.from_bytes(os.urandom(8), "little"))
+        out = {}
+        for k, g in super().gradients().items():
+            scale = float(g.float().norm()) / max(1, g.numel()) ** 0.5
+            noise = torch.randn(g.shape, generator=gen) * (self.noise * scale)
+            out[k] = g + noise.to(g)
+        return out
+
+
+def noisy_gradients(gradient_noise: float = 1e-3, **params: Any) -> NoisyGradients:
+    return NoisyGradients(MoEConfig(**params), gradient_noise)

@@ -233,10 +233,6 @@ class MoEWorkload:
         self.model: MoEModel | None = None
         self.optimizer: torch.optim.Optimizer | None = None
         self.device: torch.device | None = None
-        # Whether a forward / backward ran since setup: until then cuBLAS may still
-        # allocate its per-thread workspace inside the measured step.
-        self._warm_forward = False
-        self._warm_backward = False
 
     @property
     def dtype(self) -> torch.dtype:
@@ -270,8 +266,6 @@ class MoEWorkload:
         self.model = None
         self.optimizer = None
         self.device = None
-        self._warm_forward = False
-        self._warm_backward = False
 
     def _model(self) -> MoEModel:
         if self.model is None:
@@ -288,12 +282,15 @@ class MoEWorkload:
             "targets": ids[:, 1:].contiguous().to(self.device),
         }
 
-    def estimate(self, shape: Shape, phase: Phase) -> MemoryEstimate:
-        """Reset-to-peak increment of ``phase`` (see `estimator.estimate`)."""
+    def estimate(self, shape: Shape, phase: Phase, *, cold: bool = False) -> MemoryEstimate:
+        """Reset-to-peak increment of ``phase`` (see `estimator.estimate`). A cold phase
+        may create a cuBLAS workspace on each thread that runs a matmul: the forward's
+        and, for forward_backward, the autograd thread's (counted even when an earlier
+        forward_nograd warmed the first: over, never under)."""
         kind = self.device.type if self.device is not None else "cpu"
-        cold = (not self._warm_forward) + (phase == "forward_backward" and not self._warm_backward)
+        threads = (1 + (phase == "forward_backward")) if cold else 0
         return _estimator.estimate(
-            _estimator.Dims.of(self.config), shape, phase, kind, cold_threads=cold
+            _estimator.Dims.of(self.config), shape, phase, kind, cold_threads=threads
         )
 
     def outside_pool_reserve_bytes(self) -> int:
@@ -302,12 +299,14 @@ class MoEWorkload:
         on_cuda = self.device is not None and self.device.type == "cuda"
         return self.config.reserve_outside_pool_bytes if on_cuda else 0
 
-    def admit(self, shape: Shape, phase: Phase, free_bytes: int) -> AdmissionDecision:
+    def admit(
+        self, shape: Shape, phase: Phase, free_bytes: int, *, cold: bool = False
+    ) -> AdmissionDecision:
         """Admit iff the estimate fits ``free_bytes`` less the reserve (`estimator.admit`):
         ``max(reserve_min_bytes, free * reserve_permille / 1000)``, plus on CUDA the
         allowance for memory outside the allocator's pool."""
         return _estimator.admit(
-            lambda s: self.estimate(s, phase),
+            lambda s: self.estimate(s, phase, cold=cold),
             shape,
             free_bytes,
             reserve_permille=self.config.reserve_permille,
@@ -324,7 +323,6 @@ class MoEWorkload:
             pooled = hidden.detach().view(*ids.shape, -1).mean(dim=1)
             loss = model.nll(hidden, targets.reshape(-1))
             del hidden
-        self._warm_forward = True
         return ForwardOutputs(pooled_hidden=pooled, nll=loss.detach(), loss=loss if grad else None)
 
     def nll_chunked(self, batch: Batch, chunk_tokens: int) -> Tensor:
@@ -346,7 +344,6 @@ class MoEWorkload:
         if out.loss is None:
             raise ValueError("backward needs outputs of forward(grad=True)")
         torch.autograd.backward(out.loss)
-        self._warm_backward = True
 
     def optimizer_step(self) -> None:
         """One AdamW update of the LoRA adapters."""

@@ -122,13 +122,13 @@ class EPMoEWorkload(MoEWorkload):
         rank, world = _rank_world()
         return super().make_batch(shape, seed * world + rank)
 
-    def estimate(self, shape: Shape, phase: Phase) -> MemoryEstimate:
+    def estimate(self, shape: Shape, phase: Phase, *, cold: bool = False) -> MemoryEstimate:
         """The single-rank estimate at every rank's tokens (the worst dispatch brings them
         all here), plus the exchange buffers: rows sent, received, regrouped and returned,
         per layer, kept for the backward."""
         _, world = _rank_world()
         worst = replace(shape, batch=shape.batch * world)
-        base = super().estimate(worst, phase)
+        base = super().estimate(worst, phase, cold=cold)
         rows = world * shape.tokens * self.config.top_k * self.config.d_model
         exchange = 6 * rows * self.dtype.itemsize * self.config.n_layers
         return MemoryEstimate(

@@ -45,7 +45,10 @@ def test_admission_passes_with_refusals_and_over_refusal_measured(run_cpu: RunCl
         assert x["usable_bytes"] - x["predicted_bytes"] <= m["edge_margin_bytes"]
     assert any(x["ballast_bytes"] > 0 for x in admitted)
     assert {x["run"] for x in admitted} == {"first", "repeat1"}
-    assert [x["cold"] for x in rows] == [True] + [False] * (len(rows) - 1)
+    assert [x["first_in_process"] for x in rows] == [True] + [False] * (len(rows) - 1)
+    # Cold as the estimate was told it: the first run of each phase in the process.
+    firsts = {x["phase"]: i for i, x in reversed(list(enumerate(rows)))}
+    assert [i for i, x in enumerate(rows) if x["cold"]] == sorted(firsts.values())
     for x in refused:
         assert x["predicted_bytes"] > x["usable_bytes"] and x["suggestion"]
         assert x["over_refused"] in (True, False)
@@ -152,7 +155,9 @@ def test_gradient_compare_passes_for_identical_arms(run_cpu: RunClaim) -> None:
     assert m["base_pid"] != m["candidate_pid"]
     assert r.cleanup.complete
     kinds = [res.kind for res in r.cleanup.resources]
-    assert kinds.count("process") == 2 and kinds.count("process-group") == 2
+    assert kinds.count("process") == 3 and kinds.count("process-group") == 3  # base twice
+    assert m["max_noise_rel_l2"] == 0.0 and m["threshold"] == 1e-4  # the fp32 default
+    assert {f["state"] for f in m["families"]} == {"passed"}  # type: ignore[union-attr,index]
 
 
 def test_gradient_compare_fails_for_a_perturbed_candidate(run_cpu: RunClaim) -> None:
@@ -163,7 +168,7 @@ def test_gradient_compare_fails_for_a_perturbed_candidate(run_cpu: RunClaim) -> 
         )
     )
     assert r.outcome == "failed"
-    assert r.reason is not None and "over rel-L2 0.03" in r.reason
+    assert r.reason is not None and "over rel-L2 0.0001" in r.reason
     assert r.measurements["tensors_over_threshold"] > 0  # type: ignore[operator]
     rows = r.measurements["tensors"]
     assert isinstance(rows, list) and all(isinstance(x, dict) and "cosine" in x for x in rows)
