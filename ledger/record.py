@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, Protocol
 
-from ledger.errors import InputError, UsageError
+from ledger.errors import Error, InputError, UsageError
 from ledger.statement import ArtifactFile, Statement, build_review, sign_statement
 
 if TYPE_CHECKING:  # the store loads SQLAlchemy; a remote recorder never needs it
@@ -72,19 +72,52 @@ class LocalRecorder:
 
 
 class RemoteRecorder:
-    stores_artifacts = False
+    """Records through a server, by way of the local outbox (ledger.outbox).
 
-    def __init__(self, url: str) -> None:
+    Each batch is kept in the outbox before it is sent; when sending fails
+    the batch stays there (`kept` counts its envelopes), the run goes on,
+    and `ledger push` delivers it later.
+    """
+
+    stores_artifacts = True
+
+    def __init__(self, url: str, token: str | None = None) -> None:
+        from ledger.outbox import Outbox
+
         self.url = url
         self.where = url
+        self.token = token
+        self.outbox = Outbox()
+        self.kept = 0
+        self.failure: str | None = None
 
     def record(
         self, envelopes: Sequence[bytes], artifacts: Sequence[ArtifactFile] = ()
     ) -> list[Recorded]:
-        from ledger.client import post_envelopes
+        from ledger.canonical import receipt_id
+        from ledger.dsse import decode_payload, parse_envelope
+        from ledger.errors import RefusedError
         from ledger.ingest import Recorded
+        from ledger.outbox import send
 
-        docs = post_envelopes(self.url, envelopes)
+        files = [(a.artifact.digest["sha256"], a.artifact.mediaType, a.content) for a in artifacts]
+        batch = self.outbox.put(envelopes, files)
+        try:
+            docs = send(self.url, batch, self.token)
+        except RefusedError:
+            # The server read it and said no: that is an answer, not a delivery failure.
+            self.outbox.remove(batch)
+            raise
+        except Error as e:
+            self.kept += len(envelopes)
+            self.failure = e.reason()
+            out = []
+            for raw in envelopes:
+                payload = decode_payload(parse_envelope(raw))
+                kind = "review" if b"/predicates/review/" in payload else "receipt"
+                out.append(Recorded(receipt_id(payload), kind, None, False))
+            return out
+        self.outbox.remove(batch)
         return [
             Recorded(str(d["id"]), str(d["kind"]), d.get("seq"), bool(d["duplicate"])) for d in docs
         ]

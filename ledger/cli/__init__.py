@@ -18,6 +18,7 @@ from ledger.cli import keys as _keys
 from ledger.cli import log as _log
 from ledger.cli import read as _read
 from ledger.cli import run as _run
+from ledger.cli import service as _service
 from ledger.cli import write as _write
 from ledger.errors import EXIT_NEGATIVE, EXIT_OK, EXIT_USAGE, Error
 
@@ -56,6 +57,9 @@ for _command in (
     _checks.checks,
     _run.run,
     _importers.import_,
+    _service.push,
+    _service.artifact,
+    _service.token,
 ):
     cli.add_command(_command)
 

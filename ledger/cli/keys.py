@@ -50,21 +50,32 @@ def keys_new(name: str, role: str, db: str | None) -> None:
 @click.argument("pem", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--name", required=True)
 @click.option("--role", type=click.Choice(["runner", "reviewer", "ledger"]), required=True)
+@click.option("--server", metavar="URL", help="A `ledger serve` at URL instead of --db.")
+@click.option("--token", metavar="TOKEN", help="With --server: its token (default: $LEDGER_TOKEN).")
 @db_option
-def keys_add(pem: Path, name: str, role: str, db: str | None) -> None:
+def keys_add(
+    pem: Path, name: str, role: str, server: str | None, token: str | None, db: str | None
+) -> None:
     """Register someone else's public key (PEM) under a name and role."""
     from ledger.ingest import register_key
     from ledger.keys import load_public_pem
 
     public = load_public_pem(read_file(pem), str(pem))
+    if server:
+        from ledger.client import register_key as remote_register
+
+        doc = remote_register(server, name, role, read_file(pem), token)
+        click.echo(doc["keyid"] if doc["added"] else f"{doc['keyid']} (already registered)")
+        return
     kid, new = register_key(open_store(db), name, role, public)  # type: ignore[arg-type]
     click.echo(kid if new else f"{kid} (already registered)")
 
 
 @keys.command("list")
+@click.option("--server", metavar="URL", help="A `ledger serve` at URL instead of --db.")
 @db_option
 @json_option
-def keys_list(db: str | None, as_json: bool) -> None:
+def keys_list(server: str | None, db: str | None, as_json: bool) -> None:
     """Registered keys with role and revocation state."""
     from ledger.render import render_keys
 
@@ -78,8 +89,12 @@ def keys_list(db: str | None, as_json: bool) -> None:
             "revoked_reason": k.revoked_reason,
             "private_key_here": k.name in local,
         }
-        for k in open_store(db).keys().values()
+        for k in ([] if server else open_store(db).keys().values())
     ]
+    if server:
+        from ledger.client import fetch_keys
+
+        rows = [{**k, "private_key_here": k["name"] in local} for k in fetch_keys(server)]
     if as_json:
         emit_json(rows)
     else:
@@ -99,11 +114,21 @@ def keys_export(name: str, db: str | None) -> None:
 @keys.command("revoke")
 @click.argument("keyid")
 @click.option("--reason", required=True, help="Why; recorded in the log.")
+@click.option("--server", metavar="URL", help="A `ledger serve` at URL instead of --db.")
+@click.option("--token", metavar="TOKEN", help="With --server: its token (default: $LEDGER_TOKEN).")
 @db_option
-def keys_revoke(keyid: str, reason: str, db: str | None) -> None:
+def keys_revoke(
+    keyid: str, reason: str, server: str | None, token: str | None, db: str | None
+) -> None:
     """Revoke a key: anything it signs that is logged afterwards does not count."""
     from ledger.ingest import revoke_key
 
+    if server:
+        from ledger.client import revoke_key as remote_revoke
+
+        doc = remote_revoke(server, keyid, reason, token)
+        click.echo(f"revoked {doc['name']} {doc['keyid']}")
+        return
     info = revoke_key(open_store(db), keyid, reason)
     click.echo(f"revoked {info.name} {info.keyid}")
 

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -19,6 +21,10 @@ from ledger.cli._common import (
     rev_options,
 )
 from ledger.errors import EXIT_NEGATIVE, UsageError
+
+server_option = click.option(
+    "--server", metavar="URL", help="Ask a `ledger serve` at URL instead of --db."
+)
 
 
 def _identity(  # type: ignore[no-untyped-def]
@@ -53,8 +59,18 @@ def _identity(  # type: ignore[no-untyped-def]
     help="Required scope facet (repeatable), added to each claim's plan scope.",
 )
 @plan_option
+@server_option
 @db_option
 @json_option
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["text", "json", "markdown", "junit", "github-check"]),
+    default="text",
+    show_default=True,
+    help="markdown: $GITHUB_STEP_SUMMARY or an MR comment; junit: a test report; "
+    "github-check: a check-run payload (--json is --format json).",
+)
 def status(
     pr: int | None,
     rev: str | None,
@@ -64,8 +80,10 @@ def status(
     claims: Sequence[str],
     scope: Sequence[str],
     plan: Path | None,
+    server: str | None,
     db: str | None,
     as_json: bool,
+    fmt: str,
 ) -> None:
     """Which claims are qualified for a revision, at which scope, on what evidence.
 
@@ -74,27 +92,42 @@ def status(
     and shows as stale otherwise. Exit 0 only when every required claim is
     qualified at the requested scope.
     """
+    from ledger import formats
     from ledger.qualification import render_table
-    from ledger.query import query_status
 
-    store = open_store(db)
-    report = query_status(
-        store,
-        _identity(repo, rev, pr, plan, offline, base),
-        claims=claims,
-        scope=parse_scope(scope),
-    )
-    if as_json:
-        emit_json(report.to_json())
+    ident = _identity(repo, rev, pr, plan, offline, base)
+    report = None
+    if server:
+        # The question is identified here, in this checkout, as a local status
+        # would; the server answers it from its ledger.
+        from ledger.client import fetch_status
+        from ledger.service.questions import question_of
+
+        doc = fetch_status(server, question_of(ident, list(claims), parse_scope(scope)))
+    else:
+        from ledger.query import query_status
+
+        report = query_status(open_store(db), ident, claims=claims, scope=parse_scope(scope))
+        doc = report.to_json()
+    fmt = "json" if as_json else fmt
+    if fmt == "json":
+        emit_json(doc)
+    elif fmt == "github-check":
+        emit_json(formats.github_check(doc))
+    elif fmt == "junit":
+        click.echo(formats.junit(doc), nl=False)
+    elif fmt == "markdown" or report is None:
+        click.echo(formats.markdown(doc), nl=False)
     else:
         click.echo(render_table(report), nl=False)
-    if not report.qualified:
+    if not doc["qualified"]:
         raise SystemExit(EXIT_NEGATIVE)
 
 
 @click.command()
 @rev_options
 @plan_option
+@server_option
 @db_option
 @json_option
 def history(
@@ -104,6 +137,7 @@ def history(
     offline: bool,
     repo: Path | None,
     plan: Path | None,
+    server: str | None,
     db: str | None,
     as_json: bool,
 ) -> None:
@@ -111,9 +145,14 @@ def history(
     from ledger.query import history_document, query_history
     from ledger.render import render_history
 
-    store = open_store(db)
     q = _identity(repo, rev, pr, plan, offline, base)
-    doc = history_document(q, query_history(store, q))
+    if server:
+        from ledger.client import fetch_history
+        from ledger.service.questions import question_of
+
+        doc = fetch_history(server, question_of(q, [], {}))
+    else:
+        doc = history_document(q, query_history(open_store(db), q))
     if as_json:
         emit_json(doc)
     else:
@@ -122,14 +161,20 @@ def history(
 
 @click.command()
 @click.argument("receipt")
+@server_option
 @db_option
 @json_option
-def show(receipt: str, db: str | None, as_json: bool) -> None:
+def show(receipt: str, server: str | None, db: str | None, as_json: bool) -> None:
     """Show a receipt or review: its statement, signer and reviews."""
     from ledger.query import show_document
     from ledger.render import render_show
 
-    doc = show_document(open_store(db), receipt)
+    if server:
+        from ledger.client import fetch_entry
+
+        doc = fetch_entry(server, receipt)
+    else:
+        doc = show_document(open_store(db), receipt)
     if as_json:
         emit_json(doc)
     else:
@@ -156,6 +201,7 @@ def show(receipt: str, db: str | None, as_json: bool) -> None:
     help="A newer checkpoint you trust (note, or /v1/log/consistency JSON): the bundle's "
     "must be a prefix of it (a forked log fails).",
 )
+@server_option
 @db_option
 @json_option
 def verify(
@@ -166,6 +212,7 @@ def verify(
     want_claim: str | None,
     want_signer: str | None,
     newer: Path | None,
+    server: str | None,
     db: str | None,
     as_json: bool,
 ) -> None:
@@ -192,6 +239,9 @@ def verify(
     }
     looks_like_file = path.suffix == ".json" or "/" in target or path.exists()
     consistent: str | None = None
+    report = None
+    remote: dict[str, Any] = {}
+    artifacts_checked: list[str] = []
     try:
         if looks_like_file and not path.is_file():
             raise UsageError(f"{target}: no such file")
@@ -203,17 +253,27 @@ def verify(
             anchors = [load_public_pem(read_file(Path(t)), str(t)) for t in trust]
             raw = read_file(path)
             report = verify_bundle(raw, anchors)
+            from ledger.artifacts import check_bundle_artifacts
+
+            # Artifacts an `export --artifacts` put inside, against what the receipt names.
+            artifacts_checked = check_bundle_artifacts(raw, report.statement)
             if newer is not None:
                 from ledger._internal.witness import check_bundle_against
 
                 consistent = check_bundle_against(raw, read_file(newer), anchors)
         elif newer is not None:
             raise UsageError("--checkpoint applies to a bundle FILE")
+        elif server:
+            from ledger.client import fetch_verification
+
+            remote = fetch_verification(server, target)
         else:
             from ledger.verify.logged import verify_in_ledger
 
             report = verify_in_ledger(open_store(db), target)
-        doc = report.to_json()
+        doc = report.to_json() if report is not None else remote
+        if artifacts_checked:
+            doc["artifacts"] = artifacts_checked
         if consistent is not None:
             doc["log_consistency"] = consistent
         wrong = mismatches(doc, expect)
@@ -240,15 +300,38 @@ def verify(
 @click.command()
 @click.argument("receipt")
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), required=True)
+@click.option(
+    "--artifacts", "with_artifacts", is_flag=True, help="Put the receipt's artifacts inside."
+)
+@server_option
 @db_option
-def export(receipt: str, output: Path, db: str | None) -> None:
+def export(
+    receipt: str, output: Path, with_artifacts: bool, server: str | None, db: str | None
+) -> None:
     """Write a self-contained bundle that `ledger verify FILE --trust PEM` checks offline."""
     from ledger.log import export as do_export
 
     # Before any work: a fresh checkpoint must not be signed for a file that cannot be written.
     if not output.absolute().parent.is_dir():
         raise UsageError(f"{output.parent}: no such directory")
-    data = do_export(open_store(db), receipt, keydir())
+    if server:
+        from ledger.client import fetch_bundle
+
+        data = fetch_bundle(server, receipt, artifacts=with_artifacts)
+    else:
+        store = open_store(db)
+        data = do_export(store, receipt, keydir())
+        if with_artifacts:
+            from ledger.artifacts import bundle_with_artifacts
+            from ledger.service_local import artifact_of
+
+            e = store.resolve(receipt)
+            arts = e.receipt.predicate.artifacts if e.kind == "receipt" else []
+            files = []
+            for a in arts:
+                content, media = artifact_of(store, a.digest["sha256"])
+                files.append((a.digest["sha256"], media, content))
+            data = bundle_with_artifacts(data, files)
     tmp = output.with_name(output.name + ".part")
     tmp.write_bytes(data)
     tmp.replace(output)
@@ -256,12 +339,25 @@ def export(receipt: str, output: Path, db: str | None) -> None:
 
 
 @click.command()
+@server_option
+@click.option("--token", metavar="TOKEN", help="With --server: its token (default: $LEDGER_TOKEN).")
 @db_option
 @json_option
-def audit(db: str | None, as_json: bool) -> None:
+def audit(server: str | None, token: str | None, db: str | None, as_json: bool) -> None:
     """Recompute every entry hash, signature, sequence number and checkpoint root."""
     from ledger.log import audit as do_audit
 
+    if server:
+        from ledger.client import audit as remote_audit
+
+        doc = remote_audit(server, token)
+        if as_json:
+            emit_json(doc)
+        else:
+            click.echo(json.dumps(doc, indent=2))
+        if not doc.get("ok"):
+            raise SystemExit(EXIT_NEGATIVE)
+        return
     rep = do_audit(open_store(db))
     if as_json:
         emit_json(rep.to_json())

@@ -177,6 +177,7 @@ def attest(
             err=True,
         )
     click.echo(done.recorded.id)
+    _kept(recorder)
 
 
 @click.command()
@@ -201,23 +202,42 @@ def record(envelopes: Sequence[Path], db: str | None, as_json: bool) -> None:
         )
 
 
+def _kept(recorder: object) -> None:
+    """Exit 1 when receipts stayed in the outbox because the server could not take them."""
+    kept = getattr(recorder, "kept", 0)
+    if kept:
+        click.echo(
+            f"ledger: {kept} signed statement(s) kept in the outbox {recorder.outbox.path}"  # type: ignore[attr-defined]
+            f" ({recorder.failure}); send them with `ledger push --server URL`",  # type: ignore[attr-defined]
+            err=True,
+        )
+        raise SystemExit(EXIT_NEGATIVE)
+
+
 @click.command()
 @click.argument("receipt")
 @click.option("--concur", is_flag=True, help="Agree with the receipt.")
 @click.option("--dispute", is_flag=True, help="Dispute it: its claim stops qualifying.")
 @click.option("--note", default="", help="What was checked, or why it is disputed.")
 @click.option("--key", "key_name", required=True, help="Reviewer key name in $LEDGER_KEYS.")
+@_server_option("Record through a `ledger serve` at URL instead of --db.")
 @db_option
 def review(
-    receipt: str, concur: bool, dispute: bool, note: str, key_name: str, db: str | None
+    receipt: str,
+    concur: bool,
+    dispute: bool,
+    note: str,
+    key_name: str,
+    server: str | None,
+    db: str | None,
 ) -> None:
     """Countersign (or dispute) a receipt with a reviewer key other than its signer."""
-    from ledger.record import LocalRecorder
+    from ledger.record import LocalRecorder, Recorder, open_recorder
     from ledger.record import review as do_review
 
     if concur == dispute:
         raise UsageError("give exactly one of --concur or --dispute")
-    recorder = LocalRecorder(open_store(db))
+    recorder: Recorder = open_recorder(db, server) if server else LocalRecorder(open_store(db))
     key = keydir().load(key_name)
     rec = do_review(recorder, receipt, "dispute" if dispute else "concur", note, key)
     click.echo(rec.id)
@@ -317,6 +337,7 @@ def qualify(
         click.echo(render_qualify(receipts, report), nl=False)
     if nothing_measured:
         raise UsageError("nothing was measured: every check ended in infra-error")
+    _kept(recorder)
     if report is None:
         # A server client has only the receipts it just recorded, so it reports
         # those and leaves qualification to `ledger status` where the database is.

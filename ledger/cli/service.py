@@ -1,0 +1,95 @@
+"""`ledger push` (the outbox), `ledger artifact get`, `ledger token new`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from ledger.cli._common import db_option, emit_json, json_option
+from ledger.errors import EXIT_NEGATIVE, UsageError
+
+
+def _server_url(server: str | None) -> str:
+    import os
+
+    url = server or os.environ.get("LEDGER_SERVER")
+    if not url:
+        raise UsageError("give --server URL (or set $LEDGER_SERVER)")
+    return url
+
+
+token_option = click.option(
+    "--token", metavar="TOKEN", help="Bearer token of the server (default: $LEDGER_TOKEN)."
+)
+
+
+@click.command()
+@click.option("--server", metavar="URL", help="The ledger server (default: $LEDGER_SERVER).")
+@token_option
+@json_option
+def push(server: str | None, token: str | None, as_json: bool) -> None:
+    """Send the outbox: signed receipts (and their artifacts) a server did not take yet.
+
+    Batches are sent oldest first and removed only once the server
+    acknowledged every envelope; exit 1 when any stay behind.
+    """
+    from ledger.outbox import Outbox
+    from ledger.outbox import push as do_push
+
+    box = Outbox()
+    res = do_push(_server_url(server), box, token)
+    if as_json:
+        emit_json(
+            {"sent": res.sent, "kept": res.kept, "recorded": res.recorded, "why": res.reasons}
+        )
+    else:
+        click.echo(f"sent {res.sent}, kept {res.kept} in {box.path}")
+        for r in res.reasons or []:
+            click.echo(f"  kept {r}", err=True)
+    if res.kept:
+        raise SystemExit(EXIT_NEGATIVE)
+
+
+@click.group()
+def artifact() -> None:
+    """Artifacts that receipts name (content-addressed, digest-checked on the way out)."""
+
+
+@artifact.command("get")
+@click.argument("digest")
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), required=True)
+@click.option("--server", metavar="URL", help="Read from a `ledger serve` at URL instead of --db.")
+@db_option
+def artifact_get(digest: str, output: Path, server: str | None, db: str | None) -> None:
+    """Write an artifact's bytes to FILE after checking them against DIGEST."""
+    if server:
+        from ledger.client import fetch_artifact
+
+        data, media = fetch_artifact(server, digest)
+    else:
+        from ledger.service_local import read_artifact
+
+        data, media = read_artifact(db, digest)
+    tmp = output.with_name(output.name + ".part")
+    tmp.write_bytes(data)
+    tmp.replace(output)
+    click.echo(f"wrote {output} ({len(data)} bytes, {media})")
+
+
+@click.group()
+def token() -> None:
+    """Bearer tokens for `ledger serve --tokens FILE`."""
+
+
+@token.command("new")
+@click.argument("holder")
+@click.option(
+    "--tokens", type=click.Path(dir_okay=False, path_type=Path), required=True, help="Tokens file."
+)
+def token_new(holder: str, tokens: Path) -> None:
+    """Add a token for HOLDER to the file (kept hashed) and print it once."""
+    from ledger.service.auth import new_token
+
+    click.echo(new_token(holder, tokens))
+    click.echo(f"token for {holder} added to {tokens} (only its hash is kept)", err=True)
