@@ -26,9 +26,7 @@ from ledger.store.store import Store
 
 __all__ = ["Tally", "build", "main", "run_trials", "trial"]
 
-NAMED = re.compile(
-    r"^(entry \d+ \(|checkpoint \d+|artifact [0-9a-f]{12}|[a-z_]+ row \d+|sequence gap)"
-)
+NAMED = re.compile(r"^(entry \d+ \(|checkpoint \d+|artifact \S+:|[a-z_]+ row \d+|sequence gap)")
 TABLES = ("log_entry", "receipt", "scope_facet", "key", "revocation", "checkpoint", "artifact")
 
 
