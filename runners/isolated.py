@@ -39,22 +39,25 @@ _EXIT_BASIS = "cleanup proof including the claim process's exit"
 GpuState = tuple[dict[str, int], set[int]]
 
 
-def _exit_release(before: GpuState | None, pid: int) -> tuple[bool, str] | None:
-    """Whether the child's GPU memory was returned when it exited, and the observation.
+def _exit_release(before: GpuState | None, pids: list[int]) -> tuple[bool, str] | None:
+    """Whether the claim processes' GPU memory was returned when they exited, and the
+    observation.
 
     Read from the parent, which never creates a CUDA context, so NVML shows the
-    child's memory and then its absence."""
+    children's memory and then its absence."""
     after = nvml.devices_used()
     if before is None or after is None:
         return None
     used0, _ = before
-    used1, pids = after
+    used1, seen_pids = after
     deltas = {u: used1.get(u, 0) - used0.get(u, 0) for u in used0}
-    ok = pid not in pids and all(d <= CUDA_TOLERANCE_BYTES for d in deltas.values())
+    left = [p for p in pids if p in seen_pids]
+    ok = not left and all(d <= CUDA_TOLERANCE_BYTES for d in deltas.values())
     seen = ", ".join(f"{u}: {d:+d} bytes" for u, d in sorted(deltas.items()))
-    where = "absent from" if pid not in pids else "still in"
+    who = ", ".join(map(str, pids))
+    where = f"pid {', '.join(map(str, left))} still in" if left else "absent from"
     return ok, (
-        f"after the claim runner (pid {pid}) exited: pid {where} NVML's compute processes; "
+        f"after the claim runner (pid {who}) exited: {where} NVML's compute processes; "
         f"device used vs before it started: {seen} (tolerance {CUDA_TOLERANCE_BYTES})"
     )
 
@@ -76,7 +79,7 @@ def _with_exit_proof(
             )
         resources.append(r)
     resources.extend(own)
-    if at_exit is not None:
+    if at_exit is not None and own:
         resources.append(
             ReleasedResource(
                 kind="gpu-process-memory", id=own[-1].id, released=at_exit[0], proof=at_exit[1]
@@ -161,10 +164,23 @@ def _stopped(like: CheckResult, e: RankExit, culprit: int) -> CheckResult:
     )
 
 
-def _merged(per_rank: list[list[CheckResult]], *, cuda: bool, grouped: bool) -> list[CheckResult]:
+def _merged(
+    per_rank: list[list[CheckResult]],
+    *,
+    cuda: bool,
+    grouped: bool,
+    at_exit: tuple[bool, str] | None,
+    lead: int | None,
+) -> list[CheckResult]:
     if not grouped:
         return per_rank[0]
-    return [merge_ranks(list(rs), cuda=cuda) for rs in zip(*per_rank, strict=True)]
+    # Each rank's proof and verdict first, with what was seen after the ranks exited
+    # (communicator and context memory is returned only then), then the merge.
+    for rs in per_rank:
+        for r in rs:
+            r.cleanup = _with_exit_proof(r.cleanup, [], at_exit)
+            _cleanup_verdict(r)
+    return [merge_ranks(list(rs), cuda=cuda, lead=lead) for rs in zip(*per_rank, strict=True)]
 
 
 def _backend(device: str) -> str:
@@ -240,6 +256,7 @@ def run_claim_isolated(
             # Also on Ctrl-C: no rank outlives the claim.
             stopped = group.stop()
         exits = group.exits()
+        at_exit = _exit_release(gpu_before, [e.pid for e in exits])
         got = [
             child.read_result(p) if e.rc == 0 else None
             for p, e in zip(results_of, exits, strict=True)
@@ -256,7 +273,13 @@ def run_claim_isolated(
             results = [_timed_out(**common, params=params, timeout_s=timeout_s, ranks=running)]
         elif all(g is not None for g in got):
             per_rank = [[_result_from(d) for d in g] for g in got if g is not None]
-            results = _merged(per_rank, cuda=backend == "nccl", grouped=grouped)
+            results = _merged(
+                per_rank,
+                cuda=backend == "nccl",
+                grouped=grouped,
+                at_exit=at_exit,
+                lead=group.first_death,
+            )
         else:
             bad = group.first_death
             bad = bad if bad is not None else next(i for i, g in enumerate(got) if g is None)
@@ -274,8 +297,9 @@ def run_claim_isolated(
                     else [_stopped(_result_from(d), exits[i], bad) for d in first]
                     for i, g in enumerate(got)
                 ]
-                results = _merged(per_rank, cuda=backend == "nccl", grouped=grouped)
-        at_exit = _exit_release(gpu_before, exits[0].pid) if world_size == 1 else None
+                results = _merged(
+                    per_rank, cuda=backend == "nccl", grouped=grouped, at_exit=at_exit, lead=bad
+                )
         for r in results:
             r.cleanup = _with_exit_proof(r.cleanup, stopped, at_exit)
             _cleanup_verdict(r)

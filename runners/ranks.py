@@ -25,18 +25,24 @@ def _named(rank: int, r: ReleasedResource) -> ReleasedResource:
     return ReleasedResource(kind=r.kind, id=ident, released=r.released, proof=r.proof)
 
 
-def merge_ranks(per_rank: Sequence[CheckResult], *, cuda: bool) -> CheckResult:
-    """One result for the check all of ``per_rank`` (rank ``i`` at index ``i``) ran."""
+def merge_ranks(
+    per_rank: Sequence[CheckResult], *, cuda: bool, lead: int | None = None
+) -> CheckResult:
+    """One result for the check all of ``per_rank`` (rank ``i`` at index ``i``) ran.
+
+    ``lead``: the rank that ended first with a failure; its reason comes first (its
+    peers' failures, a collective broken by its exit, are most likely consequences)."""
     first = per_rank[0]
     world = len(per_rank)
     worst = min(per_rank, key=lambda r: _ORDER.index(r.outcome))
     outcome = worst.outcome
     by_reason: dict[str, list[str]] = {}
-    for i, r in enumerate(per_rank):
+    order = sorted(range(world), key=lambda i: i != lead)
+    for i, r in ((i, per_rank[i]) for i in order):
         if r.outcome == outcome and r.reason:
             by_reason.setdefault(r.reason, []).append(str(i))
     # Ranks that agree on why are named together.
-    reasons = [f"rank {', '.join(ranks)}: {why}" for why, ranks in by_reason.items()]
+    reasons = [f"rank {', '.join(sorted(ranks))}: {why}" for why, ranks in by_reason.items()]
     resources = [_named(i, res) for i, r in enumerate(per_rank) for res in r.cleanup.resources]
     measurements: dict[str, Json] = {
         "world_size": world,
