@@ -3,7 +3,8 @@
 # sign the receipts there, export one bundle per receipt, run the device smoke
 # (harness overhead, estimator ratios), and pack it all as $OUT/evidence.tgz.
 # Private keys stay on the host and are never packed.
-#   usage: scripts/gpu_evidence.sh single|mesh
+#   usage: scripts/gpu_evidence.sh single|mesh|multirank
+#   multirank: the expert-parallel plan at world_size = 2 (needs 2 GPUs)
 set -euo pipefail
 MODE=${1:-single}
 cd "$(dirname "$0")/.."
@@ -14,7 +15,9 @@ rm -rf "$E" && mkdir -p "$E/bundles"
 export LEDGER_DB=$E/ledger.db LEDGER_KEYS=/tmp/keys-$MODE
 L() { python3 -m ledger "$@"; }
 nvidia-smi --query-gpu=name,uuid,driver_version,memory.total --format=csv > "$E/nvidia-smi.csv"
-python3 -m runners.example_repo /tmp/ex-$MODE > "$E/example_repo.txt"
+EXTRA=()
+[ "$MODE" = multirank ] && EXTRA=(--multi-rank)
+python3 -m runners.example_repo /tmp/ex-$MODE "${EXTRA[@]}" > "$E/example_repo.txt"
 L init
 L keys new "h200-$MODE" --role runner
 if [ "$MODE" = mesh ]; then
@@ -30,6 +33,8 @@ check = "mesh-handoff"
 params = { mode = "gather" }
 TOML
   PLAN=(--plan /tmp/mesh-plan.toml)
+elif [ "$MODE" = multirank ]; then
+  PLAN=(--plan /tmp/ex-$MODE/qualification-multirank.toml)
 else
   PLAN=()
 fi
