@@ -83,7 +83,7 @@ class QualifyRun:
 
 
 def _facts(r: CheckResult) -> tuple[Facts, list[ArtifactFile]]:
-    files = [read_artifact(Path(a.path), a.name) for a in r.artifacts]
+    files = [read_artifact(Path(a.path), a.name, a.media_type) for a in r.artifacts]
     facts = Facts(
         claim=r.claim,
         check=r.check,

@@ -92,13 +92,23 @@ class ArtifactFile:
     content: bytes
 
 
-def read_artifact(path: Path, name: str | None = None) -> ArtifactFile:
+def read_artifact(
+    path: Path, name: str | None = None, media_type: str | None = None
+) -> ArtifactFile:
     """Read and describe a file; nothing is stored until its receipt is accepted."""
     try:
         content = path.read_bytes()
     except OSError as e:
         raise UsageError(f"artifact {path}: {e.strerror}") from None
-    media = mimetypes.guess_type(path.name)[0] or "application/octet-stream"
+    # The observer's CUDA memory snapshot has a type of its own, so a reader
+    # (the web page's memory plot) knows it without guessing from the name.
+    snapshot = path.name.endswith("snapshot.pickle")
+    media = (
+        media_type
+        or ("application/vnd.pytorch.memory-snapshot+pickle" if snapshot else None)
+        or mimetypes.guess_type(path.name)[0]
+        or "application/octet-stream"
+    )
     art = Artifact(
         name=name or path.name,
         digest={"sha256": hashlib.sha256(content).hexdigest()},

@@ -35,6 +35,14 @@ from ledger.errors import UsageError
     show_default=True,
     help="Seconds one request may take, body included.",
 )
+@click.option(
+    "--repo",
+    "mirrors",
+    multiple=True,
+    type=click.Path(file_okay=False, path_type=Path),
+    help="A checkout (kept fetched, PR refs too) in which status pages identify PRs "
+    "and their plan as `status --offline` would (repeatable).",
+)
 @db_option
 def serve(
     host: str,
@@ -42,6 +50,7 @@ def serve(
     tokens: Path | None,
     artifacts: str | None,
     deadline: float,
+    mirrors: tuple[Path, ...],
     db: str | None,
 ) -> None:
     """Serve this ledger over HTTP: hosts record with --server URL, without database credentials.
@@ -68,6 +77,7 @@ def serve(
         tokens=tokens,
         artifacts=artifacts,
         deadline_s=deadline,
+        mirrors=mirrors,
     )
 
 

@@ -174,7 +174,7 @@ async def status_query(request: Request) -> Response:
 
     led = _ledger(request)
     q = dict(request.query_params)
-    return json_response(await run_in_threadpool(status_from_query, led.store(), q))
+    return json_response(await run_in_threadpool(status_from_query, led.store(), q, led.mirrors))
 
 
 async def history_query(request: Request) -> Response:
@@ -182,7 +182,7 @@ async def history_query(request: Request) -> Response:
 
     led = _ledger(request)
     q = dict(request.query_params)
-    return json_response(await run_in_threadpool(history_from_query, led.store(), q))
+    return json_response(await run_in_threadpool(history_from_query, led.store(), q, led.mirrors))
 
 
 async def get_checkpoint(request: Request) -> Response:

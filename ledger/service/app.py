@@ -6,6 +6,7 @@ import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from starlette.applications import Starlette
@@ -36,6 +37,8 @@ class Ledger:
     artifacts: ArtifactStore
     max_body: int = MAX_BODY_BYTES
     quiet: bool = False
+    mirrors: tuple[Path, ...] = ()
+    """Checkouts status questions by repo and PR are identified in (`--repo`)."""
     _started: float = field(default_factory=time.monotonic)
 
     def store(self) -> Store:
@@ -147,6 +150,7 @@ def create_app(
     max_body: int = MAX_BODY_BYTES,
     deadline_s: float = DEADLINE_S,
     quiet: bool = False,
+    mirrors: Sequence[Path] = (),
 ) -> Any:
     """The ASGI application (Starlette wrapped in the request limits)."""
     from ledger.artifacts import MAX_ARTIFACT_BYTES
@@ -159,6 +163,7 @@ def create_app(
         artifacts or for_ledger(store.url),
         max_body,
         quiet,
+        tuple(mirrors),
     )
     routes: list[BaseRoute] = [Route(p, h, methods=m) for p, h, m in api.ROUTES]
     routes += [Route(p, h, methods=["GET"]) for p, h in pages.ROUTES]

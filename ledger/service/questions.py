@@ -8,11 +8,15 @@ without a checkout asks `GET /v1/status?repo=R&pr=N` (or `&rev=COMMIT`): the
 server knows no git repository, so the subject is what the log knows of it
 (for a PR, the head the newest receipt was recorded for) and no plan governs
 (every claim with evidence is asked, with the default rules); `judged` says so.
+A server started with `--repo PATH` (a mirror clone, fetched by the team's
+own cron) answers from that checkout instead, exactly as `status --offline`.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
@@ -97,11 +101,36 @@ def history_from_question(store: Store, doc: dict[str, Any]) -> dict[str, Any]:
     return history_document(q, query_history(store, q))
 
 
-def identity_from_log(store: Store, repo: str, pr: int | None, rev: str | None) -> Identity:
-    """The subject as the log knows it: a PR's newest recorded head, or a commit."""
+def _from_mirror(
+    mirrors: Sequence[Path], want: str, pr: int | None, rev: str | None
+) -> Identity | None:
+    """The question as the CLI would identify it (`--offline`), in a checkout the
+    server was given (`ledger serve --repo PATH`, a mirror the team keeps fetched)."""
+    from ledger import source
+    from ledger.errors import Error
+
+    for path in mirrors:
+        try:
+            r = source.open_repo(path)
+            if source.repo_name(r) != want:
+                continue
+            return source.identify(r, rev=rev, pr=pr, plan_file=None, offline=True)
+        except Error:
+            continue
+    return None
+
+
+def identity_from_log(
+    store: Store, repo: str, pr: int | None, rev: str | None, mirrors: Sequence[Path] = ()
+) -> Identity:
+    """The subject: as a mirror checkout identifies it where the server has one,
+    else as the log knows it (a PR's newest recorded head, or a commit)."""
     from sqlalchemy import select
 
     want = canonical_repo(repo)
+    mirrored = _from_mirror(mirrors, want, pr, rev)
+    if mirrored is not None:
+        return mirrored
     q = select(LOG).join(RECEIPT, RECEIPT.c.seq == LOG.c.seq).order_by(LOG.c.seq.desc())
     if pr is not None:
         q = q.where(RECEIPT.c.pr == pr)
@@ -153,11 +182,15 @@ def _parse(q: dict[str, str]) -> tuple[str, int | None, str | None]:
     return repo, pr, q.get("rev")
 
 
-def status_from_query(store: Store, q: dict[str, str]) -> dict[str, Any]:
-    ident = identity_from_log(store, *_parse(q))
+def status_from_query(
+    store: Store, q: dict[str, str], mirrors: Sequence[Path] = ()
+) -> dict[str, Any]:
+    ident = identity_from_log(store, *_parse(q), mirrors=mirrors)
     return query_status(store, ident, claims=None, scope={}).to_json()
 
 
-def history_from_query(store: Store, q: dict[str, str]) -> dict[str, Any]:
-    ident = identity_from_log(store, *_parse(q))
+def history_from_query(
+    store: Store, q: dict[str, str], mirrors: Sequence[Path] = ()
+) -> dict[str, Any]:
+    ident = identity_from_log(store, *_parse(q), mirrors=mirrors)
     return history_document(ident, query_history(store, ident))

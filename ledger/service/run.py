@@ -7,6 +7,7 @@ from __future__ import annotations
 import socket
 import sys
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -45,7 +46,7 @@ class Running:
         self.store.engine.dispose()
 
 
-def _config(app: Any, sock: socket.socket | None, host: str, port: int, quiet: bool) -> Any:
+def _config(app: Any, host: str, port: int, quiet: bool) -> Any:
     import uvicorn
 
     return uvicorn.Config(
@@ -70,6 +71,7 @@ def _app(
     artifacts: str | None,
     deadline_s: float,
     quiet: bool,
+    mirrors: Sequence[Path] = (),
 ) -> tuple[Any, Store]:
     from ledger.service.app import create_app
 
@@ -81,6 +83,7 @@ def _app(
         artifacts=for_ledger(store_url, artifacts),
         deadline_s=deadline_s,
         quiet=quiet,
+        mirrors=mirrors,
     )
     return app, store
 
@@ -95,15 +98,16 @@ def start(
     port: int = 0,
     deadline_s: float = DEADLINE_S,
     quiet: bool = True,
+    mirrors: Sequence[Path] = (),
 ) -> Running:
     """Serve in a background thread on `port` (0: a free one); returns once it listens."""
     import uvicorn
 
-    app, store = _app(store_url, keys, tokens, artifacts, deadline_s, quiet)
+    app, store = _app(store_url, keys, tokens, artifacts, deadline_s, quiet, mirrors)
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
-    server = uvicorn.Server(_config(app, sock, host, port, quiet))
+    server = uvicorn.Server(_config(app, host, port, quiet))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     while not server.started and thread.is_alive():
@@ -122,17 +126,18 @@ def serve(
     tokens: Path | None = None,
     artifacts: str | None = None,
     deadline_s: float = DEADLINE_S,
+    mirrors: Sequence[Path] = (),
 ) -> None:
     """Serve until Ctrl-C; requests in flight are finished before it returns."""
     import uvicorn
 
-    app, store = _app(store_url, keys, tokens, artifacts, deadline_s, quiet=False)
+    app, store = _app(store_url, keys, tokens, artifacts, deadline_s, False, mirrors)
     safe = make_url(store_url).render_as_string(hide_password=True)
     signing = (
         "signs fresh checkpoints" if app.app.state.ledger.keys else "serves stored checkpoints"
     )
     sys.stderr.write(f"ledger serve: {safe} on http://{host}:{port} ({signing}); Ctrl-C stops\n")
     try:
-        uvicorn.Server(_config(app, None, host, port, quiet=False)).run()
+        uvicorn.Server(_config(app, host, port, quiet=False)).run()
     finally:
         store.engine.dispose()

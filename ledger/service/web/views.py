@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy import func, select
@@ -57,7 +59,9 @@ def _scope_text(scope: dict[str, Any]) -> str:
     return ", ".join(f"{k}={v}" for k, v in sorted(scope.items())) or "(any)"
 
 
-def pr_page(store: Store, repo: str, pr_text: str | None, rev: str | None) -> dict[str, Any]:
+def pr_page(
+    store: Store, repo: str, pr_text: str | None, rev: str | None, mirrors: Sequence[Path] = ()
+) -> dict[str, Any]:
     if not repo:
         raise InputError("repo: required")
     pr = None
@@ -65,7 +69,7 @@ def pr_page(store: Store, repo: str, pr_text: str | None, rev: str | None) -> di
         if not pr_text.isdigit() or not 0 < int(pr_text) < 2**31:
             raise InputError("pr: expected a pull request number")
         pr = int(pr_text)
-    ident = identity_from_log(store, repo, pr, rev)
+    ident = identity_from_log(store, repo, pr, rev, mirrors)
     report = query_status(store, ident, claims=None, scope={}).to_json()
     items = [i.to_json() for i in query_history(store, ident)]
     # The matrix: one row per claim, one column per scope any row has.

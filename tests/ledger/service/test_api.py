@@ -6,7 +6,6 @@ from __future__ import annotations
 import base64
 import json
 import socket
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from http.client import HTTPConnection

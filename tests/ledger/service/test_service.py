@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from ledger import client
 from ledger.artifacts import SNAPSHOT_MEDIA_TYPE
-from ledger.errors import RefusedError, UsageError
+from ledger.errors import UsageError
 from ledger.keys import KeyDir, public_pem
 from ledger.log import audit
 from ledger.models import Artifact

@@ -1,0 +1,215 @@
+"""The reviewer's pages in a real headless Chromium (Debian's `chromium` and
+`chromium-driver`, driven by Selenium): every page renders with no console
+error, the PR matrix equals `status --json` for the same PR, and a screenshot
+of each page goes to docs/screenshots/."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import pickle
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import git
+import pytest
+
+from ledger import client
+from ledger.keys import KeyDir
+from ledger.service.run import Running, start
+from tests.conftest import commit_file
+from tests.ledger.helpers import run
+
+SHOTS = Path(__file__).resolve().parents[3] / "docs" / "screenshots"
+CHROMIUM = shutil.which("chromium")
+DRIVER = shutil.which("chromedriver")
+selenium = pytest.importorskip("selenium", reason="selenium is not installed")
+if CHROMIUM is None or DRIVER is None:
+    pytest.skip(
+        "Debian's chromium and chromium-driver are not installed (.ci/run installs them)",
+        allow_module_level=True,
+    )
+
+from selenium import webdriver  # noqa: E402
+from selenium.webdriver.common.by import By  # noqa: E402
+
+PLAN = """
+[[claims]]
+name = "admission.no-oom-after-admit"
+check = "admission"
+cleanup = false
+
+[[claims]]
+name = "determinism.bitwise"
+check = "determinism"
+cleanup = false
+"""
+
+
+def _snapshot() -> bytes:
+    """A memory snapshot of the shape torch.cuda.memory._snapshot() returns."""
+    frames = [{"filename": "train.py", "line": 41, "name": "forward"}]
+    trace = [
+        {"action": "segment_alloc", "addr": 0, "size": 8 << 20, "time_us": 0},
+        {"action": "alloc", "addr": 1, "size": 3 << 20, "time_us": 10, "frames": frames},
+        {"action": "alloc", "addr": 2, "size": 4 << 20, "time_us": 20, "frames": frames},
+        {"action": "free_completed", "addr": 1, "size": 3 << 20, "time_us": 30},
+        {"action": "free_completed", "addr": 2, "size": 4 << 20, "time_us": 40},
+    ]
+    return pickle.dumps({"segments": [], "device_traces": [trace]})
+
+
+def _attest(capsys: pytest.CaptureFixture[str], r: git.Repo, *args: str) -> str:
+    res = run(capsys, "attest", "--repo", str(r.working_tree_dir), "--key", "h200", *args)
+    assert res.code == 0, res.err
+    return res.out.strip()
+
+
+@pytest.fixture
+def site(
+    tmp_path: Path,
+    key_dir: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> Iterator[tuple[Running, git.Repo, dict[str, str]]]:
+    db = f"sqlite:///{tmp_path / 'ledger.db'}"
+    monkeypatch.setenv("LEDGER_DB", db)
+    for args in (("init",), ("keys", "new", "h200", "--role", "runner")):
+        assert run(capsys, *args).code == 0
+    assert run(capsys, "keys", "new", "alice", "--role", "reviewer").code == 0
+    r = git.Repo.init(tmp_path / "up", initial_branch="main")
+    commit_file(r, "model/planner.py", "budget = 1\n", "base")
+    commit_file(r, "qualification.toml", PLAN, "plan")
+    head1 = commit_file(r, "model/planner.py", "budget = 2\n", "pr v1")
+    r.git.update_ref("refs/pull/7/head", head1)
+    old = _attest(
+        capsys,
+        r,
+        "--pr",
+        "7",
+        "--offline",
+        "--claim",
+        "admission.no-oom-after-admit",
+        "--outcome",
+        "passed",
+    )
+    # Force-push: the PR head moves to a commit that does not descend from the old one.
+    r.git.reset("--hard", "HEAD~1")
+    head2 = commit_file(r, "model/planner.py", "budget = 3\n", "pr v2")
+    r.git.update_ref("refs/pull/7/head", head2)
+    snap = tmp_path / "observer-snapshot.pickle"
+    snap.write_bytes(_snapshot())
+    shapes = [
+        {
+            "shape": f"b{b}xs128",
+            "phase": p,
+            "run": "first",
+            "predicted_bytes": b * 1000,
+            "measured_bytes": b * 900,
+        }
+        for p in ("forward", "forward_backward")
+        for b in (1, 2, 4)
+    ]
+    meas = tmp_path / "m.json"
+    meas.write_text(json.dumps({"max_measured_over_predicted": 0.9, "shapes": shapes}))
+    new = _attest(
+        capsys,
+        r,
+        "--pr",
+        "7",
+        "--offline",
+        "--claim",
+        "admission.no-oom-after-admit",
+        "--outcome",
+        "passed",
+        "--measurements",
+        str(meas),
+        "--artifact",
+        str(snap),
+    )
+    failed = _attest(
+        capsys,
+        r,
+        "--pr",
+        "7",
+        "--offline",
+        "--claim",
+        "determinism.bitwise",
+        "--outcome",
+        "failed",
+        "--reason",
+        "logits differ at step 3",
+    )
+    rv = run(capsys, "review", failed, "--dispute", "--note", "flaky host", "--key", "alice")
+    assert rv.code == 0, rv.err
+    srv = start(db, KeyDir(key_dir), mirrors=[Path(str(r.working_tree_dir))])
+    try:
+        yield srv, r, {"old": old, "new": new, "failed": failed}
+    finally:
+        srv.stop()
+
+
+def _browser() -> Any:
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = str(CHROMIUM)
+    for a in ("--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1280,1600"):
+        opts.add_argument(a)
+    opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    return webdriver.Chrome(options=opts, service=webdriver.ChromeService(str(DRIVER)))
+
+
+def test_pages_render_and_agree_with_status(
+    site: tuple[Running, git.Repo, dict[str, str]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    srv, r, ids = site
+    res = run(
+        capsys, "status", "--repo", str(r.working_tree_dir), "--pr", "7", "--offline", "--json"
+    )
+    cli = json.loads(res.out)
+    assert json.loads(json.dumps(client._get(srv.url, "/v1/status?repo=up&pr=7"))) == cli
+    digest = hashlib.sha256(_snapshot()).hexdigest()
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    b = _browser()
+    try:
+        pages = {
+            "index": "/",
+            "pr": "/pr?repo=up&pr=7",
+            "receipt": f"/receipt/{ids['new']}",
+            "memory": f"/artifact/sha256:{digest}/memory",
+        }
+        for name, path in pages.items():
+            b.get(srv.url + path)
+            assert b.find_element(By.TAG_NAME, "h1").text, name
+            errors = [e for e in b.get_log("browser") if e["level"] == "SEVERE"]
+            assert errors == [], (name, errors)
+            b.save_screenshot(str(SHOTS / f"{name}.png"))
+            if name == "pr":
+                cells = {
+                    (
+                        c.get_attribute("data-claim"),
+                        c.get_attribute("data-scope-role"),
+                    ): c.get_attribute("data-state")
+                    for c in b.find_elements(By.CSS_SELECTOR, "td[data-claim]")
+                }
+                want = {(row["claim"], row["scope_role"]): row["state"] for row in cli["claims"]}
+                assert cells == want
+                heads = b.find_elements(By.CSS_SELECTOR, "tr[data-head]")
+                assert [h.get_attribute("data-state") for h in heads] == ["stale", "current"]
+                assert "force-push" in heads[1].text
+                assert b.find_elements(By.CSS_SELECTOR, "li[data-state=disputed]")
+            if name == "receipt":
+                assert len(b.find_elements(By.CSS_SELECTOR, "svg.chart")) == 2
+                assert f"ledger export {ids['new']}" in b.page_source
+                assert b.find_element(By.LINK_TEXT, "memory over time")
+            if name == "memory":
+                assert "7.0 MiB" in b.find_element(By.CSS_SELECTOR, "[data-state=peak]").text
+                assert "train.py:41 forward" in b.page_source
+        # Nothing was fetched from anywhere but the ledger itself.
+        hosts = b.execute_script(
+            "return performance.getEntriesByType('resource').map(e => new URL(e.name).host)"
+        )
+        assert set(hosts) <= {srv.url.removeprefix("http://")}
+    finally:
+        b.quit()
