@@ -80,6 +80,21 @@ def _token(token: str | None) -> str:
     return t
 
 
+_CLIENT: Any = None
+
+
+def _client() -> Any:
+    """One pooled client per process: keep-alive connections, and the TLS
+    context (costly to build) made once, not per request. httpx.Client is
+    safe to share between threads."""
+    global _CLIENT
+    if _CLIENT is None:
+        import httpx
+
+        _CLIENT = httpx.Client(limits=httpx.Limits(max_connections=32))
+    return _CLIENT
+
+
 def _request(
     url: str,
     path: str,
@@ -104,7 +119,9 @@ def _request(
     attempt = 0
     while True:
         try:
-            resp = httpx.request(verb, base + path, content=body, headers=headers, timeout=timeout)
+            resp = _client().request(
+                verb, base + path, content=body, headers=headers, timeout=timeout
+            )
         except httpx.HTTPError as e:
             if attempt < retries and isinstance(e, httpx.TransportError):
                 time.sleep(0.5 * 2**attempt)
