@@ -191,3 +191,16 @@ def test_run_needs_exactly_one_revision(
 ) -> None:
     r = run(capsys, "run", "--claim", "c", "--key", "runner", "--", "true")
     assert r.code == 2 and "--pr N or --rev R" in r.err
+
+
+def test_run_and_the_importers_load_no_torch() -> None:
+    import subprocess
+
+    probe = (
+        "import sys; from ledger.run import run_command; import ledger.importers.junit, "
+        "ledger.importers.intoto, ledger.importers.events; "
+        "run_command([sys.executable, '-c', 'pass'], timeout_s=30, result_file=None, "
+        "artifact_globs=()).facts('c'); print('torch' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
