@@ -57,6 +57,11 @@ def render_show(doc: dict[str, Any]) -> str:
             lines.append(f"             {r['kind']} {r['id']}: {mark}  {r.get('proof', '')}")
     for k, v in p.get("measurements", {}).items():
         lines.append(f"  {k} = {v}")
+    for a in p.get("artifacts", []):
+        lines.append(
+            f"artifact   {a['name']} sha256:{a['digest']['sha256'][:16]} "
+            f"{a['size']} bytes {a['mediaType']}"
+        )
     for s2 in p.get("supersedes", []):
         lines.append(f"supersedes {s2['id']}: {s2['reason']}")
     for r in doc.get("reviews", []):

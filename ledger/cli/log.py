@@ -86,31 +86,49 @@ def log() -> None:
     """The transparency log: checkpoints, inclusion and consistency proofs."""
 
 
+_server = click.option(
+    "--server", metavar="URL", help="Ask a `ledger serve` at URL instead of --db."
+)
+
+
 @log.command("checkpoint")
+@_server
+@click.option("--token", metavar="TOKEN", help="With --server: its token (default: $LEDGER_TOKEN).")
 @db_option
-def log_checkpoint(db: str | None) -> None:
+def log_checkpoint(server: str | None, token: str | None, db: str | None) -> None:
     """Sign a checkpoint of the log as it is now (with the ledger key)."""
     from ledger.log import checkpoint
 
+    if server:
+        from ledger.client import sign_checkpoint
+
+        click.echo(sign_checkpoint(server, token).decode(), nl=False)
+        return
     click.echo(checkpoint(open_store(db), keydir()).decode(), nl=False)
 
 
 @log.command("proof")
 @click.argument("receipt")
+@_server
 @db_option
 @json_option
-def log_proof(receipt: str, db: str | None, as_json: bool) -> None:
+def log_proof(receipt: str, server: str | None, db: str | None, as_json: bool) -> None:
     """Inclusion proof of an entry against the newest checkpoint (verified before printing)."""
     from ledger.log import inclusion
 
-    store = open_store(db)
-    e = store.resolve(receipt)
-    doc = inclusion(store, e.seq, keydir()).to_json(e.entry_id)
+    if server:
+        from ledger.client import fetch_proof
+
+        doc = fetch_proof(server, receipt)
+    else:
+        store = open_store(db)
+        e = store.resolve(receipt)
+        doc = inclusion(store, e.seq, keydir()).to_json(e.entry_id)
     if as_json:
         emit_json(doc)
         return
     click.echo(f"entry {doc['index']} of {doc['size']}, verified")
-    for h in doc["proof"]:  # type: ignore[attr-defined]
+    for h in doc["proof"]:
         click.echo(f"  {h}")
     click.echo(doc["checkpoint"], nl=False)
 
@@ -128,10 +146,16 @@ _SIZE = click.IntRange(min=1, max=2**63 - 1)
     type=click.Path(dir_okay=False, path_type=Path),
     help="A checkpoint note you hold: prove it is a prefix of the log now.",
 )
+@_server
 @db_option
 @json_option
 def log_consistency(
-    old: int | None, new: int | None, from_file: Path | None, db: str | None, as_json: bool
+    old: int | None,
+    new: int | None,
+    from_file: Path | None,
+    server: str | None,
+    db: str | None,
+    as_json: bool,
 ) -> None:
     """Consistency proof between checkpoints of sizes OLD and NEW (verified before printing).
 
@@ -141,6 +165,19 @@ def log_consistency(
     from ledger.log import consistency
     from ledger.log.witness import consistency_from
 
+    if server:
+        from ledger.client import fetch_consistency
+
+        if old is None or new is None:
+            raise UsageError("with --server: give OLD and NEW sizes")
+        doc = fetch_consistency(server, old, new)
+        if as_json:
+            emit_json(doc)
+        else:
+            click.echo(f"consistent: {old} -> {new}, verified by the server")
+            for h in doc["proof"]:
+                click.echo(f"  {h}")
+        return
     store = open_store(db)
     if from_file is not None:
         if old is not None:
