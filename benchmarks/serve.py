@@ -90,10 +90,9 @@ def main() -> None:
         print(f"record, in process:      {local:8.1f} receipts/s ({n} receipts)")
         print(f"record, HTTP, 1 client:  {one:8.1f} receipts/s")
         print(f"record, HTTP, 8 clients: {eight:8.1f} receipts/s")
-        print(f"status, in process:      {st_local:8.1f} answers/s (1 claim)")
-        print(
-            f"status, HTTP:            {st_http:8.1f} answers/s (every claim of {3 * n} receipts)"
-        )
+        where = f"a PR of 100 receipts in a ledger of {3 * n}"
+        print(f"status, in process:      {st_local:8.1f} answers/s ({where})")
+        print(f"status, HTTP:            {st_http:8.1f} answers/s (the same PR, GET /v1/status)")
     with tempfile.TemporaryDirectory() as tmp:
         url, keys, runner = _ledger(Path(tmp))
         store = Store.open(url)
