@@ -154,7 +154,7 @@ def site(
 def _browser() -> Any:
     opts = webdriver.ChromeOptions()
     opts.binary_location = str(CHROMIUM)
-    for a in ("--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1280,1600"):
+    for a in ("--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1280,2400"):
         opts.add_argument(a)
     opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     return webdriver.Chrome(options=opts, service=webdriver.ChromeService(str(DRIVER)))
