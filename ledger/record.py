@@ -39,7 +39,7 @@ class Recorder(Protocol):
     where: str
     """The ledger written to, for messages."""
     stores_artifacts: bool
-    """Whether artifact contents are kept (a server keeps signed envelopes only)."""
+    """Whether artifact contents are kept (locally, or uploaded to the server from the outbox)."""
 
     def record(
         self, envelopes: Sequence[bytes], artifacts: Sequence[ArtifactFile] = ()
