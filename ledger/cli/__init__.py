@@ -13,6 +13,7 @@ import click
 
 from ledger import __version__
 from ledger.cli import checks as _checks
+from ledger.cli import estimate as _estimate
 from ledger.cli import importers as _importers
 from ledger.cli import keys as _keys
 from ledger.cli import log as _log
@@ -57,6 +58,8 @@ for _command in (
     _checks.checks,
     _run.run,
     _importers.import_,
+    _estimate.profile,
+    _estimate.calibrate,
     _service.push,
     _service.artifact,
     _service.token,
