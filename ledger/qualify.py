@@ -122,6 +122,8 @@ def qualify(
 ) -> QualifyRun:
     try:
         from runners.api import check_names, needs_base, params_error
+        from runners.forkserver import serving
+        from runners.harness.child import env as child_env
         from runners.isolated import run_claim_isolated
     except ImportError as e:
         raise UsageError(f"qualify needs the runners extra (torch): {e}") from None
@@ -160,7 +162,17 @@ def qualify(
     ):
         base_ctx = worktree(repo, revision.base, "base")
     artifacts = Path(tempfile.mkdtemp(prefix="ledger-artifacts-"))
-    with worktree(repo, revision.commit, "rev") as root, base_ctx as base_root, _removed(artifacts):
+    # Imports paid once: claims fork from a server that preloaded torch, the checks and
+    # the workloads' modules (no CUDA there); each claim is still a new process.
+    refs = sorted({plan.workload_for(c) or "" for c in asked} - {""})
+    with (
+        worktree(repo, revision.commit, "rev") as root,
+        base_ctx as base_root,
+        _removed(artifacts),
+        serving([(str(root), r) for r in refs], child_env()) as fork,
+    ):
+        if fork is not None:
+            progress(f"fork server: torch and {len(refs)} workload module(s) imported once")
         for i, claim in enumerate(asked, 1):
             t0 = time.monotonic()
             tag = f"[{i}/{len(asked)}]"
@@ -181,6 +193,7 @@ def qualify(
                 # All ranks of the claim are one process group, killed on the timeout.
                 world_size=claim.world_size,
                 timeout_s=claim.timeout_s,
+                fork_server=fork,
             )
             if profile is not None:
                 for r in results:

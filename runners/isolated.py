@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from runners.checks.cleanup import decide as cleanup_verdict
+from runners.forkserver import ForkServer
 from runners.harness import child, nvml
 from runners.harness.launch import RankExit, RankGroup
 from runners.harness.proofs import CUDA_TOLERANCE_BYTES
@@ -203,6 +204,7 @@ def run_claim_isolated(
     world_size: int = 1,
     timeout_s: float = DEFAULT_TIMEOUT_S,
     distributed: bool | None = None,
+    fork_server: ForkServer | None = None,
     **kwargs: Any,
 ) -> list[CheckResult]:
     """`runners.api.run_claim` in fresh child processes, one per rank; same results.
@@ -213,7 +215,9 @@ def run_claim_isolated(
     infra-error naming the rank and how it ended. With ``world_size`` > 1 the ranks'
     results are merged per check (`runners.ranks.merge_ranks`). ``distributed`` (default:
     ``world_size > 1``) runs the ranks inside a process group even at one rank, which
-    exercises the multi-rank path on a single device.
+    exercises the multi-rank path on a single device. With a ``fork_server`` a
+    single-rank claim's process is forked from it (imports already paid) instead of
+    started as a new interpreter: still a new process, in the claim's process group.
     """
     grouped = world_size > 1 if distributed is None else distributed
     work = Path(tempfile.mkdtemp(prefix="ledger-claim-"))
@@ -231,7 +235,12 @@ def run_claim_isolated(
                 "timeout_s": max(1, int(timeout_s)),
             }
         child.write_request(req, body)
-        argvs.append(child.argv("runners.isolated", req, out))
+        forked = fork_server if world_size == 1 else None
+        argvs.append(
+            forked.argv("runners.isolated", req, out)
+            if forked is not None
+            else child.argv("runners.isolated", req, out)
+        )
         envs.append(child.env())
     started = time.time_ns()
     gpu_before = nvml.devices_used()
@@ -256,7 +265,13 @@ def run_claim_isolated(
             # Also on Ctrl-C: no rank outlives the claim.
             stopped = group.stop()
         exits = group.exits()
-        at_exit = _exit_release(gpu_before, [e.pid for e in exits])
+        # A forked claim process is not the client: the client wrote the worker's pid.
+        pids = [e.pid for e in exits]
+        for rank, path in enumerate(results_of):
+            marker = path.with_name(path.name + ".pid")
+            if marker.is_file():
+                pids[rank] = int(marker.read_text())
+        at_exit = _exit_release(gpu_before, pids)
         got = [
             child.read_result(p) if e.rc == 0 else None
             for p, e in zip(results_of, exits, strict=True)

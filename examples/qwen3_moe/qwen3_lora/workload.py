@@ -17,7 +17,9 @@ from importlib import metadata
 from typing import Any
 
 import torch
+from peft import LoraConfig, get_peft_model
 from torch import Tensor
+from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
 
 from qwen3_lora import estimator as _estimator
 from runners.protocol import (
@@ -66,8 +68,6 @@ class Qwen3Config:
 
 
 def _hf_config(c: Qwen3Config) -> Any:
-    from transformers import Qwen3MoeConfig
-
     cfg = Qwen3MoeConfig(
         vocab_size=c.vocab,
         hidden_size=c.hidden,
@@ -111,9 +111,6 @@ class Qwen3LoraWorkload:
         )
 
     def setup(self, device: torch.device, seed: int) -> None:
-        from peft import LoraConfig, get_peft_model
-        from transformers import Qwen3MoeForCausalLM
-
         self.teardown()
         c = self.config
         # transformers initialises from the global generator: fork it so the seed

@@ -1,0 +1,67 @@
+"""Claims forked from a preloaded server: same results, fresh processes, kill on timeout."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from runners.forkserver import ForkServer
+from runners.harness.child import env
+from runners.isolated import run_claim_isolated
+
+ROOT = Path(__file__).resolve().parents[2]
+MOE = "runners.workloads.moe:make_workload"
+TINY = {"d_model": 32, "n_layers": 1, "n_experts": 4, "d_ff": 32, "vocab": 64}
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[ForkServer]:
+    s = ForkServer.start([(str(ROOT), MOE)], env())
+    yield s
+    s.close()
+
+
+def _run(server: ForkServer | None, check: str, params: dict, **kw: object) -> list:
+    return run_claim_isolated(
+        claim=f"t.{check}",
+        check=check,
+        params=params,
+        repo_root=ROOT,
+        workload_ref=MOE,
+        workload_params=TINY,
+        device="cpu",
+        observer_off_required=False,
+        base_root=None,
+        progress=lambda _m: None,
+        artifact_dir=None,
+        fork_server=server,
+        **kw,
+    )
+
+
+def test_the_server_preloads_without_cuda(server: ForkServer) -> None:
+    assert server.ready["preloaded"] == [MOE]
+    assert server.ready["cuda_initialized"] is False
+
+
+def test_a_forked_claim_passes_with_a_complete_proof(server: ForkServer) -> None:
+    [r] = _run(server, "cleanup", {"batch": 1, "seq": 8})
+    assert r.outcome == "passed", r.reason
+    assert r.cleanup.complete
+    [again] = _run(server, "regression-24view", {"views": 2, "seq": 8})
+    assert again.outcome == "passed", again.reason
+    # Each claim is its own process: the server itself ran no check.
+    assert os.path.exists(f"/proc/{server.proc.pid}")
+
+
+def test_a_forked_claim_is_killed_on_timeout_and_the_server_serves_on(
+    server: ForkServer,
+) -> None:
+    params = {"batches": [1, 2, 4, 8], "seqs": [64, 128, 256], "warm_runs": 20}
+    [r] = _run(server, "admission", params, timeout_s=3)
+    assert r.outcome == "infra-error" and "timed out after 3 s" in (r.reason or "")
+    [ok] = _run(server, "cleanup", {"batch": 1, "seq": 8})
+    assert ok.outcome == "passed", ok.reason
