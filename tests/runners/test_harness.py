@@ -251,3 +251,18 @@ def test_a_cuda_library_allocation_failure_is_an_oom() -> None:
 
     assert capture("forward", fails).outcome.status == "oom"
     assert capture("forward", other).outcome.status == "failed"
+
+
+def test_flat_stats_reads_the_nested_allocator_counters() -> None:
+    from runners.harness.probe import flat_stats
+
+    nested = {
+        "allocated_bytes": {"all": {"current": 10, "peak": 20, "allocated": 99, "freed": 89}},
+        "reserved_bytes": {"all": {"current": 32, "peak": 64}, "large_pool": {"current": 1}},
+        "active_bytes": {"all": {"current": 11, "peak": 21}},
+        "num_ooms": 1,
+    }
+    got = flat_stats(nested)
+    assert got["allocated_bytes.all.current"] == 10 and got["allocated_bytes.all.peak"] == 20
+    assert got["reserved_bytes.all.peak"] == 64 and got["num_ooms"] == 1
+    assert got["inactive_split_bytes.all.current"] == 0 and got["num_alloc_retries"] == 0
