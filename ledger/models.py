@@ -75,7 +75,13 @@ class PackageIdentity(_Frozen):
     paths: list[str]
     """Globs (from the plan) that select the package's files."""
     digest: Hex64
-    """sha256 over the sorted (path, git blob id) pairs of the matching files."""
+    """sha256 over the sorted (path, git blob id) pairs of the matching files; with
+    `parts` beyond ``files``, sha256 over the canonical JSON of `parts`."""
+    parts: dict[str, str] | None = Field(default=None, exclude_if=lambda v: v is None)
+    """What the digest covers, part by part, so a difference can be named: ``files``
+    (the digest of the paths' files), ``lock:PATH`` (a lock file's git blob id, or
+    ``missing``), ``dist:NAME`` (an installed distribution's version, or ``missing``;
+    torch with its CUDA build). None: the files alone."""
 
 
 class Source(_Frozen):

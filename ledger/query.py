@@ -61,7 +61,10 @@ def load_evidence(
     entries = [
         e
         for e in store.receipt_entries(
-            commits=[revision.commit],
+            # With the environment in the package identity, an upgrade changes the
+            # digest: the parents' receipts are read too, so status can name the part
+            # that differed instead of finding no evidence.
+            commits=[revision.commit, *(revision.parents if revision.package_parts else ())],
             trees=[revision.tree],
             packages=[revision.package_digest] if revision.package_digest else [],
             pr=revision.pr,

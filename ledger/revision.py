@@ -26,11 +26,18 @@ class Revision:
     """Merge-base with the base branch (only read for a new statement)."""
     dirty: bool = False
     """The work tree differs from the commit (only read for a new statement)."""
+    package_parts: tuple[tuple[str, str], ...] = ()
+    """What the package digest covers, part by part (`PackageIdentity.parts`); empty
+    when it covers the files alone."""
 
     def source(self) -> Source:
         """The statement's `predicate.source`."""
         package = (
-            PackageIdentity(paths=list(self.package_paths), digest=self.package_digest)
+            PackageIdentity(
+                paths=list(self.package_paths),
+                digest=self.package_digest,
+                parts=dict(self.package_parts) or None,
+            )
             if self.package_digest
             else None
         )

@@ -212,7 +212,12 @@ def identify(
             else f"plan: none committed at {commit.hexsha[:12]}"
         )
     paths = tuple(plan.package.paths) if plan is not None and plan.package else ()
-    package = package_identity(commit, paths) if paths else None
+    spec = plan.package if plan is not None else None
+    package = (
+        package_identity(commit, paths, lock=spec.lock, distributions=spec.distributions)
+        if paths and spec is not None
+        else None
+    )
     # The dirty flag speaks of the work tree, so it only applies when the work
     # tree is the revision being attested.
     dirty = False
@@ -226,6 +231,7 @@ def identify(
         package_digest=package.digest if package else None,
         pr=pr,
         package_paths=paths,
+        package_parts=tuple(sorted((package.parts or {}).items())) if package else (),
         parents=tuple(p.hexsha for p in commit.parents),
         base=_base(repo, commit) if for_statement else None,
         dirty=dirty,
@@ -296,11 +302,24 @@ def _digest(pairs: Iterable[tuple[str, str]]) -> str:
     return hashlib.sha256(canonical_bytes(sorted([p, b] for p, b in pairs))).hexdigest()
 
 
-def package_identity(commit: git.Commit, globs: Sequence[str]) -> PackageIdentity:
-    """sha256 over the sorted (path, git blob id) of the files the globs select."""
+def package_identity(
+    commit: git.Commit,
+    globs: Sequence[str],
+    *,
+    lock: Sequence[str] = (),
+    distributions: Sequence[str] = (),
+) -> PackageIdentity:
+    """sha256 over the sorted (path, git blob id) of the files the globs select; with
+    lock files or distributions, over those parts too (`ledger.environment_identity`)."""
     pairs = [
         (str(item.path), item.hexsha)
         for item in commit.tree.traverse()
         if isinstance(item, git.Blob) and _matches(str(item.path), globs)
     ]
-    return PackageIdentity(paths=list(globs), digest=_digest(pairs))
+    files = _digest(pairs)
+    if not lock and not distributions:
+        return PackageIdentity(paths=list(globs), digest=files)
+    from ledger.environment_identity import identity_parts, parts_digest
+
+    parts = {"files": files, **identity_parts(commit, lock, distributions)}
+    return PackageIdentity(paths=list(globs), digest=parts_digest(parts), parts=parts)

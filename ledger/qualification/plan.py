@@ -176,11 +176,29 @@ class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
+def _names(value: object) -> tuple[str, ...]:
+    items = [value] if isinstance(value, str) else value
+    if not isinstance(items, list | tuple):
+        raise ValueError("must be a string or an array of strings")
+    for i, item in enumerate(items):
+        if not isinstance(item, str) or not item.strip():
+            raise ValueError(f"[{i}]: must be a non-empty string")
+    return tuple(items)
+
+
+Names = Annotated[tuple[str, ...], PlainValidator(_names)]
+
+
 class PackageSpec(_Frozen):
-    """`[package]`: which files make up the package whose digest identifies it."""
+    """`[package]`: what makes up the package whose digest identifies it."""
 
     paths: Paths
     """Globs over repository paths; the package digest covers the matching files."""
+    lock: Names = ()
+    """Lock or requirements files (repository paths, e.g. ``uv.lock``) the digest covers."""
+    distributions: Names = ()
+    """Installed distributions whose versions the digest covers (torch with its CUDA
+    build), read from the environment that runs the checks or asks the question."""
 
 
 class ProjectSpec(_Frozen):

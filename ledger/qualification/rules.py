@@ -207,6 +207,18 @@ def not_carried(r: ReceiptEvidence, revision: Revision, req: Requirement) -> Rea
         )
     elif req.carry_over == "package" and src.package is None:
         text = f"{sid} on commit {src.commit[:12]} records no package identity"
+    elif (
+        req.carry_over == "package"
+        and src.package is not None
+        and (src.package.parts or revision.package_parts)
+    ):
+        from ledger.environment_identity import differing
+
+        parts = differing(src.package.parts, dict(revision.package_parts))
+        text = (
+            f"{sid} on commit {src.commit[:12]}: the package identity differs in "
+            f"{'; '.join(parts) or 'its digest'}"
+        )
     else:
         differs = {
             "commit": "another commit",
