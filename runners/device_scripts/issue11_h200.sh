@@ -67,11 +67,19 @@ qualify_run() {  # NAME REPO LIMIT_S REV PLAN-ARGS QUALIFY-ARGS...
   tail -3 "$E/qualify.log"
   python3 - "$E" <<'PY'
 import json, subprocess, sys
+from ledger.store.store import Store, resolve_url
 e = sys.argv[1]
 try:
     doc = json.load(open(f"{e}/qualify.json"))
 except ValueError:
-    sys.exit("no qualify.json")
+    # qualify was stopped by its time limit: every finished claim is already a
+    # receipt in the ledger (recorded one by one); list those instead.
+    rows = []
+    for entry in Store.open(resolve_url(f"{e}/ledger.db")).entries(kinds=["receipt"]):
+        p = entry.receipt.predicate
+        rows.append({"id": entry.entry_id, "claim": p.claim, "outcome": p.outcome})
+    doc = {"receipts": rows, "status": None, "note": "qualify stopped by its time limit"}
+    json.dump(doc, open(f"{e}/qualify.json", "w"), indent=2)
 for r in doc["receipts"]:
     subprocess.run([sys.executable, "-m", "ledger", "export", r["id"], "-o",
                     f"{e}/bundles/{r['id'][7:19]}.json"], check=True)
@@ -103,12 +111,8 @@ params = { batch = 2, seq = 256 }
 name = "regression.24view-nograd"
 check = "regression-24view"
 params = { views = 24, seq = 512 }
-[[claims]]
-name = "cleanup.all-released"
-check = "cleanup"
-params = { batch = 4, seq = 512 }
 TOML
-qualify_run h200-issue11-moe /tmp/ex 110 main "--plan /tmp/moe-plan.toml"
+qualify_run h200-issue11-moe /tmp/ex 140 main "--plan /tmp/moe-plan.toml"
 
 # 2. The Qwen3-MoE LoRA example, as its own repository, with the plan's h200 profile.
 if [ "$QWEN" = 1 ]; then
@@ -117,8 +121,9 @@ if [ "$QWEN" = 1 ]; then
   git -C /tmp/qwen3 -c user.name=Example -c user.email=example@example.invalid \
     commit -q -m "Qwen3-MoE LoRA workload"
   git -C /tmp/qwen3 remote add origin https://example.invalid/qwen3-moe-lora.git
-  qualify_run h200-issue11-qwen3 /tmp/qwen3 $(( $(left) > 330 ? 200 : $(left) - 130 )) \
-    HEAD "" --profile h200
+  qualify_run h200-issue11-qwen3 /tmp/qwen3 $(( $(left) > 350 ? 170 : $(left) - 180 )) \
+    HEAD "" --profile h200 --claim admission.no-oom-after-admit \
+    --claim numerics.gradient-compare --claim regression.24view-nograd
 fi
 
 # 3. Estimator attribution on CUDA, cold and warm.
@@ -127,12 +132,12 @@ P=(--param vocab=32000 --param d_model=1024 --param n_layers=4 --param n_heads=1
 for w in "" --warm; do
   tag=${w:+warm}; tag=${tag:-cold}
   say "profile moe $tag"
-  timeout 40 python3 -m ledger profile --workload model.workload:make_workload --repo /tmp/ex \
+  timeout 30 python3 -m ledger profile --workload model.workload:make_workload --repo /tmp/ex \
     --shape 4x2048 --phase forward_backward --device cuda "${P[@]}" $w --depth 3 --json \
     > "$FIG/profile_moe_$tag.json" 2> "$FIG/profile_moe_$tag.log"
-  if [ "$QWEN" = 1 ]; then
+  if [ "$QWEN" = 1 ] && [ "$tag" = warm ]; then
     say "profile qwen3 $tag"
-    timeout 50 python3 -m ledger profile --workload qwen3_lora.workload:make_workload \
+    timeout 45 python3 -m ledger profile --workload qwen3_lora.workload:make_workload \
       --repo /tmp/qwen3 --shape 4x1024 --phase forward_backward --device cuda $w --depth 6 \
       --param vocab=32768 --param hidden=1024 --param layers=8 --param heads=16 \
       --param kv_heads=4 --param head_dim=64 --param experts=32 --param top_k=4 \
@@ -143,9 +148,9 @@ done
 
 # 4. Per-claim overhead, fresh interpreters vs the fork server, in one run each.
 say "qualify overhead (moe)"
-timeout 60 python3 benchmarks/qualify_overhead.py --workload moe --device cuda --claims 3 --json \
+timeout 55 python3 benchmarks/qualify_overhead.py --workload moe --device cuda --claims 3 --json \
   > "$FIG/qualify_overhead_moe.json" 2> "$FIG/qualify_overhead_moe.log"
-if [ "$QWEN" = 1 ] && [ "$(left)" -gt 130 ]; then
+if [ "$QWEN" = 1 ] && [ "$(left)" -gt 120 ]; then
   say "qualify overhead (qwen3)"
   timeout 75 python3 benchmarks/qualify_overhead.py --workload qwen3 --device cuda --claims 2 \
     --json > "$FIG/qualify_overhead_qwen3.json" 2> "$FIG/qualify_overhead_qwen3.log"
@@ -153,7 +158,7 @@ fi
 
 # 5. The harness's step overhead with the observer off (forward+backward 8x1024, bf16).
 say "step overhead"
-timeout $(( $(left) > 70 ? 70 : $(left) > 20 ? $(left) : 20 )) \
+timeout $(( $(left) > 45 ? 45 : $(left) > 20 ? $(left) : 20 )) \
   python3 -m runners.device_scripts.overhead --out "$FIG/step_overhead.json" --device cuda \
   --size medium > "$FIG/step_overhead.log" 2>&1
 python3 - "$FIG" <<'PY'
