@@ -56,9 +56,9 @@ dtype = "bfloat16"'
 qualify_run() {  # NAME REPO LIMIT_S REV PLAN-ARGS QUALIFY-ARGS...
   local name=$1 repo=$2 limit=$3 rev=$4 plan=$5; shift 5
   local E=$OUT/$name
-  mkdir -p "$E/bundles"
+  rm -rf "$E" "/tmp/keys-$name" && mkdir -p "$E/bundles"
   export LEDGER_DB=$E/ledger.db LEDGER_KEYS=/tmp/keys-$name
-  L init > /dev/null && L keys new h200 --role runner > /dev/null
+  L init > /dev/null && L keys new h200 --role runner > /dev/null || { echo "no keys"; return; }
   say "$name: qualify (limit ${limit}s)"
   timeout "$limit" python3 -m ledger qualify --repo "$repo" --rev "$rev" $plan --device cuda \
     --key h200 "$@" \
