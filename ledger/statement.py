@@ -4,7 +4,6 @@ their exact payload bytes. Used alike by `attest`, `qualify` and `review`."""
 from __future__ import annotations
 
 import hashlib
-import json
 import mimetypes
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field

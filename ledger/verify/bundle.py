@@ -141,9 +141,9 @@ def verify_bundle(raw: bytes, trust: list[Ed25519PublicKey]) -> VerificationRepo
 
     # The log vouches for each signer's key and role.
     keys: dict[str, KeyInfo] = {}
-    for i, e in enumerate(included):
+    for i, logged in enumerate(included):
         try:
-            info = e.key()
+            info = logged.key()
         except Error:
             raise _fail(f"keys[{i}] is not a valid key entry") from None
         keys[info.keyid] = info
