@@ -44,6 +44,10 @@ def _depth(name: str, depth: int | None) -> str:
     return ".".join(name.split(".")[:depth])
 
 
+class ProfileError(Exception):
+    """The step cannot be profiled as asked (one-line reason)."""
+
+
 def profile_step(
     *,
     root: Path,
@@ -60,6 +64,11 @@ def profile_step(
     """Profile one ``phase`` step at ``shape``; a JSON-able report (module docstring)."""
     dev = torch.device(device)
     if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ProfileError("--device cuda: no CUDA device is present")
+        # "cuda" names no device; the memory APIs below need an index.
+        if dev.index is None:
+            dev = torch.device("cuda", torch.cuda.current_device())
         torch.cuda.set_device(dev)
     w = load_workload(root, ref, params)
     w.setup(dev, seed)

@@ -70,7 +70,7 @@ def profile(
     allocator's view (allocated, reserved, outside the pool).
     """
     try:
-        from runners.profile_step import profile_step
+        from runners.profile_step import ProfileError, profile_step
         from runners.protocol import Shape
     except ImportError as e:
         raise UsageError(f"profile needs the runners extra (torch): {e}") from None
@@ -78,17 +78,20 @@ def profile(
         parsed = Shape.parse(shape)
     except ValueError as e:
         raise InputError(str(e)) from None
-    doc = profile_step(
-        root=repo.resolve(),
-        ref=ref,
-        params=_param(params),
-        shape=parsed,
-        phase="forward_nograd" if phase == "forward_nograd" else "forward_backward",
-        device=device,
-        warm=warm,
-        top=top,
-        depth=depth,
-    )
+    try:
+        doc = profile_step(
+            root=repo.resolve(),
+            ref=ref,
+            params=_param(params),
+            shape=parsed,
+            phase="forward_nograd" if phase == "forward_nograd" else "forward_backward",
+            device=device,
+            warm=warm,
+            top=top,
+            depth=depth,
+        )
+    except ProfileError as e:
+        raise UsageError(str(e)) from None
     if as_json:
         emit_json(doc)
         return

@@ -148,7 +148,7 @@ done
 
 # 4. Per-claim overhead, fresh interpreters vs the fork server, in one run each.
 say "qualify overhead (moe)"
-timeout 55 python3 benchmarks/qualify_overhead.py --workload moe --device cuda --claims 3 --json \
+timeout 120 python3 benchmarks/qualify_overhead.py --workload moe --device cuda --claims 3 --json \
   > "$FIG/qualify_overhead_moe.json" 2> "$FIG/qualify_overhead_moe.log"
 if [ "$QWEN" = 1 ] && [ "$(left)" -gt 120 ]; then
   say "qualify overhead (qwen3)"

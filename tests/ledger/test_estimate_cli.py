@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 
 from ledger.calibration import calibrate, render
 from runners.example_repo import make_example_repo
@@ -97,3 +98,12 @@ def test_profile_attributes_the_peak(capsys: pytest.CaptureFixture[str]) -> None
     r = run(capsys, "profile", "--workload", "runners.workloads.moe:make_workload",
             "--shape", "2by16")  # fmt: skip
     assert r.code == 1 and "BATCHxSEQ" in r.err
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal where no GPU is present")
+def test_profile_on_cuda_without_a_gpu_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    r = run(capsys, "profile", "--workload", "runners.workloads.moe:make_workload",
+            "--shape", "2x16", "--repo", str(ROOT), "--device", "cuda")  # fmt: skip
+    assert r.code == 2 and r.err.strip().splitlines() == [
+        "ledger: --device cuda: no CUDA device is present"
+    ]
