@@ -17,20 +17,21 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import git
 
 from ledger import source as src
 from ledger.errors import InputError, UsageError
 from ledger.keys import LocalKey
-from ledger.qualification.plan import PLAN_FILE, Plan
+from ledger.qualification.plan import PLAN_FILE, ClaimSpec, Plan
 from ledger.record import Recorder, sign_and_record
 from ledger.revision import Revision
 from ledger.source import Identity
 from ledger.statement import ArtifactFile, Facts, build_statement, read_artifact, timestamp
 
 if TYPE_CHECKING:
+    from ledger.ingest import Recorded
     from runners.result import CheckResult
 
 __all__ = ["QualifyRun", "qualify", "worktree"]
@@ -105,6 +106,37 @@ def _facts(r: CheckResult) -> tuple[Facts, list[ArtifactFile]]:
     return facts, files
 
 
+def _asked(
+    plan: Plan,
+    claims: Sequence[str],
+    known: Sequence[str],
+    params_error: Callable[[str, dict[str, Any]], str | None],
+) -> list[ClaimSpec]:
+    """The plan claims to run, each checked before anything runs."""
+    unknown = sorted(set(claims) - {c.name for c in plan.claims})
+    if unknown:
+        raise InputError(f"claims not in the plan: {', '.join(unknown)}")
+    asked = [c for c in plan.claims if not claims or c.name in claims]
+    for c in asked:
+        if c.check not in known:
+            raise InputError(f"plan claim {c.name}: unknown check {c.check!r} ({', '.join(known)})")
+        # A misspelt parameter would otherwise run the check with its default.
+        bad = params_error(c.check, dict(c.params))
+        if bad:
+            raise InputError(f"plan claim {c.name}: {bad}")
+    return asked
+
+
+def _record(
+    recorder: Recorder, key: LocalKey, revision: Revision, results: Sequence[CheckResult]
+) -> list[Recorded]:
+    """One claim's receipts, signed and recorded together with their artifacts."""
+    built = [_facts(r) for r in results]
+    stmts = [build_statement(revision.source(), f) for f, _ in built]
+    files = [a for _, fs in built for a in fs]
+    return sign_and_record(recorder, stmts, key, files if recorder.stores_artifacts else ())
+
+
 def qualify(
     recorder: Recorder,
     key: LocalKey,
@@ -141,18 +173,7 @@ def qualify(
     # The checks run on a fresh worktree of the commit: clean by construction,
     # whatever state the caller's own work tree is in.
     revision = dataclasses.replace(ident.revision, dirty=False)
-    asked = [c for c in run_plan.claims if not claims or c.name in claims]
-    unknown = sorted(set(claims) - {c.name for c in plan.claims})
-    if unknown:
-        raise InputError(f"claims not in the plan: {', '.join(unknown)}")
-    for c in asked:
-        if c.check not in check_names():
-            known = ", ".join(check_names())
-            raise InputError(f"plan claim {c.name}: unknown check {c.check!r} ({known})")
-        # A misspelt parameter would otherwise run the check with its default.
-        bad = params_error(c.check, dict(c.params))
-        if bad:
-            raise InputError(f"plan claim {c.name}: {bad}")
+    asked = _asked(run_plan, claims, check_names(), params_error)
     out: list[tuple[str, str, str]] = []
     base_ctx: contextlib.AbstractContextManager[Path | None] = contextlib.nullcontext(None)
     if (
@@ -198,10 +219,7 @@ def qualify(
             if profile is not None:
                 for r in results:
                     r.scope["profile"] = profile
-            built = [_facts(r) for r in results]
-            stmts = [build_statement(revision.source(), f) for f, _ in built]
-            files = [a for _, fs in built for a in fs]
-            recs = sign_and_record(recorder, stmts, key, files if recorder.stores_artifacts else ())
+            recs = _record(recorder, key, revision, results)
             for rec, r in zip(recs, results, strict=True):
                 out.append((rec.id, r.claim, r.outcome))
                 note = "" if r.outcome == "passed" else f": {r.reason}"

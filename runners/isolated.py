@@ -195,6 +195,38 @@ def _backend(device: str) -> str:
     return "nccl" if used is not None and used[0] else "gloo"
 
 
+def _requests(
+    work: Path,
+    body: dict[str, Any],
+    world_size: int,
+    backend: str | None,
+    timeout_s: float,
+    fork_server: ForkServer | None,
+) -> list[list[str]]:
+    """Write one request per rank; the command line that runs each. `backend` None:
+    the ranks are not joined in a process group."""
+    argvs = []
+    for rank in range(world_size):
+        req, out = work / f"request{rank}.json", work / f"result{rank}.json"
+        mine = dict(body)
+        if backend is not None:
+            mine["rank_session"] = {
+                "rank": rank,
+                "world_size": world_size,
+                "backend": backend,
+                "init_file": str(work / "rendezvous"),
+                "timeout_s": max(1, int(timeout_s)),
+            }
+        child.write_request(req, mine)
+        forked = fork_server if world_size == 1 else None
+        argvs.append(
+            forked.argv("runners.isolated", req, out)
+            if forked is not None
+            else child.argv("runners.isolated", req, out)
+        )
+    return argvs
+
+
 def run_claim_isolated(
     *,
     progress: Callable[[str], None],
@@ -222,26 +254,9 @@ def run_claim_isolated(
     grouped = world_size > 1 if distributed is None else distributed
     work = Path(tempfile.mkdtemp(prefix="ledger-claim-"))
     backend = _backend(device)
-    argvs, envs = [], []
-    for rank in range(world_size):
-        req, out = work / f"request{rank}.json", work / f"result{rank}.json"
-        body: dict[str, Any] = {"device": device, "claim": claim, "check": check, **kwargs}
-        if grouped:
-            body["rank_session"] = {
-                "rank": rank,
-                "world_size": world_size,
-                "backend": backend,
-                "init_file": str(work / "rendezvous"),
-                "timeout_s": max(1, int(timeout_s)),
-            }
-        child.write_request(req, body)
-        forked = fork_server if world_size == 1 else None
-        argvs.append(
-            forked.argv("runners.isolated", req, out)
-            if forked is not None
-            else child.argv("runners.isolated", req, out)
-        )
-        envs.append(child.env())
+    body: dict[str, Any] = {"device": device, "claim": claim, "check": check, **kwargs}
+    argvs = _requests(work, body, world_size, backend if grouped else None, timeout_s, fork_server)
+    envs = [child.env() for _ in argvs]
     started = time.time_ns()
     gpu_before = nvml.devices_used()
     results_of = [work / f"result{rank}.json" for rank in range(world_size)]

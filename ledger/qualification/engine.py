@@ -19,7 +19,8 @@ from ledger.qualification import rules
 from ledger.qualification.evidence import ReceiptEvidence, ReviewEvidence, Revision, short_id
 from ledger.qualification.plan import CarryOver, Plan
 from ledger.qualification.report import ClaimStatus, ScopeRole, State, StatusReport
-from ledger.qualification.rules import Reason, Requirement, ReviewTally, Via
+from ledger.qualification.reviews import ReviewTally
+from ledger.qualification.rules import Reason, Requirement, Via
 from ledger.qualification.scope import covers, format_scope, merge_scopes, scope_key
 
 __all__ = ["evaluate"]

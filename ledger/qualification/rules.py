@@ -8,14 +8,14 @@ and scripts can match on them. `RULES` describes each in one line.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal, TypeAlias
 
 from pydantic import JsonValue
 
 from ledger.models import Outcome
-from ledger.qualification.evidence import ReceiptEvidence, ReviewEvidence, Revision, short_id
+from ledger.qualification.evidence import ReceiptEvidence, Revision, short_id
 from ledger.qualification.plan import OBSERVER_OFF_CONTROL_CHECK, CarryOver, ClaimSpec, Plan
 from ledger.qualification.scope import Facets, covers
 
@@ -43,7 +43,6 @@ __all__ = [
     "SUPERSESSION",
     "Reason",
     "Requirement",
-    "ReviewTally",
     "Via",
 ]
 
@@ -404,58 +403,3 @@ def controls(control: ReceiptEvidence, check: str) -> bool:
 def covers_receipt(outer: ReceiptEvidence, inner: ReceiptEvidence) -> bool:
     """`outer` was at least as specific as `inner`, on the same values."""
     return covers(outer.predicate.scope, inner.predicate.scope)
-
-
-# -- reviews ------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class ReviewTally:
-    """The reviews of one receipt that count, by independent reviewer key."""
-
-    concur: tuple[ReviewEvidence, ...]
-    dispute: tuple[ReviewEvidence, ...]
-    ignored: tuple[Reason, ...]
-
-    @classmethod
-    def of(cls, receipt: ReceiptEvidence, reviews: Sequence[ReviewEvidence]) -> ReviewTally:
-        """Each reviewer key's latest valid review of `receipt` is its verdict."""
-        ignored: list[Reason] = []
-        latest: dict[str, ReviewEvidence] = {}
-        for v in sorted(reviews, key=lambda v: v.seq):
-            if v.receipt != receipt.id:
-                continue
-            problem = _review_problem(v, receipt)
-            if problem is not None:
-                ignored.append(problem)
-                continue
-            latest[v.signer] = v
-        concur = tuple(v for v in latest.values() if v.verdict == "concur")
-        dispute = tuple(v for v in latest.values() if v.verdict == "dispute")
-        return cls(concur, dispute, tuple(ignored))
-
-
-def _review_problem(v: ReviewEvidence, receipt: ReceiptEvidence) -> Reason | None:
-    vid, rid = short_id(v.id), short_id(receipt.id)
-    if v.problem:
-        return Reason(SIGNATURE, f"review {vid} of {rid} does not count: {v.problem}", receipt.id)
-    if v.revoked:
-        return Reason(
-            KEY_REVOKED,
-            f"review {vid} of {rid} was logged at seq {v.seq}, after key {v.signer[:12]} was "
-            f"revoked at seq {v.signer_revoked_seq}",
-            receipt.id,
-        )
-    if v.signer_role != "reviewer":
-        return Reason(
-            SIGNER_ROLE,
-            f"review {vid} of {rid} is signed by a {v.signer_role!r} key, not a reviewer key",
-            receipt.id,
-        )
-    if v.signer == receipt.signer:
-        return Reason(
-            REVIEWS,
-            f"review {vid} of {rid} is by the receipt's own signer: not independent",
-            receipt.id,
-        )
-    return None

@@ -103,6 +103,46 @@ def _list(value: Any) -> list[Any]:
     return value if isinstance(value, list) else []
 
 
+def _bundle_keys(cp: Checkpoint, key_entries: Any) -> dict[str, KeyInfo]:
+    """The keys the checkpointed log vouches for: each entry proven included, then parsed."""
+    included = [
+        _included(cp, item, f"keys[{i}]", "key") for i, item in enumerate(_list(key_entries))
+    ]
+    keys: dict[str, KeyInfo] = {}
+    for i, logged in enumerate(included):
+        try:
+            info = logged.key()
+        except Error:
+            raise _fail(f"keys[{i}] is not a valid key entry") from None
+        keys[info.keyid] = info
+    return keys
+
+
+def _ledger_anchor(note: bytes, keys: dict[str, KeyInfo], signed_by: str | None) -> str | None:
+    """The checkpoint must be signed by a ledger key of the bundle whatever the
+    anchor (after a rotation the bundle names older ledger keys too); only a
+    trusted ledger key makes the log (and so its reviews) vouched for: then it
+    is the anchor, else None."""
+    ledger_keys = [k for k in keys.values() if k.role == "ledger"]
+    if not ledger_keys:
+        raise _fail("no ledger key entry: the checkpoint cannot be checked")
+    signer = None
+    problem = ""
+    for info in ledger_keys:
+        try:
+            verify_checkpoint(note, key_name=info.name, public_key=info.public)
+        except Error as e:
+            problem = problem or e.reason()
+            continue
+        if signer is None or info.keyid == signed_by:
+            signer = info
+    if signer is None:
+        raise _fail(f"checkpoint: {problem}")
+    if signed_by is not None and signed_by in keys and keys[signed_by].role == "ledger":
+        return f"ledger key {keys[signed_by].name} ({signed_by[:12]})"
+    return None
+
+
 def verify_bundle(raw: bytes, trust: list[Ed25519PublicKey]) -> VerificationReport:
     """Verify a bundle offline against trusted public keys.
 
@@ -135,40 +175,8 @@ def verify_bundle(raw: bytes, trust: list[Ed25519PublicKey]) -> VerificationRepo
     # The checkpoint's signature is checked against --trust before any key
     # entry is parsed: a trusted ledger key vouches for every byte below it.
     signed_by = _trusted_signer(cp, note, trusted)
-    included = [
-        _included(cp, item, f"keys[{i}]", "key") for i, item in enumerate(_list(key_entries))
-    ]
-
-    # The log vouches for each signer's key and role.
-    keys: dict[str, KeyInfo] = {}
-    for i, logged in enumerate(included):
-        try:
-            info = logged.key()
-        except Error:
-            raise _fail(f"keys[{i}] is not a valid key entry") from None
-        keys[info.keyid] = info
-
-    # The checkpoint must be signed by a ledger key of the bundle whatever the
-    # anchor (after a rotation the bundle names older ledger keys too); only a
-    # trusted ledger key makes the log (and so its reviews) vouched for.
-    ledger_keys = [k for k in keys.values() if k.role == "ledger"]
-    if not ledger_keys:
-        raise _fail("no ledger key entry: the checkpoint cannot be checked")
-    signer = None
-    problem = ""
-    for info in ledger_keys:
-        try:
-            verify_checkpoint(note, key_name=info.name, public_key=info.public)
-        except Error as e:
-            problem = problem or e.reason()
-            continue
-        if signer is None or info.keyid == signed_by:
-            signer = info
-    if signer is None:
-        raise _fail(f"checkpoint: {problem}")
-    anchor = None
-    if signed_by is not None and signed_by in keys and keys[signed_by].role == "ledger":
-        anchor = f"ledger key {keys[signed_by].name} ({signed_by[:12]})"
+    keys = _bundle_keys(cp, key_entries)
+    anchor = _ledger_anchor(note, keys, signed_by)
     log_anchored = anchor is not None
 
     def verified(item: Any, what: str) -> Verified:
