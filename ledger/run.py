@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, get_args
 
-from ledger.envprint import environment, gpu_used_bytes
+from ledger.environment import gpu_used_bytes, host_environment
 from ledger.errors import UsageError
 from ledger.models import Outcome
 from ledger.statement import Facts, timestamp
@@ -63,7 +63,7 @@ class CommandRun:
     artifacts: list[Path] = field(default_factory=list)
 
     def facts(self, claim: str) -> Facts:
-        env = environment()
+        env = host_environment()
         return Facts(
             claim=claim,
             check=CHECK,

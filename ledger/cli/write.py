@@ -124,7 +124,7 @@ def attest(
     """
     from ledger.attest import attest as do_attest
     from ledger.attest import rfc3339
-    from ledger.environment import environment
+    from ledger.environment import fingerprint
     from ledger.record import open_recorder
     from ledger.statement import Facts
 
@@ -153,7 +153,7 @@ def attest(
         gpu_uuids=list(gpu_uuids),
         started=rfc3339(started, "--started") if started else None,
         finished=rfc3339(finished, "--finished") if finished else None,
-        environment=environment(),
+        environment=fingerprint(),
     )
     done = do_attest(
         recorder,
