@@ -47,6 +47,7 @@ __all__ = [
     "parse_statement",
     "read_artifact",
     "sign_statement",
+    "statement_model",
     "timestamp",
 ]
 
@@ -180,23 +181,25 @@ def kind_of(stmt: Statement) -> str:
     return "receipt" if isinstance(stmt, QualificationStatement) else "review"
 
 
+def statement_model(doc: Any) -> type[QualificationStatement] | type[ReviewStatement]:
+    """The model a decoded payload claims to be, by its predicateType."""
+    if not isinstance(doc, dict):
+        raise RefusedError("payload is not a JSON object")
+    ptype = doc.get("predicateType")
+    if ptype == QUALIFICATION_PREDICATE:
+        return QualificationStatement
+    if ptype == REVIEW_PREDICATE:
+        return ReviewStatement
+    raise RefusedError(f"unknown predicateType {ptype!r}")
+
+
 def parse_statement(payload: bytes) -> Statement:
     """Validate the exact payload bytes as one of our statements."""
     try:
         data = load_json(payload, "payload")
     except InputError as e:
         raise RefusedError(e.reason()) from None
-    if not isinstance(data, dict):
-        raise RefusedError("payload is not a JSON object")
-    ptype = data.get("predicateType")
-    model: type[QualificationStatement] | type[ReviewStatement]
-    if ptype == QUALIFICATION_PREDICATE:
-        model = QualificationStatement
-    elif ptype == REVIEW_PREDICATE:
-        model = ReviewStatement
-    else:
-        raise RefusedError(f"unknown predicateType {ptype!r}")
     try:
-        return model.model_validate(data)
+        return statement_model(data).model_validate(data)
     except ValidationError as e:
         raise RefusedError(f"malformed in-toto statement: {first_validation_error(e)}") from None

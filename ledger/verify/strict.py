@@ -29,11 +29,10 @@ from pydantic import ValidationError
 from ledger.canonical import canonical_bytes
 from ledger.errors import RefusedError, VerificationError, first_validation_error
 from ledger.models import (
-    QUALIFICATION_PREDICATE,
-    REVIEW_PREDICATE,
     QualificationStatement,
     ReviewStatement,
 )
+from ledger.statement import statement_model
 
 __all__ = ["MAX_SAFE_INTEGER", "check_json_bytes", "check_signers", "strict_statement", "unsafe"]
 
@@ -101,16 +100,7 @@ def strict_statement(payload: bytes) -> QualificationStatement | ReviewStatement
     doc = check_json_bytes(payload, "payload")
     if canonical_bytes(doc) != payload:
         raise RefusedError("payload is not in RFC 8785 canonical form (one statement, one id)")
-    if not isinstance(doc, dict):
-        raise RefusedError("payload is not a JSON object")
-    ptype = doc.get("predicateType")
-    model: type[QualificationStatement] | type[ReviewStatement]
-    if ptype == QUALIFICATION_PREDICATE:
-        model = QualificationStatement
-    elif ptype == REVIEW_PREDICATE:
-        model = ReviewStatement
-    else:
-        raise RefusedError(f"unknown predicateType {ptype!r}")
+    model = statement_model(doc)
     try:
         # JSON-mode strict validation: no coercion ("no" is not a bool, "7" not an int).
         stmt = model.model_validate_json(payload, strict=True)
