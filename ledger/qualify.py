@@ -27,6 +27,8 @@ from ledger.keys import LocalKey
 from ledger.qualification.plan import PLAN_FILE, ClaimSpec, Plan
 from ledger.record import Recorder, sign_and_record
 from ledger.revision import Revision
+from ledger.sandbox import Sandbox
+from ledger.sandbox import resolve as resolve_sandbox
 from ledger.source import Identity
 from ledger.statement import ArtifactFile, Facts, build_statement, read_artifact, timestamp
 
@@ -137,6 +139,26 @@ def _record(
     return sign_and_record(recorder, stmts, key, files if recorder.stores_artifacts else ())
 
 
+def _server_wrap(
+    box: Sandbox, run_dir: Path, code: Sequence[Path | None]
+) -> Callable[[list[str], dict[str, str]], tuple[list[str], dict[str, str]]] | None:
+    """How the fork server starts: inside the sandbox (it imports the pull request's
+    modules, and the claim processes it forks inherit its sandbox), no network,
+    writing only the run's folder."""
+    if box.mode == "none":
+        return None
+    scratch = run_dir / "scratch"
+    scratch.mkdir(exist_ok=True)
+    policy = box.policy(
+        writable=[run_dir], read_only=[c for c in code if c is not None], scratch=scratch
+    )
+
+    def wrap(argv: list[str], env: dict[str, str]) -> tuple[list[str], dict[str, str]]:
+        return box.launch(policy, argv, env)
+
+    return wrap
+
+
 def qualify(
     recorder: Recorder,
     key: LocalKey,
@@ -151,7 +173,12 @@ def qualify(
     offline: bool = False,
     base: str | None = None,
     profile: str | None = None,
+    sandbox: str = "auto",
+    secrets: Sequence[Path] = (),
 ) -> QualifyRun:
+    """Run the plan's claims on the revision; each receipt is signed here, outside
+    the sandbox that runs the pull request's code (``sandbox``: a mode of
+    `ledger.sandbox`; ``secrets``: more paths to hide from it, e.g. the database)."""
     try:
         from runners.api import check_names, needs_base, params_error
         from runners.forkserver import serving
@@ -174,6 +201,11 @@ def qualify(
     # whatever state the caller's own work tree is in.
     revision = dataclasses.replace(ident.revision, dirty=False)
     asked = _asked(run_plan, claims, check_names(), params_error)
+    # Before anything is checked out or measured: `auto` refuses rather than run the
+    # pull request's code unsandboxed.
+    box = resolve_sandbox(sandbox, allowed_env=plan.runner.env, hide=secrets)
+    if box.mode == "none" and plan.runner.sandbox == "required":
+        progress("warning: --sandbox none, and the plan requires a sandbox: no receipt will count")
     out: list[tuple[str, str, str]] = []
     base_ctx: contextlib.AbstractContextManager[Path | None] = contextlib.nullcontext(None)
     if (
@@ -182,15 +214,24 @@ def qualify(
         and any(needs_base(c.check) for c in asked)
     ):
         base_ctx = worktree(repo, revision.base, "base")
-    artifacts = Path(tempfile.mkdtemp(prefix="ledger-artifacts-"))
+    # The one folder the sandboxed processes may write: the artifacts, each claim's
+    # request/result folder and scratch, the fork server's socket.
+    run_dir = Path(tempfile.mkdtemp(prefix="ledger-run-"))
+    artifacts = run_dir / "artifacts"
+    artifacts.mkdir()
     # Imports paid once: claims fork from a server that preloaded torch, the checks and
     # the workloads' modules (no CUDA there); each claim is still a new process.
     refs = sorted({plan.workload_for(c) or "" for c in asked} - {""})
     with (
         worktree(repo, revision.commit, "rev") as root,
         base_ctx as base_root,
-        _removed(artifacts),
-        serving([(str(root), r) for r in refs], child_env()) as fork,
+        _removed(run_dir),
+        serving(
+            [(str(root), r) for r in refs],
+            child_env(),
+            wrap=_server_wrap(box, run_dir, [root, base_root]),
+            sock_dir=run_dir,
+        ) as fork,
     ):
         if fork is not None:
             progress(f"fork server: torch and {len(refs)} workload module(s) imported once")
@@ -214,10 +255,17 @@ def qualify(
                 # All ranks of the claim are one process group, killed on the timeout.
                 world_size=claim.world_size,
                 timeout_s=claim.timeout_s,
-                fork_server=fork,
+                # The fork server has no network: a claim that needs one starts afresh.
+                fork_server=None if claim.network else fork,
+                sandbox=None if box.mode == "none" else box,
+                network=claim.network,
+                work_root=run_dir,
             )
-            if profile is not None:
-                for r in results:
+            for r in results:
+                # Set here, after the child: what it says about itself does not count.
+                r.scope["sandbox"] = box.facet
+                r.scope["network"] = "on" if claim.network else "off"
+                if profile is not None:
                     r.scope["profile"] = profile
             recs = _record(recorder, key, revision, results)
             for rec, r in zip(recs, results, strict=True):

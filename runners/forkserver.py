@@ -30,13 +30,16 @@ import sys
 import tempfile
 import time
 import traceback
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 __all__ = ["ForkServer", "serving"]
 
 READY = "forkserver ready"
+
+Wrap = Callable[[list[str], dict[str, str]], tuple[list[str], dict[str, str]]]
+"""(command line, environment) -> the same, started inside a sandbox."""
 
 
 class ForkServer:
@@ -49,11 +52,25 @@ class ForkServer:
         """What the server reported once preloaded (modules, seconds, CUDA state)."""
 
     @classmethod
-    def start(cls, preload: list[tuple[str, str]], env: dict[str, str]) -> ForkServer:
-        sock = Path(tempfile.mkdtemp(prefix="ledger-fork-")) / "s"
+    def start(
+        cls,
+        preload: list[tuple[str, str]],
+        env: dict[str, str],
+        *,
+        wrap: Wrap | None = None,
+        sock_dir: Path | None = None,
+    ) -> ForkServer:
+        """Start the server; ``wrap`` turns its command line and environment into the
+        sandboxed ones (the server imports the pull request's modules, and every claim
+        process it forks inherits its sandbox); ``sock_dir`` is where its socket goes
+        (a folder the sandbox can write)."""
+        sock = Path(tempfile.mkdtemp(prefix="ledger-fork-", dir=sock_dir)) / "s"
         env = {**env, "PYTORCH_NVML_BASED_CUDA_CHECK": "1"}
+        argv = [sys.executable, "-m", "runners.forkserver", str(sock)]
+        if wrap is not None:
+            argv, env = wrap(argv, env)
         proc = subprocess.Popen(
-            [sys.executable, "-m", "runners.forkserver", str(sock)],
+            argv,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
@@ -88,14 +105,20 @@ class ForkServer:
 
 
 @contextlib.contextmanager
-def serving(preload: list[tuple[str, str]], env: dict[str, str]) -> Iterator[ForkServer | None]:
+def serving(
+    preload: list[tuple[str, str]],
+    env: dict[str, str],
+    *,
+    wrap: Wrap | None = None,
+    sock_dir: Path | None = None,
+) -> Iterator[ForkServer | None]:
     """A fork server for the block; None (callers spawn interpreters) when it cannot start
     or ``LEDGER_FORK_SERVER=0``."""
     if os.environ.get("LEDGER_FORK_SERVER", "1") == "0":
         yield None
         return
     try:
-        server = ForkServer.start(preload, env)
+        server = ForkServer.start(preload, env, wrap=wrap, sock_dir=sock_dir)
     except (OSError, RuntimeError):
         yield None
         return

@@ -20,7 +20,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from runners.checks.cleanup import decide as cleanup_verdict
 from runners.forkserver import ForkServer
@@ -30,6 +30,9 @@ from runners.harness.proofs import CUDA_TOLERANCE_BYTES
 from runners.ranks import merge_ranks
 from runners.result import CheckResult, CleanupProof, Json, ReleasedResource, infra_error
 from runners.result import result_from_dict as _result_from
+
+if TYPE_CHECKING:
+    from ledger.sandbox import Sandbox
 
 __all__ = ["run_claim_isolated"]
 
@@ -227,6 +230,40 @@ def _requests(
     return argvs
 
 
+def _launches(
+    argvs: list[list[str]],
+    *,
+    sandbox: Sandbox | None,
+    network: bool,
+    work: Path,
+    kwargs: dict[str, Any],
+) -> tuple[list[list[str]], list[dict[str, str]]]:
+    """Each rank's command line and environment, inside the sandbox where there is one.
+
+    Every rank of a claim reads the code it is given and writes only its claim folder
+    (request, result, scratch, a /dev/shm the ranks share) and the artifact folder."""
+    envs = [child.env() for _ in argvs]
+    if sandbox is None:
+        return argvs, envs
+    scratch = work / "scratch"
+    shm = work / "shm"
+    scratch.mkdir()
+    shm.mkdir()
+    code = [kwargs[k] for k in ("repo_root", "base_root") if kwargs.get(k) is not None]
+    writable: list[str | Path] = [work]
+    if kwargs.get("artifact_dir") is not None:
+        writable.append(kwargs["artifact_dir"])
+    policy = sandbox.policy(
+        writable=writable,
+        read_only=code,
+        network=network,
+        shm=shm if len(argvs) > 1 else None,
+        scratch=scratch,
+    )
+    out = [sandbox.launch(policy, a, e) for a, e in zip(argvs, envs, strict=True)]
+    return [a for a, _ in out], [e for _, e in out]
+
+
 def run_claim_isolated(
     *,
     progress: Callable[[str], None],
@@ -237,6 +274,9 @@ def run_claim_isolated(
     timeout_s: float = DEFAULT_TIMEOUT_S,
     distributed: bool | None = None,
     fork_server: ForkServer | None = None,
+    sandbox: Sandbox | None = None,
+    network: bool = False,
+    work_root: Path | None = None,
     **kwargs: Any,
 ) -> list[CheckResult]:
     """`runners.api.run_claim` in fresh child processes, one per rank; same results.
@@ -249,14 +289,20 @@ def run_claim_isolated(
     ``world_size > 1``) runs the ranks inside a process group even at one rank, which
     exercises the multi-rank path on a single device. With a ``fork_server`` a
     single-rank claim's process is forked from it (imports already paid) instead of
-    started as a new interpreter: still a new process, in the claim's process group.
+    started as a new interpreter: still a new process, in the claim's process group,
+    inside the server's sandbox. Otherwise each rank starts inside ``sandbox`` (None:
+    unsandboxed), with a network only when ``network``; ``work_root`` is where the
+    claim's folder goes (one the fork server's sandbox can write).
     """
     grouped = world_size > 1 if distributed is None else distributed
-    work = Path(tempfile.mkdtemp(prefix="ledger-claim-"))
+    work = Path(tempfile.mkdtemp(prefix="ledger-claim-", dir=work_root))
     backend = _backend(device)
     body: dict[str, Any] = {"device": device, "claim": claim, "check": check, **kwargs}
     argvs = _requests(work, body, world_size, backend if grouped else None, timeout_s, fork_server)
-    envs = [child.env() for _ in argvs]
+    if not (fork_server is not None and world_size == 1):
+        argvs, envs = _launches(argvs, sandbox=sandbox, network=network, work=work, kwargs=kwargs)
+    else:
+        envs = [child.env() for _ in argvs]
     started = time.time_ns()
     gpu_before = nvml.devices_used()
     results_of = [work / f"result{rank}.json" for rank in range(world_size)]

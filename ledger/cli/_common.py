@@ -124,3 +124,28 @@ def parse_scope(pairs: Sequence[str]) -> dict[str, str | int]:
             raise UsageError(f"--scope {k} given twice")
         out[k.strip()] = int(v) if v.lstrip("-").isdigit() else v
     return out
+
+
+sandbox_option = click.option(
+    "--sandbox",
+    type=click.Choice(["auto", "bwrap", "none"]),
+    default="auto",
+    show_default=True,
+    help="How the pull request's code runs: auto (bubblewrap, else refuse), bwrap, or none "
+    "(unsandboxed; recorded as sandbox=none in every receipt). See docs/security.md.",
+)
+
+
+def recorder_paths(recorder: object) -> list[str]:
+    """Where a recorder keeps what the sandbox must not reach: the SQLite file's
+    folder and its artifact store, and the outbox."""
+    from ledger.artifacts import default_location
+    from ledger.outbox import default_dir
+
+    out = [str(default_dir())]
+    store = getattr(recorder, "store", None)
+    url = str(getattr(store, "url", ""))
+    if url.startswith("sqlite:///"):
+        out.append(str(Path(url.removeprefix("sqlite:///")).parent))
+        out.append(default_location(url))
+    return out

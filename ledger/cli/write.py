@@ -19,7 +19,9 @@ from ledger.cli._common import (
     parse_scope,
     plan_option,
     read_file,
+    recorder_paths,
     rev_options,
+    sandbox_option,
 )
 from ledger.errors import EXIT_NEGATIVE, InputError, UsageError
 
@@ -265,6 +267,7 @@ def review(
     metavar="NAME",
     help="Apply the plan's [profiles.NAME] (recorded as the receipts' `profile` facet).",
 )
+@sandbox_option
 @click.option(
     "--key",
     "key_name",
@@ -285,6 +288,7 @@ def qualify(
     claims: Sequence[str],
     device: str,
     profile: str | None,
+    sandbox: str,
     key_name: str,
     server: str | None,
     db: str | None,
@@ -302,7 +306,8 @@ def qualify(
     from ledger.render import render_qualify
 
     recorder = open_recorder(db, server)
-    key = keydir().load(key_name)
+    keys = keydir()
+    key = keys.load(key_name)
     t0 = time.monotonic()
 
     def progress(msg: str) -> None:
@@ -321,6 +326,8 @@ def qualify(
         offline=offline,
         base=base,
         profile=profile,
+        sandbox=sandbox,
+        secrets=[keys.path, *map(Path, recorder_paths(recorder))],
     )
     receipts = [{"id": i, "claim": c, "outcome": o} for i, c, o in result.receipts]
     # Every check ending in infra-error measured nothing: an environment

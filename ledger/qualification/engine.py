@@ -304,7 +304,8 @@ def _sort_pass(ctx: _Context, req: Requirement, r: ReceiptEvidence, via: Via, ro
     sid = short_id(r.id)
     blockers: list[Reason] = []
     support: list[Reason] = []
-    for check in (rules.planned_check(r, req), rules.cleanup_proof(r, req)):
+    checks = (rules.planned_check(r, req), rules.cleanup_proof(r, req), rules.sandboxed(r, req))
+    for check in checks:
         if check is not None:
             blockers.append(check)
     if req.observer_off and r.predicate.observer == "on":

@@ -41,6 +41,7 @@ __all__ = [
     "Plan",
     "ProfileClaim",
     "ProfileSpec",
+    "RunnerSpec",
     "load_plan",
     "parse_plan",
 ]
@@ -208,6 +209,29 @@ class ProjectSpec(_Frozen):
     """Repository id used when the repository has no remote (e.g. a folder copy)."""
 
 
+def _env_names(value: object) -> tuple[str, ...]:
+    names = _names(value)
+    for i, name in enumerate(names):
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+            raise ValueError(f"[{i}]: not a variable name: {name!r}")
+        if name.startswith("LEDGER_"):
+            raise ValueError(f"[{i}]: {name}: the ledger's own variables never reach the checks")
+    return names
+
+
+EnvNames = Annotated[tuple[str, ...], PlainValidator(_env_names)]
+
+
+class RunnerSpec(_Frozen):
+    """`[runner]`: how the pull request's code is run (docs/security.md)."""
+
+    sandbox: Literal["required", "optional"] = "optional"
+    """required: a receipt recorded with ``sandbox=none`` never qualifies a claim."""
+    env: EnvNames = ()
+    """Environment variables passed into the sandbox besides the runtime's own
+    (e.g. ``HF_HOME``); never ``LEDGER_*``."""
+
+
 class ClaimSpec(_Frozen):
     """One `[[claims]]` entry: what is asserted, how it is checked, what it needs."""
 
@@ -234,6 +258,9 @@ class ClaimSpec(_Frozen):
     """Seconds the claim may run, all ranks together, before it is killed (infra-error)."""
     workload_params: JsonTable = Field(default_factory=dict)
     """Factory arguments for this claim: the plan's `workload_params`, updated by these."""
+    network: StrictBool = False
+    """Whether the claim's processes get a network (recorded as the ``network`` facet);
+    without it they see only their own loopback."""
 
 
 class ProfileClaim(_Frozen):
@@ -261,6 +288,7 @@ class Plan(_Frozen):
     workload_params: JsonTable = Field(default_factory=dict)
     project: ProjectSpec | None = None
     package: PackageSpec | None = None
+    runner: RunnerSpec = Field(default_factory=RunnerSpec)
     profiles: dict[Name, ProfileSpec] = Field(default_factory=dict)
     claims: tuple[ClaimSpec, ...] = Field(min_length=1)
 
@@ -365,6 +393,7 @@ _KNOWN = {
     (): tuple(Plan.model_fields),
     ("package",): tuple(PackageSpec.model_fields),
     ("project",): tuple(ProjectSpec.model_fields),
+    ("runner",): tuple(RunnerSpec.model_fields),
     ("profiles", "*"): tuple(ProfileSpec.model_fields),
     ("profiles", "*", "claims", "*"): tuple(ProfileClaim.model_fields),
     ("claims", 0): tuple(ClaimSpec.model_fields),

@@ -36,6 +36,7 @@ __all__ = [
     "REFUSAL",
     "REVIEWS",
     "RULES",
+    "SANDBOX",
     "SCOPE",
     "SIGNATURE",
     "SIGNER_ROLE",
@@ -59,6 +60,7 @@ INCONCLUSIVE = "inconclusive"
 COMPARISON_ARMS = "comparison-arms"
 OBSERVER_OFF_CONTROL = "observer-off-control"
 CLEANUP_PROOF = "cleanup-proof"
+SANDBOX = "sandbox"
 DIRTY_TREE = "dirty-tree"
 PLANNED_CHECK = "planned-check"
 REVIEWS = "reviews"
@@ -88,6 +90,8 @@ RULES: Mapping[str, str] = {
     "control of the same check covers its scope (when the claim requires it)",
     CLEANUP_PROOF: "a pass without a complete cleanup proof does not qualify (when the claim "
     "requires it)",
+    SANDBOX: "a pass counts only from a sandboxed run where the plan requires a sandbox "
+    '([runner] sandbox = "required")',
     DIRTY_TREE: "a receipt from a dirty work tree identifies no commit and counts neither way",
     PLANNED_CHECK: "a pass counts only if it ran the plan's check with the plan's parameters",
     REVIEWS: "a pass needs the claim's number of concurring reviews from reviewer keys other "
@@ -126,6 +130,8 @@ class Requirement:
     reviews: int = 0
     observer_off: bool = False
     cleanup: bool = True
+    sandbox: bool = False
+    """Whether a pass must come from a sandboxed run (the plan's `[runner] sandbox`)."""
     required: bool = True
     in_plan: bool = False
     profile_params: Mapping[str, Mapping[str, JsonValue]] = field(default_factory=dict)
@@ -149,6 +155,7 @@ class Requirement:
             reviews=spec.reviews,
             observer_off=spec.observer_off,
             cleanup=spec.cleanup,
+            sandbox=plan is not None and plan.runner.sandbox == "required",
             required=spec.required,
             in_plan=True,
         )
@@ -373,6 +380,21 @@ def planned_check(r: ReceiptEvidence, req: Requirement) -> Reason | None:
 def _canon(value: JsonValue | None) -> str:
     # Exact JSON identity: True, 1 and 1.0 are different parameter values.
     return json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
+def sandboxed(r: ReceiptEvidence, req: Requirement) -> Reason | None:
+    """Where the plan requires a sandbox: a pass whose scope does not name one."""
+    if not req.sandbox:
+        return None
+    mode = r.predicate.scope.get("sandbox")
+    if mode is not None and mode != "none":
+        return None
+    said = "sandbox=none" if mode == "none" else "no sandbox facet"
+    return Reason(
+        SANDBOX,
+        f"{short_id(r.id)} ran unsandboxed ({said}); the plan requires a sandbox",
+        r.id,
+    )
 
 
 def cleanup_proof(r: ReceiptEvidence, req: Requirement) -> Reason | None:

