@@ -19,6 +19,8 @@ Standard library only: the parent builds the command line without torch.
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import functools
 import importlib
 import os
@@ -26,7 +28,8 @@ import re
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterable, Mapping, Sequence
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal, get_args
@@ -43,6 +46,7 @@ __all__ = [
     "render",
     "resolve",
     "secret_paths",
+    "shared_network",
 ]
 
 Mode = Literal["auto", "bwrap", "none"]
@@ -355,3 +359,64 @@ def resolve(
         devices=gpu_devices(),
     )
     return Sandbox("bwrap", bwrap, base)
+
+
+_CLONE_NEWNET = 0x40000000
+_HOLD = ("--die-with-parent", "--clearenv", "--", "/bin/sh", "-c", "read _")
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for entry in Path("/proc").glob("[0-9]*"):
+        with contextlib.suppress(OSError, IndexError, ValueError):
+            if int((entry / "stat").read_text().rpartition(")")[2].split()[1]) == pid:
+                out.append(int(entry.name))
+    return out
+
+
+@contextlib.contextmanager
+def shared_network(bwrap: str) -> Iterator[Callable[[], None]]:
+    """A network namespace with only loopback, for several sandboxes to share: the
+    ranks of one claim rendezvous over loopback, which separate namespaces would cut.
+
+    Yields a function for `subprocess.Popen`'s ``preexec_fn`` that moves the new
+    process into it (its sandbox then renders with ``network=True``: no namespace of
+    its own). Entering a namespace needs root (CAP_SYS_ADMIN); `UsageError` otherwise.
+    """
+    holder = subprocess.Popen(
+        [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--unshare-net", *_HOLD],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    fd = -1
+    try:
+        deadline = time.monotonic() + 30
+        kids: list[int] = []
+        while not kids and holder.poll() is None and time.monotonic() < deadline:
+            # until bwrap has started the process inside the namespace
+            kids = _children(holder.pid)
+            time.sleep(0.005)
+        if not kids:
+            raise UsageError("could not create a network namespace for the claim's ranks")
+        fd = os.open(f"/proc/{kids[0]}/ns/net", os.O_RDONLY)
+    finally:
+        assert holder.stdin is not None
+        holder.stdin.close()
+        holder.wait()
+    if os.geteuid() != 0:
+        os.close(fd)
+        raise UsageError(
+            "the ranks of a claim share one network namespace, which needs root; "
+            "run as root, or give the claim network = true"
+        )
+    libc = ctypes.CDLL(None, use_errno=True)
+
+    def enter() -> None:
+        if libc.setns(fd, _CLONE_NEWNET) != 0:
+            raise OSError(ctypes.get_errno(), "setns(CLONE_NEWNET)")
+
+    try:
+        yield enter
+    finally:
+        os.close(fd)

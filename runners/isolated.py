@@ -13,6 +13,7 @@ cleanup proof of every result it produced.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import shutil
 import sys
@@ -245,6 +246,9 @@ def _launches(
     envs = [child.env() for _ in argvs]
     if sandbox is None:
         return argvs, envs
+    # Several ranks share one network namespace (entered before their sandboxes start),
+    # so they rendezvous over loopback and still reach nothing else.
+    shared = len(argvs) > 1 and not network
     scratch = work / "scratch"
     shm = work / "shm"
     scratch.mkdir()
@@ -256,7 +260,7 @@ def _launches(
     policy = sandbox.policy(
         writable=writable,
         read_only=code,
-        network=network,
+        network=network or shared,
         shm=shm if len(argvs) > 1 else None,
         scratch=scratch,
     )
@@ -306,8 +310,14 @@ def run_claim_isolated(
     started = time.time_ns()
     gpu_before = nvml.devices_used()
     results_of = [work / f"result{rank}.json" for rank in range(world_size)]
+    stack = contextlib.ExitStack()
     try:
-        group = RankGroup.start(argvs, progress=progress, envs=envs)
+        preexec = None
+        if sandbox is not None and sandbox.bwrap and len(argvs) > 1 and not network:
+            from ledger.sandbox import shared_network
+
+            preexec = stack.enter_context(shared_network(sandbox.bwrap))
+        group = RankGroup.start(argvs, progress=progress, envs=envs, preexec=preexec)
         seen: dict[int, Any] = {}
 
         def ended(rank: int, rc: int) -> bool:
@@ -381,6 +391,7 @@ def run_claim_isolated(
             _cleanup_verdict(r)
         return results
     finally:
+        stack.close()
         shutil.rmtree(work, ignore_errors=True)
 
 

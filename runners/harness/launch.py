@@ -67,8 +67,11 @@ class RankGroup:
         *,
         progress: Callable[[str], None],
         envs: Sequence[dict[str, str]],
+        preexec: Callable[[], None] | None = None,
     ) -> RankGroup:
-        """Start rank 0 as a new process group (its pid is the group id), the others in it."""
+        """Start rank 0 as a new process group (its pid is the group id), the others in it.
+        ``preexec`` runs in each rank before its command (entering the claim's shared
+        network namespace)."""
         group = cls()
         for rank, argv in enumerate(argvs):
             # Rank 0 leads a new group (not a new session: setpgid cannot join a group
@@ -84,6 +87,7 @@ class RankGroup:
                     text=True,
                     env=envs[rank],
                     process_group=pgid,
+                    preexec_fn=preexec,
                 )
             except BaseException:
                 group.stop()
