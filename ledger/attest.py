@@ -20,10 +20,12 @@ from ledger.keys import LocalKey
 from ledger.models import Supersedes
 from ledger.record import Recorder, sign_and_record
 from ledger.revision import Revision
-from ledger.statement import Facts, build_statement, read_artifact
+from ledger.qualification.plan import ClaimSpec
+from ledger.source import Identity
+from ledger.statement import ArtifactFile, Facts, build_statement, read_artifact
 from ledger.verify.strict import unsafe
 
-__all__ = ["Attested", "attest", "rfc3339"]
+__all__ = ["Attested", "Target", "attest", "record_all", "rfc3339", "target"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +60,89 @@ def _safe_numbers(facts: Facts) -> None:
             )
 
 
+@dataclass(frozen=True, slots=True)
+class Target:
+    """What receipts will speak of, checked before any work: the revision, its
+    governing plan's spec of each claim (None: recorded unplanned)."""
+
+    identity: Identity
+    specs: dict[str, ClaimSpec | None]
+
+    @property
+    def revision(self) -> Revision:
+        return self.identity.revision
+
+
+def target(
+    claims: Sequence[str],
+    *,
+    repo_path: Path | None,
+    rev: str | None,
+    pr: int | None,
+    plan_file: Path | None,
+    unplanned: bool = False,
+    allow_dirty: bool = False,
+    offline: bool = False,
+    base: str | None = None,
+    fresh_checkout: bool = False,
+) -> Target:
+    """The revision and each claim's plan entry; refused before anything runs or
+    is written: a claim the governing plan does not name (unless `unplanned`), a
+    dirty work tree (unless `allow_dirty`, then recorded as dirty, or
+    `fresh_checkout`: the work runs on a clean checkout of the commit)."""
+    repo = source.open_repo(repo_path)
+    ident = source.identify(
+        repo, rev=rev, pr=pr, plan_file=plan_file, for_statement=True, offline=offline, base=base
+    )
+    specs = {c: ident.plan.claim(c) if ident.plan is not None else None for c in claims}
+    missing = [c for c, spec in specs.items() if spec is None]
+    if missing and not unplanned:
+        raise InputError(
+            f"claim {missing[0]!r} is not in the governing plan; "
+            "pass --unplanned to record it anyway"
+        )
+    if fresh_checkout:
+        ident = dataclasses.replace(
+            ident, revision=dataclasses.replace(ident.revision, dirty=False)
+        )
+    elif ident.revision.dirty and not allow_dirty:
+        raise InputError(
+            "the work tree is dirty (it identifies no commit); commit or stash, "
+            "or pass --allow-dirty to record it as dirty"
+        )
+    return Target(ident, specs)
+
+
+def record_all(
+    recorder: Recorder,
+    key: LocalKey,
+    tgt: Target,
+    all_facts: Sequence[Facts],
+    *,
+    artifact_paths: Sequence[Path] = (),
+    artifact_files: Sequence[ArtifactFile] = (),
+    supersedes: Sequence[str] = (),
+    supersedes_reason: str | None = None,
+) -> list[Recorded]:
+    """Sign and record one receipt per facts, all in one transaction or none."""
+    if (artifact_paths or artifact_files) and not recorder.stores_artifacts:
+        raise UsageError("--artifact needs --db: a ledger server does not store artifact contents")
+    if supersedes and not supersedes_reason:
+        raise UsageError("--supersedes needs --supersedes-reason")
+    for f in all_facts:
+        _safe_numbers(f)
+    sup = [Supersedes(id=recorder.lookup(s).id, reason=supersedes_reason or "") for s in supersedes]
+    files = [*artifact_files, *(read_artifact(p) for p in artifact_paths)]
+    stmts = []
+    for facts in all_facts:
+        spec = tgt.specs.get(facts.claim)
+        if not facts.check:
+            facts = dataclasses.replace(facts, check=spec.check if spec else facts.claim)
+        facts = dataclasses.replace(facts, artifacts=[f.artifact for f in files], supersedes=sup)
+        stmts.append(build_statement(tgt.revision.source(), facts))
+    return sign_and_record(recorder, stmts, key, files)
+
+
 def attest(
     recorder: Recorder,
     key: LocalKey,
@@ -88,26 +173,24 @@ def attest(
     if supersedes and not supersedes_reason:
         raise UsageError("--supersedes needs --supersedes-reason")
     _safe_numbers(facts)
-    repo = source.open_repo(repo_path)
-    ident = source.identify(
-        repo, rev=rev, pr=pr, plan_file=plan_file, for_statement=True, offline=offline, base=base
+    tgt = target(
+        [facts.claim],
+        repo_path=repo_path,
+        rev=rev,
+        pr=pr,
+        plan_file=plan_file,
+        unplanned=unplanned,
+        allow_dirty=allow_dirty,
+        offline=offline,
+        base=base,
     )
-    spec = ident.plan.claim(facts.claim) if ident.plan is not None else None
-    if spec is None and not unplanned:
-        raise InputError(
-            f"claim {facts.claim!r} is not in the governing plan; "
-            "pass --unplanned to record it anyway"
-        )
-    if not facts.check:
-        facts = dataclasses.replace(facts, check=spec.check if spec else facts.claim)
-    if ident.revision.dirty and not allow_dirty:
-        raise InputError(
-            "the work tree is dirty (it identifies no commit); commit or stash, "
-            "or pass --allow-dirty to record it as dirty"
-        )
-    sup = [Supersedes(id=recorder.lookup(s).id, reason=supersedes_reason or "") for s in supersedes]
-    files = [read_artifact(p) for p in artifact_paths]
-    facts = dataclasses.replace(facts, artifacts=[f.artifact for f in files], supersedes=sup)
-    stmt = build_statement(ident.revision.source(), facts)
-    [rec] = sign_and_record(recorder, [stmt], key, files)
-    return Attested(rec, ident.revision)
+    [rec] = record_all(
+        recorder,
+        key,
+        tgt,
+        [facts],
+        artifact_paths=artifact_paths,
+        supersedes=supersedes,
+        supersedes_reason=supersedes_reason,
+    )
+    return Attested(rec, tgt.revision)

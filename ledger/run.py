@@ -27,10 +27,11 @@ from typing import Any, get_args
 
 from ledger.environment import gpu_used_bytes, host_environment
 from ledger.errors import UsageError
+from ledger.interpreter import NONE, probe, scope_of
 from ledger.models import Outcome
 from ledger.statement import Facts, timestamp
 
-__all__ = ["CHECK", "RESULT_SCHEMA", "CommandRun", "run_command"]
+__all__ = ["CHECK", "RESULT_SCHEMA", "CommandRun", "run_command", "spawn"]
 
 CHECK = "command"
 VERSION = "1"
@@ -61,15 +62,19 @@ class CommandRun:
     measurements: dict[str, Any]
     resources: list[dict[str, Any]]
     artifacts: list[Path] = field(default_factory=list)
+    interpreter: dict[str, Any] = field(default_factory=dict)
+    """What `python` on the command's PATH is (`ledger.interpreter.probe`)."""
 
     def facts(self, claim: str) -> Facts:
         env = host_environment()
+        # The machine is Ledger's; the Python and its packages are the command's.
+        scope = {**env.scope, **scope_of(self.interpreter)}
         return Facts(
             claim=claim,
             check=CHECK,
             check_version=VERSION,
             parameters={"command": list(self.argv)},
-            scope=env.scope,
+            scope=scope,
             outcome=self.outcome,
             reason=self.reason,
             measurements=self.measurements,
@@ -85,6 +90,7 @@ class CommandRun:
             gpu_uuids=env.gpu_uuids,
             started=timestamp(self.started_ns),
             finished=timestamp(self.finished_ns),
+            environment={"interpreter": str(self.interpreter.get("path", NONE))},
         )
 
 
@@ -143,27 +149,38 @@ def _alive(pid: int) -> bool:
     return stat.rpartition(")")[2].split()[0] != "Z"
 
 
+def spawn(argv: Sequence[str], env: dict[str, str], cwd: Path | None) -> subprocess.Popen[bytes]:
+    """Start the command in its own process group; the one place it is started."""
+    # stdout to our stderr: the receipt id is the only thing on stdout.
+    return subprocess.Popen(
+        list(argv), env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=2, process_group=0
+    )
+
+
 def run_command(
     argv: Sequence[str],
     *,
     timeout_s: float | None,
     result_file: Path | None,
     artifact_globs: Sequence[str],
+    cwd: Path | None = None,
 ) -> CommandRun:
+    """Run `argv` in `cwd`; relative `result_file` and artifact globs are read there."""
     if not argv:
         raise UsageError("ledger run needs a command after --")
     marker = uuid.uuid4().hex
     env = {**os.environ, MARKER: marker}
+    if cwd is not None:
+        result_file = None if result_file is None else cwd / result_file
+        artifact_globs = [str(cwd / g) for g in artifact_globs]  # absolute ones stay absolute
     if result_file is not None:
         result_file.unlink(missing_ok=True)  # only what this run writes counts
+    interpreter = probe(env)
     before = gpu_used_bytes()
     started = time.time_ns()
     t0 = time.monotonic()
     try:
-        # stdout to our stderr: the receipt id is the only thing on stdout.
-        proc = subprocess.Popen(
-            list(argv), env=env, stdin=subprocess.DEVNULL, stdout=2, process_group=0
-        )
+        proc = spawn(argv, env, cwd)
     except OSError as e:
         raise UsageError(f"cannot run {argv[0]}: {e.strerror}") from None
     timed_out = False
@@ -198,6 +215,7 @@ def run_command(
         },
     ]
     m: dict[str, Any] = {
+        "interpreter": interpreter,
         "exit_status": rc,
         "duration_ns": int(duration * 1e9),
         "timeout_s": timeout_s,
@@ -224,6 +242,7 @@ def run_command(
         measurements=m,
         resources=resources,
         artifacts=arts,
+        interpreter=interpreter,
     )
 
 

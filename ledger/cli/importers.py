@@ -1,14 +1,16 @@
-"""`ledger import FORMAT FILE`: receipts from evidence in a team's own format."""
+"""`ledger import FORMAT PATH`: receipts from evidence in a team's own format."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from pathlib import Path
 
 import click
 
 from ledger.cli._common import keydir
-from ledger.cli.run import target_options
+from ledger.cli.run import exit_for, target_options
+from ledger.errors import InputError, UsageError
 
 _FORMATS = ("junit", "in-toto", "admission-events")
 
@@ -21,9 +23,25 @@ def _claims(given: str) -> list[tuple[str, str]]:
     return [(name, pattern if sep else "*")]
 
 
+def _admitted(admitted: int | None, manifest: Path | None) -> int | None:
+    """The run's count of admitted steps: --admitted N, or a manifest's `admitted`."""
+    if manifest is None:
+        return admitted
+    if admitted is not None:
+        raise UsageError("give --admitted or --manifest, not both")
+    try:
+        doc = json.loads(manifest.read_text())
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        raise InputError(f"{manifest}: not a JSON manifest: {e}") from None
+    n = doc.get("admitted_steps", doc.get("admitted")) if isinstance(doc, dict) else None
+    if not isinstance(n, int) or isinstance(n, bool) or n < 0:
+        raise InputError(f"{manifest}: needs 'admitted_steps', a whole number of admitted steps")
+    return n
+
+
 @click.command("import")
 @click.argument("fmt", metavar="FORMAT", type=click.Choice(_FORMATS))
-@click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.argument("file", metavar="PATH", type=click.Path(exists=True, path_type=Path))
 @target_options
 @click.option(
     "--also",
@@ -31,7 +49,30 @@ def _claims(given: str) -> list[tuple[str, str]]:
     multiple=True,
     metavar="NAME=PATTERN",
     help="Another claim from the same file, over the items PATTERN selects (repeatable): "
-    "JUnit test ids 'classname::name', in-toto test names, event 'step' values.",
+    "JUnit test ids ('classname::name' or a pytest node id), in-toto test names, "
+    "admission reports' phase. All the claims are recorded, or none.",
+)
+@click.option(
+    "--admitted",
+    type=click.IntRange(min=0),
+    metavar="N",
+    help="admission-events: the run's count of admitted steps (a spool holds only misses).",
+)
+@click.option(
+    "--manifest",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="admission-events: a JSON file whose 'admitted_steps' is that count.",
+)
+@click.option(
+    "--trusted-key",
+    "trusted",
+    multiple=True,
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="in-toto: a PEM public key (Ed25519 or ECDSA) the envelope or Sigstore bundle "
+    "must verify with (repeatable); without one the signature is recorded as not verified.",
+)
+@click.option(
+    "--allow-dirty", is_flag=True, help="Record against a dirty work tree (marked dirty)."
 )
 def import_(
     fmt: str,
@@ -45,43 +86,74 @@ def import_(
     plan: Path | None,
     server: str | None,
     db: str | None,
+    offline: bool,
     more: Sequence[str],
+    admitted: int | None,
+    manifest: Path | None,
+    trusted: Sequence[Path],
+    allow_dirty: bool,
 ) -> None:
-    """Sign receipts from FILE in FORMAT: one per claim, the file attached by digest.
+    """Sign receipts from PATH in FORMAT: one per claim, the source attached by digest.
 
-    --claim NAME takes everything in the file; NAME=PATTERN only what the fnmatch
-    PATTERN selects. Receipts say they were imported and never claim more than the
-    source: a skipped or warned test is not a pass. docs/import.md gives each
-    format's mapping. Prints one receipt id per line.
+    PATH is a file; for admission-events also a JSON-lines file or a spool
+    directory. --claim NAME takes everything; NAME=PATTERN an exact item, else
+    what the fnmatch PATTERN selects (selecting nothing is refused). Every input
+    is checked first, and the claims are recorded together or not at all.
+    docs/import.md gives each format's mapping. Prints one receipt id per line;
+    exits 0 when every receipt passed, 1 when one failed, was inconclusive or
+    refused, 2 on an infra-error.
     """
-    from ledger.attest import attest
-    from ledger.importers import import_file
+    from ledger.attest import record_all, target
+    from ledger.importers import Context, import_source
+    from ledger.importers.intoto import load_trusted_key
     from ledger.record import open_recorder
 
     if (pr is None) == (rev is None):
         raise click.UsageError("give exactly one of --pr N or --rev R")
+    if (admitted is not None or manifest is not None) and fmt != "admission-events":
+        raise click.UsageError("--admitted and --manifest are for admission-events")
+    if trusted and fmt != "in-toto":
+        raise click.UsageError("--trusted-key is for in-toto")
     claims = [c for given in (claim, *more) for c in _claims(given)]
     names = [n for n, _ in claims]
     if len(set(names)) != len(names):
         raise click.UsageError("each claim may be given once")
+    count = _admitted(admitted, manifest)
+    keys = [load_trusted_key(p) for p in trusted]
     recorder = open_recorder(db, server)
     key = keydir().load(key_name)
-    for facts in import_file(fmt, file, claims):
-        rec = attest(
-            recorder,
-            key,
-            facts,
-            repo_path=repo,
-            rev=rev,
-            pr=pr,
-            plan_file=plan,
-            # A server stores no artifact contents: the digest is then in the measurements.
-            artifact_paths=[file] if recorder.stores_artifacts else [],
-            unplanned=unplanned,
-        )
+    tgt = target(
+        names,
+        repo_path=repo,
+        rev=rev,
+        pr=pr,
+        plan_file=plan,
+        unplanned=unplanned,
+        allow_dirty=allow_dirty,
+        offline=offline,
+    )
+    check = f"import-{fmt}"
+    for name, spec in tgt.specs.items():
+        if spec is not None and spec.check != check:
+            raise InputError(
+                f"plan claim {name} is checked by {spec.check!r}, not {check!r}; nothing recorded"
+            )
+    params = {n: dict(s.params) for n, s in tgt.specs.items() if s is not None}
+    ctx = Context(tgt.revision, params, admitted=count, trusted_keys=keys)
+    found = import_source(fmt, file, claims, ctx)
+    # A server stores no artifact contents: the digest is then in the measurements.
+    recs = record_all(
+        recorder,
+        key,
+        tgt,
+        found.facts,
+        artifact_paths=found.files if recorder.stores_artifacts else [],
+    )
+    for facts, rec in zip(found.facts, recs, strict=True):
         note = "" if facts.outcome == "passed" else f": {facts.reason}"
         click.echo(f"{facts.claim}: {facts.outcome} (imported from {fmt}){note}", err=True)
-        click.echo(rec.recorded.id)
+        click.echo(rec.id)
+    exit_for([f.outcome for f in found.facts])
 
 
 __all__ = ["import_"]

@@ -8,11 +8,12 @@ from pathlib import Path
 import click
 
 from ledger.cli._common import F, db_option, keydir, plan_option
+from ledger.errors import EXIT_NEGATIVE, EXIT_OK, EXIT_USAGE, InputError, UsageError
 
 
 def target_options(f: F) -> F:
-    """--claim, --pr/--rev, --repo, --key, --unplanned, --plan, --server, --db: what a
-    receipt is about and where it goes (shared with `ledger import`)."""
+    """--claim, --pr/--rev, --repo, --key, --unplanned, --plan, --server, --db,
+    --offline: what a receipt is about and where it goes (shared with `ledger import`)."""
     for opt in reversed(
         (
             click.option("--claim", required=True, help="The claim the receipt is about."),
@@ -30,6 +31,11 @@ def target_options(f: F) -> F:
             plan_option,
             click.option("--server", metavar="URL", help="Record through a `ledger serve`."),
             db_option,
+            click.option(
+                "--offline",
+                is_flag=True,
+                help="Do not fetch: --pr N is the PR head as the local refs hold it.",
+            ),
         )
     ):
         f = opt(f)
@@ -41,7 +47,19 @@ def _check_target(pr: int | None, rev: str | None) -> None:
         raise click.UsageError("give exactly one of --pr N or --rev R")
 
 
-@click.command(context_settings={"ignore_unknown_options": True})
+_EXIT = {"passed": EXIT_OK, "infra-error": EXIT_USAGE}
+
+
+def exit_for(outcomes: Sequence[str]) -> None:
+    """Exit as the receipts say: 0 all passed, 2 any infra-error, else 1 (a failure,
+    an inconclusive or refused result: a CI step must not turn green on them)."""
+    code = max((_EXIT.get(o, EXIT_NEGATIVE) for o in outcomes), default=EXIT_OK)
+    if code != EXIT_OK:
+        raise SystemExit(code)
+
+
+# Unknown options are refused, not taken as the command: the command comes after `--`.
+@click.command()
 @target_options
 @click.option(
     "--artifact",
@@ -75,41 +93,65 @@ def run(
     db: str | None,
     artifacts: Sequence[str],
     result_file: Path | None,
+    offline: bool,
     timeout_s: float | None,
     command: Sequence[str],
 ) -> None:
-    """Run COMMAND in its own process group and sign one receipt for --claim.
+    """Run COMMAND in a fresh checkout of --rev/--pr and sign one receipt for --claim.
 
-    Records the environment fingerprint, NVML device memory before and after,
-    times, exit status, command line, digests of --artifact files and a cleanup
-    proof (the process group gone; leaked children named). The outcome is the
-    exit status's, or the --result file's. The command's output goes to stderr;
-    stdout carries the receipt id. Put `--` before COMMAND.
+    Every input (claim, plan, PR, key, options) is checked before the command
+    starts. The command runs in its own process group, in a temporary worktree
+    of the commit (the caller's work tree never enters); relative --artifact
+    globs and --result are read there before it is removed. Records the
+    environment fingerprint (Python and packages: the `python` on the command's
+    PATH), NVML device memory before and after, times, exit status, command
+    line, --artifact digests and a cleanup proof. The outcome is the exit
+    status's, or the --result file's. The command's output goes to stderr;
+    stdout carries the receipt id. Exits 0 passed, 1 failed, inconclusive or
+    refused, 2 infra-error. Put `--` before COMMAND.
     """
-    from ledger.attest import attest
+    from ledger import source
+    from ledger.attest import record_all, target
+    from ledger.qualify import worktree
     from ledger.record import open_recorder
-    from ledger.run import run_command
+    from ledger.run import CHECK, run_command
+    from ledger.statement import read_artifact
 
     _check_target(pr, rev)
     recorder = open_recorder(db, server)
+    if artifacts and not recorder.stores_artifacts:
+        raise UsageError("--artifact needs --db: a ledger server does not store artifact contents")
     key = keydir().load(key_name)
-    done = run_command(
-        command, timeout_s=timeout_s, result_file=result_file, artifact_globs=artifacts
-    )
-    rec = attest(
-        recorder,
-        key,
-        done.facts(claim),
+    tgt = target(
+        [claim],
         repo_path=repo,
         rev=rev,
         pr=pr,
         plan_file=plan,
-        artifact_paths=done.artifacts,
         unplanned=unplanned,
+        offline=offline,
+        fresh_checkout=True,
     )
+    spec = tgt.specs[claim]
+    if spec is not None and spec.check != CHECK:
+        raise InputError(
+            f"plan claim {claim} is checked by {spec.check!r}, not {CHECK!r}; nothing run"
+        )
+    with worktree(source.open_repo(repo), tgt.revision.commit, "run") as root:
+        done = run_command(
+            command,
+            timeout_s=timeout_s,
+            result_file=result_file,
+            artifact_globs=artifacts,
+            cwd=root,
+        )
+        # Read before the worktree goes: the receipt names them, the store keeps them.
+        files = [read_artifact(p) for p in done.artifacts]
+    [rec] = record_all(recorder, key, tgt, [done.facts(claim)], artifact_files=files)
     note = "" if done.outcome == "passed" else f": {done.reason}"
     click.echo(f"{claim}: {done.outcome}{note}", err=True)
-    click.echo(rec.recorded.id)
+    click.echo(rec.id)
+    exit_for([done.outcome])
 
 
-__all__: list[str] = ["run", "target_options"]
+__all__: list[str] = ["exit_for", "run", "target_options"]

@@ -1,10 +1,13 @@
 """pytest's JUnit XML: one receipt per claim over the test cases it selects.
 
-A ``<failure>`` is a counterexample (failed); an ``<error>`` (a fixture or
-collection error: the test never reached its assertion) is an infra-error
-unless a failure is also there; a ``<skipped>`` test was not run, so a claim
-with any skipped test is at best inconclusive; a claim is passed only when
-every selected test ran and passed. No selected test at all is inconclusive.
+As pytest means it: a ``<failure>`` is a counterexample (failed), and so is a
+strict xpass (pytest writes it as a failure ``[XPASS(strict)]``); an xfail
+(``<skipped type="pytest.xfail">``: the expected failure happened) is a pass;
+an ``<error>`` (a fixture or collection error: no verdict reached) is an
+infra-error unless a failure is also there. Skipped tests are listed; they do
+not block a pass when at least one selected test ran, unless the claim's plan
+says ``skips = "inconclusive"``. A claim selects test ids exactly first, then
+by fnmatch pattern; a selection of nothing is refused.
 """
 
 from __future__ import annotations
@@ -15,11 +18,24 @@ from typing import Any
 from xml.etree import ElementTree
 
 from ledger.errors import InputError
-from ledger.importers import ClaimMap, Finding
+from ledger.importers import ClaimMap, Context, Finding, planned
 
-__all__ = ["read"]
+__all__ = ["node_to_id", "read", "select"]
 
 _MAX_LISTED = 50
+CHECK = "import-junit"
+
+
+def _status(tc: ElementTree.Element) -> tuple[str, str | None]:
+    for tag in ("failure", "error", "skipped"):
+        el = tc.find(tag)
+        if el is None:
+            continue
+        message = (el.get("message") or (el.text or "").strip())[:500]
+        if tag == "skipped" and el.get("type") == "pytest.xfail":
+            return "xfailed", message
+        return {"failure": "failed", "error": "error", "skipped": "skipped"}[tag], message
+    return "passed", None
 
 
 def _cases(path: Path) -> tuple[list[dict[str, Any]], str]:
@@ -27,21 +43,15 @@ def _cases(path: Path) -> tuple[list[dict[str, Any]], str]:
         root = ElementTree.parse(path).getroot()
     except (ElementTree.ParseError, OSError) as e:
         raise InputError(f"{path.name}: not JUnit XML: {e}") from None
-    suites = [root] if root.tag == "testsuite" else root.findall("testsuite")
     if root.tag not in ("testsuite", "testsuites"):
         raise InputError(f"{path.name}: root element is <{root.tag}>, not <testsuite(s)>")
+    suites = [root] if root.tag == "testsuite" else root.findall("testsuite")
     host = next((s.get("hostname", "") for s in suites if s.get("hostname")), "")
     cases = []
     for suite in suites:
         for tc in suite.iter("testcase"):
             cls, name = tc.get("classname", ""), tc.get("name", "")
-            status, message = "passed", None
-            for tag in ("failure", "error", "skipped"):
-                el = tc.find(tag)
-                if el is not None:
-                    status = {"failure": "failed", "error": "error", "skipped": "skipped"}[tag]
-                    message = (el.get("message") or (el.text or "").strip())[:500]
-                    break
+            status, message = _status(tc)
             cases.append(
                 {
                     "test": f"{cls}::{name}" if cls else name,
@@ -53,56 +63,93 @@ def _cases(path: Path) -> tuple[list[dict[str, Any]], str]:
     return cases, host
 
 
-def _finding(cases: list[dict[str, Any]], host: str) -> Finding:
+def node_to_id(nodeid: str) -> str:
+    """A pytest node id (``tests/test_x.py::TestC::test_y[1]``) as the JUnit id pytest
+    writes for it (``tests.test_x.TestC::test_y[1]``); other text as given."""
+    parts = nodeid.split("::")
+    if len(parts) < 2 or not parts[0].endswith(".py"):
+        return nodeid
+    module = parts[0].removesuffix(".py").replace("/", ".")
+    return f"{'.'.join([module, *parts[1:-1]])}::{parts[-1]}"
+
+
+def select(cases: list[dict[str, Any]], pattern: str) -> tuple[list[dict[str, Any]], str]:
+    """The cases a claim's pattern names: an exact test id (JUnit or pytest node id)
+    first, else an fnmatch pattern; with how they were selected."""
+    if pattern == "*":
+        return cases, "all"
+    for want in dict.fromkeys((pattern, node_to_id(pattern))):
+        exact = [c for c in cases if c["test"] == want]
+        if exact:
+            return exact, "exact"
+    return [c for c in cases if fnmatch.fnmatchcase(c["test"], pattern)], "pattern"
+
+
+def _listed(cs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [{"test": c["test"], "message": c["message"]} for c in cs[:_MAX_LISTED]]
+
+
+def _finding(cases: list[dict[str, Any]], host: str, skips: str, how: str) -> Finding:
     by = {
-        k: [c for c in cases if c["status"] == k] for k in ("passed", "failed", "error", "skipped")
+        k: [c for c in cases if c["status"] == k]
+        for k in ("passed", "xfailed", "failed", "error", "skipped")
     }
+    ran = len(cases) - len(by["skipped"])
     m: dict[str, Any] = {
         "tests": len(cases),
+        "selected_by": how,
         **{f"{k}_count": len(v) for k, v in by.items()},
-        "counterexamples": [
-            {"test": c["test"], "message": c["message"]} for c in by["failed"][:_MAX_LISTED]
-        ],
-        "errors": [{"test": c["test"], "message": c["message"]} for c in by["error"][:_MAX_LISTED]],
-        "not_run": [
-            {"test": c["test"], "message": c["message"]} for c in by["skipped"][:_MAX_LISTED]
-        ],
+        "counterexamples": _listed(by["failed"]),
+        "errors": _listed(by["error"]),
+        "xfailed": _listed(by["xfailed"]),
+        "not_run": _listed(by["skipped"]),
         "time_s": round(sum(c["time_s"] for c in cases), 6),
     }
+    params = {"skips": skips}
+
+    def found(outcome: Any, reason: str | None) -> Finding:
+        return Finding(outcome, reason, m, host=host, parameters=params)
+
     if by["failed"]:
         first = by["failed"][0]
-        return Finding(
+        return found(
             "failed",
             f"{len(by['failed'])} of {len(cases)} tests failed; first: {first['test']}: "
             f"{first['message']}",
-            m,
-            host=host,
         )
     if by["error"]:
         first = by["error"][0]
-        return Finding(
+        return found(
             "infra-error",
             f"{len(by['error'])} of {len(cases)} tests errored before a verdict; first: "
             f"{first['test']}: {first['message']}",
-            m,
-            host=host,
         )
-    if not cases:
-        return Finding("inconclusive", "no test case selected for the claim", m, host=host)
-    if by["skipped"]:
-        return Finding(
+    if not ran:
+        return found(
+            "inconclusive", f"all {len(cases)} selected tests were skipped: none ran"
+        )
+    if by["skipped"] and skips == "inconclusive":
+        return found(
             "inconclusive",
-            f"{len(by['skipped'])} of {len(cases)} tests were skipped (not run); a skipped "
-            "test is not a pass",
-            m,
-            host=host,
+            f"{len(by['skipped'])} of {len(cases)} tests were skipped and the plan says "
+            "skips = \"inconclusive\"",
         )
-    return Finding("passed", None, m, host=host)
+    return found("passed", None)
 
 
-def read(path: Path, claims: ClaimMap) -> dict[str, Finding]:
+def read(path: Path, claims: ClaimMap, ctx: Context) -> dict[str, Finding]:
     cases, host = _cases(path)
-    return {
-        claim: _finding([c for c in cases if fnmatch.fnmatchcase(c["test"], pat)], host)
-        for claim, pat in claims
-    }
+    out = {}
+    for claim, pat in claims:
+        chosen, how = select(cases, pat)
+        if not chosen:
+            what = "the file holds no test case" if pat == "*" else f"{pat!r} selects no test"
+            ids = ", ".join(c["test"] for c in cases[:3])
+            raise InputError(
+                f"claim {claim}: {what} in {path.name}"
+                + (f" (ids look like: {ids})" if ids else "")
+                + "; nothing recorded"
+            )
+        skips = str(planned(CHECK, ctx.params.get(claim, {}))["skips"])
+        out[claim] = _finding(chosen, host, skips, how)
+    return out
