@@ -1,7 +1,9 @@
 """What admission receipts say about a workload's estimator (`ledger calibrate`).
 
 Read from the rows an admission receipt records per attempt (shape, phase,
-cold or warm run, predicted and measured bytes, admitted or refused): per
+cold or warm run, predicted and measured bytes, admitted or refused), and
+from the records of imported planner reports (`ledger import
+admission-events`: phase, predicted and observed peak, decision): per
 shape and phase the measured/predicted ratios, the worst ratio, how many
 admitted steps went over their prediction, how many refusals were
 over-refusals (the step, run anyway, fit), and which shapes carry no
@@ -42,6 +44,34 @@ class ShapeFigures:
         }
 
 
+IMPORTED_SHAPE = "imported"
+"""The shape column of rows from imported planner reports (they name no shape)."""
+
+
+def _rows(pred: Mapping[str, Any]) -> list[Any] | None:
+    """The attempts an admission receipt records: `qualify`'s rows as they are, an
+    imported planner report's records as rows (phase, predicted and observed peak,
+    admitted or refused); None for any other receipt."""
+    check = pred.get("check", {}).get("name")
+    m = pred.get("measurements", {})
+    if check == "admission":
+        rows = m.get("shapes")
+        return rows if isinstance(rows, list) else None
+    if check != "import-admission-events" or not isinstance(m.get("records"), list):
+        return None
+    return [
+        {
+            "shape": IMPORTED_SHAPE,
+            "phase": r.get("phase"),
+            "predicted_bytes": r.get("predicted_peak_bytes"),
+            "measured_bytes": r.get("observed_peak_bytes"),
+            "admitted": r.get("decision") != "refused" and r.get("event") != "admission_refused",
+        }
+        for r in m["records"]
+        if isinstance(r, dict) and r.get("event") != "planning_error"
+    ]
+
+
 def calibrate(receipts: Iterable[tuple[str, Mapping[str, Any]]]) -> dict[str, Any]:
     """The calibration report over ``(receipt id, predicate)`` pairs of admission
     receipts (other checks are left out and counted)."""
@@ -49,8 +79,8 @@ def calibrate(receipts: Iterable[tuple[str, Mapping[str, Any]]]) -> dict[str, An
     used: list[str] = []
     skipped = 0
     for rid, pred in receipts:
-        rows = pred.get("measurements", {}).get("shapes")
-        if pred.get("check", {}).get("name") != "admission" or not isinstance(rows, list):
+        rows = _rows(pred)
+        if rows is None:
             skipped += 1
             continue
         used.append(rid)

@@ -133,18 +133,14 @@ def source_files(path: Path) -> list[Path]:
     """The file itself, or a spool directory's `*.json` / `*.jsonl` files, by name."""
     if not path.is_dir():
         return [path]
-    return sorted(
-        p for p in path.iterdir() if p.is_file() and p.suffix in (".json", ".jsonl")
-    )
+    return sorted(p for p in path.iterdir() if p.is_file() and p.suffix in (".json", ".jsonl"))
 
 
 def _digest(files: Sequence[Path], root: Path) -> str:
     if files == [root]:
         return hashlib.sha256(root.read_bytes()).hexdigest()
     # A directory: the digest of its `sha256sum`-style listing, in name order.
-    listing = "".join(
-        f"{hashlib.sha256(f.read_bytes()).hexdigest()}  {f.name}\n" for f in files
-    )
+    listing = "".join(f"{hashlib.sha256(f.read_bytes()).hexdigest()}  {f.name}\n" for f in files)
     return hashlib.sha256(listing.encode()).hexdigest()
 
 

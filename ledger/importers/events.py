@@ -201,9 +201,7 @@ def load(path: Path) -> list[Event]:
 
 
 def _figures(e: Event) -> str:
-    have = [
-        f"{k.removesuffix('_peak_bytes')} {v}" for k, v in e.figures.items() if v is not None
-    ]
+    have = [f"{k.removesuffix('_peak_bytes')} {v}" for k, v in e.figures.items() if v is not None]
     if e.pcts["error_pct"] is not None:
         have.append(f"error {e.pcts['error_pct']}%")
     return f" ({', '.join(have)})" if have else ""
@@ -288,9 +286,7 @@ def _finding(events: list[Event], admitted_given: int | None) -> Finding:
         "records": [e.to_json(k) for e, k in kinds][:_MAX_LISTED],
         "records_listed": min(len(kinds), _MAX_LISTED),
     }
-    overrides = (
-        f"; {n('user-override')} OOM(s) after {_OVERRIDE}" if n("user-override") else ""
-    )
+    overrides = f"; {n('user-override')} OOM(s) after {_OVERRIDE}" if n("user-override") else ""
     if bad:
         more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
         return Finding("failed", f"counterexample: {bad[0]}{more}{overrides}", m)

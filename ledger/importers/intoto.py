@@ -220,7 +220,9 @@ def read(path: Path, claims: ClaimMap, ctx: Context) -> dict[str, Finding]:
         whole = pat == "*"
         sel = {k: _select(v, pat) for k, v in lists.items()}
         if not whole and not any(sel.values()):
-            raise InputError(f"claim {claim}: {pat!r} selects no test in {path.name}; nothing recorded")
+            raise InputError(
+                f"claim {claim}: {pat!r} selects no test in {path.name}; nothing recorded"
+            )
         m: dict[str, Any] = {
             "result": worst,
             "statements": len(stmts),

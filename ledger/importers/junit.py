@@ -125,14 +125,12 @@ def _finding(cases: list[dict[str, Any]], host: str, skips: str, how: str) -> Fi
             f"{first['test']}: {first['message']}",
         )
     if not ran:
-        return found(
-            "inconclusive", f"all {len(cases)} selected tests were skipped: none ran"
-        )
+        return found("inconclusive", f"all {len(cases)} selected tests were skipped: none ran")
     if by["skipped"] and skips == "inconclusive":
         return found(
             "inconclusive",
             f"{len(by['skipped'])} of {len(cases)} tests were skipped and the plan says "
-            "skips = \"inconclusive\"",
+            'skips = "inconclusive"',
         )
     return found("passed", None)
 
