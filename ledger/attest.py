@@ -18,9 +18,9 @@ from ledger.errors import InputError, UsageError
 from ledger.ingest import Recorded
 from ledger.keys import LocalKey
 from ledger.models import Supersedes
+from ledger.qualification.plan import ClaimSpec
 from ledger.record import Recorder, sign_and_record
 from ledger.revision import Revision
-from ledger.qualification.plan import ClaimSpec
 from ledger.source import Identity
 from ledger.statement import ArtifactFile, Facts, build_statement, read_artifact
 from ledger.verify.strict import unsafe

@@ -157,7 +157,7 @@ def test_calibrate_reads_imported_admission_receipts(
     ready: git.Repo,  # noqa: F811
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    [p] = _import(capsys, ready, "admission-events", SPOOL, CLAIM, extra=("--admitted", "40"))
+    [_p] = _import(capsys, ready, "admission-events", SPOOL, CLAIM, extra=("--admitted", "40"))
     r = run(
         capsys,
         "calibrate",

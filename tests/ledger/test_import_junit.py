@@ -52,8 +52,16 @@ def xml(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (d / "test_suite.py").write_text(SUITE)
     out = d / "junit.xml"
     subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_suite.py"]
-        + [f"--junitxml={out}"],
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "test_suite.py",
+            f"--junitxml={out}",
+        ],
         cwd=d,
         capture_output=True,
         check=False,
