@@ -25,6 +25,7 @@ from ledger.revision import Revision
 
 __all__ = [
     "Identity",
+    "base_commit",
     "glob_regex",
     "identify",
     "open_repo",
@@ -137,6 +138,11 @@ def _base_commit(repo: git.Repo, branch: str, offline: bool) -> git.Commit:
         except (git.BadName, ValueError):
             continue
     raise UsageError(f"base branch {branch!r} not found (pass --base BRANCH)")
+
+
+def base_commit(repo: git.Repo, base: str | None, offline: bool) -> str:
+    """The base branch's commit whose plan governs a PR (`identify`'s choice)."""
+    return _base_commit(repo, base or _default_branch(repo), offline).hexsha
 
 
 def _base(repo: git.Repo, commit: git.Commit) -> str | None:

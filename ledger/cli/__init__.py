@@ -20,6 +20,7 @@ from ledger.cli import log as _log
 from ledger.cli import read as _read
 from ledger.cli import run as _run
 from ledger.cli import service as _service
+from ledger.cli import summary as _summary
 from ledger.cli import write as _write
 from ledger.errors import EXIT_NEGATIVE, EXIT_OK, EXIT_USAGE, Error
 
@@ -52,6 +53,7 @@ for _command in (
     _read.show,
     _read.verify,
     _read.export,
+    _summary.summary,
     _read.audit,
     _log.serve,
     _log.log,

@@ -303,12 +303,29 @@ def verify(
 @click.option(
     "--artifacts", "with_artifacts", is_flag=True, help="Put the receipt's artifacts inside."
 )
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["bundle", "test-result"]),
+    default="bundle",
+    show_default=True,
+    help="test-result: the receipt as an in-toto test-result v0.1 Statement (unsigned).",
+)
 @server_option
 @db_option
 def export(
-    receipt: str, output: Path, with_artifacts: bool, server: str | None, db: str | None
+    receipt: str,
+    output: Path,
+    with_artifacts: bool,
+    fmt: str,
+    server: str | None,
+    db: str | None,
 ) -> None:
-    """Write a self-contained bundle that `ledger verify FILE --trust PEM` checks offline."""
+    """Write a self-contained bundle that `ledger verify FILE --trust PEM` checks offline,
+    or (--format test-result) the receipt as a test-result Statement other tools read."""
+    if fmt == "test-result":
+        _export_test_result(receipt, output, server, db)
+        return
     from ledger.log import export as do_export
 
     # Before any work: a fresh checkpoint must not be signed for a file that cannot be written.
@@ -334,6 +351,30 @@ def export(
             data = bundle_with_artifacts(data, files)
     tmp = output.with_name(output.name + ".part")
     tmp.write_bytes(data)
+    tmp.replace(output)
+    click.echo(f"wrote {output} ({len(data)} bytes)")
+
+
+def _export_test_result(receipt: str, output: Path, server: str | None, db: str | None) -> None:
+    from ledger.models import QualificationPredicate
+    from ledger.standard import test_result
+
+    if not output.absolute().parent.is_dir():
+        raise UsageError(f"{output.parent}: no such directory")
+    if server:
+        from ledger.client import fetch_entry
+
+        doc = fetch_entry(server, receipt)
+    else:
+        from ledger.query import show_document
+
+        doc = show_document(open_store(db), receipt)
+    if doc["kind"] != "receipt":
+        raise UsageError(f"{receipt} is a {doc['kind']}, not a receipt")
+    pred = QualificationPredicate.model_validate(doc["statement"]["predicate"])
+    data = json.dumps(test_result(doc["id"], pred), indent=2) + "\n"
+    tmp = output.with_name(output.name + ".part")
+    tmp.write_text(data)
     tmp.replace(output)
     click.echo(f"wrote {output} ({len(data)} bytes)")
 

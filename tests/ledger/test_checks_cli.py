@@ -28,3 +28,15 @@ def test_checks_text_names_each_parameter(capsys: pytest.CaptureFixture[str]) ->
     r = run(capsys, "checks")
     assert r.code == 0
     assert "admission (version" in r.out and "    batches: list[int] = [1, 2, 4]" in r.out
+
+
+def test_checks_lists_the_import_checks_and_command(capsys: pytest.CaptureFixture[str]) -> None:
+    r = run(capsys, "checks", "--json")
+    assert r.code == 0, r.err
+    catalog = {c["name"]: c for c in json.loads(r.out)}
+    names = ("import-junit", "import-in-toto", "import-admission-events", "command")
+    assert set(names) <= set(catalog)
+    skips = {p["name"]: p for p in catalog["import-junit"]["params"]}["skips"]
+    assert skips["default"] == "allowed" and "inconclusive" in skips["doc"]
+    text = run(capsys, "checks").out
+    assert all(f"{n} (version" in text for n in names)

@@ -1,0 +1,107 @@
+"""`ledger summary`: the status answer about a PR head as a signed SLSA verification summary."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import click
+
+from ledger.cli._common import db_option, keydir, open_store, plan_option, rev_options
+from ledger.errors import EXIT_NEGATIVE, UsageError
+from ledger.qualification.plan import PLAN_FILE
+
+__all__ = ["summary"]
+
+
+def _plan_bytes(
+    repo_path: Path | None, commit: str, base_commit: str | None, plan: Path | None
+) -> bytes | None:
+    """The governing plan's bytes, as `identify` chose it: --plan FILE, the base
+    branch's (for a PR) or the commit's own."""
+    from ledger import source
+
+    if plan is not None:
+        return plan.read_bytes()
+    repo = source.open_repo(repo_path)
+    try:
+        blob = repo.commit(base_commit or commit).tree / PLAN_FILE
+    except KeyError:
+        return None
+    return bytes(blob.data_stream.read())
+
+
+@click.command()
+@rev_options
+@plan_option
+@db_option
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Write the DSSE envelope here (default: stdout).",
+)
+def summary(
+    pr: int | None,
+    rev: str | None,
+    base: str | None,
+    offline: bool,
+    repo: Path | None,
+    plan: Path | None,
+    db: str | None,
+    output: Path | None,
+) -> None:
+    """Sign one SLSA verification summary (https://slsa.dev/verification_summary/v1)
+    of `status` for --pr N's head (or --rev R), with the ledger key, in DSSE.
+
+    subject: the head commit (digest gitCommit, annotations.sourceRefs
+    refs/pull/N/head); resourceUri git+REPO; verificationResult PASSED when
+    every required claim is qualified; verifiedLevels LEDGER_QUALIFIED_<claim>
+    for each qualified claim; policy: the governing plan's sha256;
+    inputAttestations: the receipts that qualify. Exits 1 when FAILED.
+    """
+    from ledger import dsse, source
+    from ledger.canonical import canonical_bytes
+    from ledger.keys import active_ledger_key
+    from ledger.query import query_status
+    from ledger.standard import verification_summary
+
+    if (pr is None) == (rev is None):
+        raise click.UsageError("give exactly one of --pr N or --rev R")
+    if output is not None and not output.absolute().parent.is_dir():
+        raise UsageError(f"{output.parent}: no such directory")
+    gitrepo = source.open_repo(repo)
+    ident = source.identify(gitrepo, rev=rev, pr=pr, plan_file=plan, offline=offline, base=base)
+    store = open_store(db)
+    info = active_ledger_key(store.keys())
+    key = keydir().load(info.name)
+    if key.keyid != info.keyid:
+        raise UsageError(
+            f"private key {info.name!r} does not match the ledger key {info.keyid[:12]}"
+        )
+    doc = query_status(store, ident, claims=None, scope={}).to_json()
+    base_commit = None
+    if pr is not None and plan is None:
+        # The plan on the base branch governs a PR; `identify` read it from there.
+        base_commit = source.base_commit(gitrepo, base, offline=True)
+    text = _plan_bytes(repo, ident.revision.commit, base_commit, plan)
+    stmt = verification_summary(
+        doc,
+        plan_sha256=None if text is None else hashlib.sha256(text).hexdigest(),
+        plan_uri=str(plan) if plan is not None else PLAN_FILE,
+        verifier_id=f"urn:ledger-qualify:ledger-key:{info.keyid}",
+    )
+    env = dsse.sign(canonical_bytes(stmt), key)
+    data = json.dumps(env.model_dump(mode="json"), indent=2) + "\n"
+    if output is None:
+        click.echo(data, nl=False)
+    else:
+        tmp = output.with_name(output.name + ".part")
+        tmp.write_text(data)
+        tmp.replace(output)
+        click.echo(f"wrote {output}", err=True)
+    result = stmt["predicate"]["verificationResult"]
+    click.echo(f"{result}: {len(stmt['predicate']['verifiedLevels'])} claim(s) qualified", err=True)
+    if result != "PASSED":
+        raise SystemExit(EXIT_NEGATIVE)
