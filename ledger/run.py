@@ -1,7 +1,9 @@
 """`ledger run -- CMD ...`: run any harness's command and describe what happened.
 
 The command runs in its own process group, with a marker in its environment
-that its descendants inherit. Around it: the environment fingerprint, NVML
+that its descendants inherit, in the directory it is given (`ledger run`
+gives it a fresh worktree of the revision). Around it: the machine's
+fingerprint and the command's own interpreter (`ledger.interpreter`), NVML
 device memory before and after (where NVML answers), wall-clock start and
 finish, the exit status. Afterwards every process still in the group, or
 still carrying the marker (a child that left the group with setsid), is named
