@@ -129,7 +129,10 @@ class LoggedEntry:
             raise RefusedError("not a key entry")
         if key_id(pub) != keyid:
             raise RefusedError("key id is not the digest of the key")
-        return KeyInfo(keyid, name, role, pub, self.seq)
+        by = data.get("registered_by")
+        return KeyInfo(
+            keyid, name, role, pub, self.seq, registered_by=by if isinstance(by, str) else None
+        )
 
     def revocation(self) -> tuple[str, str]:
         """A revocation entry's (key id, reason)."""
@@ -151,19 +154,25 @@ def envelope_body(env: Envelope) -> bytes:
     return canonical_bytes(env.model_dump(mode="json"))
 
 
-def key_body(keyid: str, name: str, role: str, public: Ed25519PublicKey) -> bytes:
-    return canonical_bytes(
-        {
-            "kind": "key",
-            "keyid": keyid,
-            "name": name,
-            "role": role,
-            "public_key": base64.b64encode(raw_public(public)).decode(),
-        }
-    )
+def key_body(
+    keyid: str, name: str, role: str, public: Ed25519PublicKey, registered_by: str | None = None
+) -> bytes:
+    """A key entry; `registered_by` names the token holder who registered it over
+    HTTP (absent for keys registered on the ledger's own host)."""
+    doc = {
+        "kind": "key",
+        "keyid": keyid,
+        "name": name,
+        "role": role,
+        "public_key": base64.b64encode(raw_public(public)).decode(),
+    }
+    if registered_by is not None:
+        doc["registered_by"] = registered_by
+    return canonical_bytes(doc)
 
 
-def revocation_body(keyid: str, reason: str, when: str) -> bytes:
-    return canonical_bytes(
-        {"kind": "revocation", "keyid": keyid, "reason": reason, "revoked": when}
-    )
+def revocation_body(keyid: str, reason: str, when: str, revoked_by: str | None = None) -> bytes:
+    doc = {"kind": "revocation", "keyid": keyid, "reason": reason, "revoked": when}
+    if revoked_by is not None:
+        doc["revoked_by"] = revoked_by
+    return canonical_bytes(doc)

@@ -11,6 +11,8 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 from typing import Any
 
+from ledger.inert import markdown_cell, xml_text
+
 __all__ = ["FORMATS", "github_check", "junit", "markdown"]
 
 FORMATS = ("text", "json", "markdown", "junit", "github-check")
@@ -29,8 +31,8 @@ def _subject(doc: dict[str, Any]) -> str:
 
 
 def _cell(text: str) -> str:
-    # A pipe or a newline inside a cell would break the Markdown table.
-    return text.replace("|", "\\|").replace("\n", " ")
+    # Signed text in a cell: no row or cell break, no link, image or control.
+    return markdown_cell(text)
 
 
 def markdown(doc: dict[str, Any]) -> str:
@@ -60,24 +62,25 @@ def junit(doc: dict[str, Any]) -> str:
     """One test case per claim and scope: qualified passes; a required claim at its
     required scope that is not qualified fails; anything else not qualified is skipped
     (it does not decide the answer)."""
-    suite = ET.Element("testsuite", name=f"ledger: {_subject(doc)}")
+    x = xml_text
+    suite = ET.Element("testsuite", name=x(f"ledger: {_subject(doc)}"))
     failures = skipped = 0
     for row in doc["claims"]:
         case = ET.SubElement(
             suite,
             "testcase",
-            classname=row["claim"],
-            name=f"{row['scope_role']}: {_scope(row['scope'])}",
+            classname=x(row["claim"]),
+            name=x(f"{row['scope_role']}: {_scope(row['scope'])}"),
         )
         if row["state"] == "qualified":
             continue
-        why = "; ".join(row["reasons"]) or row["state"]
+        why = x("; ".join(row["reasons"]) or row["state"])
         if row["required"] and row["scope_role"] == "required":
             failures += 1
             ET.SubElement(case, "failure", message=row["state"], type=row["state"]).text = why
         else:
             skipped += 1
-            ET.SubElement(case, "skipped", message=f"{row['state']}: {why}")
+            ET.SubElement(case, "skipped", message=x(f"{row['state']}: {why}"))
     suite.set("tests", str(len(doc["claims"])))
     suite.set("failures", str(failures))
     suite.set("errors", "0")

@@ -227,20 +227,33 @@ def init_ledger(url: str, keys: KeyDir) -> Initialized:
     return Initialized(True, name, kid, keys.file(name))
 
 
-def register_key(store: Store, name: str, role: Role, public: Ed25519PublicKey) -> tuple[str, bool]:
-    """Log a public key with its role; returns (key id, newly added)."""
+def register_key(
+    store: Store,
+    name: str,
+    role: Role,
+    public: Ed25519PublicKey,
+    *,
+    registered_by: str | None = None,
+) -> tuple[str, bool]:
+    """Log a public key with its role; returns (key id, newly added).
+
+    `registered_by` is the token holder of a registration over HTTP: such a
+    key is a runner or reviewer key, never the ledger key nor one of its names.
+    """
     kid = key_id(public)
     limits.check_row("key", {"name": name, "role": role})
-    existing = store.keys().get(kid)
+    if registered_by is not None:
+        _check_remote_key(store, name, role)
+    # Over HTTP these are the client's mistakes (400), not the operator's.
+    err = RefusedError if registered_by is not None else UsageError
+    existing = store.keys(fresh=True).get(kid)
     if existing is not None:
         if existing.role != role or existing.name != name:
-            raise UsageError(
-                f"key {kid[:12]} is already registered as {existing.name} ({existing.role})"
-            )
+            raise err(f"key {kid[:12]} is already registered as {existing.name} ({existing.role})")
         return kid, False
     if any(k.name == name and k.revoked_seq is None for k in store.keys().values()):
-        raise UsageError(f"a key named {name!r} is already registered")
-    body = key_body(kid, name, role, public)
+        raise err(f"a key named {name!r} is already registered")
+    body = key_body(kid, name, role, public, registered_by)
     with store.append_tx() as tx:
 
         def idx(conn: Connection, seq: int) -> None:
@@ -258,15 +271,36 @@ def register_key(store: Store, name: str, role: Role, public: Ed25519PublicKey) 
     return kid, True
 
 
-def revoke_key(store: Store, ref: str, reason: str) -> KeyInfo:
-    """Revoke a key by id (or unique prefix) or name; later entries by it stop counting."""
+def _check_remote_key(store: Store, name: str, role: str) -> None:
+    """What no token may do: register a ledger key or take a ledger key's name."""
+    if role not in ("runner", "reviewer"):
+        raise RefusedError(
+            f"role {role!r}: only runner and reviewer keys are registered over HTTP"
+            " (the ledger key is registered on the ledger's host)"
+        )
+    if any(k.name == name for k in store.keys(fresh=True).values() if k.role == "ledger"):
+        raise RefusedError(f"{name!r} is the name of a ledger key")
+
+
+def revoke_key(store: Store, ref: str, reason: str, *, revoked_by: str | None = None) -> KeyInfo:
+    """Revoke a key by id (or unique prefix) or name; later entries by it stop counting.
+
+    `revoked_by` is the token holder of a revocation over HTTP, which reaches
+    runner and reviewer keys only.
+    """
     if not reason.strip():
         raise UsageError("a revocation needs a --reason")
     limits.check_text(reason, "--reason", limits.COLUMN_LIMITS["reason"])
-    info = find_key(store.keys(), ref)
+    info = find_key(store.keys(fresh=True), ref)
+    if revoked_by is not None and info.role not in ("runner", "reviewer"):
+        raise RefusedError(
+            f"key {info.name} is a {info.role} key: only runner and reviewer keys are"
+            " revoked over HTTP"
+        )
     if info.revoked_seq is not None:
-        raise UsageError(f"key {info.name} is already revoked")
-    body = revocation_body(info.keyid, reason, utc_now())
+        err = RefusedError if revoked_by is not None else UsageError
+        raise err(f"key {info.name} is already revoked")
+    body = revocation_body(info.keyid, reason, utc_now(), revoked_by)
     with store.append_tx() as tx:
 
         def idx(conn: Connection, seq: int) -> None:

@@ -82,6 +82,8 @@ class KeyInfo:
     seq: int
     revoked_seq: int | None = None
     revoked_reason: str | None = None
+    registered_by: str | None = None
+    """The token holder who registered it over HTTP (None: on the ledger's host)."""
 
     @property
     def active(self) -> bool:

@@ -84,6 +84,7 @@ def load_evidence(
             "signer": e.signer,
             "signer_role": info.role if info else "unknown",
             "signer_revoked_seq": info.revoked_seq if info else None,
+            "signer_registered_by": info.registered_by if info else None,
             "problem": _problem(e, keys_at(store, e.seq)),
         }
 

@@ -1,9 +1,18 @@
-"""Plain-text renderings for people (the --json forms are the contract for scripts)."""
+"""Plain-text renderings for people (the --json forms are the contract for scripts).
+
+Every rendering is made inert on the way out (`ledger.inert`): the text
+inside comes from signed statements, and a terminal must never act on it.
+"""
 
 from __future__ import annotations
 
+import functools
 import json
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, ParamSpec
+
+from ledger.inert import inert
+from ledger.qualification.supersession import SUPERSESSION_PENDING
 
 if TYPE_CHECKING:
     from ledger.qualification import StatusReport
@@ -19,10 +28,22 @@ __all__ = [
 ]
 
 
+_P = ParamSpec("_P")
+
+
+def _inert(fn: Callable[_P, str]) -> Callable[_P, str]:
+    @functools.wraps(fn)
+    def run(*args: _P.args, **kwargs: _P.kwargs) -> str:
+        return inert(fn(*args, **kwargs))
+
+    return run
+
+
 def short(receipt_id: str) -> str:
     return receipt_id.removeprefix("sha256:")[:12]
 
 
+@_inert
 def render_show(doc: dict[str, Any]) -> str:
     st = doc["statement"]
     p = st["predicate"]
@@ -69,11 +90,14 @@ def render_show(doc: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+@_inert
 def render_history(subject: dict[str, Any], items: list[dict[str, Any]]) -> str:
     head = f"PR #{subject['pr']} head" if subject.get("pr") else "commit"
     lines = [f"{subject['repo']} {head} {subject['commit'][:12]}: {len(items)} entries"]
     for it in items:
         mark = "SUPERSEDED " if it.get("superseded") else ""
+        if it.get("supersession_pending"):
+            mark = f"({SUPERSESSION_PENDING}) "
         if it["kind"] == "receipt":
             src = it.get("source", {})
             scope = ", ".join(f"{k}={v}" for k, v in it.get("scope", {}).items()) or "-"
@@ -91,12 +115,16 @@ def render_history(subject: dict[str, Any], items: list[dict[str, Any]]) -> str:
         for s in it.get("supersedes", []):
             lines.append(f"        supersedes {short(s['id'])}: {s['reason']}")
         for s in it.get("superseded_by", []):
-            lines.append(f"        superseded by {short(s['id'])}: {s['reason']}")
+            if s.get("effect", "effective") == "effective":
+                lines.append(f"        superseded by {short(s['id'])}: {s['reason']}")
+            else:
+                lines.append(f"        {s.get('why') or s['reason']}")
         for p in it.get("problems", []):
             lines.append(f"        does not count: {p}")
     return "\n".join(lines) + "\n"
 
 
+@_inert
 def render_keys(rows: list[dict[str, Any]]) -> str:
     lines = []
     for r in rows:
@@ -106,6 +134,7 @@ def render_keys(rows: list[dict[str, Any]]) -> str:
     return "".join(line + "\n" for line in lines)
 
 
+@_inert
 def render_qualify(receipts: list[dict[str, Any]], report: StatusReport | None) -> str:
     """The receipts a qualify run recorded, then the status table (when the ledger is local)."""
     out = "".join(f"{r['id']}  {r['claim']}  {r['outcome']}\n" for r in receipts)
@@ -116,6 +145,7 @@ def render_qualify(receipts: list[dict[str, Any]], report: StatusReport | None) 
     return out + "\n" + render_table(report)
 
 
+@_inert
 def render_verification(doc: dict[str, Any]) -> str:
     """A verification report (`VerificationReport.to_json`) for people."""
     s = doc["signer"]
@@ -155,6 +185,7 @@ def _who(signer: dict[str, Any]) -> str:
     return f"{signer.get('name') or '?'} ({str(signer['keyid'])[:12]})"
 
 
+@_inert
 def render_checks(catalog: list[dict[str, Any]]) -> str:
     """`ledger checks`: each check, then one line per parameter and its meaning."""
     out = []

@@ -23,6 +23,7 @@ from ledger.cli import service as _service
 from ledger.cli import summary as _summary
 from ledger.cli import write as _write
 from ledger.errors import EXIT_NEGATIVE, EXIT_OK, EXIT_USAGE, Error
+from ledger.inert import inert
 
 __all__ = ["cli", "main"]
 
@@ -80,7 +81,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             args=list(argv) if argv is not None else None, prog_name="ledger", standalone_mode=False
         )
     except Error as e:
-        click.echo(f"ledger: {e.reason()}", err=True)
+        click.echo(f"ledger: {inert(e.reason())}", err=True)
         return e.exit_code
     except click.exceptions.Abort:
         click.echo("ledger: aborted", err=True)

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import click
 
 from ledger.cli._common import db_option, emit_json, json_option
 from ledger.errors import EXIT_NEGATIVE, UsageError
+from ledger.inert import inert
 
 
 def _server_url(server: str | None) -> str:
@@ -82,14 +85,57 @@ def token() -> None:
     """Bearer tokens for `ledger serve --tokens FILE`."""
 
 
+_tokens_file = click.option(
+    "--tokens", type=click.Path(dir_okay=False, path_type=Path), required=True, help="Tokens file."
+)
+
+
 @token.command("new")
 @click.argument("holder")
 @click.option(
-    "--tokens", type=click.Path(dir_okay=False, path_type=Path), required=True, help="Tokens file."
+    "--role",
+    "roles",
+    multiple=True,
+    type=click.Choice(["runner", "keys", "operator"]),
+    help="What the token may do (repeatable; default runner): runner uploads artifacts, "
+    "keys registers/revokes runner and reviewer keys, operator signs checkpoints and audits.",
 )
-def token_new(holder: str, tokens: Path) -> None:
+@_tokens_file
+def token_new(holder: str, roles: Sequence[str], tokens: Path) -> None:
     """Add a token for HOLDER to the file (kept hashed) and print it once."""
     from ledger.service.auth import new_token
 
-    click.echo(new_token(holder, tokens))
-    click.echo(f"token for {holder} added to {tokens} (only its hash is kept)", err=True)
+    click.echo(new_token(holder, tokens, roles or ("runner",)))
+    granted = ", ".join(dict.fromkeys(roles or ("runner",)))
+    click.echo(
+        f"token for {holder} ({granted}) added to {tokens} (only its hash is kept)", err=True
+    )
+
+
+@token.command("list")
+@_tokens_file
+@json_option
+def token_list(tokens: Path, as_json: bool) -> None:
+    """The holders and roles of the tokens in the file."""
+    from ledger.service.auth import ROLES, list_tokens
+
+    rows: list[dict[str, Any]] = [
+        {"holder": g.holder, "roles": [r for r in ROLES if r in g.roles]}
+        for g in list_tokens(tokens)
+    ]
+    if as_json:
+        emit_json(rows)
+        return
+    for r in rows:
+        click.echo(f"{inert(r['holder'])}  {','.join(r['roles'])}")
+
+
+@token.command("revoke")
+@click.argument("holder")
+@_tokens_file
+def token_revoke(holder: str, tokens: Path) -> None:
+    """Remove HOLDER's tokens; a running server refuses them from its next request."""
+    from ledger.service.auth import revoke_token
+
+    n = revoke_token(holder, tokens)
+    click.echo(f"removed {n} token(s) of {holder} from {tokens}")

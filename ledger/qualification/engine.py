@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from ledger.errors import InputError
-from ledger.qualification import rules
+from ledger.qualification import rules, supersession
 from ledger.qualification.evidence import ReceiptEvidence, ReviewEvidence, Revision, short_id
 from ledger.qualification.plan import CarryOver, Plan
 from ledger.qualification.report import ClaimStatus, ScopeRole, State, StatusReport
@@ -103,7 +103,7 @@ class _Context:
         self.reviews_of: dict[str, list[ReviewEvidence]] = defaultdict(list)
         for v in reviews:
             self.reviews_of[v.receipt].append(v)
-        self._supersession: dict[tuple[str, CarryOver], tuple[list[Reason], list[Reason]]] = {}
+        self._supersession: dict[tuple[str, CarryOver], Supersessions] = {}
 
     def link(self, r: ReceiptEvidence, carry_over: CarryOver) -> Via | None:
         return rules.link(r, self.revision, carry_over)
@@ -113,57 +113,27 @@ class _Context:
         """Signature, key, role and work tree all hold."""
         return not rules.integrity(r) and rules.dirty(r) is None
 
-    def supersession(
-        self, r: ReceiptEvidence, carry_over: CarryOver
-    ) -> tuple[list[Reason], list[Reason]]:
-        """(supersessions of `r` that take effect, those that do not, with why)."""
+    def supersession(self, r: ReceiptEvidence, carry_over: CarryOver) -> Supersessions:
+        """What each later receipt naming `r` as superseded does to it."""
         key = (r.id, carry_over)
         if key not in self._supersession:
             self._supersession[key] = self._supersede(r, carry_over)
         return self._supersession[key]
 
-    def _supersede(
-        self, r: ReceiptEvidence, carry_over: CarryOver
-    ) -> tuple[list[Reason], list[Reason]]:
-        done: list[Reason] = []
-        ignored: list[Reason] = []
-        rid = short_id(r.id)
+    def _supersede(self, r: ReceiptEvidence, carry_over: CarryOver) -> Supersessions:
+        out = Supersessions()
         r_link = self.link(r, carry_over)
         for s, why in self.named_by.get(r.id, []):
-            sid = short_id(s.id)
-            problem: str | None = None
-            # A supersession replaces evidence only when it is itself evidence that
-            # would count in the same place: otherwise anyone could erase a
-            # counterexample with a receipt that proves nothing here.
-            if s.predicate.claim != r.predicate.claim:
-                problem = f"it is for claim {s.predicate.claim!r}"
-            elif s.seq <= r.seq:
-                problem = "it was not logged later"
-            elif not self.sound(s):
-                problem = "it does not hold (signature, key, role or dirty tree)"
-            elif rules.effective_outcome(s)[0] not in ("passed", "failed"):
-                problem = f"its outcome ({rules.effective_outcome(s)[0]}) decides nothing"
-            elif not rules.covers_receipt(s, r):
-                problem = "its scope does not cover the superseded receipt's scope"
-            elif r_link is not None and self.link(s, carry_over) is None:
-                problem = "it does not count for this revision"
-            if problem is None:
-                done.append(
-                    Reason(
-                        rules.SUPERSESSION,
-                        f"{rid} superseded by {sid} (seq {s.seq}): {why}",
-                        r.id,
-                    )
-                )
-            else:
-                ignored.append(
-                    Reason(
-                        rules.SUPERSESSION,
-                        f"{sid} names {rid} as superseded, but does not replace it: {problem}",
-                        r.id,
-                    )
-                )
-        return done, ignored
+            elsewhere = (
+                "it does not count for this revision"
+                if r_link is not None and self.link(s, carry_over) is None
+                else None
+            )
+            j = supersession.judge(r, s, why, self.reviews_of.get(s.id, []), elsewhere)
+            {"effective": out.done, "pending": out.pending, "ignored": out.ignored}[
+                j.effect
+            ].append(j.reason)
+        return out
 
     def control_for(self, r: ReceiptEvidence, req: Requirement) -> ReceiptEvidence | None:
         """A passing observer-off control of `r`'s check that covers `r`'s scope."""
@@ -174,11 +144,21 @@ class _Context:
                 and self.sound(c)
                 and self.link(c, req.carry_over) is not None
                 and rules.effective_outcome(c)[0] == "passed"
-                and not self.supersession(c, req.carry_over)[0]
+                and not self.supersession(c, req.carry_over).done
                 and rules.cleanup_proof(c, req) is None
             ):
                 return c
         return None
+
+
+@dataclass
+class Supersessions:
+    """The supersessions of one receipt, by effect (each a reason to show)."""
+
+    done: list[Reason] = field(default_factory=list)
+    pending: list[Reason] = field(default_factory=list)
+    """Valid in every way but authority: `supersession.SUPERSESSION_PENDING`."""
+    ignored: list[Reason] = field(default_factory=list)
 
 
 @dataclass
@@ -256,11 +236,13 @@ def _status(
 def _sort(ctx: _Context, req: Requirement, r: ReceiptEvidence, row: _Row) -> None:
     """Put `r` in the group it counts for, and record why."""
     p = r.predicate
-    done, ignored = ctx.supersession(r, req.carry_over)
-    row.notes.extend(ignored)
-    if done:
-        row.notes.extend(done)
+    sup = ctx.supersession(r, req.carry_over)
+    row.notes.extend(sup.ignored)
+    if sup.done:
+        row.notes.extend(sup.done)
         return
+    # Pending: the receipt stands, and its reasons say why the supersession did not count.
+    row.why[r.id].extend(sup.pending)
     if p.outcome == "infra-error":
         row.notes.append(rules.outcome_reason(r, rules.INFRA_ERROR))
         return

@@ -31,6 +31,8 @@ class ReceiptEvidence:
     """Sequence number of the signer key's revocation, if revoked."""
     problem: str | None = None
     """Set by the store when the signature or key does not verify."""
+    signer_registered_by: str | None = None
+    """The token holder who registered the signing key over HTTP (None: on the ledger's host)."""
 
     @property
     def predicate(self) -> QualificationPredicate:
@@ -58,6 +60,8 @@ class ReviewEvidence:
     signer_revoked_seq: int | None = None
     problem: str | None = None
     """Set by the store when the signature or key does not verify."""
+    signer_registered_by: str | None = None
+    """The token holder who registered the signing key over HTTP (None: on the ledger's host)."""
 
     @property
     def revoked(self) -> bool:

@@ -11,8 +11,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from ledger.qualification import rules
+from ledger.qualification import rules, supersession
 from ledger.qualification.evidence import ReceiptEvidence, ReviewEvidence
+from ledger.qualification.supersession import Effect
 
 __all__ = ["HistoryItem", "Supersession", "history"]
 
@@ -26,9 +27,19 @@ class Supersession:
     id: str
     seq: int
     reason: str
+    effect: Effect = "effective"
+    """`pending`: valid but without authority (`SUPERSESSION_PENDING`); `ignored`: invalid."""
+    why: str = ""
+    """The engine's sentence about this supersession (empty for reviews)."""
 
     def to_json(self) -> dict[str, Any]:
-        return {"id": self.id, "seq": self.seq, "reason": self.reason}
+        return {
+            "id": self.id,
+            "seq": self.seq,
+            "reason": self.reason,
+            "effect": self.effect,
+            "why": self.why,
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,7 +60,13 @@ class HistoryItem:
 
     @property
     def superseded(self) -> bool:
-        return bool(self.superseded_by)
+        """Replaced by a later entry with the authority to do so."""
+        return any(s.effect == "effective" for s in self.superseded_by)
+
+    @property
+    def supersession_pending(self) -> bool:
+        """Named as superseded without authority: it stands, pending review."""
+        return not self.superseded and any(s.effect == "pending" for s in self.superseded_by)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -62,6 +79,7 @@ class HistoryItem:
             "problems": list(self.problems),
             "supersedes": [s.to_json() for s in self.supersedes],
             "superseded": self.superseded,
+            "supersession_pending": self.supersession_pending,
             "superseded_by": [s.to_json() for s in self.superseded_by],
         }
 
@@ -69,13 +87,23 @@ class HistoryItem:
 def history(
     receipts: Sequence[ReceiptEvidence], reviews: Sequence[ReviewEvidence]
 ) -> list[HistoryItem]:
-    """All entries in log order; supersessions are marked, never applied."""
+    """All entries in log order; supersessions are marked, never applied.
+
+    Each is judged as `status` judges it (same claim, later, sound, decisive,
+    covering, and with authority), so the two never disagree on whether it
+    took effect; whether it counts for one revision is `status`'s to say.
+    """
     seq_of = {r.id: r.seq for r in receipts}
+    by_id = {r.id: r for r in receipts}
+    reviews_of: dict[str, list[ReviewEvidence]] = defaultdict(list)
+    for v in reviews:
+        reviews_of[v.receipt].append(v)
     later: dict[str, list[Supersession]] = defaultdict(list)
     for r in receipts:
         for s in r.predicate.supersedes:
             if s.id in seq_of and seq_of[s.id] < r.seq:
-                later[s.id].append(Supersession(r.id, r.seq, s.reason))
+                j = supersession.judge(by_id[s.id], r, s.reason, reviews_of.get(r.id, []))
+                later[s.id].append(Supersession(r.id, r.seq, s.reason, j.effect, str(j.reason)))
     items = [_receipt_item(r, seq_of, later[r.id]) for r in {r.id: r for r in receipts}.values()]
     items.extend(_review_items(reviews))
     return sorted(items, key=lambda item: (item.seq, item.kind, item.id))

@@ -125,6 +125,8 @@ def render_table(report: StatusReport, *, width: int | None = None, color: bool 
     from rich.console import Console
     from rich.table import Table
 
+    from ledger.inert import inert
+
     if width is None:
         width = shutil.get_terminal_size((80, 24)).columns if _is_tty() else 80
     color = color and not os.environ.get("NO_COLOR")
@@ -171,7 +173,8 @@ def render_table(report: StatusReport, *, width: int | None = None, color: bool 
     console.print(table, markup=False)
     body = "\n".join(line.rstrip() for line in buf.getvalue().splitlines())
     heading = [w for line in lines for w in textwrap.wrap(line, width, subsequent_indent="    ")]
-    return "\n".join(heading) + "\n" + body.strip("\n") + "\n"
+    # Reasons quote signed text: nothing in it may act on the reader's terminal.
+    return inert("\n".join(heading) + "\n" + body.strip("\n") + "\n")
 
 
 def _is_tty() -> bool:

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from ledger.qualification.evidence import ReceiptEvidence, ReviewEvidence, short_id
 from ledger.qualification.rules import KEY_REVOKED, REVIEWS, SIGNATURE, SIGNER_ROLE, Reason
 
-__all__ = ["ReviewTally"]
+__all__ = ["ReviewTally", "independent"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,4 +62,20 @@ def _review_problem(v: ReviewEvidence, receipt: ReceiptEvidence) -> Reason | Non
             f"review {vid} of {rid} is by the receipt's own signer: not independent",
             receipt.id,
         )
+    if not independent(v, receipt):
+        return Reason(
+            REVIEWS,
+            f"review {vid} of {rid} is by a key registered by {v.signer_registered_by}, who "
+            "also registered the receipt's key: not independent",
+            receipt.id,
+        )
     return None
+
+
+def independent(v: ReviewEvidence, receipt: ReceiptEvidence) -> bool:
+    """Not the receipt's signer, and not a key registered by the holder who
+    registered the receipt's key (one token holder cannot vouch for itself)."""
+    if v.signer == receipt.signer:
+        return False
+    by = v.signer_registered_by
+    return by is None or by != receipt.signer_registered_by

@@ -197,7 +197,7 @@ async def sign_checkpoint(request: Request) -> Response:
     from ledger.log import checkpoint
 
     led = _ledger(request)
-    led.holder(request)
+    led.holder(request, "operator")
     if led.keys is None:
         raise NotFoundError("this server does not hold the ledger key")
     note = await run_in_threadpool(checkpoint, led.store(), led.keys)
@@ -280,14 +280,17 @@ async def add_key(request: Request) -> Response:
     from ledger.keys import load_public_pem
 
     led = _ledger(request)
-    holder = led.holder(request)
+    holder = led.holder(request, "keys")
     doc = await _doc(request)
     name, role = _str(doc, "name"), _str(doc, "role")
-    if role not in ("runner", "reviewer", "ledger"):
-        raise RefusedError("role: expected runner, reviewer or ledger")
+    if role not in ("runner", "reviewer"):
+        # The ledger key is registered on the ledger's host, never by a token.
+        raise RefusedError("role: expected runner or reviewer")
     pem = _str(doc, "public_key_pem").encode()
     public = load_public_pem(pem, "public_key_pem")
-    kid, new = await run_in_threadpool(register_key, led.store(), name, role, public)  # type: ignore[arg-type]
+    kid, new = await run_in_threadpool(
+        lambda: register_key(led.store(), name, role, public, registered_by=holder)  # type: ignore[arg-type]
+    )
     led.log(f"key {name} ({role}) {kid[:12]} registered by {holder}")
     return json_response(
         {"keyid": kid, "name": name, "role": role, "added": new}, 201 if new else 200
@@ -298,10 +301,12 @@ async def revoke(request: Request) -> Response:
     from ledger.ingest import revoke_key
 
     led = _ledger(request)
-    holder = led.holder(request)
+    holder = led.holder(request, "keys")
     doc = await _doc(request)
     reason = _str(doc, "reason")
-    info = await run_in_threadpool(revoke_key, led.store(), _ref(request), reason)
+    info = await run_in_threadpool(
+        lambda: revoke_key(led.store(), _ref(request), reason, revoked_by=holder)
+    )
     led.log(f"key {info.name} {info.keyid[:12]} revoked by {holder}")
     return json_response({"keyid": info.keyid, "name": info.name, "revoked": True})
 
@@ -316,7 +321,7 @@ async def put_artifact(request: Request) -> Response:
     from ledger.artifacts import MAX_ARTIFACT_BYTES
 
     led = _ledger(request)
-    holder = led.holder(request)
+    holder = led.holder(request, "runner")
     try:
         digest = _digest_param(request)
     except Error as e:
@@ -347,7 +352,7 @@ async def audit(request: Request) -> Response:
     from ledger.log import audit as do_audit
 
     led = _ledger(request)
-    led.holder(request)
+    led.holder(request, "operator")
     rep = await run_in_threadpool(do_audit, led.store())
     return json_response(rep.to_json())
 

@@ -20,7 +20,7 @@ from ledger.artifacts import ArtifactStore, for_ledger
 from ledger.errors import Error, NotFoundError, RefusedError
 from ledger.keys import KeyDir, active_ledger_key
 from ledger.service import api
-from ledger.service.auth import Tokens
+from ledger.service.auth import TokenRole, Tokens
 from ledger.service.limits import DEADLINE_S, MAX_BODY_BYTES, Limits
 from ledger.store.store import ARTIFACT, Store
 
@@ -44,8 +44,9 @@ class Ledger:
     def store(self) -> Store:
         return Store(self.base.engine, self.base.url)
 
-    def holder(self, request: Request) -> str:
-        return self.tokens.holder(request.headers.get("authorization"))
+    def holder(self, request: Request, role: TokenRole) -> str:
+        """The token holder, when the request's token carries `role` (else 401/403)."""
+        return self.tokens.holder(request.headers.get("authorization"), role)
 
     def log(self, line: str) -> None:
         if not self.quiet:

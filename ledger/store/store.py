@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import json
 import os
 import re
 from collections.abc import Callable, Iterator, Sequence
@@ -327,7 +328,11 @@ def load_keys(conn: Connection) -> dict[str, KeyInfo]:
     ):
         revoked.setdefault(keyid, (seq, reason))
     out: dict[str, KeyInfo] = {}
-    for r in conn.execute(select(KEY).order_by(KEY.c.seq)):
+    # Who registered a key lives only in its log entry (no column), read from there.
+    rows = conn.execute(
+        select(KEY, LOG.c.body).join(LOG, LOG.c.seq == KEY.c.seq).order_by(KEY.c.seq)
+    )
+    for r in rows:
         rev = revoked.get(r.keyid)
         out[r.keyid] = KeyInfo(
             keyid=r.keyid,
@@ -337,8 +342,20 @@ def load_keys(conn: Connection) -> dict[str, KeyInfo]:
             seq=r.seq,
             revoked_seq=rev[0] if rev else None,
             revoked_reason=rev[1] if rev else None,
+            registered_by=_registered_by(r.body),
         )
     return out
+
+
+def _registered_by(body: str | bytes) -> str | None:
+    text = body.decode("utf-8", "replace") if isinstance(body, bytes) else body
+    if '"registered_by"' not in text:
+        return None
+    try:
+        by = json.loads(text).get("registered_by")
+    except (ValueError, AttributeError):
+        return None
+    return by if isinstance(by, str) else None
 
 
 @dataclass

@@ -101,7 +101,11 @@ def pr_page(
         h["current"] = h["commit"] == current
         known.add(h["commit"])
     disputes = [i for i in items if i["kind"] == "review" and i.get("verdict") == "dispute"]
-    supersessions = [i for i in items if i["kind"] == "receipt" and i["superseded"]]
+    supersessions = [
+        i
+        for i in items
+        if i["kind"] == "receipt" and (i["superseded"] or i["supersession_pending"])
+    ]
     return {
         "repo": ident.revision.repo,
         "pr": pr,

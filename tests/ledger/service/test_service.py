@@ -59,7 +59,7 @@ def _artifact(content: bytes) -> ArtifactFile:
 
 def test_tokens_guard_key_writes(ledger_db: str, key_dir: Path, tmp_path: Path) -> None:
     tokens = tmp_path / "tokens"
-    token = new_token("ci-admin", tokens)
+    token = new_token("ci-admin", tokens, ["keys"])
     assert token not in tokens.read_text() and "ci-admin sha256:" in tokens.read_text()
     srv = start(ledger_db, KeyDir(key_dir), tokens=tokens)
     try:
