@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import stat
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +29,7 @@ __all__ = [
     "LocalKey",
     "Role",
     "active_ledger_key",
+    "check_not_world_writable",
     "find_key",
     "key_id",
     "load_public_pem",
@@ -126,6 +128,16 @@ class LocalKey:
         return self.private.sign(data)
 
 
+def check_not_world_writable(path: Path, what: str) -> None:
+    """Refuse a file or folder anyone on the host could rewrite (a planted key or token)."""
+    try:
+        mode = path.stat().st_mode
+    except OSError:
+        return
+    if mode & stat.S_IWOTH:
+        raise UsageError(f"{what} {path} is writable by anyone; run: chmod o-w {path}")
+
+
 def default_key_dir() -> Path:
     env = os.environ.get("LEDGER_KEYS")
     if env:
@@ -152,6 +164,7 @@ class KeyDir:
         f = self.file(name)
         if f.exists():
             raise UsageError(f"a private key named {name!r} already exists at {f}")
+        check_not_world_writable(self.path, "key folder")
         self.path.mkdir(parents=True, exist_ok=True, mode=0o700)
         key = Ed25519PrivateKey.generate()
         pem = key.private_bytes(
@@ -167,6 +180,7 @@ class KeyDir:
 
     def load(self, name: str) -> LocalKey:
         f = self.file(name)
+        check_not_world_writable(self.path, "key folder")
         try:
             data = f.read_bytes()
         except FileNotFoundError:

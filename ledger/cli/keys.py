@@ -87,6 +87,7 @@ def keys_list(server: str | None, db: str | None, as_json: bool) -> None:
             "role": k.role,
             "revoked": k.revoked_seq is not None,
             "revoked_reason": k.revoked_reason,
+            "registered_by": k.registered_by,
             "private_key_here": k.name in local,
         }
         for k in ([] if server else open_store(db).keys().values())

@@ -269,6 +269,7 @@ async def list_keys(request: Request) -> Response:
                 "role": k.role,
                 "revoked": k.revoked_seq is not None,
                 "revoked_reason": k.revoked_reason,
+                "registered_by": k.registered_by,
             }
             for k in keys.values()
         ]

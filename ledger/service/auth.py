@@ -23,7 +23,6 @@ import hmac
 import os
 import re
 import secrets
-import stat
 import sys
 import threading
 from collections.abc import Iterable, Sequence
@@ -32,6 +31,7 @@ from pathlib import Path
 from typing import Literal, get_args
 
 from ledger.errors import Error, UsageError
+from ledger.keys import check_not_world_writable
 
 __all__ = [
     "ROLES",
@@ -75,16 +75,6 @@ class Grant:
 
 def _hash(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
-
-
-def check_not_world_writable(path: Path, what: str) -> None:
-    """Refuse a file or folder anyone on the host could rewrite (a planted token or key)."""
-    try:
-        mode = path.stat().st_mode
-    except OSError:
-        return
-    if mode & stat.S_IWOTH:
-        raise UsageError(f"{what} {path} is writable by anyone; run: chmod o-w {path}")
 
 
 def _roles(text: str | None, where: str) -> frozenset[TokenRole]:
