@@ -153,6 +153,9 @@ def render_verification(doc: dict[str, Any]) -> str:
     subj = doc.get("subject") or {}
     scope = doc.get("scope") or {}
     head = "verified" if doc.get("verified", True) else "NOT the receipt expected"
+    if doc.get("trust") == "server":
+        # Nothing was checked here: say whose word it is, never "verified".
+        head = "the server reports" if doc.get("verified", True) else "NOT the receipt expected:"
     lines = [
         f"{head} {doc['id']}",
         f"  kind: {doc['kind']}",

@@ -181,6 +181,18 @@ def show(receipt: str, server: str | None, db: str | None, as_json: bool) -> Non
         click.echo(render_show(doc))
 
 
+SERVERS_WORD = "the server's word only, nothing verified here"
+
+
+def _check_is_asked(got: str, asked: str) -> None:
+    """A server answering with another receipt's bundle is refused."""
+    from ledger.errors import VerificationError
+
+    want = asked.strip().lower().removeprefix("sha256:")
+    if not got.removeprefix("sha256:").startswith(want):
+        raise VerificationError(f"the server sent the bundle of {got[:19]}, not of {asked}")
+
+
 @click.command()
 @click.argument("target")
 @click.option(
@@ -217,6 +229,10 @@ def verify(
     as_json: bool,
 ) -> None:
     """Verify a receipt: a bundle FILE offline (with --trust), or an ID against the ledger.
+
+    With --server and --trust, the receipt's bundle is fetched and verified
+    here against --trust alone; with --server and no --trust the answer is
+    the server's word, and says so.
 
     With --repo/--commit/--claim/--signer it also checks the receipt is the one
     expected, and fails (exit 1) when it is not. The output lists what was
@@ -263,10 +279,22 @@ def verify(
                 consistent = check_bundle_against(raw, read_file(newer), anchors)
         elif newer is not None:
             raise UsageError("--checkpoint applies to a bundle FILE")
+        elif server and trust:
+            # The server only carries bytes: the bundle is verified here, against
+            # --trust alone, and must be the receipt asked for.
+            from ledger.client import fetch_bundle
+            from ledger.keys import load_public_pem
+            from ledger.verify import verify_bundle
+
+            anchors = [load_public_pem(read_file(Path(t)), str(t)) for t in trust]
+            report = verify_bundle(fetch_bundle(server, target), anchors)
+            _check_is_asked(report.id, target)
         elif server:
             from ledger.client import fetch_verification
 
             remote = fetch_verification(server, target)
+            remote["anchor"] = f"{SERVERS_WORD} ({server}); give --trust PEM to verify here"
+            remote["trust"] = "server"
         else:
             from ledger.verify.logged import verify_in_ledger
 
@@ -292,6 +320,8 @@ def verify(
         click.echo(render_verification(doc), nl=False)
         if consistent is not None:
             click.echo(f"log: {consistent}")
+    if doc.get("trust") == "server":
+        click.echo(f"ledger: this answer rests on {SERVERS_WORD}", err=True)
     if not doc["verified"]:
         click.echo(f"ledger: not the receipt expected: {doc['reason']}", err=True)
         raise SystemExit(EXIT_NEGATIVE)
