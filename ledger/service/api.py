@@ -212,7 +212,8 @@ async def proof(request: Request) -> Response:
     def work() -> dict[str, object]:
         store = led.store()
         e = store.resolve(_ref(request))
-        return inclusion(store, e.seq, led.keys).to_json(e.entry_id)
+        # No key: a read never signs (writes) a checkpoint.
+        return inclusion(store, e.seq, None).to_json(e.entry_id)
 
     return json_response(await run_in_threadpool(work))
 
@@ -293,6 +294,7 @@ async def add_key(request: Request) -> Response:
         lambda: register_key(led.store(), name, role, public, registered_by=holder)  # type: ignore[arg-type]
     )
     led.log(f"key {name} ({role}) {kid[:12]} registered by {holder}")
+    await run_in_threadpool(led.vouch)
     return json_response(
         {"keyid": kid, "name": name, "role": role, "added": new}, 201 if new else 200
     )
@@ -309,6 +311,7 @@ async def revoke(request: Request) -> Response:
         lambda: revoke_key(led.store(), _ref(request), reason, revoked_by=holder)
     )
     led.log(f"key {info.name} {info.keyid[:12]} revoked by {holder}")
+    await run_in_threadpool(led.vouch)
     return json_response({"keyid": info.keyid, "name": info.name, "revoked": True})
 
 

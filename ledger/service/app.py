@@ -75,14 +75,30 @@ class Ledger:
                 if d not in seen and self.artifacts.has(d):
                     seen.add(d)
                     files.append(ArtifactFile(a, self.artifacts.get(d)))
-        return record(self.store(), raws, files, self.artifacts)
+        out = record(self.store(), raws, files, self.artifacts)
+        self.vouch()
+        return out
+
+    def vouch(self) -> None:
+        """After a write: sign a checkpoint covering it, when this server holds the
+        ledger key. Reads never sign (an anonymous GET must not write), so bundles
+        and proofs of what this server logged are ready at once."""
+        if self.keys is None:
+            return
+        from ledger.log import checkpoint
+
+        try:
+            checkpoint(self.store(), self.keys)
+        except Error as e:
+            self.log(f"no checkpoint after the write: {e.reason()}")
 
     def bundle(self, ref: str, with_artifacts: bool) -> bytes:
         from ledger.artifacts import bundle_with_artifacts
         from ledger.log import export
 
         store = self.store()
-        data = export(store, ref, self.keys)
+        # No key: a read serves the checkpoints stored, and never signs one.
+        data = export(store, ref, None)
         if not with_artifacts:
             return data
         e = store.resolve(ref)

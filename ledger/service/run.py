@@ -17,6 +17,7 @@ from ledger.artifacts import for_ledger
 from ledger.errors import UsageError
 from ledger.keys import KeyDir
 from ledger.service.auth import Tokens
+from ledger.service.guard import HEADER_TIMEOUT_S, MAX_PER_CLIENT
 from ledger.service.limits import DEADLINE_S
 from ledger.store.store import Store
 
@@ -45,13 +46,24 @@ class Running:
         self.store.engine.dispose()
 
 
-def _config(app: Any, host: str, port: int, quiet: bool) -> Any:
+def _config(
+    app: Any,
+    host: str,
+    port: int,
+    quiet: bool,
+    header_timeout_s: float = HEADER_TIMEOUT_S,
+    max_per_client: int = MAX_PER_CLIENT,
+) -> Any:
     import uvicorn
+
+    from ledger.service.guard import guarded_protocol
 
     return uvicorn.Config(
         app,
         host=host,
         port=port,
+        # Per client: a connection cap and a deadline for headers (ledger.service.guard).
+        http=guarded_protocol(header_timeout_s, max_per_client),
         limit_concurrency=MAX_CONNECTIONS,
         timeout_keep_alive=KEEP_ALIVE_S,
         # Requests in flight get this long to finish on Ctrl-C before they are cut.
@@ -98,6 +110,8 @@ def start(
     deadline_s: float = DEADLINE_S,
     quiet: bool = True,
     mirrors: Sequence[Path] = (),
+    header_timeout_s: float = HEADER_TIMEOUT_S,
+    max_per_client: int = MAX_PER_CLIENT,
 ) -> Running:
     """Serve in a background thread on `port` (0: a free one); returns once it listens."""
     import uvicorn
@@ -105,7 +119,7 @@ def start(
     app, store = _app(store_url, keys, tokens, artifacts, deadline_s, quiet, mirrors)
     # uvicorn binds the port itself: it sets the accepted sockets' options
     # (TCP_NODELAY), without which every keep-alive reply waited ~40 ms.
-    server = uvicorn.Server(_config(app, host, port, quiet))
+    server = uvicorn.Server(_config(app, host, port, quiet, header_timeout_s, max_per_client))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     while not server.started and thread.is_alive():

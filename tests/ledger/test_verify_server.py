@@ -31,7 +31,7 @@ class Liar:
         liar = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+            def do_GET(self) -> None:
                 for prefix, (status, body) in liar.answers.items():
                     if self.path.startswith(prefix):
                         break

@@ -41,11 +41,8 @@ def _render(name: str, status: int = 200, **ctx: Any) -> Response:
     return HTMLResponse(
         html,
         status,
-        headers={
-            "Cache-Control": "no-store",
-            "Content-Security-Policy": "default-src 'self'; img-src 'self' data:; "
-            "style-src 'self'; script-src 'none'",
-        },
+        # The CSP and nosniff are every response's (ledger.service.limits).
+        headers={"Cache-Control": "no-store"},
     )
 
 

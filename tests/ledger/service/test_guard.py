@@ -1,0 +1,138 @@
+"""The service outlasts abuse: one client's idle or trickling sockets leave other
+clients served; every response carries nosniff, a frame-blocking CSP; anonymous
+reads write nothing."""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from sqlalchemy import func, select
+
+from ledger import client
+from ledger.keys import KeyDir
+from ledger.service.run import Running, start
+from ledger.store.store import CHECKPOINT, Store
+from tests.ledger.factories import envelope
+from tests.ledger.service.test_service import ledger_db
+
+__all__ = ["ledger_db"]
+
+ATTACKER = "127.0.0.2"
+"""Another loopback address: the abusive client, apart from the one served."""
+
+
+def _sockets(port: int, n: int) -> list[socket.socket]:
+    out = []
+    for _ in range(n):  # bounded: n connects, each with a deadline
+        s = socket.socket()
+        s.settimeout(5)
+        s.bind((ATTACKER, 0))
+        s.connect(("127.0.0.1", port))
+        out.append(s)
+    return out
+
+
+def _closed_by_server(s: socket.socket, deadline_s: float) -> bool:
+    """Waits (on the socket, not a sleep) until the server closes it, or the deadline."""
+    s.settimeout(deadline_s)
+    try:
+        while True:
+            data = s.recv(4096)
+            if not data:
+                return True
+    except (ConnectionResetError, BrokenPipeError):
+        return True
+    except TimeoutError:
+        return False
+
+
+@pytest.fixture
+def server(ledger_db: str, key_dir: Path) -> Iterator[Running]:
+    srv = start(ledger_db, KeyDir(key_dir), header_timeout_s=1.0)
+    yield srv
+    srv.stop()
+
+
+def _port(srv: Running) -> int:
+    return int(srv.url.rsplit(":", 1)[1])
+
+
+def _served_within(url: str, limit_s: float) -> float:
+    t0 = time.monotonic()
+    r = httpx.get(url + "/healthz", timeout=limit_s)
+    took = time.monotonic() - t0
+    assert r.status_code == 200, r.text
+    assert took < limit_s
+    return took
+
+
+def test_300_idle_sockets_from_one_client_leave_others_served(server: Running) -> None:
+    held = _sockets(_port(server), 300)
+    try:
+        # Past its share, a client's new connections are closed at once.
+        assert _closed_by_server(held[-1], 10)
+        _served_within(server.url, 2.0)
+    finally:
+        for s in held:
+            s.close()
+
+
+def test_trickled_headers_are_cut_at_the_header_deadline(server: Running) -> None:
+    held = _sockets(_port(server), 300)
+    try:
+        for s in held[:20]:
+            s.sendall(b"G")  # one header byte, then silence
+        _served_within(server.url, 2.0)
+        assert _closed_by_server(held[0], 20)
+    finally:
+        for s in held:
+            s.close()
+
+
+def test_a_keep_alive_connection_must_send_its_next_headers_in_time(server: Running) -> None:
+    s = socket.create_connection(("127.0.0.1", _port(server)), timeout=5)
+    try:
+        s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert b"200 OK" in s.recv(4096)
+        s.sendall(b"GET /hea")  # the next request's headers trickle
+        assert _closed_by_server(s, 20)
+    finally:
+        s.close()
+
+
+def test_every_response_carries_nosniff_and_blocks_framing(server: Running) -> None:
+    for path in ("/healthz", "/v1/keys", "/nothing-here", "/", "/static/style.css"):
+        r = httpx.get(server.url + path)
+        assert r.headers["x-content-type-options"] == "nosniff", path
+        csp = r.headers["content-security-policy"]
+        assert "frame-ancestors 'none'" in csp and "default-src 'none'" in csp, path
+
+
+def test_anonymous_reads_write_nothing(server: Running, ledger_db: str, key_dir: Path) -> None:
+    runner = KeyDir(key_dir).load("runner")
+    [rec] = client.post_envelopes(server.url, [envelope(runner)])
+    store = Store.open(ledger_db)
+
+    def checkpoints() -> int:
+        with store.engine.connect() as c:
+            return int(c.execute(select(func.count()).select_from(CHECKPOINT)).scalar_one())
+
+    before = checkpoints()
+    assert before >= 1  # the write was vouched for by the server that holds the ledger key
+    for _ in range(3):
+        client.fetch_bundle(server.url, rec["id"])
+        client.fetch_proof(server.url, rec["id"])
+    # A receipt recorded behind the server's back: a read does not sign for it.
+    from ledger.ingest import record
+
+    [late] = record(store, [envelope(runner, claim="late")])
+    for _ in range(3):
+        with pytest.raises(Exception, match="checkpoint"):
+            client.fetch_bundle(server.url, late.id)
+    assert checkpoints() == before
+    store.engine.dispose()
