@@ -32,11 +32,8 @@ class Liar:
 
         class Handler(http.server.BaseHTTPRequestHandler):
             def do_GET(self) -> None:
-                for prefix, (status, body) in liar.answers.items():
-                    if self.path.startswith(prefix):
-                        break
-                else:
-                    status, body = 404, b'{"error": "no"}'
+                found = [a for p, a in liar.answers.items() if self.path.startswith(p)]
+                status, body = found[0] if found else (404, b'{"error": "no"}')
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(body)))
