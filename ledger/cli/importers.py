@@ -72,6 +72,14 @@ def _admitted(admitted: int | None, manifest: Path | None) -> int | None:
     "must verify with (repeatable); without one the signature is recorded as not verified.",
 )
 @click.option(
+    "--trusted-root",
+    "roots",
+    multiple=True,
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="in-toto: root certificates (PEM, or a Sigstore trusted_root.json) a Sigstore "
+    "bundle's signing certificate must chain to (repeatable).",
+)
+@click.option(
     "--allow-dirty", is_flag=True, help="Record against a dirty work tree (marked dirty)."
 )
 def import_(
@@ -91,6 +99,7 @@ def import_(
     admitted: int | None,
     manifest: Path | None,
     trusted: Sequence[Path],
+    roots: Sequence[Path],
     allow_dirty: bool,
 ) -> None:
     """Sign receipts from PATH in FORMAT: one per claim, the source attached by digest.
@@ -106,20 +115,22 @@ def import_(
     from ledger.attest import record_all, target
     from ledger.importers import Context, import_source
     from ledger.importers.intoto import load_trusted_key
+    from ledger.importers.sigstore import load_roots
     from ledger.record import open_recorder
 
     if (pr is None) == (rev is None):
         raise click.UsageError("give exactly one of --pr N or --rev R")
     if (admitted is not None or manifest is not None) and fmt != "admission-events":
         raise click.UsageError("--admitted and --manifest are for admission-events")
-    if trusted and fmt != "in-toto":
-        raise click.UsageError("--trusted-key is for in-toto")
+    if (trusted or roots) and fmt != "in-toto":
+        raise click.UsageError("--trusted-key and --trusted-root are for in-toto")
     claims = [c for given in (claim, *more) for c in _claims(given)]
     names = [n for n, _ in claims]
     if len(set(names)) != len(names):
         raise click.UsageError("each claim may be given once")
     count = _admitted(admitted, manifest)
     keys = [load_trusted_key(p) for p in trusted]
+    root_certs = [c for p in roots for c in load_roots(p)]
     recorder = open_recorder(db, server)
     key = keydir().load(key_name)
     tgt = target(
@@ -139,7 +150,7 @@ def import_(
                 f"plan claim {name} is checked by {spec.check!r}, not {check!r}; nothing recorded"
             )
     params = {n: dict(s.params) for n, s in tgt.specs.items() if s is not None}
-    ctx = Context(tgt.revision, params, admitted=count, trusted_keys=keys)
+    ctx = Context(tgt.revision, params, admitted=count, trusted_keys=keys, trusted_roots=root_certs)
     found = import_source(fmt, file, claims, ctx)
     # A server stores no artifact contents: the digest is then in the measurements.
     recs = record_all(

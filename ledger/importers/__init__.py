@@ -54,6 +54,8 @@ class Context:
     """The run's count of admitted steps (admission events), when known."""
     trusted_keys: Sequence[Any] = ()
     """Public keys a signed source (DSSE, Sigstore bundle) is verified against."""
+    trusted_roots: Sequence[Any] = ()
+    """Root certificates a Sigstore bundle's signing certificate must chain to."""
 
 
 class Finding:

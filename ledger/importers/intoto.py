@@ -5,8 +5,10 @@ A Statement comes bare, inside a DSSE envelope, one per line in an
 be about the question: a subject whose ``gitCommit`` or ``gitTree`` digest is
 the revision's (and whose URI, when it has one, names this repository); a
 statement about anything else is refused with both names. A signature is
-verified when trusted keys are given (one that does not verify is refused);
-otherwise the receipt records ``signature_verified: false``. ``result``
+verified when trusted keys are given, and a Sigstore bundle's also when a
+trusted root is (its certificate chain to the root, then the signature with
+the certificate's key); one that does not verify is refused. Otherwise the
+receipt records ``signature_verified: false``. ``result``
 FAILED, or any entry in ``failedTests``, is failed with the failed tests as
 counterexamples; WARNED (or any ``warnedTests``) is inconclusive; PASSED with
 no failed or warned test is passed. A claim's pattern selects test names (an
@@ -20,6 +22,7 @@ import binascii
 import fnmatch
 import json
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,6 +36,8 @@ from cryptography.hazmat.primitives.serialization import load_pem_public_key
 from ledger.dsse import pae
 from ledger.errors import InputError
 from ledger.importers import ClaimMap, Context, Finding
+from ledger.importers.sigstore import identity as _identity
+from ledger.importers.sigstore import leaf as sigstore_leaf
 from ledger.repoid import canonical_repo
 from ledger.revision import Revision
 
@@ -53,6 +58,8 @@ class _Signed:
     """bare, dsse or sigstore-bundle."""
     verified: bool | None
     """True: a trusted key verified it; False: signed, not verified; None: unsigned."""
+    identity: list[str] | None = None
+    """The signing certificate's subject alternative names, when a root verified it."""
 
 
 def load_trusted_key(path: Path) -> Any:
@@ -77,7 +84,11 @@ def _verifies(key: Any, sig: bytes, data: bytes) -> bool:
     return True
 
 
-def _envelope(env: dict[str, Any], where: str, keys: Any) -> tuple[dict[str, Any], bool]:
+def _envelope(
+    env: dict[str, Any], where: str, keys: Sequence[Any], what: str = "the trusted key(s)"
+) -> tuple[dict[str, Any], bool]:
+    """The envelope's statement, and whether one of `keys` verified a signature
+    (False: no key to verify with); refused when keys are given and none verifies."""
     try:
         payload = base64.b64decode(env["payload"], validate=True)
         doc = json.loads(payload)
@@ -93,18 +104,24 @@ def _envelope(env: dict[str, Any], where: str, keys: Any) -> tuple[dict[str, Any
             continue
         if any(_verifies(k, sig, data) for k in keys):
             return doc, True
-    raise InputError(f"{where}: no signature verifies with the trusted key(s); nothing written")
+    raise InputError(f"{where}: no signature verifies with {what}; nothing written")
 
 
-def _unwrap(doc: Any, where: str, keys: Any) -> _Signed:
+def _unwrap(doc: Any, where: str, ctx: Context) -> _Signed:
     if isinstance(doc, dict) and str(doc.get("mediaType", "")).startswith(_SIGSTORE):
         env = doc.get("dsseEnvelope")
         if not isinstance(env, dict):
             raise InputError(f"{where}: a Sigstore bundle without a dsseEnvelope")
-        stmt, ok = _envelope(env, where, keys)
-        return _Signed(stmt, where, "sigstore-bundle", ok)
+        identity = None
+        keys = list(ctx.trusted_keys)
+        what = "the trusted key(s)"
+        if ctx.trusted_roots and not keys:
+            leaf = sigstore_leaf(doc, where, ctx.trusted_roots)
+            keys, what, identity = [leaf.public_key()], "the certificate's key", _identity(leaf)
+        stmt, ok = _envelope(env, where, keys, what)
+        return _Signed(stmt, where, "sigstore-bundle", ok, identity)
     if isinstance(doc, dict) and "payload" in doc and "payloadType" in doc:
-        stmt, ok = _envelope(doc, where, keys)
+        stmt, ok = _envelope(doc, where, ctx.trusted_keys)
         return _Signed(stmt, where, "dsse", ok)
     return _Signed(doc, where, "bare", None)
 
@@ -185,7 +202,7 @@ def _check(sig: _Signed, rev: Revision) -> None:
 
 def _statements(path: Path, ctx: Context) -> tuple[list[_Signed], list[str]]:
     """The test-result statements, each checked; other predicate types' lines."""
-    docs = [_unwrap(d, where, ctx.trusted_keys) for where, d in _documents(path)]
+    docs = [_unwrap(d, where, ctx) for where, d in _documents(path)]
     results, others = [], []
     for s in docs:
         ptype = s.statement.get("predicateType") if isinstance(s.statement, dict) else None
@@ -236,6 +253,7 @@ def read(path: Path, claims: ClaimMap, ctx: Context) -> dict[str, Finding]:
             "configuration": [c for p in preds for c in p.get("configuration", [])],
             "url": next((p.get("url") for p in preds if p.get("url")), None),
             "container": sorted({s.container for s in stmts}),
+            "signer_identity": sorted({i for s in stmts for i in s.identity or []}),
             # None: nothing was signed; False: signed, and no trusted key was given.
             "signature_verified": (
                 None

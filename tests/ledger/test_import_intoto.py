@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import base64
 import json
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import git
 import pytest
+from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
 
 from ledger.dsse import pae
 from tests.ledger.helpers import run
@@ -52,7 +55,14 @@ def _envelope(
     }
 
 
+def _entries(capsys: pytest.CaptureFixture[str], repo: git.Repo) -> int:
+    h = run(capsys, "history", "--rev", "main", "--repo", str(repo.working_tree_dir), "--json")
+    return len(json.loads(h.out)["entries"])
+
+
 def _refused(capsys: pytest.CaptureFixture[str], repo: git.Repo, path: Path, *extra: str) -> str:
+    """The import is refused: exit 1, no receipt id, nothing written."""
+    before = _entries(capsys, repo)
     r = run(
         capsys,
         "import",
@@ -69,8 +79,7 @@ def _refused(capsys: pytest.CaptureFixture[str], repo: git.Repo, path: Path, *ex
         *extra,
     )
     assert r.code == 1 and r.out == "", r.err
-    h = run(capsys, "history", "--rev", "main", "--repo", str(repo.working_tree_dir), "--json")
-    assert json.loads(h.out)["entries"] == []
+    assert _entries(capsys, repo) == before
     return r.err
 
 
@@ -198,3 +207,67 @@ def test_a_sigstore_bundle_that_does_not_verify_is_refused(
         )
     )
     assert "no signature verifies" in _refused(capsys, named, f, "--trusted-key", str(pem))
+
+
+def _cert(
+    subject: str,
+    key: ec.EllipticCurvePrivateKey,
+    issuer: tuple[str, ec.EllipticCurvePrivateKey] | None = None,
+    san: str | None = None,
+) -> x509.Certificate:
+    now = datetime.now(UTC)
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)])
+    issuer_name, issuer_key = (
+        (x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, issuer[0])]), issuer[1])
+        if issuer
+        else (name, key)
+    )
+    b = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(issuer_name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - timedelta(minutes=5))
+        .not_valid_after(now + timedelta(minutes=10))
+    )
+    if san:
+        b = b.add_extension(
+            x509.SubjectAlternativeName([x509.UniformResourceIdentifier(san)]), critical=False
+        )
+    return b.sign(issuer_key, hashes.SHA256())
+
+
+def test_a_sigstore_bundle_is_verified_up_to_a_trusted_root(
+    named: git.Repo, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root_key, leaf_key = (
+        ec.generate_private_key(ec.SECP256R1()),
+        ec.generate_private_key(ec.SECP256R1()),
+    )
+    root = _cert("test root", root_key)
+    who = "https://github.com/acme/trainer/.github/workflows/ci.yml@refs/heads/main"
+    leaf = _cert("sigstore", leaf_key, ("test root", root_key), san=who)
+    subject = [{"name": "trainer", "digest": {"gitCommit": named.head.commit.hexsha}}]
+    bundle = {
+        "mediaType": "application/vnd.dev.sigstore.bundle.v0.3+json",
+        "verificationMaterial": {
+            "certificate": {
+                "rawBytes": base64.b64encode(leaf.public_bytes(serialization.Encoding.DER)).decode()
+            },
+            "tlogEntries": [],
+        },
+        "dsseEnvelope": _envelope(_stmt(subject), leaf_key),
+    }
+    f = tmp_path / "keyless.sigstore.json"
+    f.write_text(json.dumps(bundle))
+    pem = tmp_path / "root.pem"
+    pem.write_bytes(root.public_bytes(serialization.Encoding.PEM))
+    [p] = _import(capsys, named, "in-toto", f, CLAIM, extra=("--trusted-root", str(pem)))
+    assert p["measurements"]["signature_verified"] is True
+    assert p["measurements"]["signer_identity"] == [who]
+    other = tmp_path / "other-root.pem"
+    other_root = _cert("test root", ec.generate_private_key(ec.SECP256R1()))
+    other.write_bytes(other_root.public_bytes(serialization.Encoding.PEM))
+    err = _refused(capsys, named, f, "--trusted-root", str(other))
+    assert "does not chain to the trusted root" in err
