@@ -108,18 +108,34 @@ def _facts(r: CheckResult) -> tuple[Facts, list[ArtifactFile]]:
     return facts, files
 
 
+def _recorded_outside() -> dict[str, str]:
+    """Checks whose receipts come from outside qualify, and the command that records them."""
+    from ledger.importers import CHECKS
+    from ledger.run import CHECK
+
+    return {**{c: "ledger import" for c in CHECKS}, CHECK: "ledger run"}
+
+
 def _asked(
     plan: Plan,
     claims: Sequence[str],
     known: Sequence[str],
     params_error: Callable[[str, dict[str, Any]], str | None],
 ) -> list[ClaimSpec]:
-    """The plan claims to run, each checked before anything runs."""
+    """The plan claims to run, each checked before anything runs. Claims whose
+    receipts `ledger import` or `ledger run` record are not run here: left out of
+    the whole plan, refused when asked for by name."""
     unknown = sorted(set(claims) - {c.name for c in plan.claims})
     if unknown:
         raise InputError(f"claims not in the plan: {', '.join(unknown)}")
-    asked = [c for c in plan.claims if not claims or c.name in claims]
+    outside = _recorded_outside()
+    asked = [c for c in plan.claims if c.name in claims or (not claims and c.check not in outside)]
     for c in asked:
+        if c.check in outside:
+            raise InputError(
+                f"plan claim {c.name}: check {c.check!r} is recorded by `{outside[c.check]}`, "
+                "not run by qualify"
+            )
         if c.check not in known:
             raise InputError(f"plan claim {c.name}: unknown check {c.check!r} ({', '.join(known)})")
         # A misspelt parameter would otherwise run the check with its default.

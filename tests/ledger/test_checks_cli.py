@@ -40,3 +40,21 @@ def test_checks_lists_the_import_checks_and_command(capsys: pytest.CaptureFixtur
     assert skips["default"] == "allowed" and "inconclusive" in skips["doc"]
     text = run(capsys, "checks").out
     assert all(f"{n} (version" in text for n in names)
+
+
+def test_qualify_leaves_imported_and_command_claims_to_import_and_run() -> None:
+    from runners.api import check_names, params_error
+
+    from ledger.errors import InputError
+    from ledger.qualification.plan import parse_plan
+    from ledger.qualify import _asked
+
+    plan = parse_plan(
+        "[[claims]]\nname = 'cleanup.all'\ncheck = 'cleanup'\n"
+        "[[claims]]\nname = 'suite.junit'\ncheck = 'import-junit'\n"
+        "[[claims]]\nname = 'art.spool'\ncheck = 'import-admission-events'\n"
+        "[[claims]]\nname = 'suite.cmd'\ncheck = 'command'\n"
+    )
+    assert [c.name for c in _asked(plan, [], check_names(), params_error)] == ["cleanup.all"]
+    with pytest.raises(InputError, match="recorded by `ledger import`"):
+        _asked(plan, ["suite.junit"], check_names(), params_error)
