@@ -50,13 +50,14 @@ def test_the_exit_code_follows_the_outcome(
 
 def test_rev_runs_in_a_fresh_checkout_of_that_commit(
     ready: git.Repo,  # noqa: F811
-    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     first = commit_file(ready, "v.txt", "1", "v1")
     commit_file(ready, "v.txt", "2", "v2")
     root = Path(str(ready.working_tree_dir))
     (root / "v.txt").write_text("3")  # an uncommitted edit in the caller's tree
+    monkeypatch.chdir(root)  # run from inside the checkout, as in CI
     code = "import sys; v = open('v.txt').read(); print(v); sys.exit(0 if v == '1' else 5)"
     r = _run(
         capsys,
@@ -72,14 +73,17 @@ def test_rev_runs_in_a_fresh_checkout_of_that_commit(
     )
     assert r.code == 0, r.err
     p = _shown(capsys, r)
+    assert p["outcome"] == "passed", p["reason"]  # it read v.txt as committed at --rev
     assert p["source"]["commit"] == first and p["source"]["dirty"] is False
     assert (root / "v.txt").read_text() == "3"  # the caller's tree is untouched
 
 
 def test_a_command_writing_into_its_tree_is_recorded_with_its_artifact(
     ready: git.Repo,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
+    monkeypatch.chdir(str(ready.working_tree_dir))  # a clean checkout, as in CI
     code = "open('report.xml', 'w').write('<testsuite tests=\"1\"/>')"
     r = _run(
         capsys,
@@ -97,6 +101,7 @@ def test_a_command_writing_into_its_tree_is_recorded_with_its_artifact(
     )
     assert r.code == 0, r.err
     p = _shown(capsys, r)
+    assert p["outcome"] == "passed" and p["source"]["dirty"] is False
     digest = hashlib.sha256(b'<testsuite tests="1"/>').hexdigest()
     assert [(a["name"], a["digest"]["sha256"]) for a in p["artifacts"]] == [("report.xml", digest)]
     assert not ready.is_dirty(untracked_files=True)  # written in the run's own checkout
