@@ -49,6 +49,7 @@ for _command in (
     _write.record,
     _write.review,
     _write.qualify,
+    _write.supersede,
     _read.status,
     _read.history,
     _read.show,

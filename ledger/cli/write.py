@@ -357,3 +357,54 @@ def qualify(
         return
     if not report.qualified:
         raise SystemExit(EXIT_NEGATIVE)
+
+
+@click.command()
+@click.argument("receipt")
+@click.option("--reason", required=True, help="Why the receipt no longer stands.")
+@click.option(
+    "--outcome",
+    type=click.Choice(["passed", "failed"]),
+    default="passed",
+    show_default=True,
+    help="Outcome of the new receipt.",
+)
+@click.option("--key", "key_name", required=True, help="Runner key name in $LEDGER_KEYS.")
+@click.option("--dry-run", is_flag=True, help="Say what it would do, and sign nothing.")
+@_server_option("Read and record through a `ledger serve` at URL instead of --db.")
+@db_option
+def supersede(
+    receipt: str,
+    reason: str,
+    outcome: str,
+    key_name: str,
+    dry_run: bool,
+    server: str | None,
+    db: str | None,
+) -> None:
+    """Replace RECEIPT with a new receipt of the same claim, scope and revision.
+
+    Before signing it says what it will and will not lift: a counterexample is
+    lifted only by its own signer, or once an independent reviewer concurs
+    with the new receipt (until then: supersession pending review).
+    """
+    from ledger.inert import inert
+    from ledger.record import open_recorder
+    from ledger.supersede import plan_supersession
+    from ledger.supersede import supersede as do_supersede
+
+    key = keydir().load(key_name)
+    if server:
+        from ledger.client import fetch_entry
+
+        shown = fetch_entry(server, receipt)
+    else:
+        from ledger.query import show_document
+
+        shown = show_document(open_store(db), receipt)
+    planned = plan_supersession(shown, key, reason, "failed" if outcome == "failed" else "passed")
+    click.echo(inert(planned.describe()), err=True, nl=False)
+    if dry_run:
+        click.echo("dry run: nothing signed", err=True)
+        return
+    click.echo(do_supersede(open_recorder(db, server), key, planned))
