@@ -124,6 +124,9 @@ def _check_limits(v: Verified) -> None:
         row, facets = receipt_index(0, v)
         limits.check_row("receipt", row)
         limits.check_rows("scope_facet", facets)
+        assert isinstance(v.statement, QualificationStatement)
+        for i, a in enumerate(v.statement.predicate.artifacts):
+            limits.check_media_type(a.mediaType, f"artifacts[{i}].mediaType")
     else:
         limits.check_row("review", review_index(0, v))
 

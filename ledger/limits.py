@@ -10,6 +10,7 @@ them each in its own way), and no input reaches Python's recursion limit.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -21,10 +22,12 @@ __all__ = [
     "MAX_INT",
     "MIN_INT",
     "check_int",
+    "check_media_type",
     "check_nesting",
     "check_row",
     "check_text",
     "load_json",
+    "parse_int",
 ]
 
 MAX_DEPTH = 64
@@ -33,6 +36,10 @@ A receipt nests about 6 deep; 64 leaves room for any honest document."""
 
 MAX_INT, MIN_INT = 2**63 - 1, -(2**63)
 """The range of a BIGINT on both backends (SQLite's INTEGER is the same 8 bytes)."""
+
+MAX_INT32 = 2**31 - 1
+"""The range of the INTEGER columns on PostgreSQL (`source.pr`): SQLite would store more."""
+INT32_COLUMNS = frozenset({"pr"})
 
 MAX_INT_DIGITS = 40
 """Longest integer literal accepted in a JSON document; far below Python's
@@ -129,9 +136,28 @@ def check_text(value: str, what: str, limit: int) -> None:
         raise RefusedError(f"{what} is {len(value)} characters, over the {limit}-character limit")
 
 
-def check_int(value: int, what: str) -> None:
-    if not MIN_INT <= value <= MAX_INT:
-        raise RefusedError(f"{what} {value} is outside the 64-bit integer range")
+def check_int(value: int, what: str, *, bits: int = 64) -> None:
+    top = MAX_INT32 if bits == 32 else MAX_INT
+    if not -top - 1 <= value <= top:
+        shown = str(value) if len(str(abs(value))) <= 40 else f"of {len(str(abs(value)))} digits"
+        raise RefusedError(f"{what} {shown} is outside the {bits}-bit integer range")
+
+
+_MEDIA_TYPE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]*/[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]*$")
+
+
+def check_media_type(value: str, what: str) -> None:
+    """`type/subtype` (parameters too) in printable ASCII, within the column: a CR or
+    LF would split the Content-Type header the artifact is served with."""
+    check_text(value, what, COLUMN_LIMITS["media_type"])
+    base = value.partition(";")[0].rstrip(" ")
+    if not _MEDIA_TYPE.match(base) or any(not 0x20 <= ord(c) < 0x7F for c in value):
+        raise RefusedError(f"{what} {value[:60]!r} is not a media type (type/subtype)")
+
+
+def parse_int(text: str) -> int:
+    """An integer literal, refused past MAX_INT_DIGITS digits (before Python's own limit)."""
+    return _parse_int(text)
 
 
 def check_row(table: str, row: Mapping[str, Any]) -> None:
@@ -141,7 +167,7 @@ def check_row(table: str, row: Mapping[str, Any]) -> None:
         if isinstance(value, bool) or value is None:
             continue
         if isinstance(value, int):
-            check_int(value, what)
+            check_int(value, what, bits=32 if col in INT32_COLUMNS else 64)
         elif isinstance(value, str):
             check_text(value, what, COLUMN_LIMITS.get(col, 10_000_000))
 

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from ledger.errors import UsageError
+from ledger.errors import Error, InputError, UsageError
 
 if TYPE_CHECKING:  # the CLI imports its machinery lazily, so `--help` starts fast
     from ledger.keys import KeyDir
@@ -122,7 +122,17 @@ def parse_scope(pairs: Sequence[str]) -> dict[str, str | int]:
             raise UsageError(f"--scope {p!r}: expected key=value")
         if k in out:
             raise UsageError(f"--scope {k} given twice")
-        out[k.strip()] = int(v) if v.lstrip("-").isdigit() else v
+        if v.lstrip("-").isdigit():
+            from ledger.limits import check_int, parse_int
+
+            try:
+                number = parse_int(v)
+                check_int(number, f"--scope {k}")
+            except Error as e:
+                raise InputError(f"--scope {k}: {e.reason()}") from None
+            out[k.strip()] = number
+        else:
+            out[k.strip()] = v
     return out
 
 

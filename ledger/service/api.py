@@ -21,7 +21,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from ledger.errors import Error, InputError, NotFoundError, RefusedError
-from ledger.limits import load_json
+from ledger.limits import check_media_type, load_json
 from ledger.service.limits import read_body
 
 if TYPE_CHECKING:
@@ -345,6 +345,11 @@ async def get_artifact(request: Request) -> Response:
     except Error as e:
         raise InputError(e.reason()) from None
     media, data = await run_in_threadpool(led.artifact, digest)
+    try:
+        check_media_type(media, "media type")
+    except Error:
+        # Logged before media types were checked: served as bytes, still served.
+        media = "application/octet-stream"
     return Response(
         data,
         media_type=media,

@@ -27,7 +27,8 @@ from typing import Any
 from pydantic import ValidationError
 
 from ledger.canonical import canonical_bytes
-from ledger.errors import RefusedError, VerificationError, first_validation_error
+from ledger.errors import InputError, RefusedError, VerificationError, first_validation_error
+from ledger.limits import check_nesting, parse_int
 from ledger.models import (
     QualificationStatement,
     ReviewStatement,
@@ -84,8 +85,16 @@ def check_json_bytes(raw: bytes, what: str) -> Any:
     except UnicodeDecodeError:
         raise RefusedError(f"{what} is not UTF-8") from None
     try:
-        doc = json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_no_constant)
-    except RefusedError as e:
+        # Depth and integer length are bounded before Python's own limits can
+        # raise (RecursionError, or ValueError past 4,300 digits).
+        check_nesting(text, what)
+        doc = json.loads(
+            text,
+            object_pairs_hook=_no_duplicates,
+            parse_constant=_no_constant,
+            parse_int=parse_int,
+        )
+    except (RefusedError, InputError) as e:
         raise RefusedError(f"{what}: {e.reason()}") from None
     except json.JSONDecodeError as e:
         raise RefusedError(f"{what} is not JSON: {e}") from None
@@ -98,7 +107,11 @@ def check_json_bytes(raw: bytes, what: str) -> Any:
 def strict_statement(payload: bytes) -> QualificationStatement | ReviewStatement:
     """The statement the payload is, read strictly (see the module doc)."""
     doc = check_json_bytes(payload, "payload")
-    if canonical_bytes(doc) != payload:
+    try:
+        canonical = canonical_bytes(doc)
+    except InputError as e:
+        raise RefusedError(f"payload: {e.reason()}") from None
+    if canonical != payload:
         raise RefusedError("payload is not in RFC 8785 canonical form (one statement, one id)")
     model = statement_model(doc)
     try:

@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from ledger.errors import Error
 from ledger.qualification.plan import parse_plan
 from tests.fuzz.helpers import SEEDS, FuzzLedger, cli, make_ledger
+from tests.fuzz.hostile import hostile_payload, sign_payload
 
 FAST = settings(
     max_examples=150,
@@ -213,3 +214,14 @@ def test_seed_files_exist() -> None:
     names = {p.name for p in SEEDS.iterdir()}
     assert {"json-nested-100000.json", "plan-nested-5000.toml"} <= names
     assert isinstance(Path, type)
+
+
+@FAST
+@given(payload=hostile_payload)
+def test_fuzz_hostile_signed_payloads(
+    payload: bytes, ledger: FuzzLedger, fuzz_counts: Counter[str]
+) -> None:
+    f = ledger.folder / "fuzz-hostile.json"
+    f.write_bytes(sign_payload(payload, ledger.runner))
+    code = cli(fuzz_counts, "signed", ledger, ["record", str(f), "--db", ledger.db])
+    assert code == 1  # each is refused, in one line
