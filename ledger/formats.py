@@ -2,8 +2,9 @@
 `$GITHUB_STEP_SUMMARY`, merge-request comments), JUnit XML (GitLab and Jenkins
 test reports) and a GitHub check-run payload.
 
-Each works on the `status --json` document, the stable contract, so a format
-never says more than the answer itself.
+Each renders the verdict of the `status --json` document (its `verdict`
+part, the model every surface renders), so a format never decides a state of
+its own and never says more than the answer itself.
 """
 
 from __future__ import annotations
@@ -11,13 +12,22 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 from typing import Any
 
-from ledger.inert import markdown_cell, xml_text
+from ledger.inert import inert, markdown_cell, xml_text
 
 __all__ = ["FORMATS", "github_check", "junit", "markdown"]
 
 FORMATS = ("text", "json", "markdown", "junit", "github-check")
 
-_ICON = {"qualified": "✅", "failed": "❌", "disputed": "❌", "not-applicable": "➖"}
+# A state reads by its word and a mark, never by colour alone.
+_ICON = {
+    "qualified": "✅",
+    "failed": "❌",
+    "disputed": "❌",
+    "not-applicable": "➖",
+    "not-run": "⬜",
+    "stale": "⏳",
+    "needs-review": "👀",
+}
 
 
 def _scope(scope: dict[str, Any]) -> str:
@@ -35,53 +45,73 @@ def _cell(text: str) -> str:
     return markdown_cell(text)
 
 
+def _commands(text: str) -> str:
+    """A sentence whose `...` spans are commands: those as code spans (made one
+    line, without controls; a code span shows its text literally), the rest as
+    cell text."""
+    parts = text.split("`")
+    pipe = "\\|"
+    return "".join(
+        "`" + inert(p, newlines=False).replace("|", pipe) + "`" if i % 2 else _cell(p)
+        for i, p in enumerate(parts)
+    )
+
+
+def _short(receipt_id: str) -> str:
+    return receipt_id.removeprefix("sha256:")[:12]
+
+
 def markdown(doc: dict[str, Any]) -> str:
-    """A heading with the verdict, then one table row per claim and scope."""
-    verdict = "qualified" if doc["qualified"] else "not qualified"
+    """The headline, the blockers with the next command, then one row per claim
+    at its required scope with the receipts and what each means here."""
+    v = doc["verdict"]
     lines = [
-        f"### Ledger: {_cell(_subject(doc))} is **{verdict}**",
+        f"### Ledger: {_cell(_subject(doc))}: **{_cell(v['headline'])}**",
         *(f"- {_cell(line)}" for line in doc.get("judged", [])),
-        "",
-        "| claim | scope | state | receipts | why |",
-        "|---|---|---|---|---|",
     ]
-    for row in doc["claims"]:
-        claim = row["claim"] if row["required"] else f"{row['claim']} (optional)"
-        if row["scope_role"] != "required":
-            claim = f"↳ {claim}"
-        receipts = ", ".join(f"`{r.removeprefix('sha256:')[:12]}`" for r in row["receipts"])
-        icon = _ICON.get(row["state"], "⚠️")
+    if v["blockers"]:
+        lines += ["", "**Blocking**", ""]
+        for i, b in enumerate(v["blockers"], 1):
+            lines.append(
+                f"{i}. **{_cell(b['claim'])}**: {b['state']} at {_cell(b['scope_text'])}; "
+                f"next: {_commands(b['next'] or '-')}"
+            )
+    lines += ["", "| claim | scope | state | receipts | why |", "|---|---|---|---|---|"]
+    for c in v["claims"]:
+        claim = c["claim"] if c["required"] else f"{c['claim']} (optional)"
+        receipts = ", ".join(f"`{r['short']}` {r['meaning']}" for r in c["receipts"])
+        icon = _ICON.get(c["state"], "⚠️")
         lines.append(
-            f"| {_cell(claim)} | {_cell(_scope(row['scope']))} | {icon} {row['state']} "
-            f"| {receipts or '-'} | {_cell('; '.join(row['reasons']))} |"
+            f"| {_cell(claim)} | {_cell(c['scope_text'])} | {icon} {c['state']} "
+            f"| {receipts or '-'} | {_cell('; '.join(c['reasons']))} |"
         )
     return "\n".join(lines) + "\n"
 
 
 def junit(doc: dict[str, Any]) -> str:
-    """One test case per claim and scope: qualified passes; a required claim at its
-    required scope that is not qualified fails; anything else not qualified is skipped
-    (it does not decide the answer)."""
+    """One test case per claim at its required scope: qualified passes; a required
+    claim that is not qualified fails (its next command in the text); an optional
+    one that is not qualified is skipped (it does not decide the answer)."""
+    v = doc["verdict"]
     x = xml_text
-    suite = ET.Element("testsuite", name=x(f"ledger: {_subject(doc)}"))
+    suite = ET.Element("testsuite", name=x(f"ledger: {_subject(doc)}: {v['headline']}"))
     failures = skipped = 0
-    for row in doc["claims"]:
+    for c in v["claims"]:
         case = ET.SubElement(
-            suite,
-            "testcase",
-            classname=x(row["claim"]),
-            name=x(f"{row['scope_role']}: {_scope(row['scope'])}"),
+            suite, "testcase", classname=x(c["claim"]), name=x(f"required: {c['scope_text']}")
         )
-        if row["state"] == "qualified":
+        if c["state"] == "qualified":
             continue
-        why = x("; ".join(row["reasons"]) or row["state"])
-        if row["required"] and row["scope_role"] == "required":
+        why = "; ".join(c["reasons"]) or c["state"]
+        if c["next"]:
+            why += f"\nnext: {c['next']}"
+        if c["required"]:
             failures += 1
-            ET.SubElement(case, "failure", message=row["state"], type=row["state"]).text = why
+            ET.SubElement(case, "failure", message=c["state"], type=c["state"]).text = x(why)
         else:
             skipped += 1
-            ET.SubElement(case, "skipped", message=x(f"{row['state']}: {why}"))
-    suite.set("tests", str(len(doc["claims"])))
+            ET.SubElement(case, "skipped", message=x(f"{c['state']}: {why}"))
+    suite.set("tests", str(len(v["claims"])))
     suite.set("failures", str(failures))
     suite.set("errors", "0")
     suite.set("skipped", str(skipped))
@@ -93,29 +123,29 @@ def junit(doc: dict[str, Any]) -> str:
 
 def github_check(doc: dict[str, Any]) -> dict[str, Any]:
     """A check-run payload (POST /repos/{owner}/{repo}/check-runs): the conclusion,
-    a title and Markdown summary, one annotation per claim that is not qualified."""
+    the headline as title, the Markdown summary, one annotation per claim that is
+    not qualified (with the next command)."""
     s = doc["subject"]
-    required = [r for r in doc["claims"] if r["scope_role"] == "required"]
-    good = sum(r["state"] == "qualified" for r in required)
+    v = doc["verdict"]
     annotations = [
         {
             "path": "qualification.toml",
             "start_line": 1,
             "end_line": 1,
-            "annotation_level": "failure" if r["required"] else "warning",
-            "title": f"{r['claim']}: {r['state']}",
-            "message": "; ".join(r["reasons"]) or r["state"],
+            "annotation_level": "failure" if c["required"] else "warning",
+            "title": f"{c['claim']}: {c['state']}",
+            "message": "; ".join(c["reasons"]) + (f"\nnext: {c['next']}" if c["next"] else ""),
         }
-        for r in required
-        if r["state"] != "qualified"
+        for c in v["claims"]
+        if c["state"] != "qualified"
     ]
     return {
         "name": "ledger qualification",
         "head_sha": s["commit"],
         "status": "completed",
-        "conclusion": "success" if doc["qualified"] else "failure",
+        "conclusion": "success" if v["qualified"] else "failure",
         "output": {
-            "title": f"{good} of {len(required)} claims qualified",
+            "title": v["headline"],
             "summary": markdown(doc),
             # GitHub accepts at most 50 annotations per request.
             "annotations": annotations[:50],

@@ -93,10 +93,9 @@ def status(
     qualified at the requested scope.
     """
     from ledger import formats
-    from ledger.qualification import render_table
+    from ledger.render import render_status, terminal_width
 
     ident = _identity(repo, rev, pr, plan, offline, base)
-    report = None
     if server:
         # The question is identified here, in this checkout, as a local status
         # would; the server answers it from its ledger.
@@ -116,10 +115,10 @@ def status(
         emit_json(formats.github_check(doc))
     elif fmt == "junit":
         click.echo(formats.junit(doc), nl=False)
-    elif fmt == "markdown" or report is None:
+    elif fmt == "markdown":
         click.echo(formats.markdown(doc), nl=False)
     else:
-        click.echo(render_table(report), nl=False)
+        click.echo(render_status(doc, width=terminal_width()), nl=False)
     if not doc["qualified"]:
         raise SystemExit(EXIT_NEGATIVE)
 
@@ -143,7 +142,7 @@ def history(
 ) -> None:
     """Every statement and review about a revision, in log order; superseded ones marked."""
     from ledger.query import history_document, query_history
-    from ledger.render import render_history
+    from ledger.render import render_history, terminal_width
 
     q = _identity(repo, rev, pr, plan, offline, base)
     if server:
@@ -156,7 +155,7 @@ def history(
     if as_json:
         emit_json(doc)
     else:
-        click.echo(render_history(doc["subject"], doc["entries"]), nl=False)
+        click.echo(render_history(doc["subject"], doc["entries"], width=terminal_width()), nl=False)
 
 
 @click.command()
@@ -167,7 +166,7 @@ def history(
 def show(receipt: str, server: str | None, db: str | None, as_json: bool) -> None:
     """Show a receipt or review: its statement, signer and reviews."""
     from ledger.query import show_document
-    from ledger.render import render_show
+    from ledger.render import render_show, terminal_width
 
     if server:
         from ledger.client import fetch_entry
@@ -178,7 +177,7 @@ def show(receipt: str, server: str | None, db: str | None, as_json: bool) -> Non
     if as_json:
         emit_json(doc)
     else:
-        click.echo(render_show(doc))
+        click.echo(render_show(doc, width=terminal_width()), nl=False)
 
 
 SERVERS_WORD = "the server's word only, nothing verified here"

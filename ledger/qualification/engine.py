@@ -63,7 +63,11 @@ def evaluate(
         row.state == "qualified" for row in rows if row.scope_role == "required" and row.required
     )
     return StatusReport(
-        subject=revision, qualified=qualified, claims=tuple(rows), query_scope=query
+        subject=revision,
+        qualified=qualified,
+        claims=tuple(rows),
+        query_scope=query,
+        evidence=tuple(ctx.receipts),
     )
 
 

@@ -126,6 +126,7 @@ def _receipt_item(
         "reason": p.reason,
         "observer": p.observer,
         "cleanup_complete": None if p.cleanup is None else p.cleanup.complete,
+        "recorded": str(p.runner.finished),
         "source": {
             "commit": src.commit,
             "tree": src.tree,

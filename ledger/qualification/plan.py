@@ -21,6 +21,7 @@ from pydantic import (
     ConfigDict,
     Field,
     JsonValue,
+    PlainSerializer,
     PlainValidator,
     StrictBool,
     ValidationError,
@@ -170,7 +171,10 @@ Name = Annotated[str, PlainValidator(_name)]
 Facets = Annotated[dict[str, str | int], PlainValidator(_facets)]
 JsonTable = Annotated[dict[str, JsonValue], PlainValidator(_json_table)]
 Reviews = Annotated[int, PlainValidator(_reviews)]
-Paths = Annotated[tuple[str, ...], PlainValidator(_paths)]
+# Serialised as a JSON array explicitly: a plain validator leaves pydantic's
+# tuple serializer warning about the value it validated.
+_AS_LIST = PlainSerializer(list, return_type=list[str])
+Paths = Annotated[tuple[str, ...], PlainValidator(_paths), _AS_LIST]
 
 
 class _Frozen(BaseModel):
@@ -187,7 +191,7 @@ def _names(value: object) -> tuple[str, ...]:
     return tuple(items)
 
 
-Names = Annotated[tuple[str, ...], PlainValidator(_names)]
+Names = Annotated[tuple[str, ...], PlainValidator(_names), _AS_LIST]
 
 
 class PackageSpec(_Frozen):
@@ -219,7 +223,7 @@ def _env_names(value: object) -> tuple[str, ...]:
     return names
 
 
-EnvNames = Annotated[tuple[str, ...], PlainValidator(_env_names)]
+EnvNames = Annotated[tuple[str, ...], PlainValidator(_env_names), _AS_LIST]
 
 
 class RunnerSpec(_Frozen):

@@ -150,8 +150,13 @@ def _signing_keys(store: Store, keys: KeyDir | None) -> KeyDir | None:
 
 async def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
+    from ledger.service.web import pages
+
     reasons = {404: f"no such resource {request.url.path}", 405: f"cannot {request.method} here"}
-    return api.error_response(exc.status_code, reasons.get(exc.status_code, str(exc.detail)))
+    reason = reasons.get(exc.status_code, str(exc.detail))
+    if pages.wants_html(request) and not request.url.path.startswith("/v1/"):
+        return pages.error_page(exc.status_code, reason)
+    return api.error_response(exc.status_code, reason)
 
 
 async def _internal(request: Request, exc: Exception) -> Response:

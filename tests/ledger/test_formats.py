@@ -56,9 +56,15 @@ def status_doc(
 def test_markdown_is_a_table_with_one_row_per_claim_and_scope(status_doc: dict[str, Any]) -> None:
     md = markdown(status_doc)
     lines = md.splitlines()
-    assert lines[0].startswith("### Ledger: ") and "**not qualified**" in lines[0]
+    v = status_doc["verdict"]
+    assert lines[0].startswith("### Ledger: ") and f"**{v['headline']}**" in lines[0]
+    assert v["headline"] == "not qualified: 1 of 2 required claims qualified"
     rows = [line for line in lines if line.startswith("| ") and not line.startswith("| claim")]
-    assert len(rows) == len(status_doc["claims"])
+    assert len(rows) == len(v["claims"])
+    # The blocker comes first, with the command to run next.
+    blocking = lines.index("**Blocking**")
+    assert lines[blocking + 2].startswith("1. **bad**: failed")
+    assert "next: `ledger qualify --rev " in lines[blocking + 2]
     # Every row has exactly five cells: the pipe in the reason is escaped.
     for row in rows:
         assert len(row.replace("\\|", "").split("|")) == 7
@@ -70,7 +76,7 @@ def test_junit_counts_agree_with_the_cases(status_doc: dict[str, Any]) -> None:
     assert root.tag == "testsuites"
     [suite] = root.findall("testsuite")
     cases = suite.findall("testcase")
-    assert int(suite.get("tests", "-1")) == len(cases) == len(status_doc["claims"])
+    assert int(suite.get("tests", "-1")) == len(cases) == len(status_doc["verdict"]["claims"])
     failed = [c for c in cases if c.find("failure") is not None]
     skipped = [c for c in cases if c.find("skipped") is not None]
     assert int(suite.get("failures", "-1")) == len(failed) == 1
@@ -89,7 +95,7 @@ def test_github_check_payload_has_the_check_run_fields(status_doc: dict[str, Any
     assert payload["head_sha"] == status_doc["subject"]["commit"]
     assert payload["status"] == "completed" and payload["conclusion"] == "failure"
     out = payload["output"]
-    assert out["title"] == "1 of 2 claims qualified"
+    assert out["title"] == "not qualified: 1 of 2 required claims qualified"
     assert out["summary"] == markdown(status_doc)
     [note] = out["annotations"]
     assert note["annotation_level"] == "failure" and note["title"] == "bad: failed"

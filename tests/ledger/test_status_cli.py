@@ -205,3 +205,53 @@ def test_log_checkpoint_proof_consistency(
     missing = run(capsys, "log", "consistency", "2", "5")
     assert missing.code == 1 and "no checkpoint at size 2" in missing.err
     assert run(capsys, "audit").code == 0
+
+
+def test_a_contradicting_scope_answers_not_applicable(
+    upstream: git.Repo, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """As docs/plan.md says: not an error, the claim is not-applicable, exit 1."""
+    plan = PLAN.format(carry="commit") + 'scope = { gpu_model = "NVIDIA H200" }\n'
+    commit_file(upstream, "qualification.toml", plan, "plan")
+    code, doc = _status(capsys, upstream, "--rev", "HEAD", "--scope", "gpu_model=A100")
+    assert code == 1 and _state(doc) == "not-applicable"
+    assert "gpu_model=A100" in doc["claims"][0]["reasons"][0]
+
+
+def test_history_and_show_for_people(
+    upstream: git.Repo, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    _plan(upstream, "commit")
+    meas = tmp_path / "m.json"
+    meas.write_text(
+        json.dumps(
+            {
+                "measured_bytes": 149459365888,
+                "ratio": 1.0000000000000002,
+                "simulated": True,
+                "shapes": [
+                    {"shape": "4x2048", "predicted_bytes": 2516754432, "counterexample": False}
+                ],
+            }
+        )
+    )
+    rid = _attest(
+        capsys, upstream, "--rev", "HEAD", "--outcome", "passed", "--measurements", str(meas)
+    )
+    hist = run(capsys, "history", "--repo", str(upstream.working_tree_dir), "--rev", "HEAD")
+    short = rid.removeprefix("sha256:")[:12]
+    [line] = [x for x in hist.out.splitlines() if short in x]
+    # A short id and the time it was recorded, never the 64-hex id.
+    assert rid.removeprefix("sha256:") not in hist.out
+    assert line.split()[2][:2] == "20" and ":" in line.split()[3]
+    assert max(len(x) for x in hist.out.splitlines()) <= 80
+    shown = run(capsys, "show", rid)
+    assert shown.code == 0
+    assert "measured_bytes = 139.19 GiB (149459365888)" in shown.out
+    assert "ratio = 1" in shown.out and "1.0000000000000002" not in shown.out
+    assert "simulated = yes" in shown.out and "True" not in shown.out
+    assert "shapes (1 rows)" in shown.out and "2.34 GiB" in shown.out
+    assert max(len(x) for x in shown.out.splitlines()) <= 80
+    # --json is the statement as logged.
+    doc = json.loads(run(capsys, "show", rid, "--json").out)
+    assert doc["statement"]["predicate"]["measurements"]["ratio"] == 1.0000000000000002

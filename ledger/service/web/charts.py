@@ -4,55 +4,128 @@ output is a standalone `<svg>` element embedded in the page."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from html import escape
 
+from ledger import humanize
+
 __all__ = ["bars", "human_bytes", "lines"]
 
-_W, _H, _PAD = 640, 240, 48
+_W, _H, _PAD = 720, 300, 72
 
 
 def human_bytes(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} TiB"
+    return humanize.iec(n)
 
 
-def bars(title: str, labels: Sequence[str], series: dict[str, Sequence[float | None]]) -> str:
-    """Grouped bars: one group per label, one bar per series (None: not measured)."""
-    top = max((v for vs in series.values() for v in vs if v is not None), default=0) or 1
+def _ticks(lo: float, hi: float, log: bool) -> list[float]:
+    """Axis ticks: powers of ten on a log axis, else five round steps from 0."""
+    if log:
+        out = []
+        e = math.floor(math.log10(lo))
+        while 10**e <= hi * 10:
+            out.append(float(10**e))
+            e += 1
+        return out
+    step = hi / 4 if hi > 0 else 1
+    mag = 10 ** math.floor(math.log10(step))
+    step = next(m * mag for m in (1, 2, 2.5, 5, 10) if m * mag >= step)
+    return [i * step for i in range(int(hi / step) + 2)]
+
+
+def bars(
+    title: str,
+    labels: Sequence[str],
+    series: dict[str, Sequence[float | None]],
+    *,
+    marks: Sequence[str] = (),
+    x_label: str = "",
+    y_label: str = "bytes",
+) -> str:
+    """Grouped bars: one group per label, one bar per series (None: not measured).
+
+    The y axis is labelled and ticked in IEC units, logarithmic when the values
+    span more than two decades; each bar carries its value as text (not only on
+    hover); `marks` names a label's group `counterexample` or `refused`, drawn as a
+    labelled marker so it reads without colour."""
+    values = [v for vs in series.values() for v in vs if v is not None and v > 0]
+    hi = max(values, default=1.0)
+    lo = min(values, default=1.0)
+    log = hi / lo > 100
+    ticks = _ticks(lo, hi, log)
+    top = ticks[-1] if ticks else hi
+    bottom = ticks[0] if log and ticks else 0.0
     n, k = max(len(labels), 1), max(len(series), 1)
-    group = (_W - 2 * _PAD) / n
+    left, right, head, foot = 86, 16, 48, 96
+    plot_w = _W - left - right
+    plot_h = _H - head
+    group = plot_w / n
     bar = group * 0.8 / k
+
+    def py(v: float) -> float:
+        if log:
+            frac = (math.log10(max(v, bottom)) - math.log10(bottom)) / (
+                math.log10(top) - math.log10(bottom) or 1
+            )
+        else:
+            frac = (v - bottom) / ((top - bottom) or 1)
+        return _H - plot_h * frac
+
     parts = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {_W} {_H + 60}" '
+        f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {_W} {_H + foot}" '
         f'role="img" aria-label="{escape(title)}" class="chart">',
-        f'<text x="{_PAD}" y="16" class="title">{escape(title)}</text>',
-        f'<line x1="{_PAD}" y1="{_H}" x2="{_W - _PAD}" y2="{_H}" class="axis"/>',
-        f'<text x="4" y="{_PAD}" class="tick">{escape(human_bytes(top))}</text>',
+        f'<text x="{left}" y="16" class="title">{escape(title)}'
+        f"{' (log scale)' if log else ''}</text>",
+        f'<line x1="{left}" y1="{_H}" x2="{_W - right}" y2="{_H}" class="axis"/>',
+        f'<line x1="{left}" y1="{head}" x2="{left}" y2="{_H}" class="axis"/>',
+        f'<text x="12" y="{(head + _H) / 2:.0f}" class="label" '
+        f'transform="rotate(-90 12 {(head + _H) / 2:.0f})" text-anchor="middle">'
+        f"{escape(y_label)}{' (log)' if log else ''}</text>",
     ]
-    for j, (name, values) in enumerate(series.items()):
-        for i, v in enumerate(values):
+    for t in ticks:
+        y = py(t)
+        parts.append(
+            f'<line x1="{left - 4}" y1="{y:.1f}" x2="{_W - right}" y2="{y:.1f}" class="grid"/>'
+            f'<text x="{left - 6}" y="{y + 4:.1f}" class="tick" text-anchor="end">'
+            f"{escape(human_bytes(t) if y_label == 'bytes' else f'{t:g}')}</text>"
+        )
+    for j, (name, vals) in enumerate(series.items()):
+        for i, v in enumerate(vals):
             if v is None:
                 continue
-            h = (_H - _PAD) * v / top
-            x = _PAD + i * group + group * 0.1 + j * bar
+            y = py(v) if v > 0 else _H
+            x = left + i * group + group * 0.1 + j * bar
+            text = human_bytes(v) if y_label == "bytes" else f"{v:g}"
             parts.append(
-                f'<rect x="{x:.1f}" y="{_H - h:.1f}" width="{bar:.1f}" height="{h:.1f}" '
-                f'class="s{j}"><title>{escape(name)} {escape(labels[i])}: '
-                f"{escape(human_bytes(v))}</title></rect>"
+                f'<rect x="{x:.1f}" y="{y:.1f}" width="{bar:.1f}" height="{_H - y:.1f}" '
+                f'class="s{j}"><title>{escape(name)} {escape(labels[i])}: {escape(text)} '
+                f"({v:.0f})</title></rect>"
+                f'<text x="{x + bar / 2:.1f}" y="{y - 3:.1f}" class="value" '
+                f'transform="rotate(-90 {x + bar / 2:.1f} {y - 3:.1f})">{escape(text)}</text>'
             )
-        parts.append(
-            f'<rect x="{_PAD + j * 120}" y="{_H + 40}" width="10" height="10" class="s{j}"/>'
-            f'<text x="{_PAD + j * 120 + 14}" y="{_H + 49}" class="tick">{escape(name)}</text>'
-        )
     for i, label in enumerate(labels):
-        x = _PAD + i * group + group / 2
+        x = left + i * group + group / 2
         parts.append(
             f'<text x="{x:.1f}" y="{_H + 16}" class="tick" text-anchor="middle">'
             f"{escape(label)}</text>"
+        )
+        mark = marks[i] if i < len(marks) else ""
+        if mark:
+            shape = "✕" if mark == "counterexample" else "○"
+            parts.append(
+                f'<text x="{x:.1f}" y="{_H + 32}" class="mark {escape(mark)}" '
+                f'text-anchor="middle">{shape} {escape(mark)}</text>'
+            )
+    if x_label:
+        parts.append(
+            f'<text x="{left + plot_w / 2:.0f}" y="{_H + 52}" class="label" '
+            f'text-anchor="middle">{escape(x_label)}</text>'
+        )
+    for j, name in enumerate(series):
+        parts.append(
+            f'<rect x="{left + j * 120}" y="{_H + 70}" width="10" height="10" class="s{j}"/>'
+            f'<text x="{left + j * 120 + 14}" y="{_H + 79}" class="tick">{escape(name)}</text>'
         )
     parts.append("</svg>")
     return "".join(parts)
@@ -81,8 +154,16 @@ def lines(
         f'role="img" aria-label="{escape(title)}" class="chart">',
         f'<text x="{_PAD}" y="16" class="title">{escape(title)}</text>',
         f'<line x1="{_PAD}" y1="{_H}" x2="{_W - _PAD}" y2="{_H}" class="axis"/>',
-        f'<text x="4" y="{_PAD}" class="tick">{escape(human_bytes(top))}</text>',
+        f'<text x="{_PAD}" y="{_H + 36}" class="label">time since the first event</text>',
     ]
+    for t in _ticks(1, top, False):
+        if t > top:
+            break
+        parts.append(
+            f'<line x1="{_PAD}" y1="{py(t):.1f}" x2="{_W - _PAD}" y2="{py(t):.1f}" class="grid"/>'
+            f'<text x="{_PAD - 4}" y="{py(t) + 4:.1f}" class="tick" text-anchor="end">'
+            f"{escape(human_bytes(t))}</text>"
+        )
     for j, (name, pts) in enumerate(series.items()):
         d = []
         last_y = 0.0
@@ -91,8 +172,8 @@ def lines(
             last_y = y
         parts.append(f'<polyline points="{" ".join(d)}" class="l{j}"/>')
         parts.append(
-            f'<rect x="{_PAD + j * 140}" y="{_H + 20}" width="10" height="10" class="s{j}"/>'
-            f'<text x="{_PAD + j * 140 + 14}" y="{_H + 29}" class="tick">{escape(name)}</text>'
+            f'<rect x="{_PAD + 220 + j * 140}" y="{_H + 26}" width="10" height="10" class="s{j}"/>'
+            f'<text x="{_PAD + 234 + j * 140}" y="{_H + 35}" class="tick">{escape(name)}</text>'
         )
     if mark is not None:
         mx, my, label = mark

@@ -1,6 +1,10 @@
 """The pages: an index, a PR (or revision) page, a receipt page and a memory
 plot of a snapshot artifact. Each state carries `data-state` (and each matrix
 cell `data-claim`/`data-scope`) so tests compare a page with `status --json`.
+
+A page asked for with `Accept: application/json` (and not text/html) answers
+the JSON document it renders; an error answers a page with a heading, the
+reason and a way back to a browser, JSON to an API client.
 """
 
 from __future__ import annotations
@@ -11,14 +15,16 @@ from typing import Any
 from urllib.parse import quote, urlencode
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
+from markupsafe import Markup, escape
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, Response
+from starlette.responses import HTMLResponse, JSONResponse, Response
 
+from ledger import humanize
 from ledger.errors import Error
 from ledger.service.web import charts, views
 
-__all__ = ["ROUTES", "STATIC"]
+__all__ = ["ROUTES", "STATIC", "error_page", "wants_html"]
 
 HERE = Path(__file__).parent
 STATIC = HERE / "static"
@@ -32,6 +38,36 @@ _env.filters["bytes"] = charts.human_bytes
 _env.filters["short"] = lambda s: str(s).removeprefix("sha256:")[:12]
 _env.filters["q"] = lambda d: urlencode(d)
 _env.filters["path"] = lambda s: quote(str(s), safe=":")
+_env.filters["envline"] = lambda env: humanize.environment_line(dict(env or {}))
+
+
+def _commands(text: str | None) -> Markup:
+    """`ledger ...` spans of a sentence as code, the rest escaped."""
+    parts = str(text or "").split("`")
+    return Markup("").join(
+        Markup("<code>{}</code>").format(p) if i % 2 else escape(p) for i, p in enumerate(parts)
+    )
+
+
+_env.filters["commands"] = _commands
+
+_HEADINGS = {400: "Bad request", 404: "Not found", 405: "Not allowed", 409: "Conflict"}
+
+
+def wants_html(request: Request) -> bool:
+    """A browser (it asks for text/html); API clients get JSON."""
+    return "text/html" in request.headers.get("accept", "")
+
+
+def _wants_json(request: Request) -> bool:
+    accept = request.headers.get("accept", "")
+    return "application/json" in accept and "text/html" not in accept
+
+
+def error_page(status: int, reason: str, back: str | None = None) -> Response:
+    """An error for a person: a heading, the reason, a way back."""
+    heading = _HEADINGS.get(status, "Something went wrong" if status >= 500 else "Cannot show this")
+    return _render("error.html", status, heading=heading, reason=reason, back=back)
 
 
 def _render(name: str, status: int = 200, **ctx: Any) -> Response:
@@ -49,13 +85,22 @@ def _render(name: str, status: int = 200, **ctx: Any) -> Response:
 Page = Callable[[Request], Awaitable[Response]]
 
 
-def _page(fn: Callable[[Any, Request], dict[str, Any]], template: str) -> Page:
+def _page(
+    fn: Callable[[Any, Request], dict[str, Any]], template: str, as_json: str | None = None
+) -> Page:
+    """A page; `as_json` names the part of its context an API client gets."""
+
     async def handle(request: Request) -> Response:
         led = request.app.state.ledger
+        json_client = _wants_json(request)
         try:
             ctx = await run_in_threadpool(fn, led, request)
         except Error as e:
-            return _render("error.html", min(e.http_status, 500), reason=e.reason())
+            if json_client:
+                return JSONResponse({"error": e.reason()}, min(e.http_status, 500))
+            return error_page(min(e.http_status, 500), e.reason())
+        if json_client and as_json is not None:
+            return JSONResponse(ctx[as_json])
         return _render(template, **ctx)
 
     handle.__name__ = fn.__name__
@@ -63,7 +108,7 @@ def _page(fn: Callable[[Any, Request], dict[str, Any]], template: str) -> Page:
 
 
 def _index(led: Any, request: Request) -> dict[str, Any]:
-    return {"repos": views.index(led.store())}
+    return {"repos": views.index(led.store(), led.mirrors)}
 
 
 def _pr(led: Any, request: Request) -> dict[str, Any]:
@@ -79,9 +124,30 @@ def _memory(led: Any, request: Request) -> dict[str, Any]:
     return views.memory_page(led, str(request.path_params["digest"]))
 
 
+async def _anchor(request: Request) -> Response:
+    """The ledger's public key (PEM): the trust anchor `ledger verify --trust` takes."""
+    from ledger.keys import active_ledger_key, public_pem
+
+    led = request.app.state.ledger
+    try:
+        info = await run_in_threadpool(lambda: active_ledger_key(led.store().keys()))
+    except Error as e:
+        return (
+            error_page(404, e.reason())
+            if wants_html(request)
+            else Response(e.reason(), 404, media_type="text/plain")
+        )
+    return Response(
+        public_pem(info.public),
+        media_type="application/x-pem-file",
+        headers={"Content-Disposition": 'attachment; filename="ledger.pub.pem"'},
+    )
+
+
 ROUTES: list[tuple[str, Page]] = [
-    ("/", _page(_index, "index.html")),
-    ("/pr", _page(_pr, "pr.html")),
-    ("/receipt/{ref}", _page(_receipt, "receipt.html")),
+    ("/", _page(_index, "index.html", "repos")),
+    ("/pr", _page(_pr, "pr.html", "report")),
+    ("/receipt/{ref}", _page(_receipt, "receipt.html", "doc")),
     ("/artifact/{digest}/memory", _page(_memory, "memory.html")),
+    ("/ledger.pub.pem", _anchor),
 ]

@@ -9,6 +9,7 @@ from typing import Any
 
 from sqlalchemy import func, select
 
+from ledger import humanize
 from ledger.errors import Error, InputError
 from ledger.query import query_history, query_status, show_document
 from ledger.repoid import canonical_repo
@@ -19,8 +20,16 @@ from ledger.store.store import RECEIPT, Store
 __all__ = ["index", "memory_page", "pr_page", "receipt_page"]
 
 
-def index(store: Store) -> list[dict[str, Any]]:
-    """Repositories, their PRs and revisions, with receipt counts."""
+def _verdict_of(
+    store: Store, repo: str, pr: int | None, rev: str | None, mirrors: Sequence[Path]
+) -> tuple[Any, dict[str, Any]]:
+    ident = identity_from_log(store, repo, pr, rev, mirrors)
+    return ident, query_status(store, ident, claims=None, scope={}).to_json()
+
+
+def index(store: Store, mirrors: Sequence[Path] = ()) -> list[dict[str, Any]]:
+    """Repositories, their PRs (each with its verdict, head, last time and counts)
+    and revisions."""
     q = select(
         RECEIPT.c.repo, RECEIPT.c.pr, RECEIPT.c.commit, func.count(), func.max(RECEIPT.c.seq)
     ).group_by(RECEIPT.c.repo, RECEIPT.c.pr, RECEIPT.c.commit)
@@ -40,28 +49,64 @@ def index(store: Store) -> list[dict[str, Any]]:
             p["heads"].add(commit)
             p["last"] = max(p["last"], last)
         else:
-            r["revisions"][commit] = r["revisions"].get(commit, 0) + n
+            rv = r["revisions"].setdefault(commit, {"commit": commit, "receipts": 0, "last": 0})
+            rv["receipts"] += n
+            rv["last"] = max(rv["last"], last)
     out = []
     for r in sorted(repos.values(), key=lambda r: r["repo"]):
         prs = sorted(r["prs"].values(), key=lambda p: -p["last"])
+        revisions = sorted(r["revisions"].values(), key=lambda p: -p["last"])
         out.append(
             {
                 "repo": r["repo"],
                 "receipts": r["receipts"],
-                "prs": [{**p, "heads": len(p["heads"])} for p in prs],
-                "revisions": sorted(r["revisions"].items()),
+                "prs": [
+                    {
+                        **p,
+                        "heads": len(p["heads"]),
+                        **_summary(store, r["repo"], p["pr"], None, mirrors),
+                    }
+                    for p in prs[:_INDEX_VERDICTS]
+                ],
+                "revisions": [
+                    {**v, **_summary(store, r["repo"], None, v["commit"], mirrors)}
+                    for v in revisions[:_INDEX_VERDICTS]
+                ],
             }
         )
     return out
 
 
+_INDEX_VERDICTS = 50
+"""PRs (and revisions) per repository the index judges; the newest first."""
+
+
+def _summary(
+    store: Store, repo: str, pr: int | None, rev: str | None, mirrors: Sequence[Path]
+) -> dict[str, Any]:
+    """What the index shows of one PR or revision: its verdict, head and time."""
+    try:
+        _, report = _verdict_of(store, repo, pr, rev, mirrors)
+    except Error as e:
+        return {"verdict": None, "error": e.reason()}
+    v = report["verdict"]
+    times = [r["recorded"] for c in v["claims"] for r in c["receipts"] if r.get("recorded")]
+    return {
+        "verdict": v,
+        "head": report["subject"]["commit"],
+        "recorded": max(times) if times else None,
+    }
+
+
 def _scope_text(scope: dict[str, Any]) -> str:
-    return ", ".join(f"{k}={v}" for k, v in sorted(scope.items())) or "(any)"
+    return ",".join(f"{k}={v}" for k, v in sorted(scope.items())) or "*"
 
 
 def pr_page(
     store: Store, repo: str, pr_text: str | None, rev: str | None, mirrors: Sequence[Path] = ()
 ) -> dict[str, Any]:
+    """The PR (or revision) page: the verdict as every surface renders it, the
+    head history with times, and the reviews."""
     if not repo:
         raise InputError("repo: required")
     pr = None
@@ -69,29 +114,32 @@ def pr_page(
         if not pr_text.isdigit() or not 0 < int(pr_text) < 2**31:
             raise InputError("pr: expected a pull request number")
         pr = int(pr_text)
-    ident = identity_from_log(store, repo, pr, rev, mirrors)
-    report = query_status(store, ident, claims=None, scope={}).to_json()
+    ident, report = _verdict_of(store, repo, pr, rev, mirrors)
+    verdict = report["verdict"]
     items = [i.to_json() for i in query_history(store, ident)]
-    # The matrix: one row per claim, one column per scope any row has.
-    scopes: list[str] = []
-    matrix: dict[str, dict[str, dict[str, Any]]] = defaultdict(dict)
-    for row in report["claims"]:
-        s = _scope_text(row["scope"])
-        if s not in scopes:
-            scopes.append(s)
-        matrix[row["claim"]][s] = {**row, "scope_text": s}
+    keys = store.keys()
     heads: list[dict[str, Any]] = []
     by_head: dict[str, dict[str, Any]] = {}
     for it in items:
         if it["kind"] != "receipt":
             continue
-        commit = (it.get("source") or {}).get("commit") or it.get("commit") or "?"
+        commit = (it.get("source") or {}).get("commit") or "?"
         h = by_head.get(commit)
         if h is None:
-            h = {"commit": commit, "first_seq": it["seq"], "receipts": [], "parents": []}
+            h = {
+                "commit": commit,
+                "first_seq": it["seq"],
+                "receipts": [],
+                "first": None,
+                "last": None,
+            }
             by_head[commit] = h
             heads.append(h)
         h["receipts"].append(it)
+        when = it.get("recorded")
+        if when:
+            h["first"] = min(h["first"] or when, when)
+            h["last"] = max(h["last"] or when, when)
     current = ident.revision.commit
     known: set[str] = set()
     for h in heads:
@@ -100,27 +148,51 @@ def pr_page(
         h["force_push"] = bool(known) and not (set(parents) & known)
         h["current"] = h["commit"] == current
         known.add(h["commit"])
-    disputes = [i for i in items if i["kind"] == "review" and i.get("verdict") == "dispute"]
+    meanings = {r["id"]: r for c in verdict["claims"] for r in c["receipts"]}
+    for h in heads:
+        for it in h["receipts"]:
+            it["meaning"] = meanings.get(it["id"])
+    claim_of = {it["id"]: it.get("claim") for it in items if it["kind"] == "receipt"}
+    reviews = []
+    for it in items:
+        if it["kind"] != "review":
+            continue
+        info = keys.get(it["signer"])
+        e = store.entry(it["id"])
+        try:
+            reviewed = str(e.review.predicate.reviewed) if e is not None else None
+        except Error:
+            reviewed = None
+        reviews.append(
+            {
+                **it,
+                "reviewer": info.name if info else None,
+                "claim": claim_of.get(it.get("receipt", "")),
+                "reviewed": reviewed,
+            }
+        )
+    # What the verdict says of each receipt a later one names as replaced: the
+    # page never calls a supersession done that the verdict says had no effect.
     supersessions = [
-        i
+        {**i, "meaning": meanings.get(i["id"])}
         for i in items
-        if i["kind"] == "receipt" and (i["superseded"] or i["supersession_pending"])
+        if i["kind"] == "receipt" and (i["superseded"] or i.get("supersession_pending"))
     ]
     return {
         "repo": ident.revision.repo,
         "pr": pr,
         "report": report,
-        "scopes": scopes,
-        "matrix": dict(matrix),
+        "verdict": verdict,
         "heads": heads,
         "items": items,
-        "disputes": disputes,
+        "reviews": reviews,
         "supersessions": supersessions,
     }
 
 
 def _charts(measurements: dict[str, Any]) -> list[str]:
-    """Predicted vs measured bytes per shape, one chart per phase."""
+    """Predicted vs measured bytes per shape, one chart per phase; refusals and
+    counterexamples marked."""
     rows = measurements.get("shapes")
     if not isinstance(rows, list):
         return []
@@ -134,20 +206,131 @@ def _charts(measurements: dict[str, Any]) -> list[str]:
         def num(v: Any) -> float | None:
             return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
 
+        marks = []
+        for r in rs:
+            if r.get("counterexample"):
+                marks.append("counterexample")
+            elif r.get("admitted") is False or r.get("status") == "refused":
+                marks.append("refused")
+            else:
+                marks.append("")
         out.append(
             charts.bars(
-                f"{phase}: predicted vs measured",
+                f"{phase}: predicted vs measured bytes per shape",
                 [str(r["shape"]) for r in rs],
                 {
                     "predicted": [num(r.get("predicted_bytes")) for r in rs],
                     "measured": [num(r.get("measured_bytes")) for r in rs],
                 },
+                marks=marks,
+                x_label="shape (batch x sequence)",
+                y_label="bytes",
             )
         )
     return out
 
 
+# Scalars a reviewer reads first, per check: the verdict figures.
+_KEY_SCALARS: dict[str, tuple[str, ...]] = {
+    "admission": (
+        "counterexample_count",
+        "admitted_count",
+        "refused_count",
+        "over_refused_count",
+        "max_measured_over_predicted",
+        "attempts",
+    ),
+    "gradient-compare": (
+        "threshold",
+        "tensors_over_threshold",
+        "tensors_compared",
+        "max_rel_l2",
+        "max_noise_rel_l2",
+        "noise_margin",
+        "min_cosine",
+        "arms_in_parallel",
+    ),
+}
+_WORST_TENSORS = 10
+
+
+def _cell(key: str, v: Any) -> dict[str, Any]:
+    """One value for a page: the readable text and, where it differs, the exact one."""
+    if isinstance(v, list) and not any(isinstance(x, dict | list) for x in v):
+        return {"text": ", ".join(humanize.value(key, x) for x in v) or "(none)", "exact": None}
+    text = humanize.value(key, v)
+    exact = str(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
+    if isinstance(v, str) and humanize.is_digest(v):
+        exact = v
+    if exact == text:
+        exact = None
+    return {"text": text, "exact": exact}
+
+
+def _flat(prefix: str, v: Any) -> list[tuple[str, Any]]:
+    if isinstance(v, dict):
+        out: list[tuple[str, Any]] = []
+        for k, x in v.items():
+            out += _flat(f"{prefix}.{k}" if prefix else str(k), x)
+        return out
+    return [(prefix, v)]
+
+
+def _measurements(check: str, m: dict[str, Any]) -> dict[str, Any]:
+    """Every measurement: key figures first, scalars (nested dicts flattened), lists
+    of scalars joined, lists of records as tables with their key columns first."""
+    key = [k for k in _KEY_SCALARS.get(check, ()) if k in m]
+    scalars: list[tuple[str, dict[str, Any]]] = []
+    tables: list[dict[str, Any]] = []
+    for k, v in m.items():
+        if isinstance(v, list) and v and all(isinstance(x, dict) for x in v):
+            rows = humanize.sorted_rows(k, v)
+            cols = humanize.columns(k, rows)
+            tables.append(
+                {
+                    "name": k,
+                    "cols": cols,
+                    "rows": [
+                        {
+                            "cells": [_cell(c, r.get(c)) for c in cols],
+                            "counterexample": bool(r.get("counterexample"))
+                            or bool(r.get("over_threshold")),
+                            "refused": r.get("admitted") is False,
+                        }
+                        for r in rows
+                    ],
+                    "key": k in humanize.KEY_COLUMNS,
+                }
+            )
+        elif isinstance(v, list):
+            scalars.append(
+                (k, {"text": ", ".join(humanize.value(k, x) for x in v) or "(none)", "exact": None})
+            )
+        else:
+            scalars += [(fk, _cell(fk, fv)) for fk, fv in _flat(k, v)]
+    first = [(k, c) for k, c in scalars if k in key]
+    first.sort(key=lambda kc: key.index(kc[0]))
+    rest = [(k, c) for k, c in scalars if k not in key]
+    tables.sort(key=lambda t: not t["key"])
+    worst: list[dict[str, Any]] = []
+    worst_cols: list[str] = []
+    if check == "gradient-compare":
+        for t in tables:
+            if t["name"] == "tensors":
+                worst = t["rows"][:_WORST_TENSORS]
+                worst_cols = t["cols"]
+                break
+    return {
+        "key": first,
+        "scalars": rest,
+        "tables": tables,
+        "worst": {"cols": worst_cols, "rows": worst} if worst else None,
+    }
+
+
 def receipt_page(store: Store, ref: str, led: Any) -> dict[str, Any]:
+    """A receipt (or review): what it means for its PR, what ran, where, every
+    measurement, and how to check it offline."""
     from ledger.verify.logged import verify_in_ledger
 
     doc = show_document(store, ref)
@@ -156,19 +339,70 @@ def receipt_page(store: Store, ref: str, led: Any) -> dict[str, Any]:
     except Error as e:
         verification = {"verified": False, "reason": e.reason()}
     p = doc["statement"].get("predicate", {})
-    m = p.get("measurements") or {}
-    scalars = {k: v for k, v in m.items() if not isinstance(v, dict | list)}
-    tables = {k: v for k, v in m.items() if isinstance(v, list) and v and isinstance(v[0], dict)}
-    return {
+    keys = store.keys()
+    for r in doc.get("reviews", []):
+        info = keys.get(r.get("signer", ""))
+        r["reviewer"] = info.name if info else None
+    ctx: dict[str, Any] = {
         "doc": doc,
         "p": p,
         "verification": verification,
-        "state": p.get("outcome", doc["kind"]),
-        "scalars": scalars,
-        "tables": {k: (sorted({c for r in v for c in r}), v) for k, v in tables.items()},
-        "charts": _charts(m),
         "snapshot_type": "application/vnd.pytorch.memory-snapshot+pickle",
+        "meaning": None,
+        "question": None,
+        "superseded_by": [],
     }
+    if doc["kind"] == "review":
+        try:
+            target = show_document(store, p["receipt"])
+            ctx["reviewed"] = target["statement"]["predicate"]
+        except Error:
+            ctx["reviewed"] = None
+        return ctx
+    src = p.get("source", {})
+    # What this receipt means for its PR (the PR's current head), or its commit.
+    try:
+        pr = src.get("pr")
+        ident, report = _verdict_of(
+            store,
+            src.get("repo", ""),
+            pr,
+            None if pr is not None else src.get("commit"),
+            led.mirrors,
+        )
+        v = report["verdict"]
+        meaning = None
+        for c in v["claims"]:
+            for r in c["receipts"]:
+                if r["id"] == doc["id"]:
+                    meaning = {**r, "claim_state": c["state"], "scope_text": c["scope_text"]}
+        ctx["meaning"] = meaning
+        ctx["question"] = {
+            "repo": ident.revision.repo,
+            "pr": pr,
+            "rev": None if pr is not None else ident.revision.commit,
+            "head": ident.revision.commit,
+            "headline": v["headline"],
+        }
+        for it in query_history(store, ident):
+            if it.id == doc["id"]:
+                ctx["superseded_by"] = [s.to_json() for s in it.superseded_by]
+    except Error:
+        pass
+    ctx["params"] = [
+        (k, _cell(k, v)) for k, v in _flat("", p.get("check", {}).get("parameters") or {})
+    ]
+    ctx["environment"] = [(k, _cell(k, v)) for k, v in (p.get("scope") or {}).items()]
+    runner_env = (p.get("runner") or {}).get("environment") or {}
+    ctx["runner_environment"] = [(k, _cell(k, v)) for k, v in runner_env.items()]
+    ctx["m"] = _measurements(p.get("check", {}).get("name", ""), p.get("measurements") or {})
+    ctx["charts"] = _charts(p.get("measurements") or {})
+    ctx["digests"] = [
+        ("commit", src.get("commit")),
+        ("tree", src.get("tree")),
+        ("package", (src.get("package") or {}).get("digest")),
+    ]
+    return ctx
 
 
 def memory_page(led: Any, digest_ref: str) -> dict[str, Any]:

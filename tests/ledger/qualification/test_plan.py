@@ -136,3 +136,19 @@ def test_errors_name_the_field(text: str, message: str) -> None:
     assert line.startswith("qualification.toml: ")
     assert message in line
     assert "\n" not in str(info.value)
+
+
+def test_a_plan_with_a_package_serialises_without_warnings() -> None:
+    """`status --server` posts the plan as JSON: no pydantic warning on stderr."""
+    import warnings
+
+    from ledger.qualification.plan import Plan, parse_plan
+
+    plan = parse_plan(
+        '[package]\npaths = ["src/**/*.py"]\nlock = ["uv.lock"]\n'
+        '[[claims]]\nname = "a"\ncheck = "admission"\n'
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        doc = plan.model_dump(mode="json")
+    assert doc["package"]["paths"] == ["src/**/*.py"] and Plan.model_validate(doc) == plan

@@ -19,7 +19,7 @@ def _report() -> StatusReport:
 def test_json_shape() -> None:
     doc = _report().to_json()
     assert json.loads(json.dumps(doc)) == doc
-    assert set(doc) == {"subject", "qualified", "scope", "judged", "claims"}
+    assert set(doc) == {"subject", "qualified", "scope", "judged", "claims", "verdict"}
     assert set(doc["subject"]) == {"repo", "commit", "tree", "package_digest", "pr"}
     assert doc["subject"]["pr"] == 898 and doc["qualified"] is False
     required, *evidence = doc["claims"]
@@ -42,32 +42,35 @@ def test_json_shape() -> None:
     assert {row["state"] for row in doc["claims"]} <= set(STATES)
 
 
-def test_table_is_aligned_plain_text_with_short_ids() -> None:
+def test_terminal_answer_is_headline_blockers_then_one_block_per_claim() -> None:
     rep = _report()
     text = render_table(rep)
     assert text.isascii() and "\x1b" not in text
     lines = text.splitlines()
-    assert lines[0].endswith(": not qualified") and "PR #898" in lines[1]
-    header = lines[2]
-    assert header.split() == ["CLAIM", "/", "SCOPE", "/", "WHY", "STATE", "VIA", "RECEIPTS"]
+    assert lines[0].endswith(": not qualified: 0 of 1 required claims qualified")
+    assert "PR #898" in lines[1]
+    assert lines.index("Blocking:") < lines.index("Claims:")
     assert max(len(line) for line in lines) <= 80
-    state_col = header.index("STATE")
-    rows = [
-        line for line in lines[3:] if line[state_col:].split()[:1] in (["failed"], ["qualified"])
-    ]
-    assert len(rows) == 3
-    assert all(line[state_col - 2 : state_col] == "  " for line in rows)
+    # Every line under a claim is indented: nothing wraps back to column 0.
+    claims_at = lines.index("Claims:")
+    body = [line for line in lines[claims_at + 1 :] if line]
+    assert body[0].startswith("[XX] ") and all(line.startswith("    ") for line in body[1:])
     short = rep.claims[0].receipts[0][7:19]
     assert short in text and rep.claims[0].receipts[0] not in text
-    assert "> device_kind=cuda,dtype=bf16" in text
-    assert "counterexample: " in text
+    assert "counterexample: " in text and "-> counterexample: fails the claim" in text
+    assert "-> a pass outweighed by a counterexample" in text
+    assert "ledger qualify --pr 898 --claim" in text
+
+
+def test_terminal_answer_at_40_columns_stays_inside() -> None:
+    text = render_table(_report(), width=40)
+    assert max(len(line) for line in text.splitlines()) <= 40
 
 
 def test_table_for_nothing_asked() -> None:
     rep = StatusReport(subject=revision(), qualified=False, claims=())
-    assert render_table(rep).splitlines()[2].split() == [
-        "CLAIM", "/", "SCOPE", "/", "WHY", "STATE", "VIA", "RECEIPTS",
-    ]  # fmt: skip
+    text = render_table(rep)
+    assert "not qualified: 0 of 0 required claims qualified" in text.splitlines()[0]
 
 
 def test_a_qualified_control_row_does_not_list_other_receipts_as_faults() -> None:

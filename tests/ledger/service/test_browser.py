@@ -1,17 +1,17 @@
 """The reviewer's pages in a real headless Chromium (Debian's `chromium` and
-`chromium-driver`, driven by Selenium): every page renders with no console
-error, the PR matrix equals `status --json` for the same PR, and a screenshot
-of each page goes to docs/screenshots/."""
+`chromium-driver`, driven by Selenium) on a ledger this test builds (a
+force-pushed PR, a dispute, a memory snapshot): every page renders with no
+console error and no serious axe-core violation, the PR matrix equals `status
+--json` for the same PR, and the memory plot goes to docs/screenshots/ (the
+other screenshots come from the real H200 receipts: test_reviewer_view.py)."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 import pickle
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import git
 import pytest
@@ -21,18 +21,11 @@ from ledger.keys import KeyDir
 from ledger.service.run import Running, start
 from tests.conftest import commit_file
 from tests.ledger.helpers import run
+from tests.ledger.service.browser import axe_violations, browser, require_browser
 
 SHOTS = Path(__file__).resolve().parents[3] / "docs" / "screenshots"
-CHROMIUM = shutil.which("chromium")
-DRIVER = shutil.which("chromedriver")
-selenium = pytest.importorskip("selenium", reason="selenium is not installed")
-if CHROMIUM is None or DRIVER is None:
-    pytest.skip(
-        "Debian's chromium and chromium-driver are not installed (.ci/run installs them)",
-        allow_module_level=True,
-    )
+require_browser()
 
-from selenium import webdriver  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 
 PLAN = """
@@ -151,15 +144,6 @@ def site(
         srv.stop()
 
 
-def _browser() -> Any:
-    opts = webdriver.ChromeOptions()
-    opts.binary_location = str(CHROMIUM)
-    for a in ("--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1280,2400"):
-        opts.add_argument(a)
-    opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    return webdriver.Chrome(options=opts, service=webdriver.ChromeService(str(DRIVER)))
-
-
 def test_pages_render_and_agree_with_status(
     site: tuple[Running, git.Repo, dict[str, str]], capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -171,7 +155,7 @@ def test_pages_render_and_agree_with_status(
     assert json.loads(json.dumps(client._get(srv.url, "/v1/status?repo=up&pr=7"))) == cli
     digest = hashlib.sha256(_snapshot()).hexdigest()
     SHOTS.mkdir(parents=True, exist_ok=True)
-    b = _browser()
+    b = browser(1280, 2400)
     try:
         pages = {
             "index": "/",
@@ -184,27 +168,31 @@ def test_pages_render_and_agree_with_status(
             assert b.find_element(By.TAG_NAME, "h1").text, name
             errors = [e for e in b.get_log("browser") if e["level"] == "SEVERE"]
             assert errors == [], (name, errors)
-            b.save_screenshot(str(SHOTS / f"{name}.png"))
+            assert axe_violations(b) == [], name
+            if name == "memory":
+                b.save_screenshot(str(SHOTS / f"{name}.png"))
             if name == "pr":
                 cells = {
-                    (
-                        c.get_attribute("data-claim"),
-                        c.get_attribute("data-scope-role"),
-                    ): c.get_attribute("data-state")
+                    c.get_attribute("data-claim"): c.get_attribute("data-state")
                     for c in b.find_elements(By.CSS_SELECTOR, "td[data-claim]")
                 }
-                want = {(row["claim"], row["scope_role"]): row["state"] for row in cli["claims"]}
+                want = {row["claim"]: row["state"] for row in cli["verdict"]["claims"]}
                 assert cells == want
                 heads = b.find_elements(By.CSS_SELECTOR, "tr[data-head]")
                 assert [h.get_attribute("data-state") for h in heads] == ["stale", "current"]
                 assert "force-push" in heads[1].text
-                assert b.find_elements(By.CSS_SELECTOR, "li[data-state=disputed]")
+                # The dispute, with the reviewer's name and note.
+                [dispute] = b.find_elements(By.CSS_SELECTOR, "tr[data-state=disputed]")
+                assert "alice" in dispute.text and "flaky host" in dispute.text
+                assert cli["verdict"]["headline"] in b.find_element(By.TAG_NAME, "h2").text
             if name == "receipt":
                 assert len(b.find_elements(By.CSS_SELECTOR, "svg.chart")) == 2
-                assert f"ledger export {ids['new']}" in b.page_source
+                short = ids["new"].removeprefix("sha256:")[:12]
+                assert f"ledger verify {short}.bundle.json --trust ledger.pub.pem" in b.page_source
                 assert b.find_element(By.LINK_TEXT, "memory over time")
+                assert b.find_element(By.PARTIAL_LINK_TEXT, "Back to PR #7")
             if name == "memory":
-                assert "7.0 MiB" in b.find_element(By.CSS_SELECTOR, "[data-state=peak]").text
+                assert "7.00 MiB" in b.find_element(By.CSS_SELECTOR, "[data-state=peak]").text
                 assert "train.py:41 forward" in b.page_source
         # Nothing was fetched from anywhere but the ledger itself.
         hosts = b.execute_script(

@@ -126,15 +126,20 @@ def test_status_formats_have_the_documented_shape(
     assert json.loads(run(capsys, *q, "--format", "json").out) == doc
     md = run(capsys, *q, "--format", "markdown")
     assert md.code == 1  # determinism failed: not qualified
-    assert md.out.startswith("### Ledger: ") and "**not qualified**" in md.out
-    assert md.out.count("\n| ") == 1 + len(doc["claims"])  # header and one row per claim/scope
+    v = doc["verdict"]
+    assert md.out.startswith("### Ledger: ") and f"**{v['headline']}**" in md.out
+    assert md.out.count("\n| ") == 1 + len(v["claims"])  # header and one row per claim
+    # Without --format, the terminal answer (not Markdown), as a local status prints.
+    text = run(capsys, *q)
+    assert text.out.splitlines()[0].endswith(v["headline"]) and "Blocking:" in text.out
+    assert "warning" not in (text.out + text.err).lower()
     junit = run(capsys, *q, "--format", "junit")
     suite = ET.fromstring(junit.out).find("testsuite")
     assert suite is not None
     cases = suite.findall("testcase")
-    assert len(cases) == len(doc["claims"]) == int(suite.get("tests", "0"))
+    assert len(cases) == len(v["claims"]) == int(suite.get("tests", "0"))
     assert int(suite.get("failures", "0")) == 1
-    assert {c.get("classname") for c in cases} == {row["claim"] for row in doc["claims"]}
+    assert {c.get("classname") for c in cases} == {row["claim"] for row in v["claims"]}
     check = json.loads(run(capsys, *q, "--format", "github-check").out)
     assert check["conclusion"] == "failure" and check["head_sha"] == doc["subject"]["commit"]
     assert set(check["output"]) == {"title", "summary", "annotations"}

@@ -1,0 +1,36 @@
+# Steps of .ci/run, as functions a test can call with stub commands on PATH.
+
+# The reviewer's pages are tested in Debian's headless chromium with its
+# driver: install both when either is missing. With CI=true the browser tests
+# fail (never skip) when they cannot run.
+install_browser() {
+  if command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1; then
+    return 0
+  fi
+  if ! command -v apt-get >/dev/null 2>&1; then
+    echo "no apt-get: install chromium and chromedriver, or the browser tests will fail"
+    return 0
+  fi
+  apt-get install -y -q chromium chromium-driver >/dev/null 2>&1 \
+    || { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q chromium chromium-driver >/dev/null; } \
+    || echo "chromium and chromium-driver could not be installed: the browser tests will fail"
+}
+
+# LEDGER_TEST_PG_URL, when set, names the test database and is used as it is;
+# otherwise the local server's ledger_test database is made ready and named.
+prepare_postgres() {
+  if [ -n "${LEDGER_TEST_PG_URL:-}" ]; then
+    echo "using LEDGER_TEST_PG_URL as given"
+    return 0
+  fi
+  PGHOST=${PGHOST:-127.0.0.1}
+  if ! psql -h "$PGHOST" -U postgres -tAc "select 1" >/dev/null 2>&1; then
+    # Services are started before sessions; restart PostgreSQL if it stopped.
+    pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql)" main start || true
+    sleep 2
+  fi
+  if [ "$(psql -h "$PGHOST" -U postgres -tAc "select 1 from pg_database where datname='ledger_test'")" != "1" ]; then
+    psql -h "$PGHOST" -U postgres -c "CREATE DATABASE ledger_test"
+  fi
+  LEDGER_TEST_PG_URL="postgresql+psycopg://postgres@${PGHOST}:5432/ledger_test"
+}

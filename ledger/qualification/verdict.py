@@ -1,0 +1,380 @@
+"""The verdict a reviewer reads: one model of a status answer that every surface
+renders (the terminal, `--json`, Markdown, JUnit, a GitHub check and the web
+pages), so no surface decides a state of its own.
+
+It is computed once per question from the engine's report: the headline
+("N of M required claims qualified"), the blockers in order with their
+reasons and the next command to run, per claim the required scope's state
+and the evidence behind it, and per receipt what it means for this question.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias
+
+from ledger.qualification import rules
+from ledger.qualification.evidence import ReceiptEvidence, short_id
+from ledger.qualification.report import STATES, ClaimStatus, State
+from ledger.qualification.scope import covers, format_scope
+from ledger.qualification.supersession import SUPERSESSION_PENDING
+
+if TYPE_CHECKING:
+    from ledger.qualification.report import StatusReport
+
+__all__ = ["MEANINGS", "ClaimVerdict", "Meaning", "ReceiptMeaning", "Verdict", "verdict_of"]
+
+Meaning: TypeAlias = Literal[
+    "counts",
+    "counterexample",
+    "outweighed",
+    "needs-review",
+    "disputed",
+    "does-not-hold",
+    "inconclusive",
+    "stale",
+    "superseded",
+    "supersession-pending",
+    "not-evidence",
+    "other-revision",
+    "does-not-cover",
+]
+MEANINGS: Mapping[Meaning, str] = {
+    "counts": "counts: qualifies the claim",
+    "counterexample": "counterexample: fails the claim",
+    "outweighed": "a pass outweighed by a counterexample",
+    "needs-review": "a pass waiting for concurring reviews",
+    "disputed": "disputed by a review: does not qualify",
+    "does-not-hold": "does not hold (signature, key, cleanup, control or dirty tree)",
+    "inconclusive": "inconclusive: decides nothing",
+    "stale": "stale: recorded for an earlier head",
+    "superseded": "superseded: replaced by a later receipt",
+    "supersession-pending": f"{SUPERSESSION_PENDING}: it stands until its signer "
+    "supersedes it or an independent reviewer concurs with the superseding receipt",
+    "not-evidence": "not evidence either way (infrastructure error or refusal)",
+    "other-revision": "for another revision: does not carry over",
+    "does-not-cover": "does not cover the required scope",
+}
+
+# The state a receipt that decides a row has, read as what it means.
+_BY_STATE: Mapping[State, Meaning] = {
+    "qualified": "counts",
+    "failed": "counterexample",
+    "disputed": "disputed",
+    "needs-review": "needs-review",
+    "unverified": "does-not-hold",
+    "inconclusive": "inconclusive",
+    "stale": "stale",
+}
+# For a receipt that does not decide its row: the first reason about it that
+# names one of these rules says what it is.
+_BY_RULE: tuple[tuple[str, Meaning], ...] = (
+    (rules.SUPERSESSION, "superseded"),
+    (rules.INFRA_ERROR, "not-evidence"),
+    (rules.REFUSAL, "not-evidence"),
+    (rules.CARRY_OVER, "other-revision"),
+    (rules.STALE_HEAD, "stale"),
+    (rules.SIGNATURE, "does-not-hold"),
+    (rules.KEY_REVOKED, "does-not-hold"),
+    (rules.SIGNER_ROLE, "does-not-hold"),
+    (rules.DIRTY_TREE, "does-not-hold"),
+    (rules.DISPUTE, "disputed"),
+    (rules.COUNTEREXAMPLE, "counterexample"),
+    (rules.INCONCLUSIVE, "inconclusive"),
+    (rules.COMPARISON_ARMS, "inconclusive"),
+    (rules.REVIEWS, "needs-review"),
+    (rules.PASSING_EVIDENCE, "outweighed"),
+)
+# Facets a reviewer reads as the evidence's environment, in this order; the
+# rest follow sorted.
+_ENV_ORDER = (
+    "device_kind",
+    "gpu_model",
+    "gpu_count",
+    "gpu_memory_bytes",
+    "driver",
+    "cuda",
+    "torch",
+    "nccl",
+    "python",
+    "dtype",
+    "workload",
+    "profile",
+)
+# Blockers in the order a reviewer acts on them: what contradicts the claim
+# first, what is merely missing last.
+_BLOCKER_ORDER: tuple[State, ...] = tuple(s for s in STATES if s != "qualified")
+
+
+@dataclass(frozen=True, slots=True)
+class ReceiptMeaning:
+    """What one receipt means for the question asked."""
+
+    id: str
+    claim: str
+    outcome: str
+    meaning: Meaning
+    seq: int
+    commit: str
+    recorded: str | None
+    """When the check finished (the runner's clock), ISO 8601."""
+    observer: str
+    environment: Mapping[str, str | int]
+    """The receipt's scope, environment facets first (digests whole: surfaces shorten)."""
+    reason: str | None
+    """The engine's reason about this receipt, when it gave one."""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "short": short_id(self.id),
+            "claim": self.claim,
+            "outcome": self.outcome,
+            "meaning": self.meaning,
+            "meaning_text": MEANINGS[self.meaning],
+            "seq": self.seq,
+            "commit": self.commit,
+            "recorded": self.recorded,
+            "observer": self.observer,
+            "environment": dict(self.environment),
+            "reason": self.reason,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimVerdict:
+    """One asked claim at its required scope."""
+
+    claim: str
+    required: bool
+    state: State
+    scope: Mapping[str, str | int]
+    via: str | None
+    reasons: tuple[str, ...]
+    """The reasons that decide the state (for a qualified claim: only what qualifies it)."""
+    next: str | None
+    """The command to run next, when the claim is not qualified."""
+    receipts: tuple[ReceiptMeaning, ...]
+    """Every receipt of the claim the ledger holds for this question, deciding ones first."""
+
+    @property
+    def scope_text(self) -> str:
+        return format_scope(self.scope)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "claim": self.claim,
+            "required": self.required,
+            "state": self.state,
+            "scope": dict(self.scope),
+            "scope_text": self.scope_text,
+            "via": self.via,
+            "reasons": list(self.reasons),
+            "next": self.next,
+            "receipts": [r.to_json() for r in self.receipts],
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """The whole answer as a reviewer reads it."""
+
+    qualified: bool
+    required: int
+    """Required claims asked."""
+    qualified_required: int
+    """Of those, how many are qualified at their required scope."""
+    claims: tuple[ClaimVerdict, ...]
+    scopes: tuple[str, ...]
+    """The required scopes asked (the columns of a matrix), in first-asked order."""
+
+    @property
+    def headline(self) -> str:
+        word = "qualified" if self.qualified else "not qualified"
+        return f"{word}: {self.qualified_required} of {self.required} required claims qualified"
+
+    @property
+    def blockers(self) -> tuple[ClaimVerdict, ...]:
+        """Required claims that are not qualified, worst first (then in plan order)."""
+        rank = {s: i for i, s in enumerate(_BLOCKER_ORDER)}
+        todo = [c for c in self.claims if c.required and c.state != "qualified"]
+        return tuple(sorted(todo, key=lambda c: rank.get(c.state, len(rank))))
+
+    def receipt(self, receipt_id: str) -> ReceiptMeaning | None:
+        """What `receipt_id` means here (None when this question does not involve it)."""
+        for c in self.claims:
+            for r in c.receipts:
+                if r.id == receipt_id:
+                    return r
+        return None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "qualified": self.qualified,
+            "headline": self.headline,
+            "required": self.required,
+            "qualified_required": self.qualified_required,
+            "scopes": list(self.scopes),
+            "blockers": [
+                {
+                    "claim": c.claim,
+                    "state": c.state,
+                    "scope_text": c.scope_text,
+                    "reasons": list(c.reasons),
+                    "next": c.next,
+                }
+                for c in self.blockers
+            ],
+            "claims": [c.to_json() for c in self.claims],
+        }
+
+
+def verdict_of(report: StatusReport) -> Verdict:
+    """The verdict of one status answer (the engine's report and its evidence)."""
+    target = _target(report)
+    claims: list[ClaimVerdict] = []
+    for row in report.claims:
+        if row.scope_role != "required":
+            continue
+        evidence = [r for r in report.evidence if r.predicate.claim == row.claim]
+        claims.append(
+            ClaimVerdict(
+                claim=row.claim,
+                required=row.required,
+                state=row.state,
+                scope=dict(row.scope),
+                via=row.via,
+                reasons=_deciding_reasons(row),
+                next=_next(row, target),
+                receipts=_meanings(row, evidence),
+            )
+        )
+    required = [c for c in claims if c.required]
+    return Verdict(
+        qualified=report.qualified,
+        required=len(required),
+        qualified_required=sum(c.state == "qualified" for c in required),
+        claims=tuple(claims),
+        scopes=tuple(dict.fromkeys(c.scope_text for c in claims)),
+    )
+
+
+def _target(report: StatusReport) -> str:
+    s = report.subject
+    return f"--pr {s.pr}" if s.pr is not None else f"--rev {s.commit[:12]}"
+
+
+def _deciding_reasons(row: ClaimStatus) -> tuple[str, ...]:
+    """A qualified row's reasons about what qualifies it only, so what other
+    receipts lack never reads like a fault; every reason otherwise."""
+    reasons = row.reasons
+    if row.state == "qualified":
+        deciding = set(row.receipts)
+        reasons = tuple(r for r in reasons if r.receipt is None or r.receipt in deciding)
+    return tuple(str(r) for r in reasons)
+
+
+def _next(row: ClaimStatus, target: str) -> str | None:
+    qualify = f"ledger qualify {target} --claim {row.claim}"
+    first = short_id(row.receipts[0]) if row.receipts else "ID"
+    rules_here = {r.rule for r in row.reasons}
+    match row.state:
+        case "qualified":
+            return None
+        case "failed" if (by := _pending_by(row)) is not None:
+            return (
+                f"`ledger review {by} --concur --note TEXT --key REVIEWER` (an independent "
+                f"reviewer) lets {by} retire {first}, or its signer supersedes it"
+            )
+        case "failed":
+            return (
+                f"`{qualify}` after a fix, or `ledger supersede {first} --reason TEXT` "
+                f"if the failure was not the code's"
+            )
+        case "needs-review":
+            return f"`ledger review {first} --concur --note TEXT --key REVIEWER` (not the signer)"
+        case "disputed":
+            return f"read the dispute (`ledger show {first}`), then `{qualify}`"
+        case "unverified":
+            if rules.DIRTY_TREE in rules_here:
+                return f"commit the work tree, then `{qualify}`"
+            if rules_here & {rules.SIGNATURE, rules.KEY_REVOKED, rules.SIGNER_ROLE}:
+                return f"`ledger audit`, then `{qualify}` with a valid runner key"
+            return f"`{qualify}`"
+        case "not-applicable":
+            return "ask at a scope the plan's scope allows (drop or change --scope)"
+        case _:
+            return f"`{qualify}`"
+
+
+def _meanings(row: ClaimStatus, evidence: Sequence[ReceiptEvidence]) -> tuple[ReceiptMeaning, ...]:
+    about: dict[str, list[rules.Reason]] = {}
+    for why in row.reasons:
+        if why.receipt is not None:
+            about.setdefault(why.receipt, []).append(why)
+    deciding = set(row.receipts)
+    out: list[ReceiptMeaning] = []
+    for r in sorted(evidence, key=lambda e: (e.id not in deciding, -e.seq)):
+        reasons = about.get(r.id, [])
+        meaning: Meaning | None = None
+        if any(_pending(x) for x in reasons):
+            meaning = "supersession-pending"
+        elif r.id in deciding and row.state in _BY_STATE:
+            meaning = _BY_STATE[row.state]
+        elif not covers(r.predicate.scope, row.scope):
+            meaning = "does-not-cover"
+        elif row.state == "failed" and any(x.rule == rules.PASSING_EVIDENCE for x in reasons):
+            meaning = "outweighed"
+        else:
+            meaning = _by_reasons(reasons)
+        if meaning is None:
+            continue
+        out.append(_meaning(r, meaning, reasons))
+    return tuple(out)
+
+
+def _pending(reason: rules.Reason) -> bool:
+    return reason.rule == rules.SUPERSESSION and reason.text.startswith(SUPERSESSION_PENDING)
+
+
+def _pending_by(row: ClaimStatus) -> str | None:
+    """The short id of a receipt whose supersession of this row's evidence waits for review."""
+    for r in row.reasons:
+        if _pending(r):
+            return r.text.removeprefix(SUPERSESSION_PENDING + ": ").split(" ", 1)[0]
+    return None
+
+
+def _by_reasons(reasons: Sequence[rules.Reason]) -> Meaning | None:
+    for rule, meaning in _BY_RULE:
+        for r in reasons:
+            if r.rule != rule:
+                continue
+            if rule == rules.SUPERSESSION and not r.text.startswith("superseded by", 13):
+                # Only an effective supersession ("<id> superseded by ...") retires it.
+                continue
+            return meaning
+    return None
+
+
+def _meaning(
+    r: ReceiptEvidence, meaning: Meaning, reasons: Sequence[rules.Reason]
+) -> ReceiptMeaning:
+    p = r.predicate
+    scope = dict(p.scope)
+    env = {k: scope[k] for k in _ENV_ORDER if k in scope}
+    env.update({k: scope[k] for k in sorted(scope) if k not in env})
+    env.update({k: v for k, v in sorted(p.runner.environment.items()) if k not in env})
+    return ReceiptMeaning(
+        id=r.id,
+        claim=p.claim,
+        outcome=p.outcome,
+        meaning=meaning,
+        seq=r.seq,
+        commit=p.source.commit,
+        recorded=str(p.runner.finished),
+        observer=p.observer,
+        environment=env,
+        reason=str(reasons[0]) if reasons else None,
+    )
