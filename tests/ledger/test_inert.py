@@ -30,7 +30,28 @@ text = st.one_of(st.text(), st.sampled_from(ATTACKS))
 
 
 def _status_doc(reason: str, claim: str = "c") -> dict[str, Any]:
+    row = {
+        "claim": claim,
+        "required": True,
+        "state": "failed",
+        "scope": {"k": reason},
+        "scope_text": f"k={reason}",
+        "via": None,
+        "reasons": [reason, reason],
+        "next": f"`ledger qualify --claim {claim}` after {reason}",
+        "receipts": [],
+    }
+    verdict = {
+        "qualified": False,
+        "headline": "not qualified: 0 of 1 required claims qualified",
+        "required": 1,
+        "qualified_required": 0,
+        "scopes": [row["scope_text"]],
+        "blockers": [{k: row[k] for k in ("claim", "state", "scope_text", "reasons", "next")}],
+        "claims": [row],
+    }
     return {
+        "verdict": verdict,
         "subject": {"repo": "r", "commit": "a" * 40, "pr": None},
         "qualified": False,
         "judged": [reason],
