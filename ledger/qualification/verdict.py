@@ -289,8 +289,8 @@ def _next(row: ClaimStatus, target: str) -> str | None:
             )
         case "failed":
             return (
-                f"`{qualify}` after a fix, or `ledger supersede {first} --reason TEXT` "
-                f"if the failure was not the code's"
+                f"`{qualify}` after a fix, or `ledger supersede {first} --reason TEXT "
+                f"--key RUNNER` if the failure was not the code's"
             )
         case "needs-review":
             return f"`ledger review {first} --concur --note TEXT --key REVIEWER` (not the signer)"
