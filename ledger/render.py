@@ -109,6 +109,11 @@ def render_status(doc: dict[str, Any], *, width: int = 80) -> str:
                 f"{i}. {b['claim']}: {b['state']} at {b['scope_text']}", width, "  ", "   "
             )
             out += _wrap(f"next: {b['next']}", width, "     ")
+    # Where the evidence ran, once: a receipt line repeats it only where it differs.
+    envs = [environment_line(r["environment"]) for c in v["claims"] for r in c["receipts"]]
+    common = envs[0] if envs and all(e == envs[0] for e in envs) else None
+    if common:
+        out += ["", *_wrap(f"All evidence ran on: {common}", width, "", "  ")]
     out += ["", "Claims:"]
     for c in v["claims"]:
         optional = "" if c["required"] else " (optional)"
@@ -124,7 +129,8 @@ def render_status(doc: dict[str, Any], *, width: int = 80) -> str:
             )
             env = environment_line(r["environment"])
             when = (r.get("recorded") or "")[:16].replace("T", " ")
-            detail = ", ".join(x for x in (when, f"commit {r['commit'][:12]}", env) if x)
+            shown = (when, f"commit {r['commit'][:12]}", "" if env == common else env)
+            detail = ", ".join(x for x in shown if x)
             out += _wrap(detail, width, "      ")
     return "\n".join(line.rstrip() for line in out) + "\n"
 

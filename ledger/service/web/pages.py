@@ -113,7 +113,9 @@ def _index(led: Any, request: Request) -> dict[str, Any]:
 
 def _pr(led: Any, request: Request) -> dict[str, Any]:
     q = request.query_params
-    return views.pr_page(led.store(), q.get("repo", ""), q.get("pr"), q.get("rev"), led.mirrors)
+    return views.pr_page(
+        led.store(), q.get("repo", ""), q.get("pr"), q.get("rev"), led.mirrors, q.getlist("scope")
+    )
 
 
 def _receipt(led: Any, request: Request) -> dict[str, Any]:

@@ -21,10 +21,28 @@ __all__ = ["index", "memory_page", "pr_page", "receipt_page"]
 
 
 def _verdict_of(
-    store: Store, repo: str, pr: int | None, rev: str | None, mirrors: Sequence[Path]
+    store: Store,
+    repo: str,
+    pr: int | None,
+    rev: str | None,
+    mirrors: Sequence[Path],
+    scope: dict[str, str | int] | None = None,
 ) -> tuple[Any, dict[str, Any]]:
     ident = identity_from_log(store, repo, pr, rev, mirrors)
-    return ident, query_status(store, ident, claims=None, scope={}).to_json()
+    return ident, query_status(store, ident, claims=None, scope=scope or {}).to_json()
+
+
+def _scope(asked: Sequence[str]) -> dict[str, str | int]:
+    """`scope=k=v` query parameters (repeatable), as `status --scope` takes them."""
+    out: dict[str, str | int] = {}
+    for item in asked:
+        k, sep, v = item.partition("=")
+        if not sep or not k.strip() or not v.strip():
+            raise InputError(f"scope {item!r}: expected key=value")
+        if k.strip() in out:
+            raise InputError(f"scope {k.strip()} given twice")
+        out[k.strip()] = v.strip()
+    return out
 
 
 def index(store: Store, mirrors: Sequence[Path] = ()) -> list[dict[str, Any]]:
@@ -103,7 +121,12 @@ def _scope_text(scope: dict[str, Any]) -> str:
 
 
 def pr_page(
-    store: Store, repo: str, pr_text: str | None, rev: str | None, mirrors: Sequence[Path] = ()
+    store: Store,
+    repo: str,
+    pr_text: str | None,
+    rev: str | None,
+    mirrors: Sequence[Path] = (),
+    scope: Sequence[str] = (),
 ) -> dict[str, Any]:
     """The PR (or revision) page: the verdict as every surface renders it, the
     head history with times, and the reviews."""
@@ -114,7 +137,7 @@ def pr_page(
         if not pr_text.isdigit() or not 0 < int(pr_text) < 2**31:
             raise InputError("pr: expected a pull request number")
         pr = int(pr_text)
-    ident, report = _verdict_of(store, repo, pr, rev, mirrors)
+    ident, report = _verdict_of(store, repo, pr, rev, mirrors, _scope(scope))
     verdict = report["verdict"]
     items = [i.to_json() for i in query_history(store, ident)]
     keys = store.keys()

@@ -87,3 +87,21 @@ def test_stale_evidence_on_an_earlier_head() -> None:
     v = verdict_of(rep)
     assert v.claims[0].state == "stale" and v.claims[0].receipts[0].meaning == "stale"
     assert v.claims[0].next == f"`ledger qualify --pr 7 --claim {CLAIM}`"
+
+
+def test_a_supersession_without_authority_is_pending_on_the_receipt() -> None:
+    fail = receipt(seq=1, outcome="failed", signer="runner-a")
+    flaky = receipt(seq=2, signer="runner-b", supersedes=[(fail.id, "flaky host")])
+    v = verdict_of(report([fail, flaky]))
+    [claim] = v.claims
+    assert claim.state == "failed"
+    m = {r.id: r for r in claim.receipts}
+    assert m[fail.id].meaning == "supersession-pending"
+    assert m[fail.id].to_json()["meaning_text"].startswith("supersession pending review")
+    sid = flaky.id[7:19]
+    assert claim.next is not None and f"ledger review {sid} --concur" in claim.next
+    # Signed by the failure's own signer, it takes effect.
+    own = receipt(seq=3, signer="runner-a", supersedes=[(fail.id, "flaky host")])
+    v = verdict_of(report([fail, own]))
+    assert v.claims[0].state == "qualified"
+    assert {r.id: r.meaning for r in v.claims[0].receipts}[fail.id] == "superseded"

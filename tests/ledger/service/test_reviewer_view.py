@@ -263,3 +263,32 @@ def test_screenshots(served: tuple[str, Running, str, dict[str, Any]], chrome: A
         chrome.get(f"{srv.url}/receipt/{by_claim['numerics.gradient-compare']}")
         full_screenshot(chrome, SHOTS / "receipt-gradient-compare.png")
     assert json.dumps(doc)  # the document the pages were compared with
+
+
+def test_an_asked_scope_is_the_column(
+    served: tuple[str, Running, str, dict[str, Any]], chrome: Any
+) -> None:
+    """The matrix's columns are the scopes asked, never evidence fingerprints: at
+    the H200 every claim keeps its state; at an A100 none is covered, and each
+    real receipt says it does not cover the scope."""
+    _, srv, query, doc = served
+    chrome.get(f"{srv.url}/pr?{query}&{urlencode({'scope': 'gpu_model=NVIDIA H200'})}")
+    [col] = [th.text for th in chrome.find_elements(By.CSS_SELECTOR, "th.scope")]
+    assert col.replace("\n", "").replace(" ", "") == "gpu_model=NVIDIAH200"
+    cells = {
+        c.get_attribute("data-claim"): c.get_attribute("data-state")
+        for c in chrome.find_elements(By.CSS_SELECTOR, "td[data-claim]")
+    }
+    assert cells == _states(doc)
+    chrome.get(f"{srv.url}/pr?{query}&{urlencode({'scope': 'gpu_model=A100'})}")
+    states = {
+        c.get_attribute("data-state")
+        for c in chrome.find_elements(By.CSS_SELECTOR, "td[data-claim]")
+    }
+    assert states == {"not-run"}
+    meanings = {
+        d.get_attribute("data-meaning")
+        for d in chrome.find_elements(By.CSS_SELECTOR, "td.receipts [data-receipt]")
+    }
+    assert meanings == {"does-not-cover"}
+    assert page_width(chrome) <= 1280
