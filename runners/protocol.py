@@ -35,6 +35,17 @@ workload that can compute its NLL with the LM head in chunks implements
 `SupportsChunkedNLL`; checks that need it say so and skip that part, with a
 reason, for a workload that does not.
 
+Precision. `Workload.setup` may take a keyword ``dtype``: build the same model
+(the configured dtype's weights, upcast) and compute in ``dtype`` instead, so a
+check can run the base once more in a reference precision (`setup_in`). A
+workload whose ``setup`` takes no ``dtype`` cannot run a reference arm; checks
+that need one say so (inconclusive, with the reason).
+
+Routing. A mixture-of-experts workload may implement `DeclaresRouting`: while
+declared, each forward puts its top-k expert selections in
+`ForwardOutputs.routing`, so a comparison can count the tokens routed
+differently between arms.
+
 Batches. A batch is a dict of named tensors, as the trainer feeds its
 model: ``input_ids``, ``attention_mask`` (1 real, 0 padding), ``labels``
 with ``-100`` for positions that carry no loss, packed sequences with
@@ -177,6 +188,10 @@ class ForwardOutputs:
     compared: dict[str, torch.Tensor] = field(default_factory=dict)
     """More named outputs the regression compares between runs (detached), e.g.
     ``logits`` (recorded by digest and max abs difference)."""
+    routing: dict[str, torch.Tensor] = field(default_factory=dict)
+    """Top-k expert indices ``[tokens, k]`` per routed layer (by layer name), when the
+    workload declares routing (`DeclaresRouting`); empty otherwise. Not compared by the
+    regression: a comparison counts the tokens whose selection differs."""
 
     def declared(self) -> dict[str, torch.Tensor]:
         """Every output the regression compares, by name: ``loss`` (the NLL when given,
@@ -219,7 +234,8 @@ class Workload(Protocol):
         ...
 
     def setup(self, device: torch.device, seed: int) -> None:
-        """Build model and optimizer on ``device``, deterministically from ``seed``."""
+        """Build model and optimizer on ``device``, deterministically from ``seed``. May
+        take a keyword ``dtype`` (module docstring, Precision; see `setup_in`)."""
         ...
 
     def teardown(self) -> None:
@@ -274,12 +290,49 @@ class SupportsChunkedNLL(Protocol):
         ...
 
 
-def _takes_cold(method: Callable[..., object]) -> bool:
+@runtime_checkable
+class DeclaresRouting(Protocol):
+    """A mixture-of-experts workload that can declare its router outputs."""
+
+    def declare_routing(self, on: bool) -> None:
+        """While ``on``, every forward fills `ForwardOutputs.routing` with its top-k
+        expert indices per routed layer (off by default: they cost memory)."""
+        ...
+
+
+class PrecisionUnsupported(TypeError):
+    """The workload cannot compute in another dtype (its ``setup`` takes no ``dtype``)."""
+
+
+def _takes(method: Callable[..., object], keyword: str) -> bool:
     try:
         params = inspect.signature(method).parameters
     except (TypeError, ValueError):
         return False
-    return "cold" in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
+    return keyword in params or any(p.kind is p.VAR_KEYWORD for p in params.values())
+
+
+def _takes_cold(method: Callable[..., object]) -> bool:
+    return _takes(method, "cold")
+
+
+def supports_dtype(w: Workload) -> bool:
+    """Whether ``w.setup`` takes the ``dtype`` keyword (module docstring, Precision)."""
+    return _takes(w.setup, "dtype")
+
+
+def setup_in(w: Workload, device: torch.device, seed: int, dtype: torch.dtype | None) -> None:
+    """``w.setup``, computing in ``dtype`` when given; `PrecisionUnsupported` when the
+    workload's ``setup`` takes no ``dtype``."""
+    if dtype is None:
+        w.setup(device, seed)
+        return
+    if not supports_dtype(w):
+        raise PrecisionUnsupported(
+            f"workload {w.name!r} cannot compute in {str(dtype).removeprefix('torch.')}: its "
+            f"setup takes no dtype keyword (runners.protocol, Precision)"
+        )
+    w.setup(device, seed, dtype=dtype)  # type: ignore[call-arg]
 
 
 def estimate_of(w: Workload, shape: Shape, phase: Phase, *, cold: bool) -> MemoryEstimate:

@@ -5,6 +5,12 @@ named in the spec, runs one forward+backward and saves the gradients
 (``grads.pt``, CPU tensors by name) into the spec's ``out_dir``; ``ARM.json``
 says how it went (status, GPU UUID, starting reserved bytes, measured
 increment). A workload failure is written as a status, with exit code 0.
+
+A spec with ``reference`` runs the workload in a reference precision
+(``reference_dtype``, or the default for the workload's dtype;
+`runners.checks.precision`); a workload that cannot is status ``unsupported``.
+Where the workload declares its routing, the forward's top-k selections are
+saved too (``routing.pt``).
 """
 
 from __future__ import annotations
@@ -18,13 +24,14 @@ from typing import Any
 
 import torch
 
+from runners.checks import precision
 from runners.checks.context import dtype_name, phase_step
 from runners.checks.execute import start_harness
 from runners.harness import child
 from runners.harness.oom import capture
 from runners.harness.probe import CudaProbe
 from runners.harness.steps import measure_step
-from runners.protocol import Shape
+from runners.protocol import DeclaresRouting, ForwardOutputs, Shape, setup_in, supports_dtype
 from runners.workloads.loader import WorkloadLoadError, load_workload
 
 
@@ -51,12 +58,25 @@ def run_arm(spec: dict[str, Any]) -> dict[str, Any]:
     except WorkloadLoadError as e:
         return finish("infra-error", error=f"workload load: {e}")
     info.update(workload=w.name, workload_digest=w.digest(), dtype=dtype_name(w.dtype))
+    compute: torch.dtype | None = None
+    if spec.get("reference"):
+        ref = precision.reference_dtype_for(info["dtype"], spec.get("reference_dtype"))
+        if not precision.higher(ref, info["dtype"]):
+            why = f"{ref} is no higher than the workload's {info['dtype']}"
+            return finish("unsupported", error=why)
+        if not supports_dtype(w):
+            return finish("unsupported", error=f"workload {w.name!r} setup takes no dtype keyword")
+        compute = getattr(torch, ref)
+        info["dtype"] = ref
+    if isinstance(w, DeclaresRouting):
+        w.declare_routing(True)
+    outs: list[ForwardOutputs] = []
     shape = Shape(batch=int(spec["batch"]), seq=int(spec["seq"]))
     # On CPU the tracker's dispatch mode would import torch._dynamo (seconds per arm)
     # for a figure the comparison does not use; CUDA's counters cost nothing.
     session = probe.session() if isinstance(probe, CudaProbe) else contextlib.nullcontext()
     with session:
-        cap = capture("setup", lambda: w.setup(device, seed), device=device)
+        cap = capture("setup", lambda: setup_in(w, device, seed, compute), device=device)
         if not cap.outcome.ok:
             return finish(cap.outcome.status, error=cap.outcome.sentence())
         info["reserved_after_setup_bytes"] = probe.sample().reserved_bytes
@@ -66,11 +86,14 @@ def run_arm(spec: dict[str, Any]) -> dict[str, Any]:
         assert batch_cap.value is not None
         step = phase_step(w, batch_cap.value, grad=True)
         if isinstance(probe, CudaProbe):
-            rec = measure_step(probe, "forward_backward", step)
+            rec = measure_step(probe, "forward_backward", step, keep=outs.append)
             info.update(rec.measurements("forward_backward_"))
             outcome = rec.outcome
         else:
-            outcome = capture("forward_backward", step, device=device).outcome
+            fb = capture("forward_backward", step, device=device)
+            outcome = fb.outcome
+            if fb.value is not None:
+                outs.append(fb.value)
         if not outcome.ok:
             return finish(outcome.status, error=outcome.sentence())
         grads_cap = capture("gradients", w.gradients, device=device)
@@ -78,8 +101,12 @@ def run_arm(spec: dict[str, Any]) -> dict[str, Any]:
             return finish(grads_cap.outcome.status, error=grads_cap.outcome.sentence())
         grads = {k: v.detach().to("cpu") for k, v in grads_cap.value.items()}
     torch.save(grads, Path(spec["out_dir"]) / "grads.pt")
+    routing = {k: v.detach().to("cpu") for k, v in outs[0].routing.items()} if outs else {}
+    if routing:
+        torch.save(routing, Path(spec["out_dir"]) / "routing.pt")
+    outs.clear()
     capture("teardown", w.teardown, device=device)
-    return finish("ok", tensors=len(grads))
+    return finish("ok", tensors=len(grads), routed_layers=len(routing))
 
 
 if __name__ == "__main__":

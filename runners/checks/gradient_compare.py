@@ -2,19 +2,25 @@
 
 Each arm runs in its own child process (`runners.checks.grad_arm`, owned by
 the check's registry with its process group), sequentially on the same device,
-saving its gradients to an owned temporary directory. With ``noise_floor`` the
-base runs twice (``base`` and ``base_repeat``): the repeat against the base is
-the noise floor, the candidate against the base the difference (see
-`runners.checks.noise`). Tensors are compared by name: relative L2
-``||c - b|| / ||b||``, cosine, max abs difference. Per tensor family the
-largest noise and difference are judged against the threshold (per dtype:
-``threshold_fp32`` / ``threshold_bf16`` unless ``threshold`` is given) and
-``noise_margin``. The outcome is ``inconclusive`` when the arms ran on
-different GPU UUIDs or started from different reserved bytes, or when a
-family's noise floor exceeds the threshold; ``failed`` when the tensor sets
-differ or a family's difference exceeds both the threshold and the noise
-floor times the margin. The observer, when on, instruments this (parent)
-process only, not the arms.
+saving its gradients to an owned temporary directory. Tensors are compared by
+name. Two rules judge them (``rule``, recorded in the receipt):
+
+- ``reference`` (default): the base runs once more in a reference precision
+  (the ``reference`` arm); per tensor the candidate passes when
+  ``err(candidate, ref) <= k * floor + atol``, the floor being the larger of the
+  precision floor ``err(base, ref)`` and, with ``noise_floor``, the repeat-noise
+  floor ``err(base_repeat, base)`` (`runners.checks.precision`). The reference
+  arm failing to run makes the comparison ``inconclusive``, with its reason.
+- ``threshold`` (the rule before the reference arm): relative L2 candidate vs
+  base per tensor family against a fixed threshold (per dtype) and the repeat
+  noise floor times ``noise_margin`` (`runners.checks.noise`).
+
+Both record per tensor the candidate-vs-base relative L2, cosine and max abs
+difference. Where the workload declares its routing, the receipt counts the
+tokens routed differently between the arms. The outcome is ``inconclusive``
+when the arms ran on different GPU UUIDs or started from different reserved
+bytes; ``failed`` when the tensor sets differ or tensors are beyond the rule.
+The observer, when on, instruments this (parent) process only, not the arms.
 """
 
 from __future__ import annotations
@@ -25,11 +31,11 @@ import time
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 
-from runners.checks import noise
+from runners.checks import noise, precision, routing
 from runners.checks.context import CheckContext, Session, Verdict
 from runners.checks.execute import execute
 from runners.checks.params import CheckParams
@@ -38,7 +44,7 @@ from runners.names import GRADIENT_COMPARE
 from runners.result import CheckResult, Json
 
 NAME = GRADIENT_COMPARE
-VERSION = "2"
+VERSION = "3"
 
 
 @dataclass(kw_only=True, slots=True, frozen=True)
@@ -47,9 +53,23 @@ class Params(CheckParams):
     """Sequences in each arm's forward+backward."""
     seq: int = 32
     """Tokens per sequence."""
+    rule: Literal["reference", "threshold"] = "reference"
+    """How tensors are judged: ``reference`` (against the base's own error relative to a
+    reference-precision run) or ``threshold`` (a fixed rel-L2 against the base; the rule
+    receipts without this parameter were judged by)."""
+    k: float = 2.0
+    """Reference rule: the candidate's error against the reference may be this many times
+    the floor (as FlashAttention's tests allow twice the baseline's error)."""
+    atol: float = 1e-6
+    """Reference rule: slack added to ``k * floor``, in rel-L2 units, for tensors whose
+    floor is near zero (a float32 base against float64 is ~1e-7..1e-6)."""
+    reference_dtype: Literal["float32", "float64"] | None = None
+    """Reference rule: the precision of the reference arm. None: float32 for a bfloat16 /
+    float16 workload, float64 for a float32 one (float64 is for CPU; many CUDA kernels
+    take no float64, and the reference arm then cannot run)."""
     threshold: float | None = None
-    """Largest rel-L2 ``||c - b|| / ||b||`` a gradient tensor family may have. None: the
-    dtype's default (``threshold_fp32`` or ``threshold_bf16``)."""
+    """Threshold rule: largest rel-L2 ``||c - b|| / ||b||`` a gradient tensor family may
+    have. None: the dtype's default (``threshold_fp32`` or ``threshold_bf16``)."""
     threshold_fp32: float = 1e-4
     """Default threshold for float32 workloads: summation-order differences are
     ~1e-6 relative; a real change to the gradient is far above 1e-4."""
@@ -57,9 +77,11 @@ class Params(CheckParams):
     """Default threshold for bfloat16 / float16 workloads (8 / 11 mantissa bits: a
     rounding step is ~4e-3 / 5e-4 relative, and reductions accumulate several)."""
     noise_floor: bool = True
-    """Run the base arm twice and judge the candidate against that noise floor."""
+    """Run the base arm twice: the repeat-noise floor (a second floor under the reference
+    rule, the only one under the threshold rule)."""
     noise_margin: float = 2.0
-    """The candidate's difference fails only above the noise floor times this."""
+    """Threshold rule: the candidate's difference fails only above the noise floor times
+    this."""
     base_workload_params: dict[str, Json] = field(default_factory=dict)
     """Workload parameters of the base arm: the claim's, updated by these. The base arm
     loads from the base revision's checkout when there is one."""
@@ -148,7 +170,13 @@ class _Arm:
 
 
 def _start_arm(
-    sess: Session, arm: str, root: Path, wparams: dict[str, Json], p: Params, work: Path
+    sess: Session,
+    arm: str,
+    root: Path,
+    wparams: dict[str, Json],
+    p: Params,
+    work: Path,
+    extra: dict[str, Json] | None = None,
 ) -> _Arm:
     ctx = sess.ctx
     out_dir = work / arm
@@ -164,6 +192,7 @@ def _start_arm(
         "batch": p.batch,
         "seq": p.seq,
         "out_dir": str(out_dir),
+        **(extra or {}),
     }
     spec_path = out_dir / "spec.json"
     child.write_request(spec_path, spec)
@@ -208,22 +237,32 @@ def _body(sess: Session, p: Params) -> Verdict:
     deadline = time.monotonic() + p.arm_timeout_s
     arms: dict[str, dict[str, Any]] = {}
     plan = [("base", base_root, base_params), ("candidate", ctx.repo_root, cand_params)]
+    if p.rule == "reference":
+        plan.append(("reference", base_root, base_params))
     if p.noise_floor:
         plan.append(("base_repeat", base_root, base_params))
+    ref_spec: dict[str, Json] = {"reference": True, "reference_dtype": p.reference_dtype}
     if parallel:
-        started = [_start_arm(sess, n, r, wp, p, work) for n, r, wp in plan]
+        started = [
+            _start_arm(sess, n, r, wp, p, work, ref_spec if n == "reference" else None)
+            for n, r, wp in plan
+        ]
         arms = {a.name: _finish_arm(a, deadline) for a in started}
     else:
         for n, r, wp in plan:
-            arms[n] = _finish_arm(_start_arm(sess, n, r, wp, p, work), deadline)
+            extra = ref_spec if n == "reference" else None
+            arms[n] = _finish_arm(_start_arm(sess, n, r, wp, p, work, extra), deadline)
     dtype = str(arms["candidate"].get("dtype") or arms["base"].get("dtype") or "")
     threshold = noise.threshold_for(dtype, p.threshold, p.threshold_fp32, p.threshold_bf16)
     m: dict[str, Json] = {
-        "threshold": threshold,
-        "noise_margin": p.noise_margin,
+        "rule": p.rule,
         "base_root": str(base_root),
         "arms_in_parallel": parallel,
     }
+    if p.rule == "threshold":
+        m.update(threshold=threshold, noise_margin=p.noise_margin)
+    else:
+        m.update(k=p.k, atol=p.atol, reference_dtype=arms.get("reference", {}).get("dtype"))
     for arm, info in arms.items():
         for k in _ARM_KEYS:
             if k in info:
@@ -234,10 +273,20 @@ def _body(sess: Session, p: Params) -> Verdict:
             "workload_digest": arms["candidate"].get("workload_digest", ""),
             "dtype": arms["candidate"].get("dtype", ""),
         }
-    bad = _bad_arms(arms, m)
+    bad = _bad_arms({a: i for a, i in arms.items() if a != "reference"}, m)
     if bad is not None:
         return bad
-    return _compared(work, arms, threshold, p.noise_margin, m)
+    ref = arms.get("reference")
+    if ref is not None and ref.get("status") != "ok":
+        why = ref.get("error") or ref.get("log_tail") or ""
+        return Verdict(
+            outcome="inconclusive",
+            reason=f"the reference arm could not run ({ref.get('status')}: {why}".strip()
+            + "); nothing to measure the precision floor against (rule = 'threshold' judges "
+            "without one)",
+            measurements=m,
+        )
+    return _compared(work, arms, threshold, p, m)
 
 
 def _bad_arms(arms: dict[str, dict[str, Any]], m: dict[str, Json]) -> Verdict | None:
@@ -267,21 +316,66 @@ def _rel(rows: list[dict[str, Json]]) -> dict[str, float | None]:
     }
 
 
+def _load(work: Path, arm: str, what: str = "grads.pt") -> dict[str, torch.Tensor]:
+    path = work / arm / what
+    if not path.exists():
+        return {}
+    got: dict[str, torch.Tensor] = torch.load(path, weights_only=True)
+    return got
+
+
+def _errors(x: dict[str, torch.Tensor], ref: dict[str, torch.Tensor]) -> dict[str, float | None]:
+    """``||x - ref|| / ||ref||`` per tensor of ``x`` (None when not finite; inf when the
+    reference is zero and ``x`` is not)."""
+    out: dict[str, float | None] = {}
+    for name, t in x.items():
+        r = ref.get(name)
+        if r is None or r.shape != t.shape:
+            out[name] = None
+            continue
+        nr = float(torch.linalg.vector_norm(r.double()))
+        nd = float(torch.linalg.vector_norm(t.double() - r.double()))
+        if not (math.isfinite(nr) and math.isfinite(nd)):
+            out[name] = None
+        else:
+            out[name] = nd / nr if nr > 0 else (0.0 if nd == 0 else math.inf)
+    return out
+
+
+def _routing(work: Path, arms: dict[str, dict[str, Any]], m: dict[str, Json]) -> str:
+    """Record tokens routed differently between arms; the sentence for a reason."""
+    routes = {a: _load(work, a, "routing.pt") for a in arms}
+    if not routes.get("base"):
+        return ""
+    pairs = [("candidate", "base"), ("base", "reference"), ("candidate", "reference")]
+    pairs.append(("base_repeat", "base"))
+    table: dict[str, Json] = {}
+    for a, b in pairs:
+        if routes.get(a) and routes.get(b):
+            table[f"{a}_vs_{b}"] = routing.differing(routes[a], routes[b])
+    m["routing"] = table
+    said = [
+        routing.sentence(k.replace("_vs_", " and "), v)  # type: ignore[arg-type]
+        for k, v in table.items()
+        if k in ("candidate_vs_base", "base_vs_reference")
+    ]
+    return "; ".join(said)
+
+
 def _compared(
     work: Path,
     arms: dict[str, dict[str, Any]],
     threshold: float,
-    margin: float,
+    p: Params,
     m: dict[str, Json],
 ) -> Verdict:
     """The verdict on the arms' gradients."""
-    base = torch.load(work / "base" / "grads.pt", weights_only=True)
-    cand = torch.load(work / "candidate" / "grads.pt", weights_only=True)
+    base = _load(work, "base")
+    cand = _load(work, "candidate")
     rows, only = compare(base, cand, threshold)
-    del cand
     noise_rel: dict[str, float | None] = {}
     if "base_repeat" in arms:
-        again = torch.load(work / "base_repeat" / "grads.pt", weights_only=True)
+        again = _load(work, "base_repeat")
         noise_rows, noise_only = compare(base, again, threshold)
         del again
         noise_rel = _rel(noise_rows)
@@ -289,44 +383,124 @@ def _compared(
         m["max_noise_rel_l2"] = max((v for v in noise_rel.values() if v is not None), default=None)
         for r in rows:
             r["noise_rel_l2"] = noise_rel.get(str(r["name"]))
-    del base
-    families = noise.by_family(noise_rel, _rel(rows), threshold, margin)
-    m["families"] = [f.to_json() for f in families]
-    failed_fams = {f.family for f in families if f.state == "failed"}
-    over = [r for r in rows if r["over_threshold"] and noise.family(str(r["name"])) in failed_fams]
+    verdicts: list[precision.TensorVerdict] = []
+    if p.rule == "reference":
+        ref = _load(work, "reference")
+        shared = {n: t for n, t in cand.items() if n in base}
+        verdicts = precision.judge(_errors(shared, ref), _errors(base, ref), noise_rel, p.k, p.atol)
+        del ref
+        by_name = {v.name: v for v in verdicts}
+        for r in rows:
+            v = by_name.get(str(r["name"]))
+            if v is not None:
+                j = v.to_json()
+                r.update({key: j[key] for key in ("err_candidate", "err_base", "floor_from")})
+                r.update(multiple=j["multiple"], state=j["state"])
+                r["over_threshold"] = v.state == "failed"
+    del base, cand
+    routed = _routing(work, arms, m)
     rels = [float(r["rel_l2"]) for r in rows if isinstance(r["rel_l2"], float)]
     coss = [float(r["cosine"]) for r in rows if isinstance(r["cosine"], float)]
     m.update(
         {
             "tensors_compared": len(rows),
-            "tensors_over_threshold": len(over),
             "tensors_only_in_one_arm": only,  # type: ignore[dict-item]
             "max_rel_l2": max(rels, default=None),
             "min_cosine": min(coss, default=None),
-            "tensors": rows,  # type: ignore[dict-item]
         }
     )
     uuids = {a: i.get("gpu_uuid") for a, i in arms.items()}
     reserved = {a: i.get("reserved_at_start_bytes") for a, i in arms.items()}
     if len(set(uuids.values())) > 1:
         seen = ", ".join(f"{a} {u}" for a, u in uuids.items())
+        m["tensors"] = rows  # type: ignore[assignment]
         return Verdict(
             outcome="inconclusive", reason=f"arms ran on different GPUs: {seen}", measurements=m
         )
     if len(set(reserved.values())) > 1:
         seen = ", ".join(f"{a} {r}" for a, r in reserved.items())
+        m["tensors"] = rows  # type: ignore[assignment]
         return Verdict(
             outcome="inconclusive",
             reason=f"arms started from different reserved bytes: {seen}",
             measurements=m,
         )
     if only:
+        m["tensors"] = rows  # type: ignore[assignment]
         return Verdict(
             outcome="failed",
             reason=f"gradient tensor sets differ: {len(only)} names in only one arm "
             f"(first: {only[0]})",
             measurements=m,
         )
+    if p.rule == "reference":
+        return _by_reference(verdicts, rows, routed, p, m)
+    return _by_threshold(rows, noise_rel, threshold, p.noise_margin, m)
+
+
+_NAMED = 5
+"""Tensors a reason sentence names before saying how many more."""
+
+
+def _by_reference(
+    verdicts: list[precision.TensorVerdict],
+    rows: list[dict[str, Json]],
+    routed: str,
+    p: Params,
+    m: dict[str, Json],
+) -> Verdict:
+    families = precision.by_family(verdicts)
+    m["families"] = [f.to_json() for f in families]
+    m["tensors"] = rows  # type: ignore[assignment]
+    failed = sorted(
+        (v for v in verdicts if v.state == "failed"), key=lambda v: v.badness, reverse=True
+    )
+    unjudged = [v for v in verdicts if v.state == "inconclusive"]
+    m["tensors_beyond_rule"] = len(failed)
+    m["failed_tensors"] = [v.name for v in failed]
+    m["tensors_inconclusive"] = len(unjudged)
+    governs = [v.floor_from for v in verdicts]
+    m["floor_from_counts"] = {g: governs.count(g) for g in sorted(set(governs))}
+    rule = f"err(candidate, ref) <= {p.k} x floor + {p.atol}"
+    tail = f"; {routed}" if routed else ""
+    if failed:
+        named = "; ".join(precision.describe(v) for v in failed[:_NAMED])
+        more = f"; and {len(failed) - _NAMED} more" if len(failed) > _NAMED else ""
+        fams = sum(f.state == "failed" for f in families)
+        return Verdict(
+            outcome="failed",
+            reason=f"{len(failed)} of {len(verdicts)} gradient tensors ({fams} of "
+            f"{len(families)} families) beyond {rule}: {named}{more}{tail}",
+            measurements=m,
+        )
+    if unjudged:
+        return Verdict(
+            outcome="inconclusive",
+            reason=f"{len(unjudged)} of {len(verdicts)} gradient tensors have no finite "
+            f"precision floor (the reference is zero or non-finite where the base is not; "
+            f"first: {unjudged[0].name}){tail}",
+            measurements=m,
+        )
+    if not verdicts:
+        return Verdict(
+            outcome="inconclusive", reason="no gradient tensors to compare", measurements=m
+        )
+    return Verdict(outcome="passed", reason=None, measurements=m)
+
+
+def _by_threshold(
+    rows: list[dict[str, Json]],
+    noise_rel: dict[str, float | None],
+    threshold: float,
+    margin: float,
+    m: dict[str, Json],
+) -> Verdict:
+    families = noise.by_family(noise_rel, _rel(rows), threshold, margin)
+    m["families"] = [f.to_json() for f in families]
+    failed_fams = {f.family for f in families if f.state == "failed"}
+    over = [r for r in rows if r["over_threshold"] and noise.family(str(r["name"])) in failed_fams]
+    m["tensors_over_threshold"] = len(over)
+    m["tensors"] = rows  # type: ignore[assignment]
     if over:
         worst = max(
             over, key=lambda r: float(r["rel_l2"]) if isinstance(r["rel_l2"], float) else math.inf

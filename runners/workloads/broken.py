@@ -57,8 +57,8 @@ class LeaksProcess(MoEWorkload):
         self.leaked_pid: int | None = None
         self._child: subprocess.Popen[bytes] | None = None
 
-    def setup(self, device: torch.device, seed: int) -> None:
-        super().setup(device, seed)
+    def setup(self, device: torch.device, seed: int, *, dtype: torch.dtype | None = None) -> None:
+        super().setup(device, seed, dtype=dtype)
         self._child = subprocess.Popen(["sleep", "600"])
         self.leaked_pid = self._child.pid
 
@@ -73,8 +73,8 @@ class LeaksTempdir(MoEWorkload):
         super().__init__(config)
         self.leaked_path: str | None = None
 
-    def setup(self, device: torch.device, seed: int) -> None:
-        super().setup(device, seed)
+    def setup(self, device: torch.device, seed: int, *, dtype: torch.dtype | None = None) -> None:
+        super().setup(device, seed, dtype=dtype)
         self.leaked_path = tempfile.mkdtemp(prefix="moe-lora-leak-")
 
 

@@ -91,6 +91,11 @@ class MoEConfig:
         return DTYPES[self.dtype]
 
 
+def _loss_dtype(dtype: torch.dtype) -> torch.dtype:
+    """Router softmax and loss: float32, or float64 when the model computes in it."""
+    return torch.promote_types(dtype, torch.float32)
+
+
 def _normal(gen: torch.Generator, *shape: int, std: float) -> Tensor:
     return torch.randn(*shape, generator=gen) * std
 
@@ -116,6 +121,9 @@ class MoELayer(nn.Module):
         self.lora_b1 = nn.ParameterList(_normal(gen, r, ff, std=0.02) for _ in range(e))
         self.lora_a2 = nn.ParameterList(_normal(gen, ff, r, std=ff**-0.5) for _ in range(e))
         self.lora_b2 = nn.ParameterList(_normal(gen, r, d, std=0.02) for _ in range(e))
+        self.keep_routing = False
+        self.routed: Tensor | None = None
+        """The last forward's top-k expert indices, while `keep_routing`."""
 
     def perturb_(self, gen: torch.Generator, amount: float) -> None:
         """Add ``amount`` times a fresh normal draw to every LoRA B."""
@@ -140,9 +148,11 @@ class MoELayer(nn.Module):
         cfg = self.cfg
         tokens, k = x.shape[0], cfg.top_k
         h = F.layer_norm(x, (cfg.d_model,))
-        probs = torch.softmax((h @ self.router).float(), dim=-1)
+        probs = torch.softmax((h @ self.router).to(_loss_dtype(x.dtype)), dim=-1)
         top_p, top_i = probs.topk(k, dim=-1)
         del probs
+        if self.keep_routing:
+            self.routed = top_i.detach()
         weights = (top_p / top_p.sum(dim=-1, keepdim=True)).to(x.dtype)
         del top_p
         flat = top_i.view(-1)
@@ -216,11 +226,12 @@ class MoEModel(nn.Module):
 
     def nll(self, hidden: Tensor, targets: Tensor) -> Tensor:
         """Mean next-token NLL of ``hidden`` rows against ``targets`` (float32 loss)."""
-        return F.cross_entropy((hidden @ self.head).float(), targets)
+        return F.cross_entropy((hidden @ self.head).to(_loss_dtype(hidden.dtype)), targets)
 
     def nll_sum(self, hidden: Tensor, targets: Tensor) -> Tensor:
         """Summed next-token NLL (float32), for chunked evaluation."""
-        return F.cross_entropy((hidden @ self.head).float(), targets, reduction="sum")
+        logits = (hidden @ self.head).to(_loss_dtype(hidden.dtype))
+        return F.cross_entropy(logits, targets, reduction="sum")
 
 
 class MoEWorkload:
@@ -233,6 +244,15 @@ class MoEWorkload:
         self.model: MoEModel | None = None
         self.optimizer: torch.optim.Optimizer | None = None
         self.device: torch.device | None = None
+        self._routing = False
+
+    def declare_routing(self, on: bool) -> None:
+        """While ``on``, forwards declare each layer's top-k selections (`ForwardOutputs.
+        routing`, ``layers.N``)."""
+        self._routing = on
+        for layer in self.model.layers if self.model is not None else ():
+            assert isinstance(layer, MoELayer)
+            layer.keep_routing = on
 
     @property
     def dtype(self) -> torch.dtype:
@@ -249,11 +269,17 @@ class MoEWorkload:
             ordered,
         )
 
-    def setup(self, device: torch.device, seed: int) -> None:
+    def setup(self, device: torch.device, seed: int, *, dtype: torch.dtype | None = None) -> None:
         """Build model and optimizer on ``device`` from ``seed`` (initialised on the CPU, so
-        every device starts from the same weights)."""
+        every device starts from the same weights); ``dtype``: compute in it, from the
+        configured dtype's weights upcast (a reference precision)."""
         self.teardown()
         model = MoEModel(self.config, seed).to(device=device, dtype=self.dtype)
+        if dtype is not None:
+            model = model.to(dtype=dtype)
+        for layer in model.layers:
+            assert isinstance(layer, MoELayer)
+            layer.keep_routing = self._routing
         self.model = model
         self.device = device
         trainable = [p for p in model.parameters() if p.requires_grad]
@@ -323,7 +349,14 @@ class MoEWorkload:
             pooled = hidden.detach().view(*ids.shape, -1).mean(dim=1)
             loss = model.nll(hidden, targets.reshape(-1))
             del hidden
-        return ForwardOutputs(pooled_hidden=pooled, nll=loss.detach(), loss=loss if grad else None)
+        routing: dict[str, Tensor] = {}
+        for i, layer in enumerate(model.layers):
+            assert isinstance(layer, MoELayer)
+            if layer.routed is not None:
+                routing[f"layers.{i}"], layer.routed = layer.routed, None
+        return ForwardOutputs(
+            pooled_hidden=pooled, nll=loss.detach(), loss=loss if grad else None, routing=routing
+        )
 
     def nll_chunked(self, batch: Batch, chunk_tokens: int) -> Tensor:
         """`forward`'s NLL with the LM head and loss over ``chunk_tokens`` rows at a time."""

@@ -108,11 +108,14 @@ class EPMoEWorkload(MoEWorkload):
 
     name = "moe-lora-ep"
 
-    def setup(self, device: torch.device, seed: int) -> None:
-        """Every rank builds the model from ``seed`` and keeps its experts."""
+    def setup(self, device: torch.device, seed: int, *, dtype: torch.dtype | None = None) -> None:
+        """Every rank builds the model from ``seed`` and keeps its experts (``dtype``: a
+        reference precision, as `MoEWorkload.setup`)."""
         self.teardown()
         model = MoEModel(self.config, seed, kind=EPMoELayer)
         self.model = model.to(device=device, dtype=self.dtype)
+        if dtype is not None:
+            self.model = self.model.to(dtype=dtype)
         self.device = device
         trainable = [p for p in self.model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(trainable, lr=self.config.lr, foreach=False)

@@ -149,15 +149,23 @@ def test_gradient_compare_passes_for_identical_arms(run_cpu: RunClaim) -> None:
     r = only(run_cpu("gradient-compare", {"batch": 1, "seq": 8}))
     assert r.outcome == "passed", r.reason
     m = r.measurements
-    assert m["tensors_compared"] == 16 and m["tensors_over_threshold"] == 0
+    assert r.params["rule"] == "reference" and m["rule"] == "reference"
+    assert m["tensors_compared"] == 16 and m["tensors_beyond_rule"] == 0
     assert m["max_rel_l2"] == 0.0
-    assert m["base_gpu_uuid"] == m["candidate_gpu_uuid"] == "cpu"
-    assert m["base_pid"] != m["candidate_pid"]
+    assert m["base_gpu_uuid"] == m["candidate_gpu_uuid"] == m["reference_gpu_uuid"] == "cpu"
+    assert len({m["base_pid"], m["candidate_pid"], m["reference_pid"]}) == 3
     assert r.cleanup.complete
     kinds = [res.kind for res in r.cleanup.resources]
-    assert kinds.count("process") == 3 and kinds.count("process-group") == 3  # base twice
-    assert m["max_noise_rel_l2"] == 0.0 and m["threshold"] == 1e-4  # the fp32 default
-    assert {f["state"] for f in m["families"]} == {"passed"}  # type: ignore[union-attr,index]
+    # base, candidate, the float64 reference and the base's repeat
+    assert kinds.count("process") == 4 and kinds.count("process-group") == 4
+    assert m["reference_dtype"] == "float64" and m["max_noise_rel_l2"] == 0.0
+    fams = m["families"]
+    assert isinstance(fams, list) and {f["state"] for f in fams} == {"passed"}  # type: ignore[index]
+    # The precision floor is real (float32 against float64), the noise floor zero.
+    assert all(0 < f["err_base"] < 1e-5 and f["floor_from"] == "precision" for f in fams)  # type: ignore[index,operator]
+    assert all(f["err_candidate"] == f["err_base"] for f in fams)  # type: ignore[index]
+    routed = m["routing"]["candidate_vs_base"]  # type: ignore[index,call-overload]
+    assert routed["selections_differing"] == 0 and routed["selections"] == 8  # 8 tokens, 1 layer
 
 
 def test_gradient_compare_fails_for_a_perturbed_candidate(run_cpu: RunClaim) -> None:
@@ -168,10 +176,31 @@ def test_gradient_compare_fails_for_a_perturbed_candidate(run_cpu: RunClaim) -> 
         )
     )
     assert r.outcome == "failed"
-    assert r.reason is not None and "over rel-L2 0.0001" in r.reason
-    assert r.measurements["tensors_over_threshold"] > 0  # type: ignore[operator]
+    assert r.reason is not None and "beyond err(candidate, ref) <= 2.0 x floor" in r.reason
+    assert r.measurements["tensors_beyond_rule"] > 0  # type: ignore[operator]
+    failed = r.measurements["failed_tensors"]
+    assert isinstance(failed, list) and str(failed[0]) in r.reason
     rows = r.measurements["tensors"]
     assert isinstance(rows, list) and all(isinstance(x, dict) and "cosine" in x for x in rows)
+
+
+def test_gradient_compare_threshold_rule_as_before(run_cpu: RunClaim) -> None:
+    r = only(
+        run_cpu(
+            "gradient-compare",
+            {
+                "batch": 1,
+                "seq": 8,
+                "rule": "threshold",
+                "candidate_workload_params": {"perturb": 0.5},
+            },
+        )
+    )
+    assert r.outcome == "failed"
+    assert r.reason is not None and "over rel-L2 0.0001" in r.reason
+    m = r.measurements
+    assert m["rule"] == "threshold" and m["threshold"] == 1e-4  # the fp32 default
+    assert m["tensors_over_threshold"] > 0 and "reference_pid" not in m  # type: ignore[operator]
 
 
 def test_observer_off_control_pairs_runs(run_cpu: RunClaim, artifact_dir: Path) -> None:

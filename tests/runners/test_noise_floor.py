@@ -37,7 +37,8 @@ def test_thresholds_default_per_dtype() -> None:
 
 
 def _grad(run_cpu: RunClaim, **params: Any) -> Any:
-    return only(run_cpu("gradient-compare", {"batch": 1, "seq": 8, **params}, ref=NOISY))
+    params = {"batch": 1, "seq": 8, "rule": "threshold", **params}
+    return only(run_cpu("gradient-compare", params, ref=NOISY))
 
 
 def test_noise_over_the_threshold_is_inconclusive(run_cpu: RunClaim) -> None:
@@ -55,3 +56,23 @@ def test_same_code_under_noise_passes_and_a_real_change_fails(run_cpu: RunClaim)
     r = _grad(run_cpu, threshold=1e-2, candidate_workload_params={"perturb": 0.5})
     assert r.outcome == "failed", r.reason
     assert "noise floor" in (r.reason or "")
+
+
+def test_reference_rule_takes_the_larger_floor(run_cpu: RunClaim) -> None:
+    """Nondeterministic gradients (1e-3 noise in every arm, the reference too) lift both
+    floors far above float32's precision (~1e-7); the larger governs, as the receipt says."""
+    r = only(run_cpu("gradient-compare", {"batch": 1, "seq": 8}, ref=NOISY))
+    assert r.outcome == "passed", r.reason
+    fams = r.measurements["families"]
+    assert all(max(f["noise"], f["err_base"]) > 1e-4 for f in fams)
+    for f in fams:
+        assert f["floor_from"] == ("repeat-noise" if f["noise"] > f["err_base"] else "precision")
+    r = only(
+        run_cpu(
+            "gradient-compare",
+            {"batch": 1, "seq": 8, "candidate_workload_params": {"perturb": 0.5}},
+            ref=NOISY,
+        )
+    )
+    assert r.outcome == "failed", r.reason
+    assert "beyond err(candidate, ref)" in (r.reason or "")

@@ -6,7 +6,9 @@ through PEFT's ``target_parameters``); AdamW trains them. The workload speaks
 the protocol the way a trainer does: batches with ``attention_mask`` and
 ``-100`` labels on padding, the model's own loss (``model(**batch).loss``),
 and the logits declared as the output the regression compares. It offers no
-chunked NLL, so checks that need one skip that part with a reason.
+chunked NLL, so checks that need one skip that part with a reason. It can
+compute in a reference precision (``setup(..., dtype=...)``) and declares its
+router's top-k selections (`runners.protocol.DeclaresRouting`).
 """
 
 from __future__ import annotations
@@ -52,6 +54,9 @@ class Qwen3Config:
     dtype: str = "float32"
     attention: str = "eager"
     """transformers attention implementation: ``eager`` (seq x seq scores) or ``sdpa``."""
+    experts_impl: str | None = None
+    """transformers experts implementation: ``eager`` (a loop over experts), ``grouped_mm``
+    or ``batched_mm`` (fused); None: the library's default."""
     padding: int = 4
     """Padding tokens at the end of every other row (labels -100, attention mask 0)."""
     lr: float = 1e-3
@@ -65,9 +70,13 @@ class Qwen3Config:
             raise ValueError(f"dtype must be one of {', '.join(_DTYPES)}, got {self.dtype!r}")
         if self.attention not in ("eager", "sdpa"):
             raise ValueError(f"attention must be eager or sdpa, got {self.attention!r}")
+        if self.experts_impl not in (None, "eager", "grouped_mm", "batched_mm"):
+            raise ValueError(
+                f"experts_impl must be eager, grouped_mm or batched_mm: {self.experts_impl}"
+            )
 
 
-def _hf_config(c: Qwen3Config) -> Any:
+def _hf_config(c: Qwen3Config, experts: str | None = None) -> Any:
     cfg = Qwen3MoeConfig(
         vocab_size=c.vocab,
         hidden_size=c.hidden,
@@ -83,6 +92,8 @@ def _hf_config(c: Qwen3Config) -> Any:
         tie_word_embeddings=False,
     )
     cfg._attn_implementation = c.attention
+    if experts or c.experts_impl:
+        cfg._experts_implementation = experts or c.experts_impl
     return cfg
 
 
@@ -96,6 +107,13 @@ class Qwen3LoraWorkload:
         self.model: Any = None
         self.optimizer: torch.optim.Optimizer | None = None
         self.device: torch.device | None = None
+        self._routing = False
+        self._routed: dict[str, Tensor] = {}
+
+    def declare_routing(self, on: bool) -> None:
+        """While ``on``, forwards declare each MoE layer's top-k selections, by the router's
+        module name (``model.layers.N.mlp.gate``)."""
+        self._routing = on
 
     @property
     def dtype(self) -> torch.dtype:
@@ -110,14 +128,18 @@ class Qwen3LoraWorkload:
             [sys.modules[__name__], _estimator],
         )
 
-    def setup(self, device: torch.device, seed: int) -> None:
+    def setup(self, device: torch.device, seed: int, *, dtype: torch.dtype | None = None) -> None:
+        """Build the model and optimizer; ``dtype``: compute in it instead, from the
+        configured dtype's weights upcast (a reference precision). Fused expert kernels
+        take no float64: a float64 reference runs the experts' loop."""
         self.teardown()
         c = self.config
+        experts = "eager" if dtype == torch.float64 else None
         # transformers initialises from the global generator: fork it so the seed
         # fixes the weights without changing the caller's random state.
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
-            base = Qwen3MoeForCausalLM(_hf_config(c))
+            base = Qwen3MoeForCausalLM(_hf_config(c, experts))
             lora = LoraConfig(
                 r=c.lora_rank,
                 lora_alpha=c.lora_alpha,
@@ -133,11 +155,26 @@ class Qwen3LoraWorkload:
                     with torch.no_grad():
                         p.copy_(torch.randn(p.shape, generator=gen) * 0.02 + c.perturb)
         self.model = model.to(device=device, dtype=self.dtype)
+        if dtype is not None:
+            self.model = self.model.to(dtype=dtype)
+        for name, module in self.model.named_modules():
+            if name.endswith("mlp.gate"):
+                module.register_forward_hook(
+                    self._keep_route(name.removeprefix("base_model.model."))
+                )
         self.device = device
         trainable = [p for p in self.model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(trainable, lr=c.lr, foreach=False)
 
+    def _keep_route(self, name: str) -> Any:
+        def hook(_module: Any, _inputs: Any, output: Any) -> None:
+            if self._routing:
+                self._routed[name] = output[2].detach()  # (logits, weights, top-k indices)
+
+        return hook
+
     def teardown(self) -> None:
+        self._routed = {}
         if self.optimizer is not None:
             self.optimizer.state.clear()
         self.model = None
@@ -190,9 +227,11 @@ class Qwen3LoraWorkload:
         model = self._model()
         with torch.set_grad_enabled(grad):
             out = model(**batch)
+        routing, self._routed = self._routed, {}
         return ForwardOutputs(
             loss=out.loss if grad else out.loss.detach(),
             compared={"logits": out.logits.detach()},
+            routing=routing,
         )
 
     def backward(self, out: ForwardOutputs) -> None:
