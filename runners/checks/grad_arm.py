@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from runners.checks import precision
+from runners.checks import noise, precision
 from runners.checks.context import dtype_name, phase_step
 from runners.checks.execute import start_harness
 from runners.harness import child
@@ -59,6 +59,8 @@ def run_arm(spec: dict[str, Any]) -> dict[str, Any]:
         return finish("infra-error", error=f"workload load: {e}")
     info.update(workload=w.name, workload_digest=w.digest(), dtype=dtype_name(w.dtype))
     compute: torch.dtype | None = None
+    if spec.get("low_precision_only") and not noise.low_precision(info["dtype"]):
+        return finish("skipped", error=f"a {info['dtype']} workload: wanted for 16-bit only")
     if spec.get("reference"):
         ref = precision.reference_dtype_for(info["dtype"], spec.get("reference_dtype"))
         if not precision.higher(ref, info["dtype"]):

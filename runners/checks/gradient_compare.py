@@ -9,8 +9,11 @@ name. Two rules judge them (``rule``, recorded in the receipt):
   (the ``reference`` arm); per tensor the candidate passes when
   ``err(candidate, ref) <= k * floor + atol``, the floor being the larger of the
   precision floor ``err(base, ref)`` and, with ``noise_floor``, the repeat-noise
-  floor ``err(base_repeat, base)`` (`runners.checks.precision`). The reference
-  arm failing to run makes the comparison ``inconclusive``, with its reason.
+  floor ``err(base_repeat, base)`` (`runners.checks.precision`). With
+  ``reference_candidate`` the candidate runs in the reference precision too
+  (``candidate_reference``), so a change below the low precision's resolution
+  shows where rounding is small (the function part). A reference arm failing to
+  run makes the comparison ``inconclusive``, with its reason.
 - ``threshold`` (the rule before the reference arm): relative L2 candidate vs
   base per tensor family against a fixed threshold (per dtype) and the repeat
   noise floor times ``noise_margin`` (`runners.checks.noise`).
@@ -67,6 +70,15 @@ class Params(CheckParams):
     """Reference rule: the precision of the reference arm. None: float32 for a bfloat16 /
     float16 workload, float64 for a float32 one (float64 is for CPU; many CUDA kernels
     take no float64, and the reference arm then cannot run)."""
+    reference_candidate: bool | None = None
+    """Reference rule: run the candidate in the reference precision too and compare it with
+    the reference (the function part: `runners.checks.precision`), so that a change the
+    low precision cannot resolve (a 1 % scale on one expert, in bf16) still shows. None:
+    for a bfloat16 / float16 workload only (float32 resolves such changes itself, and
+    libraries keep float32 steps inside a float64 model)."""
+    function_atol: float | None = None
+    """Reference rule, function part: the absolute allowance in rel-L2 units. None: 1024
+    roundoffs of the reference precision (6.1e-5 for float32, 1.1e-13 for float64)."""
     threshold: float | None = None
     """Threshold rule: largest rel-L2 ``||c - b|| / ||b||`` a gradient tensor family may
     have. None: the dtype's default (``threshold_fp32`` or ``threshold_bf16``)."""
@@ -239,19 +251,25 @@ def _body(sess: Session, p: Params) -> Verdict:
     plan = [("base", base_root, base_params), ("candidate", ctx.repo_root, cand_params)]
     if p.rule == "reference":
         plan.append(("reference", base_root, base_params))
+        if p.reference_candidate is not False:
+            plan.append(("candidate_reference", ctx.repo_root, cand_params))
     if p.noise_floor:
         plan.append(("base_repeat", base_root, base_params))
     ref_spec: dict[str, Json] = {"reference": True, "reference_dtype": p.reference_dtype}
+    specs = {
+        "reference": ref_spec,
+        "candidate_reference": {**ref_spec, "low_precision_only": p.reference_candidate is None},
+    }
     if parallel:
-        started = [
-            _start_arm(sess, n, r, wp, p, work, ref_spec if n == "reference" else None)
-            for n, r, wp in plan
-        ]
+        started = [_start_arm(sess, n, r, wp, p, work, specs.get(n)) for n, r, wp in plan]
         arms = {a.name: _finish_arm(a, deadline) for a in started}
     else:
         for n, r, wp in plan:
-            extra = ref_spec if n == "reference" else None
-            arms[n] = _finish_arm(_start_arm(sess, n, r, wp, p, work, extra), deadline)
+            arms[n] = _finish_arm(_start_arm(sess, n, r, wp, p, work, specs.get(n)), deadline)
+    skipped = arms.get("candidate_reference", {}).get("status") == "skipped"
+    if skipped:
+        # A float32 workload: the function part adds nothing the precision part misses.
+        arms.pop("candidate_reference")
     dtype = str(arms["candidate"].get("dtype") or arms["base"].get("dtype") or "")
     threshold = noise.threshold_for(dtype, p.threshold, p.threshold_fp32, p.threshold_bf16)
     m: dict[str, Json] = {
@@ -263,6 +281,8 @@ def _body(sess: Session, p: Params) -> Verdict:
         m.update(threshold=threshold, noise_margin=p.noise_margin)
     else:
         m.update(k=p.k, atol=p.atol, reference_dtype=arms.get("reference", {}).get("dtype"))
+        if skipped:
+            m["candidate_reference_status"] = "skipped"
     for arm, info in arms.items():
         for k in _ARM_KEYS:
             if k in info:
@@ -273,20 +293,25 @@ def _body(sess: Session, p: Params) -> Verdict:
             "workload_digest": arms["candidate"].get("workload_digest", ""),
             "dtype": arms["candidate"].get("dtype", ""),
         }
-    bad = _bad_arms({a: i for a, i in arms.items() if a != "reference"}, m)
+    bad = _bad_arms({a: i for a, i in arms.items() if a not in _REFERENCE_ARMS}, m)
     if bad is not None:
         return bad
-    ref = arms.get("reference")
-    if ref is not None and ref.get("status") != "ok":
-        why = ref.get("error") or ref.get("log_tail") or ""
-        return Verdict(
-            outcome="inconclusive",
-            reason=f"the reference arm could not run ({ref.get('status')}: {why}".strip()
-            + "); nothing to measure the precision floor against (rule = 'threshold' judges "
-            "without one)",
-            measurements=m,
-        )
+    for name in _REFERENCE_ARMS:
+        ref = arms.get(name)
+        if ref is not None and ref.get("status") != "ok":
+            why = str(ref.get("error") or ref.get("log_tail") or "").strip()
+            return Verdict(
+                outcome="inconclusive",
+                reason=f"the {name.replace('_', ' ')} arm could not run ({ref.get('status')}: "
+                f"{why}); nothing to measure the precision floor against (rule = 'threshold' "
+                "judges without one)",
+                measurements=m,
+            )
     return _compared(work, arms, threshold, p, m)
+
+
+_REFERENCE_ARMS = ("reference", "candidate_reference")
+"""The arms that run in the reference precision."""
 
 
 def _bad_arms(arms: dict[str, dict[str, Any]], m: dict[str, Json]) -> Verdict | None:
@@ -348,7 +373,7 @@ def _routing(work: Path, arms: dict[str, dict[str, Any]], m: dict[str, Json]) ->
     if not routes.get("base"):
         return ""
     pairs = [("candidate", "base"), ("base", "reference"), ("candidate", "reference")]
-    pairs.append(("base_repeat", "base"))
+    pairs += [("candidate_reference", "reference"), ("base_repeat", "base")]
     table: dict[str, Json] = {}
     for a, b in pairs:
         if routes.get(a) and routes.get(b):
@@ -357,7 +382,7 @@ def _routing(work: Path, arms: dict[str, dict[str, Any]], m: dict[str, Json]) ->
     said = [
         routing.sentence(k.replace("_vs_", " and "), v)  # type: ignore[arg-type]
         for k, v in table.items()
-        if k in ("candidate_vs_base", "base_vs_reference")
+        if k in ("candidate_vs_base", "base_vs_reference", "candidate_reference_vs_reference")
     ]
     return "; ".join(said)
 
@@ -387,7 +412,19 @@ def _compared(
     if p.rule == "reference":
         ref = _load(work, "reference")
         shared = {n: t for n, t in cand.items() if n in base}
-        verdicts = precision.judge(_errors(shared, ref), _errors(base, ref), noise_rel, p.k, p.atol)
+        function = None
+        if "candidate_reference" in arms:
+            low = str(arms["base"].get("dtype") or "")
+            ref_dtype = str(arms["reference"].get("dtype") or "")
+            function = precision.Function(
+                errors=_errors(_load(work, "candidate_reference"), ref),
+                scale=precision.roundoff_ratio(ref_dtype, low),
+                atol=precision.function_atol_for(ref_dtype, p.function_atol),
+            )
+            m.update(function_scale=function.scale, function_atol=function.atol)
+        verdicts = precision.judge(
+            _errors(shared, ref), _errors(base, ref), noise_rel, p.k, p.atol, function
+        )
         del ref
         by_name = {v.name: v for v in verdicts}
         for r in rows:
@@ -395,7 +432,9 @@ def _compared(
             if v is not None:
                 j = v.to_json()
                 r.update({key: j[key] for key in ("err_candidate", "err_base", "floor_from")})
-                r.update(multiple=j["multiple"], state=j["state"])
+                r.update(multiple=j["multiple"], state=j["state"], failed_by=j["failed_by"])
+                if v.function_ran:
+                    r.update(err_function=j["err_function"])
                 r["over_threshold"] = v.state == "failed"
     del base, cand
     routed = _routing(work, arms, m)
@@ -462,6 +501,8 @@ def _by_reference(
     governs = [v.floor_from for v in verdicts]
     m["floor_from_counts"] = {g: governs.count(g) for g in sorted(set(governs))}
     rule = f"err(candidate, ref) <= {p.k} x floor + {p.atol}"
+    if any(v.function_ran for v in verdicts):
+        rule += " (and, both in the reference precision, within the floor scaled to it)"
     tail = f"; {routed}" if routed else ""
     if failed:
         named = "; ".join(precision.describe(v) for v in failed[:_NAMED])

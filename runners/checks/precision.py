@@ -14,6 +14,15 @@ float32 one) and both low-precision arms are measured against it:
 - the larger of the two governs (the receipt says which), and the candidate
   passes a tensor when ``err(candidate, ref) <= k * floor + atol``.
 
+A change smaller than the low precision's own rounding (a 1 % scale on one
+expert's output, in bf16) passes that rule: it is below what the precision can
+resolve. So the candidate runs in the reference precision too (the *function*
+part): ``err(candidate_ref, ref)`` compares the two codes where rounding is
+small, and must stay within ``k * err(base, ref) * u_ref / u_low +
+function_atol`` (the precision floor scaled down by the ratio of the two
+precisions' unit roundoffs, plus an allowance of a few hundred reference
+roundoffs for summation order). A tensor fails when either part does.
+
 ``err`` is the relative L2 ``||x - ref|| / ||ref||``. A tensor whose floor is
 not finite (the reference is zero where the base is not, or a figure is NaN)
 cannot be judged: ``inconclusive``. Per family (`noise.family`) the worst
@@ -53,6 +62,24 @@ def higher(reference: str, dtype: str) -> bool:
     return _BITS.get(reference, 0) > _BITS.get(dtype, 53)
 
 
+def roundoff_ratio(reference: str, dtype: str) -> float:
+    """``u_reference / u_dtype``: the unit roundoffs' ratio (2**-16 for float32 over
+    bfloat16)."""
+    return float(2.0 ** (_BITS.get(dtype, 24) - _BITS.get(reference, 53)))
+
+
+FUNCTION_ATOL_ROUNDOFFS = 1024
+"""Default function allowance in units of the reference's roundoff: 6.1e-5 for float32,
+1.1e-13 for float64 (summation-order differences stay orders of magnitude below)."""
+
+
+def function_atol_for(reference: str, explicit: float | None) -> float:
+    """The function part's absolute allowance: ``explicit`` or the default."""
+    if explicit is not None:
+        return explicit
+    return float(FUNCTION_ATOL_ROUNDOFFS * 2.0 ** -_BITS.get(reference, 53))
+
+
 @dataclass(frozen=True, slots=True)
 class TensorVerdict:
     """One tensor judged by the rule (module docstring)."""
@@ -66,6 +93,13 @@ class TensorVerdict:
     """``err(base_repeat, base)``: the repeat-noise floor; None without a repeat."""
     k: float
     atol: float
+    err_function: float | None = None
+    """``err(candidate_ref, ref)``: both codes in the reference precision; None when not
+    finite or not run (`function_ran`)."""
+    function_ran: bool = False
+    function_scale: float = 0.0
+    """``u_ref / u_low``: the precision floor scaled to the reference precision."""
+    function_atol: float = 0.0
 
     @property
     def floor(self) -> float | None:
@@ -91,7 +125,13 @@ class TensorVerdict:
         return c / f
 
     @property
-    def state(self) -> FamilyState:
+    def function_allowed(self) -> float | None:
+        if not self.function_ran or self.err_base is None or not math.isfinite(self.err_base):
+            return None
+        return self.k * self.err_base * self.function_scale + self.function_atol
+
+    @property
+    def precision_state(self) -> FamilyState:
         c, allowed = self.err_candidate, self.allowed
         if c is None or (math.isinf(c) and allowed is not None):
             return "failed"
@@ -100,14 +140,43 @@ class TensorVerdict:
         return "passed" if c <= allowed else "failed"
 
     @property
-    def badness(self) -> float:
-        """``err(candidate, ref)`` over its allowance: above 1 is beyond the rule."""
-        c, allowed = self.err_candidate, self.allowed
-        if c is None:
-            return math.inf
+    def function_state(self) -> FamilyState | None:
+        """The function part's state; None when it did not run."""
+        if not self.function_ran:
+            return None
+        f, allowed = self.err_function, self.function_allowed
+        if f is None:
+            return "failed"
         if allowed is None:
-            return -1.0  # inconclusive: after every judged tensor
-        return c / allowed if allowed > 0 else (math.inf if c > 0 else 0.0)
+            return "inconclusive"
+        return "passed" if f <= allowed else "failed"
+
+    @property
+    def state(self) -> FamilyState:
+        states = {self.precision_state, self.function_state}
+        if "failed" in states:
+            return "failed"
+        return "inconclusive" if "inconclusive" in states else "passed"
+
+    @property
+    def failed_by(self) -> list[str]:
+        """Which parts the tensor failed: ``precision``, ``function``."""
+        out = ["precision"] if self.precision_state == "failed" else []
+        return out + (["function"] if self.function_state == "failed" else [])
+
+    @property
+    def badness(self) -> float:
+        """The larger of each part's error over its allowance: above 1 is beyond the rule."""
+        parts = [(self.err_candidate, self.allowed)]
+        if self.function_ran:
+            parts.append((self.err_function, self.function_allowed))
+        worst = -1.0  # inconclusive: after every judged tensor
+        for err, allowed in parts:
+            if err is None:
+                return math.inf
+            if allowed is not None:
+                worst = max(worst, err / allowed if allowed > 0 else (math.inf if err else 0.0))
+        return worst
 
     def to_json(self) -> dict[str, Json]:
         return {
@@ -119,12 +188,25 @@ class TensorVerdict:
             "floor_from": self.floor_from,
             "allowed": self.allowed,
             "multiple": self.multiple,
+            "err_function": _finite(self.err_function) if self.function_ran else None,
+            "function_allowed": self.function_allowed,
             "state": self.state,
+            "failed_by": self.failed_by,  # type: ignore[dict-item]
         }
 
 
 def _finite(x: float | None) -> float | None:
     return x if x is not None and math.isfinite(x) else None
+
+
+@dataclass(frozen=True, slots=True)
+class Function:
+    """The function part's inputs: ``err(candidate_ref, ref)`` per tensor, the roundoff
+    ratio and the absolute allowance."""
+
+    errors: Mapping[str, float | None]
+    scale: float
+    atol: float
 
 
 def judge(
@@ -133,10 +215,22 @@ def judge(
     noise: Mapping[str, float | None],
     k: float,
     atol: float,
+    function: Function | None = None,
 ) -> list[TensorVerdict]:
     """Each tensor of ``cand`` (sorted), from its errors against the reference."""
     return [
-        TensorVerdict(n, cand[n], base.get(n), noise.get(n) if noise else None, k, atol)
+        TensorVerdict(
+            n,
+            cand[n],
+            base.get(n),
+            noise.get(n) if noise else None,
+            k,
+            atol,
+            err_function=function.errors.get(n) if function else None,
+            function_ran=function is not None,
+            function_scale=function.scale if function else 0.0,
+            function_atol=function.atol if function else 0.0,
+        )
         for n in sorted(cand)
     ]
 
@@ -169,6 +263,9 @@ class FamilyVerdict:
             "floor_from": w.floor_from,
             "multiple": w.multiple,
             "allowed": w.allowed,
+            "err_function": _finite(w.err_function) if w.function_ran else None,
+            "function_allowed": w.function_allowed,
+            "failed_by": w.failed_by,  # type: ignore[dict-item]
             "beyond_rule": sum(t.state == "failed" for t in self.tensors),
             "state": self.state,
         }
@@ -183,8 +280,14 @@ def by_family(rows: list[TensorVerdict]) -> list[FamilyVerdict]:
 
 
 def describe(t: TensorVerdict) -> str:
-    """``name err 0.0031 vs floor 5.8e-07 (precision), 5300x`` for a reason sentence."""
+    """``name err 0.0031 vs floor 5.8e-07 (precision), 5300x`` for a reason sentence,
+    with the function part's figures when that part failed."""
     mult = f", {t.multiple:.3g}x" if t.multiple is not None else ""
     floor = "n/a" if t.floor is None else f"{t.floor:.3g}"
     err = "non-finite" if t.err_candidate is None else f"{t.err_candidate:.3g}"
-    return f"{t.name} err {err} vs floor {floor} ({t.floor_from}){mult}"
+    out = f"{t.name} err {err} vs floor {floor} ({t.floor_from}){mult}"
+    if "function" in t.failed_by:
+        f = "non-finite" if t.err_function is None else f"{t.err_function:.3g}"
+        allowed = "n/a" if t.function_allowed is None else f"{t.function_allowed:.3g}"
+        out += f"; in the reference precision err {f} > allowed {allowed}"
+    return out

@@ -156,14 +156,22 @@ def test_gradient_compare_passes_for_identical_arms(run_cpu: RunClaim) -> None:
     assert len({m["base_pid"], m["candidate_pid"], m["reference_pid"]}) == 3
     assert r.cleanup.complete
     kinds = [res.kind for res in r.cleanup.resources]
-    # base, candidate, the float64 reference and the base's repeat
-    assert kinds.count("process") == 4 and kinds.count("process-group") == 4
+    # base, candidate, both again in float64 (the references) and the base's repeat; the
+    # candidate's float64 arm stops at once for a float32 workload (function part skipped)
+    assert kinds.count("process") == 5 and kinds.count("process-group") == 5
+    assert m["candidate_reference_status"] == "skipped" and "function_atol" not in m
     assert m["reference_dtype"] == "float64" and m["max_noise_rel_l2"] == 0.0
     fams = m["families"]
     assert isinstance(fams, list) and {f["state"] for f in fams} == {"passed"}  # type: ignore[index]
     # The precision floor is real (float32 against float64), the noise floor zero.
     assert all(0 < f["err_base"] < 1e-5 and f["floor_from"] == "precision" for f in fams)  # type: ignore[index,operator]
     assert all(f["err_candidate"] == f["err_base"] for f in fams)  # type: ignore[index]
+    assert all(f["err_function"] is None for f in fams)  # type: ignore[index]
+    r = only(run_cpu("gradient-compare", {"batch": 1, "seq": 8, "reference_candidate": True}))
+    assert r.outcome == "passed", r.reason
+    m = r.measurements
+    assert m["function_atol"] == 1024 * 2.0**-53 and m["function_scale"] == 2.0**-29
+    assert all(f["err_function"] == 0.0 for f in m["families"])  # type: ignore[index,union-attr]
     routed = m["routing"]["candidate_vs_base"]  # type: ignore[index,call-overload]
     assert routed["selections_differing"] == 0 and routed["selections"] == 8  # 8 tokens, 1 layer
 
