@@ -12,28 +12,55 @@ inconclusive when the noise alone exceeds the threshold. Without chunked NLL
 that part is skipped with the reason recorded. Both forwards are measured
 (cold, then warm) and the workload's admission decision for the step is
 recorded, not enforced.
+
+With ``rule = "reference"`` (the default) the base runs once more in a reference
+precision (`runners.checks.precision`): each declared output's error against it
+is recorded (its precision floor), and the chunked NLL is judged as a candidate:
+``err(chunked, ref) <= k * max(err(unchunked, ref), run-to-run noise) + atol``.
+Where the workload declares its routing, the tokens routed differently between
+the base and the reference are counted (an unmeasured forward). A workload
+that cannot compute in the reference precision leaves the NLL inconclusive,
+with the reason. ``rule = "threshold"`` keeps the fixed ``nll_rtol`` rule.
 """
 
 from __future__ import annotations
 
 import ctypes
 import hashlib
+import math
 from dataclasses import dataclass
 from functools import partial
+from typing import Literal
 
 import torch
 
-from runners.checks import noise
-from runners.checks.context import CheckContext, Session, Verdict, dtype_name, phase_step
+from runners.checks import noise, precision, routing
+from runners.checks.context import (
+    CheckContext,
+    Session,
+    Verdict,
+    dtype_name,
+    load_preserving,
+    phase_step,
+)
 from runners.checks.execute import execute
 from runners.checks.params import CheckParams
 from runners.harness.steps import measure_step
 from runners.names import REGRESSION_24VIEW
-from runners.protocol import ForwardOutputs, Shape, SupportsChunkedNLL
+from runners.protocol import (
+    Batch,
+    DeclaresRouting,
+    ForwardOutputs,
+    Shape,
+    SupportsChunkedNLL,
+    Workload,
+    setup_in,
+    supports_dtype,
+)
 from runners.result import CheckResult, Json
 
 NAME = REGRESSION_24VIEW
-VERSION = "2"
+VERSION = "3"
 
 
 @dataclass(kw_only=True, slots=True, frozen=True)
@@ -45,8 +72,19 @@ class Params(CheckParams):
     pooled_atol: float = 0.0
     """Allowed max abs difference of the pooled hidden states between the two runs
     (0: bitwise repetition)."""
+    rule: Literal["reference", "threshold"] = "reference"
+    """How the chunked NLL is judged: ``reference`` (against the unchunked NLL's own error
+    relative to a reference-precision run) or ``threshold`` (``nll_rtol`` and the noise
+    margin; the rule receipts without this parameter were judged by)."""
+    k: float = 2.0
+    """Reference rule: the chunked NLL's error may be this many times the floor."""
+    atol: float = 1e-6
+    """Reference rule: slack added to ``k * floor`` (relative units)."""
+    reference_dtype: Literal["float32", "float64"] | None = None
+    """Reference rule: the reference precision. None: float32 for a bfloat16 / float16
+    workload, float64 for a float32 one."""
     nll_rtol: float | None = None
-    """Allowed relative difference of the unchunked and the chunked NLL. None: the
+    """Threshold rule: allowed relative difference of the unchunked and the chunked NLL. None: the
     dtype's default (``nll_rtol_fp32`` / ``nll_rtol_bf16``)."""
     nll_rtol_fp32: float = 1e-5
     """Default for float32: a chunked sum reorders additions (~1e-7 relative)."""
@@ -87,6 +125,7 @@ def _body(sess: Session, p: Params) -> Verdict:
     batch = sess.call("make_batch", lambda: w.make_batch(shape, sess.seed))
     decision = sess.admit(w, shape, "forward_nograd", sess.probe.available_bytes())
     m: dict[str, Json] = {
+        "rule": p.rule,
         "views": views,
         "seq": seq,
         "chunk_tokens": chunk,
@@ -114,8 +153,9 @@ def _body(sess: Session, p: Params) -> Verdict:
             )
     problems = _repeats(outs[0], outs[1], atol, m)
     first, second = outs[0].scalar_loss(), outs[1].scalar_loss()
+    base_outputs = {k: v.detach().to("cpu") for k, v in outs[0].declared().items()}
     outs.clear()
-    state: noise.FamilyState = "passed"
+    chunked_t: torch.Tensor | None = None
     if not isinstance(w, SupportsChunkedNLL):
         m["nll_chunked_skipped"] = (
             f"workload {w.name!r} offers no nll_chunked (runners.protocol.SupportsChunkedNLL)"
@@ -125,8 +165,25 @@ def _body(sess: Session, p: Params) -> Verdict:
     else:
         sess.progress("chunked NLL")
         chunked_t = sess.call("nll_chunked", lambda: w.nll_chunked(batch, chunk))
-        state = _nll(float(first.double()), float(second.double()), chunked_t, rtol, p, m)
-        if state == "failed":
+    ref: ForwardOutputs | None = None
+    ref_problem = ""
+    if p.rule == "reference":
+        ref, ref_problem = _reference(sess, w, batch, p, m, base_outputs)
+    state: noise.FamilyState = "passed"
+    if chunked_t is not None and first is not None and second is not None:
+        nll1, nll2 = float(first.double()), float(second.double())
+        if p.rule == "threshold":
+            state = _nll(nll1, nll2, chunked_t, rtol, p, m)
+        else:
+            ref_nll = None if ref is None else ref.scalar_loss()
+            state = _nll_by_reference(nll1, nll2, chunked_t, ref_nll, p, m)
+        if state == "failed" and p.rule == "reference":
+            problems.append(
+                f"NLL chunked {m['nll_chunked']!r}: err against the reference "
+                f"{m['nll_err_chunked']!r} > {p.k} x floor {m['nll_floor']!r} "
+                f"({m['nll_floor_from']}) + {p.atol}"
+            )
+        elif state == "failed":
             problems.append(
                 f"NLL unchunked {m['nll_unchunked_run1']!r} vs chunked {m['nll_chunked']!r}: "
                 f"rel diff {m['nll_rel_diff']!r} > {rtol!r} and > {p.noise_margin}x the "
@@ -134,6 +191,12 @@ def _body(sess: Session, p: Params) -> Verdict:
             )
     if problems:
         return Verdict(outcome="failed", reason="; ".join(problems), measurements=m)
+    if state == "inconclusive" and p.rule == "reference":
+        return Verdict(
+            outcome="inconclusive",
+            reason=f"the chunked NLL could not be judged: {ref_problem or 'no finite floor'}",
+            measurements=m,
+        )
     if state == "inconclusive":
         return Verdict(
             outcome="inconclusive",
@@ -218,3 +281,121 @@ def _nll(
         }
     )
     return state
+
+
+def _reference(
+    sess: Session,
+    w: Workload,
+    batch: Batch,
+    p: Params,
+    m: dict[str, Json],
+    base: dict[str, torch.Tensor],
+) -> tuple[ForwardOutputs | None, str]:
+    """The base's forward in the reference precision (and, when the workload declares its
+    routing, one more unmeasured forward of the base to count routing differences); the
+    outputs' errors against it recorded. Returns the outputs, or None and why not."""
+    ctx = sess.ctx
+    low = dtype_name(w.dtype)
+    ref_dtype = precision.reference_dtype_for(low, p.reference_dtype)
+    m["reference_dtype"] = ref_dtype
+    base_routes: dict[str, torch.Tensor] = {}
+    if isinstance(w, DeclaresRouting):
+        w.declare_routing(True)
+        got: ForwardOutputs = sess.call("forward (routing)", lambda: w.forward(batch, grad=False))
+        base_routes = {k: v.to("cpu") for k, v in got.routing.items()}
+        w.declare_routing(False)
+        del got
+    if not precision.higher(ref_dtype, low):
+        why = f"the reference {ref_dtype} is no higher than the workload's {low}"
+        m["reference_skipped"] = why
+        return None, why
+    sess.close()  # the base's memory goes before the reference's is taken
+    ref_w = load_preserving(ctx.repo_root, ctx.workload_ref, dict(ctx.workload_params))
+    sess.workload = ref_w  # torn down with the session
+    if not supports_dtype(ref_w):
+        why = f"workload {ref_w.name!r} setup takes no dtype keyword (the reference arm)"
+        m["reference_skipped"] = why
+        return None, why
+    sess.progress(f"24-view forward in the reference precision {ref_dtype}")
+    sess.call(
+        "setup (reference)",
+        lambda: setup_in(ref_w, sess.device, sess.seed, getattr(torch, ref_dtype)),
+    )
+    if isinstance(ref_w, DeclaresRouting):
+        ref_w.declare_routing(True)
+    ref_batch = sess.call(
+        "make_batch (reference)", lambda: ref_w.make_batch(_shape(batch), sess.seed)
+    )
+    out: ForwardOutputs = sess.call(
+        "forward (reference)", lambda: ref_w.forward(ref_batch, grad=False)
+    )
+    refs = {k: v.detach().to("cpu") for k, v in out.declared().items()}
+    m["outputs_against_reference"] = [
+        {"name": name, "err_base": _err(base[name], refs[name])}
+        for name in sorted(set(base) & set(refs))
+    ]
+    if base_routes and out.routing:
+        routes = {k: v.to("cpu") for k, v in out.routing.items()}
+        m["routing"] = {"base_vs_reference": routing.differing(base_routes, routes)}
+    return out, ""
+
+
+def _shape(batch: Batch) -> Shape:
+    ids = batch["input_ids"]
+    return Shape(batch=int(ids.shape[0]), seq=int(ids.shape[-1]))
+
+
+def _err(x: torch.Tensor, ref: torch.Tensor) -> float | None:
+    """``||x - ref|| / ||ref||`` (None when not finite or shapes differ)."""
+    if x.shape != ref.shape:
+        return None
+    nr = float(torch.linalg.vector_norm(ref.double()))
+    nd = float(torch.linalg.vector_norm(x.double() - ref.double()))
+    if not (math.isfinite(nr) and math.isfinite(nd)):
+        return None
+    return nd / nr if nr > 0 else (0.0 if nd == 0 else None)
+
+
+def _nll_by_reference(
+    nll: float,
+    nll2: float,
+    chunked_t: torch.Tensor,
+    ref: torch.Tensor | None,
+    p: Params,
+    m: dict[str, Json],
+) -> noise.FamilyState:
+    """The chunked NLL judged as a candidate against the reference NLL."""
+    chunked = float(chunked_t.double().item())
+    noise_rel = _rel(nll, nll2)
+    m.update(nll_unchunked_run1=nll, nll_unchunked_run2=nll2, nll_chunked=chunked)
+    m["nll_rel_diff"] = _rel(nll, chunked)
+    m["nll_noise_rel_diff"] = noise_rel
+    if ref is None:
+        return "inconclusive"
+    r = float(ref.double().item())
+    v = precision.TensorVerdict("nll", _rel(r, chunked), _rel(r, nll), noise_rel, p.k, p.atol)
+    m.update(
+        {
+            "nll_reference": r,
+            "nll_err_chunked": v.err_candidate,
+            "nll_err_unchunked": v.err_base,
+            "nll_floor": v.floor,
+            "nll_floor_from": v.floor_from,
+            "nll_multiple": v.multiple,
+            "families": [
+                {
+                    "family": "nll",
+                    "tensors": 1,
+                    "worst": "nll",
+                    "err_candidate": v.err_candidate,
+                    "err_base": v.err_base,
+                    "noise": noise_rel,
+                    "floor_from": v.floor_from,
+                    "multiple": v.multiple,
+                    "allowed": v.allowed,
+                    "state": v.state,
+                }
+            ],
+        }
+    )
+    return v.state

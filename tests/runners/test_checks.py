@@ -98,6 +98,22 @@ def test_regression_24view_passes_on_the_reference(run_cpu: RunClaim) -> None:
     assert isinstance(m["nll_rel_diff"], float) and m["nll_rel_diff"] <= 1e-5
     assert m["forward1_cold_increment_bytes"] == m["forward2_warm_increment_bytes"]
     assert_exact_ints(r)
+    # The chunked NLL judged against a float64 run of the same model.
+    assert m["rule"] == "reference" and m["reference_dtype"] == "float64"
+    assert 0 < m["nll_err_unchunked"] < 1e-6 and m["nll_floor_from"] == "precision"  # type: ignore[operator]
+    assert m["nll_err_chunked"] <= 2 * m["nll_err_unchunked"] + 1e-6  # type: ignore[operator]
+    errs = {o["name"]: o["err_base"] for o in m["outputs_against_reference"]}  # type: ignore[union-attr,index]
+    assert set(errs) == {"loss", "pooled_hidden"} and all(0 < e < 1e-5 for e in errs.values())
+    routed = m["routing"]["base_vs_reference"]  # type: ignore[index,call-overload]
+    assert routed["selections"] == 24 * 8 and routed["selections_differing"] == 0
+
+
+def test_regression_24view_threshold_rule_as_before(run_cpu: RunClaim) -> None:
+    r = only(run_cpu("regression-24view", {"seq": 8, "rule": "threshold"}))
+    assert r.outcome == "passed", r.reason
+    m = r.measurements
+    assert m["rule"] == "threshold" and "reference_dtype" not in m
+    assert m["families"][0]["noise_floor"] == 0.0  # type: ignore[index]
 
 
 def test_regression_24view_fails_on_nondeterministic_outputs(run_cpu: RunClaim) -> None:
