@@ -127,6 +127,15 @@ def test_the_scope_names_the_commands_interpreter_not_ledgers(
     assert p["scope"]["packages_digest"] == hashlib.sha256(b"").hexdigest()
     assert interp["packages"] == 0 and p["scope"]["torch"] == "none"
     assert p["runner"]["environment"]["interpreter"] == str(venv / "bin" / "python")
+    # The same interpreter as Ledger's: the same digest as Ledger computes for itself.
+    own = Path(sys.executable).parent
+    monkeypatch.setenv("PATH", f"{own}:/usr/bin:/bin")
+    r = _run(
+        capsys, ready, "--claim", "suite.acceptance", "--rev", "main", "--", "python", "-c", "1"
+    )
+    from ledger.environment import packages_digest
+
+    assert _shown(capsys, r)["scope"]["packages_digest"] == packages_digest()
 
 
 def test_every_input_is_checked_before_the_command_starts(
