@@ -152,13 +152,14 @@ def _kind(where: str, ev: dict[str, Any]) -> tuple[str, int | None]:
     if isinstance(ev.get("event"), str):
         return ev["event"], fmt
     if ev.get("kind") == ART_KIND or fmt == 1:
-        # Format 1: the file itself is the finding; its figures say which.
+        # Format 1 (no event): the file itself is the finding; its figures say which.
+        fmt = 1 if fmt is None else fmt
         if ev.get("oom") is True:
-            return "oom", 1
+            return "oom", fmt
         err, limit = ev.get("error_pct"), ev.get("threshold_pct")
         if isinstance(err, int | float) and isinstance(limit, int | float) and abs(err) <= limit:
-            return "within_threshold", 1
-        return "estimate_miss", 1
+            return "within_threshold", fmt
+        return "estimate_miss", fmt
     if isinstance(ev.get("kind"), str) and ev["kind"] in KINDS:
         return ev["kind"], fmt
     raise InputError(f"{where}: a report needs a string 'event' (or kind {ART_KIND!r})")
