@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import fnmatch
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -43,6 +44,7 @@ _BYTES = {
 }
 _PCTS = ("error_pct", "threshold_pct")
 _MAX_LISTED = 200
+_MAX_SAFE = 2**53  # what a signed statement can hold exactly (RFC 8785)
 _OVERRIDE = "admitted_oversized: a user override, not the planner's fault"
 
 
@@ -172,14 +174,21 @@ def _event(where: str, ev: Any) -> Event:
     figures: dict[str, int | None] = {}
     for name, keys in _BYTES.items():
         v = next((ev[k] for k in keys if k in ev), None)
-        if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 0):
-            raise InputError(f"{where}: {name} must be null or a whole number of bytes")
+        if v is not None and (
+            not isinstance(v, int) or isinstance(v, bool) or not 0 <= v <= _MAX_SAFE
+        ):
+            raise InputError(f"{where}: {name} must be null or a whole number of bytes up to 2^53")
         figures[name] = v
     pcts: dict[str, float | int | None] = {}
     for name in _PCTS:
         v = ev.get(name)
-        if v is not None and (not isinstance(v, int | float) or isinstance(v, bool)):
-            raise InputError(f"{where}: {name} must be null or a number")
+        if v is not None and (
+            not isinstance(v, int | float)
+            or isinstance(v, bool)
+            or not math.isfinite(v)
+            or abs(v) > _MAX_SAFE
+        ):
+            raise InputError(f"{where}: {name} must be null or a finite number")
         pcts[name] = v
     decision = ev.get("decision")
     outcome = decision.get("outcome") if isinstance(decision, dict) else decision

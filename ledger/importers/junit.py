@@ -13,6 +13,7 @@ by fnmatch pattern; a selection of nothing is refused.
 from __future__ import annotations
 
 import fnmatch
+import math
 from pathlib import Path
 from typing import Any
 from xml.etree import ElementTree
@@ -38,6 +39,15 @@ def _status(tc: ElementTree.Element) -> tuple[str, str | None]:
     return "passed", None
 
 
+def _seconds(text: str | None) -> float:
+    """A test case's `time`; one that is not a finite number of seconds counts as 0."""
+    try:
+        t = float(text or 0)
+    except ValueError:
+        return 0.0
+    return t if math.isfinite(t) and 0 <= t < 2**53 else 0.0
+
+
 def _cases(path: Path) -> tuple[list[dict[str, Any]], str]:
     try:
         root = ElementTree.parse(path).getroot()
@@ -57,7 +67,7 @@ def _cases(path: Path) -> tuple[list[dict[str, Any]], str]:
                     "test": f"{cls}::{name}" if cls else name,
                     "status": status,
                     "message": message,
-                    "time_s": float(tc.get("time", "0") or 0),
+                    "time_s": _seconds(tc.get("time")),
                 }
             )
     return cases, host

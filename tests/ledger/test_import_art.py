@@ -15,6 +15,8 @@ from typing import Any
 
 import git
 import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
 
 from tests.ledger.helpers import run
 from tests.ledger.test_import import _import, ready  # noqa: F401  (fixture)
@@ -178,3 +180,55 @@ def test_calibrate_reads_imported_admission_receipts(
     fb = rows[("imported", "forward_backward")]
     assert fb["max_ratio"] == pytest.approx(36 / 30) and fb["admitted_over_prediction"] == 1
     assert rows[("imported", "planning")]["refused"] == 1
+
+
+_VALUES = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(2**70), max_value=2**70),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=8),
+    st.lists(st.integers(), max_size=2),
+    st.dictionaries(st.text(max_size=4), st.integers(), max_size=2),
+)
+_KEYS = st.sampled_from(
+    [
+        "format",
+        "kind",
+        "event",
+        "decision",
+        "failure",
+        "phase",
+        "oom",
+        "threshold_pct",
+        "predicted_peak_bytes",
+        "admission_peak_bytes",
+        "observed_peak_bytes",
+        "partial_peak_bytes",
+        "error_pct",
+        "replay_complete",
+    ]
+)
+
+
+@settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(report=st.dictionaries(_KEYS, _VALUES, max_size=10))
+@example(report={"predicted_peak_bytes": 2**60, "observed_peak_bytes": 1})
+@example(report={"event": "estimate_miss", "error_pct": float("nan")})
+@example(report={"event": "estimate_miss", "threshold_pct": float("inf")})
+def test_any_report_is_read_or_refused_in_one_line(tmp_path: Path, report: dict[str, Any]) -> None:
+    from ledger.errors import InputError
+    from ledger.importers import events
+    from ledger.verify.strict import unsafe
+
+    f = tmp_path / "r.json"
+    f.write_text(json.dumps({"kind": "art-planner-miss", **report}))
+    try:
+        found = events._finding(events.load(f), admitted_given=3)
+    except InputError as e:
+        assert "\n" not in e.reason()
+        return
+    # What is kept is signable: no number outside the RFC 8785 safe domain.
+    assert unsafe(found.measurements, "measurements") is None

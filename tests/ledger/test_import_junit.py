@@ -178,3 +178,18 @@ def test_a_selection_of_nothing_is_refused_and_nothing_signed(
     assert r.code == 1 and "selects no test" in r.err and r.out == ""
     h = run(capsys, "history", "--rev", "main", "--repo", repo, "--json")
     assert json.loads(h.out)["entries"] == []
+
+
+def test_a_malformed_time_does_not_break_the_import(tmp_path: Path) -> None:
+    from ledger.importers import Context
+    from ledger.importers.junit import read
+    from ledger.revision import Revision
+
+    f = tmp_path / "j.xml"
+    f.write_text(
+        '<testsuite><testcase classname="m" name="a" time="soon"/>'
+        '<testcase classname="m" name="b" time="nan"/></testsuite>'
+    )
+    ctx = Context(Revision(repo="r", commit="a" * 40, tree="b" * 40))
+    found = read(f, [("c", "*")], ctx)["c"]
+    assert found.outcome == "passed" and found.measurements["time_s"] == 0.0
