@@ -32,6 +32,7 @@ __all__ = [
     "package_identity",
     "plan_at",
     "repo_name",
+    "root_id",
 ]
 
 PR_REFS = ("refs/pull/{n}/head", "refs/merge-requests/{n}/head")
@@ -64,21 +65,47 @@ def _remote(repo: git.Repo) -> git.Remote | None:
     return next((r for r in remotes if r.name == "origin"), remotes[0] if remotes else None)
 
 
+FETCH_TIMEOUT_S = 120
+"""A fetch that has not finished by then is stopped: a hung remote fails the
+question instead of holding it forever."""
+
+
 def repo_name(repo: git.Repo, plan: Plan | None = None) -> str:
     """The repository's canonical id (see `ledger.repoid`): its remote's URL
-    normalised, else the plan's `[project] repo`, else the folder name."""
+    normalised, else the plan's `[project] repo`, else its root commit. Never
+    the folder name: two unrelated checkouts called `repo` are not one
+    repository, and one repository cloned into two folders is."""
     remote = _remote(repo)
     if remote is not None:
         return canonical_repo(remote.url, Path(repo.working_tree_dir or repo.git_dir))
     if plan is not None and plan.project is not None:
         return plan.project.repo
-    return Path(repo.working_tree_dir or repo.git_dir).name
+    return root_id(repo)
+
+
+def root_id(repo: git.Repo) -> str:
+    """`root-commit/<sha>`: the id of a repository without a remote (its first
+    root commit, the same in every clone; several roots: the smallest)."""
+    try:
+        roots = str(repo.git.rev_list("--max-parents=0", "HEAD")).split()
+    except git.GitCommandError:
+        raise UsageError("the repository has no commit to identify it by") from None
+    return f"root-commit/{min(roots)}"
 
 
 def _fetch(repo: git.Repo, remote: git.Remote, refspecs: Sequence[str]) -> str | None:
     """Fetch refspecs; None when done, else git's one-line reason."""
     try:
-        repo.git.fetch("--no-tags", "--quiet", remote.name, *refspecs)
+        # `--` ends the options: a remote *named* `--upload-pack=CMD` is a name,
+        # never an option that runs a command.
+        repo.git.fetch(
+            "--no-tags",
+            "--quiet",
+            "--",
+            remote.name,
+            *refspecs,
+            kill_after_timeout=FETCH_TIMEOUT_S,
+        )
     except git.GitCommandError as e:
         lines = [x.strip() for x in str(e.stderr or e).splitlines() if x.strip()]
         return (lines[0] if lines else str(e)).removeprefix("stderr: ").strip("'")

@@ -89,7 +89,11 @@ def test_attest_reads_identity_from_git(
     p = st["predicate"]
     assert isinstance(p, dict)
     assert st["subject"] == [
-        {"name": "repo", "digest": {"gitCommit": head.hexsha, "gitTree": head.tree.hexsha}}
+        {
+            # No remote, no [project] repo: the root commit names it, never the folder.
+            "name": f"root-commit/{head.hexsha}",
+            "digest": {"gitCommit": head.hexsha, "gitTree": head.tree.hexsha},
+        }
     ]
     assert p["source"]["commit"] == head.hexsha and p["source"]["dirty"] is False
     assert p["scope"] == {"device_kind": "cuda", "gpu_count": 1}
