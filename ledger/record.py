@@ -129,15 +129,20 @@ class RemoteRecorder:
         return EntryRef(str(doc["id"]), str(doc["kind"]), str(doc["signer"]["keyid"]))
 
 
-def open_recorder(db: str | None, server: str | None) -> Recorder:
-    """A server when `server` is given, else the local ledger (`--db`, `$LEDGER_DB`, default)."""
+def open_recorder(db: str | None, server: str | None, *, check_server: bool = True) -> Recorder:
+    """A server when `server` is given, else the local ledger (`--db`, `$LEDGER_DB`, default).
+
+    `check_server`: fail at once when the server is unreachable, before any
+    work (a GPU run can take hours). Off where the work is already done (a
+    result `attest` is given): then it is signed and kept in the outbox.
+    """
     if server and db:
         raise UsageError("give --server or --db, not both")
     if server:
-        from ledger.client import health
+        if check_server:
+            from ledger.client import health
 
-        # Fail before any work (a GPU run can take hours) when the server is unreachable.
-        health(server)
+            health(server)
         return RemoteRecorder(server)
     from ledger.store.store import Store, resolve_url
 

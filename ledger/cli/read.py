@@ -378,9 +378,9 @@ def export(
                 content, media = artifact_of(store, a.digest["sha256"])
                 files.append((a.digest["sha256"], media, content))
             data = bundle_with_artifacts(data, files)
-    tmp = output.with_name(output.name + ".part")
-    tmp.write_bytes(data)
-    tmp.replace(output)
+    from ledger.files import write_atomically
+
+    write_atomically(output, data)
     click.echo(f"wrote {output} ({len(data)} bytes)")
 
 
@@ -402,9 +402,9 @@ def _export_test_result(receipt: str, output: Path, server: str | None, db: str 
         raise UsageError(f"{receipt} is a {doc['kind']}, not a receipt")
     pred = QualificationPredicate.model_validate(doc["statement"]["predicate"])
     data = json.dumps(test_result(doc["id"], pred), indent=2) + "\n"
-    tmp = output.with_name(output.name + ".part")
-    tmp.write_text(data)
-    tmp.replace(output)
+    from ledger.files import write_atomically
+
+    write_atomically(output, data.encode())
     click.echo(f"wrote {output} ({len(data)} bytes)")
 
 

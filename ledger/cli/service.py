@@ -74,9 +74,9 @@ def artifact_get(digest: str, output: Path, server: str | None, db: str | None) 
         from ledger.service_local import read_artifact
 
         data, media = read_artifact(db, digest)
-    tmp = output.with_name(output.name + ".part")
-    tmp.write_bytes(data)
-    tmp.replace(output)
+    from ledger.files import write_atomically
+
+    write_atomically(output, data)
     click.echo(f"wrote {output} ({len(data)} bytes, {media})")
 
 
