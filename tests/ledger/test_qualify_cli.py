@@ -101,9 +101,36 @@ def test_broken_plans_are_refused_before_anything_runs(
     assert len(_worktrees(example)) == 1
 
 
+BLOCKING = """\
+import threading
+
+from .workload import MoEWorkload, make_workload as _make
+
+
+class Blocking(MoEWorkload):
+    name = "moe-lora-blocking"
+
+    def setup(self, device, seed):
+        super().setup(device, seed)
+        threading.Event().wait()  # never returns: only Ctrl-C ends this claim
+
+
+def make_workload(**params):
+    return Blocking(_make(**params).config)
+"""
+
+
 def test_ctrl_c_leaves_no_worktree_process_or_receipt(
     example: Path, tmp_path: Path, key_dir: Path
 ) -> None:
+    """The claim's workload says it started (its setup line) and then never ends on
+    its own: the signal always lands while it runs, however loaded the machine."""
+    from runners.example_repo import PLAN
+    from tests.conftest import commit_file
+
+    commit_file(git.Repo(example), "model/blocking.py", BLOCKING, "A workload that blocks")
+    plan = tmp_path / "blocking.toml"
+    plan.write_text(PLAN.replace("model.workload:make_workload", "model.blocking:make_workload"))
     env = {**os.environ, "LEDGER_DB": str(tmp_path / "l.db"), "LEDGER_KEYS": str(key_dir)}
     p = subprocess.Popen(
         [
@@ -111,10 +138,12 @@ def test_ctrl_c_leaves_no_worktree_process_or_receipt(
             "-m",
             "ledger",
             "qualify",
-            "--pr",
-            "1",
+            "--rev",
+            "HEAD",
             "--repo",
             str(example),
+            "--plan",
+            str(plan),
             "--claim",
             "admission.no-oom-after-admit",
         ],
@@ -124,15 +153,22 @@ def test_ctrl_c_leaves_no_worktree_process_or_receipt(
         text=True,
     )
     assert p.stderr is not None
-    for line in p.stderr:  # wait until the check is running in its child process
-        if "admission forward" in line or "setup moe-lora" in line:
+    seen = []
+    for line in p.stderr:  # the event: the blocking workload's setup has begun
+        seen.append(line)
+        if "setup moe-lora-blocking" in line:
             break
+    else:
+        raise AssertionError("qualify ended before the workload started: " + "".join(seen))
     p.send_signal(signal.SIGINT)
     _, err = p.communicate(timeout=60)
     assert p.returncode == 130, err
     assert len(_worktrees(example)) == 1
-    time.sleep(0.5)
-    ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+    deadline = time.monotonic() + 30
+    while True:  # the claim's process group is gone (bounded by the deadline)
+        ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+        if "runners.isolated" not in ps or time.monotonic() > deadline:
+            break
     assert "runners.isolated" not in ps
     audit = subprocess.run(
         [sys.executable, "-m", "ledger", "audit", "--json"], env=env, capture_output=True, text=True
