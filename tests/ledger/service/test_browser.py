@@ -12,6 +12,7 @@ import json
 import pickle
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import git
 import pytest
@@ -201,3 +202,55 @@ def test_pages_render_and_agree_with_status(
         assert set(hosts) <= {srv.url.removeprefix("http://")}
     finally:
         b.quit()
+
+
+def _real_scope() -> dict[str, Any]:
+    """The scope of a real H200 receipt (evidence/h200-run1): every facet, 64-hex digests."""
+    import base64
+
+    path = sorted((SHOTS.parents[1] / "evidence" / "h200-run1" / "bundles").glob("*.json"))[0]
+    env = json.loads(json.loads(path.read_text())["entry"]["body"])
+    scope: dict[str, Any] = json.loads(base64.b64decode(env["payload"]))["predicate"]["scope"]
+    return scope
+
+
+def test_eight_claims_at_a_real_scope_fit_1280(
+    tmp_path: Path,
+    key_dir: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Eight claims, each required at the H200 scope, each with a receipt carrying a
+    real receipt's whole environment: the PR page stays inside 1280 px with one
+    column for the one required scope."""
+    scope = _real_scope()
+    db = f"sqlite:///{tmp_path / 'ledger.db'}"
+    monkeypatch.setenv("LEDGER_DB", db)
+    for args in (("init",), ("keys", "new", "h200", "--role", "runner")):
+        assert run(capsys, *args).code == 0
+    claims = [f"family{i}.check-with-a-long-descriptive-name-{i}" for i in range(8)]
+    plan = "".join(
+        f'[[claims]]\nname = "{c}"\ncheck = "admission"\ncleanup = false\n'
+        'scope = { device_kind = "cuda", gpu_model = "NVIDIA H200" }\n'
+        for c in claims
+    )
+    r = git.Repo.init(tmp_path / "up", initial_branch="main")
+    commit_file(r, "qualification.toml", plan, "plan")
+    head = commit_file(r, "model.py", "x = 1\n", "pr")
+    r.git.update_ref("refs/pull/8/head", head)
+    facets = [a for k, v in scope.items() for a in ("--scope", f"{k}={v}")]
+    for i, c in enumerate(claims):
+        outcome = ("--outcome", "passed") if i % 3 else ("--outcome", "failed", "--reason", "OOM")
+        _attest(capsys, r, "--pr", "8", "--offline", "--claim", c, *outcome, *facets)
+    srv = start(db, KeyDir(key_dir), mirrors=[Path(str(r.working_tree_dir))])
+    b = browser()
+    try:
+        b.get(f"{srv.url}/pr?repo=up&pr=8")
+        cells = b.find_elements(By.CSS_SELECTOR, "td[data-claim]")
+        assert len(cells) == 8
+        assert len(b.find_elements(By.CSS_SELECTOR, "th.scope")) == 1
+        assert int(b.execute_script("return document.documentElement.scrollWidth")) <= 1280
+        assert axe_violations(b) == []
+    finally:
+        b.quit()
+        srv.stop()

@@ -141,6 +141,10 @@ def test_every_surface_says_the_same(
         for c in chrome.find_elements(By.CSS_SELECTOR, "td[data-claim]")
     }
     assert cells == states
+    # Each state reads by a word and a mark (a shape), not by its colour alone.
+    for span in chrome.find_elements(By.CSS_SELECTOR, "span.state"):
+        mark = span.find_element(By.CSS_SELECTOR, "[aria-hidden=true]").text
+        assert mark and span.text.removeprefix(mark).strip(), span.get_attribute("outerHTML")
     page_meanings = {
         d.get_attribute("data-receipt"): d.get_attribute("data-meaning")
         for d in chrome.find_elements(By.CSS_SELECTOR, "td.receipts [data-receipt]")
