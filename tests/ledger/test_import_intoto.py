@@ -266,6 +266,19 @@ def test_a_sigstore_bundle_is_verified_up_to_a_trusted_root(
     [p] = _import(capsys, named, "in-toto", f, CLAIM, extra=("--trusted-root", str(pem)))
     assert p["measurements"]["signature_verified"] is True
     assert p["measurements"]["signer_identity"] == [who]
+    # The same root as a Sigstore trusted_root.json.
+    der = base64.b64encode(root.public_bytes(serialization.Encoding.DER)).decode()
+    trusted_root = tmp_path / "trusted_root.json"
+    trusted_root.write_text(
+        json.dumps(
+            {
+                "mediaType": "application/vnd.dev.sigstore.trustedroot+json;version=0.1",
+                "certificateAuthorities": [{"certChain": {"certificates": [{"rawBytes": der}]}}],
+            }
+        )
+    )
+    [p] = _import(capsys, named, "in-toto", f, CLAIM, extra=("--trusted-root", str(trusted_root)))
+    assert p["measurements"]["signature_verified"] is True
     other = tmp_path / "other-root.pem"
     other_root = _cert("test root", ec.generate_private_key(ec.SECP256R1()))
     other.write_bytes(other_root.public_bytes(serialization.Encoding.PEM))
