@@ -115,6 +115,10 @@ def value(key: str, v: Any) -> str:
     """One scalar for people; the key says whether an integer counts bytes."""
     if v is None:
         return "–"
+    if isinstance(v, list):
+        return "[" + ", ".join(value(key, x) for x in v) + "]"
+    if isinstance(v, dict):
+        return "{" + ", ".join(f"{k}: {value(str(k), x)}" for k, x in v.items()) + "}"
     if isinstance(v, bool):
         return "yes" if v else "no"
     if isinstance(v, int | float) and is_bytes_key(key):

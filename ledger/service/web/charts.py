@@ -46,13 +46,14 @@ def bars(
     """Grouped bars: one group per label, one bar per series (None: not measured).
 
     The y axis is labelled and ticked in IEC units, logarithmic when the values
-    span more than two decades; each bar carries its value as text (not only on
+    span more than ~1.7 decades; each bar carries its value as text (not only on
     hover); `marks` names a label's group `counterexample` or `refused`, drawn as a
     labelled marker so it reads without colour."""
     values = [v for vs in series.values() for v in vs if v is not None and v > 0]
     hi = max(values, default=1.0)
     lo = min(values, default=1.0)
-    log = hi / lo > 100
+    # Values over more than ~1.7 decades: a linear axis would flatten the small ones.
+    log = hi / lo > 50
     ticks = _ticks(lo, hi, log)
     top = ticks[-1] if ticks else hi
     bottom = ticks[0] if log and ticks else 0.0

@@ -185,6 +185,7 @@ def test_pages_render_and_agree_with_status(
                 # The dispute, with the reviewer's name and note.
                 [dispute] = b.find_elements(By.CSS_SELECTOR, "tr[data-state=disputed]")
                 assert "alice" in dispute.text and "flaky host" in dispute.text
+                review_page = dispute.find_element(By.TAG_NAME, "a").get_attribute("href")
                 assert cli["verdict"]["headline"] in b.find_element(By.TAG_NAME, "h2").text
             if name == "receipt":
                 assert len(b.find_elements(By.CSS_SELECTOR, "svg.chart")) == 2
@@ -195,6 +196,12 @@ def test_pages_render_and_agree_with_status(
             if name == "memory":
                 assert "7.00 MiB" in b.find_element(By.CSS_SELECTOR, "[data-state=peak]").text
                 assert "train.py:41 forward" in b.page_source
+        # A review's own page: its verdict, note, reviewer and the receipt reviewed.
+        b.get(review_page)
+        main = b.find_element(By.TAG_NAME, "main").text
+        assert "dispute" in main and "flaky host" in main and "alice" in main
+        assert b.find_element(By.CSS_SELECTOR, f"a[href='/receipt/{ids['failed']}']")
+        assert axe_violations(b) == []
         # Nothing was fetched from anywhere but the ledger itself.
         hosts = b.execute_script(
             "return performance.getEntriesByType('resource').map(e => new URL(e.name).host)"
