@@ -23,7 +23,13 @@ from typing import Any
 
 from ledger.errors import NotFoundError, UsageError, VerificationError
 
-__all__ = ["MAX_ARTIFACT_BYTES", "SNAPSHOT_MEDIA_TYPE", "ArtifactStore", "for_ledger"]
+__all__ = [
+    "MAX_ARTIFACT_BYTES",
+    "SNAPSHOT_MEDIA_TYPE",
+    "ArtifactStore",
+    "ArtifactWriter",
+    "for_ledger",
+]
 
 # One artifact is held in memory on its way in and out (a receipt's batch is
 # verified before anything is written), so it is bounded: 256 MiB holds the
@@ -86,6 +92,21 @@ class ArtifactStore:
             os.fsync(f.fileno())
         os.replace(tmp, final)
 
+    def writer(self, sha256: str) -> ArtifactWriter:
+        """A streamed `put`: chunks go to a temporary file as they arrive (memory: one
+        chunk), hashed on the way; `commit` checks the digest and moves it in place."""
+        d = _digest(sha256)
+        final = self._path(d)
+        tmp = f"{final}.{secrets.token_hex(4)}.part"
+        if self._fs is not None:
+            self._fs.makedirs(final.rsplit("/", 1)[0], exist_ok=True)
+            f = self._fs.open(tmp, "wb")
+        else:
+            Path(final).parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+            f = os.fdopen(fd, "wb")
+        return ArtifactWriter(self, d, final, tmp, f)
+
     def get(self, sha256: str) -> bytes:
         """The bytes of an artifact, checked against the digest on the way out."""
         d = _digest(sha256)
@@ -99,6 +120,49 @@ class ArtifactStore:
                 f"artifact sha256:{d[:12]} in {self.location} differs from its digest"
             )
         return data
+
+
+class ArtifactWriter:
+    """One artifact being streamed into the store (see `ArtifactStore.writer`)."""
+
+    def __init__(self, store: ArtifactStore, digest: str, final: str, tmp: str, f: Any) -> None:
+        self.store, self.digest, self.final, self.tmp, self._f = store, digest, final, tmp, f
+        self._h = hashlib.sha256()
+        self.size = 0
+
+    def write(self, chunk: bytes) -> None:
+        self._h.update(chunk)
+        self._f.write(chunk)
+        self.size += len(chunk)
+
+    def commit(self) -> None:
+        """Keep it when the bytes are those of the digest; VerificationError otherwise."""
+        try:
+            if self.store._fs is None:
+                self._f.flush()
+                os.fsync(self._f.fileno())
+            self._f.close()
+            if self._h.hexdigest() != self.digest:
+                raise VerificationError(
+                    f"artifact sha256:{self.digest[:12]}: content differs from its digest"
+                )
+            if self.store._fs is not None:
+                self.store._fs.mv(self.tmp, self.final)
+            else:
+                os.replace(self.tmp, self.final)
+        except BaseException:
+            self.abort()
+            raise
+
+    def abort(self) -> None:
+        try:
+            self._f.close()
+        finally:
+            if self.store._fs is not None:
+                if self.store._fs.exists(self.tmp):
+                    self.store._fs.rm(self.tmp)
+            else:
+                Path(self.tmp).unlink(missing_ok=True)
 
 
 def default_location(db_url: str) -> str:

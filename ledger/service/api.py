@@ -9,7 +9,6 @@ mapping from the ledger's errors to statuses is theirs (`http_status`).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import sys
 import traceback
@@ -20,9 +19,9 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from ledger.errors import Error, InputError, NotFoundError, RefusedError
+from ledger.errors import Error, InputError, NotFoundError, RefusedError, VerificationError
 from ledger.limits import check_media_type, load_json
-from ledger.service.limits import read_body
+from ledger.service.limits import BodyTooLarge, read_body
 
 if TYPE_CHECKING:
     from ledger.service.app import Ledger
@@ -330,12 +329,30 @@ async def put_artifact(request: Request) -> Response:
         digest = _digest_param(request)
     except Error as e:
         raise InputError(e.reason()) from None
-    content = await read_body(request, MAX_ARTIFACT_BYTES)
-    if hashlib.sha256(content).hexdigest() != digest:
-        raise RefusedError(f"artifact sha256:{digest[:12]}: content differs from its digest")
-    await run_in_threadpool(led.artifacts.put, digest, content)
-    led.log(f"artifact sha256:{digest[:12]} ({len(content)} bytes) stored by {holder}")
-    return json_response({"sha256": digest, "size": len(content)}, 201)
+    # Streamed to the store as it arrives: memory holds one chunk, never the body.
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > MAX_ARTIFACT_BYTES:
+        raise BodyTooLarge(
+            f"artifact is {declared} bytes, over the {MAX_ARTIFACT_BYTES}-byte limit"
+        )
+    writer = await run_in_threadpool(led.artifacts.writer, digest)
+    try:
+        async for chunk in request.stream():
+            if writer.size + len(chunk) > MAX_ARTIFACT_BYTES:
+                raise BodyTooLarge(f"artifact is over the {MAX_ARTIFACT_BYTES}-byte limit")
+            if chunk:
+                await run_in_threadpool(writer.write, chunk)
+        await run_in_threadpool(writer.commit)
+    except VerificationError:
+        raise RefusedError(
+            f"artifact sha256:{digest[:12]}: content differs from its digest"
+        ) from None
+    except BaseException:
+        await run_in_threadpool(writer.abort)
+        raise
+    size = writer.size
+    led.log(f"artifact sha256:{digest[:12]} ({size} bytes) stored by {holder}")
+    return json_response({"sha256": digest, "size": size}, 201)
 
 
 async def get_artifact(request: Request) -> Response:

@@ -430,14 +430,15 @@ def receipt_page(store: Store, ref: str, led: Any) -> dict[str, Any]:
 
 def memory_page(led: Any, digest_ref: str) -> dict[str, Any]:
     from ledger.artifacts import _digest
-    from ledger.service.web.snapshot import read_snapshot
+    from ledger.service.web.snapshot import timeline_of
 
     try:
         digest = _digest(digest_ref)
     except Error as e:
         raise InputError(e.reason()) from None
     media, data = led.artifact(digest)
-    tl = read_snapshot(data)
+    # In a worker process with CPU, memory and time limits, once per digest.
+    tl = timeline_of(digest, data)
     chart = charts.lines(
         "memory over time (device 0)",
         {"allocated": tl.allocated, "reserved": tl.reserved},

@@ -136,3 +136,50 @@ def test_anonymous_reads_write_nothing(server: Running, ledger_db: str, key_dir:
             client.fetch_bundle(server.url, late.id)
     assert checkpoints() == before
     store.engine.dispose()
+
+
+def test_an_upload_is_streamed_to_the_store_not_held_in_memory(
+    ledger_db: str, key_dir: Path, tmp_path: Path
+) -> None:
+    import hashlib
+    import tracemalloc
+
+    from ledger.service.auth import new_token
+
+    tokens = tmp_path / "tokens"
+    token = new_token("gpu-host", tokens)
+    srv = start(ledger_db, KeyDir(key_dir), tokens=tokens)
+    chunk, n = b"\x5a" * (64 * 1024), 512  # 32 MiB, sent 64 KiB at a time
+    digest = hashlib.sha256(chunk * n).hexdigest()
+
+    def body() -> Iterator[bytes]:
+        for _ in range(n):
+            yield chunk
+
+    try:
+        tracemalloc.start()
+        r = httpx.put(
+            f"{srv.url}/v1/artifacts/{digest}",
+            content=body(),
+            headers={"Authorization": f"Bearer {token}"},
+            timeout=120,
+        )
+        _, peak = tracemalloc.get_traced_memory()
+        tracemalloc.stop()
+        assert r.status_code == 201, r.text
+        assert r.json() == {"sha256": digest, "size": len(chunk) * n}
+        # The whole process (server and client) never held the body, let alone twice.
+        assert peak < 8 * 1024 * 1024, peak
+        wrong = httpx.put(
+            f"{srv.url}/v1/artifacts/{'0' * 64}",
+            content=body(),
+            headers={"Authorization": f"Bearer {token}"},
+            timeout=120,
+        )
+        assert wrong.status_code == 400 and "differs from its digest" in wrong.json()["error"]
+    finally:
+        srv.stop()
+    parts = (
+        list((tmp_path / "artifacts").rglob("*.part")) if (tmp_path / "artifacts").exists() else []
+    )
+    assert parts == []
