@@ -13,6 +13,7 @@ import pickle
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlencode
 
 import git
 import pytest
@@ -153,14 +154,16 @@ def test_pages_render_and_agree_with_status(
         capsys, "status", "--repo", str(r.working_tree_dir), "--pr", "7", "--offline", "--json"
     )
     cli = json.loads(res.out)
-    assert json.loads(json.dumps(client._get(srv.url, "/v1/status?repo=up&pr=7"))) == cli
+    # The repository as the ledger names it (a remote-less one: by its root commit).
+    q = urlencode({"repo": cli["subject"]["repo"], "pr": 7})
+    assert json.loads(json.dumps(client._get(srv.url, f"/v1/status?{q}"))) == cli
     digest = hashlib.sha256(_snapshot()).hexdigest()
     SHOTS.mkdir(parents=True, exist_ok=True)
     b = browser(1280, 2400)
     try:
         pages = {
             "index": "/",
-            "pr": "/pr?repo=up&pr=7",
+            "pr": f"/pr?{q}",
             "receipt": f"/receipt/{ids['new']}",
             "memory": f"/artifact/sha256:{digest}/memory",
         }
@@ -252,7 +255,19 @@ def test_eight_claims_at_a_real_scope_fit_1280(
     srv = start(db, KeyDir(key_dir), mirrors=[Path(str(r.working_tree_dir))])
     b = browser()
     try:
-        b.get(f"{srv.url}/pr?repo=up&pr=8")
+        repo = json.loads(
+            run(
+                capsys,
+                "status",
+                "--repo",
+                str(r.working_tree_dir),
+                "--pr",
+                "8",
+                "--offline",
+                "--json",
+            ).out
+        )["subject"]["repo"]
+        b.get(f"{srv.url}/pr?{urlencode({'repo': repo, 'pr': 8})}")
         cells = b.find_elements(By.CSS_SELECTOR, "td[data-claim]")
         assert len(cells) == 8
         assert len(b.find_elements(By.CSS_SELECTOR, "th.scope")) == 1
