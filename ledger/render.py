@@ -95,8 +95,8 @@ def render_status(doc: dict[str, Any], *, width: int = 80) -> str:
     """
     v = doc["verdict"]
     out: list[str] = []
-    out += _wrap(f"{doc['subject']['repo']}: {v['headline']}", width, "")
-    out += _wrap(_subject_line(doc["subject"]), width, "  ")
+    out += _wrap(v["headline"], width, "")
+    out += _wrap(f"{doc['subject']['repo']} {_subject_line(doc['subject'])}", width, "  ", "    ")
     for note in doc.get("judged", []):
         out += _wrap(note, width, "  ")
     if doc.get("scope"):
