@@ -141,6 +141,11 @@ def test_every_surface_says_the_same(
         for c in chrome.find_elements(By.CSS_SELECTOR, "td[data-claim]")
     }
     assert cells == states
+    # Digests shortened, the whole value on hover and in a copied selection.
+    commit = doc["subject"]["commit"]
+    code = chrome.find_element(By.CSS_SELECTOR, ".verdict code.digest")
+    assert code.text == commit[:12] + "…" and code.get_attribute("title") == commit
+    assert commit in chrome.find_element(By.CSS_SELECTOR, ".verdict p").get_attribute("textContent")
     # Each state reads by a word and a mark (a shape), not by its colour alone.
     for span in chrome.find_elements(By.CSS_SELECTOR, "span.state"):
         mark = span.find_element(By.CSS_SELECTOR, "[aria-hidden=true]").text
