@@ -85,8 +85,9 @@ class QualifyRun:
         return Identity(self.revision, self.plan, self.notes)
 
 
-def _facts(r: CheckResult) -> tuple[Facts, list[ArtifactFile]]:
-    files = [read_artifact(Path(a.path), a.name, a.media_type) for a in r.artifacts]
+def _facts(r: CheckResult, inside: Path) -> tuple[Facts, list[ArtifactFile]]:
+    # Read only inside the artifact folder: the child named these paths.
+    files = [read_artifact(Path(a.path), a.name, a.media_type, inside) for a in r.artifacts]
     facts = Facts(
         claim=r.claim,
         check=r.check,
@@ -146,10 +147,14 @@ def _asked(
 
 
 def _record(
-    recorder: Recorder, key: LocalKey, revision: Revision, results: Sequence[CheckResult]
+    recorder: Recorder,
+    key: LocalKey,
+    revision: Revision,
+    results: Sequence[CheckResult],
+    artifacts: Path,
 ) -> list[Recorded]:
     """One claim's receipts, signed and recorded together with their artifacts."""
-    built = [_facts(r) for r in results]
+    built = [_facts(r, artifacts) for r in results]
     stmts = [build_statement(revision.source(), f) for f, _ in built]
     files = [a for _, fs in built for a in fs]
     return sign_and_record(recorder, stmts, key, files if recorder.stores_artifacts else ())
@@ -283,7 +288,7 @@ def qualify(
                 r.scope["network"] = "on" if claim.network else "off"
                 if profile is not None:
                     r.scope["profile"] = profile
-            recs = _record(recorder, key, revision, results)
+            recs = _record(recorder, key, revision, results, artifacts)
             for rec, r in zip(recs, results, strict=True):
                 out.append((rec.id, r.claim, r.outcome))
                 note = "" if r.outcome == "passed" else f": {r.reason}"

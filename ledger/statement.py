@@ -3,8 +3,11 @@ their exact payload bytes. Used alike by `attest`, `qualify` and `review`."""
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import mimetypes
+import os
+import stat
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -92,12 +95,27 @@ class ArtifactFile:
     content: bytes
 
 
-def read_artifact(
-    path: Path, name: str | None = None, media_type: str | None = None
-) -> ArtifactFile:
-    """Read and describe a file; nothing is stored until its receipt is accepted."""
+def _read_confined(path: Path, inside: Path) -> bytes:
+    """The bytes of a regular file that is, when opened (not just when checked), inside
+    ``inside``: a sandboxed process can write that folder and swap a file for a link."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     try:
-        content = path.read_bytes()
+        real = Path(os.readlink(f"/proc/self/fd/{fd}"))
+        if not real.is_relative_to(inside.resolve()) or not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EPERM, f"not a regular file inside {inside}")
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            return f.read()
+    finally:
+        os.close(fd)
+
+
+def read_artifact(
+    path: Path, name: str | None = None, media_type: str | None = None, inside: Path | None = None
+) -> ArtifactFile:
+    """Read and describe a file; nothing is stored until its receipt is accepted.
+    ``inside``: the file must be a regular file in that folder when it is opened."""
+    try:
+        content = path.read_bytes() if inside is None else _read_confined(path, inside)
     except OSError as e:
         raise UsageError(f"artifact {path}: {e.strerror}") from None
     # The observer's CUDA memory snapshot has a type of its own, so a reader

@@ -29,7 +29,15 @@ from runners.harness import child, nvml
 from runners.harness.launch import RankExit, RankGroup
 from runners.harness.proofs import CUDA_TOLERANCE_BYTES
 from runners.ranks import merge_ranks
-from runners.result import CheckResult, CleanupProof, Json, ReleasedResource, infra_error
+from runners.result import (
+    CheckResult,
+    CleanupProof,
+    Json,
+    ReleasedResource,
+    ResultError,
+    check_result,
+    infra_error,
+)
 from runners.result import result_from_dict as _result_from
 
 if TYPE_CHECKING:
@@ -328,7 +336,11 @@ def run_claim_isolated(
             if rank not in seen:
                 seen[rank] = child.read_result(results_of[rank])
             got = seen[rank]
-            return got is None or (world_size > 1 and any(d["outcome"] in _BAD for d in got))
+            if not isinstance(got, list):
+                return True
+            return world_size > 1 and any(
+                not isinstance(d, dict) or d.get("outcome") in _BAD for d in got
+            )
 
         try:
             group.wait(timeout_s=timeout_s, died=ended)
@@ -354,7 +366,22 @@ def run_claim_isolated(
             "started": started,
         }
         params = kwargs.get("params")
-        if group.timed_out:
+        art = kwargs.get("artifact_dir")
+        malformed = _malformed(got, None if art is None else Path(art))
+        if malformed is not None:
+            results = [
+                infra_error(
+                    claim=claim,
+                    check=check,
+                    version="unknown",
+                    params=dict(params or {}),
+                    scope={"device_kind": device},
+                    reason=f"the claim process returned an invalid result: {malformed}"[:2000],
+                    started_ns=started,
+                    finished_ns=time.time_ns(),
+                )
+            ]
+        elif group.timed_out:
             running = [e.rank for e in exits if e.rc is None or e.rc < 0]
             results = [_timed_out(**common, params=params, timeout_s=timeout_s, ranks=running)]
         elif all(g is not None for g in got):
@@ -393,6 +420,23 @@ def run_claim_isolated(
     finally:
         stack.close()
         shutil.rmtree(work, ignore_errors=True)
+
+
+def _malformed(got: list[Any], artifact_dir: Path | None) -> str | None:
+    """The first reason a rank's result document is not exactly a list of results, or
+    None. The parent reads only artifacts inside the artifact folder."""
+    for rank, g in enumerate(got):
+        if g is None:
+            continue
+        where = f"rank {rank}: " if len(got) > 1 else ""
+        if not isinstance(g, list) or not g:
+            return f"{where}must be a non-empty list of results"
+        for d in g:
+            try:
+                check_result(d, artifact_dir=artifact_dir)
+            except ResultError as e:
+                return f"{where}{e}"
+    return None
 
 
 def _serve(req: dict[str, Json]) -> list[dict[str, Any]]:

@@ -7,9 +7,11 @@ cosine, measured/predicted) may be floats.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import MISSING, dataclass, field, fields
+from pathlib import Path
+from typing import Any, NoReturn, get_args
 
 from runners.names import Observer, Outcome
 
@@ -21,6 +23,8 @@ __all__ = [
     "Observer",
     "Outcome",
     "ReleasedResource",
+    "ResultError",
+    "check_result",
     "infra_error",
     "result_from_dict",
 ]
@@ -119,6 +123,126 @@ def infra_error(
         started_ns=started_ns,
         finished_ns=finished_ns,
     )
+
+
+class ResultError(ValueError):
+    """A result document that is not exactly a `CheckResult` (the claim process's word
+    is data to check, never trusted as it comes)."""
+
+
+def _fail(where: str, what: str) -> NoReturn:
+    raise ResultError(f"{where}: {what}")
+
+
+def _json(v: Any, where: str, depth: int = 0) -> None:
+    if depth > 64:
+        _fail(where, "nested too deeply")
+    if isinstance(v, float) and not math.isfinite(v):
+        _fail(where, f"{v} is not a JSON number")
+    if isinstance(v, dict):
+        for k, x in v.items():
+            if not isinstance(k, str):
+                _fail(where, "keys must be strings")
+            _json(x, f"{where}.{k}", depth + 1)
+    elif isinstance(v, list):
+        for i, x in enumerate(v):
+            _json(x, f"{where}[{i}]", depth + 1)
+    elif not isinstance(v, Scalar):
+        _fail(where, f"not JSON: {type(v).__name__}")
+
+
+def _fields(d: Any, cls: type, where: str) -> None:
+    if not isinstance(d, dict):
+        _fail(where, "must be an object")
+    names = {f.name for f in fields(cls)}
+    required = {
+        f.name for f in fields(cls) if f.default is MISSING and f.default_factory is MISSING
+    }
+    extra, missing = sorted(set(d) - names), sorted(required - set(d))
+    if extra:
+        _fail(where, f"unknown keys {extra}")
+    if missing:
+        _fail(where, f"missing keys {missing}")
+
+
+def _is(v: Any, t: type | tuple[type, ...]) -> bool:
+    # bool is an int: never accepted where an integer is meant.
+    return isinstance(v, t) and not (isinstance(v, bool) and bool not in _tuple(t))
+
+
+def _tuple(t: type | tuple[type, ...]) -> tuple[type, ...]:
+    return t if isinstance(t, tuple) else (t,)
+
+
+def _check(d: Mapping[str, Any], types: Mapping[str, type | tuple[type, ...]], where: str) -> None:
+    for name, t in types.items():
+        if name in d and not _is(d[name], t):
+            _fail(f"{where}.{name}", f"must be {' or '.join(x.__name__ for x in _tuple(t))}")
+
+
+def _inside(path: str, folder: Path, where: str) -> None:
+    """An artifact the parent will read: a regular file inside the artifact folder,
+    reached without a symbolic link (never a path the child chose elsewhere)."""
+    p = Path(path)
+    if not p.is_absolute() or ".." in p.parts:
+        _fail(where, "must be an absolute path without '..'")
+    root = folder.resolve()
+    if p.resolve() != p or not p.is_relative_to(root) or p == root:
+        _fail(where, f"{path} is not a file inside the artifact folder {folder}")
+    if p.is_symlink() or not p.is_file():
+        _fail(where, f"{path} is not a regular file")
+
+
+def check_result(d: Any, *, artifact_dir: Path | None = None) -> CheckResult:
+    """`result_from_dict` after checking that ``d`` is exactly a result document: the
+    keys, the types, JSON values, an outcome and observer the ledger knows, and (with
+    ``artifact_dir``) every artifact a regular file inside that folder. `ResultError`
+    names the first field that is not."""
+    _fields(d, CheckResult, "result")
+    _check(
+        d,
+        {
+            "claim": str,
+            "check": str,
+            "check_version": str,
+            "params": dict,
+            "scope": dict,
+            "reason": (str, type(None)),
+            "measurements": dict,
+            "artifacts": list,
+            "gpu_uuids": list,
+            "host": str,
+            "started_ns": int,
+            "finished_ns": int,
+        },
+        "result",
+    )
+    if d["outcome"] not in get_args(Outcome):
+        _fail("result.outcome", f"must be one of {', '.join(get_args(Outcome))}")
+    if d["observer"] not in get_args(Observer):
+        _fail("result.observer", "must be on or off")
+    _json(d["params"], "result.params")
+    _json(d["measurements"], "result.measurements")
+    for k, v in d["scope"].items():
+        if not (_is(v, (str, int))):
+            _fail(f"result.scope.{k}", "must be a string or an integer")
+    for i, u in enumerate(d.get("gpu_uuids", [])):
+        if not isinstance(u, str):
+            _fail(f"result.gpu_uuids[{i}]", "must be a string")
+    c = d["cleanup"]
+    _fields(c, CleanupProof, "result.cleanup")
+    _check(c, {"complete": bool, "resources": list, "tolerance_bytes": int}, "result.cleanup")
+    for i, r in enumerate(c.get("resources", [])):
+        where = f"result.cleanup.resources[{i}]"
+        _fields(r, ReleasedResource, where)
+        _check(r, {"kind": str, "id": str, "released": bool, "proof": str}, where)
+    for i, a in enumerate(d.get("artifacts", [])):
+        where = f"result.artifacts[{i}]"
+        _fields(a, Artifact, where)
+        _check(a, {"name": str, "path": str, "media_type": str}, where)
+        if artifact_dir is not None:
+            _inside(a["path"], artifact_dir, f"{where}.path")
+    return result_from_dict(d)
 
 
 def result_from_dict(d: Mapping[str, Any]) -> CheckResult:

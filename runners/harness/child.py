@@ -38,9 +38,19 @@ def write_request(path: Path, request: Mapping[str, Any]) -> None:
     path.write_text(json.dumps(dict(request), default=str))
 
 
+MAX_RESULT_BYTES = 64 * 1024 * 1024
+"""A result document larger than this is not read (the child is not trusted)."""
+
+
 def read_result(path: Path) -> Any | None:
-    """The child's result, or None when it wrote none."""
-    return json.loads(path.read_text()) if path.is_file() else None
+    """The child's result, or None when it wrote none, or none readable: a
+    regular file of at most `MAX_RESULT_BYTES` holding JSON."""
+    if path.is_symlink() or not path.is_file() or path.stat().st_size > MAX_RESULT_BYTES:
+        return None
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
 
 
 def progress_line(line: str) -> str | None:

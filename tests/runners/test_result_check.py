@@ -1,0 +1,72 @@
+"""The parent checks a claim process's result document strictly: data, never trusted."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ledger.errors import UsageError
+from ledger.statement import read_artifact
+from runners.result import Artifact, ResultError, check_result, infra_error
+
+
+def _doc(**changes: Any) -> dict[str, Any]:
+    r = infra_error(
+        claim="c",
+        check="cleanup",
+        version="1",
+        params={"batch": 2},
+        reason="r",
+        scope={"device_kind": "cpu", "gpu_count": 0},
+        started_ns=1,
+        finished_ns=2,
+    )
+    d: dict[str, Any] = json.loads(json.dumps(dataclasses.asdict(r)))
+    d.update(changes)
+    return d
+
+
+def test_a_well_formed_result_is_accepted() -> None:
+    assert check_result(_doc()).claim == "c"
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"signed_by": "me"}, "unknown keys"),
+        ({"outcome": "qualified"}, "result.outcome"),
+        ({"started_ns": True}, "result.started_ns: must be int"),
+        ({"scope": {"sandbox": False}}, "result.scope.sandbox"),
+        ({"measurements": {"peak": float("nan")}}, "result.measurements.peak"),
+        ({"cleanup": {"complete": "yes", "resources": [], "tolerance_bytes": 0}}, "complete"),
+        ({"observer": "maybe"}, "result.observer"),
+    ],
+)
+def test_anything_else_is_refused_naming_the_field(change: dict[str, Any], message: str) -> None:
+    with pytest.raises(ResultError, match=message):
+        check_result(_doc(**change))
+
+
+def test_artifacts_must_be_regular_files_inside_the_artifact_folder(tmp_path: Path) -> None:
+    art = tmp_path / "artifacts"
+    art.mkdir()
+    (art / "ok.log").write_text("fine")
+    secret = tmp_path / "runner.pem"
+    secret.write_text("PRIVATE")
+    (art / "link.log").symlink_to(secret)
+
+    def with_artifact(path: Path) -> dict[str, Any]:
+        return _doc(artifacts=[dataclasses.asdict(Artifact(name="a", path=str(path)))])
+
+    assert check_result(with_artifact(art / "ok.log"), artifact_dir=art).artifacts
+    for bad in (secret, art / "link.log", art / ".." / "runner.pem", art):
+        with pytest.raises(ResultError, match="artifacts"):
+            check_result(with_artifact(bad), artifact_dir=art)
+    # And when it is read (after a swap for a link, too): only inside the folder.
+    assert read_artifact(art / "ok.log", inside=art).content == b"fine"
+    with pytest.raises(UsageError):
+        read_artifact(art / "link.log", inside=art)
