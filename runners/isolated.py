@@ -27,6 +27,7 @@ from runners.checks.cleanup import decide as cleanup_verdict
 from runners.forkserver import ForkServer
 from runners.harness import child, nvml
 from runners.harness.launch import RankExit, RankGroup
+from runners.harness.outside import REPORTED, OutsideView, bound
 from runners.harness.proofs import CUDA_TOLERANCE_BYTES
 from runners.ranks import merge_ranks
 from runners.result import (
@@ -326,6 +327,9 @@ def run_claim_isolated(
 
             preexec = stack.enter_context(shared_network(sandbox.bwrap))
         group = RankGroup.start(argvs, progress=progress, envs=envs, preexec=preexec)
+        markers = [p.with_name(p.name + ".pid") for p in results_of]
+        # From outside, while the claim runs: what its processes really hold.
+        view = OutsideView([p.pid for p in group.procs], markers).start()
         seen: dict[int, Any] = {}
 
         def ended(rank: int, rc: int) -> bool:
@@ -345,15 +349,18 @@ def run_claim_isolated(
         try:
             group.wait(timeout_s=timeout_s, died=ended)
         finally:
+            view.stop()
             # Also on Ctrl-C: no rank outlives the claim.
             stopped = group.stop()
         exits = group.exits()
-        # A forked claim process is not the client: the client wrote the worker's pid.
+        # The process that held the GPU memory is not the launcher: a forked worker
+        # (its pid written by the client) or the command below the sandbox.
         pids = [e.pid for e in exits]
-        for rank, path in enumerate(results_of):
-            marker = path.with_name(path.name + ".pid")
+        for rank, marker in enumerate(markers):
             if marker.is_file():
                 pids[rank] = int(marker.read_text())
+            else:
+                pids[rank] = view.claim_pids[rank] or pids[rank]
         at_exit = _exit_release(gpu_before, pids)
         got = [
             child.read_result(p) if e.rc == 0 else None
@@ -385,7 +392,7 @@ def run_claim_isolated(
             running = [e.rank for e in exits if e.rc is None or e.rc < 0]
             results = [_timed_out(**common, params=params, timeout_s=timeout_s, ranks=running)]
         elif all(g is not None for g in got):
-            per_rank = [[_result_from(d) for d in g] for g in got if g is not None]
+            per_rank = [_bounded(g, view, i, progress) for i, g in enumerate(got) if g is not None]
             results = _merged(
                 per_rank,
                 cuda=backend == "nccl",
@@ -405,7 +412,7 @@ def run_claim_isolated(
             else:
                 # A rank came back with a failure; peers still waiting on it were stopped.
                 per_rank = [
-                    [_result_from(d) for d in g]
+                    _bounded(g, view, i, progress)
                     if g is not None
                     else [_stopped(_result_from(d), exits[i], bad) for d in first]
                     for i, g in enumerate(got)
@@ -420,6 +427,15 @@ def run_claim_isolated(
     finally:
         stack.close()
         shutil.rmtree(work, ignore_errors=True)
+
+
+def _bounded(
+    docs: list[Any], view: OutsideView, rank: int, say: Callable[[str], None]
+) -> list[CheckResult]:
+    """A rank's results, each bounded by what the parent saw of the rank's process."""
+    results = [_result_from(d) for d in docs]
+    bound(results, view, rank, say=say)
+    return results
 
 
 def _malformed(got: list[Any], artifact_dir: Path | None) -> str | None:
@@ -451,6 +467,9 @@ def _serve(req: dict[str, Json]) -> list[dict[str, Any]]:
 
         sess = RankSession.from_request(ranked)
         sess.start()
+    from runners.harness import selfview
+
+    selfview.install()
     results = run_claim(
         progress=child.say,
         repo_root=Path(str(req.pop("repo_root"))),
@@ -462,6 +481,9 @@ def _serve(req: dict[str, Json]) -> list[dict[str, Any]]:
         from runners.distributed import add_rank_proofs
 
         add_rank_proofs(results, sess, sess.finish())
+    peak = selfview.peak_bytes()
+    for r in results:
+        r.measurements[REPORTED] = peak
     return [dataclasses.asdict(r) for r in results]
 
 

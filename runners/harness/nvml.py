@@ -100,3 +100,22 @@ def devices_used() -> tuple[dict[str, int], set[int]] | None:
     except Exception:
         return None
     return used, pids
+
+
+def pids_used() -> dict[int, int] | None:
+    """GPU memory NVML attributes to each process, summed over the devices (pids as
+    this process sees them); None without NVML."""
+    nv = _nvml()
+    if nv is None:
+        return None
+    out: dict[int, int] = {}
+    try:
+        for i in range(nv.nvmlDeviceGetCount()):
+            h = nv.nvmlDeviceGetHandleByIndex(i)
+            for p in nv.nvmlDeviceGetComputeRunningProcesses(h):
+                used = getattr(p, "usedGpuMemory", None)
+                if used is not None:
+                    out[int(p.pid)] = out.get(int(p.pid), 0) + int(used)
+    except Exception:
+        return None
+    return out

@@ -1,0 +1,139 @@
+"""The parent's outside view of a claim process's memory, which bounds what it reports.
+
+A claim process reports its own peak (``process_peak_bytes``, `selfview`); the
+parent, which runs no pull-request code, samples the same process from outside
+while it runs: on CUDA the GPU memory NVML attributes to its pid, on CPU its
+resident set (``VmRSS`` in /proc). A report far below what was seen (beyond
+the slack of the allocator and of sampling) makes the result inconclusive, with
+both figures: the process lied about itself, or its harness is broken.
+
+The claim process is the one that writes the result: the fork server's worker
+(its pid is in ``RESULT.pid``), else the first process below the launcher that
+is not the sandbox (bubblewrap forks the command as its child).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from runners.harness import nvml
+from runners.harness.processes import descendants, proc_table
+from runners.result import CheckResult
+
+__all__ = ["CPU_SLACK_BYTES", "CUDA_SLACK_BYTES", "OutsideView", "bound"]
+
+CUDA_SLACK_BYTES = 512 * 1024**2
+"""What NVML may see beyond pool peak plus outside-pool bytes as the process reports
+them: the allocator's 2 MiB block rounding, kernels and workspaces loaded lazily
+after the process last looked at itself."""
+CPU_SLACK_BYTES = 64 * 1024**2
+"""The kernel keeps the resident high-water mark the process reports, so a sample
+from outside can exceed it only by what was mapped after the process read it."""
+SAMPLE_S = 0.02
+REPORTED = "process_peak_bytes"
+
+
+def _rss(pid: int) -> int | None:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def claim_pid(launched: int, marker: Path) -> int | None:
+    """The claim process of a rank started as ``launched``: the forked worker named
+    in ``marker``, else the first process below the sandbox's launcher."""
+    if marker.is_file():
+        try:
+            return int(marker.read_text())
+        except ValueError:
+            return None
+    table = proc_table()
+    if table is None or launched not in table:
+        return None
+    pid = launched
+    while table[pid].comm == "bwrap":
+        kids = sorted(p for p, i in descendants(pid, table).items() if i.ppid == pid)
+        if not kids:
+            return None
+        pid = kids[0]
+    return pid
+
+
+@dataclass
+class OutsideView:
+    """Samples each rank's claim process until `stop`; the highest figures seen."""
+
+    launched: Sequence[int]
+    markers: Sequence[Path]
+    rss: list[int] = field(default_factory=list)
+    gpu: list[int | None] = field(default_factory=list)
+    claim_pids: list[int | None] = field(default_factory=list)
+    """Each rank's claim process as last seen."""
+    samples: int = 0
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+
+    def start(self) -> OutsideView:
+        self.rss = [0 for _ in self.launched]
+        self.gpu = [None for _ in self.launched]
+        self.claim_pids = [None for _ in self.launched]
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+        return self
+
+    def sample(self) -> None:
+        used = nvml.pids_used()
+        for rank, (pid0, marker) in enumerate(zip(self.launched, self.markers, strict=True)):
+            pid = claim_pid(pid0, marker)
+            if pid is None:
+                continue
+            self.claim_pids[rank] = pid
+            rss = _rss(pid)
+            if rss is not None:
+                self.rss[rank] = max(self.rss[rank], rss)
+            if used is not None and pid in used:
+                self.gpu[rank] = max(self.gpu[rank] or 0, used[pid])
+        self.samples += 1
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.sample()
+            self._stop.wait(SAMPLE_S)
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+
+
+def bound(
+    results: list[CheckResult], view: OutsideView, rank: int, *, say: Callable[[str], None]
+) -> None:
+    """Record the outside figure beside each result's reported peak; a decisive
+    outcome whose report is below it beyond the slack becomes inconclusive."""
+    for r in results:
+        cuda = r.scope.get("device_kind") == "cuda"
+        seen = view.gpu[rank] if cuda else view.rss[rank]
+        if seen is None or seen == 0:
+            continue  # nothing observable from outside (no NVML pid, no /proc)
+        what = "NVML per-process GPU memory" if cuda else "resident set (VmRSS)"
+        slack = CUDA_SLACK_BYTES if cuda else CPU_SLACK_BYTES
+        r.measurements["outside_peak_bytes"] = seen
+        basis = f"{what} of the claim process ({view.samples} samples)"
+        r.measurements["outside_peak_basis"] = basis
+        got = r.measurements.get(REPORTED)
+        reported = got if isinstance(got, int) and not isinstance(got, bool) else 0
+        if seen > reported + slack and r.outcome in ("passed", "failed"):
+            r.outcome = "inconclusive"
+            r.reason = (
+                f"the claim process reported a peak of {reported} bytes, but the outside view "
+                f"saw {seen} bytes ({what}), more than the {slack}-byte slack above it"
+            )
+            say(f"outside view: {r.reason}")

@@ -1,0 +1,52 @@
+"""What a claim process reports about its own memory peak (``process_peak_bytes``).
+
+CUDA: the allocator pool's high-water mark over the whole process (the checks
+reset the peak before each measured step, so every reset first folds the peak so
+far in here) plus what the process holds outside the pool at the end (context,
+NCCL buffers) as NVML shows it. CPU: the kernel's resident high-water mark
+(``ru_maxrss``). The parent bounds this report from outside (`outside`).
+"""
+
+from __future__ import annotations
+
+import resource
+from typing import Any
+
+_high = [0]
+
+
+def install() -> None:
+    """Keep the pool's peak across the checks' resets (CUDA only; no-op elsewhere)."""
+    import torch
+
+    if getattr(torch.cuda.reset_peak_memory_stats, "_ledger_kept", False):
+        return
+    reset = torch.cuda.reset_peak_memory_stats
+
+    def kept(device: Any = None) -> None:
+        if torch.cuda.is_initialized():  # type: ignore[no-untyped-call]
+            _high[0] = max(_high[0], int(torch.cuda.max_memory_reserved(device)))
+        reset(device)
+
+    kept._ledger_kept = True  # type: ignore[attr-defined]
+    torch.cuda.reset_peak_memory_stats = kept
+
+
+def peak_bytes() -> int:
+    """This process's peak as it reports it (see the module's docstring)."""
+    import torch
+
+    if torch.cuda.is_initialized():  # type: ignore[no-untyped-call]
+        from runners.harness import nvml
+
+        pool = max(_high[0], int(torch.cuda.max_memory_reserved()))
+        used = (nvml.pids_used() or {}).get(_pid())
+        outside = 0 if used is None else max(0, used - int(torch.cuda.memory_reserved()))
+        return pool + outside
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def _pid() -> int:
+    import os
+
+    return os.getpid()

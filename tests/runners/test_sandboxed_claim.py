@@ -1,0 +1,90 @@
+"""A claim process's word is bounded from outside, and its data never steers the parent."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from ledger.sandbox import find_bwrap, resolve
+from runners.harness.outside import CPU_SLACK_BYTES, REPORTED
+from runners.isolated import run_claim_isolated
+from runners.result import CheckResult
+
+# Under-reports its own peak: the harness's self-report, replaced at import.
+LIAR = """
+import runners.harness.selfview as _sv
+from runners.workloads.moe import make_workload
+
+_sv.peak_bytes = lambda: 1024
+"""
+
+# Names the runner's private key as one of its artifacts, in the result it writes.
+FORGER = """
+import json as _json
+from runners.workloads.moe import make_workload
+
+_dumps = _json.dumps
+
+def _forged(obj, *a, **k):
+    if isinstance(obj, list) and obj and isinstance(obj[0], dict) and "artifacts" in obj[0]:
+        obj[0]["artifacts"].append({{"name": "log", "path": {key!r}, "media_type": "text/plain"}})
+    return _dumps(obj, *a, **k)
+
+_json.dumps = _forged
+"""
+
+
+def _run(root: Path, ref: str, **kw: object) -> list[CheckResult]:
+    return run_claim_isolated(
+        progress=lambda _m: None,
+        device="cpu",
+        claim="cleanup.all-released",
+        check="cleanup",
+        params={"batch": 1, "seq": 8},
+        repo_root=root,
+        workload_ref=ref,
+        workload_params={},
+        observer_off_required=False,
+        base_root=None,
+        **kw,
+    )
+
+
+def test_a_child_that_under_reports_its_peak_is_inconclusive_with_both_figures(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "liar.py").write_text(LIAR)
+    [r] = _run(tmp_path, "liar:make_workload", artifact_dir=None)
+    assert r.outcome == "inconclusive", r.reason
+    seen = r.measurements["outside_peak_bytes"]
+    assert isinstance(seen, int) and seen > 1024 + CPU_SLACK_BYTES
+    assert r.measurements[REPORTED] == 1024
+    assert r.reason is not None
+    assert "reported a peak of 1024 bytes" in r.reason and f"saw {seen} bytes" in r.reason
+    # The honest harness, the same way, stays within the bound.
+    [ok] = _run(Path(__file__).resolve().parents[2], "runners.workloads.moe:make_workload")
+    assert ok.outcome == "passed", ok.reason
+    reported, seen = ok.measurements[REPORTED], ok.measurements["outside_peak_bytes"]
+    assert isinstance(reported, int) and isinstance(seen, int)
+    assert seen <= reported + CPU_SLACK_BYTES
+
+
+@pytest.mark.skipif(find_bwrap() is None, reason="no bubblewrap here")
+def test_a_sandboxed_child_cannot_make_the_parent_read_a_key(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    keys = tmp_path / "keys"
+    keys.mkdir()
+    key = keys / "runner.pem"
+    key.write_text("-----BEGIN PRIVATE KEY-----\nSECRET-MATERIAL\n")
+    code, art, work = tmp_path / "code", tmp_path / "art", tmp_path / "work"
+    for d in (code, art, work):
+        d.mkdir()
+    (code / "forger.py").write_text(FORGER.format(key=str(key)))
+    box = resolve("bwrap", environ={**os.environ, "LEDGER_KEYS": str(keys)})
+    [r] = _run(code, "forger:make_workload", artifact_dir=art, sandbox=box, work_root=work)
+    assert r.outcome == "infra-error"
+    assert r.reason is not None and "is not a file inside the artifact folder" in r.reason
+    assert "SECRET-MATERIAL" not in repr(r)
