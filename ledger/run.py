@@ -22,7 +22,7 @@ import signal
 import subprocess
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, get_args
@@ -31,6 +31,7 @@ from ledger.environment import gpu_used_bytes, host_environment
 from ledger.errors import UsageError
 from ledger.interpreter import NONE, probe, scope_of
 from ledger.models import Outcome
+from ledger.sandbox import SandboxedPopen
 from ledger.statement import Facts, timestamp
 
 __all__ = ["CHECK", "RESULT_SCHEMA", "CommandRun", "run_command", "spawn"]
@@ -151,12 +152,19 @@ def _alive(pid: int) -> bool:
     return stat.rpartition(")")[2].split()[0] != "Z"
 
 
-def spawn(argv: Sequence[str], env: dict[str, str], cwd: Path | None) -> subprocess.Popen[bytes]:
-    """Start the command in its own process group; the one place it is started."""
+Wrap = Callable[[list[str], dict[str, str]], tuple[list[str], dict[str, str]]]
+"""(command line, environment) -> the same inside a sandbox (`ledger.sandbox`)."""
+
+
+def spawn(
+    argv: Sequence[str], env: dict[str, str], cwd: Path | None, wrap: Wrap | None = None
+) -> subprocess.Popen[bytes]:
+    """Start the command in its own process group; the one place it is started
+    (inside the sandbox ``wrap`` builds, where there is one)."""
+    cmd, env = (list(argv), env) if wrap is None else wrap(list(argv), env)
+    popen = subprocess.Popen if wrap is None else SandboxedPopen
     # stdout to our stderr: the receipt id is the only thing on stdout.
-    return subprocess.Popen(
-        list(argv), env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=2, process_group=0
-    )
+    return popen(cmd, env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=2, process_group=0)
 
 
 def run_command(
@@ -166,6 +174,7 @@ def run_command(
     result_file: Path | None,
     artifact_globs: Sequence[str],
     cwd: Path | None = None,
+    sandbox: Wrap | None = None,
 ) -> CommandRun:
     """Run `argv` in `cwd`; relative `result_file` and artifact globs are read there."""
     if not argv:
@@ -182,7 +191,7 @@ def run_command(
     started = time.time_ns()
     t0 = time.monotonic()
     try:
-        proc = spawn(argv, env, cwd)
+        proc = spawn(argv, env, cwd, sandbox)
     except OSError as e:
         raise UsageError(f"cannot run {argv[0]}: {e.strerror}") from None
     timed_out = False

@@ -26,13 +26,14 @@ import importlib
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Literal, get_args
+from typing import Any, Literal, get_args
 
 from ledger.errors import UsageError
 
@@ -41,6 +42,8 @@ __all__ = [
     "Mode",
     "Sandbox",
     "SandboxPolicy",
+    "SandboxedPopen",
+    "child_status",
     "find_bwrap",
     "passed_env",
     "render",
@@ -420,3 +423,24 @@ def shared_network(bwrap: str) -> Iterator[Callable[[], None]]:
         yield enter
     finally:
         os.close(fd)
+
+
+def child_status(rc: int) -> int:
+    """The sandboxed command's exit status from bubblewrap's: bubblewrap exits with
+    128 + N when its command was killed by signal N; this gives -N, as a directly
+    started child shows (an exit status of 128 + N by the command itself reads the
+    same, as it would from a shell: no more than the command could do by killing
+    itself)."""
+    if rc > 128 and (rc - 128) in {s.value for s in signal.Signals}:
+        return -(rc - 128)
+    return rc
+
+
+class SandboxedPopen(subprocess.Popen[bytes]):
+    """A `subprocess.Popen` of a bubblewrap command line whose return code is the
+    command's (`child_status`)."""
+
+    def _handle_exitstatus(self, *args: Any, **kwargs: Any) -> None:
+        super()._handle_exitstatus(*args, **kwargs)  # type: ignore[misc]
+        if self.returncode is not None:
+            self.returncode = child_status(self.returncode)

@@ -156,6 +156,7 @@ def recorder_paths(recorder: object) -> list[str]:
     store = getattr(recorder, "store", None)
     url = str(getattr(store, "url", ""))
     if url.startswith("sqlite:///"):
-        out.append(str(Path(url.removeprefix("sqlite:///")).parent))
-        out.append(default_location(url))
+        db = Path(url.removeprefix("sqlite:///"))
+        # The folder, and the file itself: a folder the command may write can hold it.
+        out += [str(db.parent), str(db), default_location(url)]
     return out

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
 import click
 
-from ledger.cli._common import F, db_option, keydir, plan_option
+from ledger.cli._common import F, db_option, keydir, plan_option, recorder_paths, sandbox_option
 from ledger.errors import EXIT_NEGATIVE, EXIT_OK, EXIT_USAGE, InputError, UsageError
 
 
@@ -50,6 +52,21 @@ def _check_target(pr: int | None, rev: str | None) -> None:
 _EXIT = {"passed": EXIT_OK, "infra-error": EXIT_USAGE}
 
 
+def _folders(paths: Sequence[str]) -> list[Path]:
+    """The nearest existing folder above each absolute path or glob (relative ones are
+    in the worktree)."""
+    out: list[Path] = []
+    for p in paths:
+        if not p.startswith("/"):
+            continue
+        head = Path(p.split("*")[0].split("?")[0].split("[")[0])
+        while not head.is_dir() and head != head.parent:
+            head = head.parent
+        if head != head.parent and head not in out:
+            out.append(head)
+    return out
+
+
 def exit_for(outcomes: Sequence[str]) -> None:
     """Exit as the receipts say: 0 all passed, 2 any infra-error, else 1 (a failure,
     an inconclusive or refused result: a CI step must not turn green on them)."""
@@ -80,6 +97,7 @@ def exit_for(outcomes: Sequence[str]) -> None:
     type=click.FloatRange(min=0, min_open=True),
     help="Seconds before the command's process group is killed (infra-error).",
 )
+@sandbox_option
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 def run(
     claim: str,
@@ -95,6 +113,7 @@ def run(
     result_file: Path | None,
     offline: bool,
     timeout_s: float | None,
+    sandbox: str,
     command: Sequence[str],
 ) -> None:
     """Run COMMAND in a fresh checkout of --rev/--pr and sign one receipt for --claim.
@@ -108,13 +127,16 @@ def run(
     line, --artifact digests and a cleanup proof. The outcome is the exit
     status's, or the --result file's. The command's output goes to stderr;
     stdout carries the receipt id. Exits 0 passed, 1 failed, inconclusive or
-    refused, 2 infra-error. Put `--` before COMMAND.
+    refused, 2 infra-error. The command is the pull request's code too: it runs
+    sandboxed (--sandbox, docs/security.md), writing only its worktree and the
+    --result folder. Put `--` before COMMAND.
     """
     from ledger import source
     from ledger.attest import record_all, target
     from ledger.qualify import worktree
     from ledger.record import open_recorder
-    from ledger.run import CHECK, run_command
+    from ledger.run import CHECK, MARKER, run_command
+    from ledger.sandbox import resolve as resolve_sandbox
     from ledger.statement import read_artifact
 
     _check_target(pr, rev)
@@ -137,17 +159,43 @@ def run(
         raise InputError(
             f"plan claim {claim} is checked by {spec.check!r}, not {CHECK!r}; nothing run"
         )
-    with worktree(source.open_repo(repo), tgt.revision.commit, "run") as root:
+    keys = keydir()
+    plan_of = tgt.identity.plan
+    box = resolve_sandbox(
+        sandbox,
+        allowed_env=plan_of.runner.env if plan_of is not None else (),
+        hide=[keys.path, *recorder_paths(recorder)],
+    )
+    network = spec is not None and spec.network
+    with (
+        worktree(source.open_repo(repo), tgt.revision.commit, "run") as root,
+        tempfile.TemporaryDirectory(prefix="ledger-run-scratch-") as scratch,
+    ):
+        # What the command is declared to write: its worktree, the --result folder and
+        # the folders of absolute --artifact globs.
+        declared = [str(result_file)] if result_file is not None else []
+        writable = [root, *_folders([*declared, *artifacts])]
+
+        def wrap(argv: list[str], env: dict[str, str]) -> tuple[list[str], dict[str, str]]:
+            # The run's marker (a random id, no secret) names its processes.
+            marker = {MARKER: env[MARKER]}
+            policy = box.policy(writable=writable, network=network, scratch=scratch, env=marker)
+            return box.launch(policy, argv, env)
+
         done = run_command(
             command,
             timeout_s=timeout_s,
             result_file=result_file,
             artifact_globs=artifacts,
             cwd=root,
+            sandbox=None if box.mode == "none" else wrap,
         )
         # Read before the worktree goes: the receipt names them, the store keeps them.
         files = [read_artifact(p) for p in done.artifacts]
-    [rec] = record_all(recorder, key, tgt, [done.facts(claim)], artifact_files=files)
+    facts = done.facts(claim)
+    scope = {**facts.scope, "sandbox": box.facet, "network": "on" if network else "off"}
+    facts = dataclasses.replace(facts, scope=scope)
+    [rec] = record_all(recorder, key, tgt, [facts], artifact_files=files)
     note = "" if done.outcome == "passed" else f": {done.reason}"
     click.echo(f"{claim}: {done.outcome}{note}", err=True)
     click.echo(rec.id)

