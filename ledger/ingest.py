@@ -22,6 +22,7 @@ from ledger.entry import envelope_body, key_body, revocation_body
 from ledger.errors import RefusedError, UsageError, VerificationError
 from ledger.keys import KeyDir, KeyInfo, Role, find_key, key_id, raw_public
 from ledger.models import QualificationStatement, ReviewStatement
+from ledger.repoid import canonical_repo
 from ledger.statement import ArtifactFile
 from ledger.store.store import (
     FACET,
@@ -69,6 +70,7 @@ def receipt_index(seq: int, v: Verified) -> tuple[dict[str, Any], list[dict[str,
         "claim": p.claim,
         "check_name": p.check.name,
         "repo": p.source.repo,
+        "repo_id": canonical_repo(p.source.repo),
         "commit": p.source.commit,
         "tree": p.source.tree,
         "pr": p.source.pr,

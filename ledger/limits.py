@@ -50,6 +50,7 @@ COLUMN_LIMITS: dict[str, int] = {
     "claim": 200,
     "check_name": 200,
     "repo": 500,
+    "repo_id": 500,
     "commit": 64,
     "tree": 64,
     "package_digest": 64,

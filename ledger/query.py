@@ -1,13 +1,18 @@
 """The read side: `status`, `history` and `show` answered from the store.
 
-Each loaded entry is verified again (signature, key, role), so an entry that
-no longer holds shows as unverified instead of counting.
+Only the asked repository's receipts are read (the index holds each
+receipt's canonical repository id). Entries are parsed once per process
+(`ledger.store.cache`) and judged by the key table as it stands
+(`ledger.verify.logged.standing`): signatures were verified at ingest and
+are re-checked by `audit` and `verify`, not by every question. An entry the
+index names but whose body no longer reads is a problem of the answer.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from ledger.entry import LoggedEntry
@@ -25,59 +30,58 @@ from ledger.repoid import canonical_repo
 from ledger.revision import Revision
 from ledger.source import Identity
 from ledger.store.store import Store
-from ledger.verify.envelope import verify_entry
-from ledger.verify.logged import keys_at
+from ledger.verify.logged import standing
 
 __all__ = [
+    "Evidence",
     "history_document",
     "load_evidence",
     "query_history",
     "query_status",
+    "read_evidence",
     "show_document",
 ]
 
 
-def _problem(entry: LoggedEntry, keys: Mapping[str, KeyInfo]) -> str | None:
-    """Why a logged entry no longer verifies, or None when it does."""
-    try:
-        verify_entry(entry, keys)
-    except Error as e:
-        return e.reason()
-    return None
+@dataclass(frozen=True, slots=True)
+class Evidence:
+    """What the ledger holds on a revision, and the entries it could not read."""
+
+    receipts: list[ReceiptEvidence]
+    reviews: list[ReviewEvidence]
+    unreadable: list[str] = field(default_factory=list)
+    """One line per entry the index names that does not parse (`ledger audit` says why)."""
 
 
-def _repo_of(e: LoggedEntry) -> str | None:
-    try:
-        return canonical_repo(e.receipt.predicate.source.repo)
-    except Error:
-        return None
+def _unreadable(e: LoggedEntry, err: Error) -> str:
+    return (
+        f"entry {e.seq} ({e.entry_id[:19]}) cannot be read: {err.reason()};"
+        " it counts for nothing here: run `ledger audit`"
+    )
 
 
-def load_evidence(
+def read_evidence(
     store: Store, revision: Revision, claims: Sequence[str] | None = None
-) -> tuple[list[ReceiptEvidence], list[ReviewEvidence]]:
-    # The repository is matched through the same normalisation that made the
-    # asked id, so receipts logged under a raw URL form still count.
-    entries = [
-        e
-        for e in store.receipt_entries(
-            # With the environment in the package identity, an upgrade changes the
-            # digest: the parents' receipts are read too, so status can name the part
-            # that differed instead of finding no evidence.
-            commits=[revision.commit, *(revision.parents if revision.package_parts else ())],
-            trees=[revision.tree],
-            packages=[revision.package_digest] if revision.package_digest else [],
-            pr=revision.pr,
-            repo=None,
-            claims=claims or None,
-        )
-        if _repo_of(e) == revision.repo
-    ]
-    all_keys = store.keys()
+) -> Evidence:
+    """The receipts (and their reviews) of the revision's repository that bear on it."""
+    entries = store.receipt_entries(
+        # The asked id is canonical already; normalising again is idempotent and
+        # covers a question posted with a raw URL.
+        canonical_repo(revision.repo),
+        # With the environment in the package identity, an upgrade changes the
+        # digest: the parents' receipts are read too, so status can name the part
+        # that differed instead of finding no evidence.
+        commits=[revision.commit, *(revision.parents if revision.package_parts else ())],
+        trees=[revision.tree],
+        packages=[revision.package_digest] if revision.package_digest else [],
+        pr=revision.pr,
+        claims=claims or None,
+    )
+    keys = store.keys()
 
     def signed(e: LoggedEntry) -> dict[str, Any]:
         """What both kinds of evidence say about an entry's signature."""
-        info = all_keys.get(e.signer)
+        info: KeyInfo | None = keys.get(e.signer)
         return {
             "id": e.entry_id,
             "seq": e.seq,
@@ -85,28 +89,33 @@ def load_evidence(
             "signer_role": info.role if info else "unknown",
             "signer_revoked_seq": info.revoked_seq if info else None,
             "signer_registered_by": info.registered_by if info else None,
-            "problem": _problem(e, keys_at(store, e.seq)),
+            "problem": standing(e, keys),
         }
 
-    # A body that no longer parses was altered behind the ledger's back: it
-    # counts for nothing here, and `audit` names it.
+    unreadable: list[str] = []
     receipts: list[ReceiptEvidence] = []
     for e in entries:
         try:
-            stmt = e.receipt
-        except Error:
-            continue
-        receipts.append(ReceiptEvidence(statement=stmt, **signed(e)))
+            receipts.append(ReceiptEvidence(statement=e.receipt, **signed(e)))
+        except Error as err:
+            unreadable.append(_unreadable(e, err))
     reviews: list[ReviewEvidence] = []
     for e in store.review_entries([r.id for r in receipts]):
         try:
             p = e.review.predicate
-        except Error:
-            continue
-        reviews.append(
-            ReviewEvidence(receipt=p.receipt, verdict=p.verdict, note=p.note, **signed(e))
-        )
-    return receipts, reviews
+            reviews.append(
+                ReviewEvidence(receipt=p.receipt, verdict=p.verdict, note=p.note, **signed(e))
+            )
+        except Error as err:
+            unreadable.append(_unreadable(e, err))
+    return Evidence(receipts, reviews, unreadable)
+
+
+def load_evidence(
+    store: Store, revision: Revision, claims: Sequence[str] | None = None
+) -> tuple[list[ReceiptEvidence], list[ReviewEvidence]]:
+    ev = read_evidence(store, revision, claims)
+    return ev.receipts, ev.reviews
 
 
 def query_status(
@@ -116,16 +125,23 @@ def query_status(
     claims: Sequence[str] | None,
     scope: Mapping[str, str | int],
 ) -> StatusReport:
-    receipts, reviews = load_evidence(store, q.revision)
+    ev = read_evidence(store, q.revision)
     report = evaluate(
         plan=q.plan,
         revision=q.revision,
-        receipts=receipts,
-        reviews=reviews,
+        receipts=ev.receipts,
+        reviews=ev.reviews,
         claims=list(claims) if claims else None,
         query_scope=dict(scope),
     )
-    return dataclasses.replace(report, notes=q.notes)
+    # An entry that should bear on the answer but cannot be read leaves the
+    # answer open: it is named, and the revision is not qualified while it stands.
+    return dataclasses.replace(
+        report,
+        notes=q.notes,
+        problems=tuple(ev.unreadable),
+        qualified=report.qualified and not ev.unreadable,
+    )
 
 
 def query_history(store: Store, q: Identity) -> list[HistoryItem]:

@@ -84,6 +84,8 @@ class StatusReport:
     """What was judged: which head (fetched or local) and which plan governs."""
     evidence: tuple[ReceiptEvidence, ...] = ()
     """The receipts the engine was given (the verdict says what each means here)."""
+    problems: tuple[str, ...] = ()
+    """Logged entries that bear on the answer but cannot be read (named, never skipped)."""
 
     def at_required_scope(self, claim: str) -> ClaimStatus:
         """The row that decides `claim`; KeyError if it was not asked."""
@@ -105,6 +107,7 @@ class StatusReport:
             "judged": list(self.notes),
             "claims": [row.to_json() for row in self.claims],
             "verdict": verdict_of(self).to_json(),
+            "problems": list(self.problems),
         }
 
 

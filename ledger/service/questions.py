@@ -21,13 +21,13 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from ledger.errors import InputError, NotFoundError, RefusedError, first_validation_error
+from ledger.errors import Error, InputError, NotFoundError, RefusedError, first_validation_error
 from ledger.qualification.plan import Plan
 from ledger.query import history_document, query_history, query_status
 from ledger.repoid import canonical_repo
 from ledger.revision import Revision
 from ledger.source import Identity
-from ledger.store.store import LOG, RECEIPT, Store
+from ledger.store.store import Store
 
 __all__ = [
     "history_from_query",
@@ -107,7 +107,6 @@ def _from_mirror(
     """The question as the CLI would identify it (`--offline`), in a checkout the
     server was given (`ledger serve --repo PATH`, a mirror the team keeps fetched)."""
     from ledger import source
-    from ledger.errors import Error
 
     for path in mirrors:
         try:
@@ -124,49 +123,50 @@ def identity_from_log(
     store: Store, repo: str, pr: int | None, rev: str | None, mirrors: Sequence[Path] = ()
 ) -> Identity:
     """The subject: as a mirror checkout identifies it where the server has one,
-    else as the log knows it (a PR's newest recorded head, or a commit)."""
-    from sqlalchemy import select
+    else as the log knows it (a PR's newest recorded head, or a commit).
 
+    The newest receipt of that repository is one step of a (repo_id, key)
+    index: receipts of other repositories sharing the PR number are never
+    read, so none can hide the asked one. The subject comes from the index
+    row; a body that no longer reads is named by the answer's problems.
+    """
     want = canonical_repo(repo)
     mirrored = _from_mirror(mirrors, want, pr, rev)
     if mirrored is not None:
         return mirrored
-    q = select(LOG).join(RECEIPT, RECEIPT.c.seq == LOG.c.seq).order_by(LOG.c.seq.desc())
     if pr is not None:
-        q = q.where(RECEIPT.c.pr == pr)
+        row = store.newest_receipt(want, pr=pr)
     elif rev is not None:
         if not rev or len(rev) < 7 or not all(c in "0123456789abcdef" for c in rev.lower()):
             raise InputError(f"rev {rev!r}: expected a commit (7+ hex digits)")
-        q = q.where(RECEIPT.c.commit >= rev.lower(), RECEIPT.c.commit < rev.lower() + "g")
+        row = store.newest_receipt(want, commit_prefix=rev.lower())
     else:
         raise InputError("give pr=N or rev=COMMIT")
-    from ledger.entry import LoggedEntry
-
-    with store.engine.connect() as conn:
-        for row in conn.execute(q.limit(500)):
-            e = LoggedEntry.of(row)
-            try:
-                src = e.receipt.predicate.source
-                if canonical_repo(src.repo) != want:
-                    continue
-            except Exception:  # a body altered behind the ledger's back counts for nothing
-                continue
-            revision = Revision(
-                repo=want,
-                commit=src.commit,
-                tree=src.tree,
-                package_digest=src.package.digest if src.package else None,
-                pr=pr,
-                package_paths=tuple(src.package.paths) if src.package else (),
-            )
-            what = f"PR #{pr} head {src.commit[:12]}" if pr is not None else src.commit[:12]
-            notes = (
-                f"judged {what}: the newest revision receipts were recorded for",
-                "no plan: the server has no checkout, so every claim with evidence is asked",
-            )
-            return Identity(revision, None, notes)
-    what = f"PR #{pr}" if pr is not None else f"revision {rev}"
-    raise NotFoundError(f"no receipt for {what} of {want}")
+    if row is None:
+        what = f"PR #{pr}" if pr is not None else f"revision {rev}"
+        raise NotFoundError(f"no receipt for {what} of {want}")
+    paths: tuple[str, ...] = ()
+    entry = store.entry(row.id)
+    if row.package_digest is not None and entry is not None:
+        try:
+            package = entry.receipt.predicate.source.package
+            paths = tuple(package.paths) if package else ()
+        except Error:
+            pass  # the unreadable body is a problem of the answer (query.read_evidence)
+    revision = Revision(
+        repo=want,
+        commit=row.commit,
+        tree=row.tree,
+        package_digest=row.package_digest,
+        pr=pr,
+        package_paths=paths,
+    )
+    what = f"PR #{pr} head {row.commit[:12]}" if pr is not None else row.commit[:12]
+    notes = (
+        f"judged {what}: the newest revision receipts were recorded for",
+        "no plan: the server has no checkout, so every claim with evidence is asked",
+    )
+    return Identity(revision, None, notes)
 
 
 def _parse(q: dict[str, str]) -> tuple[str, int | None, str | None]:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
-from sqlalchemy import Connection, Engine, create_engine, event, func, or_, select
+from sqlalchemy import Connection, Engine, create_engine, event, func, select, union
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, OperationalError
@@ -24,6 +24,7 @@ from ledger.entry import LoggedEntry
 from ledger.errors import InputError, NotFoundError, UsageError
 from ledger.keys import KeyInfo
 from ledger.store import migrate
+from ledger.store.cache import ENTRIES
 from ledger.store.tables import (
     ArtifactBlob,
     CheckpointRow,
@@ -108,6 +109,7 @@ class Store:
         self.engine = engine
         self.url = url
         self._keys: dict[str, KeyInfo] | None = None
+        self._seen_size: int | None = None
 
     # -- opening ---------------------------------------------------------------
 
@@ -185,6 +187,19 @@ class Store:
         with self.engine.connect() as conn:
             return int(conn.execute(select(func.coalesce(func.max(LOG.c.seq) + 1, 0))).scalar_one())
 
+    def refresh(self) -> int:
+        """The log size now; the key table is read again when the log grew since.
+
+        Keys and revocations are log entries, so an unchanged size means an
+        unchanged key table: a long-lived store (the server's) answers with
+        the key table as of now for one index lookup per request.
+        """
+        n = self.size()
+        if n != self._seen_size:
+            self._keys = None
+            self._seen_size = n
+        return n
+
     def resolve(self, ref: str) -> LoggedEntry:
         """Find a receipt or review by full id or a unique prefix of 12+ hex digits."""
         m = _PREFIX.match(ref.strip().lower())
@@ -207,14 +222,15 @@ class Store:
             raise NotFoundError(f"no receipt or review matches {ref}")
         if len(rows) > 1:
             raise InputError(f"{ref} is ambiguous: give more hex digits")
-        return LoggedEntry.of(rows[0])
+        return ENTRIES.get(rows[0])
 
     def entry(self, entry_id: str) -> LoggedEntry | None:
         with self.engine.connect() as conn:
             row = conn.execute(select(LOG).where(LOG.c.entry_id == entry_id)).first()
-        return None if row is None else LoggedEntry.of(row)
+        return None if row is None else ENTRIES.get(row)
 
     def entries(self, *, kinds: Sequence[str] | None = None) -> Iterator[LoggedEntry]:
+        """Every entry in log order, read untrusted and not kept (the audit's pass)."""
         q = select(LOG).order_by(LOG.c.seq)
         if kinds:
             q = q.where(LOG.c.kind.in_(kinds))
@@ -225,7 +241,7 @@ class Store:
     def entries_at(self, seqs: Sequence[int]) -> Iterator[LoggedEntry]:
         with self.engine.connect() as conn:
             for row in conn.execute(select(LOG).where(LOG.c.seq.in_(seqs)).order_by(LOG.c.seq)):
-                yield LoggedEntry.of(row)
+                yield ENTRIES.get(row)
 
     def leaf_hashes(self, upto: int | None = None) -> list[bytes]:
         q = select(LOG.c.leaf_hash).order_by(LOG.c.seq)
@@ -236,33 +252,53 @@ class Store:
 
     def receipt_entries(
         self,
+        repo_id: str,
         *,
         commits: Sequence[str] = (),
         trees: Sequence[str] = (),
         packages: Sequence[str] = (),
         pr: int | None = None,
-        repo: str | None = None,
         claims: Sequence[str] | None = None,
     ) -> list[LoggedEntry]:
-        """Receipts that could bear on a revision: same commit, tree, package or PR."""
-        conds = []
-        if commits:
-            conds.append(RECEIPT.c.commit.in_(commits))
-        if trees:
-            conds.append(RECEIPT.c.tree.in_(trees))
-        if packages:
-            conds.append(RECEIPT.c.package_digest.in_(packages))
-        if pr is not None:
-            conds.append(RECEIPT.c.pr == pr)
-        if not conds:
+        """Receipts of one repository (its canonical id) that could bear on a
+        revision: same commit, tree, package or PR.
+
+        One indexed lookup per key, (repo_id, key), united: receipts of other
+        repositories that share a PR number or a commit are never read.
+        """
+        keys = [
+            (RECEIPT.c.commit, list(commits)),
+            (RECEIPT.c.tree, list(trees)),
+            (RECEIPT.c.package_digest, list(packages)),
+            (RECEIPT.c.pr, [] if pr is None else [pr]),
+        ]
+        parts = []
+        for col, values in keys:
+            if not values:
+                continue
+            part = select(RECEIPT.c.seq).where(RECEIPT.c.repo_id == repo_id, col.in_(values))
+            if claims:
+                part = part.where(RECEIPT.c.claim.in_(claims))
+            parts.append(part)
+        if not parts:
             return []
-        q = select(LOG).join(RECEIPT, RECEIPT.c.seq == LOG.c.seq).where(or_(*conds))
-        if repo is not None:
-            q = q.where(RECEIPT.c.repo == repo)
-        if claims:
-            q = q.where(RECEIPT.c.claim.in_(claims))
+        seqs = union(*parts).subquery()
+        q = select(LOG).join(seqs, seqs.c.seq == LOG.c.seq).order_by(LOG.c.seq)
         with self.engine.connect() as conn:
-            return [LoggedEntry.of(r) for r in conn.execute(q.order_by(LOG.c.seq))]
+            return [ENTRIES.get(r) for r in conn.execute(q)]
+
+    def newest_receipt(
+        self, repo_id: str, *, pr: int | None = None, commit_prefix: str = ""
+    ) -> Any:
+        """The index row of the newest receipt of a repository for a PR (or a
+        commit prefix), or None: one descending step of a (repo_id, key) index."""
+        q = select(RECEIPT).where(RECEIPT.c.repo_id == repo_id)
+        if pr is not None:
+            q = q.where(RECEIPT.c.pr == pr)
+        else:
+            q = q.where(RECEIPT.c.commit >= commit_prefix, RECEIPT.c.commit < commit_prefix + "g")
+        with self.engine.connect() as conn:
+            return conn.execute(q.order_by(RECEIPT.c.seq.desc()).limit(1)).first()
 
     def review_entries(self, receipt_ids: Sequence[str]) -> list[LoggedEntry]:
         if not receipt_ids:
@@ -274,7 +310,7 @@ class Store:
             .order_by(LOG.c.seq)
         )
         with self.engine.connect() as conn:
-            return [LoggedEntry.of(r) for r in conn.execute(q)]
+            return [ENTRIES.get(r) for r in conn.execute(q)]
 
     def receipt_signer(self, receipt_id: str) -> str | None:
         with self.engine.connect() as conn:

@@ -41,17 +41,28 @@ class LogEntry(SQLModel, table=True):
 
 class ReceiptRow(SQLModel, table=True):
     __tablename__ = "receipt"
-    __table_args__ = (Index("ix_receipt_claim_commit", "claim", "commit"),)
+    # Every question names its repository: the lookups are (repo_id, x), so
+    # pull-request numbers shared by a thousand repositories cost nothing.
+    __table_args__ = (
+        Index("ix_receipt_claim_commit", "claim", "commit"),
+        Index("ix_receipt_repo_pr", "repo_id", "pr"),
+        Index("ix_receipt_repo_commit", "repo_id", "commit"),
+        Index("ix_receipt_repo_tree", "repo_id", "tree"),
+        Index("ix_receipt_repo_package", "repo_id", "package_digest"),
+    )
 
     seq: int = Field(primary_key=True, foreign_key="log_entry.seq")
     id: str = Field(max_length=80, unique=True)
     claim: str = Field(max_length=200, index=True)
     check_name: str = Field(max_length=200)
     repo: str = Field(max_length=500)
-    commit: str = Field(max_length=64, index=True)
-    tree: str = Field(max_length=64, index=True)
-    pr: int | None = Field(default=None, index=True)
-    package_digest: str | None = Field(default=None, max_length=64, index=True)
+    """`source.repo` as signed."""
+    repo_id: str = Field(max_length=500)
+    """The canonical repository id of `repo` (`ledger.repoid.canonical_repo`)."""
+    commit: str = Field(max_length=64)
+    tree: str = Field(max_length=64)
+    pr: int | None = Field(default=None)
+    package_digest: str | None = Field(default=None, max_length=64)
     outcome: str = Field(max_length=16)
     observer: str = Field(max_length=4)
     dirty: bool

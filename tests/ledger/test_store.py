@@ -44,9 +44,52 @@ def test_open_applies_pending_migrations(db_url: str) -> None:
     engine.dispose()
     store = Store.open(db_url)
     with store.engine.connect() as conn:
-        assert migrate.current_revision(conn) == migrate.head_revision() == "0002"
+        assert migrate.current_revision(conn) == migrate.head_revision() == migrate.HEAD
     store.add_checkpoint(1, "00" * 32, "note")
     assert store.checkpoint(1) is not None
+
+
+def test_repo_id_migration_fills_existing_rows(db_url: str, tmp_path: Path) -> None:
+    """A ledger written before the repository column (0002) gets it filled with
+    the canonical id of each signed `source.repo`; the audit then agrees."""
+    from sqlalchemy import select
+
+    from ledger.log.audit import audit
+    from ledger.store.store import RECEIPT
+
+    store = Store.create(db_url)
+    kd = KeyDir(tmp_path / "k")
+    k = kd.create("r")
+    register_key(store, "r", "runner", k.public)
+    raw = ["https://GitHub.com/Org/Repo.git", "git@github.com:org/other.git", "example"]
+    for i, repo in enumerate(raw):
+        src = {"repo": repo, "commit": f"{i:040x}", "tree": f"{i:040x}", "dirty": False}
+        record(store, [envelope(k, source=src)])
+    store.engine.dispose()
+    cfg = migrate.alembic_config()
+    engine = create_engine(db_url)
+    with engine.begin() as conn:
+        cfg.attributes["connection"] = conn
+        command.downgrade(cfg, "0002")
+        assert "repo_id" not in {c["name"] for c in _columns(conn, "receipt")}
+    engine.dispose()
+    store = Store.open(db_url)
+    with store.engine.connect() as conn:
+        got = dict(conn.execute(select(RECEIPT.c.repo, RECEIPT.c.repo_id)).all())
+    assert got == {
+        raw[0]: "github.com/Org/Repo",
+        raw[1]: "github.com/org/other",
+        raw[2]: "example",
+    }
+    rep = audit(store)
+    assert rep.ok, rep.problems
+    store.engine.dispose()
+
+
+def _columns(conn: object, table: str) -> list[dict[str, object]]:
+    from sqlalchemy import inspect
+
+    return list(inspect(conn).get_columns(table))  # type: ignore[arg-type]
 
 
 def test_head_constant_matches_migrations() -> None:
