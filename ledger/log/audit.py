@@ -123,7 +123,15 @@ def _statement(e: LoggedEntry, rows: _Rows, keys: dict[str, KeyInfo]) -> list[st
         out.append("body is not the canonical envelope")
     if e.kind == "receipt":
         row, want_facets = receipt_index(e.seq, v)
-        if rows.receipts.get(e.seq) != row:
+        have = rows.receipts.get(e.seq)
+        if have is not None and have.get("repo_id") != row["repo_id"]:
+            # Every question selects by this column: a changed value moves the
+            # receipt to another repository's answers, so it is named as such.
+            out.append(
+                f"receipt row's repository {have.get('repo_id')!r} differs from the"
+                f" signed body's {row['repo_id']!r}"
+            )
+        if have != row:
             out.append("receipt index row differs from the entry")
         got = [
             {"seq": f["seq"], "key": f["key"], "value": f["value"]}

@@ -1,9 +1,9 @@
 """The JSON routes: everything the CLI reads and writes, as the CLI's documents.
 
 Every handler runs its store work in a worker thread (SQLAlchemy is
-synchronous), on a fresh `Store` over the shared engine: `Store` caches the
-key table, and a long-running server must see keys registered or revoked by
-other writers since it started. Errors are `{"error": "<one line>"}`; the
+synchronous), on the server's one `Store`: its key table is read again
+whenever the log grew, so a long-running server sees keys registered or
+revoked by other writers since it started. Errors are `{"error": "<one line>"}`; the
 mapping from the ledger's errors to statuses is theirs (`http_status`).
 """
 
@@ -157,7 +157,9 @@ async def status_question(request: Request) -> Response:
 
     led = _ledger(request)
     doc = await _doc(request)
-    return json_response(await run_in_threadpool(status_from_question, led.store(), doc))
+    return json_response(
+        await run_in_threadpool(status_from_question, led.store(), doc, led.answers)
+    )
 
 
 async def history_question(request: Request) -> Response:
@@ -165,7 +167,9 @@ async def history_question(request: Request) -> Response:
 
     led = _ledger(request)
     doc = await _doc(request)
-    return json_response(await run_in_threadpool(history_from_question, led.store(), doc))
+    return json_response(
+        await run_in_threadpool(history_from_question, led.store(), doc, led.answers)
+    )
 
 
 async def status_query(request: Request) -> Response:
@@ -173,7 +177,9 @@ async def status_query(request: Request) -> Response:
 
     led = _ledger(request)
     q = dict(request.query_params)
-    return json_response(await run_in_threadpool(status_from_query, led.store(), q, led.mirrors))
+    return json_response(
+        await run_in_threadpool(status_from_query, led.store(), q, led.mirrors, led.answers)
+    )
 
 
 async def history_query(request: Request) -> Response:
@@ -181,7 +187,9 @@ async def history_query(request: Request) -> Response:
 
     led = _ledger(request)
     q = dict(request.query_params)
-    return json_response(await run_in_threadpool(history_from_query, led.store(), q, led.mirrors))
+    return json_response(
+        await run_in_threadpool(history_from_query, led.store(), q, led.mirrors, led.answers)
+    )
 
 
 async def get_checkpoint(request: Request) -> Response:

@@ -20,6 +20,7 @@ from ledger.artifacts import ArtifactStore, for_ledger
 from ledger.errors import Error, NotFoundError, RefusedError
 from ledger.keys import KeyDir, active_ledger_key
 from ledger.service import api
+from ledger.service.answers import Answers
 from ledger.service.auth import TokenRole, Tokens
 from ledger.service.limits import DEADLINE_S, MAX_BODY_BYTES, Limits
 from ledger.store.store import ARTIFACT, Store
@@ -40,9 +41,13 @@ class Ledger:
     mirrors: tuple[Path, ...] = ()
     """Checkouts status questions by repo and PR are identified in (`--repo`)."""
     _started: float = field(default_factory=time.monotonic)
+    answers: Answers = field(default_factory=Answers)
+    """Status and history answers, kept while the log size is unchanged."""
 
     def store(self) -> Store:
-        return Store(self.base.engine, self.base.url)
+        """The one store every request shares (its engine and its key table;
+        `live`: the key table is read again whenever the log grew)."""
+        return self.base
 
     def holder(self, request: Request, role: TokenRole) -> str:
         """The token holder, when the request's token carries `role` (else 401/403)."""
@@ -178,6 +183,7 @@ def create_app(
     from ledger.artifacts import MAX_ARTIFACT_BYTES
     from ledger.service.web import pages
 
+    store.live = True
     ledger = Ledger(
         store,
         _signing_keys(store, keys),

@@ -15,7 +15,8 @@ own cron) answers from that checkout instead, exactly as `status --offline`.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+import json
+from collections.abc import Callable, Hashable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,7 @@ from ledger.qualification.plan import Plan
 from ledger.query import history_document, query_history, query_status
 from ledger.repoid import canonical_repo
 from ledger.revision import Revision
+from ledger.service.answers import Answers
 from ledger.source import Identity
 from ledger.store.store import Store
 
@@ -91,14 +93,39 @@ def _claims_scope(doc: dict[str, Any]) -> tuple[list[str], dict[str, str | int]]
     return claims, scope
 
 
-def status_from_question(store: Store, doc: dict[str, Any]) -> dict[str, Any]:
-    claims, scope = _claims_scope(doc)
-    return query_status(store, _identity(doc), claims=claims, scope=scope).to_json()
+def _answer(
+    store: Store, answers: Answers | None, key: Hashable, compute: Callable[[], dict[str, Any]]
+) -> dict[str, Any]:
+    """`compute()`, or the answer kept for `key` while the log size is unchanged."""
+    size = store.refresh()
+    if answers is None:
+        return compute()
+    doc: dict[str, Any] = answers.get(key, size, compute)
+    return doc
 
 
-def history_from_question(store: Store, doc: dict[str, Any]) -> dict[str, Any]:
-    q = _identity(doc)
-    return history_document(q, query_history(store, q))
+def _key(doc: Any) -> str:
+    return json.dumps(doc, sort_keys=True, separators=(",", ":"))
+
+
+def status_from_question(
+    store: Store, doc: dict[str, Any], answers: Answers | None = None
+) -> dict[str, Any]:
+    def compute() -> dict[str, Any]:
+        claims, scope = _claims_scope(doc)
+        return query_status(store, _identity(doc), claims=claims, scope=scope).to_json()
+
+    return _answer(store, answers, ("status", _key(doc)), compute)
+
+
+def history_from_question(
+    store: Store, doc: dict[str, Any], answers: Answers | None = None
+) -> dict[str, Any]:
+    def compute() -> dict[str, Any]:
+        q = _identity(doc)
+        return history_document(q, query_history(store, q))
+
+    return _answer(store, answers, ("history", _key(doc)), compute)
 
 
 def _from_mirror(
@@ -182,15 +209,39 @@ def _parse(q: dict[str, str]) -> tuple[str, int | None, str | None]:
     return repo, pr, q.get("rev")
 
 
-def status_from_query(
-    store: Store, q: dict[str, str], mirrors: Sequence[Path] = ()
+def _from_query(
+    kind: str,
+    store: Store,
+    q: dict[str, str],
+    mirrors: Sequence[Path],
+    answers: Answers | None,
+    judge: Callable[[Identity], dict[str, Any]],
 ) -> dict[str, Any]:
-    ident = identity_from_log(store, *_parse(q), mirrors=mirrors)
-    return query_status(store, ident, claims=None, scope={}).to_json()
+    repo, pr, rev = _parse(q)
+    if not mirrors:
+        # The subject comes from the log too: the question alone is the key.
+        key: Hashable = (kind, canonical_repo(repo), pr, rev)
+        return _answer(store, answers, key, lambda: judge(identity_from_log(store, repo, pr, rev)))
+    # A mirror checkout moves on its own (the team's fetch): identify first,
+    # and key the answer by what was identified.
+    ident = identity_from_log(store, repo, pr, rev, mirrors=mirrors)
+    key = (kind, _key(question_of(ident, [], {})))
+    return _answer(store, answers, key, lambda: judge(ident))
+
+
+def status_from_query(
+    store: Store, q: dict[str, str], mirrors: Sequence[Path] = (), answers: Answers | None = None
+) -> dict[str, Any]:
+    def judge(ident: Identity) -> dict[str, Any]:
+        return query_status(store, ident, claims=None, scope={}).to_json()
+
+    return _from_query("status-get", store, q, mirrors, answers, judge)
 
 
 def history_from_query(
-    store: Store, q: dict[str, str], mirrors: Sequence[Path] = ()
+    store: Store, q: dict[str, str], mirrors: Sequence[Path] = (), answers: Answers | None = None
 ) -> dict[str, Any]:
-    ident = identity_from_log(store, *_parse(q), mirrors=mirrors)
-    return history_document(ident, query_history(store, ident))
+    def judge(ident: Identity) -> dict[str, Any]:
+        return history_document(ident, query_history(store, ident))
+
+    return _from_query("history-get", store, q, mirrors, answers, judge)

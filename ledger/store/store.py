@@ -110,6 +110,8 @@ class Store:
         self.url = url
         self._keys: dict[str, KeyInfo] | None = None
         self._seen_size: int | None = None
+        self.live = False
+        """Long-lived (a server's): `keys()` checks first that the log did not grow."""
 
     # -- opening ---------------------------------------------------------------
 
@@ -177,6 +179,8 @@ class Store:
     def keys(self, *, fresh: bool = False) -> dict[str, KeyInfo]:
         """Registered keys; `fresh` re-reads them (a write must see every
         revocation, also one another process logged after this one started)."""
+        if self.live and not fresh:
+            self.refresh()
         if self._keys is None or fresh:
             with self.engine.connect() as conn:
                 self._keys = load_keys(conn)

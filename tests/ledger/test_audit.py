@@ -199,6 +199,14 @@ TAMPERING: dict[str, tuple[Callable[[Connection], None], list[str]]] = {
         exec_sql("UPDATE receipt SET outcome = 'passed' WHERE seq = 5"),
         ["entry 5 ({failed})", ": receipt index row differs from the entry"],
     ),
+    "receipt-repository-row": (
+        exec_sql("UPDATE receipt SET repo_id = 'github.com/someone/else' WHERE seq = 5"),
+        [
+            "entry 5 ({failed})",
+            ": receipt row's repository 'github.com/someone/else' differs from the signed body's",
+            ": receipt index row differs from the entry",
+        ],
+    ),
     "scope-facet-row": (
         exec_sql("UPDATE scope_facet SET value = '8' WHERE seq = 3 AND key = 'gpu_count'"),
         ["entry 3 ({passed})", ": scope facets differ from the entry"],
