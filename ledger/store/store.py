@@ -181,10 +181,13 @@ class Store:
         revocation, also one another process logged after this one started)."""
         if self.live and not fresh:
             self.refresh()
-        if self._keys is None or fresh:
+        # One read of the attribute: another thread of a server may drop it meanwhile.
+        keys = self._keys
+        if keys is None or fresh:
             with self.engine.connect() as conn:
-                self._keys = load_keys(conn)
-        return self._keys
+                keys = load_keys(conn)
+            self._keys = keys
+        return keys
 
     def size(self) -> int:
         """Number of entries: max(seq) + 1, an index lookup (seqs are gapless)."""
