@@ -61,6 +61,9 @@ CHECKPOINT = CheckpointRow.__table__  # type: ignore[attr-defined]
 ARTIFACT = ArtifactBlob.__table__  # type: ignore[attr-defined]
 
 
+_SIZE_SQL = "SELECT coalesce(max(seq) + 1, 0) FROM log_entry"
+
+
 def utc_now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
@@ -190,9 +193,21 @@ class Store:
         return keys
 
     def size(self) -> int:
-        """Number of entries: max(seq) + 1, an index lookup (seqs are gapless)."""
-        with self.engine.connect() as conn:
-            return int(conn.execute(select(func.coalesce(func.max(LOG.c.seq) + 1, 0))).scalar_one())
+        """Number of entries: max(seq) + 1, an index lookup (seqs are gapless).
+
+        One statement on a pooled DB-API connection: a server asks this once
+        per request (`refresh`), and SQLAlchemy's execution machinery would
+        cost more than the lookup itself."""
+        raw = self.engine.raw_connection()
+        try:
+            cur = raw.cursor()
+            cur.execute(_SIZE_SQL)
+            (n,) = cur.fetchone() or (0,)
+            cur.close()
+            raw.rollback()  # end the read transaction PostgreSQL opened
+            return int(n)
+        finally:
+            raw.close()
 
     def refresh(self) -> int:
         """The log size now; the key table is read again when the log grew since.
