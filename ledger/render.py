@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, Any, ParamSpec
 
 from ledger.humanize import columns, environment_line, sorted_rows, value
 from ledger.inert import inert
-from ledger.qualification.supersession import SUPERSESSION_PENDING
 
 if TYPE_CHECKING:
     from ledger.qualification import StatusReport
@@ -280,6 +279,9 @@ def _when(iso: Any) -> str:
 def render_history(subject: dict[str, Any], items: list[dict[str, Any]], *, width: int = 80) -> str:
     """Every entry in log order: sequence, short id, when it was recorded, what it
     says; details indented beneath (full ids in `--json`)."""
+    # Lazily: `ledger verify FILE` renders through this module and needs no engine.
+    from ledger.qualification.supersession import SUPERSESSION_PENDING
+
     head = f"PR #{subject['pr']} head" if subject.get("pr") else "commit"
     lines = _wrap(
         f"{subject['repo']} {head} {subject['commit'][:12]}: {len(items)} entries", width, ""

@@ -10,7 +10,6 @@ import click
 
 from ledger.cli._common import db_option, keydir, open_store, plan_option, rev_options
 from ledger.errors import EXIT_NEGATIVE, UsageError
-from ledger.qualification.plan import PLAN_FILE
 
 __all__ = ["summary"]
 
@@ -21,6 +20,7 @@ def _plan_bytes(
     """The governing plan's bytes, as `identify` chose it: --plan FILE, the base
     branch's (for a PR) or the commit's own."""
     from ledger import source
+    from ledger.qualification.plan import PLAN_FILE  # lazily: `ledger verify` never needs it
 
     if plan is not None:
         return plan.read_bytes()
@@ -80,6 +80,8 @@ def summary(
         raise UsageError(
             f"private key {info.name!r} does not match the ledger key {info.keyid[:12]}"
         )
+    from ledger.qualification.plan import PLAN_FILE
+
     doc = query_status(store, ident, claims=None, scope={}).to_json()
     base_commit = None
     if pr is not None and plan is None:

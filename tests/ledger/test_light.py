@@ -19,6 +19,8 @@ heavy = sorted(m for m in ("torch", "runners", "numpy") if m in sys.modules)
 print("HEAVY=" + ",".join(heavy))
 db = sorted(m for m in ("sqlalchemy", "sqlmodel", "alembic") if m in sys.modules)
 print("DB=" + ",".join(db))
+engine = sorted(m for m in sys.modules if m.startswith("ledger.qualification"))
+print("ENGINE=" + ",".join(engine))
 sys.exit(code)
 """
 
@@ -77,5 +79,7 @@ def test_verify_does_not_import_torch(
         )
         assert p.returncode == 0, p.stderr
         assert "HEAVY=\n" in p.stdout, p.stdout
-    # Offline verification of a bundle is store-free: no database code at all.
+    # Offline verification of a bundle is store-free: no database code at all,
+    # and none of the qualification engine either.
     assert "DB=\n" in p.stdout, p.stdout
+    assert "ENGINE=\n" in p.stdout, p.stdout
