@@ -395,7 +395,15 @@ def main_() -> None:
     keys = KeyDir(tmp / "keys")
     os.environ["LEDGER_KEYS"] = str(keys.path)
     backends = ["sqlite", "postgresql"] if args.backend == "both" else [args.backend]
-    rows = []
+    print(
+        f"ledger of {args.n:,} receipts, {args.repos:,} repositories;"
+        f" median of {args.reps} runs (in-process CLI call, --offline)"
+    )
+    print(
+        f"{'backend':<11} {'PR shared by':>12} {'status --pr --json':>19} {'indexed lookup':>15}"
+        f" {'ratio':>7} {'kept':>5}  states",
+        flush=True,
+    )
     for b in backends:
         schema = None
         if b == "sqlite":
@@ -411,21 +419,7 @@ def main_() -> None:
         print(f"{b}: building {args.n:,} receipts of {args.repos:,} repositories", file=sys.stderr)
         build(url, args.n, args.repos, repo, keys)
         times, base, docs = measure(url, repo, args.reps, args.repos)
-        rows.append((b, times, base, docs))
-        if schema:
-            with admin.connect() as c:
-                c.execute(text(f"DROP SCHEMA {schema} CASCADE"))
-        else:
-            (tmp / "bench.db").unlink()
-    print(
-        f"\nledger of {args.n:,} receipts, {args.repos:,} repositories;"
-        f" median of {args.reps} runs (in-process CLI call, --offline)"
-    )
-    print(
-        f"{'backend':<11} {'PR shared by':>12} {'status --pr --json':>19} {'indexed lookup':>15}"
-        f" {'ratio':>7} {'kept':>5}  states"
-    )
-    for b, times, base, docs in rows:
+        # Each backend's rows as soon as they are measured.
         for level, st in times.items():
             doc = docs[level]
             kept = len({r for c in doc["claims"] for r in c["receipts"]})
@@ -435,7 +429,12 @@ def main_() -> None:
                 f" {st / base:>7.1f} {kept:>5}  {states}"
             )
         spread = max(times.values()) / min(times.values())
-        print(f"{b:<11} slowest / fastest sharing level: {spread:.2f}")
+        print(f"{b:<11} slowest / fastest sharing level: {spread:.2f}", flush=True)
+        if schema:
+            with admin.connect() as c:
+                c.execute(text(f"DROP SCHEMA {schema} CASCADE"))
+        else:
+            (tmp / "bench.db").unlink()
     print("targets: status at most 50 ms; flat within 20 % from 1 to 1,000 repositories")
 
 

@@ -98,6 +98,8 @@ def render_status(doc: dict[str, Any], *, width: int = 80) -> str:
     out += _wrap(f"{doc['subject']['repo']} {_subject_line(doc['subject'])}", width, "  ", "    ")
     for note in doc.get("judged", []):
         out += _wrap(note, width, "  ")
+    for problem in doc.get("problems", []):
+        out += _wrap(f"problem: {_one_line(problem)}", width, "  ")
     if doc.get("scope"):
         asked = ",".join(f"{k}={x}" for k, x in sorted(doc["scope"].items()))
         out += _wrap(f"asked at scope {asked}", width, "  ")

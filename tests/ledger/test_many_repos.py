@@ -188,3 +188,7 @@ def test_an_unreadable_body_is_a_problem_of_the_answer(
         (problem,) = doc["problems"]
         assert problem.startswith(f"entry 2 ({org.asked[0][:19]}) cannot be read: "), problem
         assert "ledger audit" in problem
+    table = run(
+        capsys, "status", "--repo", str(org.repo.working_tree_dir), "--pr", str(PR), "--offline"
+    )
+    assert table.code == 1 and f"problem: entry 2 ({org.asked[0][:19]}) cannot be read" in table.out

@@ -19,7 +19,8 @@ def _report() -> StatusReport:
 def test_json_shape() -> None:
     doc = _report().to_json()
     assert json.loads(json.dumps(doc)) == doc
-    assert set(doc) == {"subject", "qualified", "scope", "judged", "claims", "verdict"}
+    assert set(doc) == {"subject", "qualified", "scope", "judged", "claims", "verdict", "problems"}
+    assert doc["problems"] == []
     assert set(doc["subject"]) == {"repo", "commit", "tree", "package_digest", "pr"}
     assert doc["subject"]["pr"] == 898 and doc["qualified"] is False
     required, *evidence = doc["claims"]
