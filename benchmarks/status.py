@@ -62,7 +62,7 @@ TARGET_PR = 898
 """The PR number shared by the most repositories; TARGET_PR + 1 by a tenth of them, ..."""
 PER_PR = 12
 ASKED = "repo"
-"""The asked repository's id: its checkout has no remote, so its folder name."""
+"""The asked repository's id: its checkout has no remote; its plan names it."""
 _KEY: Ed25519PrivateKey | None = None
 
 
@@ -361,7 +361,8 @@ def make_repo(root: Path, repos: int) -> git.Repo:
     r = git.Repo.init(root, initial_branch="main")
     (root / "model").mkdir()
     (root / "model" / "planner.py").write_text("budget = 1\n")
-    plan = "".join(
+    # No remote: the plan names the repository (else it is its root commit).
+    plan = f'[project]\nrepo = "{ASKED}"\n\n' + "".join(
         f'[[claims]]\nname = "{c}"\ncheck = "{c.split(".")[0]}"\ncleanup = true\n\n' for c in CLAIMS
     )
     (root / "qualification.toml").write_text(plan)
