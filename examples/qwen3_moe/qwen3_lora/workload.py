@@ -130,11 +130,12 @@ class Qwen3LoraWorkload:
 
     def setup(self, device: torch.device, seed: int, *, dtype: torch.dtype | None = None) -> None:
         """Build the model and optimizer; ``dtype``: compute in it instead, from the
-        configured dtype's weights upcast (a reference precision). Fused expert kernels
-        take no float64: a float64 reference runs the experts' loop."""
+        configured dtype's weights upcast (a reference precision). A reference runs the
+        experts' loop (the unfused reference computation): fused expert kernels take
+        bfloat16 only on CUDA and no float64 anywhere."""
         self.teardown()
         c = self.config
-        experts = "eager" if dtype == torch.float64 else None
+        experts = "eager" if dtype is not None else None
         # transformers initialises from the global generator: fork it so the seed
         # fixes the weights without changing the caller's random state.
         with torch.random.fork_rng(devices=[]):
