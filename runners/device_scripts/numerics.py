@@ -35,25 +35,30 @@ SIZES: dict[str, dict[WorkloadName, str]] = {
     },
     "h200": {
         "qwen3": "vocab = 32768, hidden = 1024, layers = 8, heads = 16, kv_heads = 4, "
-        "head_dim = 64, experts = 32, top_k = 4, moe_ff = 512, lora_rank = 16, "
+        "head_dim = 64, experts = 16, top_k = 4, moe_ff = 512, lora_rank = 16, "
         'dtype = "bfloat16"',
         "moe": "vocab = 32000, d_model = 1024, n_layers = 4, n_heads = 16, n_experts = 16, "
         'top_k = 2, d_ff = 2048, lora_rank = 16, dtype = "bfloat16"',
     },
 }
 """Workload parameters per size: ``tiny`` for a CPU check of this script, ``h200`` the
-example plan's H200 profile (bf16)."""
+example plan's H200 profile (bf16) with 16 experts instead of 32 (each arm builds the
+model on the CPU first: this keeps five arms per case well inside a minute)."""
 
 SHAPES = {"tiny": "batch = 2, seq = 16", "h200": "batch = 2, seq = 512"}
 
 
-def plan(workload: WorkloadName, size: str) -> str:
-    """One gradient comparison; arms in parallel (numerics only: no memory evidence)."""
+def plan(workload: WorkloadName, size: str, dtype: str | None = None) -> str:
+    """One gradient comparison; arms in parallel (numerics only: no memory evidence).
+    ``dtype`` overrides the size's."""
     from runners.numerics_cases import WORKLOAD_REF
 
+    params = SIZES[size][workload]
+    if dtype is not None:
+        params = params.replace(', dtype = "bfloat16"', "") + f', dtype = "{dtype}"'
     return (
         f'workload = "{WORKLOAD_REF[workload]}"\n'
-        f"workload_params = {{ {SIZES[size][workload]} }}\n\n"
+        f"workload_params = {{ {params} }}\n\n"
         "[[claims]]\n"
         'name = "numerics.gradient-compare"\n'
         'check = "gradient-compare"\n'
@@ -104,12 +109,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--workload", choices=sorted(CASES), default="qwen3")
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--size", choices=sorted(SIZES), default="h200")
+    ap.add_argument("--dtype", help="the workload's dtype, over the size's (e.g. bfloat16)")
     ap.add_argument("--case-timeout", type=int, default=150, help="seconds per case")
     args = ap.parse_args(argv)
     out: Path = args.out
     (out / "bundles").mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="numerics-"))
-    made = make_cases_repo(work / "repo", args.workload, plan(args.workload, args.size))
+    made = make_cases_repo(work / "repo", args.workload, plan(args.workload, args.size, args.dtype))
     env = {**os.environ, "LEDGER_DB": str(out / "ledger.db"), "LEDGER_KEYS": str(work / "keys")}
 
     def ledger(*a: str, timeout: int = 60) -> subprocess.CompletedProcess[str]:
@@ -167,7 +173,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     (out / "qualify.json").write_text(json.dumps({"receipts": receipts}, indent=2))
     (out / "cases.json").write_text(
-        json.dumps({"workload": args.workload, "size": args.size, "cases": cases}, indent=2)
+        json.dumps(
+            {"workload": args.workload, "size": args.size, "device": args.device, "cases": cases},
+            indent=2,
+        )
     )
     (out / "ledger.pub.pem").write_text(ledger("keys", "export", "ledger").stdout)
     (out / "runner.pub.pem").write_text(ledger("keys", "export", "numerics").stdout)

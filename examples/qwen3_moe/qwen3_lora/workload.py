@@ -169,8 +169,11 @@ class Qwen3LoraWorkload:
 
     def _keep_route(self, name: str) -> Any:
         def hook(_module: Any, _inputs: Any, output: Any) -> None:
-            if self._routing:
-                self._routed[name] = output[2].detach()  # (logits, weights, top-k indices)
+            # The router returns (logits, weights, top-k indices); the indices are the one
+            # integer tensor, wherever a library version puts it.
+            found = [t for t in output if isinstance(t, Tensor) and not t.is_floating_point()]
+            if self._routing and found:
+                self._routed[name] = found[0].detach()
 
         return hook
 
