@@ -372,3 +372,34 @@ def test_bad_parameter_is_infra_error(run_cpu: RunClaim) -> None:
 
 
 _ = (MOE, REPO)
+
+
+def test_gradient_compare_without_a_reference_arm_is_inconclusive(
+    run_cpu: RunClaim, tmp_path: Path
+) -> None:
+    """A workload whose setup takes no dtype cannot run the reference arm: the receipt
+    says so, and names the way out."""
+    root = tmp_path / "checkout"
+    root.mkdir()
+    (root / "fixed_dtype.py").write_text(
+        "from runners.workloads.moe import MoEConfig, MoEWorkload\n\n\n"
+        "class FixedDtype(MoEWorkload):\n"
+        "    def setup(self, device, seed):\n"
+        "        super().setup(device, seed)\n\n\n"
+        "def make(**params):\n"
+        "    return FixedDtype(MoEConfig(**params))\n"
+    )
+    r = only(run_cpu("gradient-compare", {"batch": 1, "seq": 8}, ref="fixed_dtype:make", root=root))
+    assert r.outcome == "inconclusive"
+    assert r.reason is not None and "the reference arm could not run" in r.reason
+    assert "setup takes no dtype" in r.reason and "rule = 'threshold'" in r.reason
+    assert r.measurements["reference_status"] == "unsupported"
+    r = only(
+        run_cpu(
+            "gradient-compare",
+            {"batch": 1, "seq": 8, "rule": "threshold"},
+            ref="fixed_dtype:make",
+            root=root,
+        )
+    )
+    assert r.outcome == "passed", r.reason

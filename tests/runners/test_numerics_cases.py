@@ -96,6 +96,9 @@ def test_benign_changes_pass_and_planted_defects_fail(
     m = r.measurements
     assert m["rule"] == "reference" and m["reference_dtype"] == "float64"
     assert r.params["rule"] == "reference"
+    routed = m["routing"]
+    assert isinstance(routed, dict)
+    moved = routed["candidate_vs_base"]["selections_differing"]  # type: ignore[index,call-overload]
     worst = _worst(r)
     if kind == "benign":
         assert r.outcome == "passed", r.reason
@@ -110,6 +113,9 @@ def test_benign_changes_pass_and_planted_defects_fail(
     # A defect is orders of magnitude beyond the float32 precision floor.
     assert worst["multiple"] > 100, worst
     assert "precision" in worst["failed_by"]
+    if case == "lora-scaling":
+        # Rescaled adapters move the router's inputs: the receipt counts the tokens.
+        assert moved > 0 and "token routings (tokens x routed layers) differ" in r.reason
 
 
 def test_a_defect_below_bf16_resolution_fails_in_the_reference_precision(
