@@ -94,11 +94,11 @@ QWEN3_CASES = (
         _QWEN,
         _QWEN_SETUP,
         "        self.device = device\n"
-        "        last = self.model.base_model.model.model.layers[-1]\n"
-        "        last.register_forward_hook(\n"
-        "            lambda _m, a, kw, out: out - (a[0] if a else kw['hidden_states']),\n"
-        "            with_kwargs=True,\n"
-        "        )\n"
+        "        last = self.model.base_model.model.model.layers[-1]\n\n"
+        "        def no_residual(_m: Any, args: Any, kwargs: Any, out: Any) -> Any:\n"
+        "            h = args[0] if args else kwargs['hidden_states']\n"
+        "            return (out[0] - h, *out[1:]) if isinstance(out, tuple) else out - h\n\n"
+        "        last.register_forward_hook(no_residual, with_kwargs=True)\n"
         "        trainable = ",
         "Last decoder layer without its residual",
     ),

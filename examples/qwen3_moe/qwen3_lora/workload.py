@@ -169,11 +169,18 @@ class Qwen3LoraWorkload:
 
     def _keep_route(self, name: str) -> Any:
         def hook(_module: Any, _inputs: Any, output: Any) -> None:
-            # The router returns (logits, weights, top-k indices); the indices are the one
-            # integer tensor, wherever a library version puts it.
-            found = [t for t in output if isinstance(t, Tensor) and not t.is_floating_point()]
-            if self._routing and found:
+            if not self._routing:
+                return
+            # The router returns (logits, weights, top-k indices): the indices are the one
+            # integer tensor; a router returning only its logits is ranked here.
+            outs = output if isinstance(output, tuple) else (output,)
+            found = [t for t in outs if isinstance(t, Tensor) and not t.is_floating_point()]
+            logits = outs[0]
+            if found:
                 self._routed[name] = found[0].detach()
+            elif isinstance(logits, Tensor) and logits.shape[-1] == self.config.experts:
+                top = logits.detach().reshape(-1, self.config.experts).topk(self.config.top_k)
+                self._routed[name] = top.indices
 
         return hook
 
