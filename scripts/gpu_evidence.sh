@@ -19,8 +19,10 @@ cd "$(dirname "$0")/.."
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
 if [ "$MODE" = numerics ]; then
+  # NUMERICS_SANDBOX=none where bubblewrap cannot run (receipts then say sandbox=none).
   timeout 450 python3 -m runners.device_scripts.numerics --out "$OUT/h200-numerics-qwen3" \
-    --workload qwen3 --device cuda --size h200 --case-timeout 80
+    --workload qwen3 --device cuda --size h200 --case-timeout 80 \
+    --sandbox "${NUMERICS_SANDBOX:-auto}"
   exit $?
 fi
 E=/tmp/evidence-$MODE

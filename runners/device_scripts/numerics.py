@@ -111,6 +111,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--size", choices=sorted(SIZES), default="h200")
     ap.add_argument("--dtype", help="the workload's dtype, over the size's (e.g. bfloat16)")
     ap.add_argument("--case-timeout", type=int, default=150, help="seconds per case")
+    ap.add_argument("--sandbox", default="auto", help="passed to ledger qualify")
     args = ap.parse_args(argv)
     out: Path = args.out
     (out / "bundles").mkdir(parents=True, exist_ok=True)
@@ -145,6 +146,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 args.device,
                 "--key",
                 "numerics",
+                "--sandbox",
+                args.sandbox,
                 "--json",
                 timeout=args.case_timeout,
             )
