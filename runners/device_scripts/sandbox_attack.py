@@ -21,6 +21,7 @@ import argparse
 import json
 import os
 import secrets
+import shutil
 import socket
 import subprocess
 import sys
@@ -223,6 +224,7 @@ def main(argv: list[str] | None = None) -> int:
         and report["control_socket_received_token"]
     )
     report["ok"] = bool(ok)
+    shutil.rmtree(work, ignore_errors=True)  # the run's private keys go with it
     text = json.dumps(report, indent=2)
     (out / "attack.json").write_text(text + "\n")
     print(text)
