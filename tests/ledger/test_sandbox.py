@@ -166,3 +166,20 @@ def test_a_command_killed_by_a_signal_inside_reads_as_killed() -> None:
 
     assert child_status(128 + 9) == -9 and child_status(128 + 11) == -11
     assert child_status(0) == 0 and child_status(3) == 3 and child_status(255) == 255
+
+
+def test_the_plan_says_what_the_sandbox_must_be_and_may_pass() -> None:
+    from ledger.errors import InputError
+    from ledger.qualification.plan import parse_plan
+
+    claims = '[[claims]]\nname = "a"\ncheck = "cleanup"\nnetwork = true\n'
+    plan = parse_plan('[runner]\nsandbox = "required"\nenv = ["HF_HOME"]\n' + claims)
+    assert plan.runner.sandbox == "required" and plan.runner.env == ("HF_HOME",)
+    assert plan.claims[0].network is True
+    assert parse_plan(claims).runner.sandbox == "optional"
+    with pytest.raises(InputError, match=r"runner.env\[0\]: LEDGER_TOKEN: the ledger's own"):
+        parse_plan('[runner]\nenv = ["LEDGER_TOKEN"]\n' + claims)
+    with pytest.raises(InputError, match=r"runner\.sandbox: must be one of required, optional"):
+        parse_plan('[runner]\nsandbox = "maybe"\n' + claims)
+    with pytest.raises(InputError, match=r"runner\.user: unknown key"):
+        parse_plan('[runner]\nuser = "x"\n' + claims)

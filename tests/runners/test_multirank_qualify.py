@@ -108,6 +108,8 @@ def test_two_gloo_ranks_qualify_the_expert_parallel_workload(
     for rec in doc["receipts"]:
         p = _predicate(capsys, rec["id"])
         assert p["scope"]["world_size"] == 2 and p["scope"]["workload"] == "moe-lora-ep"
+        # Both ranks ran sandboxed, rendezvousing over a loopback only they share.
+        assert (p["scope"]["sandbox"], p["scope"]["network"]) == ("bwrap", "off")
         ranks = p["measurements"]["ranks"]
         assert [m["rank"] for m in ranks] == [0, 1]
         assert all(m["process_group"]["backend"] == "gloo" for m in ranks)

@@ -88,3 +88,46 @@ def test_a_sandboxed_child_cannot_make_the_parent_read_a_key(
     assert r.outcome == "infra-error"
     assert r.reason is not None and "is not a file inside the artifact folder" in r.reason
     assert "SECRET-MATERIAL" not in repr(r)
+
+
+# Reports, at import, whether the host's loopback listener could be reached.
+CALLER = """
+import socket
+from runners.harness import child
+from runners.workloads.moe import make_workload
+
+try:
+    socket.create_connection(("127.0.0.1", {port}), timeout=2).close()
+    child.say("network: reached the host")
+except OSError as e:
+    child.say("network: none")
+"""
+
+
+@pytest.mark.skipif(find_bwrap() is None, reason="no bubblewrap here")
+def test_a_claim_gets_the_network_only_when_it_says_so(tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(4)
+        (tmp_path / "caller.py").write_text(CALLER.format(port=listener.getsockname()[1]))
+        box = resolve("bwrap")
+        for network, said in ((False, "network: none"), (True, "network: reached the host")):
+            msgs: list[str] = []
+            run_claim_isolated(
+                progress=msgs.append,
+                device="cpu",
+                claim="cleanup.all-released",
+                check="cleanup",
+                params={"batch": 1, "seq": 8},
+                repo_root=tmp_path,
+                workload_ref="caller:make_workload",
+                workload_params={},
+                observer_off_required=False,
+                base_root=None,
+                artifact_dir=None,
+                sandbox=box,
+                network=network,
+            )
+            assert said in msgs, msgs
