@@ -1,7 +1,8 @@
 """The client of `runners.forkserver`: ``python -m runners.forkclient SOCKET MODULE REQ RES``.
 
-Imports nothing heavy (no torch): it hands its stdin, stdout and stderr and
-its process group to the fork server, writes the worker's pid to
+Imports nothing heavy (no torch): it hands its stdin, stdout and stderr, the
+variables that place the claim (`FORWARDED`) and its process group to the fork
+server, writes the worker's pid to
 ``RES.pid``, waits, and exits with the worker's status (negative: the
 signal, as a spawned child would; a refusal runs the module here instead).
 """
@@ -15,12 +16,25 @@ import signal
 import socket
 import sys
 
+FORWARDED = ("CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS", "LEDGER_FORK_SERVERS")
+"""The client's variables a forked worker takes."""
+
 
 def main(argv: list[str]) -> int:
     path, module, request, result = argv
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     conn.connect(path)
-    msg = {"module": module, "args": [request, result], "pgid": os.getpgid(0)}
+    msg = {
+        "module": module,
+        "args": [request, result],
+        "pgid": os.getpgid(0),
+        "pid": os.getpid(),
+        # Only what places the claim (its GPUs, its share of the cores, the servers of
+        # other trees): the worker keeps the server's (sandboxed) environment otherwise.
+        "env": {k: os.environ[k] for k in FORWARDED if k in os.environ},
+        # The worker names the library modules it imported here; the server takes them.
+        "learn": result + ".modules",
+    }
     socket.send_fds(conn, [json.dumps(msg).encode()], [0, 1, 2])
     reader = conn.makefile("r")
     first = json.loads(reader.readline() or "{}")

@@ -18,8 +18,9 @@ import dataclasses
 import shutil
 import sys
 import tempfile
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -29,6 +30,7 @@ from runners.harness import child, nvml
 from runners.harness.launch import RankExit, RankGroup
 from runners.harness.outside import REPORTED, OutsideView, bound
 from runners.harness.proofs import CUDA_TOLERANCE_BYTES
+from runners.preload import note_learned
 from runners.ranks import merge_ranks
 from runners.result import (
     CheckResult,
@@ -53,9 +55,12 @@ _EXIT_BASIS = "cleanup proof including the claim process's exit"
 GpuState = tuple[dict[str, int], set[int]]
 
 
-def _exit_release(before: GpuState | None, pids: list[int]) -> tuple[bool, str] | None:
+def _exit_release(
+    before: GpuState | None, pids: list[int], uuids: Sequence[str] | None = None
+) -> tuple[bool, str] | None:
     """Whether the claim processes' GPU memory was returned when they exited, and the
-    observation.
+    observation; on ``uuids`` only (the claim's own GPUs) when given, since claims on
+    the other GPUs of the host run meanwhile.
 
     Read from the parent, which never creates a CUDA context, so NVML shows the
     children's memory and then its absence."""
@@ -63,6 +68,9 @@ def _exit_release(before: GpuState | None, pids: list[int]) -> tuple[bool, str] 
     if before is None or after is None:
         return None
     used0, _ = before
+    if uuids:
+        mine = {nvml.normalise_uuid(u) for u in uuids}
+        used0 = {u: b for u, b in used0.items() if nvml.normalise_uuid(u) in mine}
     used1, seen_pids = after
     deltas = {u: used1.get(u, 0) - used0.get(u, 0) for u in used0}
     left = [p for p in pids if p in seen_pids]
@@ -247,12 +255,13 @@ def _launches(
     network: bool,
     work: Path,
     kwargs: dict[str, Any],
+    extra: Mapping[str, str] | None = None,
 ) -> tuple[list[list[str]], list[dict[str, str]]]:
     """Each rank's command line and environment, inside the sandbox where there is one.
 
     Every rank of a claim reads the code it is given and writes only its claim folder
     (request, result, scratch, a /dev/shm the ranks share) and the artifact folder."""
-    envs = [child.env() for _ in argvs]
+    envs = [{**child.env(), **(extra or {})} for _ in argvs]
     if sandbox is None:
         return argvs, envs
     # Several ranks share one network namespace (entered before their sandboxes start),
@@ -290,6 +299,9 @@ def run_claim_isolated(
     sandbox: Sandbox | None = None,
     network: bool = False,
     work_root: Path | None = None,
+    env: Mapping[str, str] | None = None,
+    gpu_uuids: Sequence[str] | None = None,
+    cancel: threading.Event | None = None,
     **kwargs: Any,
 ) -> list[CheckResult]:
     """`runners.api.run_claim` in fresh child processes, one per rank; same results.
@@ -306,16 +318,22 @@ def run_claim_isolated(
     inside the server's sandbox. Otherwise each rank starts inside ``sandbox`` (None:
     unsandboxed), with a network only when ``network``; ``work_root`` is where the
     claim's folder goes (one the fork server's sandbox can write).
+    ``env`` is added to every rank's environment (``CUDA_VISIBLE_DEVICES``: the claim's
+    GPUs, whose ``gpu_uuids`` alone the exit proof reads); ``cancel`` set stops the claim
+    (`runners.harness.launch.Cancelled` after its processes are ended).
     """
     grouped = world_size > 1 if distributed is None else distributed
     work = Path(tempfile.mkdtemp(prefix="ledger-claim-", dir=work_root))
     backend = _backend(device)
     body: dict[str, Any] = {"device": device, "claim": claim, "check": check, **kwargs}
     argvs = _requests(work, body, world_size, backend if grouped else None, timeout_s, fork_server)
+    extra = dict(env or {})
     if not (fork_server is not None and world_size == 1):
-        argvs, envs = _launches(argvs, sandbox=sandbox, network=network, work=work, kwargs=kwargs)
+        argvs, envs = _launches(
+            argvs, sandbox=sandbox, network=network, work=work, kwargs=kwargs, extra=extra
+        )
     else:
-        envs = [child.env() for _ in argvs]
+        envs = [{**child.env(), **extra} for _ in argvs]
     started = time.time_ns()
     gpu_before = nvml.devices_used()
     results_of = [work / f"result{rank}.json" for rank in range(world_size)]
@@ -347,7 +365,7 @@ def run_claim_isolated(
             )
 
         try:
-            group.wait(timeout_s=timeout_s, died=ended)
+            group.wait(timeout_s=timeout_s, died=ended, cancel=cancel)
         finally:
             view.stop()
             # Also on Ctrl-C: no rank outlives the claim.
@@ -361,7 +379,7 @@ def run_claim_isolated(
                 pids[rank] = int(marker.read_text())
             else:
                 pids[rank] = view.claim_pids[rank] or pids[rank]
-        at_exit = _exit_release(gpu_before, pids)
+        at_exit = _exit_release(gpu_before, pids, gpu_uuids)
         got = [
             child.read_result(p) if e.rc == 0 else None
             for p, e in zip(results_of, exits, strict=True)
@@ -423,6 +441,8 @@ def run_claim_isolated(
         for r in results:
             r.cleanup = _with_exit_proof(r.cleanup, stopped, at_exit)
             _cleanup_verdict(r)
+        for path in results_of:
+            note_learned(path.with_name(path.name + ".modules"))
         return results
     finally:
         stack.close()

@@ -300,6 +300,22 @@ class DeclaresRouting(Protocol):
         ...
 
 
+@runtime_checkable
+class SupportsPrepare(Protocol):
+    """A workload whose CPU-side work (importing its libraries, building or loading the
+    model on CPU) can be done once, before any claim, and shared.
+
+    ``ledger qualify`` calls `prepare` once in its fork server (no device, no CUDA);
+    every claim process is forked from it and inherits the prepared workload, then calls
+    `Workload.setup` with its device and seed as usual. `setup` must give the same
+    model whether or not `prepare` ran (e.g. reuse the prepared CPU weights only for the
+    seed they were built from, as a copy, never moving the prepared ones)."""
+
+    def prepare(self) -> None:
+        """CPU-only work shared by every claim; no device may be touched."""
+        ...
+
+
 class PrecisionUnsupported(TypeError):
     """The workload cannot compute in another dtype (its ``setup`` takes no ``dtype``)."""
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -247,6 +248,22 @@ def review(
     click.echo(rec.id)
 
 
+def _headline(report: Any, subset: Sequence[str]) -> str:
+    """The whole plan's verdict in one line, saying when only some claims ran now."""
+    from ledger.qualification.verdict import verdict_of
+
+    v = verdict_of(report)
+    line = f"whole plan: {v.headline}"
+    if v.blockers:
+        line += "; blocking: " + ", ".join(f"{c.claim} ({c.state})" for c in v.blockers)
+    if subset:
+        line += (
+            f" (this run ran {len(subset)} claim(s): {', '.join(subset)}; "
+            "the exit status follows the whole plan)"
+        )
+    return line
+
+
 @click.command()
 @rev_options
 @plan_option
@@ -271,11 +288,26 @@ def review(
 )
 @sandbox_option
 @click.option(
+    "--gpus",
+    metavar="all|0,1,...",
+    help="Run claims side by side, each on GPUs of its own (world_size of them; "
+    "CUDA_VISIBLE_DEVICES per claim). Without a GPU the indices are logical devices.",
+)
+@click.option(
+    "--executor",
+    type=click.Choice(["local", "ray"]),
+    default="local",
+    show_default=True,
+    help="local: this host. ray: each claim a Ray task asking for world_size GPUs; "
+    "workers sign with their own key and record through --server.",
+)
+@click.option("--ray-address", metavar="ADDR", help="The Ray cluster (default: RAY_ADDRESS).")
+@click.option(
     "--key",
     "key_name",
     default="runner",
     show_default=True,
-    help="Runner key name in $LEDGER_KEYS.",
+    help="Runner key name in $LEDGER_KEYS (with --executor ray: on each worker host).",
 )
 @_server_option("Record through a `ledger serve` at URL instead of --db (prints no status table).")
 @db_option
@@ -291,6 +323,9 @@ def qualify(
     device: str,
     profile: str | None,
     sandbox: str,
+    gpus: str | None,
+    executor: str,
+    ray_address: str | None,
     key_name: str,
     server: str | None,
     db: str | None,
@@ -300,20 +335,24 @@ def qualify(
 
     The revision is checked out into a temporary worktree (removed afterwards);
     plan and workload come from it. Progress goes to stderr; the receipt ids and
-    the status table (or --json) to stdout. Exit 0 only when every required
-    claim ends qualified.
+    the status table (or --json) to stdout. The status is the whole plan's, also
+    after a --claim subset: exit 0 only when every required claim is qualified.
     """
-    from ledger.qualify import qualify as run_plan
-    from ledger.record import LocalRecorder, open_recorder
-    from ledger.render import render_qualify
-
-    recorder = open_recorder(db, server)
-    keys = keydir()
-    key = keys.load(key_name)
     t0 = time.monotonic()
 
     def progress(msg: str) -> None:
         click.echo(f"{time.monotonic() - t0:7.1f}s  {msg}", err=True)
+
+    from ledger.qualify import qualify as run_plan
+    from ledger.record import LocalRecorder, open_recorder
+    from ledger.render import render_qualify
+
+    if executor == "ray" and not server:
+        raise UsageError("--executor ray records through a ledger server: give --server URL")
+    recorder = open_recorder(db, server)
+    keys = keydir()
+    # With Ray the workers sign, each with its own key: no key is read here.
+    key = keys.load(key_name) if executor == "local" else None
 
     result = run_plan(
         recorder,
@@ -330,6 +369,11 @@ def qualify(
         profile=profile,
         sandbox=sandbox,
         secrets=[keys.path, *map(Path, recorder_paths(recorder))],
+        gpus=gpus,
+        executor=executor,
+        ray_address=ray_address,
+        server=server,
+        key_name=key_name,
     )
     receipts = [{"id": i, "claim": c, "outcome": o} for i, c, o in result.receipts]
     # Every check ending in infra-error measured nothing: an environment
@@ -339,11 +383,22 @@ def qualify(
     if isinstance(recorder, LocalRecorder):
         from ledger.query import query_status
 
-        report = query_status(recorder.store, result.query(), claims=claims, scope={})
+        # The PR's whole verdict, also when only some claims ran now.
+        report = query_status(recorder.store, result.query(), claims=(), scope={})
+    subset = sorted(set(claims))
     if as_json:
-        emit_json({"receipts": receipts, "status": report.to_json() if report else None})
+        emit_json(
+            {
+                "receipts": receipts,
+                "status": report.to_json() if report else None,
+                "ran": subset or "all",
+                "skipped": list(result.skipped),
+            }
+        )
     else:
         click.echo(render_qualify(receipts, report), nl=False)
+    if report is not None:
+        progress(_headline(report, subset))
     if nothing_measured:
         raise UsageError("nothing was measured: every check ended in infra-error")
     _kept(recorder)

@@ -193,6 +193,20 @@ def _names(value: object) -> tuple[str, ...]:
 
 Names = Annotated[tuple[str, ...], PlainValidator(_names), _AS_LIST]
 
+_MODULE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
+
+
+def _modules(value: object) -> tuple[str, ...]:
+    if not isinstance(value, list | tuple):
+        raise ValueError("must be an array of module names")
+    for i, item in enumerate(value):
+        if not isinstance(item, str) or not _MODULE.match(item):
+            raise ValueError(f"[{i}]: must be a module name such as 'transformers', got {item!r}")
+    return tuple(value)
+
+
+Modules = Annotated[tuple[str, ...], PlainValidator(_modules)]
+
 
 class PackageSpec(_Frozen):
     """`[package]`: what makes up the package whose digest identifies it."""
@@ -290,6 +304,9 @@ class Plan(_Frozen):
 
     workload: EntryPoint | None = None
     workload_params: JsonTable = Field(default_factory=dict)
+    preload: Modules = ()
+    """Modules `ledger qualify` imports once in its fork server, before any claim (the
+    libraries a workload imports inside its functions: ``["transformers", "peft"]``)."""
     project: ProjectSpec | None = None
     package: PackageSpec | None = None
     runner: RunnerSpec = Field(default_factory=RunnerSpec)

@@ -28,7 +28,9 @@ The observer, when on, instruments this (parent) process only, not the arms.
 
 from __future__ import annotations
 
+import json
 import math
+import os
 import subprocess
 import time
 from dataclasses import dataclass, field
@@ -42,6 +44,7 @@ from runners.checks import noise, precision, routing
 from runners.checks.context import CheckContext, Session, Verdict
 from runners.checks.execute import execute
 from runners.checks.params import CheckParams
+from runners.forkserver import client_argv
 from runners.harness import child
 from runners.names import GRADIENT_COMPARE
 from runners.result import CheckResult, Json
@@ -208,16 +211,40 @@ def _start_arm(
     }
     spec_path = out_dir / "spec.json"
     child.write_request(spec_path, spec)
-    sess.progress(f"gradient arm {arm}: {ctx.workload_ref} from {root}")
+    # The arm forks from the fork server of its own tree (torch and that tree's workload
+    # already imported) when `ledger qualify` runs one; else a fresh interpreter.
+    sock = _fork_server_for(root)
+    how = "forked from its tree's fork server" if sock else "fresh interpreter"
+    sess.progress(f"gradient arm {arm}: {ctx.workload_ref} from {root} ({how})")
+    result = out_dir / "arm.json"
+    argv = (
+        client_argv(sock, "runners.checks.grad_arm", spec_path, result)
+        if sock
+        else child.argv("runners.checks.grad_arm", spec_path, result)
+    )
     with open(out_dir / "arm.log", "wb") as log:
-        popen = sess.registry.spawn(
-            child.argv("runners.checks.grad_arm", spec_path, out_dir / "arm.json"),
+        # Its own process group in this session, so the forked arm can join it and the
+        # registry's group kill reaches it.
+        popen: subprocess.Popen[bytes] = subprocess.Popen(
+            argv,
+            process_group=0,
             stdout=log,
             stderr=subprocess.STDOUT,
             env=child.env(),
             cwd=str(out_dir),
         )
+    sess.registry.own_popen(popen, group=True)
     return _Arm(name=arm, popen=popen, out_dir=out_dir)
+
+
+def _fork_server_for(root: Path) -> str | None:
+    """The socket of a fork server preloaded from ``root`` (``LEDGER_FORK_SERVERS``)."""
+    try:
+        servers = json.loads(os.environ.get("LEDGER_FORK_SERVERS") or "{}")
+        sock = servers.get(str(root)) if isinstance(servers, dict) else None
+    except ValueError:
+        return None
+    return str(sock) if sock and Path(str(sock)).exists() else None
 
 
 def _finish_arm(arm: _Arm, deadline: float) -> dict[str, Any]:
@@ -225,7 +252,11 @@ def _finish_arm(arm: _Arm, deadline: float) -> dict[str, Any]:
         rc: int | None = arm.popen.wait(timeout=max(0.1, deadline - time.monotonic()))
     except subprocess.TimeoutExpired:
         rc = None  # the registry stops it when the check ends
-    info: dict[str, Any] = {"returncode": rc, "pid": arm.popen.pid}
+    pid = arm.popen.pid
+    forked = arm.out_dir / "arm.json.pid"  # a forked arm: the process that ran it
+    if forked.is_file():
+        pid = int(forked.read_text())
+    info: dict[str, Any] = {"returncode": rc, "pid": pid}
     got = None if rc is None else child.read_result(arm.out_dir / "arm.json")
     if rc is None:
         info["status"] = "timeout"

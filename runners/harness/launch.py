@@ -21,12 +21,16 @@ from runners.harness import child
 from runners.harness.processes import proc_table, stop_group, stop_popen
 from runners.result import ReleasedResource
 
-__all__ = ["RankExit", "RankGroup"]
+__all__ = ["Cancelled", "RankExit", "RankGroup"]
 
 STOP_GRACE_S = 10.0
 PEER_GRACE_S = 20.0
 """How long the other ranks may still run after one died without a result: they are
 most likely blocked in a collective that will never complete."""
+
+
+class Cancelled(Exception):
+    """The caller stopped the claim (Ctrl-C while claims run side by side)."""
 
 
 @dataclass(slots=True)
@@ -101,13 +105,22 @@ class RankGroup:
             group.readers.append(t)
         return group
 
-    def wait(self, *, timeout_s: float, died: Callable[[int, int], bool]) -> None:
+    def wait(
+        self,
+        *,
+        timeout_s: float,
+        died: Callable[[int, int], bool],
+        cancel: threading.Event | None = None,
+    ) -> None:
         """Wait for every rank until ``timeout_s`` has passed.
 
         ``died(rank, rc)`` says whether an exited rank ended without its result; once
-        one has, the others get `PEER_GRACE_S` before they are stopped."""
+        one has, the others get `PEER_GRACE_S` before they are stopped. `Cancelled`
+        once ``cancel`` is set (the caller then stops the group)."""
         deadline = time.monotonic() + timeout_s
         while True:
+            if cancel is not None and cancel.is_set():
+                raise Cancelled("stopped")
             codes = [p.poll() for p in self.procs]
             if all(c is not None for c in codes):
                 return

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import json
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -11,6 +12,13 @@ from types import ModuleType
 from typing import Any
 
 from runners.protocol import Workload
+
+_PREPARED: dict[tuple[str, str, str], Workload] = {}
+"""Workloads built and prepared once in a fork server; every forked claim inherits them."""
+
+
+def _key(root: Path, ref: str, params: Mapping[str, Any]) -> tuple[str, str, str]:
+    return str(root.resolve()), ref, json.dumps(dict(params), sort_keys=True, default=str)
 
 
 class WorkloadLoadError(ValueError):
@@ -93,6 +101,9 @@ def load_workload(root: Path, ref: str, params: Mapping[str, Any]) -> Workload:
     the attribute is not callable, ``params`` do not fit its signature, or the result
     is not a `Workload`.
     """
+    prepared = _PREPARED.get(_key(root, ref, params))
+    if prepared is not None:
+        return prepared
     module, attr = parse_ref(ref)
     obj: object = _import_from(root, module, ref)
     for part in attr.split("."):
@@ -121,3 +132,39 @@ def load_workload(root: Path, ref: str, params: Mapping[str, Any]) -> Workload:
             "which does not implement the Workload protocol"
         )
     return workload
+
+
+def _declares_prepare(root: Path, ref: str) -> bool:
+    """Whether the entry point's return annotation (or the entry point itself, a class)
+    is a class with ``prepare``: known without calling the factory."""
+    import typing
+
+    module, attr = parse_ref(ref)
+    obj: object = _import_from(root, module, ref)
+    for part in attr.split("."):
+        obj = getattr(obj, part, None)
+    if isinstance(obj, type):
+        return callable(getattr(obj, "prepare", None))
+    try:
+        made = typing.get_type_hints(obj).get("return")
+    except Exception:
+        return False
+    return isinstance(made, type) and callable(getattr(made, "prepare", None))
+
+
+def prepare_workload(root: Path, ref: str, params: Mapping[str, Any]) -> bool:
+    """Build the workload and run its ``prepare()`` (CPU work done once: building or
+    loading the model); later `load_workload` calls with the same arguments return this
+    instance, in this process and in every process forked from it. Only for an entry
+    point that declares a workload class with ``prepare`` (its return annotation, or the
+    class itself): any other factory is never called here. False when nothing was
+    kept."""
+    if not _declares_prepare(root, ref):
+        return False
+    w = load_workload(root, ref, params)
+    prep = getattr(w, "prepare", None)
+    if not callable(prep):
+        return False
+    prep()
+    _PREPARED[_key(root, ref, params)] = w
+    return True

@@ -41,10 +41,15 @@ def test_qualify_pr_records_receipts_and_prints_status(
     example: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     r = run(capsys, "qualify", "--pr", "1", "--repo", str(example), *FAST, "--json")
-    assert r.code == 0, r.err
+    # Two of the plan's claims ran: the verdict and the exit status are the whole plan's.
+    assert r.code == 1, r.err
     doc = json.loads(r.out)
     assert [x["outcome"] for x in doc["receipts"]] == ["passed", "passed"]
-    assert doc["status"]["qualified"] is True
+    assert doc["status"]["qualified"] is False and doc["ran"] == sorted(FAST[1::2])
+    states = {c["claim"]: c["state"] for c in doc["status"]["claims"]}
+    assert states["cleanup.all-released"] == states["regression.24view-nograd"] == "qualified"
+    assert states["admission.no-oom-after-admit"] == "not-run"
+    assert "whole plan: not qualified: 2 of" in r.err and "the exit status follows" in r.err
     assert "[1/2] regression.24view-nograd" in r.err and "[2/2]" in r.err  # progress: stderr
     assert len(_worktrees(example)) == 1  # the temporary worktree is gone
     shown = json.loads(run(capsys, "show", doc["receipts"][0]["id"], "--json").out)
@@ -81,7 +86,11 @@ def test_cuda_asked_without_a_gpu_is_an_infra_error(
     assert r.code == 2 and "nothing was measured" in r.err
     doc = json.loads(r.out)
     assert doc["receipts"][0]["outcome"] == "infra-error"
-    [row] = [c for c in doc["status"]["claims"] if c["scope_role"] == "required"]
+    [row] = [
+        c
+        for c in doc["status"]["claims"]
+        if c["scope_role"] == "required" and c["claim"] == "cleanup.all-released"
+    ]
     assert row["state"] == "not-run"
 
 
@@ -192,7 +201,9 @@ def test_a_misspelt_check_parameter_is_refused_before_anything_runs(
     before = run(capsys, "audit", "--json")
     r = run(capsys, "qualify", "--rev", "HEAD", "--repo", str(example), "--plan", str(plan))
     assert r.code == 1
-    assert "unknown parameter 'ballast'" in r.err and len(r.err.strip().splitlines()) == 1
+    # One line of progress (the revision and its plan), then the one-line reason.
+    *progress, reason = r.err.strip().splitlines()
+    assert "unknown parameter 'ballast'" in reason and len(progress) <= 1
     assert run(capsys, "audit", "--json").out == before.out  # nothing written
 
 

@@ -1,0 +1,71 @@
+"""One claim's run as data: what any executor needs to run it, and what comes back."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from runners.result import CheckResult
+
+__all__ = ["ClaimRun", "Finished", "ReceiptRow"]
+
+ReceiptRow = tuple[str, str, str]
+"""(receipt id, claim, outcome)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimRun:
+    """A plan claim, sized by the profile, ready to run anywhere (JSON round-trips)."""
+
+    index: int
+    """1-based position in the run (for progress lines)."""
+    claim: str
+    check: str
+    params: dict[str, Any]
+    workload_ref: str
+    workload_params: dict[str, Any]
+    observer_off: bool
+    world_size: int
+    timeout_s: int
+    device: str
+    """auto | cpu | cuda, as `ledger qualify --device`."""
+    needs_base: bool = False
+    profile: str | None = None
+    network: bool = False
+    """The claim runs with a network (the plan allows it); else none, in its sandbox."""
+
+    @property
+    def gpus(self) -> int:
+        """GPUs the claim needs to itself (one per rank)."""
+        return self.world_size
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> ClaimRun:
+        return cls(**doc)
+
+
+@dataclass(slots=True)
+class Finished:
+    """What an executor hands back for one claim: results for the caller to sign and
+    record (local), or receipts already recorded where the claim ran (ray)."""
+
+    run: ClaimRun
+    executor: str
+    job_id: str = ""
+    devices: tuple[str, ...] = ()
+    """The device indices (or logical slots) the claim had to itself."""
+    gpu_uuids: tuple[str, ...] = ()
+    results: list[CheckResult] | None = None
+    receipts: list[ReceiptRow] = field(default_factory=list)
+    error: str | None = None
+    """Why the executor could not produce results (nothing recorded)."""
+    host: str = ""
+    sandbox: str = ""
+    """The receipts' ``sandbox`` facet: the mode the claim ran under."""
+    artifacts: Path | None = None
+    """The folder the results' artifacts must lie in (read only inside it)."""

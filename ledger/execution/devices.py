@@ -1,0 +1,111 @@
+"""The GPUs of this host as exclusive slots: `--gpus all|0,1,...`.
+
+A claim takes ``world_size`` devices to itself (memory evidence needs the
+device alone) and sees only those, through ``CUDA_VISIBLE_DEVICES``. Where no
+GPU is visible the indices name logical devices (CPU slots), so the same
+scheduling runs, and is tested, on a CPU host. Read without torch (NVML).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ledger.errors import UsageError
+
+__all__ = ["Device", "DevicePool", "gpu_model", "parse_gpus", "visible_gpus"]
+
+
+@dataclass(frozen=True, slots=True)
+class Device:
+    index: str
+    """The CUDA index (or the logical slot on a CPU host)."""
+    uuid: str | None = None
+    """NVML's UUID; None for a logical device."""
+
+    @property
+    def label(self) -> str:
+        return f"gpu {self.index}" if self.uuid else f"slot {self.index}"
+
+
+def visible_gpus() -> list[Device]:
+    """Every GPU NVML sees, by index, with its UUID; empty without NVML or GPUs."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        out = []
+        for i in range(pynvml.nvmlDeviceGetCount()):
+            uuid = pynvml.nvmlDeviceGetUUID(pynvml.nvmlDeviceGetHandleByIndex(i))
+            out.append(Device(str(i), uuid.decode() if isinstance(uuid, bytes) else str(uuid)))
+        return out
+    except Exception:
+        # No package, no driver, no GPU: logical devices only.
+        return []
+
+
+def gpu_model(device: Device) -> str:
+    """NVML's name of the GPU (``NVIDIA H200``); empty for a logical device."""
+    if device.uuid is None:
+        return ""
+    try:
+        import pynvml
+
+        name = pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetHandleByUUID(device.uuid))
+        return name.decode() if isinstance(name, bytes) else str(name)
+    except Exception:
+        return ""
+
+
+def parse_gpus(text: str, gpus: Sequence[Device] | None = None) -> list[Device]:
+    """``all`` (every visible GPU; one logical device where there is none) or a comma
+    list of indices (logical devices where no GPU is visible). `UsageError` for an
+    index that is not there or repeated."""
+    seen = visible_gpus() if gpus is None else list(gpus)
+    text = text.strip()
+    if text == "all":
+        return seen or [Device("0")]
+    try:
+        wanted = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise UsageError(f"--gpus {text!r}: want 'all' or indices such as 0,1,3") from None
+    if not wanted or any(i < 0 for i in wanted) or len(set(wanted)) != len(wanted):
+        raise UsageError(f"--gpus {text!r}: want 'all' or distinct indices such as 0,1,3")
+    if not seen:
+        return [Device(str(i)) for i in wanted]
+    by_index = {d.index: d for d in seen}
+    missing = [str(i) for i in wanted if str(i) not in by_index]
+    if missing:
+        raise UsageError(
+            f"--gpus {text}: no GPU {', '.join(missing)} on this host "
+            f"(visible: {', '.join(by_index)})"
+        )
+    return [by_index[str(i)] for i in wanted]
+
+
+class DevicePool:
+    """Devices handed out whole, never two claims on one."""
+
+    def __init__(self, devices: Sequence[Device]) -> None:
+        self.devices = list(devices)
+        self._free = list(devices)
+        self._lock = threading.Lock()
+
+    @property
+    def size(self) -> int:
+        return len(self.devices)
+
+    def take(self, n: int) -> list[Device] | None:
+        """``n`` free devices (lowest indices first), or None when fewer are free."""
+        with self._lock:
+            if n > len(self._free):
+                return None
+            got, self._free = self._free[:n], self._free[n:]
+            return got
+
+    def give_back(self, devices: Sequence[Device]) -> None:
+        with self._lock:
+            self._free.extend(devices)
+            order = {d.index: i for i, d in enumerate(self.devices)}
+            self._free.sort(key=lambda d: order[d.index])

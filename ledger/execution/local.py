@@ -1,0 +1,106 @@
+"""The `local` executor: claims side by side on this host, each on devices of its own.
+
+Each claim runs in a thread of its own that starts the claim's processes
+(`runners.isolated.run_claim_isolated`, forked from the fork server) with
+``CUDA_VISIBLE_DEVICES`` naming its devices; the thread only waits. A claim
+that fails or hangs ends by its own time limit and never holds up another;
+`cancel` (Ctrl-C) stops every claim's process group.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import os
+import socket
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ledger.execution.claimrun import ClaimRun, Finished
+from ledger.execution.devices import Device
+
+if TYPE_CHECKING:
+    from ledger.sandbox import Sandbox
+    from runners.forkserver import ForkServer
+
+__all__ = ["LocalExecutor"]
+
+
+@dataclass
+class LocalExecutor:
+    root: Path
+    """The revision's worktree."""
+    base_root: Path | None
+    artifacts: Path
+    fork: ForkServer | None
+    progress_for: Callable[[ClaimRun], Callable[[str], None]]
+    fork_servers: dict[str, str] | None = None
+    """Fork server socket by checkout root, for checks that start processes of their
+    own per tree (gradient-compare's arms)."""
+    slots: int = 1
+    sandbox: Sandbox | None = None
+    """None: unsandboxed (``--sandbox none``)."""
+    work_root: Path | None = None
+    """Where each claim's folder goes (one the sandbox can write)."""
+    name: str = "local"
+
+    def __post_init__(self) -> None:
+        self.cancel = threading.Event()
+        self._pool = cf.ThreadPoolExecutor(max_workers=max(1, self.slots))
+
+    def submit(self, run: ClaimRun, devices: list[Device], explicit: bool) -> cf.Future[Finished]:
+        return self._pool.submit(self._run, run, devices, explicit)
+
+    def _run(self, run: ClaimRun, devices: list[Device], explicit: bool) -> Finished:
+        from runners.isolated import run_claim_isolated
+
+        env: dict[str, str] = {}
+        if explicit:
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(d.index for d in devices)
+            if not any(d.uuid for d in devices):
+                # Logical devices share the host's cores: each claim gets its part.
+                env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // max(1, self.slots)))
+        if self.fork_servers:
+            import json
+
+            env["LEDGER_FORK_SERVERS"] = json.dumps(self.fork_servers)
+        uuids = tuple(d.uuid for d in devices if d.uuid)
+        results = run_claim_isolated(
+            claim=run.claim,
+            check=run.check,
+            params=dict(run.params),
+            repo_root=self.root,
+            workload_ref=run.workload_ref,
+            workload_params=dict(run.workload_params),
+            device=run.device,
+            observer_off_required=run.observer_off,
+            base_root=self.base_root,
+            progress=self.progress_for(run),
+            artifact_dir=self.artifacts,
+            world_size=run.world_size,
+            timeout_s=run.timeout_s,
+            # The fork server has no network: a claim that needs one starts afresh.
+            fork_server=None if run.network else self.fork,
+            sandbox=self.sandbox,
+            network=run.network,
+            work_root=self.work_root,
+            env=env,
+            gpu_uuids=uuids or None,
+            cancel=self.cancel,
+        )
+        return Finished(
+            run=run,
+            executor=self.name,
+            devices=tuple(d.index for d in devices) if explicit else (),
+            gpu_uuids=uuids,
+            results=results,
+            host=socket.gethostname(),
+            sandbox=self.sandbox.facet if self.sandbox is not None else "none",
+            artifacts=self.artifacts,
+        )
+
+    def close(self) -> None:
+        self.cancel.set()
+        self._pool.shutdown(wait=True, cancel_futures=True)
