@@ -284,12 +284,23 @@ def qualify(
     plan = ident.plan
     if plan is None:
         raise InputError(f"no {PLAN_FILE} at {ident.revision.commit[:12]}; pass --plan FILE")
+    # Before anything is checked out or measured: `auto` refuses rather than run the
+    # pull request's code unsandboxed (with Ray, each worker resolves it where it runs).
+    box = (
+        resolve_sandbox(sandbox, allowed_env=plan.runner.env, hide=secrets)
+        if executor == "local"
+        else None
+    )
     # The first line comes before anything slow (torch, the fork server).
     what = f"PR #{pr} head" if pr is not None else "revision"
     say(
         f"qualify: {what} {ident.revision.commit[:12]} of {ident.revision.repo}: "
         f"{len(plan.claims)} claim(s) in the plan; loading the runners (torch)"
     )
+    if ((box is None and sandbox == "none") or (box is not None and box.mode == "none")) and (
+        plan.runner.sandbox == "required"
+    ):
+        say("warning: --sandbox none, and the plan requires a sandbox: no receipt will count")
     try:
         from runners.api import check_names, params_error
     except ImportError as e:
@@ -309,11 +320,6 @@ def qualify(
     for c, r in zip(asked, runs, strict=True):
         for note in _scope_notes(c, device, visible):
             say(f"[{r.index}/{len(runs)}] {c.name}: note: {note}: its receipt will not count")
-    # Before anything is checked out or measured: `auto` refuses rather than run the
-    # pull request's code unsandboxed.
-    box = resolve_sandbox(sandbox, allowed_env=plan.runner.env, hide=secrets)
-    if box.mode == "none" and plan.runner.sandbox == "required":
-        say("warning: --sandbox none, and the plan requires a sandbox: no receipt will count")
     done = QualifyRun([], revision, plan, ident.notes, tuple(c.name for c, _ in skipped))
     if executor == "ray":
         from ledger.execution.ray_executor import run_on_ray
@@ -344,7 +350,7 @@ def qualify(
         ):
             done.receipts.append(row)
         return done
-    assert recorder is not None and key is not None
+    assert recorder is not None and key is not None and box is not None
     _run_local(repo, revision, run_plan, runs, recorder, key, pool_devices, box, say, done)
     return done
 

@@ -157,8 +157,10 @@ def _finished(
         say(f"{tag} {run.claim}: not recorded: {doc['error']}")
         return
     where = f"task {doc['job_id'][:16]} on {doc['host']}, GPU(s) {doc['devices'] or '-'}"
-    for rid, claim, outcome in doc["receipts"]:
-        say(f"{tag} {claim} {outcome} ({where}) -> {rid[:19]}")
+    reasons = doc.get("reasons") or [""] * len(doc["receipts"])
+    for (rid, claim, outcome), why in zip(doc["receipts"], reasons, strict=True):
+        note = f": {why}" if why and outcome != "passed" else ""
+        say(f"{tag} {claim} {outcome}{note} ({where}) -> {rid[:19]}")
         yield rid, claim, outcome
     if doc.get("kept"):
         say(

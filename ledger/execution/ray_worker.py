@@ -127,6 +127,7 @@ def run_claim_task(bundle: bytes, payload: dict[str, Any], queue: Any = None) ->
             return {**out, "error": f"refused the shipped code: {e}"}
         root = roots[source["commit"]]
         revision = _revision(source, root)
+        (Path(d) / "artifacts").mkdir()
         progress(f"{run.claim}: tree {source['tree'][:12]} checked; running on GPU(s) "
                  f"{out['devices'] or '-'}")  # fmt: skip
         results = run_claim_isolated(
@@ -160,6 +161,7 @@ def run_claim_task(bundle: bytes, payload: dict[str, Any], queue: Any = None) ->
         out["receipts"] = [
             (rec.id, r.claim, r.outcome) for rec, r in zip(recs, results, strict=True)
         ]
+        out["reasons"] = [r.reason or "" for r in results]
         out["kept"] = recorder.kept
         out["failure"] = recorder.failure
     return out

@@ -205,7 +205,7 @@ def _modules(value: object) -> tuple[str, ...]:
     return tuple(value)
 
 
-Modules = Annotated[tuple[str, ...], PlainValidator(_modules)]
+Modules = Annotated[tuple[str, ...], PlainValidator(_modules), _AS_LIST]
 
 
 class PackageSpec(_Frozen):

@@ -68,10 +68,14 @@ def test_none_receipts_do_not_qualify_a_plan_that_requires_a_sandbox(
     [row] = [c for c in rows if c["claim"] == CLAIM[1] and c["scope_role"] == "required"]
     assert row["state"] != "qualified"
     assert "ran unsandboxed (sandbox=none)" in json.dumps(row)
-    # The same claim sandboxed qualifies.
+    # The same claim sandboxed qualifies (the exit status follows the whole plan, of
+    # which only this claim ran).
     r = run(capsys, *args, "--json")
-    assert r.code == 0, r.err
-    [rec] = json.loads(r.out)["receipts"]
+    assert r.code == 1, r.err
+    doc = json.loads(r.out)
+    [rec] = doc["receipts"]
+    states = {c["claim"]: c for c in doc["status"]["claims"] if c["scope_role"] == "required"}
+    assert states[CLAIM[1]]["state"] == "qualified", states[CLAIM[1]]
     shown = json.loads(run(capsys, "show", rec["id"], "--json").out)
     scope = shown["statement"]["predicate"]["scope"]
     assert scope["sandbox"] == "bwrap" and scope["network"] == "off"
