@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
-from sqlalchemy import Connection, Engine, create_engine, event, func, select, union
+from sqlalchemy import Connection, Engine, bindparam, create_engine, event, func, select, text
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, OperationalError
@@ -62,6 +62,9 @@ ARTIFACT = ArtifactBlob.__table__  # type: ignore[attr-defined]
 
 
 _SIZE_SQL = "SELECT coalesce(max(seq) + 1, 0) FROM log_entry"
+_LOG_COLUMNS = ", ".join(
+    f"log_entry.{c}" for c in ("seq", "kind", "entry_id", "body", "leaf_hash", "logged_at")
+)
 
 
 def utc_now() -> str:
@@ -289,25 +292,31 @@ class Store:
         repositories that share a PR number or a commit are never read.
         """
         keys = [
-            (RECEIPT.c.commit, list(commits)),
-            (RECEIPT.c.tree, list(trees)),
-            (RECEIPT.c.package_digest, list(packages)),
-            (RECEIPT.c.pr, [] if pr is None else [pr]),
+            ("commit", list(commits)),
+            ("tree", list(trees)),
+            ("package_digest", list(packages)),
+            ("pr", [] if pr is None else [pr]),
         ]
+        params: dict[str, Any] = {"repo_id": repo_id}
         parts = []
         for col, values in keys:
             if not values:
                 continue
-            part = select(RECEIPT.c.seq).where(RECEIPT.c.repo_id == repo_id, col.in_(values))
-            if claims:
-                part = part.where(RECEIPT.c.claim.in_(claims))
-            parts.append(part)
+            params[col] = values
+            part = f'SELECT seq FROM receipt WHERE repo_id = :repo_id AND "{col}" IN :{col}'
+            parts.append(part + (" AND claim IN :claims" if claims else ""))
         if not parts:
             return []
-        seqs = union(*parts).subquery()
-        q = select(LOG).join(seqs, seqs.c.seq == LOG.c.seq).order_by(LOG.c.seq)
+        if claims:
+            params["claims"] = list(claims)
+        # Plain SQL: a CLI call opens its engine once, and compiling the
+        # equivalent SELECT ... UNION construct cost more than running it.
+        stmt = text(
+            f"SELECT {_LOG_COLUMNS} FROM log_entry JOIN ({' UNION '.join(parts)}) AS hit"
+            " ON hit.seq = log_entry.seq ORDER BY log_entry.seq"
+        ).bindparams(*(bindparam(k, expanding=True) for k in params if k != "repo_id"))
         with self.engine.connect() as conn:
-            return [ENTRIES.get(r) for r in conn.execute(q)]
+            return [ENTRIES.get(r) for r in conn.execute(stmt, params)]
 
     def newest_receipt(
         self, repo_id: str, *, pr: int | None = None, commit_prefix: str = ""
@@ -325,14 +334,12 @@ class Store:
     def review_entries(self, receipt_ids: Sequence[str]) -> list[LoggedEntry]:
         if not receipt_ids:
             return []
-        q = (
-            select(LOG)
-            .join(REVIEW, REVIEW.c.seq == LOG.c.seq)
-            .where(REVIEW.c.receipt_id.in_(receipt_ids))
-            .order_by(LOG.c.seq)
-        )
+        stmt = text(
+            f"SELECT {_LOG_COLUMNS} FROM log_entry JOIN review ON review.seq = log_entry.seq"
+            " WHERE review.receipt_id IN :ids ORDER BY log_entry.seq"
+        ).bindparams(bindparam("ids", expanding=True))
         with self.engine.connect() as conn:
-            return [ENTRIES.get(r) for r in conn.execute(q)]
+            return [ENTRIES.get(r) for r in conn.execute(stmt, {"ids": list(receipt_ids)})]
 
     def receipt_signer(self, receipt_id: str) -> str | None:
         with self.engine.connect() as conn:
@@ -381,14 +388,19 @@ class Store:
 
 def load_keys(conn: Connection) -> dict[str, KeyInfo]:
     revoked: dict[str, tuple[int, str]] = {}
+    # Plain SQL, like every lookup a question makes once per process (see receipt_entries).
     for seq, keyid, reason in conn.execute(
-        select(REVOCATION.c.seq, REVOCATION.c.keyid, REVOCATION.c.reason).order_by(REVOCATION.c.seq)
+        text("SELECT seq, keyid, reason FROM revocation ORDER BY seq")
     ):
         revoked.setdefault(keyid, (seq, reason))
     out: dict[str, KeyInfo] = {}
     # Who registered a key lives only in its log entry (no column), read from there.
     rows = conn.execute(
-        select(KEY, LOG.c.body).join(LOG, LOG.c.seq == KEY.c.seq).order_by(KEY.c.seq)
+        text(
+            'SELECT "key".keyid, "key".name, "key".role, "key".public_key, "key".seq,'
+            ' log_entry.body FROM "key" JOIN log_entry ON log_entry.seq = "key".seq'
+            ' ORDER BY "key".seq'
+        )
     )
     for r in rows:
         rev = revoked.get(r.keyid)
