@@ -20,7 +20,7 @@ from ledger.artifacts import MAX_ARTIFACT_BYTES, ArtifactStore, for_ledger
 from ledger.canonical import receipt_id
 from ledger.entry import envelope_body, key_body, revocation_body
 from ledger.errors import RefusedError, UsageError, VerificationError
-from ledger.keys import KeyDir, KeyInfo, Role, find_key, key_id, raw_public
+from ledger.keys import KeyDir, KeyInfo, Role, find_key, key_id, raw_public, valid_key_name
 from ledger.models import QualificationStatement, ReviewStatement
 from ledger.repoid import canonical_repo
 from ledger.statement import ArtifactFile
@@ -278,6 +278,8 @@ def register_key(
 
 def _check_remote_key(store: Store, name: str, role: str) -> None:
     """What no token may do: register a ledger key or take a ledger key's name."""
+    if not valid_key_name(name):
+        raise RefusedError(f"key name {name[:40]!r}: letters, digits, . _ - only (64 at most)")
     if role not in ("runner", "reviewer"):
         raise RefusedError(
             f"role {role!r}: only runner and reviewer keys are registered over HTTP"

@@ -35,10 +35,17 @@ __all__ = [
     "load_public_pem",
     "public_pem",
     "raw_public",
+    "valid_key_name",
 ]
 
 Role = Literal["runner", "reviewer", "ledger"]
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+
+
+def valid_key_name(name: str) -> bool:
+    """Letters, digits, `.`, `_`, `-` (64 at most): a name that is safe in a file
+    name and on a terminal."""
+    return bool(_NAME.match(name))
 
 
 def raw_public(key: Ed25519PublicKey) -> bytes:

@@ -57,6 +57,9 @@ def test_a_runner_token_registers_no_key_and_a_keys_token_never_touches_the_ledg
             client.revoke_key(srv.url, "ledger", "rotated", token=admin)
         with pytest.raises(RefusedError, match="name of a ledger key"):
             client.register_key(srv.url, "ledger", "runner", _pem(keys, "x"), token=admin)
+        # A name that would act on a terminal is refused, not stored.
+        with pytest.raises(RefusedError, match="letters, digits"):
+            client.register_key(srv.url, "\x1b[2Jx", "runner", _pem(keys, "y"), token=admin)
         listed = {k["name"]: k for k in client.fetch_keys(srv.url)}
         assert listed["ledger"]["role"] == "ledger" and not listed["ledger"]["revoked"]
     finally:
