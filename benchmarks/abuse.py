@@ -94,14 +94,14 @@ def _snapshot_figures() -> None:
     long = pickle.dumps(
         {"device_traces": [[{"action": "alloc", "addr": 1, "size": 1}] * 2_000_000]}
     )
-    print(f"\n{'snapshot':<34} {'bytes':>9} {'seconds':>9}")
+    print(f"\n{'snapshot':<42} {'bytes':>9} {'seconds':>9}")
     for name, data in (("shared frame lists", crafted), ("2M shared events", long)):
         t0 = time.perf_counter()
         try:
             read_snapshot(data)
         except Exception as e:  # figures only
             print(e)
-        print(f"{name + ': bounded reader':<34} {len(data):>9} {time.perf_counter() - t0:>9.3f}")
+        print(f"{name + ': bounded reader':<42} {len(data):>9} {time.perf_counter() - t0:>9.3f}")
         digest = hashlib.sha256(data).hexdigest()
         for view in ("first view (worker)", "second view (cached)"):
             t0 = time.perf_counter()
@@ -111,7 +111,7 @@ def _snapshot_figures() -> None:
             except Exception:
                 result = "stopped"
             took = time.perf_counter() - t0
-            print(f"{name + ': ' + view:<34} {len(data):>9} {took:>9.3f}  {result}")
+            print(f"{name + ': ' + view:<42} {len(data):>9} {took:>9.3f}  {result}")
     print(f"(worker deadline {SNAPSHOT_DEADLINE_S:g} s)")
 
 
