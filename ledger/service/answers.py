@@ -25,6 +25,7 @@ class Answers:
         self.size = size
         self._items: OrderedDict[Hashable, tuple[int, Any]] = OrderedDict()
         self._lock = threading.Lock()
+        self._encoded: OrderedDict[int, tuple[Any, bytes]] = OrderedDict()
         self.hits = 0
         self.misses = 0
 
@@ -45,3 +46,18 @@ class Answers:
             while len(self._items) > self.size:
                 self._items.popitem(last=False)
         return doc
+
+    def encoded(self, doc: Any, encode: Callable[[Any], bytes]) -> bytes:
+        """`encode(doc)`, once per kept answer: encoding the JSON of an answer
+        costs several times more than finding it."""
+        with self._lock:
+            have = self._encoded.get(id(doc))
+            if have is not None and have[0] is doc:
+                return have[1]
+        body = encode(doc)
+        with self._lock:
+            # The document is held beside its bytes, so its id is not reused meanwhile.
+            self._encoded[id(doc)] = (doc, body)
+            while len(self._encoded) > self.size:
+                self._encoded.popitem(last=False)
+        return body

@@ -31,11 +31,21 @@ __all__ = ["ROUTES", "error_response", "json_response"]
 
 class _JSON(JSONResponse):
     def render(self, content: Any) -> bytes:
-        return json.dumps(content, indent=2).encode() + b"\n"
+        return _encode(content)
 
 
 def json_response(doc: Any, status: int = 200) -> Response:
     return _JSON(doc, status, headers={"Cache-Control": "no-store"})
+
+
+def _encode(doc: Any) -> bytes:
+    return json.dumps(doc, indent=2).encode() + b"\n"
+
+
+def kept_response(led: Ledger, doc: Any) -> Response:
+    """An answer the server keeps (`Ledger.answers`): its JSON encoded once."""
+    body = led.answers.encoded(doc, _encode)
+    return Response(body, 200, headers={"Cache-Control": "no-store"}, media_type="application/json")
 
 
 def error_response(status: int, reason: str) -> Response:
@@ -157,8 +167,8 @@ async def status_question(request: Request) -> Response:
 
     led = _ledger(request)
     doc = await _doc(request)
-    return json_response(
-        await run_in_threadpool(status_from_question, led.store(), doc, led.answers)
+    return kept_response(
+        led, await run_in_threadpool(status_from_question, led.store(), doc, led.answers)
     )
 
 
@@ -167,8 +177,8 @@ async def history_question(request: Request) -> Response:
 
     led = _ledger(request)
     doc = await _doc(request)
-    return json_response(
-        await run_in_threadpool(history_from_question, led.store(), doc, led.answers)
+    return kept_response(
+        led, await run_in_threadpool(history_from_question, led.store(), doc, led.answers)
     )
 
 
@@ -177,8 +187,8 @@ async def status_query(request: Request) -> Response:
 
     led = _ledger(request)
     q = dict(request.query_params)
-    return json_response(
-        await run_in_threadpool(status_from_query, led.store(), q, led.mirrors, led.answers)
+    return kept_response(
+        led, await run_in_threadpool(status_from_query, led.store(), q, led.mirrors, led.answers)
     )
 
 
@@ -187,8 +197,8 @@ async def history_query(request: Request) -> Response:
 
     led = _ledger(request)
     q = dict(request.query_params)
-    return json_response(
-        await run_in_threadpool(history_from_query, led.store(), q, led.mirrors, led.answers)
+    return kept_response(
+        led, await run_in_threadpool(history_from_query, led.store(), q, led.mirrors, led.answers)
     )
 
 
