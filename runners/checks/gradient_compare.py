@@ -334,8 +334,7 @@ def _body(sess: Session, p: Params) -> Verdict:
             return Verdict(
                 outcome="inconclusive",
                 reason=f"the {name.replace('_', ' ')} arm could not run ({ref.get('status')}: "
-                f"{why}); nothing to measure the precision floor against (rule = 'threshold' "
-                "judges without one)",
+                f"{why}); the reference rule needs it (rule = 'threshold' judges without one)",
                 measurements=m,
             )
     return _compared(work, arms, threshold, p, m)
