@@ -1,5 +1,5 @@
 """Per-claim overhead of `ledger qualify`: fresh interpreters against the fork server,
-each without and with the sandbox.
+each without and with the sandbox, and the fork server without and with its preload.
 
 Runs the same claims, in one run, four ways through `run_claim_isolated` (what
 `ledger qualify` calls per claim): each claim in a new interpreter that imports
@@ -12,9 +12,15 @@ runs). The overhead of a claim is its wall time less the check's own time (the
 result's started..finished: the workload's setup and steps and the check around
 them), i.e. process start, imports, request and result files, the outside
 view's sampling, reaping and the exit proof. What the sandbox adds is the
-difference of the medians, printed per way.
+difference of the medians, printed per way. The preload: a fork server that
+imports only the workload's module (before) against one that also imports
+what every check imports (``torch._dynamo``), the plan's ``preload`` list and
+what the first claim imported, and prepares the workload once (``prepare()``:
+the model built on CPU, copied by each claim); its saving shows in the wall
+time (the check's own time includes the workload's setup).
 
-    python benchmarks/qualify_overhead.py [--claims 5] [--workload qwen3|moe] [--json]
+    python benchmarks/qualify_overhead.py [--claims 5] [--workload qwen3|moe]
+        [--size tiny|h200] [--device cpu|cuda] [--json]
 """
 
 from __future__ import annotations
@@ -82,9 +88,18 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--claims", type=int, default=5)
     ap.add_argument("--workload", choices=sorted(WORKLOADS), default="qwen3")
     ap.add_argument("--device", default="cpu")
+    ap.add_argument("--size", choices=("tiny", "h200"), default="tiny")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args(argv)
     root, ref, wparams = WORKLOADS[a.workload]
+    modules: list[str] = []
+    if a.workload == "qwen3":
+        import tomllib
+
+        plan = tomllib.loads((root / "qualification.toml").read_text())
+        modules = list(plan.get("preload", []))
+        if a.size == "h200":
+            wparams = {**plan["workload_params"], **plan["profiles"]["h200"]["workload_params"]}
     box = resolve("bwrap")
     run_dir = Path(tempfile.mkdtemp(prefix="ledger-bench-"))
     try:
@@ -93,7 +108,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             _claim(root, ref, wparams, a.device, None, box, run_dir) for _ in range(a.claims)
         ]
         t0 = time.perf_counter()
-        server = ForkServer.start([(str(root), ref)], child_env())
+        bare = ForkServer.start([(str(root), ref)], child_env(), learn=False)
+        bare_start_s = time.perf_counter() - t0
+        try:
+            after_bare = [_claim(root, ref, wparams, a.device, bare) for _ in range(a.claims)]
+        finally:
+            bare.close()
+        preload = {"modules": modules, "prepare": [(str(root), ref, wparams)]}
+        t0 = time.perf_counter()
+        server = ForkServer.start([(str(root), ref)], child_env(), **preload)  # type: ignore[arg-type]
         start_s = time.perf_counter() - t0
         try:
             after = [_claim(root, ref, wparams, a.device, server) for _ in range(a.claims)]
@@ -101,7 +124,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             server.close()
         t0 = time.perf_counter()
         wrap = server_sandbox(box, run_dir, [root])
-        server_sb = ForkServer.start([(str(root), ref)], child_env(), wrap=wrap, sock_dir=run_dir)
+        server_sb = ForkServer.start(
+            [(str(root), ref)],
+            child_env(),
+            wrap=wrap,
+            sock_dir=run_dir,
+            **preload,  # type: ignore[arg-type]
+        )
         start_sb_s = time.perf_counter() - t0
         try:
             after_sb = [
@@ -129,6 +158,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "fork_server": server.ready,
         "before": before,
         "after": after,
+        "no_preload_fork_server_start_s": bare_start_s,
+        "no_preload_median_wall_s": statistics.median(x["wall_s"] for x in after_bare),
+        "no_preload_median_overhead_s": statistics.median(x["overhead_s"] for x in after_bare),
+        "preload_saved_wall_s": statistics.median(x["wall_s"] for x in after_bare) - wall_a,
+        "no_preload": after_bare,
+        "size": a.size,
         "sandboxed_fork_server_start_s": start_sb_s,
         "sandbox_added_forked_s": statistics.median(x["overhead_s"] for x in after_sb) - med_a,
         "sandbox_added_fresh_s": statistics.median(x["overhead_s"] for x in before_sb) - med_b,
@@ -139,12 +174,16 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if a.json:
         print(json.dumps(doc, indent=2))
     else:
-        print(f"{ref} on {a.device}, {a.claims} cleanup claims each way (seconds per claim)")
+        print(
+            f"{ref} ({a.size}) on {a.device}, {a.claims} cleanup claims each way "
+            "(seconds per claim)"
+        )
         print(f"{'':34} {'median overhead':>16} {'median check':>13} {'median wall':>12}")
         ways = (
             ("before: fresh interpreter", before),
             ("before, sandboxed", before_sb),
-            ("after: forked", after),
+            ("after: forked, no preload", after_bare),
+            ("after: forked, preloaded", after),
             ("after, sandboxed (the default)", after_sb),
         )
         for name, rows in ways:
@@ -152,6 +191,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             c = statistics.median(x["check_s"] for x in rows)
             w = statistics.median(x["wall_s"] for x in rows)
             print(f"{name:34} {o:16.3f} {c:13.3f} {w:12.3f}")
+        print(
+            f"preload (torch._dynamo, {', '.join(modules) or 'no plan list'}, what the first "
+            f"claim imported, prepare()) saves {doc['preload_saved_wall_s']:+.3f} s of wall "
+            f"per claim; its server starts in {start_s:.2f} s vs {bare_start_s:.2f} s bare"
+        )
         print(
             f"sandbox adds per claim: forked {doc['sandbox_added_forked_s']:+.3f} s, "
             f"fresh interpreter {doc['sandbox_added_fresh_s']:+.3f} s (target: <= 0.5 s); "

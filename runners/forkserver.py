@@ -79,13 +79,16 @@ class ForkServer:
         prepare: Sequence[Prepared] = (),
         wrap: Wrap | None = None,
         sock_dir: Path | None = None,
+        learn: bool = True,
     ) -> ForkServer:
         """Start a server that imports the ``(root, "module:attr")`` workloads of
         ``preload`` and the ``modules``, and builds and prepares the ``prepare``
         workloads (those that have a ``prepare()``). ``wrap`` turns its command line and
         environment into the sandboxed ones (the server imports the pull request's modules,
         and every claim process it forks inherits its sandbox); ``sock_dir`` is where its
-        socket goes (a folder the sandbox can write)."""
+        socket goes (a folder the sandbox can write). ``learn=False`` (for measuring what
+        preloading saves) imports nothing beyond the workloads: not `ALWAYS`, not what
+        claims imported."""
         sock = Path(tempfile.mkdtemp(prefix="ledger-fork-", dir=sock_dir)) / "s"
         env = {**env, "PYTORCH_NVML_BASED_CUDA_CHECK": "1"}
         argv = [sys.executable, "-m", "runners.forkserver", str(sock)]
@@ -103,6 +106,7 @@ class ForkServer:
             "workloads": [list(x) for x in preload],
             "modules": list(modules),
             "prepare": [[r, ref, dict(p)] for r, ref, p in prepare],
+            "learn": learn,
         }
         proc.stdin.write(json.dumps(doc))
         proc.stdin.close()
@@ -208,7 +212,8 @@ def _preload(doc: Any) -> dict[str, Any]:
         except WorkloadLoadError as e:
             # The worker will report it properly; the server just does not preload it.
             failed.append(f"{ref}: {e}")
-    imported, not_imported = _import_modules([*ALWAYS, *doc.get("modules", [])])
+    learn = bool(doc.get("learn", True))
+    imported, not_imported = _import_modules([*(ALWAYS if learn else ()), *doc.get("modules", [])])
     prepared = []
     for root, ref, params in doc.get("prepare", []):
         try:
@@ -224,6 +229,7 @@ def _preload(doc: Any) -> dict[str, Any]:
         "modules_failed": not_imported,
         "prepared": prepared,
         "cuda_initialized": bool(torch.cuda.is_initialized()),  # type: ignore[no-untyped-call]
+        "learn": learn,
     }
 
 
@@ -358,7 +364,7 @@ def _accept(listener: socket.socket, running: dict[int, tuple[socket.socket, Any
     running[pid] = (conn, msg.get("learn"))
 
 
-def _reap(running: dict[int, tuple[socket.socket, Any]]) -> None:
+def _reap(running: dict[int, tuple[socket.socket, Any]], learn: bool = True) -> None:
     while running:
         try:
             pid, status = os.waitpid(-1, os.WNOHANG)
@@ -366,17 +372,17 @@ def _reap(running: dict[int, tuple[socket.socket, Any]]) -> None:
             return
         if pid == 0:
             return
-        conn, learn = running.pop(pid, (None, None))
+        conn, names = running.pop(pid, (None, None))
         if conn is None:
             continue
         rc = os.waitstatus_to_exitcode(status)
         with contextlib.suppress(OSError):
             conn.sendall(json.dumps({"rc": rc}).encode() + b"\n")
         conn.close()
-        if learn:
+        if learn and names:
             # What that claim imported, the next one forks with.
             with contextlib.suppress(OSError, ValueError):
-                _import_modules(json.loads(Path(learn).read_text()))
+                _import_modules(json.loads(Path(names).read_text()))
 
 
 def _serve(path: str) -> int:
@@ -386,6 +392,7 @@ def _serve(path: str) -> int:
     listener.bind(path)
     listener.listen(64)
     print(READY + json.dumps(ready), flush=True)
+    learn = bool(ready["learn"])
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     # Single-threaded (a forked child inherits no other thread's held lock), yet several
     # claims at once: a worker is reaped by polling while the next request is awaited.
@@ -395,7 +402,7 @@ def _serve(path: str) -> int:
     while True:
         if sel.select(timeout=0.05 if running else None):
             _accept(listener, running)
-        _reap(running)
+        _reap(running, learn)
 
 
 if __name__ == "__main__":

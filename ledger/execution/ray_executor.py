@@ -83,7 +83,7 @@ def run_on_ray(
         ray.init(
             address=address or os.environ.get("RAY_ADDRESS") or "auto",
             log_to_driver=False,
-            logging_level="ERROR",
+            logging_level=40,  # logging.ERROR
         )
     commits = [revision.commit]
     if revision.base and revision.base != revision.commit and any(r.needs_base for r in runs):

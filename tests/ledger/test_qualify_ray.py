@@ -41,7 +41,7 @@ def cluster(tmp_path: Path) -> Iterator[dict[str, Path]]:
         include_dashboard=False,
         log_to_driver=False,
         runtime_env={"env_vars": env},
-        logging_level="ERROR",
+        logging_level=40,  # logging.ERROR
     )
     try:
         yield {"worker_keys": worker_keys}

@@ -13,15 +13,14 @@ router's top-k selections (`runners.protocol.DeclaresRouting`).
 
 from __future__ import annotations
 
+import copy
 import sys
 from dataclasses import asdict, dataclass
 from importlib import metadata
 from typing import Any
 
 import torch
-from peft import LoraConfig, get_peft_model
 from torch import Tensor
-from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
 
 from qwen3_lora import estimator as _estimator
 from runners.protocol import (
@@ -77,6 +76,10 @@ class Qwen3Config:
 
 
 def _hf_config(c: Qwen3Config, experts: str | None = None) -> Any:
+    # Imported here, as trainers do: importing transformers costs seconds, paid where
+    # the model is built (once, in `prepare`, under ledger qualify's fork server).
+    from transformers import Qwen3MoeConfig
+
     cfg = Qwen3MoeConfig(
         vocab_size=c.vocab,
         hidden_size=c.hidden,
@@ -109,6 +112,40 @@ class Qwen3LoraWorkload:
         self.device: torch.device | None = None
         self._routing = False
         self._routed: dict[str, Tensor] = {}
+        self._prepared: tuple[int, Any] | None = None
+        """(seed, model on CPU in the configured dtype) built by `prepare`."""
+
+    def prepare(self) -> None:
+        """Build the model on CPU once (`runners.protocol.SupportsPrepare`): every claim
+        forked afterwards copies it instead of building it; for seed 0, the checks'."""
+        self._prepared = (0, self._build(0, None).to(dtype=self.dtype))
+
+    def _build(self, seed: int, experts: str | None) -> Any:
+        """Qwen3-MoE with LoRA on CPU, deterministic from ``seed``."""
+        from peft import LoraConfig, get_peft_model
+        from transformers import Qwen3MoeForCausalLM
+
+        c = self.config
+        # transformers initialises from the global generator: fork it so the seed
+        # fixes the weights without changing the caller's random state.
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            base = Qwen3MoeForCausalLM(_hf_config(c, experts))
+            lora = LoraConfig(
+                r=c.lora_rank,
+                lora_alpha=c.lora_alpha,
+                lora_dropout=0.0,
+                target_modules=["q_proj", "k_proj", "v_proj", "o_proj"],
+                target_parameters=["mlp.experts.gate_up_proj", "mlp.experts.down_proj"],
+            )
+            model = get_peft_model(base, lora)
+            gen = torch.Generator().manual_seed(seed + 1)
+            for n, p in model.named_parameters():
+                # PEFT starts B at zero (A then gets no gradient): start mid-training.
+                if "lora_B" in n:
+                    with torch.no_grad():
+                        p.copy_(torch.randn(p.shape, generator=gen) * 0.02 + c.perturb)
+        return model
 
     def declare_routing(self, on: bool) -> None:
         """While ``on``, forwards declare each MoE layer's top-k selections, by the router's
@@ -136,25 +173,11 @@ class Qwen3LoraWorkload:
         self.teardown()
         c = self.config
         experts = "eager" if dtype is not None else None
-        # transformers initialises from the global generator: fork it so the seed
-        # fixes the weights without changing the caller's random state.
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(seed)
-            base = Qwen3MoeForCausalLM(_hf_config(c, experts))
-            lora = LoraConfig(
-                r=c.lora_rank,
-                lora_alpha=c.lora_alpha,
-                lora_dropout=0.0,
-                target_modules=["q_proj", "k_proj", "v_proj", "o_proj"],
-                target_parameters=["mlp.experts.gate_up_proj", "mlp.experts.down_proj"],
-            )
-            model = get_peft_model(base, lora)
-            gen = torch.Generator().manual_seed(seed + 1)
-            for n, p in model.named_parameters():
-                # PEFT starts B at zero (A then gets no gradient): start mid-training.
-                if "lora_B" in n:
-                    with torch.no_grad():
-                        p.copy_(torch.randn(p.shape, generator=gen) * 0.02 + c.perturb)
+        if self._prepared is not None and self._prepared[0] == seed and experts is None:
+            # A copy: the prepared model stays as built, for the next setup.
+            model = copy.deepcopy(self._prepared[1])
+        else:
+            model = self._build(seed, experts)
         self.model = model.to(device=device, dtype=self.dtype)
         if dtype is not None:
             self.model = self.model.to(dtype=dtype)

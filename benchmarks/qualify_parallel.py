@@ -1,0 +1,186 @@
+"""Claims side by side: `ledger qualify` serial against `--gpus 0,1`, locally and on Ray.
+
+Qualifies the same plan (four claims, each a few seconds of CPU work on the
+reference workload) of the example repository four ways, in one run, on this
+host's logical devices: one claim at a time (the serial baseline), ``--gpus
+0,1`` (two claims at once, each on a device of its own), and through
+``--executor ray`` against a local Ray cluster with one and with two logical
+GPUs. Each way is a fresh ledger and a fresh run; the figure is its wall time
+over the serial one's (target: <= 0.6 for two devices).
+
+    python benchmarks/qualify_parallel.py [--claims 4] [--no-ray] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from ledger.cli import main as ledger_main  # noqa: E402
+from runners.example_repo import make_example_repo  # noqa: E402
+
+CLAIM = """
+[[claims]]
+name = "bench.{i}"
+check = "regression-24view"
+params = {{ views = 24, seq = 32 }}
+"""
+
+
+@contextlib.contextmanager
+def _env(**values: str) -> Iterator[None]:
+    old = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def _ledger(*args: str) -> tuple[int, str]:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = ledger_main(list(args))
+    return code, out.getvalue() + err.getvalue()
+
+
+def _local(work: Path, repo: Path, plan: Path, gpus: str | None) -> dict[str, Any]:
+    with _env(LEDGER_DB=f"sqlite:///{work / 'l.db'}", LEDGER_KEYS=str(work / "keys")):
+        _ledger("init")
+        _ledger("keys", "new", "runner", "--role", "runner")
+        extra = ("--gpus", gpus) if gpus else ()
+        t0 = time.perf_counter()
+        code, text = _ledger(
+            "qualify", "--rev", "HEAD", "--repo", str(repo), "--plan", str(plan), *extra, "--json"
+        )
+        wall = time.perf_counter() - t0
+    return {"wall_s": wall, "exit": code, "outcomes": _outcomes(text)}
+
+
+def _outcomes(text: str) -> list[str]:
+    start = text.find("{")
+    try:
+        doc, _ = json.JSONDecoder().raw_decode(text[start:])
+        return sorted(x["outcome"] for x in doc["receipts"])
+    except ValueError:
+        return []
+
+
+def _ray(work: Path, repo: Path, plan: Path, gpus: int) -> dict[str, Any]:
+    import ray
+
+    from ledger.keys import KeyDir
+    from ledger.service.run import start
+
+    db = f"sqlite:///{work / 'server.db'}"
+    keys, worker_keys = work / "keys", work / "worker-keys"
+    with _env(LEDGER_DB=db, LEDGER_KEYS=str(keys), LEDGER_OUTBOX=str(work / "outbox")):
+        _ledger("init")
+        with _env(LEDGER_KEYS=str(worker_keys)):
+            _ledger("keys", "new", "worker", "--role", "runner")
+            _, pem = _ledger("keys", "export", "worker")
+        (work / "worker.pem").write_text(pem)
+        _ledger("keys", "add", str(work / "worker.pem"), "--name", "worker", "--role", "runner")
+        srv = start(db, KeyDir(keys))
+        env = {"LEDGER_KEYS": str(worker_keys), "LEDGER_OUTBOX": str(work / "worker-outbox")}
+        ray.init(
+            num_cpus=4,
+            num_gpus=gpus,
+            include_dashboard=False,
+            log_to_driver=False,
+            logging_level=40,  # logging.ERROR
+            runtime_env={"env_vars": env},
+        )
+        try:
+            # Ray's own start (workers, the object store) is paid once per cluster, not
+            # per run: one warm-up task before the clock starts.
+            ray.get(ray.remote(lambda: 0).remote())
+            t0 = time.perf_counter()
+            code, text = _ledger(
+                "qualify", "--rev", "HEAD", "--repo", str(repo), "--plan", str(plan),
+                "--executor", "ray", "--server", srv.url, "--key", "worker", "--json",
+            )  # fmt: skip
+            wall = time.perf_counter() - t0
+        finally:
+            ray.shutdown()
+            srv.stop()
+    return {"wall_s": wall, "exit": code, "outcomes": _outcomes(text)}
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--claims", type=int, default=4)
+    ap.add_argument("--no-ray", action="store_true")
+    ap.add_argument("--json", action="store_true")
+    a = ap.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="ledger-bench-par-") as d:
+        base = Path(d)
+        repo = make_example_repo(base / "repo", with_remote=False).path
+        plan = base / "plan.toml"
+        plan.write_text(
+            'workload = "model.workload:make_workload"\n'
+            "[workload_params]\nd_model = 64\nn_layers = 2\n"
+            + "".join(CLAIM.format(i=i) for i in range(a.claims))
+        )
+        ways: dict[str, dict[str, Any]] = {}
+        # A first run warms what every later one reuses (the page cache, bytecode).
+        (base / "warm-up").mkdir()
+        _local(base / "warm-up", repo, plan, "0,1")
+        for name, gpus in (("local serial", None), ("local --gpus 0,1", "0,1")):
+            (base / name).mkdir()
+            ways[name] = _local(base / name, repo, plan, gpus)
+            print(f"  {name}: {ways[name]['wall_s']:.1f} s", file=sys.stderr)
+        if not a.no_ray:
+            for name, n in (("ray, 1 logical GPU", 1), ("ray, 2 logical GPUs", 2)):
+                work = base / name.replace(" ", "_").replace(",", "")
+                work.mkdir()
+                ways[name] = _ray(work, repo, plan, n)
+                print(f"  {name}: {ways[name]['wall_s']:.1f} s", file=sys.stderr)
+    serial = ways["local serial"]["wall_s"]
+    doc = {
+        "claims": a.claims,
+        "cpus": os.cpu_count(),
+        "ways": ways,
+        "local_ratio": ways["local --gpus 0,1"]["wall_s"] / serial,
+    }
+    if "ray, 2 logical GPUs" in ways:
+        doc["ray_ratio"] = ways["ray, 2 logical GPUs"]["wall_s"] / serial
+        doc["ray_ratio_to_ray_serial"] = (
+            ways["ray, 2 logical GPUs"]["wall_s"] / ways["ray, 1 logical GPU"]["wall_s"]
+        )
+    if a.json:
+        print(json.dumps(doc, indent=2))
+        return doc
+    print(f"{a.claims} claims (regression-24view, reference MoE on CPU), {os.cpu_count()} CPUs")
+    print(f"{'way':24} {'wall s':>8} {'/ serial':>9}  outcomes")
+    for name, w in ways.items():
+        outs = ",".join(sorted(set(w["outcomes"]))) or "-"
+        print(
+            f"{name:24} {w['wall_s']:8.1f} {w['wall_s'] / serial:9.2f}  {outs} (exit {w['exit']})"
+        )
+    print(f"target: two devices <= 0.60 x serial; local {doc['local_ratio']:.2f}", end="")
+    if "ray_ratio" in doc:
+        print(f", ray {doc['ray_ratio']:.2f} ({doc['ray_ratio_to_ray_serial']:.2f} x ray serial)")
+    else:
+        print()
+    return doc
+
+
+if __name__ == "__main__":
+    main()
