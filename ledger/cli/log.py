@@ -21,7 +21,8 @@ from ledger.errors import UsageError
 @click.option(
     "--tokens",
     type=click.Path(dir_okay=False, path_type=Path),
-    help="Bearer tokens (HOLDER sha256:HEX lines) for key, artifact and checkpoint writes.",
+    help="Bearer tokens (HOLDER sha256:HEX ROLE,... lines; `ledger token new`): runner "
+    "uploads, keys registers keys, operator signs checkpoints and audits; re-read on change.",
 )
 @click.option(
     "--artifacts",
