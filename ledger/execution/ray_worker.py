@@ -74,6 +74,40 @@ def _revision(source: dict[str, Any], root: Path) -> Any:
     )
 
 
+_SERVER: dict[str, Any] = {}
+"""This worker process's fork server, kept across its tasks."""
+
+
+def _fork_server(box: Any, allowed_env: Any) -> tuple[Any, Path]:
+    """A fork server for this Ray worker process, started at its first task and kept:
+    torch, the harness and the checks imported once per worker, not per claim. It runs
+    no pull request's code itself (no workload is preloaded or prepared in it: tasks of
+    different pull requests share it); it reads every task's checkout under
+    ``BASE/code`` and writes only under ``BASE/work``, inside the sandbox."""
+    import atexit
+
+    from ledger.qualify import server_sandbox
+    from runners.forkserver import ForkServer
+    from runners.harness.child import env as child_env
+
+    want = (box.mode, tuple(allowed_env))
+    got = _SERVER.get("entry")
+    if got is not None and got[0] == want and got[1] is not None and got[1].proc.poll() is None:
+        return got[1], got[2]
+    base = Path(tempfile.mkdtemp(prefix="ledger-ray-worker-"))
+    (base / "code").mkdir()
+    (base / "work").mkdir()
+    wrap = server_sandbox(box, base / "work", [base / "code"])
+    try:
+        server = ForkServer.start([], child_env(), wrap=wrap, sock_dir=base / "work")
+    except (OSError, RuntimeError):
+        server = None
+    if server is not None:
+        atexit.register(server.close)
+    _SERVER["entry"] = (want, server, base)
+    return server, base
+
+
 def run_claim_task(bundle: bytes, payload: dict[str, Any], queue: Any = None) -> dict[str, Any]:
     """Run one claim where Ray placed this task; the receipts it recorded, or an error."""
     import ray
@@ -117,12 +151,16 @@ def run_claim_task(bundle: bytes, payload: dict[str, Any], queue: Any = None) ->
         return {**out, "error": f"on {host}: {e.reason()}"}
     from runners.isolated import run_claim_isolated
 
-    with tempfile.TemporaryDirectory(prefix="ledger-ray-") as d:
+    fork, base = _fork_server(box, payload.get("allowed_env", ()))
+    with (
+        tempfile.TemporaryDirectory(prefix="task-", dir=base / "code") as code,
+        tempfile.TemporaryDirectory(prefix="task-", dir=base / "work") as d,
+    ):
         commits = [source["commit"]]
         if run.needs_base and source.get("base") and source["base"] != source["commit"]:
             commits.append(source["base"])
         try:
-            roots = _checkout(bundle, commits, source["tree"], Path(d))
+            roots = _checkout(bundle, commits, source["tree"], Path(code))
         except Exception as e:
             return {**out, "error": f"refused the shipped code: {e}"}
         root = roots[source["commit"]]
@@ -147,6 +185,9 @@ def run_claim_task(bundle: bytes, payload: dict[str, Any], queue: Any = None) ->
             sandbox=None if box.mode == "none" else box,
             network=run.network,
             work_root=Path(d),
+            # Forked from this worker's server (torch imported once per worker process);
+            # a claim with a network, or several ranks, starts afresh in its sandbox.
+            fork_server=None if run.network else fork,
         )
         for r in results:
             r.scope["sandbox"] = box.facet
