@@ -349,6 +349,14 @@ def qualify(
 
     if executor == "ray" and not server:
         raise UsageError("--executor ray records through a ledger server: give --server URL")
+    if gpus is not None:
+        if executor != "local":
+            raise UsageError(
+                "--gpus places claims on this host's GPUs; with --executor ray, Ray does"
+            )
+        from ledger.execution.devices import parse_gpus
+
+        parse_gpus(gpus)  # a bad list is refused before anything runs
     recorder = open_recorder(db, server)
     keys = keydir()
     # With Ray the workers sign, each with its own key: no key is read here.

@@ -179,3 +179,16 @@ def test_gradient_compare_arms_fork_from_the_servers_of_their_own_trees(
     arms = [x for x in r.err.splitlines() if "gradient arm " in x]
     assert len(arms) >= 2 and all("forked from its tree's fork server" in x for x in arms), arms
     assert any("/ledger-base-" in x for x in arms) and any("/ledger-rev-" in x for x in arms)
+
+
+def test_a_claim_needing_more_devices_than_given_says_so_and_bad_lists_are_refused(
+    tmp_path: Path, ledger_env: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    repo = make_probe_repo(tmp_path / "repo", claim("wide", world_size="3") + claim("narrow"))
+    args = ("qualify", "--rev", "HEAD", "--repo", str(repo))
+    for bad in ("0,0", "x"):
+        r = run(capsys, *args, "--gpus", bad)
+        assert r.code == 2 and len(r.err.strip().splitlines()) == 1 and "--gpus" in r.err
+    r = run(capsys, *args, "--gpus", "0,1", "--json")
+    assert "wide: not run: it needs 3 devices of its own and --gpus gives 2" in r.err
+    assert [x["claim"] for x in json.loads(r.out)["receipts"]] == ["narrow"]
