@@ -112,8 +112,9 @@ def test_readme_lists_the_commands_that_take_server() -> None:
 
 
 def test_deploy_mounts_the_key_secret_so_the_runner_accepts_it(tmp_path: Path) -> None:
-    """docs/deploy.md's Kubernetes Job mounts the runner key 0400: the runner loads
-    a key of that mode and refuses Kubernetes' default 0644."""
+    """docs/deploy.md's Kubernetes Job mounts the runner key 0400, written in decimal
+    (256): YAML 1.2 reads `0400` as 400 (= 0620). The runner loads a key of that mode
+    and refuses Kubernetes' default 0644."""
     import os
 
     from ledger.errors import UsageError
@@ -121,7 +122,8 @@ def test_deploy_mounts_the_key_secret_so_the_runner_accepts_it(tmp_path: Path) -
 
     text = (ROOT / "docs" / "deploy.md").read_text()
     secrets = re.findall(r"secret: \{([^}]*)\}", text)
-    assert secrets and all("defaultMode: 0400" in s for s in secrets)
+    modes = [re.search(r"defaultMode: (\d+)\b", s) for s in secrets]
+    assert secrets and all(m is not None and m.group(1) == str(0o400) for m in modes), secrets
     keys = KeyDir(tmp_path / "keys")
     keys.create("runner")
     f = keys.file("runner")
