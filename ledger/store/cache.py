@@ -49,6 +49,7 @@ class EntryCache:
             self._items.clear()
 
 
-ENTRIES = EntryCache(50_000)
+ENTRIES = EntryCache(10_000)
 """Process-wide: every `Store` of the process shares it (a server, a CLI call).
-50,000 parsed receipts take a few hundred MB at most; a question keeps tens."""
+A parsed receipt takes about 12 KB (more with many measurements), so this
+is about 120 MB at most; a question keeps tens to hundreds."""
