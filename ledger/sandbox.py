@@ -151,7 +151,7 @@ def render(policy: SandboxPolicy, argv: Sequence[str], *, bwrap: str) -> list[st
     """The bubblewrap command line that runs ``argv`` under ``policy``.
 
     Order matters (later mounts cover earlier ones): the whole file system
-    read-only, a minimal /dev with the GPUs, a /proc, the hidden paths, then what
+    read-only, a minimal /dev with the GPUs, the hidden paths, then what
     is re-exposed inside them, then the hidden paths again wherever a re-exposed
     folder contains one, so a secret is hidden whatever folder it lies in."""
     out = [bwrap, "--die-with-parent", "--cap-drop", "ALL", "--ro-bind", "/", "/"]
@@ -160,7 +160,9 @@ def render(policy: SandboxPolicy, argv: Sequence[str], *, bwrap: str) -> list[st
         out += ["--dev-bind", d, d]
     if policy.shm is not None:
         out += ["--bind", policy.shm, "/dev/shm"]
-    out += ["--proc", "/proc"]
+    # /proc stays the host's (bound with /): the sandbox shares the host's pid
+    # namespace (docs/security.md), and a fresh procfs would need rights a container
+    # may not grant; another process's entries stay closed without capabilities.
     hidden = [h for h in policy.hidden if os.path.lexists(h)]
     for h in hidden:
         out += _hide(h)

@@ -106,6 +106,12 @@ def test_a_process_under_the_policy_reaches_nothing_it_should_not(tmp_path: Path
     outside.mkdir()
     env = {**os.environ, "LEDGER_KEYS": str(keys), "LEDGER_TOKEN": "tok-123"}
     box = resolve("auto", environ=env, hide=[keys])
+    # A process outside, as the qualifier is, with a token in its environment.
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys; sys.stdin.read()"],
+        stdin=subprocess.PIPE,
+        env={**os.environ, "LEDGER_TOKEN": "tok-in-proc"},
+    )
     with socket.socket() as listener:
         listener.bind(("127.0.0.1", 0))
         listener.listen(1)
@@ -123,6 +129,10 @@ try:
     socket.create_connection(("127.0.0.1", {port}), timeout=2); out.append("connected")
 except OSError: pass
 out += [k for k in os.environ if k.startswith("LEDGER_")]
+for f in ("environ", "mem", "cwd/x"):
+    try:
+        open(f"/proc/{holder.pid}/{{f}}", "rb").read(64); out.append("proc-" + f)
+    except OSError: pass
 open({str(scratch / "ok")!r}, "w").write("fine")
 print(" ".join(out) or "nothing")
 """
@@ -130,6 +140,9 @@ print(" ".join(out) or "nothing")
             box.policy(scratch=scratch), [sys.executable, "-c", probe], env
         )
         done = subprocess.run(argv, env=child_env, capture_output=True, text=True, timeout=60)
+    assert holder.stdin is not None
+    holder.stdin.close()
+    holder.wait()
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "nothing"
     assert (scratch / "ok").read_text() == "fine" and not (outside / "x").exists()
