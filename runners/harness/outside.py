@@ -46,6 +46,14 @@ def _rss(pid: int) -> int | None:
     return None
 
 
+_RSS = "resident set (VmRSS) of the claim process"
+
+
+def _device_used() -> int | None:
+    got = nvml.devices_used()
+    return None if got is None else sum(got[0].values())
+
+
 def claim_pid(launched: int, marker: Path) -> int | None:
     """The claim process of a rank started as ``launched``: the forked worker named
     in ``marker``, else the first process below the sandbox's launcher."""
@@ -76,6 +84,9 @@ class OutsideView:
     gpu: list[int | None] = field(default_factory=list)
     claim_pids: list[int | None] = field(default_factory=list)
     """Each rank's claim process as last seen."""
+    device_before: int | None = None
+    """Device used memory (NVML, all GPUs) before the claim started."""
+    device_peak: int | None = None
     samples: int = 0
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
@@ -84,6 +95,7 @@ class OutsideView:
         self.rss = [0 for _ in self.launched]
         self.gpu = [None for _ in self.launched]
         self.claim_pids = [None for _ in self.launched]
+        self.device_before = _device_used()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
         return self
@@ -100,7 +112,21 @@ class OutsideView:
                 self.rss[rank] = max(self.rss[rank], rss)
             if used is not None and pid in used:
                 self.gpu[rank] = max(self.gpu[rank] or 0, used[pid])
+        dev = _device_used()
+        if dev is not None:
+            self.device_peak = max(self.device_peak or 0, dev)
         self.samples += 1
+
+    def cuda_seen(self, rank: int) -> tuple[int, str] | None:
+        """The GPU figure for ``rank`` and what it is: NVML's per-process memory of the
+        claim process, else (one rank, NVML not showing its pid, as in some
+        containers) the device's used memory above its level before the claim."""
+        if self.gpu[rank]:
+            return self.gpu[rank] or 0, "NVML per-process GPU memory of the claim process"
+        if len(self.launched) == 1 and self.device_before is not None and self.device_peak:
+            seen = self.device_peak - self.device_before
+            return seen, "NVML device used memory above its level before the claim"
+        return None
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -120,14 +146,13 @@ def bound(
     outcome whose report is below it beyond the slack becomes inconclusive."""
     for r in results:
         cuda = r.scope.get("device_kind") == "cuda"
-        seen = view.gpu[rank] if cuda else view.rss[rank]
-        if seen is None or seen == 0:
-            continue  # nothing observable from outside (no NVML pid, no /proc)
-        what = "NVML per-process GPU memory" if cuda else "resident set (VmRSS)"
+        got_seen = view.cuda_seen(rank) if cuda else (view.rss[rank], _RSS)
+        if got_seen is None or got_seen[0] <= 0:
+            continue  # nothing observable from outside (no NVML, no /proc)
+        seen, what = got_seen
         slack = CUDA_SLACK_BYTES if cuda else CPU_SLACK_BYTES
         r.measurements["outside_peak_bytes"] = seen
-        basis = f"{what} of the claim process ({view.samples} samples)"
-        r.measurements["outside_peak_basis"] = basis
+        r.measurements["outside_peak_basis"] = f"{what} ({view.samples} samples)"
         got = r.measurements.get(REPORTED)
         reported = got if isinstance(got, int) and not isinstance(got, bool) else 0
         if seen > reported + slack and r.outcome in ("passed", "failed"):

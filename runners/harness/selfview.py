@@ -41,8 +41,12 @@ def peak_bytes() -> int:
 
         pool = max(_high[0], int(torch.cuda.max_memory_reserved()))
         used = (nvml.pids_used() or {}).get(_pid())
-        outside = 0 if used is None else max(0, used - int(torch.cuda.memory_reserved()))
-        return pool + outside
+        if used is None:
+            # NVML does not show this pid (a container): the device's used memory,
+            # the process having the device to itself while the claim runs.
+            free, total = torch.cuda.mem_get_info()
+            used = total - free
+        return pool + max(0, used - int(torch.cuda.memory_reserved()))
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 

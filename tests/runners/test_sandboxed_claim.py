@@ -131,3 +131,39 @@ def test_a_claim_gets_the_network_only_when_it_says_so(tmp_path: Path) -> None:
                 network=network,
             )
             assert said in msgs, msgs
+
+
+def test_on_cuda_the_bound_is_nvml_per_process_else_the_device_above_its_level() -> None:
+    """The CUDA decision, with the figures NVML would give (no GPU needed)."""
+    from runners.harness.outside import CUDA_SLACK_BYTES, OutsideView, bound
+    from runners.result import CleanupProof
+
+    def result(reported: int) -> CheckResult:
+        return CheckResult(
+            claim="c",
+            check="cleanup",
+            check_version="1",
+            params={},
+            scope={"device_kind": "cuda"},
+            outcome="passed",
+            reason=None,
+            measurements={REPORTED: reported},
+            observer="off",
+            cleanup=CleanupProof(complete=True),
+        )
+
+    gib = 1024**3
+    view = OutsideView([1], [Path("/nonexistent")], gpu=[3 * gib], device_before=0)
+    honest, liar = result(3 * gib - CUDA_SLACK_BYTES), result(gib)
+    bound([honest, liar], view, 0, say=lambda _m: None)
+    assert honest.outcome == "passed" and liar.outcome == "inconclusive"
+    assert liar.reason is not None and f"saw {3 * gib} bytes" in liar.reason
+    assert "per-process" in str(liar.measurements["outside_peak_basis"])
+    # NVML does not show the pid: the device's used memory above its level before.
+    view = OutsideView(
+        [1], [Path("/nonexistent")], gpu=[None], device_before=gib, device_peak=5 * gib
+    )
+    liar = result(gib)
+    bound([liar], view, 0, say=lambda _m: None)
+    assert liar.outcome == "inconclusive" and liar.measurements["outside_peak_bytes"] == 4 * gib
+    assert "device used memory" in str(liar.measurements["outside_peak_basis"])
