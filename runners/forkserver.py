@@ -31,6 +31,7 @@ holds the GPU memory, for the exit proof).
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import json
 import os
 import runpy
@@ -385,7 +386,19 @@ def _reap(running: dict[int, tuple[socket.socket, Any]], learn: bool = True) -> 
                 _import_modules(json.loads(Path(names).read_text()))
 
 
+_PR_SET_CHILD_SUBREAPER = 36
+
+
+def _adopt_orphans() -> None:
+    """Become the subreaper of every claim process: what one leaves running (even
+    after leaving its process group) stays below this server, where the parent
+    looks for it after the claim."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+
+
 def _serve(path: str) -> int:
+    _adopt_orphans()
     doc = json.loads(sys.stdin.read() or "[]")
     ready = _preload(doc)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)

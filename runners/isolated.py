@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import os
 import shutil
+import signal
 import sys
 import tempfile
 import threading
@@ -28,7 +30,8 @@ from runners.checks.cleanup import decide as cleanup_verdict
 from runners.forkserver import ForkServer
 from runners.harness import child, nvml
 from runners.harness.launch import RankExit, RankGroup
-from runners.harness.outside import REPORTED, OutsideView, bound
+from runners.harness.outside import REPORTED, OutsideView, bound, claim_pid
+from runners.harness.processes import descendants, proc_table
 from runners.harness.proofs import CUDA_TOLERANCE_BYTES
 from runners.preload import note_learned
 from runners.ranks import merge_ranks
@@ -370,6 +373,8 @@ def run_claim_isolated(
             view.stop()
             # Also on Ctrl-C: no rank outlives the claim.
             stopped = group.stop()
+        if fork_server is not None and world_size == 1:
+            stopped.append(_nothing_left_under(fork_server))
         exits = group.exits()
         # The process that held the GPU memory is not the launcher: a forked worker
         # (its pid written by the client) or the command below the sandbox.
@@ -447,6 +452,27 @@ def run_claim_isolated(
     finally:
         stack.close()
         shutil.rmtree(work, ignore_errors=True)
+
+
+def _nothing_left_under(server: ForkServer) -> ReleasedResource:
+    """The parent's own look below the fork server once the claim ended: a claim
+    process that never joined the claim's process group (the server runs the pull
+    request's code too) would still be running there."""
+    table = proc_table() or {}
+    root = claim_pid(server.proc.pid, Path("/nonexistent"))
+    below = {} if root is None else descendants(root, table)
+    left_pids = sorted(p for p, i in below.items() if i.state != "Z")
+    left = [f"pid {p} ({below[p].comm})" for p in left_pids]
+    for p in left_pids:
+        with contextlib.suppress(OSError):
+            os.kill(p, signal.SIGKILL)
+    seen = f"still running below the fork server (pid {root}): {', '.join(left)}; sent SIGKILL"
+    return ReleasedResource(
+        kind="process",
+        id=f"below-fork-server:{root}",
+        released=not left,
+        proof=seen if left else f"no process below the fork server (pid {root}) in /proc",
+    )
 
 
 def _bounded(

@@ -167,3 +167,37 @@ def test_on_cuda_the_bound_is_nvml_per_process_else_the_device_above_its_level()
     bound([liar], view, 0, say=lambda _m: None)
     assert liar.outcome == "inconclusive" and liar.measurements["outside_peak_bytes"] == 4 * gib
     assert "device used memory" in str(liar.measurements["outside_peak_basis"])
+
+
+# Leaves a process running that left the claim's process group (setsid, double fork).
+ESCAPER = """
+import os, time
+from runners.workloads.moe import make_workload as _make
+
+def make_workload(**params):
+    pid = os.fork()
+    if pid == 0:
+        os.setsid()
+        if os.fork() == 0:
+            time.sleep(120)
+        os._exit(0)
+    os.waitpid(pid, 0)
+    return _make(**params)
+"""
+
+
+def test_a_process_left_below_the_fork_server_is_named_ended_and_incomplete(
+    tmp_path: Path,
+) -> None:
+    from runners.forkserver import ForkServer
+    from runners.harness.child import env as child_env
+
+    (tmp_path / "escaper.py").write_text(ESCAPER)
+    server = ForkServer.start([(str(tmp_path), "escaper:make_workload")], child_env())
+    try:
+        [r] = _run(tmp_path, "escaper:make_workload", artifact_dir=None, fork_server=server)
+    finally:
+        server.close()
+    [below] = [x for x in r.cleanup.resources if x.id.startswith("below-fork-server:")]
+    assert not below.released and "still running below the fork server" in below.proof
+    assert "sent SIGKILL" in below.proof and not r.cleanup.complete
