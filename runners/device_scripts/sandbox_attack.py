@@ -211,7 +211,8 @@ def main(argv: list[str] | None = None) -> int:
         "control_socket_received_token": any(token.encode() in r for r in listener.received),
     }
     ok = (
-        boxed.returncode == 0
+        # Three of the plan's claims ran: the exit status is the whole plan's (1).
+        boxed.returncode in (0, 1)
         and report["outcomes"]
         and all(o == "passed" for o in report["outcomes"].values())
         and report["sandbox"] == ["bwrap"]
