@@ -33,7 +33,11 @@ import git
 
 from runners.example_repo import make_example_repo
 
-__all__ = ["ATTACK", "CLAIMS", "Listener", "attacking_pr", "main"]
+__all__ = ["ATTACK", "CLAIMS", "NOT_SECRET", "Listener", "attacking_pr", "main", "stolen"]
+
+NOT_SECRET = ("LEDGER_RUN_ID", "LEDGER_FORK_SERVERS")
+"""The ledger's variables a sandboxed process sees: a random marker and the run's own
+fork-server sockets, no secret (docs/security.md)."""
 
 CLAIMS = ("regression.24view-nograd", "cleanup.all-released", "numerics.gradient-compare")
 
@@ -143,6 +147,21 @@ def attacking_pr(repo_path: Path, attack: str) -> str:
     return sha
 
 
+def stolen(stderr: str) -> list[str]:
+    """What the attack's progress lines say it took, less the variables that are no
+    secret (`NOT_SECRET`)."""
+    out: list[str] = []
+    for line in stderr.splitlines():
+        head, sep, rest = line.partition(" stole ")
+        if "attack " not in head or not sep:
+            continue
+        text = rest.partition(" ")[2]
+        out += [
+            x[:80] for x in text.split("|") if x.strip() and x.split("=", 1)[0] not in NOT_SECRET
+        ]
+    return out
+
+
 def _ledger(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "ledger", *args], env=env, capture_output=True, text=True
@@ -199,11 +218,7 @@ def main(argv: list[str] | None = None) -> int:
         "attack_ran": [
             line.strip()[:160] for line in boxed.stderr.splitlines() if " attack " in line
         ],
-        "stole_nonzero": [
-            line.strip()[:160]
-            for line in boxed.stderr.splitlines()
-            if " attack " in line and " stole 0 " not in line
-        ],
+        "stolen": stolen(boxed.stderr),
         "exfil_files_from_sandboxed_run": arrived_files,
         "socket_connections_from_sandboxed_run": arrived_socket,
         "secrets_found_in_output_or_receipts": leaked,
@@ -216,7 +231,7 @@ def main(argv: list[str] | None = None) -> int:
         and report["outcomes"]
         and all(o == "passed" for o in report["outcomes"].values())
         and report["sandbox"] == ["bwrap"]
-        and not report["stole_nonzero"]
+        and not report["stolen"]
         and report["attack_ran"]
         and not arrived_files
         and arrived_socket == 0

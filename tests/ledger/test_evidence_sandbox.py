@@ -56,7 +56,7 @@ def test_the_attack_on_cuda_reached_nothing_and_its_control_did(run_dir: Path) -
     assert rep["ok"] is True and rep["device"] == "cuda"
     assert rep["device_kind"] == ["cuda"] and rep["sandbox"] == ["bwrap"]
     assert set(rep["outcomes"].values()) == {"passed"}
-    assert rep["attack_ran"] and rep["stole_nonzero"] == []
+    assert rep["attack_ran"] and rep["stolen"] == []
     assert rep["exfil_files_from_sandboxed_run"] == []
     assert rep["socket_connections_from_sandboxed_run"] == 0
     assert rep["secrets_found_in_output_or_receipts"] == []

@@ -20,7 +20,13 @@ from pathlib import Path
 import git
 import pytest
 
-from runners.device_scripts.sandbox_attack import ATTACK, CLAIMS, Listener, attacking_pr
+from runners.device_scripts.sandbox_attack import (
+    ATTACK,
+    CLAIMS,
+    Listener,
+    attacking_pr,
+    stolen,
+)
 from runners.example_repo import make_example_repo
 from tests.ledger.helpers import run
 
@@ -63,7 +69,7 @@ def test_an_attacking_pull_request_reaches_nothing_and_honest_claims_pass(
     # The attack ran where the pull request's code runs, and found nothing.
     assert "attack import:forkserver.py" in r.err
     assert "attack setup:isolated.py" in r.err
-    assert "stole 0 " in r.err and "stole 1" not in r.err
+    assert " stole " in r.err and stolen(r.err) == []
     # Nothing arrived anywhere: not outside the scratch folder, not over loopback,
     # not in the progress lines, the receipts or the artifacts.
     assert list(out.iterdir()) == [] and listener.received == []
