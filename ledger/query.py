@@ -34,6 +34,7 @@ from ledger.verify.logged import standing
 
 __all__ = [
     "Evidence",
+    "history_answer",
     "history_document",
     "load_evidence",
     "query_history",
@@ -147,6 +148,15 @@ def query_status(
 def query_history(store: Store, q: Identity) -> list[HistoryItem]:
     receipts, reviews = load_evidence(store, q.revision)
     return history(receipts, reviews)
+
+
+def history_answer(store: Store, q: Identity) -> dict[str, Any]:
+    """What `ledger history --json` prints: the history document, with the
+    entries that bear on it but cannot be read named under `problems`."""
+    ev = read_evidence(store, q.revision)
+    doc = history_document(q, history(ev.receipts, ev.reviews))
+    doc["problems"] = list(ev.unreadable)
+    return doc
 
 
 def history_document(q: Identity, items: Sequence[HistoryItem]) -> dict[str, Any]:

@@ -141,7 +141,7 @@ def history(
     as_json: bool,
 ) -> None:
     """Every statement and review about a revision, in log order; superseded ones marked."""
-    from ledger.query import history_document, query_history
+    from ledger.query import history_answer
     from ledger.render import render_history, terminal_width
 
     q = _identity(repo, rev, pr, plan, offline, base)
@@ -151,11 +151,13 @@ def history(
 
         doc = fetch_history(server, question_of(q, [], {}))
     else:
-        doc = history_document(q, query_history(open_store(db), q))
+        doc = history_answer(open_store(db), q)
     if as_json:
         emit_json(doc)
     else:
         click.echo(render_history(doc["subject"], doc["entries"], width=terminal_width()), nl=False)
+        for problem in doc.get("problems", []):
+            click.echo(f"problem: {problem}")
 
 
 @click.command()

@@ -24,7 +24,7 @@ from pydantic import ValidationError
 
 from ledger.errors import Error, InputError, NotFoundError, RefusedError, first_validation_error
 from ledger.qualification.plan import Plan
-from ledger.query import history_document, query_history, query_status
+from ledger.query import history_answer, query_status
 from ledger.repoid import canonical_repo
 from ledger.revision import Revision
 from ledger.service.answers import Answers
@@ -122,8 +122,7 @@ def history_from_question(
     store: Store, doc: dict[str, Any], answers: Answers | None = None
 ) -> dict[str, Any]:
     def compute() -> dict[str, Any]:
-        q = _identity(doc)
-        return history_document(q, query_history(store, q))
+        return history_answer(store, _identity(doc))
 
     return _answer(store, answers, ("history", _key(doc)), compute)
 
@@ -242,6 +241,6 @@ def history_from_query(
     store: Store, q: dict[str, str], mirrors: Sequence[Path] = (), answers: Answers | None = None
 ) -> dict[str, Any]:
     def judge(ident: Identity) -> dict[str, Any]:
-        return history_document(ident, query_history(store, ident))
+        return history_answer(store, ident)
 
     return _from_query("history-get", store, q, mirrors, answers, judge)

@@ -188,6 +188,18 @@ def test_an_unreadable_body_is_a_problem_of_the_answer(
         (problem,) = doc["problems"]
         assert problem.startswith(f"entry 2 ({org.asked[0][:19]}) cannot be read: "), problem
         assert "ledger audit" in problem
+    # History names it too, wherever it is asked.
+    where = ("--repo", str(org.repo.working_tree_dir), "--pr", str(PR), "--offline")
+    r = httpx.get(f"{org.server.url}/v1/history", params={"repo": name(ASKED), "pr": str(PR)})
+    for hist in (
+        json.loads(run(capsys, "history", *where, "--json").out),
+        json.loads(run(capsys, "history", *where, "--json", "--server", org.server.url).out),
+        r.json(),
+    ):
+        (problem,) = hist["problems"]
+        assert problem.startswith(f"entry 2 ({org.asked[0][:19]}) cannot be read: "), problem
+        assert org.asked[0] not in {e["id"] for e in hist["entries"]}
+    assert "problem: entry 2 (" in run(capsys, "history", *where).out
     table = run(
         capsys, "status", "--repo", str(org.repo.working_tree_dir), "--pr", str(PR), "--offline"
     )
