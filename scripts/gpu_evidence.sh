@@ -45,7 +45,7 @@ if [ "$MODE" = fleet ]; then
   # FLEET_SANDBOX=none where bubblewrap cannot run (receipts then say sandbox=none).
   T0=$(date +%s%N)
   set +e
-  timeout 330 python3 -m ledger qualify --rev HEAD --repo /tmp/qwen3 --profile h200 \
+  timeout 300 python3 -m ledger qualify --rev HEAD --repo /tmp/qwen3 --profile h200 \
     --device cuda --gpus all --key h200-fleet --sandbox "${FLEET_SANDBOX:-auto}" --json \
     > "$F/qualify.json" 2> "$F/qualify.log"
   RC=$?
@@ -67,7 +67,7 @@ PY
   python3 -m ledger keys export h200-fleet > "$F/runner.pub.pem"
   python3 -m ledger status --rev HEAD --repo /tmp/qwen3 > "$F/status.txt" 2>&1 || true
   python3 -m ledger audit > "$F/audit.txt" 2>&1 || true
-  timeout 240 python3 benchmarks/qualify_overhead.py --workload qwen3 --size h200 \
+  timeout 200 python3 benchmarks/qualify_overhead.py --workload qwen3 --size h200 \
     --device cuda --claims 2 --json > "$F/qualify_overhead_qwen3.json" \
     2> "$F/qualify_overhead_qwen3.log" || echo "overhead exit $?" >> "$F/qualify_overhead_qwen3.log"
   rm -rf /tmp/keys-fleet
