@@ -135,6 +135,11 @@ class SandboxPolicy:
     shm: str | None = None
     """A folder mounted as /dev/shm, shared by the ranks of one claim; None: private."""
     chdir: str | None = None
+    proc: bool = True
+    """Mount a fresh procfs (of the host's pid namespace, so pids keep their meaning)
+    at /proc. The host's /proc, bound read-only with /, makes the CUDA driver's
+    initialisation fail (error 304, seen on an H200 host); False only where this
+    host refuses the mount (`resolve` probes it)."""
 
     def with_(self, **changes: object) -> SandboxPolicy:
         return replace(self, **changes)  # type: ignore[arg-type]
@@ -160,9 +165,11 @@ def render(policy: SandboxPolicy, argv: Sequence[str], *, bwrap: str) -> list[st
         out += ["--dev-bind", d, d]
     if policy.shm is not None:
         out += ["--bind", policy.shm, "/dev/shm"]
-    # /proc stays the host's (bound with /): the sandbox shares the host's pid
-    # namespace (docs/security.md), and a fresh procfs would need rights a container
-    # may not grant; another process's entries stay closed without capabilities.
+    # The sandbox shares the host's pid namespace (docs/security.md), so a fresh
+    # procfs shows the same pids; another process's entries stay closed without
+    # capabilities either way.
+    if policy.proc:
+        out += ["--proc", "/proc"]
     hidden = [h for h in policy.hidden if os.path.lexists(h)]
     for h in hidden:
         out += _hide(h)
@@ -260,9 +267,9 @@ def find_bwrap() -> str | None:
 
 
 @functools.cache
-def _works(bwrap: str) -> str | None:
+def _works(bwrap: str, proc: bool = True) -> str | None:
     """None when bubblewrap can build our sandbox here, else why not."""
-    probe = render(SandboxPolicy(hidden=("/tmp",)), ["/bin/true"], bwrap=bwrap)
+    probe = render(SandboxPolicy(hidden=("/tmp",), proc=proc), ["/bin/true"], bwrap=bwrap)
     try:
         done = subprocess.run(probe, capture_output=True, text=True, timeout=30, check=False)
     except (OSError, subprocess.TimeoutExpired) as e:
@@ -351,6 +358,9 @@ def resolve(
             "code unsandboxed (recorded as sandbox=none)"
         )
     why = _works(bwrap)
+    # A host that refuses a fresh procfs still gets a sandbox, over its own /proc.
+    proc = why is None or _works(bwrap, proc=False) is not None
+    why = why if proc else None
     if why is not None:
         raise UsageError(
             f"--sandbox {mode}: bubblewrap ({bwrap}) cannot build the sandbox here: {why}; "
@@ -362,6 +372,7 @@ def resolve(
         hidden=tuple(secret_paths(environ, hide)),
         env=tuple(sorted(passed_env(environ, allowed_env, python_path=py_path).items())),
         devices=gpu_devices(),
+        proc=proc,
     )
     return Sandbox("bwrap", bwrap, base)
 

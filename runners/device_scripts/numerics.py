@@ -153,7 +153,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
             doc = json.loads(got.stdout) if got.stdout.strip() else {}
             (out / f"qualify-{case.name}.log").write_text(got.stderr[-20000:])
-        except subprocess.TimeoutExpired:
+        except subprocess.TimeoutExpired as e:
+            # What it printed before the limit says where the case spent its time.
+            said = e.stderr.decode() if isinstance(e.stderr, bytes) else (e.stderr or "")
+            (out / f"qualify-{case.name}.log").write_text(said[-20000:] + "\n(case timed out)\n")
             doc = {}
         row: dict[str, Any] = {
             "case": case.name,

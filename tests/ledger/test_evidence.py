@@ -82,6 +82,8 @@ def test_the_run_ledger_audits_clean(
 ) -> None:
     db = tmp_path / "ledger.db"
     shutil.copy(run_dir / "ledger.db", db)
+    if (run_dir / "artifacts").is_dir():  # the artifact store beside the database
+        shutil.copytree(run_dir / "artifacts", tmp_path / "artifacts")
     r = run(capsys, "audit", "--db", str(db), "--json")
     assert r.code == 0, r.out
     assert json.loads(r.out)["ok"] is True

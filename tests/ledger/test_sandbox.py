@@ -196,3 +196,11 @@ def test_the_plan_says_what_the_sandbox_must_be_and_may_pass() -> None:
         parse_plan('[runner]\nsandbox = "maybe"\n' + claims)
     with pytest.raises(InputError, match=r"runner\.user: unknown key"):
         parse_plan('[runner]\nuser = "x"\n' + claims)
+
+
+def test_a_fresh_procfs_unless_the_host_refuses_it() -> None:
+    # The host's /proc, read-only under the bound /, made CUDA's initialisation fail
+    # with error 304 on an H200 host; a fresh procfs of the same pid namespace works.
+    argv = render(SandboxPolicy(), ["true"], bwrap="bwrap")
+    assert argv[argv.index("--proc") + 1] == "/proc"
+    assert "--proc" not in render(SandboxPolicy(proc=False), ["true"], bwrap="bwrap")
