@@ -54,6 +54,8 @@ def test_qualify_leaves_imported_and_command_claims_to_import_and_run() -> None:
         "[[claims]]\nname = 'art.spool'\ncheck = 'import-admission-events'\n"
         "[[claims]]\nname = 'suite.cmd'\ncheck = 'command'\n"
     )
-    assert [c.name for c in _asked(plan, [], check_names(), params_error)] == ["cleanup.all"]
+    asked, skipped = _asked(plan, [], check_names(), params_error)
+    assert [c.name for c in asked] == ["cleanup.all"]
+    assert [c.name for c, _ in skipped] == ["suite.junit", "art.spool", "suite.cmd"]
     with pytest.raises(InputError, match="recorded by `ledger import`"):
         _asked(plan, ["suite.junit"], check_names(), params_error)

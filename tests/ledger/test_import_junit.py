@@ -121,6 +121,11 @@ def test_ledger_run_and_import_agree_on_the_same_suite(
         str(ready.working_tree_dir),
         "--key",
         "runner",
+        # The suite lives outside the repository, where a sandbox would (rightly) hide
+        # it: this compares pytest's meaning through run and import; the sandbox around
+        # `ledger run` has tests of its own (test_sandbox_attack.py).
+        "--sandbox",
+        "none",
         "--",
         sys.executable,
         "-m",
