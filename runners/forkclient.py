@@ -9,6 +9,7 @@ signal, as a spawned child would; a refusal runs the module here instead).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import runpy
@@ -49,7 +50,9 @@ def main(argv: list[str]) -> int:
     rc = int(json.loads(line)["rc"]) if line else 1
     if rc < 0:
         # Die of the same signal, so the parent sees what a spawned child shows.
-        signal.signal(-rc, signal.SIG_DFL)
+        # SIGKILL and SIGSTOP take no handler (their disposition is always the default).
+        with contextlib.suppress(OSError, ValueError):
+            signal.signal(-rc, signal.SIG_DFL)
         os.kill(os.getpid(), -rc)
     return rc
 
