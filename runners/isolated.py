@@ -461,7 +461,11 @@ def _nothing_left_under(server: ForkServer) -> ReleasedResource:
     table = proc_table() or {}
     root = claim_pid(server.proc.pid, Path("/nonexistent"))
     below = {} if root is None else descendants(root, table)
-    left_pids = sorted(p for p, i in below.items() if i.state != "Z")
+    # Claims run side by side from one server (--gpus): a process in the group of a
+    # client still running outside the server is another claim's worker, not this
+    # claim's leftover (that claim's own look names what it leaves).
+    live_clients = {p for p, i in table.items() if p not in below and p != root and i.state != "Z"}
+    left_pids = sorted(p for p, i in below.items() if i.state != "Z" and i.pgid not in live_clients)
     left = [f"pid {p} ({below[p].comm})" for p in left_pids]
     for p in left_pids:
         with contextlib.suppress(OSError):
