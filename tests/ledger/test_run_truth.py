@@ -133,9 +133,15 @@ def test_the_scope_names_the_commands_interpreter_not_ledgers(
     r = _run(
         capsys, ready, "--claim", "suite.acceptance", "--rev", "main", "--", "python", "-c", "1"
     )
-    from ledger.environment import packages_digest
-
-    assert _shown(capsys, r)["scope"]["packages_digest"] == packages_digest()
+    # Computed in a fresh interpreter: this test process's own sys.path carries what
+    # earlier tests added to it (workload repositories), which the command never sees.
+    own_digest = subprocess.run(
+        [sys.executable, "-c", "from ledger.environment import packages_digest as d; print(d())"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    assert _shown(capsys, r)["scope"]["packages_digest"] == own_digest
 
 
 def test_every_input_is_checked_before_the_command_starts(
