@@ -11,7 +11,9 @@ if [ ! -x .venv/bin/ledger ]; then
   .venv/bin/python -m pip install -q --upgrade pip
   # CPU build of torch first; a plain torch requirement would pull a CUDA build.
   .venv/bin/python -m pip install -q "torch==2.13.0" || .venv/bin/python -m pip install -q "torch>=2.4,<2.15"
-  .venv/bin/python -m pip install -q -e '.[runners,postgres]'
+  # `sandbox`: a static bwrap, for machines without Debian's bubblewrap (the pull
+  # request's code runs sandboxed; qualify refuses rather than run it unsandboxed).
+  .venv/bin/python -m pip install -q -e '.[runners,postgres,sandbox]'
 fi
 # shellcheck disable=SC1091
 . .venv/bin/activate
