@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import os
 import sys
-import time
+import signal
 from runners.workloads.moe import make_workload as _make
 
 TINY = {"d_model": 32, "n_layers": 1, "n_experts": 4, "d_ff": 32, "vocab": 64}
@@ -59,7 +59,7 @@ class Probe:
         if self.mode == "hang":
             # A progress line (relayed by qualify) once the note is written.
             print("\x1eprogress probe: hanging now", file=sys.stderr, flush=True)
-            time.sleep(3600)
+            signal.pause()  # blocks until the claim's deadline kills it
         if self.mode == "crash":
             os.kill(os.getpid(), 9)
         self.inner.setup(device, seed)

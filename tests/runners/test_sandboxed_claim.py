@@ -171,7 +171,7 @@ def test_on_cuda_the_bound_is_nvml_per_process_else_the_device_above_its_level()
 
 # Leaves a process running that left the claim's process group (setsid, double fork).
 ESCAPER = """
-import os, time
+import os, signal
 from runners.workloads.moe import make_workload as _make
 
 def make_workload(**params):
@@ -179,7 +179,7 @@ def make_workload(**params):
     if pid == 0:
         os.setsid()
         if os.fork() == 0:
-            time.sleep(120)
+            signal.pause()  # until the parent's look below the server kills it
         os._exit(0)
     os.waitpid(pid, 0)
     return _make(**params)
