@@ -28,10 +28,7 @@ The observer, when on, instruments this (parent) process only, not the arms.
 
 from __future__ import annotations
 
-import json
 import math
-import os
-import subprocess
 import time
 from dataclasses import dataclass, field
 from functools import partial
@@ -41,11 +38,10 @@ from typing import Any, Literal
 import torch
 
 from runners.checks import noise, precision, routing
+from runners.checks.arms import finish_arm, start_arm
 from runners.checks.context import CheckContext, Session, Verdict
 from runners.checks.execute import execute
 from runners.checks.params import CheckParams
-from runners.forkserver import client_argv
-from runners.harness import child
 from runners.names import GRADIENT_COMPARE
 from runners.result import CheckResult, Json
 
@@ -177,95 +173,9 @@ _ARM_KEYS = (
 """What each arm reports that the result records, as ``{arm}_{key}``."""
 
 
-@dataclass(slots=True)
-class _Arm:
-    name: str
-    popen: subprocess.Popen[bytes]
-    out_dir: Path
-
-
-def _start_arm(
-    sess: Session,
-    arm: str,
-    root: Path,
-    wparams: dict[str, Json],
-    p: Params,
-    work: Path,
-    extra: dict[str, Json] | None = None,
-) -> _Arm:
-    ctx = sess.ctx
-    out_dir = work / arm
-    out_dir.mkdir()
-    spec = {
-        "arm": arm,
-        "root": str(root),
-        "ref": ctx.workload_ref,
-        "params": wparams,
-        "device": str(sess.device),
-        "seed": sess.seed,
-        "warn_only": p.deterministic_warn_only,
-        "batch": p.batch,
-        "seq": p.seq,
-        "out_dir": str(out_dir),
-        **(extra or {}),
-    }
-    spec_path = out_dir / "spec.json"
-    child.write_request(spec_path, spec)
-    # The arm forks from the fork server of its own tree (torch and that tree's workload
-    # already imported) when `ledger qualify` runs one; else a fresh interpreter.
-    sock = _fork_server_for(root)
-    how = "forked from its tree's fork server" if sock else "fresh interpreter"
-    sess.progress(f"gradient arm {arm}: {ctx.workload_ref} from {root} ({how})")
-    result = out_dir / "arm.json"
-    argv = (
-        client_argv(sock, "runners.checks.grad_arm", spec_path, result)
-        if sock
-        else child.argv("runners.checks.grad_arm", spec_path, result)
-    )
-    with open(out_dir / "arm.log", "wb") as log:
-        # Its own process group in this session, so the forked arm can join it and the
-        # registry's group kill reaches it.
-        popen: subprocess.Popen[bytes] = subprocess.Popen(
-            argv,
-            process_group=0,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env=child.env(),
-            cwd=str(out_dir),
-        )
-    sess.registry.own_popen(popen, group=True)
-    return _Arm(name=arm, popen=popen, out_dir=out_dir)
-
-
-def _fork_server_for(root: Path) -> str | None:
-    """The socket of a fork server preloaded from ``root`` (``LEDGER_FORK_SERVERS``)."""
-    try:
-        servers = json.loads(os.environ.get("LEDGER_FORK_SERVERS") or "{}")
-        sock = servers.get(str(root)) if isinstance(servers, dict) else None
-    except ValueError:
-        return None
-    return str(sock) if sock and Path(str(sock)).exists() else None
-
-
-def _finish_arm(arm: _Arm, deadline: float) -> dict[str, Any]:
-    try:
-        rc: int | None = arm.popen.wait(timeout=max(0.1, deadline - time.monotonic()))
-    except subprocess.TimeoutExpired:
-        rc = None  # the registry stops it when the check ends
-    pid = arm.popen.pid
-    forked = arm.out_dir / "arm.json.pid"  # a forked arm: the process that ran it
-    if forked.is_file():
-        pid = int(forked.read_text())
-    info: dict[str, Any] = {"returncode": rc, "pid": pid}
-    got = None if rc is None else child.read_result(arm.out_dir / "arm.json")
-    if rc is None:
-        info["status"] = "timeout"
-    elif got is not None:
-        info.update(got)
-    else:
-        info["status"] = "no-result"
-        info["log_tail"] = (arm.out_dir / "arm.log").read_text(errors="replace")[-2000:]
-    return info
+def _settings(p: Params) -> dict[str, Json]:
+    """What every arm is told besides its tree and workload."""
+    return {"warn_only": p.deterministic_warn_only, "batch": p.batch, "seq": p.seq}
 
 
 def _body(sess: Session, p: Params) -> Verdict:
@@ -291,12 +201,13 @@ def _body(sess: Session, p: Params) -> Verdict:
         "reference": ref_spec,
         "candidate_reference": {**ref_spec, "low_precision_only": p.reference_candidate is None},
     }
+    told = _settings(p)
     if parallel:
-        started = [_start_arm(sess, n, r, wp, p, work, specs.get(n)) for n, r, wp in plan]
-        arms = {a.name: _finish_arm(a, deadline) for a in started}
+        started = [start_arm(sess, n, r, wp, told, work, specs.get(n)) for n, r, wp in plan]
+        arms = {a.name: finish_arm(a, deadline) for a in started}
     else:
         for n, r, wp in plan:
-            arms[n] = _finish_arm(_start_arm(sess, n, r, wp, p, work, specs.get(n)), deadline)
+            arms[n] = finish_arm(start_arm(sess, n, r, wp, told, work, specs.get(n)), deadline)
     skipped = arms.get("candidate_reference", {}).get("status") == "skipped"
     if skipped:
         # A float32 workload: the function part adds nothing the precision part misses.

@@ -1,0 +1,109 @@
+"""One arm of gradient-compare: a process that runs a tree's workload for one step
+and writes its gradients, forked from that tree's fork server when `ledger qualify`
+runs one (torch and the workload already imported), else a fresh interpreter."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from runners.checks.context import Session
+from runners.forkserver import client_argv
+from runners.harness import child
+from runners.result import Json
+
+__all__ = ["Arm", "finish_arm", "start_arm"]
+
+
+@dataclass(slots=True)
+class Arm:
+    name: str
+    popen: subprocess.Popen[bytes]
+    out_dir: Path
+
+
+def start_arm(
+    sess: Session,
+    arm: str,
+    root: Path,
+    wparams: dict[str, Json],
+    settings: dict[str, Json],
+    work: Path,
+    extra: dict[str, Json] | None = None,
+) -> Arm:
+    ctx = sess.ctx
+    out_dir = work / arm
+    out_dir.mkdir()
+    spec = {
+        "arm": arm,
+        "root": str(root),
+        "ref": ctx.workload_ref,
+        "params": wparams,
+        "device": str(sess.device),
+        "seed": sess.seed,
+        **settings,
+        "out_dir": str(out_dir),
+        **(extra or {}),
+    }
+    spec_path = out_dir / "spec.json"
+    child.write_request(spec_path, spec)
+    # The arm forks from the fork server of its own tree (torch and that tree's workload
+    # already imported) when `ledger qualify` runs one; else a fresh interpreter.
+    sock = _fork_server_for(root)
+    how = "forked from its tree's fork server" if sock else "fresh interpreter"
+    sess.progress(f"gradient arm {arm}: {ctx.workload_ref} from {root} ({how})")
+    result = out_dir / "arm.json"
+    argv = (
+        client_argv(sock, "runners.checks.grad_arm", spec_path, result)
+        if sock
+        else child.argv("runners.checks.grad_arm", spec_path, result)
+    )
+    with open(out_dir / "arm.log", "wb") as log:
+        # Its own process group in this session, so the forked arm can join it and the
+        # registry's group kill reaches it.
+        popen: subprocess.Popen[bytes] = subprocess.Popen(
+            argv,
+            process_group=0,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=child.env(),
+            cwd=str(out_dir),
+        )
+    sess.registry.own_popen(popen, group=True)
+    return Arm(name=arm, popen=popen, out_dir=out_dir)
+
+
+def _fork_server_for(root: Path) -> str | None:
+    """The socket of a fork server preloaded from ``root`` (``LEDGER_FORK_SERVERS``)."""
+    try:
+        servers = json.loads(os.environ.get("LEDGER_FORK_SERVERS") or "{}")
+        sock = servers.get(str(root)) if isinstance(servers, dict) else None
+    except ValueError:
+        return None
+    return str(sock) if sock and Path(str(sock)).exists() else None
+
+
+def finish_arm(arm: Arm, deadline: float) -> dict[str, Any]:
+    try:
+        rc: int | None = arm.popen.wait(timeout=max(0.1, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        rc = None  # the registry stops it when the check ends
+    pid = arm.popen.pid
+    forked = arm.out_dir / "arm.json.pid"  # a forked arm: the process that ran it
+    if forked.is_file():
+        pid = int(forked.read_text())
+    info: dict[str, Any] = {"returncode": rc, "pid": pid}
+    got = None if rc is None else child.read_result(arm.out_dir / "arm.json")
+    if rc is None:
+        info["status"] = "timeout"
+    elif got is not None:
+        info.update(got)
+    else:
+        info["status"] = "no-result"
+        info["log_tail"] = (arm.out_dir / "arm.log").read_text(errors="replace")[-2000:]
+    return info
