@@ -398,7 +398,7 @@ def _run_local(
     say: Callable[[str], None],
     done: QualifyRun,
 ) -> None:
-    from runners.forkserver import serving
+    from runners.forkserver import Spec, serving_all
     from runners.harness.child import env as child_env
     from runners.preload import learned, remember_modules
 
@@ -427,27 +427,18 @@ def _run_local(
         env = child_env()
         wrap = server_sandbox(box, run_dir, [root, base_root])
         base_pre = [(str(base_root), r.workload_ref) for r in runs if r.needs_base and base_root]
-        with (
-            serving(
-                pre["preload"],
-                env,
-                modules=pre["modules"],
-                prepare=pre["prepare"],
-                wrap=wrap,
-                sock_dir=run_dir,
-            ) as fork,
-            (
-                serving(
-                    sorted(set(base_pre)),
-                    env,
-                    modules=run_plan.preload,
-                    wrap=wrap,
-                    sock_dir=run_dir,
-                )
-                if base_pre
-                else contextlib.nullcontext(None)
-            ) as base_fork,
-        ):
+        specs = [Spec(pre["preload"], pre["modules"], pre["prepare"])]
+        if base_pre and base_root is not None:
+            # The base tree's arms reuse a model built once, like the head's.
+            prepare = [
+                (str(base_root), r.workload_ref, r.workload_params)
+                for r in runs
+                if r.needs_base and r.workload_ref
+            ]
+            specs.append(Spec(sorted(set(base_pre)), pre["modules"], prepare))
+        with serving_all(specs, env, wrap=wrap, sock_dir=run_dir) as servers:
+            fork = servers[0]
+            base_fork = servers[1] if len(servers) > 1 else None
             if fork is not None:
                 r = fork.ready
                 extra = (

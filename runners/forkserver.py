@@ -44,6 +44,7 @@ import tempfile
 import time
 import traceback
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -90,6 +91,30 @@ class ForkServer:
         socket goes (a folder the sandbox can write). ``learn=False`` (for measuring what
         preloading saves) imports nothing beyond the workloads: not `ALWAYS`, not what
         claims imported."""
+        return cls.launch(
+            preload,
+            env,
+            modules=modules,
+            prepare=prepare,
+            wrap=wrap,
+            sock_dir=sock_dir,
+            learn=learn,
+        ).wait()
+
+    @classmethod
+    def launch(
+        cls,
+        preload: list[tuple[str, str]],
+        env: dict[str, str],
+        *,
+        modules: Sequence[str] = (),
+        prepare: Sequence[Prepared] = (),
+        wrap: Wrap | None = None,
+        sock_dir: Path | None = None,
+        learn: bool = True,
+    ) -> Starting:
+        """`start` without waiting: servers launched one after the other import and
+        prepare at the same time (a pull request's base and head trees)."""
         sock = Path(tempfile.mkdtemp(prefix="ledger-fork-", dir=sock_dir)) / "s"
         env = {**env, "PYTORCH_NVML_BASED_CUDA_CHECK": "1"}
         argv = [sys.executable, "-m", "runners.forkserver", str(sock)]
@@ -102,7 +127,7 @@ class ForkServer:
             text=True,
             env=env,
         )
-        assert proc.stdin is not None and proc.stdout is not None
+        assert proc.stdin is not None
         doc = {
             "workloads": [list(x) for x in preload],
             "modules": list(modules),
@@ -111,12 +136,7 @@ class ForkServer:
         }
         proc.stdin.write(json.dumps(doc))
         proc.stdin.close()
-        line = proc.stdout.readline()
-        if not line.startswith(READY):
-            proc.kill()
-            proc.wait()
-            raise RuntimeError(f"fork server did not start: {line.strip() or 'no output'}")
-        return cls(proc, sock, json.loads(line[len(READY) :]))
+        return Starting(proc, sock)
 
     def argv(self, module: str, request: Path, result: Path) -> list[str]:
         """The client command line that runs ``python -m module request result`` forked."""
@@ -141,6 +161,38 @@ def client_argv(sock: Path | str, module: str, request: Path, result: Path) -> l
     return [*client, module, str(request), str(result)]
 
 
+class Starting:
+    """A server launched and still importing: `wait` for it to be ready."""
+
+    def __init__(self, proc: subprocess.Popen[str], sock: Path) -> None:
+        self.proc = proc
+        self.sock = sock
+
+    def wait(self) -> ForkServer:
+        """The server once it reports ready; RuntimeError (the process killed) if it
+        exits or says anything else first."""
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        if not line.startswith(READY):
+            self.kill()
+            raise RuntimeError(f"fork server did not start: {line.strip() or 'no output'}")
+        return ForkServer(self.proc, self.sock, json.loads(line[len(READY) :]))
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+
+
+@dataclass(frozen=True)
+class Spec:
+    """What one fork server preloads and prepares (`ForkServer.start`'s arguments)."""
+
+    preload: list[tuple[str, str]]
+    modules: Sequence[str] = ()
+    prepare: Sequence[Prepared] = ()
+
+
 @contextlib.contextmanager
 def serving(
     preload: list[tuple[str, str]],
@@ -153,20 +205,55 @@ def serving(
 ) -> Iterator[ForkServer | None]:
     """A fork server for the block; None (callers spawn interpreters) when it cannot start
     or ``LEDGER_FORK_SERVER=0``."""
+    with serving_all([Spec(preload, modules, prepare)], env, wrap=wrap, sock_dir=sock_dir) as s:
+        yield s[0]
+
+
+@contextlib.contextmanager
+def serving_all(
+    specs: Sequence[Spec],
+    env: dict[str, str],
+    *,
+    wrap: Wrap | None = None,
+    sock_dir: Path | None = None,
+) -> Iterator[list[ForkServer | None]]:
+    """One fork server per spec, all importing and preparing at once; each None (callers
+    spawn interpreters) when it cannot start, all None when ``LEDGER_FORK_SERVER=0``."""
     if os.environ.get("LEDGER_FORK_SERVER", "1") == "0":
-        yield None
+        yield [None] * len(specs)
         return
+    starting: list[Starting | None] = []
+    servers: list[ForkServer | None] = []
     try:
-        server = ForkServer.start(
-            preload, env, modules=modules, prepare=prepare, wrap=wrap, sock_dir=sock_dir
-        )
-    except (OSError, RuntimeError):
-        yield None
-        return
-    try:
-        yield server
+        for spec in specs:
+            try:
+                starting.append(
+                    ForkServer.launch(
+                        spec.preload,
+                        env,
+                        modules=spec.modules,
+                        prepare=spec.prepare,
+                        wrap=wrap,
+                        sock_dir=sock_dir,
+                    )
+                )
+            except OSError:
+                starting.append(None)
+        for pending in starting:
+            try:
+                servers.append(pending.wait() if pending is not None else None)
+            except (OSError, RuntimeError):
+                servers.append(None)
+        yield servers
     finally:
-        server.close()
+        for i, pending in enumerate(starting):
+            server = servers[i] if i < len(servers) else None
+            if server is not None:
+                server.close()
+            elif pending is not None:
+                pending.kill()
+                with contextlib.suppress(OSError):
+                    pending.sock.parent.rmdir()
 
 
 # -- the server side ---------------------------------------------------------
@@ -190,9 +277,22 @@ def _import_modules(names: Sequence[str]) -> tuple[list[str], list[str]]:
     return done, failed
 
 
+_THREADS = 0
+"""torch's intra-op thread count before the server pinned its own to one."""
+
+
 def _preload(doc: Any) -> dict[str, Any]:
+    global _THREADS
     t0 = time.monotonic()
     import torch
+
+    # GNU OpenMP cannot fork: once a process has run a parallel region with a pool of
+    # threads, a forked child's next parallel region waits forever for threads that
+    # were not copied. The server therefore computes on one thread (building a model in
+    # `prepare` included: torch's random init is serial anyway) and every forked worker
+    # gets the machine's count back, starting a pool of its own.
+    _THREADS = torch.get_num_threads()
+    torch.set_num_threads(1)
 
     import runners.api
     import runners.isolated  # noqa: F401
@@ -257,6 +357,8 @@ def _fresh_environment(env: Mapping[str, str]) -> None:
     if torch is not None and threads.isdigit() and int(threads) > 0:
         # The intra-op pool was sized when the server imported torch.
         torch.set_num_threads(int(threads))
+    elif torch is not None and _THREADS > 0:
+        torch.set_num_threads(_THREADS)
 
 
 def _learned(before: set[str]) -> list[str]:

@@ -16,7 +16,7 @@
 #   fleet: examples/qwen3_moe (~0.9 B parameters, bf16, --profile h200) qualified as its
 #     own repository, whole plan, with --gpus all; then the per-claim overhead of the
 #     fork server without and with its preload (benchmarks/qualify_overhead.py --size
-#     h200), written to $OUT/h200-fleet-qwen3 (checked offline by
+#     h200), packed as $OUT/evidence-fleet.tgz (h200-fleet-qwen3/, checked offline by
 #     tests/ledger/test_evidence_fleet.py)
 set -euo pipefail
 MODE=${1:-single}
@@ -31,7 +31,8 @@ if [ "$MODE" = numerics ]; then
   exit $?
 fi
 if [ "$MODE" = fleet ]; then
-  F=$OUT/h200-fleet-qwen3
+  # Written here and packed as one file: $OUT brings back a few files only.
+  F=/tmp/h200-fleet-qwen3
   rm -rf "$F" /tmp/keys-fleet /tmp/qwen3 && mkdir -p "$F/bundles"
   export LEDGER_DB=$F/ledger.db LEDGER_KEYS=/tmp/keys-fleet LEDGER_CACHE=/tmp/cache-fleet
   cp -r examples/qwen3_moe /tmp/qwen3
@@ -52,16 +53,28 @@ if [ "$MODE" = fleet ]; then
   set -e
   echo "{\"exit\": $RC, \"wall_ns\": $(( $(date +%s%N) - T0 ))}" > "$F/qualify_wall.json"
   tail -4 "$F/qualify.log"
+  # Every receipt the ledger holds for the revision (a run cut short keeps what it recorded).
+  python3 -m ledger history --rev HEAD --repo /tmp/qwen3 --json > "$F/history.json" || true
   python3 - "$F" <<'PY'
 import json, subprocess, sys
 f = sys.argv[1]
+ids = set()
+def walk(x):
+    if isinstance(x, dict):
+        if isinstance(x.get("id"), str) and x["id"].startswith("sha256:") and "seq" in x:
+            ids.add(x["id"])
+        for v in x.values():
+            walk(v)
+    elif isinstance(x, list):
+        for v in x:
+            walk(v)
 try:
-    rows = json.load(open(f"{f}/qualify.json"))["receipts"]
-except (OSError, ValueError, KeyError):
-    rows = []
-for r in rows:
-    subprocess.run([sys.executable, "-m", "ledger", "export", r["id"], "-o",
-                    f"{f}/bundles/{r['id'][7:19]}.json"], check=True)
+    walk(json.load(open(f"{f}/history.json")))
+except (OSError, ValueError):
+    pass
+for i in sorted(ids):
+    subprocess.run([sys.executable, "-m", "ledger", "export", i, "-o",
+                    f"{f}/bundles/{i[7:19]}.json"], check=True)
 PY
   python3 -m ledger keys export ledger > "$F/ledger.pub.pem"
   python3 -m ledger keys export h200-fleet > "$F/runner.pub.pem"
@@ -71,6 +84,8 @@ PY
     --device cuda --claims 2 --json > "$F/qualify_overhead_qwen3.json" \
     2> "$F/qualify_overhead_qwen3.log" || echo "overhead exit $?" >> "$F/qualify_overhead_qwen3.log"
   rm -rf /tmp/keys-fleet
+  tail -3 "$F/qualify_overhead_qwen3.log"
+  tar czf "$OUT/evidence-fleet.tgz" -C /tmp h200-fleet-qwen3
   exit 0
 fi
 E=/tmp/evidence-$MODE

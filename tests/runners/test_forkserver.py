@@ -66,3 +66,34 @@ def test_a_forked_claim_is_killed_on_timeout_and_the_server_serves_on(
     assert r.outcome == "infra-error" and "timed out after 3 s" in (r.reason or "")
     [ok] = _run(server, "cleanup", {"batch": 1, "seq": 8})
     assert ok.outcome == "passed", ok.reason
+
+
+def test_a_claim_computes_on_threads_after_the_server_did() -> None:
+    # GNU OpenMP cannot fork after a parallel region: without the server's one thread,
+    # this claim's first parallel region waits forever and the deadline kills it.
+    import torch
+
+    if torch.get_num_threads() < 2:
+        pytest.skip("one CPU thread: no thread pool to inherit")
+    ref = "tests.runners.omp_workload:make_workload"
+    s = ForkServer.start([(str(ROOT), ref)], env(), prepare=[(str(ROOT), ref, TINY)])
+    try:
+        assert s.ready["prepared"] == [ref]
+        [r] = run_claim_isolated(
+            claim="t.cleanup",
+            check="cleanup",
+            params={"batch": 1, "seq": 8},
+            repo_root=ROOT,
+            workload_ref=ref,
+            workload_params=TINY,
+            device="cpu",
+            observer_off_required=False,
+            base_root=None,
+            progress=lambda _m: None,
+            artifact_dir=None,
+            fork_server=s,
+            timeout_s=120,
+        )
+    finally:
+        s.close()
+    assert r.outcome == "passed", r.reason

@@ -14,6 +14,12 @@ configs x five shapes x both phases (fitted, then rounded up):
   one layer at a time without grad, every layer's kept for the backward);
 - ``router``: tokens x experts per layer (logits and probabilities, kept);
 - ``lora_grads``: one gradient per trainable parameter (forward_backward);
+- ``sdpa_saved``: with SDPA, the query, key, value and output each layer's fused
+  attention kernel keeps for the backward (forward_backward). The CPU fit ran eager
+  attention, whose ``scores`` stood for them; measured on an H200 at the ``h200``
+  profile (cuDNN attention, bfloat16), the step held 1.47 MB a token where the
+  other terms predicted 1.36 MB; q, k, v and the output are 0.08 MB a token (0.10 with
+  the margin);
 - ``margin``: 25 % of the rest (the fit's worst measured/fitted ratio was 1.23);
 - on CUDA, cold phases add cuBLAS/cuBLASLt workspaces (one per thread running its
   first matmul) and every tensor rounds up to 512 bytes (``cuda_rounding``).
@@ -53,6 +59,7 @@ _COEF: dict[Phase, dict[str, float]] = {
         "expert_delta": 1.0,
         "router": 66.0,
         "lora_grads": 1.0,
+        "sdpa_saved": 1.0,
     },
 }
 
@@ -83,6 +90,11 @@ def estimate(c: Any, shape: Shape, phase: Phase, device_kind: str, *, cold: bool
         "expert_delta": expert_w * (layers if grad else 1),
         "router": t * c.experts * layers * 4,
         "lora_grads": lora_parameter_count(c) * item,
+        "sdpa_saved": (
+            t * 2 * (c.heads + c.kv_heads) * c.head_dim * layers * item
+            if c.attention == "sdpa"
+            else 0
+        ),
     }
     terms = {k: math.ceil(base[k] * f) for k, f in _COEF[phase].items()}
     terms["margin"] = math.ceil(sum(terms.values()) * MARGIN)

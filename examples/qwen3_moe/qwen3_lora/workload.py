@@ -172,12 +172,14 @@ class Qwen3LoraWorkload:
         bfloat16 only on CUDA and no float64 anywhere."""
         self.teardown()
         c = self.config
-        experts = "eager" if dtype is not None else None
-        if self._prepared is not None and self._prepared[0] == seed and experts is None:
-            # A copy: the prepared model stays as built, for the next setup.
-            model = copy.deepcopy(self._prepared[1])
+        prepared = self._prepared[1] if self._prepared and self._prepared[0] == seed else None
+        if prepared is not None:
+            # The prepared weights stay as built, for the next setup.
+            model = _private_copy(prepared, device)
+            if dtype is not None:
+                model.set_experts_implementation("eager")
         else:
-            model = self._build(seed, experts)
+            model = self._build(seed, "eager" if dtype is not None else None)
         self.model = model.to(device=device, dtype=self.dtype)
         if dtype is not None:
             self.model = self.model.to(dtype=dtype)
@@ -289,6 +291,21 @@ class Qwen3LoraWorkload:
         if self.optimizer is None:
             raise RuntimeError(f"workload {self.name!r} used before setup()")
         self.optimizer.zero_grad(set_to_none=True)
+
+
+def _private_copy(model: Any, device: torch.device) -> Any:
+    """A copy of ``model`` that training on ``device`` cannot change ``model`` through.
+
+    For another device the copy's parameters alias the CPU weights (no bytes copied):
+    moving it to the device replaces them with device tensors and leaves the originals
+    as they are, so a claim costs one host-to-device copy, not a CPU copy of the whole
+    model first. On the CPU itself nothing would move, so the weights are copied."""
+    if device.type == "cpu":
+        return copy.deepcopy(model)
+    memo: dict[int, Any] = {id(b): b for b in model.buffers()}
+    for p in model.parameters():
+        memo[id(p)] = torch.nn.Parameter(p.data, requires_grad=p.requires_grad)
+    return copy.deepcopy(model, memo)
 
 
 def kind_is_cuda(device: torch.device | None) -> bool:
