@@ -80,7 +80,7 @@ PY
   python3 -m ledger keys export h200-fleet > "$F/runner.pub.pem"
   python3 -m ledger status --rev HEAD --repo /tmp/qwen3 > "$F/status.txt" 2>&1 || true
   python3 -m ledger audit > "$F/audit.txt" 2>&1 || true
-  timeout 200 python3 benchmarks/qualify_overhead.py --workload qwen3 --size h200 \
+  timeout 400 python3 benchmarks/qualify_overhead.py --workload qwen3 --size h200 \
     --device cuda --claims 2 --json > "$F/qualify_overhead_qwen3.json" \
     2> "$F/qualify_overhead_qwen3.log" || echo "overhead exit $?" >> "$F/qualify_overhead_qwen3.log"
   rm -rf /tmp/keys-fleet

@@ -87,7 +87,8 @@ def test_the_whole_plan_on_one_h200(run: Path) -> None:
         env = p["runner"]["environment"]
         assert env["executor"] == "local" and env["executor_devices"] == "0"
         assert p["runner"]["gpu_uuids"] and p["scope"]["profile"] == "h200"
-        assert p["scope"]["dtype"] == "bfloat16"
+        assert p["scope"]["dtype"] == "bfloat16" and p["scope"]["sandbox"] == "bwrap"
+        assert p["outcome"] == "passed"
     walls = _walls(run)
     for p in preds:
         check_s = (_ns(p["runner"]["finished"]) - _ns(p["runner"]["started"])) / 1e9
