@@ -47,6 +47,16 @@ class Answers:
                 self._items.popitem(last=False)
         return doc
 
+    def peek(self, key: Hashable, log_size: int) -> Any | None:
+        """The answer kept for `key` at `log_size`, or None (nothing computed)."""
+        with self._lock:
+            have = self._items.get(key)
+            if have is None or have[0] != log_size:
+                return None
+            self._items.move_to_end(key)
+            self.hits += 1
+            return have[1]
+
     def encoded(self, doc: Any, encode: Callable[[Any], bytes]) -> bytes:
         """`encode(doc)`, once per kept answer: encoding the JSON of an answer
         costs several times more than finding it."""

@@ -104,6 +104,33 @@ def _answer(
     return doc
 
 
+def kept(
+    kind: str,
+    store: Store,
+    question: dict[str, Any],
+    mirrors: Sequence[Path],
+    answers: Answers | None,
+) -> dict[str, Any] | None:
+    """The answer kept for a question while the log size is unchanged, or None (the
+    caller computes it). ``kind``: ``status``/``history`` (a question document) or
+    ``status-get``/``history-get`` (query parameters). Never computes and never
+    reads git (a mirror's answer depends on its checkout): cheap enough for the
+    server's event loop, so a repeated question skips the worker thread."""
+    if answers is None or (mirrors and kind.endswith("-get")):
+        return None
+    try:
+        if kind.endswith("-get"):
+            repo, pr, rev = _parse(question)
+            key: Hashable = (kind, canonical_repo(repo), pr, rev)
+        else:
+            key = (kind, _key(question))
+        size = store.refresh()
+    except Exception:  # bad input or a database error: the worker path says which
+        return None
+    doc: dict[str, Any] | None = answers.peek(key, size)
+    return doc
+
+
 def _key(doc: Any) -> str:
     return json.dumps(doc, sort_keys=True, separators=(",", ":"))
 

@@ -43,7 +43,7 @@ class Running:
     def stop(self) -> None:
         self.server.should_exit = True
         self.thread.join(10)
-        self.store.engine.dispose()
+        self.store.dispose()
 
 
 def _config(
@@ -153,4 +153,4 @@ def serve(
     try:
         uvicorn.Server(_config(app, host, port, quiet=False)).run()
     finally:
-        store.engine.dispose()
+        store.dispose()

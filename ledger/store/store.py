@@ -25,6 +25,7 @@ from ledger.errors import InputError, NotFoundError, UsageError
 from ledger.keys import KeyInfo
 from ledger.store import migrate
 from ledger.store.cache import ENTRIES
+from ledger.store.probe import SIZE_SQL, SizeProbe
 from ledger.store.tables import (
     ArtifactBlob,
     CheckpointRow,
@@ -61,7 +62,6 @@ CHECKPOINT = CheckpointRow.__table__  # type: ignore[attr-defined]
 ARTIFACT = ArtifactBlob.__table__  # type: ignore[attr-defined]
 
 
-_SIZE_SQL = "SELECT coalesce(max(seq) + 1, 0) FROM log_entry"
 _LOG_COLUMNS = ", ".join(
     f"log_entry.{c}" for c in ("seq", "kind", "entry_id", "body", "leaf_hash", "logged_at")
 )
@@ -118,6 +118,7 @@ class Store:
         self._seen_size: int | None = None
         self.live = False
         """Long-lived (a server's): `keys()` checks first that the log did not grow."""
+        self._probe: SizeProbe | None = None
 
     # -- opening ---------------------------------------------------------------
 
@@ -198,19 +199,29 @@ class Store:
     def size(self) -> int:
         """Number of entries: max(seq) + 1, an index lookup (seqs are gapless).
 
-        One statement on a pooled DB-API connection: a server asks this once
-        per request (`refresh`), and SQLAlchemy's execution machinery would
-        cost more than the lookup itself."""
+        A long-lived store (`live`, the server's) asks over a connection of its
+        own (`ledger.store.probe`); any other over a pooled DB-API connection,
+        where SQLAlchemy's execution machinery would cost more than the lookup."""
+        if self.live:
+            if self._probe is None:
+                self._probe = SizeProbe(self.engine)
+            return self._probe.size()
         raw = self.engine.raw_connection()
         try:
             cur = raw.cursor()
-            cur.execute(_SIZE_SQL)
+            cur.execute(SIZE_SQL)
             (n,) = cur.fetchone() or (0,)
             cur.close()
             raw.rollback()  # end the read transaction PostgreSQL opened
             return int(n)
         finally:
             raw.close()
+
+    def dispose(self) -> None:
+        """Close every connection this store holds (the pool's and the probe's)."""
+        if self._probe is not None:
+            self._probe.close()
+        self.engine.dispose()
 
     def refresh(self) -> int:
         """The log size now; the key table is read again when the log grew since.
