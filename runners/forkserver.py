@@ -83,14 +83,7 @@ class ForkServer:
         sock_dir: Path | None = None,
         learn: bool = True,
     ) -> ForkServer:
-        """Start a server that imports the ``(root, "module:attr")`` workloads of
-        ``preload`` and the ``modules``, and builds and prepares the ``prepare``
-        workloads (those that have a ``prepare()``). ``wrap`` turns its command line and
-        environment into the sandboxed ones (the server imports the pull request's modules,
-        and every claim process it forks inherits its sandbox); ``sock_dir`` is where its
-        socket goes (a folder the sandbox can write). ``learn=False`` (for measuring what
-        preloading saves) imports nothing beyond the workloads: not `ALWAYS`, not what
-        claims imported."""
+        """`launch`, then wait until the server is ready."""
         return cls.launch(
             preload,
             env,
@@ -113,8 +106,16 @@ class ForkServer:
         sock_dir: Path | None = None,
         learn: bool = True,
     ) -> Starting:
-        """`start` without waiting: servers launched one after the other import and
-        prepare at the same time (a pull request's base and head trees)."""
+        """Launch a server that imports the ``(root, "module:attr")`` workloads of
+        ``preload`` and the ``modules``, and builds and prepares the ``prepare``
+        workloads (those that have a ``prepare()``). ``wrap`` turns its command line and
+        environment into the sandboxed ones (the server imports the pull request's modules,
+        and every claim process it forks inherits its sandbox); ``sock_dir`` is where its
+        socket goes (a folder the sandbox can write). ``learn=False`` (for measuring what
+        preloading saves) imports nothing beyond the workloads: not `ALWAYS`, not what
+        claims imported. Returns at once (`Starting.wait` for the ready server):
+        servers launched one after the other import and prepare at the same time (a
+        pull request's base and head trees)."""
         sock = Path(tempfile.mkdtemp(prefix="ledger-fork-", dir=sock_dir)) / "s"
         env = {**env, "PYTORCH_NVML_BASED_CUDA_CHECK": "1"}
         argv = [sys.executable, "-m", "runners.forkserver", str(sock)]

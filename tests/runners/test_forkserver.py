@@ -24,13 +24,13 @@ def server() -> Iterator[ForkServer]:
     s.close()
 
 
-def _run(server: ForkServer | None, check: str, params: dict, **kw: object) -> list:
+def _run(server: ForkServer | None, check: str, params: dict, ref: str = MOE, **kw: object) -> list:
     return run_claim_isolated(
         claim=f"t.{check}",
         check=check,
         params=params,
         repo_root=ROOT,
-        workload_ref=MOE,
+        workload_ref=ref,
         workload_params=TINY,
         device="cpu",
         observer_off_required=False,
@@ -79,21 +79,7 @@ def test_a_claim_computes_on_threads_after_the_server_did() -> None:
     s = ForkServer.start([(str(ROOT), ref)], env(), prepare=[(str(ROOT), ref, TINY)])
     try:
         assert s.ready["prepared"] == [ref]
-        [r] = run_claim_isolated(
-            claim="t.cleanup",
-            check="cleanup",
-            params={"batch": 1, "seq": 8},
-            repo_root=ROOT,
-            workload_ref=ref,
-            workload_params=TINY,
-            device="cpu",
-            observer_off_required=False,
-            base_root=None,
-            progress=lambda _m: None,
-            artifact_dir=None,
-            fork_server=s,
-            timeout_s=120,
-        )
+        [r] = _run(s, "cleanup", {"batch": 1, "seq": 8}, ref, timeout_s=120)
     finally:
         s.close()
     assert r.outcome == "passed", r.reason
