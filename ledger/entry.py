@@ -11,41 +11,98 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
-from pydantic import ValidationError
 
 from ledger import dsse
 from ledger.canonical import canonical_bytes, receipt_id
-from ledger.errors import InputError, RefusedError, first_validation_error
+from ledger.errors import InputError, RefusedError
 from ledger.keys import KeyInfo, key_id, raw_public
 from ledger.limits import load_json
-from ledger.models import Envelope, QualificationStatement, ReviewStatement
-from ledger.statement import Statement, parse_statement
+
+if TYPE_CHECKING:
+    # The statement models load on first use: a bundle is verified without them.
+    from ledger.models import QualificationStatement, ReviewStatement
+    from ledger.statement import Statement
 
 __all__ = ["LoggedEntry", "envelope_body", "key_body", "revocation_body"]
 
 
-@dataclass(frozen=True)
 class LoggedEntry:
-    """A log entry as stored; each parsed view is computed once, on first use."""
+    """A log entry as stored; each parsed view is computed once, on first use.
+
+    Immutable, compared by its stored fields. Written out rather than a
+    dataclass: `ledger verify BUNDLE` reads entries, and importing
+    `dataclasses` (with `inspect`) would be a fifth of its start-up.
+    """
 
     seq: int
     kind: str
     """receipt | review | key | revocation"""
     entry_id: str
     body: bytes
-    logged_at: str | None = None
-    stored_leaf_hash: str | None = None
+    logged_at: str | None
+    stored_leaf_hash: str | None
     """The leaf hash stored beside the body (the audit compares it with the body's)."""
-    trusted: bool = field(default=False, compare=False)
+    trusted: bool
     """Bytes this ledger verified at ingest, read back to answer a question: parsed
     without the untrusted-input bounds (`ledger.limits`). A body changed behind
     the ledger's back still fails to parse, or fails the digest check, and
-    `ledger audit` (which reads entries untrusted) names it."""
+    `ledger audit` (which reads entries untrusted) names it. Not compared."""
+
+    def __init__(
+        self,
+        seq: int,
+        kind: str,
+        entry_id: str,
+        body: bytes,
+        logged_at: str | None = None,
+        stored_leaf_hash: str | None = None,
+        trusted: bool = False,
+    ) -> None:
+        # Set through __dict__, as the cached views are: __setattr__ refuses.
+        self.__dict__.update(
+            seq=seq,
+            kind=kind,
+            entry_id=entry_id,
+            body=body,
+            logged_at=logged_at,
+            stored_leaf_hash=stored_leaf_hash,
+            trusted=trusted,
+        )
+
+    def _key(self) -> tuple[int, str, str, bytes, str | None, str | None]:
+        return (
+            self.seq,
+            self.kind,
+            self.entry_id,
+            self.body,
+            self.logged_at,
+            self.stored_leaf_hash,
+        )
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, LoggedEntry):
+            return NotImplemented
+        return self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def __repr__(self) -> str:
+        return (
+            f"LoggedEntry(seq={self.seq!r}, kind={self.kind!r}, entry_id={self.entry_id!r}, "
+            f"body={self.body!r}, logged_at={self.logged_at!r}, "
+            f"stored_leaf_hash={self.stored_leaf_hash!r}, trusted={self.trusted!r})"
+        )
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"cannot assign to field {name!r} (a LoggedEntry is immutable)")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"cannot delete field {name!r} (a LoggedEntry is immutable)")
 
     @classmethod
     def of(cls, row: Any, *, trusted: bool = False) -> LoggedEntry:
@@ -83,12 +140,15 @@ class LoggedEntry:
             raise RefusedError("body is not JSON") from None
 
     @cached_property
-    def envelope(self) -> Envelope:
+    def envelope(self) -> dsse.ReadEnvelope:
+        data = (
+            _stored_json(self.body, "entry is not a DSSE envelope")
+            if self.trusted
+            else self.document
+        )
         try:
-            if self.trusted:
-                return Envelope.model_validate_json(self.body)
-            return Envelope.model_validate(self.document)
-        except ValidationError:
+            return dsse.read_envelope(data)
+        except RefusedError:
             raise RefusedError("entry is not a DSSE envelope") from None
 
     @cached_property
@@ -108,7 +168,17 @@ class LoggedEntry:
 
     @cached_property
     def statement(self) -> Statement:
-        model = _STORED_MODELS.get(self.kind) if self.trusted else None
+        from pydantic import ValidationError
+
+        from ledger.errors import first_validation_error
+        from ledger.models import QualificationStatement, ReviewStatement
+        from ledger.statement import parse_statement
+
+        model: type[QualificationStatement] | type[ReviewStatement] | None = None
+        if self.trusted and self.kind == "receipt":
+            model = QualificationStatement
+        elif self.trusted and self.kind == "review":
+            model = ReviewStatement
         if model is None:
             return parse_statement(self.payload)
         try:
@@ -125,6 +195,8 @@ class LoggedEntry:
 
     @property
     def receipt(self) -> QualificationStatement:
+        from ledger.models import QualificationStatement
+
         stmt = self.statement
         if not isinstance(stmt, QualificationStatement):
             raise RefusedError(f"entry {self.seq} is a review, not a receipt")
@@ -132,6 +204,8 @@ class LoggedEntry:
 
     @property
     def review(self) -> ReviewStatement:
+        from ledger.models import ReviewStatement
+
         stmt = self.statement
         if not isinstance(stmt, ReviewStatement):
             raise RefusedError(f"entry {self.seq} is a receipt, not a review")
@@ -180,12 +254,6 @@ class LoggedEntry:
         return receipt_id(self.body)
 
 
-_STORED_MODELS: dict[str, type[QualificationStatement] | type[ReviewStatement]] = {
-    "receipt": QualificationStatement,
-    "review": ReviewStatement,
-}
-
-
 def _stored_json(raw: bytes, reason: str) -> Any:
     try:
         return json.loads(raw)
@@ -193,9 +261,9 @@ def _stored_json(raw: bytes, reason: str) -> Any:
         raise RefusedError(reason) from None
 
 
-def envelope_body(env: Envelope) -> bytes:
+def envelope_body(env: dsse.EnvelopeLike) -> bytes:
     """The log entry bytes of an envelope: its canonical JSON (payload bytes untouched)."""
-    return canonical_bytes(env.model_dump(mode="json"))
+    return canonical_bytes(dsse.envelope_json(env))
 
 
 def key_body(

@@ -11,6 +11,7 @@ is silently hidden from the reader.
 
 from __future__ import annotations
 
+import functools
 import re
 
 __all__ = ["inert", "markdown_cell", "xml_text"]
@@ -21,8 +22,16 @@ __all__ = ["inert", "markdown_cell", "xml_text"]
 _CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
 _CONTROL_NL = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
 _SURROGATE = re.compile("[\ud800-\udfff]")
-# XML 1.0 Char: #x9 | #xA | #xD | [#x20-#xD7FF] | [#xE000-#xFFFD] | [#x10000-#x10FFFF].
-_XML_ILLEGAL = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+
+
+@functools.cache
+def _xml_illegal() -> re.Pattern[str]:
+    # Compiled on first use: this class of ranges takes milliseconds to compile,
+    # and a terminal rendering (`ledger verify`) never needs it.
+    # XML 1.0 Char: #x9 | #xA | #xD | [#x20-#xD7FF] | [#xE000-#xFFFD] | [#x10000-#x10FFFF].
+    return re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+
+
 # What makes a cell more than text: a cell break, code spans, links and images
 # (`[`, `]`, `!`), raw HTML and autolinks (`<`, `>`); and the backslash itself.
 _MD_SPECIAL = re.compile(r"([\\|`\[\]<>!])")
@@ -56,4 +65,4 @@ def xml_text(text: str) -> str:
 
     Markup escaping (`&`, `<`) is the XML writer's; this makes the result writable at all.
     """
-    return _XML_ILLEGAL.sub(_escape, text)
+    return _xml_illegal().sub(_escape, text)

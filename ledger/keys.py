@@ -6,16 +6,19 @@ file per key, mode 0600; the database only ever holds public keys.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import hashlib
 import os
 import re
 import stat
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Literal, NamedTuple
 
-from cryptography.hazmat.primitives import serialization
+# Not `cryptography...serialization` at import: it loads every key format
+# (SSH, PKCS#12), most of `ledger verify BUNDLE`'s start-up; the PEMs this
+# ledger writes are read without it (`_ed25519_pem`).
 from cryptography.hazmat.primitives.asymmetric.ed25519 import (
     Ed25519PrivateKey,
     Ed25519PublicKey,
@@ -49,7 +52,7 @@ def valid_key_name(name: str) -> bool:
 
 
 def raw_public(key: Ed25519PublicKey) -> bytes:
-    return key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+    return key.public_bytes_raw()
 
 
 def key_id(key: Ed25519PublicKey) -> str:
@@ -58,12 +61,56 @@ def key_id(key: Ed25519PublicKey) -> str:
 
 
 def public_pem(key: Ed25519PublicKey) -> bytes:
+    from cryptography.hazmat.primitives import serialization
+
     return key.public_bytes(
         serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
     )
 
 
+# The DER prefixes of an Ed25519 SubjectPublicKeyInfo and of an unencrypted
+# PKCS#8 Ed25519 private key (RFC 8410), each followed by the 32 key bytes.
+_SPKI_PREFIX = bytes.fromhex("302a300506032b6570032100")
+_PKCS8_PREFIX = bytes.fromhex("302e020100300506032b657004220420")
+_PEM_FORMS = {
+    # label -> (DER prefix, DER length) of the one-line PEMs this ledger writes
+    b"PUBLIC": (_SPKI_PREFIX, 44),
+    b"PRIVATE": (_PKCS8_PREFIX, 48),
+}
+
+
+def _ed25519_pem(data: bytes) -> Ed25519PublicKey | None:
+    """The public key of an Ed25519 PEM exactly as `public_pem` and `KeyDir.create`
+    write it (one base64 line); None for any other form, which cryptography's PEM
+    reader then reads. Same key either way (tests/ledger/test_keys_pem.py)."""
+    lines = data.split(b"\n")
+    if len(lines) != 4 or lines[3] != b"":
+        return None
+    label = lines[0].removeprefix(b"-----BEGIN ").removesuffix(b" KEY-----")
+    form = _PEM_FORMS.get(label)
+    if form is None or lines[0] != b"-----BEGIN " + label + b" KEY-----":
+        return None
+    if lines[2] != b"-----END " + label + b" KEY-----":
+        return None
+    try:
+        der = base64.b64decode(lines[1], validate=True)
+    except (binascii.Error, ValueError):
+        return None
+    prefix, length = form
+    if len(der) != length or not der.startswith(prefix):
+        return None
+    key = der[len(prefix) :]
+    if label == b"PUBLIC":
+        return Ed25519PublicKey.from_public_bytes(key)
+    return Ed25519PrivateKey.from_private_bytes(key).public_key()
+
+
 def load_public_pem(data: bytes, what: str = "PEM") -> Ed25519PublicKey:
+    fast = _ed25519_pem(data)
+    if fast is not None:
+        return fast
+    from cryptography.hazmat.primitives import serialization
+
     try:
         key = serialization.load_pem_public_key(data)
     except ValueError:
@@ -80,8 +127,10 @@ def load_public_pem(data: bytes, what: str = "PEM") -> Ed25519PublicKey:
     return key
 
 
-@dataclass(frozen=True, slots=True)
-class KeyInfo:
+# The records here are NamedTuples, not dataclasses: `ledger verify BUNDLE`
+# reads keys, and importing `dataclasses` (and `inspect` with it) and building
+# each class would be a fifth of its start-up.
+class KeyInfo(NamedTuple):
     """A public key as the log registered it: name, role, position, revocation."""
 
     keyid: str
@@ -118,8 +167,7 @@ def active_ledger_key(keys: Mapping[str, KeyInfo]) -> KeyInfo:
     return max(live, key=lambda k: k.seq)
 
 
-@dataclass(frozen=True, slots=True)
-class LocalKey:
+class LocalKey(NamedTuple):
     name: str
     private: Ed25519PrivateKey
 
@@ -152,8 +200,7 @@ def default_key_dir() -> Path:
     return Path.home() / ".config" / "ledger" / "keys"
 
 
-@dataclass(frozen=True, slots=True)
-class KeyDir:
+class KeyDir(NamedTuple):
     """A folder of private keys, `<name>.pem`, each mode 0600."""
 
     path: Path
@@ -173,6 +220,8 @@ class KeyDir:
             raise UsageError(f"a private key named {name!r} already exists at {f}")
         check_not_world_writable(self.path, "key folder")
         self.path.mkdir(parents=True, exist_ok=True, mode=0o700)
+        from cryptography.hazmat.primitives import serialization
+
         key = Ed25519PrivateKey.generate()
         pem = key.private_bytes(
             serialization.Encoding.PEM,
@@ -194,6 +243,8 @@ class KeyDir:
             raise NotFoundError(f"no private key named {name!r} under {self.path}") from None
         if f.stat().st_mode & 0o077:
             raise UsageError(f"private key {f} is readable by others; chmod 600 it")
+        from cryptography.hazmat.primitives import serialization
+
         try:
             key = serialization.load_pem_private_key(data, password=None)
         except (ValueError, TypeError):

@@ -8,10 +8,23 @@ the bytes that get verified.
 
 from __future__ import annotations
 
-import re
-from typing import Annotated, Any, Literal, TypeAlias
+from typing import Annotated, Literal, TypeAlias
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, StringConstraints, model_validator
+
+from ledger.kinds import (
+    BUNDLE_TYPE,
+    IN_TOTO_PAYLOAD_TYPE,
+    QUALIFICATION_PREDICATE,
+    REVIEW_PREDICATE,
+    STATEMENT_TYPE,
+)
+from ledger.shape import (
+    inexact_figure,
+    missing_reason,
+    unreleased_but_complete,
+    wrong_review_subject,
+)
 
 __all__ = [
     "BUNDLE_TYPE",
@@ -37,23 +50,12 @@ __all__ = [
     "Supersedes",
 ]
 
-STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
-IN_TOTO_PAYLOAD_TYPE = "application/vnd.in-toto+json"
-QUALIFICATION_PREDICATE = "https://ledger.dev/predicates/qualification/v1"
-REVIEW_PREDICATE = "https://ledger.dev/predicates/review/v1"
-BUNDLE_TYPE = "application/vnd.ledger.bundle.v1+json"
-"""Media type of an exported bundle (`ledger export`, `ledger verify FILE`)."""
-
 Outcome: TypeAlias = Literal["passed", "failed", "inconclusive", "refused", "infra-error"]
 Hex40 = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{40}([0-9a-f]{24})?$")]
 Hex64 = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
 ReceiptId = Annotated[str, StringConstraints(pattern=r"^sha256:[0-9a-f]{64}$")]
 Facet = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_.-]*$")]
 Timestamp = Annotated[str, StringConstraints(pattern=r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z$")]
-
-# Byte and nanosecond figures must be exact integers: a float here means a
-# lossy conversion happened somewhere (e.g. GiB) and the receipt would lie.
-_EXACT_KEY = re.compile(r"(^|_)(bytes|ns)$")
 
 
 class _Frozen(BaseModel):
@@ -110,8 +112,9 @@ class Cleanup(_Frozen):
 
     @model_validator(mode="after")
     def _complete_means_all_released(self) -> Cleanup:
-        if self.complete and any(not r.released for r in self.resources):
-            raise ValueError("cleanup.complete is true but a resource is not released")
+        wrong = unreleased_but_complete(self.complete, [r.released for r in self.resources])
+        if wrong:
+            raise ValueError(wrong)
         return self
 
 
@@ -153,24 +156,12 @@ class QualificationPredicate(_Frozen):
 
     @model_validator(mode="after")
     def _rules(self) -> QualificationPredicate:
-        if self.outcome != "passed" and not (self.reason and self.reason.strip()):
-            raise ValueError(f"outcome {self.outcome!r} needs a reason")
-        _check_exact(self.measurements, "measurements")
+        wrong = missing_reason(self.outcome, self.reason) or inexact_figure(
+            self.measurements, "measurements"
+        )
+        if wrong:
+            raise ValueError(wrong)
         return self
-
-
-def _check_exact(value: Any, path: str) -> None:
-    if isinstance(value, dict):
-        for k, v in value.items():
-            where = f"{path}.{k}"
-            if _EXACT_KEY.search(k) and isinstance(v, float):
-                raise ValueError(
-                    f"{where} must be an exact integer (bytes and ns are never floats)"
-                )
-            _check_exact(v, where)
-    elif isinstance(value, list):
-        for i, v in enumerate(value):
-            _check_exact(v, f"{path}[{i}]")
 
 
 class _Statement(_Frozen):
@@ -197,9 +188,11 @@ class ReviewStatement(_Statement):
 
     @model_validator(mode="after")
     def _subject_is_the_receipt(self) -> ReviewStatement:
-        want = self.predicate.receipt.removeprefix("sha256:")
-        if [s.digest.get("sha256") for s in self.subject] != [want]:
-            raise ValueError("review subject must be exactly the reviewed receipt's digest")
+        wrong = wrong_review_subject(
+            self.predicate.receipt, [s.digest.get("sha256") for s in self.subject]
+        )
+        if wrong:
+            raise ValueError(wrong)
         return self
 
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import functools
 import json
-import textwrap
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ParamSpec
 
@@ -56,6 +55,8 @@ def _one_line(text: str, cap: int = _REASON_CAP) -> str:
 
 
 def _wrap(text: str, width: int, indent: str, hang: str = "  ") -> list[str]:
+    import textwrap  # here: `ledger verify` renders without it
+
     return textwrap.wrap(
         text,
         width,

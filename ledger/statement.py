@@ -20,6 +20,7 @@ from ledger import __version__, dsse
 from ledger.canonical import canonical_bytes
 from ledger.errors import InputError, RefusedError, UsageError, first_validation_error
 from ledger.keys import LocalKey
+from ledger.kinds import ROLE_FOR
 from ledger.limits import load_json
 from ledger.models import (
     QUALIFICATION_PREDICATE,
@@ -55,8 +56,6 @@ __all__ = [
 ]
 
 Statement: TypeAlias = QualificationStatement | ReviewStatement
-ROLE_FOR = {QUALIFICATION_PREDICATE: "runner", REVIEW_PREDICATE: "reviewer"}
-"""The key role that may sign each kind of statement."""
 
 
 def timestamp(ns: int | None = None) -> str:

@@ -19,11 +19,10 @@ import binascii
 import hashlib
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
-from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from ledger.errors import CheckpointError
 
@@ -49,8 +48,8 @@ _MAX_SIGNATURES = 100
 _DECIMAL = re.compile(r"0|[1-9][0-9]*")
 
 
-@dataclass(frozen=True)
-class NoteSignature:
+# NamedTuples, not dataclasses: offline verification starts without `dataclasses`.
+class NoteSignature(NamedTuple):
     """One signature line: who signed (name and 4-byte key hint) and the signature bytes."""
 
     name: str
@@ -58,8 +57,7 @@ class NoteSignature:
     signature: bytes
 
 
-@dataclass(frozen=True)
-class Checkpoint:
+class Checkpoint(NamedTuple):
     """A parsed checkpoint: the log's origin, tree size and root, and the note's signatures."""
 
     origin: str
@@ -102,7 +100,7 @@ def _b64decode_canonical(text: str) -> bytes:
 
 
 def _raw_public_key(public_key: Ed25519PublicKey) -> bytes:
-    return public_key.public_bytes(Encoding.Raw, PublicFormat.Raw)
+    return public_key.public_bytes_raw()
 
 
 def key_hint(key_name: str, public_key: Ed25519PublicKey) -> bytes:

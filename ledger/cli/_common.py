@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
+from ledger.cli._io import emit_json, read_file
 from ledger.errors import Error, InputError, UsageError
 
 if TYPE_CHECKING:  # the CLI imports its machinery lazily, so `--help` starts fast
@@ -82,10 +82,6 @@ def rev_options(f: F) -> F:
     return f
 
 
-def emit_json(doc: Any) -> None:
-    click.echo(json.dumps(doc, indent=2, sort_keys=False))
-
-
 def open_store(db: str | None) -> Store:
     from ledger.store.store import Store, resolve_url
 
@@ -96,15 +92,6 @@ def keydir() -> KeyDir:
     from ledger.keys import KeyDir
 
     return KeyDir.default()
-
-
-def read_file(path: Path) -> bytes:
-    try:
-        return path.read_bytes()
-    except FileNotFoundError:
-        raise UsageError(f"{path} does not exist") from None
-    except OSError as e:
-        raise UsageError(f"{path}: {e.strerror}") from None
 
 
 def load_json_file(path: Path, what: str) -> Any:

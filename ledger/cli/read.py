@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import click
 
@@ -17,7 +16,6 @@ from ledger.cli._common import (
     open_store,
     parse_scope,
     plan_option,
-    read_file,
     rev_options,
 )
 from ledger.errors import EXIT_NEGATIVE, UsageError
@@ -182,18 +180,6 @@ def show(receipt: str, server: str | None, db: str | None, as_json: bool) -> Non
         click.echo(render_show(doc, width=terminal_width()), nl=False)
 
 
-SERVERS_WORD = "the server's word only, nothing verified here"
-
-
-def _check_is_asked(got: str, asked: str) -> None:
-    """A server answering with another receipt's bundle is refused."""
-    from ledger.errors import VerificationError
-
-    want = asked.strip().lower().removeprefix("sha256:")
-    if not got.removeprefix("sha256:").startswith(want):
-        raise VerificationError(f"the server sent the bundle of {got[:19]}, not of {asked}")
-
-
 @click.command()
 @click.argument("target")
 @click.option(
@@ -219,7 +205,7 @@ def _check_is_asked(got: str, asked: str) -> None:
 @json_option
 def verify(
     target: str,
-    trust: Sequence[str],
+    trust: Sequence[Path],
     want_repo: str | None,
     want_commit: str | None,
     want_claim: str | None,
@@ -239,93 +225,23 @@ def verify(
     expected, and fails (exit 1) when it is not. The output lists what was
     verified and each step performed; --json prints a document also on failure.
     """
-    from ledger.errors import Error, UsageError
-    from ledger.render import render_verification
-    from ledger.verify.report import mismatches
+    # `ledger verify FILE` usually starts without click (ledger.cli.fast); both run this.
+    from ledger.cli.verify import VerifyRequest, run_verify
 
-    path = Path(target)
-    expect = {
-        k: v
-        for k, v in (
-            ("repo", want_repo),
-            ("commit", want_commit),
-            ("claim", want_claim),
-            ("signer", want_signer),
+    run_verify(
+        VerifyRequest(
+            target=target,
+            trust=tuple(Path(t) for t in trust),
+            want_repo=want_repo,
+            want_commit=want_commit,
+            want_claim=want_claim,
+            want_signer=want_signer,
+            newer=newer,
+            server=server,
+            db=db,
+            as_json=as_json,
         )
-        if v
-    }
-    looks_like_file = path.suffix == ".json" or "/" in target or path.exists()
-    consistent: str | None = None
-    report = None
-    remote: dict[str, Any] = {}
-    artifacts_checked: list[str] = []
-    try:
-        if looks_like_file and not path.is_file():
-            raise UsageError(f"{target}: no such file")
-        if path.is_file():
-            # Offline: the store-free verifier only, so no database code is loaded.
-            from ledger.keys import load_public_pem
-            from ledger.verify import verify_bundle
-
-            anchors = [load_public_pem(read_file(Path(t)), str(t)) for t in trust]
-            raw = read_file(path)
-            report = verify_bundle(raw, anchors)
-            from ledger.artifacts import check_bundle_artifacts
-
-            # Artifacts an `export --artifacts` put inside, against what the receipt names.
-            artifacts_checked = check_bundle_artifacts(raw, report.statement)
-            if newer is not None:
-                from ledger._internal.witness import check_bundle_against
-
-                consistent = check_bundle_against(raw, read_file(newer), anchors)
-        elif newer is not None:
-            raise UsageError("--checkpoint applies to a bundle FILE")
-        elif server and trust:
-            # The server only carries bytes: the bundle is verified here, against
-            # --trust alone, and must be the receipt asked for.
-            from ledger.client import fetch_bundle
-            from ledger.keys import load_public_pem
-            from ledger.verify import verify_bundle
-
-            anchors = [load_public_pem(read_file(Path(t)), str(t)) for t in trust]
-            report = verify_bundle(fetch_bundle(server, target), anchors)
-            _check_is_asked(report.id, target)
-        elif server:
-            from ledger.client import fetch_verification
-
-            remote = fetch_verification(server, target)
-            remote["anchor"] = f"{SERVERS_WORD} ({server}); give --trust PEM to verify here"
-            remote["trust"] = "server"
-        else:
-            from ledger.verify.logged import verify_in_ledger
-
-            report = verify_in_ledger(open_store(db), target)
-        doc = report.to_json() if report is not None else remote
-        if artifacts_checked:
-            doc["artifacts"] = artifacts_checked
-        if consistent is not None:
-            doc["log_consistency"] = consistent
-        wrong = mismatches(doc, expect)
-        if wrong:
-            doc["verified"] = False
-            doc["reason"] = "; ".join(wrong)
-    except Error as e:
-        if not as_json:
-            raise
-        emit_json({"verified": False, "target": target, "reason": e.reason(), "expected": expect})
-        raise SystemExit(e.exit_code) from None
-    doc["expected"] = expect
-    if as_json:
-        emit_json(doc)
-    else:
-        click.echo(render_verification(doc), nl=False)
-        if consistent is not None:
-            click.echo(f"log: {consistent}")
-    if doc.get("trust") == "server":
-        click.echo(f"ledger: this answer rests on {SERVERS_WORD}", err=True)
-    if not doc["verified"]:
-        click.echo(f"ledger: not the receipt expected: {doc['reason']}", err=True)
-        raise SystemExit(EXIT_NEGATIVE)
+    )
 
 
 @click.command()

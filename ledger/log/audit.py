@@ -6,7 +6,6 @@ own function against the derived rows stored for it.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -178,7 +177,7 @@ def _revocation(e: LoggedEntry, rows: _Rows, keys: dict[str, KeyInfo]) -> list[s
         out.append("revocation row differs from the entry")
     old = keys.get(keyid)
     if old is not None and old.revoked_seq is None:
-        keys[keyid] = dataclasses.replace(old, revoked_seq=e.seq, revoked_reason=reason)
+        keys[keyid] = old._replace(revoked_seq=e.seq, revoked_reason=reason)
     return out
 
 

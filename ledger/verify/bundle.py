@@ -25,8 +25,8 @@ from ledger.canonical import canonical_bytes
 from ledger.entry import LoggedEntry
 from ledger.errors import Error, InputError, UsageError, VerificationError
 from ledger.keys import KeyInfo, key_id
+from ledger.kinds import BUNDLE_TYPE
 from ledger.limits import load_json
-from ledger.models import BUNDLE_TYPE, ReviewStatement
 from ledger.verify.envelope import Verified, verify_envelope
 from ledger.verify.report import LogState, VerificationReport, review_item
 
@@ -209,12 +209,14 @@ def verify_bundle(raw: bytes, trust: list[Ed25519PublicKey]) -> VerificationRepo
             inclusion=f"verified against the signed checkpoint at size {cp.size}",
         ),
         statement=json.loads(v.payload),
+        reviews=[],
+        unanchored_reviews=[],
     )
     for i, item in enumerate(_list(reviews)):
         rv = verified(item, f"reviews[{i}]")
-        if not isinstance(rv.statement, ReviewStatement):
+        if rv.kind != "review":
             raise _fail(f"reviews[{i}] is not a review")
-        if rv.statement.predicate.receipt != v.id:
+        if rv.document["predicate"]["receipt"] != v.id:
             raise _fail(f"reviews[{i}] reviews another receipt")
         (report.reviews if log_anchored else report.unanchored_reviews).append(
             review_item(rv, keys)

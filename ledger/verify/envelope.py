@@ -3,37 +3,68 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from ledger import dsse
 from ledger.canonical import receipt_id
-from ledger.entry import LoggedEntry
 from ledger.errors import VerificationError
 from ledger.keys import KeyInfo
-from ledger.models import Envelope
-from ledger.statement import ROLE_FOR, Statement, kind_of
-from ledger.verify.strict import check_signers, strict_statement
+from ledger.kinds import KIND_FOR, ROLE_FOR
+from ledger.verify.strict import check_signers, strict_document
+
+if TYPE_CHECKING:
+    from ledger.entry import LoggedEntry
+    from ledger.statement import Statement
 
 __all__ = ["Verified", "verify_entry", "verify_envelope"]
 
 
-@dataclass(frozen=True, slots=True)
 class Verified:
-    """What verification accepted: the statement, its exact bytes and its signer."""
+    """What verification accepted: the statement, its exact bytes and its signer.
 
-    id: str
-    kind: str
-    """receipt | review"""
-    envelope: Envelope
-    payload: bytes
-    statement: Statement
-    signer: str
-    signers: tuple[str, ...] = ()
-    """Every key that signed (sorted); `signer` is the first of them."""
+    A plain class, not a dataclass: offline verification starts without
+    `dataclasses`, and builds no statement model.
+    """
+
+    __slots__ = ("_statement", "document", "envelope", "id", "kind", "payload", "signer", "signers")
+
+    def __init__(
+        self,
+        *,
+        id: str,
+        kind: str,
+        envelope: dsse.EnvelopeLike,
+        payload: bytes,
+        document: dict[str, Any],
+        signer: str,
+        signers: tuple[str, ...] = (),
+    ) -> None:
+        self.id = id
+        self.kind = kind
+        """receipt | review"""
+        self.envelope = envelope
+        self.payload = payload
+        self.document = document
+        """The statement as its decoded JSON, read strictly (`ledger.verify.strict`)."""
+        self.signer = signer
+        self.signers = signers
+        """Every key that signed (sorted); `signer` is the first of them."""
+        self._statement: Statement | None = None
+
+    @property
+    def statement(self) -> Statement:
+        """The statement's pydantic model, built on first use (ingest and audit use
+        it; verifying a bundle does not). The payload was accepted already."""
+        if self._statement is None:
+            from ledger.statement import statement_model
+
+            model = statement_model(self.document)
+            self._statement = model.model_validate_json(self.payload, strict=True)
+        return self._statement
 
 
 def verify_envelope(
-    env: Envelope, keys: Mapping[str, KeyInfo], *, at_seq: int | None = None
+    env: dsse.EnvelopeLike, keys: Mapping[str, KeyInfo], *, at_seq: int | None = None
 ) -> Verified:
     """Signature, key status, role and statement checks of one envelope.
 
@@ -41,24 +72,24 @@ def verify_envelope(
     a key revoked before that position does not count.
     """
     payload, accepted = dsse.verify(env, {k: v.public for k, v in keys.items()})
-    stmt = strict_statement(payload)
+    doc = strict_document(payload)
+    ptype = doc["predicateType"]
     roles = {k: (v.name, v.role, v.revoked_seq, v.revoked_reason) for k, v in keys.items()}
     signers = check_signers(
         accepted,
         [s.keyid for s in env.signatures],
         roles,
-        ROLE_FOR[stmt.predicateType],
-        kind_of(stmt),
+        ROLE_FOR[ptype],
+        KIND_FOR[ptype],
         at_seq,
     )
-    signer = signers[0]
     return Verified(
         id=receipt_id(payload),
-        kind=kind_of(stmt),
+        kind=KIND_FOR[ptype],
         envelope=env,
         payload=payload,
-        statement=stmt,
-        signer=signer,
+        document=doc,
+        signer=signers[0],
         signers=signers,
     )
 

@@ -9,8 +9,9 @@ from collections.abc import Mapping
 from ledger.entry import LoggedEntry
 from ledger.errors import Error, NotFoundError
 from ledger.keys import KeyInfo
+from ledger.kinds import ROLE_FOR
 from ledger.log.proofs import current_inclusion, inclusion
-from ledger.statement import ROLE_FOR, kind_of
+from ledger.statement import kind_of
 from ledger.store.store import Store
 from ledger.verify.envelope import verify_entry
 from ledger.verify.report import LogState, VerificationReport, review_item
@@ -85,4 +86,5 @@ def verify_in_ledger(store: Store, ref: str) -> VerificationReport:
         log=LogState(index=entry.seq, size=size, origin=None, inclusion=how),
         statement=json.loads(v.payload),
         reviews=reviews,
+        unanchored_reviews=[],
     )

@@ -4,28 +4,30 @@ id in a ledger or from an exported bundle offline."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from ledger.keys import KeyInfo
-from ledger.models import ReviewStatement
 from ledger.verify.envelope import Verified
 
 __all__ = ["LogState", "VerificationReport", "mismatches", "review_item"]
 
 
-@dataclass(frozen=True, slots=True)
+# Not dataclasses: offline verification starts without `dataclasses`.
 class LogState:
-    index: int
-    size: int
-    """Size of the tree the inclusion was proven against."""
-    origin: str | None
-    inclusion: str
-    """What the inclusion was proven against, in words."""
+    """Where the entry is in the log, and what its inclusion was proven against."""
+
+    __slots__ = ("inclusion", "index", "origin", "size")
+
+    def __init__(self, *, index: int, size: int, origin: str | None, inclusion: str) -> None:
+        self.index = index
+        self.size = size
+        """Size of the tree the inclusion was proven against."""
+        self.origin = origin
+        self.inclusion = inclusion
+        """What the inclusion was proven against, in words."""
 
 
-@dataclass
-class VerificationReport:
+class VerificationReport(NamedTuple):
     id: str
     kind: str
     signer: str
@@ -36,10 +38,10 @@ class VerificationReport:
     """Which trusted key, or which ledger, the verification rests on."""
     log: LogState
     statement: dict[str, Any]
-    reviews: list[dict[str, Any]] = field(default_factory=list)
+    reviews: list[dict[str, Any]]
     """Reviews logged up to the proven size, vouched for by the anchor.
     Each is proven to be in the log; that the list is complete is not."""
-    unanchored_reviews: list[dict[str, Any]] = field(default_factory=list)
+    unanchored_reviews: list[dict[str, Any]]
     """Reviews in a log no trusted key vouches for: shown, never counted."""
 
     def steps(self) -> list[str]:
@@ -86,14 +88,14 @@ class VerificationReport:
 
 
 def review_item(rv: Verified, keys: Mapping[str, KeyInfo]) -> dict[str, Any]:
-    assert isinstance(rv.statement, ReviewStatement)
-    p = rv.statement.predicate
+    assert rv.kind == "review"
+    p = rv.document["predicate"]
     info = keys.get(rv.signer)
     return {
         "id": rv.id,
-        "verdict": p.verdict,
-        "note": p.note,
-        "reviewed": p.reviewed,
+        "verdict": p["verdict"],
+        "note": p.get("note", ""),  # the model's default
+        "reviewed": p["reviewed"],
         "signer": {"keyid": rv.signer, "name": info.name if info else None},
     }
 
@@ -101,14 +103,13 @@ def review_item(rv: Verified, keys: Mapping[str, KeyInfo]) -> dict[str, Any]:
 def mismatches(doc: dict[str, Any], expect: dict[str, str]) -> list[str]:
     """Where a verified receipt differs from what the user expects (`--repo`,
     `--commit`, `--claim`, `--signer`), each in words; empty when it matches."""
-    from ledger.repoid import canonical_repo
-
     out = []
     subj = doc.get("subject") or {}
-    if "repo" in expect and canonical_repo(str(subj.get("repo") or "")) != canonical_repo(
-        expect["repo"]
-    ):
-        out.append(f"repo is {subj.get('repo')}, expected {canonical_repo(expect['repo'])}")
+    if "repo" in expect:
+        from ledger.repoid import canonical_repo
+
+        if canonical_repo(str(subj.get("repo") or "")) != canonical_repo(expect["repo"]):
+            out.append(f"repo is {subj.get('repo')}, expected {canonical_repo(expect['repo'])}")
     commit = str(subj.get("commit") or "")
     if "commit" in expect and not (
         len(expect["commit"]) >= 7 and commit.startswith(expect["commit"].lower())

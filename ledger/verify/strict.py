@@ -11,10 +11,16 @@ inputs with the same one-line reason:
   infinities: readers round or refuse them);
 - a payload that is not the RFC 8785 canonical form of itself (so one
   statement has exactly one id);
-- values of the wrong JSON type (pydantic strict mode: `"pr": "7"` is not 7);
+- values of the wrong JSON type (pydantic strict mode: `"pr": "7"` is not 7),
+  a missing or unknown field, a value outside its pattern or range;
 - a subject that disagrees with `predicate.source`;
 - any signature not made by a registered, unrevoked key whose role may sign
   that kind of statement; the answer never depends on signature order.
+
+The statement's shape is checked by hand (`ledger.shape`); the pydantic models
+decide only what that check leaves to them, and name the error. So a valid
+bundle is verified without building the models, and every input gets the
+verdict and the one-line reason the models give.
 """
 
 from __future__ import annotations
@@ -24,18 +30,19 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from pydantic import ValidationError
-
 from ledger.canonical import canonical_bytes
-from ledger.errors import InputError, RefusedError, VerificationError, first_validation_error
+from ledger.errors import InputError, RefusedError, VerificationError
+from ledger.kinds import KIND_FOR, QUALIFICATION_PREDICATE
 from ledger.limits import check_nesting, parse_int
-from ledger.models import (
-    QualificationStatement,
-    ReviewStatement,
-)
-from ledger.statement import statement_model
+from ledger.shape import statement_fits
 
-__all__ = ["MAX_SAFE_INTEGER", "check_json_bytes", "check_signers", "strict_statement", "unsafe"]
+__all__ = [
+    "MAX_SAFE_INTEGER",
+    "check_json_bytes",
+    "check_signers",
+    "strict_document",
+    "unsafe",
+]
 
 MAX_SAFE_INTEGER = 2**53 - 1
 """RFC 8785 (I-JSON) interoperable integer range is +-(2^53 - 1)."""
@@ -104,8 +111,9 @@ def check_json_bytes(raw: bytes, what: str) -> Any:
     return doc
 
 
-def strict_statement(payload: bytes) -> QualificationStatement | ReviewStatement:
-    """The statement the payload is, read strictly (see the module doc)."""
+def strict_document(payload: bytes) -> dict[str, Any]:
+    """The statement the payload is, read strictly (see the module doc), as its
+    decoded JSON document: a receipt or a review, as `KIND_FOR` its predicateType."""
     doc = check_json_bytes(payload, "payload")
     try:
         canonical = canonical_bytes(doc)
@@ -113,20 +121,36 @@ def strict_statement(payload: bytes) -> QualificationStatement | ReviewStatement
         raise RefusedError(f"payload: {e.reason()}") from None
     if canonical != payload:
         raise RefusedError("payload is not in RFC 8785 canonical form (one statement, one id)")
-    model = statement_model(doc)
-    try:
-        # JSON-mode strict validation: no coercion ("no" is not a bool, "7" not an int).
-        stmt = model.model_validate_json(payload, strict=True)
-    except ValidationError as e:
-        raise RefusedError(f"malformed in-toto statement: {first_validation_error(e)}") from None
-    if isinstance(stmt, QualificationStatement):
-        src = stmt.predicate.source
-        want = [(src.repo, {"gitCommit": src.commit, "gitTree": src.tree})]
-        if [(s.name, dict(s.digest)) for s in stmt.subject] != want:
+    if not isinstance(doc, dict):
+        raise RefusedError("payload is not a JSON object")
+    ptype = doc.get("predicateType")
+    if not isinstance(ptype, str) or ptype not in KIND_FOR:
+        raise RefusedError(f"unknown predicateType {ptype!r}")
+    if not statement_fits(doc):
+        _models_decide(payload, doc)
+    if ptype == QUALIFICATION_PREDICATE:
+        src = doc["predicate"]["source"]
+        want = [(src["repo"], {"gitCommit": src["commit"], "gitTree": src["tree"]})]
+        if [(s["name"], s["digest"]) for s in doc["subject"]] != want:
             raise RefusedError(
                 "subject disagrees with predicate.source (repo, commit and tree must match)"
             )
-    return stmt
+    return doc
+
+
+def _models_decide(payload: bytes, doc: dict[str, Any]) -> None:
+    """The pydantic models' verdict on what the hand check did not vouch for:
+    RefusedError with their first error, or nothing when they accept."""
+    from pydantic import ValidationError
+
+    from ledger.errors import first_validation_error
+    from ledger.statement import statement_model
+
+    try:
+        # JSON-mode strict validation: no coercion ("no" is not a bool, "7" not an int).
+        statement_model(doc).model_validate_json(payload, strict=True)
+    except ValidationError as e:
+        raise RefusedError(f"malformed in-toto statement: {first_validation_error(e)}") from None
 
 
 def check_signers(

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import base64
-import dataclasses
 import hashlib
 import json
 import re
@@ -82,7 +81,7 @@ def test_round_trip() -> None:
 
 def test_checkpoint_is_frozen() -> None:
     checkpoint = parse_checkpoint(note())
-    with pytest.raises(dataclasses.FrozenInstanceError):
+    with pytest.raises(AttributeError):
         checkpoint.size = 1  # type: ignore[misc]
 
 

@@ -1,0 +1,133 @@
+"""`ledger verify`: what the command does, without click.
+
+The click command (`ledger.cli.read.verify`) and the fast start of the offline
+case (`ledger.cli.fast`) both build a `VerifyRequest` and call `run_verify`,
+so they print, fail and exit alike.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from ledger.cli._io import echo, emit_json, read_file
+from ledger.errors import EXIT_NEGATIVE, Error, UsageError, VerificationError
+
+__all__ = ["SERVERS_WORD", "VerifyRequest", "run_verify"]
+
+SERVERS_WORD = "the server's word only, nothing verified here"
+
+
+class VerifyRequest(NamedTuple):
+    """The verify command's parameters, named as click names them."""
+
+    target: str
+    trust: tuple[Path, ...] = ()
+    want_repo: str | None = None
+    want_commit: str | None = None
+    want_claim: str | None = None
+    want_signer: str | None = None
+    newer: Path | None = None
+    server: str | None = None
+    db: str | None = None
+    as_json: bool = False
+
+
+def _check_is_asked(got: str, asked: str) -> None:
+    """A server answering with another receipt's bundle is refused."""
+    want = asked.strip().lower().removeprefix("sha256:")
+    if not got.removeprefix("sha256:").startswith(want):
+        raise VerificationError(f"the server sent the bundle of {got[:19]}, not of {asked}")
+
+
+def run_verify(req: VerifyRequest) -> None:
+    """Verify, print the report (or one JSON document), and exit 1 through
+    SystemExit when the receipt is not the one expected."""
+    from ledger.render import render_verification
+    from ledger.verify.report import mismatches
+
+    target, trust, newer, server = req.target, req.trust, req.newer, req.server
+    path = Path(target)
+    expect = {
+        k: v
+        for k, v in (
+            ("repo", req.want_repo),
+            ("commit", req.want_commit),
+            ("claim", req.want_claim),
+            ("signer", req.want_signer),
+        )
+        if v
+    }
+    looks_like_file = path.suffix == ".json" or "/" in target or path.exists()
+    consistent: str | None = None
+    report = None
+    remote: dict[str, Any] = {}
+    artifacts_checked: list[str] = []
+    try:
+        if looks_like_file and not path.is_file():
+            raise UsageError(f"{target}: no such file")
+        if path.is_file():
+            # Offline: the store-free verifier only, so no database code is loaded.
+            from ledger.keys import load_public_pem
+            from ledger.verify import verify_bundle
+
+            anchors = [load_public_pem(read_file(Path(t)), str(t)) for t in trust]
+            raw = read_file(path)
+            report = verify_bundle(raw, anchors)
+            from ledger.artifacts import check_bundle_artifacts
+
+            # Artifacts an `export --artifacts` put inside, against what the receipt names.
+            artifacts_checked = check_bundle_artifacts(raw, report.statement)
+            if newer is not None:
+                from ledger._internal.witness import check_bundle_against
+
+                consistent = check_bundle_against(raw, read_file(newer), anchors)
+        elif newer is not None:
+            raise UsageError("--checkpoint applies to a bundle FILE")
+        elif server and trust:
+            # The server only carries bytes: the bundle is verified here, against
+            # --trust alone, and must be the receipt asked for.
+            from ledger.client import fetch_bundle
+            from ledger.keys import load_public_pem
+            from ledger.verify import verify_bundle
+
+            anchors = [load_public_pem(read_file(Path(t)), str(t)) for t in trust]
+            report = verify_bundle(fetch_bundle(server, target), anchors)
+            _check_is_asked(report.id, target)
+        elif server:
+            from ledger.client import fetch_verification
+
+            remote = fetch_verification(server, target)
+            remote["anchor"] = f"{SERVERS_WORD} ({server}); give --trust PEM to verify here"
+            remote["trust"] = "server"
+        else:
+            from ledger.cli._common import open_store
+            from ledger.verify.logged import verify_in_ledger
+
+            report = verify_in_ledger(open_store(req.db), target)
+        doc = report.to_json() if report is not None else remote
+        if artifacts_checked:
+            doc["artifacts"] = artifacts_checked
+        if consistent is not None:
+            doc["log_consistency"] = consistent
+        wrong = mismatches(doc, expect)
+        if wrong:
+            doc["verified"] = False
+            doc["reason"] = "; ".join(wrong)
+    except Error as e:
+        if not req.as_json:
+            raise
+        emit_json({"verified": False, "target": target, "reason": e.reason(), "expected": expect})
+        raise SystemExit(e.exit_code) from None
+    doc["expected"] = expect
+    if req.as_json:
+        emit_json(doc)
+    else:
+        echo(render_verification(doc), nl=False)
+        if consistent is not None:
+            echo(f"log: {consistent}")
+    if doc.get("trust") == "server":
+        echo(f"ledger: this answer rests on {SERVERS_WORD}", err=True)
+    if not doc["verified"]:
+        echo(f"ledger: not the receipt expected: {doc['reason']}", err=True)
+        raise SystemExit(EXIT_NEGATIVE)
