@@ -21,6 +21,9 @@ db = sorted(m for m in ("sqlalchemy", "sqlmodel", "alembic") if m in sys.modules
 print("DB=" + ",".join(db))
 engine = sorted(m for m in sys.modules if m.startswith("ledger.qualification"))
 print("ENGINE=" + ",".join(engine))
+slow = ("pydantic", "click", "dataclasses", "cryptography.hazmat.primitives.serialization")
+start = sorted(m for m in slow if m in sys.modules)
+print("START=" + ",".join(start))
 sys.exit(code)
 """
 
@@ -68,7 +71,13 @@ def test_verify_does_not_import_torch(
     ).out.strip()
     bundle = tmp_path / "b.json"
     assert run(capsys, "export", rid, "-o", str(bundle)).code == 0
-    env = {"LEDGER_DB": str(db), "LEDGER_KEYS": str(key_dir), "PATH": "/usr/bin:/bin"}
+    env = {
+        "LEDGER_DB": str(db),
+        "LEDGER_KEYS": str(key_dir),
+        "PATH": "/usr/bin:/bin",
+        # The code under test, whichever checkout the interpreter has installed.
+        "PYTHONPATH": str(Path(__file__).parents[2]),
+    }
     for args in (["verify", rid], ["verify", str(bundle), "--trust", str(key_dir / "ledger.pem")]):
         p = subprocess.run(
             [sys.executable, "-c", PROBE, *args],
@@ -83,3 +92,6 @@ def test_verify_does_not_import_torch(
     # and none of the qualification engine either.
     assert "DB=\n" in p.stdout, p.stdout
     assert "ENGINE=\n" in p.stdout, p.stdout
+    # Nor what dominated its start-up (benchmarks/verify_start.py): the pydantic
+    # models, click, dataclasses (with inspect), every key format's reader.
+    assert "START=\n" in p.stdout, p.stdout
