@@ -43,7 +43,7 @@ def _check_is_asked(got: str, asked: str) -> None:
 def run_verify(req: VerifyRequest) -> None:
     """Verify, print the report (or one JSON document), and exit 1 through
     SystemExit when the receipt is not the one expected."""
-    from ledger.render import render_verification
+    from ledger.render_verification import render_verification
     from ledger.verify.report import mismatches
 
     target, trust, newer, server = req.target, req.trust, req.newer, req.server
