@@ -45,7 +45,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         if request is not None:
             from ledger.cli.verify import run_verify
 
-            run_verify(request)
+            try:
+                run_verify(request)
+            except (EOFError, KeyboardInterrupt):
+                # As click answers them in its commands (ledger.cli.app.run_click).
+                echo(err=True)
+                echo("ledger: aborted", err=True)
+                return 130
         else:
             from ledger.cli.app import run_click
 

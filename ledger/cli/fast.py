@@ -21,17 +21,17 @@ from ledger.cli.verify import VerifyRequest
 
 __all__ = ["verify_request"]
 
-# Option -> VerifyRequest field, as the click command declares them.
-_VALUED = {
-    "--trust": "trust",
-    "--repo": "want_repo",
-    "--commit": "want_commit",
-    "--claim": "want_claim",
-    "--signer": "want_signer",
-    "--checkpoint": "newer",
-    "--server": "server",
-    "--db": "db",
-}
+# The command's options that take a value, and its one flag.
+_VALUED = (
+    "--trust",
+    "--repo",
+    "--commit",
+    "--claim",
+    "--signer",
+    "--checkpoint",
+    "--server",
+    "--db",
+)
 _FLAGS = ("--json",)
 _PATHS = ("--trust", "--checkpoint")
 

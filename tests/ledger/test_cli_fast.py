@@ -231,3 +231,10 @@ def test_verify_prints_and_exits_alike_either_way(
     assert both(capsys, monkeypatch, "verify", str(bundle), "--trust", str(stranger)).code in (1, 2)
     assert both(capsys, monkeypatch, "verify", str(tmp_path / "none.json"), *trust).code == 2
     assert both(capsys, monkeypatch, "verify", rid, *db).code == 0
+
+    def interrupted(raw: bytes, anchors: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("ledger.verify.verify_bundle", interrupted)
+    stopped = both(capsys, monkeypatch, "verify", str(bundle), *trust)
+    assert (stopped.code, stopped.err) == (130, "\nledger: aborted\n")
