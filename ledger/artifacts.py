@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ledger.errors import NotFoundError, UsageError, VerificationError
+from ledger.kinds import DEFAULT_MEDIA_TYPE
 
 __all__ = [
     "MAX_ARTIFACT_BYTES",
@@ -223,9 +224,9 @@ def check_bundle_artifacts(bundle: bytes, statement: dict[str, Any]) -> list[str
             raise VerificationError(f"bundle artifact sha256:{d[:12]} is not named by the receipt")
         if hashlib.sha256(content).hexdigest() != d or len(content) != a["size"]:
             raise VerificationError(f"bundle artifact {a['name']}: content differs from its digest")
-        if item.get("mediaType") != a["mediaType"]:
+        # The statement may leave the media type out: the model's default then holds.
+        media = a.get("mediaType", DEFAULT_MEDIA_TYPE)
+        if item.get("mediaType") != media:
             raise VerificationError(f"bundle artifact {a['name']}: media type differs")
-        out.append(
-            f"artifact {a['name']} ({a['mediaType']}, {len(content)} bytes): digest verified"
-        )
+        out.append(f"artifact {a['name']} ({media}, {len(content)} bytes): digest verified")
     return out

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 __all__ = [
     "BUNDLE_TYPE",
+    "DEFAULT_MEDIA_TYPE",
     "IN_TOTO_PAYLOAD_TYPE",
     "KIND_FOR",
     "QUALIFICATION_PREDICATE",
@@ -23,6 +24,8 @@ QUALIFICATION_PREDICATE = "https://ledger.dev/predicates/qualification/v1"
 REVIEW_PREDICATE = "https://ledger.dev/predicates/review/v1"
 BUNDLE_TYPE = "application/vnd.ledger.bundle.v1+json"
 """Media type of an exported bundle (`ledger export`, `ledger verify FILE`)."""
+DEFAULT_MEDIA_TYPE = "application/octet-stream"
+"""An artifact's media type where its statement names none."""
 
 ROLE_FOR = {QUALIFICATION_PREDICATE: "runner", REVIEW_PREDICATE: "reviewer"}
 """The key role that may sign each kind of statement."""

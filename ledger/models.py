@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, JsonValue, StringConstraints,
 
 from ledger.kinds import (
     BUNDLE_TYPE,
+    DEFAULT_MEDIA_TYPE,
     IN_TOTO_PAYLOAD_TYPE,
     QUALIFICATION_PREDICATE,
     REVIEW_PREDICATE,
@@ -122,7 +123,7 @@ class Artifact(_Frozen):
     name: str = Field(min_length=1)
     digest: dict[Literal["sha256"], Hex64]
     size: int = Field(ge=0)
-    mediaType: str = "application/octet-stream"
+    mediaType: str = DEFAULT_MEDIA_TYPE
 
 
 class Runner(_Frozen):
