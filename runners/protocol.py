@@ -301,6 +301,29 @@ class DeclaresRouting(Protocol):
 
 
 @runtime_checkable
+class ReplaysRouting(Protocol):
+    """A mixture-of-experts workload whose routers can take given selections.
+
+    Gradient-compare's function part runs the candidate in the reference precision
+    against the base's reference arm. A router's top-k is discrete: a near tie can
+    flip between two runs that compute the same function to rounding, and a token
+    sent to another expert moves every gradient downstream far beyond rounding. Fed
+    the reference arm's selections, both runs send the same tokens through the same
+    experts, so what is left to differ is the change itself."""
+
+    def replay_routing(self, selections: Mapping[str, torch.Tensor] | None) -> None:
+        """While set, each router named in ``selections`` (as `ForwardOutputs.routing`
+        names it) takes those top-k expert indices instead of its own, weighting them
+        with its own probabilities; its own choice is still what `DeclaresRouting`
+        reports. None: every router chooses again."""
+        ...
+
+    def replayed_layers(self) -> int:
+        """Routers that took given selections in the last forward."""
+        ...
+
+
+@runtime_checkable
 class SupportsPrepare(Protocol):
     """A workload whose CPU-side work (importing its libraries, building or loading the
     model on CPU) can be done once, before any claim, and shared.

@@ -10,7 +10,9 @@ A spec with ``reference`` runs the workload in a reference precision
 (``reference_dtype``, or the default for the workload's dtype;
 `runners.checks.precision`); a workload that cannot is status ``unsupported``.
 Where the workload declares its routing, the forward's top-k selections are
-saved too (``routing.pt``).
+saved too (``routing.pt``). A spec with ``replay_routing`` (another arm's
+``routing.pt``) feeds those selections to the routers of a workload that can
+take them (`runners.protocol.ReplaysRouting`).
 """
 
 from __future__ import annotations
@@ -31,7 +33,14 @@ from runners.harness import child
 from runners.harness.oom import capture
 from runners.harness.probe import CudaProbe
 from runners.harness.steps import measure_step
-from runners.protocol import DeclaresRouting, ForwardOutputs, Shape, setup_in, supports_dtype
+from runners.protocol import (
+    DeclaresRouting,
+    ForwardOutputs,
+    ReplaysRouting,
+    Shape,
+    setup_in,
+    supports_dtype,
+)
 from runners.workloads.loader import WorkloadLoadError, load_workload
 
 
@@ -82,6 +91,7 @@ def run_arm(spec: dict[str, Any]) -> dict[str, Any]:
         if not cap.outcome.ok:
             return finish(cap.outcome.status, error=cap.outcome.sentence())
         info["reserved_after_setup_bytes"] = probe.sample().reserved_bytes
+        replaying = _replay(w, spec.get("replay_routing"), device, info)
         batch_cap = capture("make_batch", lambda: w.make_batch(shape, seed))
         if not batch_cap.outcome.ok:
             return finish(batch_cap.outcome.status, error=batch_cap.outcome.sentence())
@@ -102,6 +112,9 @@ def run_arm(spec: dict[str, Any]) -> dict[str, Any]:
         if not grads_cap.outcome.ok or grads_cap.value is None:
             return finish(grads_cap.outcome.status, error=grads_cap.outcome.sentence())
         grads = {k: v.detach().to("cpu") for k, v in grads_cap.value.items()}
+    if replaying:
+        assert isinstance(w, ReplaysRouting)
+        info["routing_replayed_layers"] = w.replayed_layers()
     torch.save(grads, Path(spec["out_dir"]) / "grads.pt")
     routing = {k: v.detach().to("cpu") for k, v in outs[0].routing.items()} if outs else {}
     if routing:
@@ -109,6 +122,24 @@ def run_arm(spec: dict[str, Any]) -> dict[str, Any]:
     outs.clear()
     capture("teardown", w.teardown, device=device)
     return finish("ok", tensors=len(grads), routed_layers=len(routing))
+
+
+def _replay(w: object, path: str | None, device: torch.device, info: dict[str, Any]) -> bool:
+    """Feed the routers the selections saved at ``path`` (another arm's routing.pt);
+    ``info["routing_replay"]`` says whether they were: ``replayed``, or why not."""
+    if not path:
+        return False
+    if not isinstance(w, ReplaysRouting):
+        info["routing_replay"] = "the workload cannot replay routing"
+        return False
+    if not Path(path).is_file():
+        info["routing_replay"] = "the reference arm saved no routing"
+        return False
+    given = torch.load(path, map_location=device)
+    w.replay_routing(given)
+    info["routing_replay"] = "replayed"
+    info["routing_replay_layers_given"] = len(given)
+    return True
 
 
 if __name__ == "__main__":

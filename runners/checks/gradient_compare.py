@@ -169,6 +169,8 @@ _ARM_KEYS = (
     "duration_ns",
     "workload_digest",
     "error",
+    "routing_replay",
+    "routing_replayed_layers",
 )
 """What each arm reports that the result records, as ``{arm}_{key}``."""
 
@@ -199,12 +201,22 @@ def _body(sess: Session, p: Params) -> Verdict:
     ref_spec: dict[str, Json] = {"reference": True, "reference_dtype": p.reference_dtype}
     specs = {
         "reference": ref_spec,
-        "candidate_reference": {**ref_spec, "low_precision_only": p.reference_candidate is None},
+        "candidate_reference": {
+            **ref_spec,
+            "low_precision_only": p.reference_candidate is None,
+            # The reference arm's router choices (ReplaysRouting), so that a near tie
+            # flipping between the two does not pass for the change.
+            "replay_routing": str(work / "reference" / "routing.pt"),
+        },
     }
     told = _settings(p)
     if parallel:
-        started = [start_arm(sess, n, r, wp, told, work, specs.get(n)) for n, r, wp in plan]
+        # The candidate's reference arm replays the reference arm's routing: after it.
+        now = [x for x in plan if x[0] != "candidate_reference"]
+        started = [start_arm(sess, n, r, wp, told, work, specs.get(n)) for n, r, wp in now]
         arms = {a.name: finish_arm(a, deadline) for a in started}
+        for n, r, wp in (x for x in plan if x[0] == "candidate_reference"):
+            arms[n] = finish_arm(start_arm(sess, n, r, wp, told, work, specs.get(n)), deadline)
     else:
         for n, r, wp in plan:
             arms[n] = finish_arm(start_arm(sess, n, r, wp, told, work, specs.get(n)), deadline)
@@ -414,12 +426,25 @@ def _compared(
             measurements=m,
         )
     if p.rule == "reference":
-        return _by_reference(verdicts, rows, routed, p, m)
+        return _by_reference(verdicts, rows, routed, p, m, _function_flipped(arms, m))
     return _by_threshold(rows, noise_rel, threshold, p.noise_margin, m)
 
 
 _NAMED = 5
 """Tensors a reason sentence names before saying how many more."""
+
+
+def _function_flipped(arms: dict[str, dict[str, Any]], m: dict[str, Json]) -> int:
+    """Tokens the two reference-precision arms routed differently, when the candidate's
+    did not replay the reference's routing (0 when it did, or when they agree): the
+    function part then compares two different expert assignments, not two codes."""
+    info = arms.get("candidate_reference", {})
+    if info.get("routing_replay") == "replayed":
+        return 0
+    table = m.get("routing")
+    pair = table.get("candidate_reference_vs_reference") if isinstance(table, dict) else None
+    flipped = pair.get("tokens_differing") if isinstance(pair, dict) else None
+    return flipped if isinstance(flipped, int) else 0
 
 
 def _by_reference(
@@ -428,6 +453,7 @@ def _by_reference(
     routed: str,
     p: Params,
     m: dict[str, Json],
+    flipped: int = 0,
 ) -> Verdict:
     families = precision.by_family(verdicts)
     m["families"] = [f.to_json() for f in families]
@@ -445,6 +471,15 @@ def _by_reference(
     if any(v.function_ran for v in verdicts):
         rule += " (and, both in the reference precision, within the floor scaled to it)"
     tail = f"; {routed}" if routed else ""
+    if failed and flipped and all(v.failed_by == ["function"] for v in failed):
+        return Verdict(
+            outcome="inconclusive",
+            reason=f"{len(failed)} of {len(verdicts)} gradient tensors beyond the function "
+            f"part only, and the two reference-precision arms routed {flipped} token(s) "
+            "differently (a router near a tie; the workload cannot replay routing): the "
+            f"change cannot be told from the flip{tail}",
+            measurements=m,
+        )
     if failed:
         named = "; ".join(precision.describe(v) for v in failed[:_NAMED])
         more = f"; and {len(failed) - _NAMED} more" if len(failed) > _NAMED else ""

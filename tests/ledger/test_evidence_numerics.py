@@ -98,3 +98,23 @@ def test_routing_is_counted_between_the_arms(run: Path) -> None:
         assert {"candidate_vs_base", "base_vs_reference"} <= set(routed)
         for pair in routed.values():
             assert pair["comparable"] and pair["selections"] == pair["tokens"] * pair["layers"]
+
+
+def test_at_the_realistic_size_the_reference_routing_was_replayed() -> None:
+    """evidence/h200-numerics-qwen3 (0.3 B parameters): attention eager -> SDPA flipped
+    a router near a tie in float32. Without a replay that one token made the function
+    part 88x its allowance, a false failure; replaying the reference arm's routing
+    (ReplaysRouting) it passed, while the 1.01-scaled expert still failed."""
+    run = EVIDENCE / "h200-numerics-qwen3"
+    if not (run / "cases.json").is_file():
+        pytest.skip("the realistic-size run is not committed")
+    preds = _predicates(run)
+    cases = _cases(run)
+    for name, case in cases.items():
+        m = preds[case["receipt"]]["measurements"]
+        assert m["candidate_reference_routing_replay"] == "replayed", name
+        assert m["candidate_reference_routing_replayed_layers"] == 8, name
+    sdpa = preds[cases["sdpa"]["receipt"]]
+    flips = sdpa["measurements"]["routing"]["candidate_reference_vs_reference"]
+    assert flips["tokens_differing"] >= 1 and sdpa["outcome"] == "passed"
+    assert preds[cases["expert-scale"]["receipt"]]["outcome"] == "failed"

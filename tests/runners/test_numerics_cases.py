@@ -136,8 +136,12 @@ def test_a_defect_below_bf16_resolution_fails_in_the_reference_precision(
     assert experts and all(f["failed_by"] == ["function"] for f in experts)  # type: ignore[index]
     assert max(f["err_function"] / f["function_allowed"] for f in experts) > 10  # type: ignore[index,operator]
     assert "in the reference precision err" in (scaled.reason or "")
+    # The candidate's reference arm took the reference arm's routing (ReplaysRouting).
+    assert scaled.measurements["candidate_reference_routing_replay"] == "replayed"
+    assert scaled.measurements["candidate_reference_routing_replayed_layers"] == 2
     sdpa = q.compare("sdpa", tmp_path / "b", dtype="bfloat16")
     assert sdpa.outcome == "passed", sdpa.reason
+    assert sdpa.measurements["candidate_reference_routing_replay"] == "replayed"
     fams = sdpa.measurements["families"]
     assert isinstance(fams, list)
     assert max(f["multiple"] for f in fams) <= 2.0  # type: ignore[index]

@@ -8,13 +8,15 @@ the protocol the way a trainer does: batches with ``attention_mask`` and
 and the logits declared as the output the regression compares. It offers no
 chunked NLL, so checks that need one skip that part with a reason. It can
 compute in a reference precision (``setup(..., dtype=...)``) and declares its
-router's top-k selections (`runners.protocol.DeclaresRouting`).
+router's top-k selections (`runners.protocol.DeclaresRouting`) and takes given ones
+(`runners.protocol.ReplaysRouting`).
 """
 
 from __future__ import annotations
 
 import copy
 import sys
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from importlib import metadata
 from typing import Any
@@ -112,6 +114,8 @@ class Qwen3LoraWorkload:
         self.device: torch.device | None = None
         self._routing = False
         self._routed: dict[str, Tensor] = {}
+        self._replay: dict[str, Tensor] = {}
+        self._replayed = 0
         self._prepared: tuple[int, Any] | None = None
         """(seed, model on CPU in the configured dtype) built by `prepare`."""
 
@@ -151,6 +155,13 @@ class Qwen3LoraWorkload:
         """While ``on``, forwards declare each MoE layer's top-k selections, by the router's
         module name (``model.layers.N.mlp.gate``)."""
         self._routing = on
+
+    def replay_routing(self, selections: Mapping[str, Tensor] | None) -> None:
+        """Routers take these top-k indices (`runners.protocol.ReplaysRouting`)."""
+        self._replay = dict(selections or {})
+
+    def replayed_layers(self) -> int:
+        return self._replayed
 
     @property
     def dtype(self) -> torch.dtype:
@@ -193,19 +204,30 @@ class Qwen3LoraWorkload:
         self.optimizer = torch.optim.AdamW(trainable, lr=c.lr, foreach=False)
 
     def _keep_route(self, name: str) -> Any:
-        def hook(_module: Any, _inputs: Any, output: Any) -> None:
-            if not self._routing:
-                return
+        def hook(module: Any, _inputs: Any, output: Any) -> Any:
             # The router returns (logits, weights, top-k indices): the indices are the one
             # integer tensor; a router returning only its logits is ranked here.
             outs = output if isinstance(output, tuple) else (output,)
             found = [t for t in outs if isinstance(t, Tensor) and not t.is_floating_point()]
             logits = outs[0]
-            if found:
-                self._routed[name] = found[0].detach()
-            elif isinstance(logits, Tensor) and logits.shape[-1] == self.config.experts:
-                top = logits.detach().reshape(-1, self.config.experts).topk(self.config.top_k)
-                self._routed[name] = top.indices
+            if self._routing:
+                if found:
+                    self._routed[name] = found[0].detach()
+                elif isinstance(logits, Tensor) and logits.shape[-1] == self.config.experts:
+                    top = logits.detach().reshape(-1, self.config.experts).topk(self.config.top_k)
+                    self._routed[name] = top.indices
+            given = self._replay.get(name)
+            if given is None or len(outs) != 3 or not found:
+                return None
+            # The given experts, weighted as the router weights its own choice: softmax
+            # in float32, renormalised over the top k where the model does that.
+            index = given.to(device=logits.device, dtype=found[0].dtype).reshape(found[0].shape)
+            probs = torch.softmax(logits, dim=-1, dtype=torch.float32)
+            weights = probs.gather(-1, index)
+            if getattr(module, "norm_topk_prob", False):
+                weights = weights / weights.sum(dim=-1, keepdim=True)
+            self._replayed += 1
+            return (logits, weights.to(outs[1].dtype), index)
 
         return hook
 
@@ -261,6 +283,7 @@ class Qwen3LoraWorkload:
     def forward(self, batch: Batch, *, grad: bool) -> ForwardOutputs:
         """The model's own loss; the logits declared for the regression."""
         model = self._model()
+        self._replayed = 0
         with torch.set_grad_enabled(grad):
             out = model(**batch)
         routing, self._routed = self._routed, {}
