@@ -3,8 +3,11 @@
 The driver (``ledger qualify --executor ray``) holds no key and runs no
 claim: it ships the revision as a git bundle (the commit, and the base
 commit where a check compares against it), submits one task per claim with
-``num_gpus = world_size`` and streams the tasks' progress. Ray places the
-tasks; the ledger schedules nothing across hosts. Each task
+``num_gpus = world_size``, all at once, and streams the tasks' progress
+(each task is a streaming generator: its lines, then its result). Ray places
+the tasks, and keeps its worker processes for the tasks that follow, so a
+worker's fork server and its checkout of the commit serve claim after claim;
+the ledger schedules nothing across hosts. Each task
 (`ledger.execution.ray_worker.run_claim_task`) runs on a worker host that
 holds its own runner key, checks the bundle's tree against the revision's,
 runs the claim there and records through the ledger server (`--server`), by
@@ -19,6 +22,7 @@ import contextlib
 import os
 import secrets
 import tempfile
+import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -75,8 +79,6 @@ def run_on_ray(
 ) -> Iterator[ReceiptRow]:
     """Run every claim as a Ray task; yield the receipts each recorded, as they finish."""
     ray = _ray()
-    from ray.util.queue import Queue
-
     from ledger.execution.ray_worker import run_claim_task
 
     if not ray.is_initialized():
@@ -91,7 +93,6 @@ def run_on_ray(
     bundle = ray.put(bundle_revision(repo, commits))
     say(f"ray: {len(runs)} claim(s) submitted to {address or 'the cluster'}; code: "
         f"commit {revision.commit[:12]} as a git bundle")  # fmt: skip
-    queue = Queue()
     task = ray.remote(run_claim_task)
     source = {
         "repo": revision.repo,
@@ -104,59 +105,102 @@ def run_on_ray(
     }
     pending: dict[Any, ClaimRun] = {}
     n = len(runs)
-    for run in runs:
-        ref = task.options(num_gpus=run.gpus, num_cpus=1, name=f"ledger {run.claim}").remote(
-            bundle,
-            {
-                "run": run.to_json(),
-                "source": source,
-                "server": server,
-                "key": key_name,
-                "total": n,
-                "sandbox": sandbox,
-                "allowed_env": list(allowed_env),
-            },
-            queue,
-        )
-        pending[ref] = run
-        say(f"[{run.index}/{n}] {run.claim} ({run.check}) -> Ray task asking for {run.gpus} GPU(s)")
     try:
+        # Every claim is submitted before any is waited on: Ray runs as many at once as
+        # it has GPUs for.
+        for run in runs:
+            # No retry: a claim that ran (and may have recorded) is not run a second time.
+            gen = task.options(
+                num_gpus=run.gpus, num_cpus=1, max_retries=0, name=f"ledger {run.claim}"
+            ).remote(
+                bundle,
+                {
+                    "run": run.to_json(),
+                    "source": source,
+                    "server": server,
+                    "key": key_name,
+                    "total": n,
+                    "sandbox": sandbox,
+                    "allowed_env": list(allowed_env),
+                },
+            )
+            pending[gen] = run
+            say(f"[{run.index}/{n}] {run.claim} ({run.check}) -> Ray task asking for "
+                f"{run.gpus} GPU(s)")  # fmt: skip
         while pending:
-            ready, _ = ray.wait(list(pending), num_returns=1, timeout=0.25)
-            _drain(queue, say)
-            for ref in ready:
-                run = pending.pop(ref)
-                yield from _finished(ray, ref, run, n, say)
-        _drain(queue, say)
+            # The timeout only keeps Ctrl-C prompt: wait returns as soon as a task speaks.
+            ready, _ = ray.wait(list(pending), num_returns=1, timeout=_WAIT_S)
+            for gen in ready:
+                yield from _next(ray, gen, pending, n, say)
     except BaseException:
-        for ref in pending:
-            with contextlib.suppress(Exception):
-                ray.cancel(ref, force=True)
+        _stop(ray, list(pending))
         raise
-    finally:
+
+
+_WAIT_S = 0.25
+STOP_GRACE_S = 30.0
+"""After Ctrl-C, how long the tasks have to end their claims' processes (a claim's
+process group gets 10 s to go, `runners.harness.launch.STOP_GRACE_S`) before Ray kills
+their workers."""
+
+
+def _next(
+    ray: Any, gen: Any, pending: dict[Any, ClaimRun], n: int, say: Callable[[str], None]
+) -> Iterator[ReceiptRow]:
+    """Take what the task ``gen`` said next: a progress line, or its result."""
+    run = pending[gen]
+    tag = f"[{run.index}/{n}]"
+    try:
+        item = ray.get(next(gen))
+    except StopIteration:
+        pending.pop(gen)
+        say(f"{tag} {run.claim}: not recorded: the Ray task ended without a result")
+        return
+    except Exception as e:
+        pending.pop(gen)
+        say(f"{tag} {run.claim}: not recorded: the Ray task failed: {type(e).__name__}: {e}")
+        return
+    if "progress" in item:
+        say(str(item["progress"]))
+        return
+    pending.pop(gen)
+    yield from _finished(item["result"], run, n, say)
+
+
+def _stop(ray: Any, gens: list[Any]) -> None:
+    """Cancel the tasks: each ends its claim's processes, then its worker process is
+    free again; one that has not ended within `STOP_GRACE_S` (or a second Ctrl-C) has
+    its worker killed."""
+    for gen in gens:
         with contextlib.suppress(Exception):
-            queue.shutdown()
-
-
-def _drain(queue: Any, say: Callable[[str], None]) -> None:
-    with contextlib.suppress(Exception):
-        while not queue.empty():
-            say(str(queue.get_nowait()))
+            ray.cancel(gen)
+    left = set(gens)
+    end = time.monotonic() + STOP_GRACE_S
+    try:
+        while left and (wait := end - time.monotonic()) > 0:
+            ready, _ = ray.wait(list(left), num_returns=1, timeout=min(wait, _WAIT_S))
+            for gen in ready:
+                try:
+                    ray.get(next(gen))  # a line said before the cancel reached it
+                except Exception:  # StopIteration, or the cancellation itself
+                    left.discard(gen)
+    finally:
+        for gen in left:
+            with contextlib.suppress(Exception):
+                ray.cancel(gen, force=True)
 
 
 def _finished(
-    ray: Any, ref: Any, run: ClaimRun, n: int, say: Callable[[str], None]
+    doc: dict[str, Any], run: ClaimRun, n: int, say: Callable[[str], None]
 ) -> Iterator[ReceiptRow]:
     tag = f"[{run.index}/{n}]"
-    try:
-        doc = ray.get(ref)
-    except Exception as e:
-        say(f"{tag} {run.claim}: not recorded: the Ray task failed: {type(e).__name__}: {e}")
-        return
     if doc.get("error"):
         say(f"{tag} {run.claim}: not recorded: {doc['error']}")
         return
-    where = f"task {doc['job_id'][:16]} on {doc['host']}, GPU(s) {doc['devices'] or '-'}"
+    where = (
+        f"task {doc['job_id'][:16]} on {doc['host']} (worker pid {doc.get('worker', '?')}), "
+        f"GPU(s) {doc['devices'] or '-'}"
+    )
     reasons = doc.get("reasons") or [""] * len(doc["receipts"])
     for (rid, claim, outcome), why in zip(doc["receipts"], reasons, strict=True):
         note = f": {why}" if why and outcome != "passed" else ""

@@ -1,43 +1,49 @@
 """A claim's Ray task, on the worker host: check the code, run the claim, sign, record.
 
 The task receives the revision as a git bundle and the claim run as data. It
-fetches the bundle into a fresh repository, refuses to run unless the
-commit's tree is the one the driver named, runs the claim in a worktree of
-it (`runners.isolated.run_claim_isolated`: the claim's own processes, on the
-GPUs Ray gave the task through ``CUDA_VISIBLE_DEVICES``), signs the results
-with this host's runner key (``$LEDGER_KEYS``: keys never travel) and records
-them through the ledger server by way of this host's outbox. The receipts
-record the executor (``ray``) and the task id.
+checks the commit out (`ledger.execution.checkouts`: once per commit on this
+worker, reused by the claims of that commit Ray places here later), refuses
+to run unless the commit's tree is the one the driver named, runs the claim
+there (`runners.isolated.run_claim_isolated`: the claim's own processes,
+forked from this worker's fork server, on the GPUs Ray gave the task through
+``CUDA_VISIBLE_DEVICES``), signs the results with this host's runner key
+(``$LEDGER_KEYS``: keys never travel) and records them through the ledger
+server by way of this host's outbox. The receipts record the executor
+(``ray``) and the task id.
+
+The task is a Ray streaming generator: it yields its progress lines as they
+come, then its result, so the driver needs no actor of its own to hear from
+it. Ray's cancel (the driver's Ctrl-C) ends the claim's processes before the
+task ends.
 """
 
 from __future__ import annotations
 
-import contextlib
+import atexit
+import os
+import queue
+import shutil
 import socket
 import tempfile
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from ledger.execution.checkouts import Checkouts
+from ledger.execution.claimrun import ClaimRun
+
+if TYPE_CHECKING:
+    from ledger.keys import LocalKey
+    from ledger.sandbox import Sandbox
+    from runners.forkserver import ForkServer
 
 __all__ = ["run_claim_task"]
 
-
-def _checkout(bundle: bytes, commits: list[str], tree: str, into: Path) -> dict[str, Path]:
-    """Worktrees of ``commits`` from the bundle; the first commit's tree must be ``tree``."""
-    import git
-
-    into.mkdir(parents=True, exist_ok=True)
-    (into / "head.bundle").write_bytes(bundle)
-    repo = git.Repo.init(into / "repo")
-    repo.git.fetch(str(into / "head.bundle"), "+refs/ledger/ship/*:refs/ledger/ship/*")
-    got = repo.git.rev_parse(f"{commits[0]}^{{tree}}")
-    if got != tree:
-        raise ValueError(f"the shipped commit {commits[0][:12]} has tree {got}, not {tree}")
-    roots = {}
-    for c in commits:
-        path = into / c[:12]
-        repo.git.worktree("add", "--detach", str(path), c)
-        roots[c] = path
-    return roots
+_POLL_S = 0.25
+"""How often the task's generator looks up from waiting on its claim: Ray's cancel
+arrives as KeyboardInterrupt, which a thread blocked without a timeout never sees."""
 
 
 def _revision(source: dict[str, Any], root: Path) -> Any:
@@ -74,72 +80,172 @@ def _revision(source: dict[str, Any], root: Path) -> Any:
     )
 
 
-_SERVER: dict[str, Any] = {}
-"""This worker process's fork server, kept across its tasks."""
+@dataclass
+class _Worker:
+    """What this Ray worker process keeps across its tasks: a fork server (torch, the
+    harness and the checks imported once per worker, not per claim) and the checkouts of
+    the code shipped to it. The server runs no pull request's code itself (no workload
+    is preloaded or prepared in it: tasks of different pull requests may share it); it
+    reads the checkouts under ``BASE/code`` and writes only under ``BASE/work``, inside
+    the sandbox."""
+
+    want: tuple[str, tuple[str, ...]]
+    server: ForkServer | None
+    base: Path
+    checkouts: Checkouts
+
+    def close(self) -> None:
+        if self.server is not None:
+            self.server.close()
+        self.checkouts.close()
+        shutil.rmtree(self.base, ignore_errors=True)
 
 
-def _fork_server(box: Any, allowed_env: Any) -> tuple[Any, Path]:
-    """A fork server for this Ray worker process, started at its first task and kept:
-    torch, the harness and the checks imported once per worker, not per claim. It runs
-    no pull request's code itself (no workload is preloaded or prepared in it: tasks of
-    different pull requests share it); it reads every task's checkout under
-    ``BASE/code`` and writes only under ``BASE/work``, inside the sandbox."""
-    import atexit
+_STATE: dict[str, _Worker] = {}
+_PREFIX = "ledger-ray-worker-"
+"""The worker's folder: ``PREFIX<pid>-<random>`` in the temporary folder."""
 
+
+def _sweep() -> None:
+    """Remove the folders of this host's Ray workers that are gone: Ray ends its workers
+    (at the end of a job, ``ray stop``) without running their exit handlers."""
+    for path in Path(tempfile.gettempdir()).glob(f"{_PREFIX}*-*"):
+        pid = path.name[len(_PREFIX) :].split("-", 1)[0]
+        if pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # another user's process
+        return True
+    return True
+
+
+def _close_worker() -> None:
+    w = _STATE.pop("worker", None)
+    if w is not None:
+        w.close()
+
+
+def _worker(box: Any, allowed_env: Any) -> _Worker:
+    """This worker's state for the sandbox mode and allowed variables asked, started at
+    its first task and kept (started again if they change or the server died)."""
     from ledger.qualify import server_sandbox
     from runners.forkserver import ForkServer
     from runners.harness.child import env as child_env
 
-    want = (box.mode, tuple(allowed_env))
-    got = _SERVER.get("entry")
-    if got is not None and got[0] == want and got[1] is not None and got[1].proc.poll() is None:
-        return got[1], got[2]
-    base = Path(tempfile.mkdtemp(prefix="ledger-ray-worker-"))
+    want = (str(box.mode), tuple(allowed_env))
+    got = _STATE.get("worker")
+    if (
+        got is not None
+        and got.want == want
+        and got.server is not None
+        and got.server.proc.poll() is None
+    ):
+        return got
+    if not _STATE:
+        atexit.register(_close_worker)
+        _sweep()
+    _close_worker()
+    base = Path(tempfile.mkdtemp(prefix=f"{_PREFIX}{os.getpid()}-"))
     (base / "code").mkdir()
     (base / "work").mkdir()
     wrap = server_sandbox(box, base / "work", [base / "code"])
     try:
-        server = ForkServer.start([], child_env(), wrap=wrap, sock_dir=base / "work")
+        server: ForkServer | None = ForkServer.start(
+            [], child_env(), wrap=wrap, sock_dir=base / "work"
+        )
     except (OSError, RuntimeError):
         server = None
-    if server is not None:
-        atexit.register(server.close)
-    _SERVER["entry"] = (want, server, base)
-    return server, base
+    w = _Worker(want, server, base, Checkouts(base / "code" / "shipped"))
+    _STATE["worker"] = w
+    return w
 
 
-def run_claim_task(bundle: bytes, payload: dict[str, Any], queue: Any = None) -> dict[str, Any]:
-    """Run one claim where Ray placed this task; the receipts it recorded, or an error."""
+def run_claim_task(bundle: bytes, payload: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """Run one claim where Ray placed this task: yields ``{"progress": line}`` as the claim
+    goes, then ``{"result": doc}`` (the receipts it recorded, or an error)."""
     import ray
 
-    from ledger.execution.claimrun import ClaimRun
-    from ledger.keys import KeyDir
-    from ledger.qualify import record_results
-    from ledger.record import RemoteRecorder
-
-    run = ClaimRun.from_json(payload["run"])
-    source = payload["source"]
+    # In the task's own thread: the runtime context is per task, and the fork server must
+    # be started by a thread that outlives the task (the sandbox dies with the thread
+    # that started it: bwrap's --die-with-parent).
     ctx = ray.get_runtime_context()
     job_id = str(ctx.get_task_id() or ctx.get_job_id())
     devices = [str(g) for g in ray.get_gpu_ids()]
+    task = _setup(payload, job_id, devices)
+    if isinstance(task, dict):
+        yield {"result": task}
+        return
+    items: queue.Queue[dict[str, Any] | BaseException] = queue.Queue()
+    cancel = threading.Event()
+
+    def body() -> None:
+        try:
+            say: Callable[[str], None] = lambda m: items.put({"progress": m})  # noqa: E731
+            items.put({"result": _run_claim(task, bundle, say, cancel)})
+        except BaseException as e:
+            items.put(e)
+
+    # The claim runs in a thread; this one relays its lines, and is where Ray's cancel lands.
+    claim = threading.Thread(target=body, name="ledger-claim", daemon=True)
+    claim.start()
+    try:
+        while True:
+            try:
+                item = items.get(timeout=_POLL_S)
+            except queue.Empty:
+                continue
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+            if "result" in item:
+                return
+    except BaseException:
+        # Cancelled (the driver's Ctrl-C): the claim's processes end before the task does.
+        cancel.set()
+        claim.join()
+        raise
+
+
+@dataclass
+class _Task:
+    """One claim's task, set up: its key and sandbox on this host, this worker's state."""
+
+    run: ClaimRun
+    payload: dict[str, Any]
+    out: dict[str, Any]
+    """The result's fields known before the claim runs."""
+    key: LocalKey
+    box: Sandbox
+    worker: _Worker
+
+
+def _setup(payload: dict[str, Any], job_id: str, devices: list[str]) -> _Task | dict[str, Any]:
+    """The claim's key, sandbox and this worker's state; an error result where the host
+    lacks one."""
+    from ledger.errors import UsageError
+    from ledger.keys import KeyDir
+    from ledger.outbox import default_dir
+    from ledger.sandbox import resolve
+
+    run = ClaimRun.from_json(payload["run"])
     host = socket.gethostname()
-    tag = f"[{run.index}/{payload['total']}]"
-
-    def progress(msg: str) -> None:
-        if queue is not None:
-            with contextlib.suppress(Exception):
-                queue.put_nowait(f"{tag}  {host}: {msg}")
-
-    out: dict[str, Any] = {"job_id": job_id, "host": host, "devices": ",".join(devices)}
+    out: dict[str, Any] = {
+        "job_id": job_id,
+        "host": host,
+        "devices": ",".join(devices),
+        "worker": os.getpid(),
+    }
     try:
         keys = KeyDir.default()
         key = keys.load(payload["key"])
     except Exception as e:
         return {**out, "error": f"no runner key {payload['key']!r} on {host}: {e}"}
-    from ledger.errors import UsageError
-    from ledger.outbox import default_dir
-    from ledger.sandbox import resolve
-
     try:
         # The claim runs sandboxed here as on a local run: the key, the outbox hidden.
         box = resolve(
@@ -149,24 +255,38 @@ def run_claim_task(bundle: bytes, payload: dict[str, Any], queue: Any = None) ->
         )
     except UsageError as e:
         return {**out, "error": f"on {host}: {e.reason()}"}
+    return _Task(run, payload, out, key, box, _worker(box, payload.get("allowed_env", ())))
+
+
+def _run_claim(
+    task: _Task, bundle: bytes, say: Callable[[str], None], cancel: threading.Event
+) -> dict[str, Any]:
+    from ledger.qualify import record_results
+    from ledger.record import RemoteRecorder
     from runners.isolated import run_claim_isolated
 
-    fork, base = _fork_server(box, payload.get("allowed_env", ()))
-    with (
-        tempfile.TemporaryDirectory(prefix="task-", dir=base / "code") as code,
-        tempfile.TemporaryDirectory(prefix="task-", dir=base / "work") as d,
-    ):
-        commits = [source["commit"]]
-        if run.needs_base and source.get("base") and source["base"] != source["commit"]:
-            commits.append(source["base"])
-        try:
-            roots = _checkout(bundle, commits, source["tree"], Path(code))
-        except Exception as e:
-            return {**out, "error": f"refused the shipped code: {e}"}
-        root = roots[source["commit"]]
-        revision = _revision(source, root)
+    run, payload, out, box, worker = task.run, task.payload, dict(task.out), task.box, task.worker
+    source = payload["source"]
+    tag = f"[{run.index}/{payload['total']}]"
+
+    def progress(msg: str) -> None:
+        say(f"{tag}  {out['host']}: {msg}")
+
+    commits = [source["commit"]]
+    if run.needs_base and source.get("base") and source["base"] != source["commit"]:
+        commits.append(source["base"])
+    try:
+        shipped = worker.checkouts.get(bundle, commits, source["tree"])
+    except Exception as e:
+        return {**out, "error": f"refused the shipped code: {e}"}
+    out["unpacked"] = shipped.unpacked
+    roots = shipped.roots
+    root = roots[source["commit"]]
+    revision = _revision(source, root)
+    with tempfile.TemporaryDirectory(prefix="task-", dir=worker.base / "work") as d:
         (Path(d) / "artifacts").mkdir()
-        progress(f"{run.claim}: tree {source['tree'][:12]} checked; running on GPU(s) "
+        how = "unpacked here" if shipped.unpacked else "checkout reused"
+        progress(f"{run.claim}: tree {source['tree'][:12]} checked ({how}); running on GPU(s) "
                  f"{out['devices'] or '-'}")  # fmt: skip
         results = run_claim_isolated(
             claim=run.claim,
@@ -187,7 +307,8 @@ def run_claim_task(bundle: bytes, payload: dict[str, Any], queue: Any = None) ->
             work_root=Path(d),
             # Forked from this worker's server (torch imported once per worker process);
             # a claim with a network, or several ranks, starts afresh in its sandbox.
-            fork_server=None if run.network else fork,
+            fork_server=None if run.network else worker.server,
+            cancel=cancel,
         )
         for r in results:
             r.scope["sandbox"] = box.facet
@@ -195,10 +316,13 @@ def run_claim_task(bundle: bytes, payload: dict[str, Any], queue: Any = None) ->
             if run.profile is not None:
                 r.scope["profile"] = run.profile
         recorder = RemoteRecorder(payload["server"])
+        job_id = out["job_id"]
         environment = {"executor": "ray", "executor_job_id": job_id}
-        if devices:
-            environment["executor_devices"] = ",".join(devices)
-        recs = record_results(recorder, key, revision, results, Path(d) / "artifacts", environment)
+        if out["devices"]:
+            environment["executor_devices"] = out["devices"]
+        recs = record_results(
+            recorder, task.key, revision, results, Path(d) / "artifacts", environment
+        )
         out["receipts"] = [
             (rec.id, r.claim, r.outcome) for rec, r in zip(recs, results, strict=True)
         ]

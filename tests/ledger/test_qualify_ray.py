@@ -1,12 +1,14 @@
 """`ledger qualify --executor ray` against a local Ray cluster this test starts, with two
 logical GPUs on CPU: each claim a Ray task asking for its GPUs, the code shipped as a git
-bundle and its tree checked, the worker's own key signing, receipts recorded through the
-ledger server and naming the executor and the task."""
+bundle, unpacked once per worker and its tree checked for every claim, the worker's own key
+signing, receipts recorded through the ledger server and naming the executor and the task;
+Ctrl-C ends every claim's processes."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -84,6 +86,12 @@ def test_claims_run_as_ray_tasks_and_record_through_the_server(
     assert {x["outcome"] for x in rows} == {"passed"}
     head = git.Repo(repo).head.commit
     assert f"tree {head.tree.hexsha[:12]} checked" in r.err  # progress streamed back
+    # Each Ray worker unpacked the commit once; a claim Ray placed on a worker that had
+    # already run one reused its checkout.
+    workers = set(re.findall(r"worker pid (\d+)\)", r.err))
+    assert len(workers) in (1, 2, 3)
+    assert r.err.count("(unpacked here)") == len(workers), r.err
+    assert r.err.count("(checkout reused)") == 3 - len(workers), r.err
     keyid = json.loads(run(capsys, "keys", "list", "--json").out)
     worker_id = next(k["keyid"] for k in keyid if k["name"] == "gpu-worker")
     jobs = set()
@@ -101,16 +109,117 @@ def test_claims_run_as_ray_tasks_and_record_through_the_server(
     assert len(seen) == 3 and {n["cvd"] for n in seen} <= {"0", "1"}
 
 
-def test_the_worker_refuses_code_whose_tree_is_not_the_revisions(tmp_path: Path) -> None:
+def test_ctrl_c_ends_every_claims_processes_before_the_driver_returns(
+    tmp_path: Path, cluster: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ledger.execution.ray_executor import run_on_ray
+    from ledger.keys import KeyDir
+    from ledger.qualification.plan import load_plan
+    from ledger.qualify import _runs
+    from ledger.revision import Revision
+
+    KeyDir(cluster["worker_keys"]).create("gpu-worker")
+    repo = make_probe_repo(tmp_path / "repo", claim("a.hangs", "hang") + claim("b.hangs", "hang"))
+    head = git.Repo(repo).head.commit
+    plan = load_plan(repo / "qualification.toml")
+    runs = _runs(plan, plan.claims, "cpu", None)
+    revision = Revision(repo=str(repo), commit=head.hexsha, tree=head.tree.hexsha)
+    lines: list[str] = []
+
+    def say(line: str) -> None:
+        lines.append(line)
+        if sum("probe: hanging now" in x for x in lines) == 2:
+            raise KeyboardInterrupt  # Ctrl-C once both claims' workloads are running
+
+    driver = run_on_ray(
+        git.Repo(repo), revision, runs, address=None, server="http://127.0.0.1:9",
+        key_name="gpu-worker", say=say,
+    )  # fmt: skip
+    with pytest.raises(KeyboardInterrupt):
+        list(driver)
+    pids = [int(str(n["pid"])) for n in notes(lines) if n.get("event") == "setup"]
+    assert len(pids) == 2
+    for pid in pids:  # the claim processes are gone (or reaped any moment now)
+        assert not Path(f"/proc/{pid}").exists() or _zombie(pid)
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1].startswith("Z")
+    except OSError:
+        return True
+
+
+def _bundle(repo: git.Repo, *commits: str) -> bytes:
     from ledger.execution.ray_executor import bundle_revision
-    from ledger.execution.ray_worker import _checkout
+
+    return bundle_revision(repo, list(commits))
+
+
+def test_the_worker_refuses_code_whose_tree_is_not_the_revisions(tmp_path: Path) -> None:
+    from ledger.execution.checkouts import Checkouts
 
     repo = make_probe_repo(tmp_path / "repo", claim("x"))
     r = git.Repo(repo)
     head = r.head.commit
-    bundle = bundle_revision(r, [head.hexsha])
+    bundle = _bundle(r, head.hexsha)
     assert not [ref for ref in r.refs if "ledger" in ref.path]  # temporary refs removed
     with pytest.raises(ValueError, match="not 0000"):
-        _checkout(bundle, [head.hexsha], "0" * 40, tmp_path / "w1")
-    roots = _checkout(bundle, [head.hexsha], head.tree.hexsha, tmp_path / "w2")
-    assert (roots[head.hexsha] / "probe_wl.py").is_file()
+        Checkouts(tmp_path / "w1").get(bundle, [head.hexsha], "0" * 40)
+    shipped = Checkouts(tmp_path / "w2").get(bundle, [head.hexsha], head.tree.hexsha)
+    assert (shipped.roots[head.hexsha] / "probe_wl.py").is_file()
+
+
+def test_claims_of_one_commit_on_a_worker_unpack_it_once(tmp_path: Path) -> None:
+    from ledger.execution.checkouts import Checkouts
+
+    repo = make_probe_repo(tmp_path / "repo", claim("x"))
+    r = git.Repo(repo)
+    base = r.head.commit
+    (repo / "more.py").write_text("X = 1\n")
+    r.index.add(["more.py"])
+    head = r.index.commit("more")
+    bundle = _bundle(r, head.hexsha, base.hexsha)
+    trees = Checkouts(tmp_path / "worker")
+    first = trees.get(bundle, [head.hexsha], head.tree.hexsha)
+    second = trees.get(bundle, [head.hexsha], head.tree.hexsha)
+    assert first.unpacked and not second.unpacked and trees.fetches == 1
+    assert second.roots == first.roots
+    # A claim that also needs the base: checked out from what was fetched, no second fetch.
+    both = trees.get(bundle, [head.hexsha, base.hexsha], head.tree.hexsha)
+    assert (
+        both.unpacked and trees.fetches == 1 and both.roots[head.hexsha] == first.roots[head.hexsha]
+    )
+    assert not (both.roots[base.hexsha] / "more.py").exists()
+    # The tree is checked for every claim, reused checkout or not.
+    with pytest.raises(ValueError, match="not 0000"):
+        trees.get(bundle, [head.hexsha], "0" * 40)
+    # A checkout whose files changed (a claim without a sandbox can write there) is
+    # replaced, not reused.
+    (first.roots[head.hexsha] / "more.py").write_text("X = 2\n")
+    again = trees.get(bundle, [head.hexsha], head.tree.hexsha)
+    assert again.unpacked and (again.roots[head.hexsha] / "more.py").read_text() == "X = 1\n"
+    assert trees.fetches == 1
+    trees.close()
+    assert not (tmp_path / "worker").exists()
+
+
+def test_a_worker_removes_the_folders_of_workers_that_are_gone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import subprocess
+    import sys
+    import tempfile
+
+    from ledger.execution import ray_worker
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    dead = tmp_path / f"ledger-ray-worker-{gone.pid}-abc"
+    live = tmp_path / f"ledger-ray-worker-{os.getpid()}-abc"
+    other = tmp_path / "ledger-ray-worker-abc"
+    for d in (dead, live, other):
+        (d / "code").mkdir(parents=True)
+    ray_worker._sweep()
+    assert not dead.exists() and live.exists() and other.exists()
