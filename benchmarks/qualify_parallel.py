@@ -20,6 +20,7 @@ import contextlib
 import io
 import json
 import os
+import re
 import sys
 import tempfile
 import time
@@ -128,7 +129,15 @@ def _ray(work: Path, repo: Path, plan: Path, gpus: int) -> dict[str, Any]:
         finally:
             ray.shutdown()
             srv.stop()
-    return {"wall_s": wall, "first_run_s": first, "exit": code, "outcomes": _outcomes(text)}
+    return {
+        "wall_s": wall,
+        "first_run_s": first,
+        "exit": code,
+        "outcomes": _outcomes(text),
+        # Whether the timed run found warm workers: how many ran it, how many unpacked.
+        "workers": len(set(re.findall(r"worker pid (\d+)\)", text))),
+        "unpacked": text.count("(unpacked here)"),
+    }
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -179,8 +188,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     print(f"{'way':24} {'wall s':>8} {'/ serial':>9}  outcomes")
     for name, w in ways.items():
         outs = ",".join(sorted(set(w["outcomes"]))) or "-"
+        where = f", {w['workers']} worker(s), {w['unpacked']} unpacked" if "workers" in w else ""
         print(
-            f"{name:24} {w['wall_s']:8.1f} {w['wall_s'] / serial:9.2f}  {outs} (exit {w['exit']})"
+            f"{name:24} {w['wall_s']:8.1f} {w['wall_s'] / serial:9.2f}  {outs} "
+            f"(exit {w['exit']}{where})"
         )
     print(f"target: two devices <= 0.60 x serial; local {doc['local_ratio']:.2f}", end="")
     if "ray_ratio" in doc:
