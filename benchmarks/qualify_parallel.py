@@ -5,11 +5,12 @@ half a second of CPU work once forked from a warm fork server) of the
 example repository four ways, in one run, on this host's logical devices:
 one claim at a time (the serial baseline), ``--gpus 0,1`` (two claims at
 once, each on a device of its own), and through ``--executor ray`` against a
-local Ray cluster with one and with two logical GPUs (the median of
-``--repeat`` runs after the job's first, which starts Ray's workers, their
-fork servers and checkouts, and is printed apart). Each way is a fresh
-ledger; the figure is its wall time over the serial one's (target: <= 0.6
-for two devices; on Ray, also against Ray with one device).
+local Ray cluster with one and with two logical GPUs, a cluster each in a
+process of its own, timed in turns (the median of ``--repeat`` runs after
+each job's first, which starts Ray's workers, their fork servers and
+checkouts, and is printed apart). Each way is a fresh ledger; the figure is
+its wall time over the serial one's (target: <= 0.6 for two devices; on Ray,
+also against Ray with one device, as the median of the rounds' ratios).
 
     python benchmarks/qualify_parallel.py [--claims 4] [--no-ray] [--repeat 5] [--json]
 """
@@ -23,10 +24,11 @@ import json
 import os
 import re
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -87,7 +89,10 @@ def _outcomes(text: str) -> list[str]:
         return []
 
 
-def _ray(work: Path, repo: Path, plan: Path, gpus: int, repeat: int) -> dict[str, Any]:
+@contextlib.contextmanager
+def _ray_cluster(work: Path, repo: Path, plan: Path, gpus: int) -> Iterator[Callable[[], Run]]:
+    """A local Ray cluster with ``gpus`` logical GPUs, a ledger server, and the worker's
+    key in the workers' environment; yields what runs `ledger qualify --executor ray`."""
     import ray
 
     from ledger.keys import KeyDir
@@ -112,38 +117,111 @@ def _ray(work: Path, repo: Path, plan: Path, gpus: int, repeat: int) -> dict[str
             logging_level=40,  # logging.ERROR
             runtime_env={"env_vars": env},
         )
-        try:
-            # Ray keeps a job's workers, and each worker's fork server and checkout, for
-            # the tasks that follow. The first run starts them (what one `ledger qualify`
-            # process pays: a job of its own); the runs after it, timed, find them. A run
-            # lasts seconds: the median of several, on a machine shared with other work.
+
+        def run() -> Run:
             t0 = time.perf_counter()
-            _ledger(
+            code, text = _ledger(
                 "qualify", "--rev", "HEAD", "--repo", str(repo), "--plan", str(plan),
-                "--executor", "ray", "--server", srv.url, "--key", "worker",
+                "--executor", "ray", "--server", srv.url, "--key", "worker", "--json",
             )  # fmt: skip
-            first = time.perf_counter() - t0
-            walls = []
-            for _ in range(max(1, repeat)):
-                t0 = time.perf_counter()
-                code, text = _ledger(
-                    "qualify", "--rev", "HEAD", "--repo", str(repo), "--plan", str(plan),
-                    "--executor", "ray", "--server", srv.url, "--key", "worker", "--json",
-                )  # fmt: skip
-                walls.append(time.perf_counter() - t0)
+            return {
+                "wall_s": time.perf_counter() - t0,
+                "exit": code,
+                "outcomes": _outcomes(text),
+                # Whether the run found warm workers: how many ran it, how many unpacked.
+                "workers": len(set(re.findall(r"worker pid (\d+)\)", text))),
+                "unpacked": text.count("(unpacked here)"),
+            }
+
+        try:
+            yield run
         finally:
             ray.shutdown()
             srv.stop()
-    return {
-        "wall_s": statistics.median(walls),
-        "runs_s": walls,
-        "first_run_s": first,
-        "exit": code,
-        "outcomes": _outcomes(text),
-        # Whether the timed run found warm workers: how many ran it, how many unpacked.
-        "workers": len(set(re.findall(r"worker pid (\d+)\)", text))),
-        "unpacked": text.count("(unpacked here)"),
-    }
+
+
+Run = dict[str, Any]
+MARK = "@@ "
+"""Starts a line of a Ray way's process that its parent reads."""
+
+
+def _ray_way(work: Path, repo: Path, plan: Path, gpus: int) -> None:
+    """A Ray way in a process of its own (a Ray driver has one cluster): the job's first
+    run, then a timed run for each ``go`` line on stdin, each reported on stdout."""
+    with _ray_cluster(work, repo, plan, gpus) as run:
+        # Ray keeps a job's workers, and each worker's fork server and checkout, for the
+        # tasks that follow. The first run starts them (what one `ledger qualify` process
+        # pays: a job of its own); the runs after it find them.
+        first = run()
+        print(MARK + json.dumps({"first_run_s": first["wall_s"]}), flush=True)
+        for line in sys.stdin:
+            if line.strip() == "go":
+                print(MARK + json.dumps(run()), flush=True)
+
+
+class _Way:
+    """The parent's handle on a Ray way's process."""
+
+    def __init__(self, work: Path, repo: Path, plan: Path, gpus: int) -> None:
+        work.mkdir()
+        argv = [sys.executable, __file__, "--ray-way", str(gpus), "--work", str(work),
+                "--repo", str(repo), "--plan", str(plan)]  # fmt: skip
+        self.proc = subprocess.Popen(
+            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=ROOT
+        )
+        self.first_run_s = float(self._read()["first_run_s"])
+
+    def _read(self) -> Run:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            if line.startswith(MARK):
+                return dict(json.loads(line[len(MARK) :]))
+        raise RuntimeError(f"the Ray way exited ({self.proc.wait()})")
+
+    def run(self) -> Run:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write("go\n")
+        self.proc.stdin.flush()
+        return self._read()
+
+    def close(self) -> None:
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()
+        self.proc.wait()
+
+
+def _ray_ways(base: Path, repo: Path, plan: Path, repeat: int) -> dict[str, Run]:
+    """Ray with one and with two logical GPUs, a cluster each, timed in turns (one, two;
+    two, one; ...) so that the load of a machine shared with other work reaches both
+    alike; each way's figure is its median run, and their ratio the median of the
+    rounds' ratios."""
+    names = ("ray, 1 logical GPU", "ray, 2 logical GPUs")
+    ways: list[_Way] = []
+    try:
+        # One after the other: each first run starts its workers alone.
+        for i, name in enumerate(names):
+            ways.append(_Way(base / f"ray-{i + 1}", repo, plan, i + 1))
+            print(f"  {name}: first run {ways[-1].first_run_s:.1f} s", file=sys.stderr)
+        runs: list[list[Run]] = [[], []]
+        for r in range(max(1, repeat)):
+            for i in (0, 1) if r % 2 == 0 else (1, 0):
+                runs[i].append(ways[i].run())
+            print(f"  round {r + 1}: " + ", ".join(
+                f"{n} {rs[-1]['wall_s']:.1f} s" for n, rs in zip(names, runs, strict=True)
+            ), file=sys.stderr)  # fmt: skip
+    finally:
+        for w in ways:
+            w.close()
+    out: dict[str, Run] = {}
+    for name, way, rs in zip(names, ways, runs, strict=True):
+        walls = [x["wall_s"] for x in rs]
+        last = rs[-1]
+        out[name] = {**last, "wall_s": statistics.median(walls), "runs_s": walls,
+                     "first_run_s": way.first_run_s}  # fmt: skip
+    out[names[1]]["to_ray_serial"] = statistics.median(
+        b["wall_s"] / a["wall_s"] for a, b in zip(runs[0], runs[1], strict=True)
+    )
+    return out
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -152,7 +230,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--no-ray", action="store_true")
     ap.add_argument("--repeat", type=int, default=5, help="timed Ray runs per way (median)")
     ap.add_argument("--json", action="store_true")
+    for hidden in ("--ray-way", "--work", "--repo", "--plan"):  # a Ray way's own process
+        ap.add_argument(hidden, help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
+    if a.ray_way:
+        _ray_way(Path(a.work), Path(a.repo), Path(a.plan), int(a.ray_way))
+        return {}
     with tempfile.TemporaryDirectory(prefix="ledger-bench-par-") as d:
         base = Path(d)
         repo = make_example_repo(base / "repo", with_remote=False).path
@@ -171,11 +254,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             ways[name] = _local(base / name, repo, plan, gpus)
             print(f"  {name}: {ways[name]['wall_s']:.1f} s", file=sys.stderr)
         if not a.no_ray:
-            for name, n in (("ray, 1 logical GPU", 1), ("ray, 2 logical GPUs", 2)):
-                work = base / name.replace(" ", "_").replace(",", "")
-                work.mkdir()
-                ways[name] = _ray(work, repo, plan, n, a.repeat)
-                print(f"  {name}: {ways[name]['wall_s']:.1f} s", file=sys.stderr)
+            ways.update(_ray_ways(base, repo, plan, a.repeat))
     serial = ways["local serial"]["wall_s"]
     doc = {
         "claims": a.claims,
@@ -185,9 +264,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     }
     if "ray, 2 logical GPUs" in ways:
         doc["ray_ratio"] = ways["ray, 2 logical GPUs"]["wall_s"] / serial
-        doc["ray_ratio_to_ray_serial"] = (
-            ways["ray, 2 logical GPUs"]["wall_s"] / ways["ray, 1 logical GPU"]["wall_s"]
-        )
+        doc["ray_ratio_to_ray_serial"] = ways["ray, 2 logical GPUs"]["to_ray_serial"]
     if a.json:
         print(json.dumps(doc, indent=2))
         return doc
@@ -211,6 +288,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             if "runs_s" in w:
                 runs = " ".join(f"{x:.1f}" for x in w["runs_s"])
                 print(f"{name}: median of the runs {runs} s")
+        print("ray, 2 logical GPUs / 1: the median of the rounds' ratios")
     else:
         print()
     return doc
