@@ -102,6 +102,8 @@ class _Worker:
 
 
 _STATE: dict[str, _Worker] = {}
+_SWEPT: list[bool] = []
+"""Whether this process has looked for the folders of workers that are gone."""
 _PREFIX = "ledger-ray-worker-"
 """The worker's folder: ``PREFIX<pid>-<random>`` in the temporary folder."""
 
@@ -147,7 +149,8 @@ def _worker(box: Any, allowed_env: Any) -> _Worker:
         and got.server.proc.poll() is None
     ):
         return got
-    if not _STATE:
+    if not _SWEPT:
+        _SWEPT.append(True)
         atexit.register(_close_worker)
         _sweep()
     _close_worker()
