@@ -320,26 +320,6 @@ def _errors(x: dict[str, torch.Tensor], ref: dict[str, torch.Tensor]) -> dict[st
     return out
 
 
-def _routing(work: Path, arms: dict[str, dict[str, Any]], m: dict[str, Json]) -> str:
-    """Record tokens routed differently between arms; the sentence for a reason."""
-    routes = {a: _load(work, a, "routing.pt") for a in arms}
-    if not routes.get("base"):
-        return ""
-    pairs = [("candidate", "base"), ("base", "reference"), ("candidate", "reference")]
-    pairs += [("candidate_reference", "reference"), ("base_repeat", "base")]
-    table: dict[str, Json] = {}
-    for a, b in pairs:
-        if routes.get(a) and routes.get(b):
-            table[f"{a}_vs_{b}"] = routing.differing(routes[a], routes[b])
-    m["routing"] = table
-    said = [
-        routing.sentence(k.replace("_vs_", " and "), v)  # type: ignore[arg-type]
-        for k, v in table.items()
-        if k in ("candidate_vs_base", "base_vs_reference", "candidate_reference_vs_reference")
-    ]
-    return "; ".join(said)
-
-
 def _compared(
     work: Path,
     arms: dict[str, dict[str, Any]],
@@ -390,7 +370,7 @@ def _compared(
                     r.update(err_function=j["err_function"])
                 r["over_threshold"] = v.state == "failed"
     del base, cand
-    routed = _routing(work, arms, m)
+    routed = routing.record({a: _load(work, a, "routing.pt") for a in arms}, m)
     rels = [float(r["rel_l2"]) for r in rows if isinstance(r["rel_l2"], float)]
     coss = [float(r["cosine"]) for r in rows if isinstance(r["cosine"], float)]
     m.update(
@@ -426,25 +406,12 @@ def _compared(
             measurements=m,
         )
     if p.rule == "reference":
-        return _by_reference(verdicts, rows, routed, p, m, _function_flipped(arms, m))
+        return _by_reference(verdicts, rows, routed, p, m, routing.flipped_unreplayed(arms, m))
     return _by_threshold(rows, noise_rel, threshold, p.noise_margin, m)
 
 
 _NAMED = 5
 """Tensors a reason sentence names before saying how many more."""
-
-
-def _function_flipped(arms: dict[str, dict[str, Any]], m: dict[str, Json]) -> int:
-    """Tokens the two reference-precision arms routed differently, when the candidate's
-    did not replay the reference's routing (0 when it did, or when they agree): the
-    function part then compares two different expert assignments, not two codes."""
-    info = arms.get("candidate_reference", {})
-    if info.get("routing_replay") == "replayed":
-        return 0
-    table = m.get("routing")
-    pair = table.get("candidate_reference_vs_reference") if isinstance(table, dict) else None
-    flipped = pair.get("tokens_differing") if isinstance(pair, dict) else None
-    return flipped if isinstance(flipped, int) else 0
 
 
 def _by_reference(

@@ -55,3 +55,43 @@ def sentence(pair: str, d: Mapping[str, Json]) -> str:
         f"{d['selections_differing']} of {d['selections']} token routings (tokens x routed "
         f"layers) differ between {pair}"
     )
+
+
+PAIRS = [
+    ("candidate", "base"),
+    ("base", "reference"),
+    ("candidate", "reference"),
+    ("candidate_reference", "reference"),
+    ("base_repeat", "base"),
+]
+"""The arms of a gradient comparison compared for routing, in the receipt's order."""
+
+
+def record(routes: Mapping[str, Routing], m: dict[str, Json]) -> str:
+    """Put each pair's differing routings in ``m["routing"]`` (arms that saved some);
+    the sentence a reason repeats (empty without the base's routing)."""
+    if not routes.get("base"):
+        return ""
+    table: dict[str, Json] = {}
+    for a, b in PAIRS:
+        if routes.get(a) and routes.get(b):
+            table[f"{a}_vs_{b}"] = differing(routes[a], routes[b])
+    m["routing"] = table
+    said = [
+        sentence(k.replace("_vs_", " and "), v)  # type: ignore[arg-type]
+        for k, v in table.items()
+        if k in ("candidate_vs_base", "base_vs_reference", "candidate_reference_vs_reference")
+    ]
+    return "; ".join(said)
+
+
+def flipped_unreplayed(arms: Mapping[str, Mapping[str, object]], m: Mapping[str, Json]) -> int:
+    """Tokens the two reference-precision arms routed differently, when the candidate's
+    did not replay the reference's routing (0 when it did, or when they agree): the
+    function part then compares two expert assignments, not two codes."""
+    if arms.get("candidate_reference", {}).get("routing_replay") == "replayed":
+        return 0
+    table = m.get("routing")
+    pair = table.get("candidate_reference_vs_reference") if isinstance(table, dict) else None
+    flipped = pair.get("tokens_differing") if isinstance(pair, dict) else None
+    return flipped if isinstance(flipped, int) else 0

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from runners.checks import gradient_compare as gc
-from runners.checks import precision
+from runners.checks import precision, routing
 from runners.result import Json
 
 
@@ -45,7 +45,7 @@ def test_a_precision_failure_fails_whatever_the_routing() -> None:
 
 def test_the_flip_counts_only_without_a_replay() -> None:
     m: dict[str, Json] = {"routing": {"candidate_reference_vs_reference": {"tokens_differing": 3}}}
-    assert gc._function_flipped({"candidate_reference": {}}, m) == 3
+    assert routing.flipped_unreplayed({"candidate_reference": {}}, m) == 3
     replayed = {"candidate_reference": {"routing_replay": "replayed"}}
-    assert gc._function_flipped(replayed, m) == 0
-    assert gc._function_flipped({}, {}) == 0
+    assert routing.flipped_unreplayed(replayed, m) == 0
+    assert routing.flipped_unreplayed({}, {}) == 0
