@@ -21,6 +21,7 @@ import base64
 import contextlib
 import hashlib
 import io
+import itertools
 import json
 import os
 import statistics
@@ -290,14 +291,18 @@ def build(url: str, n: int, repos: int, repo: git.Repo, keys: KeyDir) -> Store:
             conn.execute(FACET.insert(), facets)
         chunk.clear()
 
+    jobs = _jobs(n, repos, heads, local.keyid)
+    done = 0
     with Pool(os.cpu_count() or 1, initializer=_init, initargs=(pem,)) as pool:
-        for k, item in enumerate(
-            pool.imap(_receipt, _jobs(n, repos, heads, local.keyid), chunksize=2000)
-        ):
-            chunk.append(item)
-            if len(chunk) >= 20_000:
-                flush()
-                print(f"\r  {k + 1:>9,} / {n:,} receipts", end="", file=sys.stderr, flush=True)
+        # A window at a time: imap takes its whole input at once, and signers faster
+        # than the inserts would pile every signed receipt up in memory (20 GB at 5 M).
+        while window := list(itertools.islice(jobs, 200_000)):
+            for item in pool.imap(_receipt, window, chunksize=2000):
+                chunk.append(item)
+                if len(chunk) >= 20_000:
+                    flush()
+            done += len(window)
+            print(f"\r  {done:>10,} / {n:,} receipts", end="", file=sys.stderr, flush=True)
         if chunk:
             flush()
     print(
