@@ -2,7 +2,7 @@
 
 A server asks the size once per request (`Store.refresh`: is a kept answer still
 right?). Through the pool that costs a checkout, PostgreSQL's pre-ping and the
-rollback that ends the read: four round trips, most of a kept answer's time. The
+rollback that ends the read: three round trips, most of a kept answer's time. The
 probe keeps one connection outside the pool in autocommit, so the question is one
 statement; a broken connection (the database restarted) is opened again once.
 """
