@@ -135,7 +135,7 @@ def _replay(w: object, path: str | None, device: torch.device, info: dict[str, A
     if not Path(path).is_file():
         info["routing_replay"] = "the reference arm saved no routing"
         return False
-    given = torch.load(path, map_location=device)
+    given = torch.load(path, map_location=device, weights_only=True)
     w.replay_routing(given)
     info["routing_replay"] = "replayed"
     info["routing_replay_layers_given"] = len(given)
