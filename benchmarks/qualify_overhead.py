@@ -39,7 +39,7 @@ sys.path.insert(0, str(ROOT))
 import shutil  # noqa: E402
 import tempfile  # noqa: E402
 
-from ledger.qualify import server_sandbox  # noqa: E402
+from ledger.execution.local_run import server_sandbox  # noqa: E402
 from ledger.sandbox import Sandbox, resolve  # noqa: E402
 from runners.forkserver import ForkServer  # noqa: E402
 from runners.harness.child import env as child_env  # noqa: E402

@@ -48,7 +48,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["ALWAYS", "ForkServer", "serving"]
+__all__ = ["ALWAYS", "ForkServer", "Launched", "Spec", "serving", "serving_all"]
 
 READY = "forkserver ready"
 
@@ -210,22 +210,27 @@ def serving(
         yield s[0]
 
 
-@contextlib.contextmanager
-def serving_all(
-    specs: Sequence[Spec],
-    env: dict[str, str],
-    *,
-    wrap: Wrap | None = None,
-    sock_dir: Path | None = None,
-) -> Iterator[list[ForkServer | None]]:
-    """One fork server per spec, all importing and preparing at once; each None (callers
-    spawn interpreters) when it cannot start, all None when ``LEDGER_FORK_SERVER=0``."""
-    if os.environ.get("LEDGER_FORK_SERVER", "1") == "0":
-        yield [None] * len(specs)
-        return
-    starting: list[Starting | None] = []
-    servers: list[ForkServer | None] = []
-    try:
+class Launched:
+    """Fork servers launched together and still importing: `wait` for them, `close`
+    them (launch early, wait when the first claim needs them)."""
+
+    def __init__(self, starting: list[Starting | None]) -> None:
+        self.starting = starting
+        self.servers: list[ForkServer | None] | None = None
+
+    @classmethod
+    def all(
+        cls,
+        specs: Sequence[Spec],
+        env: dict[str, str],
+        *,
+        wrap: Wrap | None = None,
+        sock_dir: Path | None = None,
+    ) -> Launched:
+        """One server per spec, all launched now; none when ``LEDGER_FORK_SERVER=0``."""
+        if os.environ.get("LEDGER_FORK_SERVER", "1") == "0":
+            return cls([None] * len(specs))
+        starting: list[Starting | None] = []
         for spec in specs:
             try:
                 starting.append(
@@ -240,21 +245,47 @@ def serving_all(
                 )
             except OSError:
                 starting.append(None)
-        for pending in starting:
-            try:
-                servers.append(pending.wait() if pending is not None else None)
-            except (OSError, RuntimeError):
-                servers.append(None)
-        yield servers
-    finally:
-        for i, pending in enumerate(starting):
-            server = servers[i] if i < len(servers) else None
+        return cls(starting)
+
+    def wait(self) -> list[ForkServer | None]:
+        """Each server once ready; None for one that could not start (callers spawn
+        interpreters)."""
+        if self.servers is None:
+            servers: list[ForkServer | None] = []
+            for pending in self.starting:
+                try:
+                    servers.append(pending.wait() if pending is not None else None)
+                except (OSError, RuntimeError):
+                    servers.append(None)
+            self.servers = servers
+        return self.servers
+
+    def close(self) -> None:
+        for i, pending in enumerate(self.starting):
+            server = self.servers[i] if self.servers is not None else None
             if server is not None:
                 server.close()
             elif pending is not None:
                 pending.kill()
                 with contextlib.suppress(OSError):
                     pending.sock.parent.rmdir()
+
+
+@contextlib.contextmanager
+def serving_all(
+    specs: Sequence[Spec],
+    env: dict[str, str],
+    *,
+    wrap: Wrap | None = None,
+    sock_dir: Path | None = None,
+) -> Iterator[list[ForkServer | None]]:
+    """One fork server per spec, all importing and preparing at once; each None (callers
+    spawn interpreters) when it cannot start, all None when ``LEDGER_FORK_SERVER=0``."""
+    launched = Launched.all(specs, env, wrap=wrap, sock_dir=sock_dir)
+    try:
+        yield launched.wait()
+    finally:
+        launched.close()
 
 
 # -- the server side ---------------------------------------------------------

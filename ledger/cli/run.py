@@ -133,7 +133,7 @@ def run(
     """
     from ledger import source
     from ledger.attest import record_all, target
-    from ledger.qualify import worktree
+    from ledger.execution.trees import worktree
     from ledger.record import open_recorder
     from ledger.run import CHECK, MARKER, run_command
     from ledger.sandbox import resolve as resolve_sandbox

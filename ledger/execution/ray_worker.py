@@ -136,7 +136,7 @@ def _close_worker() -> None:
 def _worker(box: Any, allowed_env: Any) -> _Worker:
     """This worker's state for the sandbox mode and allowed variables asked, started at
     its first task and kept (started again if they change or the server died)."""
-    from ledger.qualify import server_sandbox
+    from ledger.execution.local_run import server_sandbox
     from runners.forkserver import ForkServer
     from runners.harness.child import env as child_env
 
@@ -264,7 +264,7 @@ def _setup(payload: dict[str, Any], job_id: str, devices: list[str]) -> _Task | 
 def _run_claim(
     task: _Task, bundle: bytes, say: Callable[[str], None], cancel: threading.Event
 ) -> dict[str, Any]:
-    from ledger.qualify import record_results
+    from ledger.execution.receipts import record_results
     from ledger.record import RemoteRecorder
     from runners.isolated import run_claim_isolated
 

@@ -9,13 +9,12 @@ their working directory is.
 from __future__ import annotations
 
 import json
-import os
 import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-import runners
+from runners.childenv import env as env  # re-exported: callers import it from here
 
 PROGRESS = "\x1eprogress "
 """Prefix of a stderr line that is a progress message, not log output."""
@@ -24,14 +23,6 @@ PROGRESS = "\x1eprogress "
 def argv(module: str, request: Path, result: Path) -> list[str]:
     """The command line that runs ``module``'s `serve` entry on ``request``."""
     return [sys.executable, "-m", module, str(request), str(result)]
-
-
-def env() -> dict[str, str]:
-    """The child's environment: this one, with this harness first on the path."""
-    out = dict(os.environ)
-    here = str(Path(runners.__file__).resolve().parent.parent)
-    out["PYTHONPATH"] = os.pathsep.join(x for x in (here, out.get("PYTHONPATH")) if x)
-    return out
 
 
 def write_request(path: Path, request: Mapping[str, Any]) -> None:

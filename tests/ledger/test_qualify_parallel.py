@@ -192,3 +192,41 @@ def test_a_claim_needing_more_devices_than_given_says_so_and_bad_lists_are_refus
     r = run(capsys, *args, "--gpus", "0,1", "--json")
     assert "wide: not run: it needs 3 devices of its own and --gpus gives 2" in r.err
     assert [x["claim"] for x in json.loads(r.out)["receipts"]] == ["narrow"]
+
+
+WATCH = """
+import json, sys
+import psutil
+
+class Watch:
+    # The moment the parent first looks up the runners' catalog (its torch import).
+    def find_spec(self, name, path, target=None):
+        if name == "runners.api" and not seen:
+            kids = [" ".join(p.cmdline()) for p in psutil.Process().children(recursive=True)]
+            seen.update(torch="torch" in sys.modules,
+                        server=any("runners.forkserver" in k for k in kids))
+        return None
+
+seen = {}
+sys.meta_path.insert(0, Watch())
+from ledger.cli import main
+code = main(sys.argv[2:])
+open(sys.argv[1], "w").write(json.dumps({**seen, "code": code}))
+"""
+
+
+def test_the_fork_server_is_launched_before_qualify_imports_torch(
+    tmp_path: Path, ledger_env: Path, key_dir: Path
+) -> None:
+    """The server's imports (torch, the workload) and the parent's own import of the
+    runners run at the same time, not one after the other."""
+    repo = make_probe_repo(tmp_path / "repo", claim("c.passes"))
+    (tmp_path / "watch.py").write_text(WATCH)
+    out = tmp_path / "seen.json"
+    env = {**os.environ, "LEDGER_KEYS": str(key_dir)}
+    argv = [sys.executable, str(tmp_path / "watch.py"), str(out),
+            "qualify", "--rev", "HEAD", "--repo", str(repo)]  # fmt: skip
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600)
+    seen = json.loads(out.read_text())
+    assert seen == {"torch": False, "server": True, "code": 0}, done.stderr
+    assert "fork server: torch" in done.stderr

@@ -1,0 +1,297 @@
+"""`ledger qualify` on this host: the revision's trees and fork servers, then its
+claims side by side, each on devices of its own.
+
+`started` checks the trees out and launches their fork servers before the
+caller imports torch (the runners' catalog): the servers' imports and the
+caller's run at the same time instead of one after the other. `run` waits for
+the servers when the first claim needs them, starts each claim as soon as
+devices of its own are free, and records each as it finishes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import git
+
+from ledger.execution.claimrun import ClaimRun, Finished
+from ledger.execution.devices import Device as GpuDevice
+from ledger.execution.devices import DevicePool
+from ledger.execution.local import LocalExecutor
+from ledger.execution.receipts import record_results
+from ledger.execution.trees import removed, worktree
+from ledger.keys import LocalKey
+from ledger.qualification.plan import ClaimSpec, Plan
+from ledger.record import Recorder
+from ledger.revision import Revision
+from ledger.sandbox import Sandbox
+
+if TYPE_CHECKING:
+    from runners.forkserver import Launched, Spec
+
+__all__ = ["Started", "run", "server_sandbox", "started"]
+
+Recorded = list[tuple[str, str, str]]
+"""(receipt id, claim, outcome) of each receipt recorded, in order."""
+
+
+def server_sandbox(
+    box: Sandbox, run_dir: Path, code: Sequence[Path | None]
+) -> Callable[[list[str], dict[str, str]], tuple[list[str], dict[str, str]]] | None:
+    """How the fork server starts: inside the sandbox (it imports the pull request's
+    modules, and the claim processes it forks inherit its sandbox), no network,
+    writing only the run's folder."""
+    if box.mode == "none":
+        return None
+    scratch = run_dir / "scratch"
+    scratch.mkdir(exist_ok=True)
+    policy = box.policy(
+        writable=[run_dir], read_only=[c for c in code if c is not None], scratch=scratch
+    )
+
+    def wrap(argv: list[str], env: dict[str, str]) -> tuple[list[str], dict[str, str]]:
+        return box.launch(policy, argv, env)
+
+    return wrap
+
+
+@dataclass
+class Started:
+    """The run's trees and its fork servers (launched, maybe still importing)."""
+
+    root: Path
+    """The revision's worktree."""
+    base_root: Path | None
+    """The base revision's, where a claim compares against it."""
+    run_dir: Path
+    """The one folder the sandboxed processes may write: the artifacts, each claim's
+    request/result folder and scratch, the fork servers' sockets."""
+    servers: Launched
+    """The head tree's server, then the base tree's (where there is a base tree)."""
+
+    @property
+    def artifacts(self) -> Path:
+        return self.run_dir / "artifacts"
+
+
+def _spec(root: Path, plan: Plan, claims: Sequence[ClaimSpec], modules: Sequence[str]) -> Spec:
+    """What ``root``'s fork server imports and prepares before the first claim: each
+    workload's module, and each workload (with its parameters) built and prepared once."""
+    from runners.forkserver import Spec
+
+    refs = sorted({plan.workload_for(c) or "" for c in claims} - {""})
+    prepare = {
+        (ref, json.dumps(params, sort_keys=True)): (str(root), ref, params)
+        for c in claims
+        if (ref := plan.workload_for(c) or "")
+        for params in [dict(plan.workload_params_for(c))]
+    }
+    return Spec([(str(root), ref) for ref in refs], modules, list(prepare.values()))
+
+
+@contextlib.contextmanager
+def started(
+    repo: git.Repo,
+    revision: Revision,
+    plan: Plan,
+    claims: Sequence[ClaimSpec],
+    box: Sandbox,
+) -> Iterator[Started]:
+    """Check out the revision (and its base, when a claim needs it) and launch their
+    fork servers; on the way out, the servers stopped and the trees removed. Imports
+    no torch: the caller imports it while the servers do."""
+    from runners.childenv import env
+    from runners.forkserver import Launched
+    from runners.names import NEEDS_BASE
+    from runners.preload import recorded_modules
+
+    on_base = [c for c in claims if c.check in NEEDS_BASE]
+    base_ctx: contextlib.AbstractContextManager[Path | None] = contextlib.nullcontext(None)
+    if revision.base and revision.base != revision.commit and on_base:
+        base_ctx = worktree(repo, revision.base, "base")
+    run_dir = Path(tempfile.mkdtemp(prefix="ledger-run-"))
+    with removed(run_dir), worktree(repo, revision.commit, "rev") as root, base_ctx as base:
+        (run_dir / "artifacts").mkdir()
+        refs = sorted({plan.workload_for(c) or "" for c in claims} - {""})
+        modules = [*plan.preload, *recorded_modules(refs)]
+        specs = [_spec(root, plan, claims, modules)]
+        if base is not None:
+            # The base tree's arms reuse a model built once, like the head's.
+            specs.append(_spec(base, plan, on_base, modules))
+        wrap = server_sandbox(box, run_dir, [root, base])
+        launched = Launched.all(specs, env(), wrap=wrap, sock_dir=run_dir)
+        try:
+            yield Started(root, base, run_dir, launched)
+        finally:
+            launched.close()
+
+
+def _prefixed(progress: Callable[[str], None], prefix: str) -> Callable[[str], None]:
+    def say(msg: str) -> None:
+        progress(prefix + msg)
+
+    return say
+
+
+def run(
+    st: Started,
+    runs: Sequence[ClaimRun],
+    recorder: Recorder,
+    key: LocalKey,
+    revision: Revision,
+    devices: Sequence[GpuDevice] | None,
+    box: Sandbox,
+    say: Callable[[str], None],
+    done: Recorded,
+) -> None:
+    """Run ``runs`` on the started trees: on ``devices`` side by side (each claim on
+    devices of its own), or one after another on the default device when None."""
+    from runners.preload import learned, remember_modules
+
+    explicit = devices is not None
+    pool = DevicePool(devices if devices is not None else [GpuDevice("default")])
+    n = len(runs)
+    servers = st.servers.wait()
+    fork = servers[0]
+    base_fork = servers[1] if len(servers) > 1 else None
+    if fork is not None:
+        r = fork.ready
+        extra = f", {len(r.get('prepared', []))} workload(s) prepared" if r.get("prepared") else ""
+        say(
+            f"fork server: torch, {len(r['preloaded'])} workload module(s) and "
+            f"{len(r.get('modules', []))} more module(s) imported once{extra} "
+            f"({r['seconds']:.1f} s)"
+        )
+    if explicit and pool.size > 1:
+        say(f"{n} claim(s) on {pool.size} device(s) side by side")
+    sockets = {str(st.root): str(fork.sock)} if fork is not None else {}
+    if base_fork is not None and st.base_root is not None:
+        sockets[str(st.base_root)] = str(base_fork.sock)
+    ex = LocalExecutor(
+        root=st.root,
+        base_root=st.base_root,
+        artifacts=st.artifacts,
+        fork=fork,
+        progress_for=lambda run: _prefixed(say, f"{_tag(run, n)}  "),
+        fork_servers=sockets or None,
+        slots=pool.size,
+        sandbox=None if box.mode == "none" else box,
+        work_root=st.run_dir,
+    )
+    try:
+        _schedule(ex, pool, explicit, runs, recorder, key, revision, say, done)
+    finally:
+        ex.close()
+    # What the claims imported beyond the preloads: the next run's server has it.
+    remember_modules([r.workload_ref for r in runs], learned())
+
+
+def _tag(run: ClaimRun, n: int) -> str:
+    return f"[{run.index}/{n}]"
+
+
+def _schedule(
+    ex: LocalExecutor,
+    pool: DevicePool,
+    explicit: bool,
+    runs: Sequence[ClaimRun],
+    recorder: Recorder,
+    key: LocalKey,
+    revision: Revision,
+    say: Callable[[str], None],
+    done: Recorded,
+) -> None:
+    """Start each claim as soon as devices of its own are free (plan order, a later
+    claim may pass one that waits for more devices); record each as it finishes."""
+    import concurrent.futures as cf
+
+    n = len(runs)
+    pending: list[ClaimRun] = []
+    for run in runs:
+        if explicit and run.gpus > pool.size:
+            say(
+                f"{_tag(run, n)} {run.claim}: not run: it needs {run.gpus} devices of its own "
+                f"and --gpus gives {pool.size}"
+            )
+        else:
+            pending.append(run)
+    running: dict[cf.Future[Finished], tuple[ClaimRun, list[GpuDevice], float]] = {}
+
+    def side_by_side() -> None:
+        if explicit and len(running) > 1:
+            now = time.monotonic()
+            cells = [
+                f"{_tag(r, n)} {r.claim} ({', '.join(d.label for d in ds)}, {now - t:.0f} s)"
+                for r, ds, t in sorted(running.values(), key=lambda x: x[0].index)
+            ]
+            say("running: " + " | ".join(cells))
+
+    try:
+        while pending or running:
+            for run in list(pending):
+                got = pool.take(run.gpus if explicit else 1)
+                if got is None:
+                    continue
+                pending.remove(run)
+                ranks = f", {run.world_size} ranks" if run.world_size > 1 else ""
+                where = f" on {', '.join(d.label for d in got)}" if explicit else ""
+                say(f"{_tag(run, n)} {run.claim} ({run.check}{ranks}){where} ...")
+                running[ex.submit(run, got, explicit)] = (run, got, time.monotonic())
+                side_by_side()
+            finished, _ = cf.wait(list(running), timeout=0.25, return_when=cf.FIRST_COMPLETED)
+            for fut in finished:
+                run, got, t0 = running.pop(fut)
+                pool.give_back(got)
+                _finished(fut, run, t0, n, recorder, key, revision, say, done)
+            if finished:
+                side_by_side()
+    except BaseException:
+        # Ctrl-C (or any failure here): every running claim's processes are stopped
+        # before the worktrees go.
+        ex.cancel.set()
+        cf.wait(list(running))
+        raise
+
+
+def _finished(
+    fut: Any,
+    run: ClaimRun,
+    t0: float,
+    n: int,
+    recorder: Recorder,
+    key: LocalKey,
+    revision: Revision,
+    say: Callable[[str], None],
+    done: Recorded,
+) -> None:
+    tag = _tag(run, n)
+    try:
+        fin: Finished = fut.result()
+    except Exception as e:  # one claim's failure must not stop the others
+        say(f"{tag} {run.claim}: not recorded: the runner failed: {type(e).__name__}: {e}")
+        return
+    results = fin.results or []
+    for r in results:
+        # Set here, after the child: what it says about itself does not count.
+        r.scope["sandbox"] = fin.sandbox
+        r.scope["network"] = "on" if run.network else "off"
+        if run.profile is not None:
+            r.scope["profile"] = run.profile
+    environment = {"executor": fin.executor}
+    if fin.devices:
+        environment["executor_devices"] = ",".join(fin.devices)
+    assert fin.artifacts is not None
+    recs = record_results(
+        recorder, key, revision, results, fin.artifacts, environment, fin.gpu_uuids
+    )
+    for rec, r in zip(recs, results, strict=True):
+        done.append((rec.id, r.claim, r.outcome))
+        note = "" if r.outcome == "passed" else f": {r.reason}"
+        say(f"{tag} {r.claim} {r.outcome}{note} ({time.monotonic() - t0:.1f} s) -> {rec.id[:19]}")
