@@ -1,5 +1,3 @@
-import sys
+from ledger.cli import entry
 
-from ledger.cli import main
-
-sys.exit(main())
+entry()

@@ -229,3 +229,27 @@ def test_qualify_through_an_unreachable_server_fails_before_any_check_runs(
     )
     assert r.code == 2
     assert "cannot reach ledger server" in r.err and "[1/2]" not in r.err
+
+
+EXITS = """
+import atexit, sys
+import torch  # the teardown exit_now skips
+atexit.register(lambda: open(sys.argv[1], "w").write("handlers ran"))
+print("the answer", end="")  # still buffered: stdout is a pipe
+sys.stderr.write("and its note")
+from ledger.cli import exit_now
+exit_now(3)
+"""
+
+
+def test_the_command_exits_without_the_teardown_of_torch_and_loses_nothing(
+    tmp_path: Path,
+) -> None:
+    """Where torch was loaded, `ledger` ends the process itself: the exit code, every
+    buffered byte of output and every exit handler are kept."""
+    marker = tmp_path / "marker"
+    done = subprocess.run(
+        [sys.executable, "-c", EXITS, str(marker)], capture_output=True, text=True, timeout=300
+    )
+    assert (done.returncode, done.stdout, done.stderr) == (3, "the answer", "and its note")
+    assert marker.read_text() == "handlers ran"
