@@ -41,7 +41,7 @@ import tempfile  # noqa: E402
 
 from ledger.execution.local_run import server_sandbox  # noqa: E402
 from ledger.sandbox import Sandbox, resolve  # noqa: E402
-from runners.forkserver import ForkServer  # noqa: E402
+from runners.forkparent import ForkServer  # noqa: E402
 from runners.harness.child import env as child_env  # noqa: E402
 from runners.isolated import run_claim_isolated  # noqa: E402
 

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from runners.checks.cleanup import decide as cleanup_verdict
-from runners.forkserver import ForkServer
+from runners.forkparent import ForkServer
 from runners.harness import child, nvml
 from runners.harness.launch import RankExit, RankGroup
 from runners.harness.outside import REPORTED, OutsideView, bound, claim_pid

@@ -23,7 +23,7 @@ from ledger.execution.devices import Device
 
 if TYPE_CHECKING:
     from ledger.sandbox import Sandbox
-    from runners.forkserver import ForkServer
+    from runners.forkparent import ForkServer
 
 __all__ = ["LocalExecutor"]
 

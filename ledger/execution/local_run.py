@@ -34,7 +34,7 @@ from ledger.revision import Revision
 from ledger.sandbox import Sandbox
 
 if TYPE_CHECKING:
-    from runners.forkserver import Launched, Spec
+    from runners.forkparent import Launched, Spec
 
 __all__ = ["Started", "run", "server_sandbox", "started"]
 
@@ -84,7 +84,7 @@ class Started:
 def _spec(root: Path, plan: Plan, claims: Sequence[ClaimSpec], modules: Sequence[str]) -> Spec:
     """What ``root``'s fork server imports and prepares before the first claim: each
     workload's module, and each workload (with its parameters) built and prepared once."""
-    from runners.forkserver import Spec
+    from runners.forkparent import Spec
 
     refs = sorted({plan.workload_for(c) or "" for c in claims} - {""})
     prepare = {
@@ -108,7 +108,7 @@ def started(
     fork servers; on the way out, the servers stopped and the trees removed. Imports
     no torch: the caller imports it while the servers do."""
     from runners.childenv import env
-    from runners.forkserver import Launched
+    from runners.forkparent import Launched
     from runners.names import NEEDS_BASE
     from runners.preload import recorded_modules
 

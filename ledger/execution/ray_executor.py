@@ -33,7 +33,7 @@ from ledger.errors import UsageError
 from ledger.execution.claimrun import ClaimRun, ReceiptRow
 from ledger.revision import Revision
 
-__all__ = ["bundle_revision", "run_on_ray"]
+__all__ = ["bundle_revision", "run_on_ray", "too_wide"]
 
 SHIP_REF = "refs/ledger/ship"
 
@@ -105,6 +105,8 @@ def run_on_ray(
     }
     pending: dict[Any, ClaimRun] = {}
     n = len(runs)
+    for line in too_wide(runs, ray.nodes()):
+        say(line)
     try:
         # Every claim is submitted before any is waited on: Ray runs as many at once as
         # it has GPUs for.
@@ -135,6 +137,21 @@ def run_on_ray(
     except BaseException:
         _stop(ray, list(pending))
         raise
+
+
+def too_wide(runs: Sequence[ClaimRun], nodes: Sequence[dict[str, Any]]) -> list[str]:
+    """What to say of each claim that asks for more GPUs than any node of the cluster
+    has now (``ray.nodes()``): Ray waits for such a task, silently, until a node that
+    fits joins (an autoscaler may add one), so the wait is named before it starts."""
+    alive = [x for x in nodes if x.get("Alive")]
+    widest = max((int(x.get("Resources", {}).get("GPU", 0)) for x in alive), default=0)
+    return [
+        f"[{r.index}/{len(runs)}] {r.claim}: waits: it needs {r.gpus} GPUs on one node and "
+        f"the widest node of the cluster has {widest} now; it runs when a node that fits "
+        "joins (Ctrl-C stops the run)"
+        for r in runs
+        if r.gpus > widest
+    ]
 
 
 _WAIT_S = 0.25

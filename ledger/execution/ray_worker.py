@@ -37,7 +37,7 @@ from ledger.execution.claimrun import ClaimRun
 if TYPE_CHECKING:
     from ledger.keys import LocalKey
     from ledger.sandbox import Sandbox
-    from runners.forkserver import ForkServer
+    from runners.forkparent import ForkServer
 
 __all__ = ["run_claim_task"]
 
@@ -137,7 +137,7 @@ def _worker(box: Any, allowed_env: Any) -> _Worker:
     """This worker's state for the sandbox mode and allowed variables asked, started at
     its first task and kept (started again if they change or the server died)."""
     from ledger.execution.local_run import server_sandbox
-    from runners.forkserver import ForkServer
+    from runners.forkparent import ForkServer
     from runners.harness.child import env as child_env
 
     want = (str(box.mode), tuple(allowed_env))

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from runners.checks.context import Session
-from runners.forkserver import client_argv
+from runners.forkparent import client_argv
 from runners.harness import child
 from runners.result import Json
 

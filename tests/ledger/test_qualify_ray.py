@@ -15,6 +15,8 @@ from pathlib import Path
 import git
 import pytest
 
+from ledger.execution.claimrun import ClaimRun
+from ledger.execution.ray_executor import too_wide
 from ledger.keys import KeyDir
 from ledger.service.run import start
 from tests.ledger.helpers import run
@@ -107,6 +109,13 @@ def test_claims_run_as_ray_tasks_and_record_through_the_server(
     # Each claim process saw the one GPU Ray gave its task.
     seen = [n for n in notes(r.err) if n.get("event") == "setup"]
     assert len(seen) == 3 and {n["cvd"] for n in seen} <= {"0", "1"}
+    # A claim wider than every node of this cluster is named before Ray waits on it.
+    runs = [ClaimRun(i, f"w{w}", "cleanup", {}, "", {}, False, w, 60, "cpu")
+            for i, w in ((1, 2), (2, 3))]  # fmt: skip
+    assert too_wide(runs, ray.nodes()) == [
+        "[2/2] w3: waits: it needs 3 GPUs on one node and the widest node of the cluster "
+        "has 2 now; it runs when a node that fits joins (Ctrl-C stops the run)"
+    ]
 
 
 def test_ctrl_c_ends_every_claims_processes_before_the_driver_returns(

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from runners.forkserver import ForkServer
+from runners.forkparent import ForkServer
 from runners.harness.child import env
 from runners.isolated import run_claim_isolated
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
-from runners.forkserver import ForkServer
+from runners.forkparent import ForkServer
 from runners.harness.child import env
 from runners.isolated import run_claim_isolated
 from tests.ledger.probe_repo import claim, make_probe_repo, notes

@@ -189,7 +189,7 @@ def make_workload(**params):
 def test_a_process_left_below_the_fork_server_is_named_ended_and_incomplete(
     tmp_path: Path,
 ) -> None:
-    from runners.forkserver import ForkServer
+    from runners.forkparent import ForkServer
     from runners.harness.child import env as child_env
 
     (tmp_path / "escaper.py").write_text(ESCAPER)
