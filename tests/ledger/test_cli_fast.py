@@ -25,16 +25,24 @@ HERE = Path(__file__).parent
 FOLDER = str(HERE)
 A_FILE = str(HERE / "helpers.py")
 
+
+def _options(flags: bool) -> list[str]:
+    return [
+        o
+        for p in verify_command.params
+        if isinstance(p, click.Option) and p.is_flag == flags
+        for o in p.opts
+    ]
+
+
+# The command's own options, as click declares them: an option added to `verify` is in
+# the vocabulary at once, and the fast reader must then read it as click does.
+OPTIONS = _options(flags=False)
+"""The options that take a value."""
+FLAGS = _options(flags=True)
 WORDS = [
-    "--trust",
-    "--repo",
-    "--commit",
-    "--claim",
-    "--signer",
-    "--checkpoint",
-    "--server",
-    "--db",
-    "--json",
+    *OPTIONS,
+    *FLAGS,
     "--json=1",
     "--trust=" + A_FILE,
     "--trust=",
@@ -65,16 +73,6 @@ def click_params(args: list[str]) -> dict[str, object] | None:
         return None
 
 
-OPTIONS = [
-    "--trust",
-    "--repo",
-    "--commit",
-    "--claim",
-    "--signer",
-    "--checkpoint",
-    "--server",
-    "--db",
-]
 GOOD_VALUES = [A_FILE, "/nonexistent/x.pem", "a=b", "x", "sha256:abc", "https://x/y"]
 BAD_VALUES = [FOLDER, "-x", "--json", ""]
 
@@ -84,15 +82,15 @@ def command_lines(draw: st.DrawFn) -> list[str]:
     """Mostly well-formed: a target and options, as `--opt value`, `--opt=value` or
     `--json`, in any order; now and then a bad value, a repeat or a stray word."""
     units: list[list[str]] = [[draw(st.sampled_from(["b.json", A_FILE, "sha256:abc", "x"]))]]
-    opts = draw(st.permutations([*OPTIONS, "--json", "--trust"]))[: draw(st.integers(0, 6))]
+    opts = draw(st.permutations([*OPTIONS, *FLAGS, "--trust"]))[: draw(st.integers(0, 6))]
     if draw(st.integers(0, 4)) == 0:
-        opts.append(draw(st.sampled_from([*OPTIONS, "--json"])))
+        opts.append(draw(st.sampled_from([*OPTIONS, *FLAGS])))
     for opt in opts:
         good = st.sampled_from(GOOD_VALUES) | st.text(min_size=1, max_size=4).filter(
             lambda t: not t.startswith("-")
         )
         value = draw(good if draw(st.integers(0, 5)) else st.sampled_from(BAD_VALUES))
-        if opt == "--json":
+        if opt in FLAGS:
             units.append([opt if draw(st.integers(0, 5)) else f"{opt}={value}"])
         elif draw(st.booleans()):
             units.append([f"{opt}={value}"])
