@@ -15,7 +15,7 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 import git
 
@@ -31,9 +31,6 @@ from ledger.record import Recorder
 from ledger.revision import Revision
 from ledger.sandbox import resolve as resolve_sandbox
 from ledger.source import Identity
-
-if TYPE_CHECKING:
-    pass
 
 __all__ = ["QualifyRun", "qualify"]
 
