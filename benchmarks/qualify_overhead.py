@@ -108,7 +108,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             _claim(root, ref, wparams, a.device, None, box, run_dir) for _ in range(a.claims)
         ]
         t0 = time.perf_counter()
-        bare = ForkServer.start([(str(root), ref)], child_env(), learn=False)
+        bare = ForkServer.launch([(str(root), ref)], child_env(), learn=False).wait()
         bare_start_s = time.perf_counter() - t0
         try:
             after_bare = [_claim(root, ref, wparams, a.device, bare) for _ in range(a.claims)]
@@ -116,7 +116,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             bare.close()
         preload = {"modules": modules, "prepare": [(str(root), ref, wparams)]}
         t0 = time.perf_counter()
-        server = ForkServer.start([(str(root), ref)], child_env(), **preload)  # type: ignore[arg-type]
+        server = ForkServer.launch([(str(root), ref)], child_env(), **preload).wait()  # type: ignore[arg-type]
         start_s = time.perf_counter() - t0
         try:
             after = [_claim(root, ref, wparams, a.device, server) for _ in range(a.claims)]
@@ -124,13 +124,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             server.close()
         t0 = time.perf_counter()
         wrap = server_sandbox(box, run_dir, [root])
-        server_sb = ForkServer.start(
+        server_sb = ForkServer.launch(
             [(str(root), ref)],
             child_env(),
             wrap=wrap,
             sock_dir=run_dir,
             **preload,  # type: ignore[arg-type]
-        )
+        ).wait()
         start_sb_s = time.perf_counter() - t0
         try:
             after_sb = [

@@ -13,7 +13,7 @@ import os
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,8 +27,6 @@ __all__ = [
     "Spec",
     "Starting",
     "client_argv",
-    "serving",
-    "serving_all",
 ]
 
 READY = "forkserver ready"
@@ -51,29 +49,6 @@ class ForkServer:
         self.sock = sock
         self.ready = ready
         """What the server reported once preloaded (modules, seconds, CUDA state)."""
-
-    @classmethod
-    def start(
-        cls,
-        preload: list[tuple[str, str]],
-        env: dict[str, str],
-        *,
-        modules: Sequence[str] = (),
-        prepare: Sequence[Prepared] = (),
-        wrap: Wrap | None = None,
-        sock_dir: Path | None = None,
-        learn: bool = True,
-    ) -> ForkServer:
-        """`launch`, then wait until the server is ready."""
-        return cls.launch(
-            preload,
-            env,
-            modules=modules,
-            prepare=prepare,
-            wrap=wrap,
-            sock_dir=sock_dir,
-            learn=learn,
-        ).wait()
 
     @classmethod
     def launch(
@@ -168,27 +143,11 @@ class Starting:
 
 @dataclass(frozen=True)
 class Spec:
-    """What one fork server preloads and prepares (`ForkServer.start`'s arguments)."""
+    """What one fork server preloads and prepares (`ForkServer.launch`'s arguments)."""
 
     preload: list[tuple[str, str]]
     modules: Sequence[str] = ()
     prepare: Sequence[Prepared] = ()
-
-
-@contextlib.contextmanager
-def serving(
-    preload: list[tuple[str, str]],
-    env: dict[str, str],
-    *,
-    modules: Sequence[str] = (),
-    prepare: Sequence[Prepared] = (),
-    wrap: Wrap | None = None,
-    sock_dir: Path | None = None,
-) -> Iterator[ForkServer | None]:
-    """A fork server for the block; None (callers spawn interpreters) when it cannot start
-    or ``LEDGER_FORK_SERVER=0``."""
-    with serving_all([Spec(preload, modules, prepare)], env, wrap=wrap, sock_dir=sock_dir) as s:
-        yield s[0]
 
 
 class Launched:
@@ -250,20 +209,3 @@ class Launched:
                 pending.kill()
                 with contextlib.suppress(OSError):
                     pending.sock.parent.rmdir()
-
-
-@contextlib.contextmanager
-def serving_all(
-    specs: Sequence[Spec],
-    env: dict[str, str],
-    *,
-    wrap: Wrap | None = None,
-    sock_dir: Path | None = None,
-) -> Iterator[list[ForkServer | None]]:
-    """One fork server per spec, all importing and preparing at once; each None (callers
-    spawn interpreters) when it cannot start, all None when ``LEDGER_FORK_SERVER=0``."""
-    launched = Launched.all(specs, env, wrap=wrap, sock_dir=sock_dir)
-    try:
-        yield launched.wait()
-    finally:
-        launched.close()

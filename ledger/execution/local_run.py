@@ -81,19 +81,23 @@ class Started:
         return self.run_dir / "artifacts"
 
 
+def _refs(plan: Plan, claims: Sequence[ClaimSpec]) -> list[str]:
+    """The workload entry points ``claims`` run."""
+    return sorted({plan.workload_for(c) or "" for c in claims} - {""})
+
+
 def _spec(root: Path, plan: Plan, claims: Sequence[ClaimSpec], modules: Sequence[str]) -> Spec:
     """What ``root``'s fork server imports and prepares before the first claim: each
     workload's module, and each workload (with its parameters) built and prepared once."""
     from runners.forkparent import Spec
 
-    refs = sorted({plan.workload_for(c) or "" for c in claims} - {""})
     prepare = {
         (ref, json.dumps(params, sort_keys=True)): (str(root), ref, params)
         for c in claims
         if (ref := plan.workload_for(c) or "")
         for params in [dict(plan.workload_params_for(c))]
     }
-    return Spec([(str(root), ref) for ref in refs], modules, list(prepare.values()))
+    return Spec([(str(root), ref) for ref in _refs(plan, claims)], modules, list(prepare.values()))
 
 
 @contextlib.contextmanager
@@ -119,8 +123,7 @@ def started(
     run_dir = Path(tempfile.mkdtemp(prefix="ledger-run-"))
     with removed(run_dir), worktree(repo, revision.commit, "rev") as root, base_ctx as base:
         (run_dir / "artifacts").mkdir()
-        refs = sorted({plan.workload_for(c) or "" for c in claims} - {""})
-        modules = [*plan.preload, *recorded_modules(refs)]
+        modules = [*plan.preload, *recorded_modules(_refs(plan, claims))]
         specs = [_spec(root, plan, claims, modules)]
         if base is not None:
             # The base tree's arms reuse a model built once, like the head's.
@@ -186,7 +189,7 @@ def run(
         work_root=st.run_dir,
     )
     try:
-        _schedule(ex, pool, explicit, runs, recorder, key, revision, say, done)
+        _schedule(ex, pool, explicit, runs, _Recording(recorder, key, revision, done), say)
     finally:
         ex.close()
     # What the claims imported beyond the preloads: the next run's server has it.
@@ -202,11 +205,8 @@ def _schedule(
     pool: DevicePool,
     explicit: bool,
     runs: Sequence[ClaimRun],
-    recorder: Recorder,
-    key: LocalKey,
-    revision: Revision,
+    recording: _Recording,
     say: Callable[[str], None],
-    done: Recorded,
 ) -> None:
     """Start each claim as soon as devices of its own are free (plan order, a later
     claim may pass one that waits for more devices); record each as it finishes."""
@@ -249,7 +249,7 @@ def _schedule(
             for fut in finished:
                 run, got, t0 = running.pop(fut)
                 pool.give_back(got)
-                _finished(fut, run, t0, n, recorder, key, revision, say, done)
+                recording.finished(fut, run, t0, n, say)
             if finished:
                 side_by_side()
     except BaseException:
@@ -260,38 +260,47 @@ def _schedule(
         raise
 
 
-def _finished(
-    fut: Any,
-    run: ClaimRun,
-    t0: float,
-    n: int,
-    recorder: Recorder,
-    key: LocalKey,
-    revision: Revision,
-    say: Callable[[str], None],
-    done: Recorded,
-) -> None:
-    tag = _tag(run, n)
-    try:
-        fin: Finished = fut.result()
-    except Exception as e:  # one claim's failure must not stop the others
-        say(f"{tag} {run.claim}: not recorded: the runner failed: {type(e).__name__}: {e}")
-        return
-    results = fin.results or []
-    for r in results:
-        # Set here, after the child: what it says about itself does not count.
-        r.scope["sandbox"] = fin.sandbox
-        r.scope["network"] = "on" if run.network else "off"
-        if run.profile is not None:
-            r.scope["profile"] = run.profile
-    environment = {"executor": fin.executor}
-    if fin.devices:
-        environment["executor_devices"] = ",".join(fin.devices)
-    assert fin.artifacts is not None
-    recs = record_results(
-        recorder, key, revision, results, fin.artifacts, environment, fin.gpu_uuids
-    )
-    for rec, r in zip(recs, results, strict=True):
-        done.append((rec.id, r.claim, r.outcome))
-        note = "" if r.outcome == "passed" else f": {r.reason}"
-        say(f"{tag} {r.claim} {r.outcome}{note} ({time.monotonic() - t0:.1f} s) -> {rec.id[:19]}")
+@dataclass
+class _Recording:
+    """Where each finished claim's receipts go: signed by ``key`` for ``revision`` and
+    recorded, their (id, claim, outcome) appended to ``done``."""
+
+    recorder: Recorder
+    key: LocalKey
+    revision: Revision
+    done: Recorded
+
+    def finished(
+        self, fut: Any, run: ClaimRun, t0: float, n: int, say: Callable[[str], None]
+    ) -> None:
+        tag = _tag(run, n)
+        try:
+            fin: Finished = fut.result()
+        except Exception as e:  # one claim's failure must not stop the others
+            say(f"{tag} {run.claim}: not recorded: the runner failed: {type(e).__name__}: {e}")
+            return
+        results = fin.results or []
+        for r in results:
+            # Set here, after the child: what it says about itself does not count.
+            r.scope["sandbox"] = fin.sandbox
+            r.scope["network"] = "on" if run.network else "off"
+            if run.profile is not None:
+                r.scope["profile"] = run.profile
+        environment = {"executor": fin.executor}
+        if fin.devices:
+            environment["executor_devices"] = ",".join(fin.devices)
+        assert fin.artifacts is not None
+        recs = record_results(
+            self.recorder,
+            self.key,
+            self.revision,
+            results,
+            fin.artifacts,
+            environment,
+            fin.gpu_uuids,
+        )
+        for rec, r in zip(recs, results, strict=True):
+            self.done.append((rec.id, r.claim, r.outcome))
+            note = "" if r.outcome == "passed" else f": {r.reason}"
+            took = f"{time.monotonic() - t0:.1f} s"
+            say(f"{tag} {r.claim} {r.outcome}{note} ({took}) -> {rec.id[:19]}")

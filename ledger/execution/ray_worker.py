@@ -159,9 +159,9 @@ def _worker(box: Any, allowed_env: Any) -> _Worker:
     (base / "work").mkdir()
     wrap = server_sandbox(box, base / "work", [base / "code"])
     try:
-        server: ForkServer | None = ForkServer.start(
+        server: ForkServer | None = ForkServer.launch(
             [], child_env(), wrap=wrap, sock_dir=base / "work"
-        )
+        ).wait()
     except (OSError, RuntimeError):
         server = None
     w = _Worker(want, server, base, Checkouts(base / "code" / "shipped"))

@@ -19,7 +19,7 @@ TINY = {"d_model": 32, "n_layers": 1, "n_experts": 4, "d_ff": 32, "vocab": 64}
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[ForkServer]:
-    s = ForkServer.start([(str(ROOT), MOE)], env())
+    s = ForkServer.launch([(str(ROOT), MOE)], env()).wait()
     yield s
     s.close()
 
@@ -76,7 +76,7 @@ def test_a_claim_computes_on_threads_after_the_server_did() -> None:
     if torch.get_num_threads() < 2:
         pytest.skip("one CPU thread: no thread pool to inherit")
     ref = "tests.runners.omp_workload:make_workload"
-    s = ForkServer.start([(str(ROOT), ref)], env(), prepare=[(str(ROOT), ref, TINY)])
+    s = ForkServer.launch([(str(ROOT), ref)], env(), prepare=[(str(ROOT), ref, TINY)]).wait()
     try:
         assert s.ready["prepared"] == [ref]
         [r] = _run(s, "cleanup", {"batch": 1, "seq": 8}, ref, timeout_s=120)

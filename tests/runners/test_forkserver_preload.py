@@ -37,12 +37,12 @@ def _run(root: Path, server: ForkServer, mode: str, cvd: str, said: list[str]) -
 def test_learned_modules_prepared_workloads_and_per_claim_environment(tmp_path: Path) -> None:
     said: list[str] = []
     root = make_probe_repo(tmp_path / "repo", claim("x"))
-    server = ForkServer.start(
+    server = ForkServer.launch(
         [(str(root), REF)],
         env(),
         modules=["colorsys"],
         prepare=[(str(root), REF, {"mode": "plain"})],
-    )
+    ).wait()
     try:
         assert server.ready["prepared"] == [REF] and "torch._dynamo" in server.ready["modules"]
         assert "colorsys" in server.ready["modules"]  # the plan's preload list

@@ -193,7 +193,7 @@ def test_a_process_left_below_the_fork_server_is_named_ended_and_incomplete(
     from runners.harness.child import env as child_env
 
     (tmp_path / "escaper.py").write_text(ESCAPER)
-    server = ForkServer.start([(str(tmp_path), "escaper:make_workload")], child_env())
+    server = ForkServer.launch([(str(tmp_path), "escaper:make_workload")], child_env()).wait()
     try:
         [r] = _run(tmp_path, "escaper:make_workload", artifact_dir=None, fork_server=server)
     finally:
