@@ -295,5 +295,6 @@ def _run_on_ray(
         package=package,
         sandbox=sandbox,
         allowed_env=list(plan.runner.env),
+        preload=list(plan.preload),
     ):
         done.receipts.append(row)

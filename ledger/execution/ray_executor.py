@@ -6,7 +6,8 @@ commit where a check compares against it), submits one task per claim with
 ``num_gpus = world_size``, all at once, and streams the tasks' progress
 (each task is a streaming generator: its lines, then its result). Ray places
 the tasks, and keeps its worker processes for the tasks that follow, so a
-worker's fork server and its checkout of the commit serve claim after claim;
+worker's checkout of the commit and its fork servers (the commit's workload
+imported and prepared once) serve claim after claim;
 the ledger schedules nothing across hosts. Each task
 (`ledger.execution.ray_worker.run_claim_task`) runs on a worker host that
 holds its own runner key, checks the bundle's tree against the revision's,
@@ -76,8 +77,10 @@ def run_on_ray(
     package: dict[str, Any] | None = None,
     sandbox: str = "auto",
     allowed_env: Sequence[str] = (),
+    preload: Sequence[str] = (),
 ) -> Iterator[ReceiptRow]:
-    """Run every claim as a Ray task; yield the receipts each recorded, as they finish."""
+    """Run every claim as a Ray task; yield the receipts each recorded, as they finish.
+    ``preload``: the plan's modules for each worker's fork servers to import."""
     ray = _ray()
     from ledger.execution.ray_worker import run_claim_task
 
@@ -124,6 +127,7 @@ def run_on_ray(
                     "total": n,
                     "sandbox": sandbox,
                     "allowed_env": list(allowed_env),
+                    "preload": list(preload),
                 },
             )
             pending[gen] = run

@@ -5,8 +5,9 @@ checks the commit out (`ledger.execution.checkouts`: once per commit on this
 worker, reused by the claims of that commit Ray places here later), refuses
 to run unless the commit's tree is the one the driver named, runs the claim
 there (`runners.isolated.run_claim_isolated`: the claim's own processes,
-forked from this worker's fork server, on the GPUs Ray gave the task through
-``CUDA_VISIBLE_DEVICES``), signs the results with this host's runner key
+forked from its commit's fork server on this worker, the workload imported and
+prepared there once (`ledger.execution.commit_servers`), on the GPUs Ray gave
+the task through ``CUDA_VISIBLE_DEVICES``), signs the results with this host's runner key
 (``$LEDGER_KEYS``: keys never travel) and records them through the ledger
 server by way of this host's outbox. The receipts record the executor
 (``ray``) and the task id.
@@ -26,18 +27,19 @@ import shutil
 import socket
 import tempfile
 import threading
+import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ledger.execution.checkouts import Checkouts
 from ledger.execution.claimrun import ClaimRun
+from ledger.execution.commit_servers import CommitServers
 
 if TYPE_CHECKING:
     from ledger.keys import LocalKey
     from ledger.sandbox import Sandbox
-    from runners.forkparent import ForkServer
 
 __all__ = ["run_claim_task"]
 
@@ -82,21 +84,33 @@ def _revision(source: dict[str, Any], root: Path) -> Any:
 
 @dataclass
 class _Worker:
-    """What this Ray worker process keeps across its tasks: a fork server (torch, the
-    harness and the checks imported once per worker, not per claim) and the checkouts of
-    the code shipped to it. The server runs no pull request's code itself (no workload
-    is preloaded or prepared in it: tasks of different pull requests may share it); it
-    reads the checkouts under ``BASE/code`` and writes only under ``BASE/work``, inside
-    the sandbox."""
+    """What this Ray worker process keeps across its tasks: the checkouts of the code
+    shipped to it (under ``BASE/code``), and the fork servers of the commit it last ran
+    a claim of (`CommitServers`, writing only under ``BASE/work``, inside the sandbox)."""
 
     want: tuple[str, tuple[str, ...]]
-    server: ForkServer | None
     base: Path
     checkouts: Checkouts
+    commit: CommitServers | None = None
+
+    def servers_for(
+        self, roots: list[Path], run: ClaimRun, preload: list[str], box: Sandbox
+    ) -> tuple[CommitServers, bool]:
+        """The fork servers for a claim on ``roots`` (its commit's checkout first), and
+        whether this call launched any: those of another commit are stopped first."""
+        c = self.commit
+        if c is None or c.head != roots[0] or not c.alive():
+            if c is not None:
+                c.close()
+            code, work = self.base / "code", self.base / "work"
+            c = self.commit = CommitServers.new(roots[0], work, box, code)
+        before = len(c.servers)
+        c.ensure(roots, run, preload)
+        return c, len(c.servers) > before
 
     def close(self) -> None:
-        if self.server is not None:
-            self.server.close()
+        if self.commit is not None:
+            self.commit.close()
         self.checkouts.close()
         shutil.rmtree(self.base, ignore_errors=True)
 
@@ -134,20 +148,11 @@ def _close_worker() -> None:
 
 
 def _worker(box: Any, allowed_env: Any) -> _Worker:
-    """This worker's state for the sandbox mode and allowed variables asked, started at
-    its first task and kept (started again if they change or the server died)."""
-    from ledger.execution.local_run import server_sandbox
-    from runners.forkparent import ForkServer
-    from runners.harness.child import env as child_env
-
+    """This worker's state for the sandbox mode and allowed variables asked, made at its
+    first task and kept (made again if they change)."""
     want = (str(box.mode), tuple(allowed_env))
     got = _STATE.get("worker")
-    if (
-        got is not None
-        and got.want == want
-        and got.server is not None
-        and got.server.proc.poll() is None
-    ):
+    if got is not None and got.want == want:
         return got
     if not _SWEPT:
         _SWEPT.append(True)
@@ -157,14 +162,7 @@ def _worker(box: Any, allowed_env: Any) -> _Worker:
     base = Path(tempfile.mkdtemp(prefix=f"{_PREFIX}{os.getpid()}-"))
     (base / "code").mkdir()
     (base / "work").mkdir()
-    wrap = server_sandbox(box, base / "work", [base / "code"])
-    try:
-        server: ForkServer | None = ForkServer.launch(
-            [], child_env(), wrap=wrap, sock_dir=base / "work"
-        ).wait()
-    except (OSError, RuntimeError):
-        server = None
-    w = _Worker(want, server, base, Checkouts(base / "code" / "shipped"))
+    w = _Worker(want, base, Checkouts(base / "code" / "shipped"))
     _STATE["worker"] = w
     return w
 
@@ -174,7 +172,7 @@ def run_claim_task(bundle: bytes, payload: dict[str, Any]) -> Iterator[dict[str,
     goes, then ``{"result": doc}`` (the receipts it recorded, or an error)."""
     import ray
 
-    # In the task's own thread: the runtime context is per task, and the fork server must
+    # In the task's own thread: the runtime context is per task, and the fork servers must
     # be started by a thread that outlives the task (the sandbox dies with the thread
     # that started it: bwrap's --die-with-parent).
     ctx = ray.get_runtime_context()
@@ -184,13 +182,19 @@ def run_claim_task(bundle: bytes, payload: dict[str, Any]) -> Iterator[dict[str,
     if isinstance(task, dict):
         yield {"result": task}
         return
+    placed = _place(task, bundle)
+    for line in placed.lines:
+        yield {"progress": line}
+    if placed.error:
+        yield {"result": {**task.out, "error": placed.error}}
+        return
     items: queue.Queue[dict[str, Any] | BaseException] = queue.Queue()
     cancel = threading.Event()
 
     def body() -> None:
         try:
             say: Callable[[str], None] = lambda m: items.put({"progress": m})  # noqa: E731
-            items.put({"result": _run_claim(task, bundle, say, cancel)})
+            items.put({"result": _run_claim(task, placed, say, cancel)})
         except BaseException as e:
             items.put(e)
 
@@ -261,36 +265,80 @@ def _setup(payload: dict[str, Any], job_id: str, devices: list[str]) -> _Task | 
     return _Task(run, payload, out, key, box, _worker(box, payload.get("allowed_env", ())))
 
 
-def _run_claim(
-    task: _Task, bundle: bytes, say: Callable[[str], None], cancel: threading.Event
-) -> dict[str, Any]:
-    from ledger.execution.receipts import record_results
-    from ledger.record import RemoteRecorder
-    from runners.isolated import run_claim_isolated
+def _tag(task: _Task) -> str:
+    return f"[{task.run.index}/{task.payload['total']}]  {task.out['host']}: "
 
-    run, payload, out, box, worker = task.run, task.payload, dict(task.out), task.box, task.worker
-    source = payload["source"]
-    tag = f"[{run.index}/{payload['total']}]"
 
-    def progress(msg: str) -> None:
-        say(f"{tag}  {out['host']}: {msg}")
+@dataclass
+class _Placed:
+    """Where a claim runs on this worker: its checkouts, its commit's fork servers."""
 
+    lines: list[str]
+    """Progress to say before the claim starts."""
+    error: str = ""
+    roots: dict[str, Path] = field(default_factory=dict)
+    servers: CommitServers | None = None
+
+
+def _place(task: _Task, bundle: bytes) -> _Placed:
+    """Check the shipped code out (or reuse its checkout), refusing a tree that is not the
+    revision's, and make sure its commit's fork servers run (in this, the task's thread:
+    see `run_claim_task`)."""
+    run, source, worker = task.run, task.payload["source"], task.worker
     commits = [source["commit"]]
     if run.needs_base and source.get("base") and source["base"] != source["commit"]:
         commits.append(source["base"])
     try:
         shipped = worker.checkouts.get(bundle, commits, source["tree"])
     except Exception as e:
-        return {**out, "error": f"refused the shipped code: {e}"}
-    out["unpacked"] = shipped.unpacked
-    roots = shipped.roots
+        return _Placed([], error=f"refused the shipped code: {e}")
+    task.out["unpacked"] = shipped.unpacked
+    how = "unpacked here" if shipped.unpacked else "checkout reused"
+    lines = [
+        f"{_tag(task)}{run.claim}: tree {source['tree'][:12]} checked ({how}); running on "
+        f"GPU(s) {task.out['devices'] or '-'}"
+    ]
+    roots = [shipped.roots[c] for c in commits]
+    t0 = time.monotonic()
+    servers, launched = worker.servers_for(
+        roots, run, list(task.payload.get("preload") or ()), task.box
+    )
+    if launched:
+        r = servers.facts()
+        what = (
+            f"{len(r.get('prepared', []))} workload(s) prepared, "
+            f"{len(r.get('modules', []))} module(s) preloaded"
+            if r
+            else "none could start: the claim starts afresh"
+        )
+        lines.append(
+            f"{_tag(task)}fork server(s) for commit {source['commit'][:12]}: {what} "
+            f"({time.monotonic() - t0:.1f} s)"
+        )
+    return _Placed(lines, roots=shipped.roots, servers=servers)
+
+
+def _run_claim(
+    task: _Task, placed: _Placed, say: Callable[[str], None], cancel: threading.Event
+) -> dict[str, Any]:
+    from ledger.execution.receipts import record_results
+    from ledger.record import RemoteRecorder
+    from runners.isolated import run_claim_isolated
+    from runners.preload import learned, remember_modules
+
+    run, payload, out, box = task.run, task.payload, dict(task.out), task.box
+    source = payload["source"]
+    servers = placed.servers
+    assert servers is not None
+
+    def progress(msg: str) -> None:
+        say(_tag(task) + msg)
+
+    roots = placed.roots
     root = roots[source["commit"]]
     revision = _revision(source, root)
-    with tempfile.TemporaryDirectory(prefix="task-", dir=worker.base / "work") as d:
+    with tempfile.TemporaryDirectory(prefix="task-", dir=servers.work) as d:
         (Path(d) / "artifacts").mkdir()
-        how = "unpacked here" if shipped.unpacked else "checkout reused"
-        progress(f"{run.claim}: tree {source['tree'][:12]} checked ({how}); running on GPU(s) "
-                 f"{out['devices'] or '-'}")  # fmt: skip
         results = run_claim_isolated(
             claim=run.claim,
             check=run.check,
@@ -308,11 +356,15 @@ def _run_claim(
             sandbox=None if box.mode == "none" else box,
             network=run.network,
             work_root=Path(d),
-            # Forked from this worker's server (torch imported once per worker process);
-            # a claim with a network, or several ranks, starts afresh in its sandbox.
-            fork_server=None if run.network else worker.server,
+            # Forked from its commit's server (torch imported, the workload prepared,
+            # once per worker); a claim with a network starts afresh in its sandbox.
+            fork_server=None if run.network else servers.of(root),
+            env=servers.env(),
             cancel=cancel,
         )
+        # What the claim imported beyond the preloads: this host's next server has it.
+        if run.workload_ref:
+            remember_modules([run.workload_ref], learned())
         for r in results:
             r.scope["sandbox"] = box.facet
             r.scope["network"] = "on" if run.network else "off"

@@ -74,7 +74,7 @@ def test_claims_run_as_ray_tasks_and_record_through_the_server(
     )
     srv = start(db, KeyDir(key_dir))
     plan = "".join(claim(f"c{i}.passes", timeout_s="300") for i in range(3))
-    repo = make_probe_repo(tmp_path / "repo", plan)
+    repo = make_probe_repo(tmp_path / "repo", plan, head='preload = ["wave"]\n')
     try:
         r = run(
             capsys, "qualify", "--rev", "HEAD", "--repo", str(repo), "--executor", "ray",
@@ -109,6 +109,12 @@ def test_claims_run_as_ray_tasks_and_record_through_the_server(
     # Each claim process saw the one GPU Ray gave its task.
     seen = [n for n in notes(r.err) if n.get("event") == "setup"]
     assert len(seen) == 3 and {n["cvd"] for n in seen} <= {"0", "1"}
+    # Each forked from its commit's fork server on its worker, which imported the plan's
+    # preload list and prepared the workload once, before the worker's first claim.
+    assert all(n["wave_preloaded"] for n in seen), seen
+    assert all(n["prepared_in"] not in (None, n["pid"]) for n in seen), seen
+    assert len({n["prepared_in"] for n in seen}) <= len(workers)
+    assert r.err.count("1 workload(s) prepared") == len(workers), r.err
     # A claim wider than every node of this cluster is named before Ray waits on it.
     runs = [ClaimRun(i, f"w{w}", "cleanup", {}, "", {}, False, w, 60, "cpu")
             for i, w in ((1, 2), (2, 3))]  # fmt: skip

@@ -1,0 +1,111 @@
+"""A Ray worker's fork servers for one commit: its workload imported and prepared once.
+
+A Ray worker runs claim after claim, of any pull request Ray places there. A
+fork server that imported or prepared one pull request's workload runs that
+pull request's code, so it serves the claims of that commit only: the first
+claim of a commit on a worker launches the servers of the trees it needs (the
+head's, and the base's where the check compares against it), each inside the
+sandbox, importing torch, the plan's ``preload`` list, the modules earlier
+claims of the workload were seen to import, and preparing the workload
+(`runners.workloads.loader.prepare_workload`: the model built once on CPU,
+shared by fork); the claims of that commit that follow fork from them. A
+claim of another commit stops them first: one pull request's code at a time,
+and one prepared model in memory.
+
+Both trees' servers write only their commit's own folder, where each claim's
+folder is made: gradient-compare's base arm, forked from the base tree's
+server, writes its results into the claim's folder, as on a local run.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ledger.execution.claimrun import ClaimRun
+
+if TYPE_CHECKING:
+    from ledger.sandbox import Sandbox
+    from runners.forkparent import ForkServer
+
+__all__ = ["CommitServers"]
+
+
+@dataclass
+class CommitServers:
+    """The fork servers serving one commit's claims, by checkout root."""
+
+    head: Path
+    """The commit's checkout: the servers' key."""
+    work: Path
+    """The one folder the servers (and the claims forked from them) may write."""
+    box: Sandbox
+    code: Path
+    """What the servers may read: the worker's checkouts."""
+    servers: dict[str, ForkServer | None] = field(default_factory=dict)
+
+    @classmethod
+    def new(cls, head: Path, under: Path, box: Sandbox, code: Path) -> CommitServers:
+        work = Path(tempfile.mkdtemp(prefix="commit-", dir=under))
+        return cls(head, work, box, code)
+
+    def alive(self) -> bool:
+        """Whether every server launched is still running (None: none could start, and
+        its claims start afresh; that does not change by launching again)."""
+        return all(s is None or s.proc.poll() is None for s in self.servers.values())
+
+    def ensure(self, roots: Sequence[Path], run: ClaimRun, preload: Sequence[str]) -> None:
+        """Launch the servers of ``roots`` not launched yet, together, and wait for them:
+        each imports and prepares ``run``'s workload as its tree has it."""
+        from ledger.execution.local_run import server_sandbox
+        from runners.childenv import env
+        from runners.forkparent import Launched, Spec
+        from runners.preload import recorded_modules
+
+        missing = [r for r in roots if str(r) not in self.servers]
+        if not missing:
+            return
+        ref, params = run.workload_ref, dict(run.workload_params)
+        modules = [*preload, *(recorded_modules([ref]) if ref else [])]
+        specs = [
+            Spec(
+                [(str(r), ref)] if ref else [],
+                modules,
+                [(str(r), ref, params)] if ref else [],
+            )
+            for r in missing
+        ]
+        wrap = server_sandbox(self.box, self.work, [self.code])
+        launched = Launched.all(specs, env(), wrap=wrap, sock_dir=self.work)
+        for r, server in zip(missing, launched.wait(), strict=True):
+            self.servers[str(r)] = server
+
+    def sockets(self) -> Mapping[str, str]:
+        """Fork server socket by checkout root (``LEDGER_FORK_SERVERS``)."""
+        return {root: str(s.sock) for root, s in self.servers.items() if s is not None}
+
+    def env(self) -> dict[str, str]:
+        """What a claim's processes need to fork each tree's processes from its server."""
+        sockets = self.sockets()
+        return {"LEDGER_FORK_SERVERS": json.dumps(dict(sockets))} if sockets else {}
+
+    def of(self, root: Path) -> ForkServer | None:
+        return self.servers.get(str(root))
+
+    def close(self) -> None:
+        import shutil
+
+        for s in self.servers.values():
+            if s is not None:
+                s.close()
+        self.servers.clear()
+        shutil.rmtree(self.work, ignore_errors=True)
+
+    def facts(self) -> dict[str, Any]:
+        """What the head tree's server did before its first claim (for the progress line)."""
+        s = self.of(self.head)
+        return dict(s.ready) if s is not None else {}
