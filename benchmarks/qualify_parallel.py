@@ -13,7 +13,9 @@ cluster each in a process of its own, timed in turns (the median of
 fork servers and checkouts, and is printed apart; these run inside the Ray
 driver, whose torch is imported once). Each run is a fresh ledger; the
 figure is the median of the rounds' ratios of two devices over one (target:
-<= 0.6), locally and on Ray.
+<= 0.6), locally and on Ray; locally also of the claims alone (from the fork
+server ready to the verdict, by the progress clock), apart from the start that
+both ways pay alike.
 
     python benchmarks/qualify_parallel.py [--claims 4] [--no-ray] [--repeat 5] [--json]
 """
@@ -89,12 +91,16 @@ def _local(work: Path, repo: Path, plan: Path, gpus: str | None) -> dict[str, An
     done = subprocess.run(argv, env=env, capture_output=True, text=True, cwd=ROOT)
     wall = time.perf_counter() - t0
     ready = re.search(r"^ *([0-9.]+)s +fork server: torch", done.stderr, re.M)
+    verdict = re.search(r"^ *([0-9.]+)s +whole plan:", done.stderr, re.M)
     return {
         "wall_s": wall,
         "exit": done.returncode,
         "outcomes": _outcomes(done.stdout),
         # When the claims could start: the fork server ready, as the progress clock says.
         "server_ready_s": float(ready.group(1)) if ready else None,
+        # The claims themselves: from the server ready to the verdict (the part that
+        # two devices can halve; what comes before is paid alike by both ways).
+        "claims_s": float(verdict.group(1)) - float(ready.group(1)) if ready and verdict else None,
     }
 
 
@@ -117,9 +123,12 @@ def _local_ways(base: Path, repo: Path, plan: Path, repeat: int) -> dict[str, Ru
     for name in names:
         walls = [x["wall_s"] for x in runs[name]]
         out[name] = {**runs[name][-1], "wall_s": statistics.median(walls), "runs_s": walls}
-    out[names[1]]["to_serial"] = statistics.median(
-        b["wall_s"] / a["wall_s"] for a, b in zip(runs[names[0]], runs[names[1]], strict=True)
-    )
+    pairs = list(zip(runs[names[0]], runs[names[1]], strict=True))
+    out[names[1]]["to_serial"] = statistics.median(b["wall_s"] / a["wall_s"] for a, b in pairs)
+    if all(a["claims_s"] and b["claims_s"] for a, b in pairs):
+        out[names[1]]["claims_to_serial"] = statistics.median(
+            b["claims_s"] / a["claims_s"] for a, b in pairs
+        )
     return out
 
 
@@ -297,6 +306,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "cpus": os.cpu_count(),
         "ways": ways,
         "local_ratio": ways["local --gpus 0,1"]["to_serial"],
+        "local_claims_ratio": ways["local --gpus 0,1"].get("claims_to_serial"),
     }
     if "ray, 2 logical GPUs" in ways:
         doc["ray_ratio"] = ways["ray, 2 logical GPUs"]["wall_s"] / serial
@@ -317,6 +327,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         f"{n} {w['server_ready_s']:.1f} s" for n, w in ways.items() if w.get("server_ready_s")
     )
     print(f"fork server ready (last run): {ready}")
+    par = ways["local --gpus 0,1"]
+    if "claims_to_serial" in par:
+        print(
+            f"local claims alone (fork server ready to verdict, last run): serial "
+            f"{ways['local serial']['claims_s']:.1f} s, --gpus 0,1 {par['claims_s']:.1f} s; "
+            f"median ratio {par['claims_to_serial']:.2f}"
+        )
+
     print(f"target: two devices <= 0.60 x serial; local {doc['local_ratio']:.2f}", end="")
     if "ray_ratio" in doc:
         print(f", ray {doc['ray_ratio']:.2f} ({doc['ray_ratio_to_ray_serial']:.2f} x ray serial)")
