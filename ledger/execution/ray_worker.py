@@ -357,7 +357,8 @@ def _run_claim(
             network=run.network,
             work_root=Path(d),
             # Forked from its commit's server (torch imported, the workload prepared,
-            # once per worker); a claim with a network starts afresh in its sandbox.
+            # once per worker); a claim with a network, or several ranks, starts afresh
+            # in its sandbox.
             fork_server=None if run.network else servers.of(root),
             env=servers.env(),
             cancel=cancel,
