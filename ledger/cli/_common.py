@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 from ledger.cli._io import emit_json, read_file
-from ledger.errors import Error, InputError, UsageError
+from ledger.errors import EXIT_NEGATIVE, Error, InputError, UsageError
 
 if TYPE_CHECKING:  # the CLI imports its machinery lazily, so `--help` starts fast
     from ledger.keys import KeyDir
@@ -147,3 +147,20 @@ def recorder_paths(recorder: object) -> list[str]:
         # The folder, and the file itself: a folder the command may write can hold it.
         out += [str(db.parent), str(db), default_location(url)]
     return out
+
+
+def server_option(help_text: str) -> Callable[[F], F]:
+    """``--server URL``: through a `ledger serve` instead of the database."""
+    return click.option("--server", metavar="URL", help=help_text)
+
+
+def kept(recorder: object) -> None:
+    """Exit 1 when receipts stayed in the outbox because the server could not take them."""
+    n = getattr(recorder, "kept", 0)
+    if n:
+        click.echo(
+            f"ledger: {n} signed statement(s) kept in the outbox {recorder.outbox.path}"  # type: ignore[attr-defined]
+            f" ({recorder.failure}); send them with `ledger push --server URL`",  # type: ignore[attr-defined]
+            err=True,
+        )
+        raise SystemExit(EXIT_NEGATIVE)

@@ -12,6 +12,7 @@ from ledger.cli import estimate as _estimate
 from ledger.cli import importers as _importers
 from ledger.cli import keys as _keys
 from ledger.cli import log as _log
+from ledger.cli import qualify as _qualify
 from ledger.cli import read as _read
 from ledger.cli import run as _run
 from ledger.cli import service as _service
@@ -43,7 +44,7 @@ for _command in (
     _write.attest,
     _write.record,
     _write.review,
-    _write.qualify,
+    _qualify.qualify,
     _write.supersede,
     _read.status,
     _read.history,

@@ -1,34 +1,27 @@
-"""Commands that write: `attest`, `record`, `review`, `qualify`."""
+"""Commands that write: `attest`, `record`, `review`, `supersede` (`qualify`: its own module)."""
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import click
 
 from ledger.cli._common import (
-    F,
     db_option,
     emit_json,
     json_option,
+    kept,
     keydir,
     load_json_file,
     open_store,
     parse_scope,
     plan_option,
     read_file,
-    recorder_paths,
     rev_options,
-    sandbox_option,
+    server_option,
 )
-from ledger.errors import EXIT_NEGATIVE, InputError, UsageError
-
-
-def _server_option(help_text: str) -> Callable[[F], F]:
-    return click.option("--server", metavar="URL", help=help_text)
+from ledger.errors import InputError, UsageError
 
 
 @click.command()
@@ -88,7 +81,7 @@ def _server_option(help_text: str) -> Callable[[F], F]:
 )
 @click.option("--key", "key_name", required=True, help="Runner key name in $LEDGER_KEYS.")
 @plan_option
-@_server_option("Record through a `ledger serve` at URL instead of --db.")
+@server_option("Record through a `ledger serve` at URL instead of --db.")
 @db_option
 def attest(
     claim: str,
@@ -182,7 +175,7 @@ def attest(
             err=True,
         )
     click.echo(done.recorded.id)
-    _kept(recorder)
+    kept(recorder)
 
 
 @click.command()
@@ -207,25 +200,13 @@ def record(envelopes: Sequence[Path], db: str | None, as_json: bool) -> None:
         )
 
 
-def _kept(recorder: object) -> None:
-    """Exit 1 when receipts stayed in the outbox because the server could not take them."""
-    kept = getattr(recorder, "kept", 0)
-    if kept:
-        click.echo(
-            f"ledger: {kept} signed statement(s) kept in the outbox {recorder.outbox.path}"  # type: ignore[attr-defined]
-            f" ({recorder.failure}); send them with `ledger push --server URL`",  # type: ignore[attr-defined]
-            err=True,
-        )
-        raise SystemExit(EXIT_NEGATIVE)
-
-
 @click.command()
 @click.argument("receipt")
 @click.option("--concur", is_flag=True, help="Agree with the receipt.")
 @click.option("--dispute", is_flag=True, help="Dispute it: its claim stops qualifying.")
 @click.option("--note", default="", help="What was checked, or why it is disputed.")
 @click.option("--key", "key_name", required=True, help="Reviewer key name in $LEDGER_KEYS.")
-@_server_option("Record through a `ledger serve` at URL instead of --db.")
+@server_option("Record through a `ledger serve` at URL instead of --db.")
 @db_option
 def review(
     receipt: str,
@@ -248,182 +229,6 @@ def review(
     click.echo(rec.id)
 
 
-def _headline(report: Any, subset: Sequence[str]) -> str:
-    """The whole plan's verdict in one line, saying when only some claims ran now."""
-    from ledger.qualification.verdict import verdict_of
-
-    v = verdict_of(report)
-    line = f"whole plan: {v.headline}"
-    if v.blockers:
-        line += "; blocking: " + ", ".join(f"{c.claim} ({c.state})" for c in v.blockers)
-    if subset:
-        line += (
-            f" (this run ran {len(subset)} claim(s): {', '.join(subset)}; "
-            "the exit status follows the whole plan)"
-        )
-    return line
-
-
-@click.command()
-@rev_options
-@plan_option
-@click.option(
-    "--claim",
-    "claims",
-    multiple=True,
-    metavar="NAME",
-    help="Run only these plan claims (repeatable).",
-)
-@click.option(
-    "--device",
-    type=click.Choice(["auto", "cpu", "cuda"]),
-    default="auto",
-    show_default=True,
-    help="auto: CUDA when a GPU is present, else CPU.",
-)
-@click.option(
-    "--profile",
-    metavar="NAME",
-    help="Apply the plan's [profiles.NAME] (recorded as the receipts' `profile` facet).",
-)
-@sandbox_option
-@click.option(
-    "--gpus",
-    metavar="all|0,1,...",
-    help="Run claims side by side, each on GPUs of its own (world_size of them; "
-    "CUDA_VISIBLE_DEVICES per claim). Without a GPU the indices are logical devices.",
-)
-@click.option(
-    "--executor",
-    type=click.Choice(["local", "ray"]),
-    default="local",
-    show_default=True,
-    help="local: this host. ray: each claim a Ray task asking for world_size GPUs; "
-    "workers sign with their own key and record through --server.",
-)
-@click.option("--ray-address", metavar="ADDR", help="The Ray cluster (default: RAY_ADDRESS).")
-@click.option(
-    "--key",
-    "key_name",
-    default="runner",
-    show_default=True,
-    help="Runner key name in $LEDGER_KEYS (with --executor ray: on each worker host).",
-)
-@_server_option("Record through a `ledger serve` at URL instead of --db (prints no status table).")
-@db_option
-@json_option
-def qualify(
-    pr: int | None,
-    rev: str | None,
-    base: str | None,
-    offline: bool,
-    repo: Path | None,
-    plan: Path | None,
-    claims: Sequence[str],
-    device: str,
-    profile: str | None,
-    sandbox: str,
-    gpus: str | None,
-    executor: str,
-    ray_address: str | None,
-    key_name: str,
-    server: str | None,
-    db: str | None,
-    as_json: bool,
-) -> None:
-    """Run the plan's checks on a revision; record one signed receipt per check and scope.
-
-    The revision is checked out into a temporary worktree (removed afterwards);
-    plan and workload come from it. Progress goes to stderr; the receipt ids and
-    the status table (or --json) to stdout. The status is the whole plan's, also
-    after a --claim subset: exit 0 only when every required claim is qualified.
-    """
-    t0 = time.monotonic()
-
-    def progress(msg: str) -> None:
-        click.echo(f"{time.monotonic() - t0:7.1f}s  {msg}", err=True)
-
-    from ledger.qualify import qualify as run_plan
-    from ledger.record import LocalRecorder, open_recorder
-    from ledger.render import render_qualify
-
-    if executor == "ray" and not server:
-        raise UsageError("--executor ray records through a ledger server: give --server URL")
-    if gpus is not None:
-        if executor != "local":
-            raise UsageError(
-                "--gpus places claims on this host's GPUs; with --executor ray, Ray does"
-            )
-        from ledger.execution.devices import parse_gpus
-
-        parse_gpus(gpus)  # a bad list is refused before anything runs
-    recorder = open_recorder(db, server)
-    keys = keydir()
-    # With Ray the workers sign, each with its own key: no key is read here.
-    key = keys.load(key_name) if executor == "local" else None
-
-    result = run_plan(
-        recorder,
-        key,
-        repo_path=repo,
-        rev=rev,
-        pr=pr,
-        plan_file=plan,
-        claims=claims,
-        device="cuda" if device == "cuda" else "cpu" if device == "cpu" else "auto",
-        progress=progress,
-        offline=offline,
-        base=base,
-        profile=profile,
-        sandbox=sandbox,
-        secrets=[keys.path, *map(Path, recorder_paths(recorder))],
-        gpus=gpus,
-        executor=executor,
-        ray_address=ray_address,
-        server=server,
-        key_name=key_name,
-    )
-    receipts = [{"id": i, "claim": c, "outcome": o} for i, c, o in result.receipts]
-    # Every check ending in infra-error measured nothing: an environment
-    # failure (exit 2), never a verdict about the code.
-    nothing_measured = bool(receipts) and all(o == "infra-error" for _, _, o in result.receipts)
-    report = None
-    if isinstance(recorder, LocalRecorder):
-        from ledger.query import query_status
-
-        # The PR's whole verdict, also when only some claims ran now.
-        report = query_status(recorder.store, result.query(), claims=(), scope={})
-    subset = sorted(set(claims))
-    if as_json:
-        emit_json(
-            {
-                "receipts": receipts,
-                "status": report.to_json() if report else None,
-                "ran": subset or "all",
-                "skipped": list(result.skipped),
-            }
-        )
-    else:
-        click.echo(render_qualify(receipts, report), nl=False)
-    if report is not None:
-        progress(_headline(report, subset))
-    if nothing_measured:
-        raise UsageError("nothing was measured: every check ended in infra-error")
-    _kept(recorder)
-    if report is None:
-        # A server client has only the receipts it just recorded, so it reports
-        # those and leaves qualification to `ledger status` where the database is.
-        click.echo(
-            f"recorded at {server}; whether the claims qualify: `ledger status` on that ledger",
-            err=True,
-        )
-        if any(o != "passed" for _, _, o in result.receipts):
-            raise SystemExit(EXIT_NEGATIVE)
-        return
-    if not report.qualified:
-        raise SystemExit(EXIT_NEGATIVE)
-
-
 @click.command()
 @click.argument("receipt")
 @click.option("--reason", required=True, help="Why the receipt no longer stands.")
@@ -436,7 +241,7 @@ def qualify(
 )
 @click.option("--key", "key_name", required=True, help="Runner key name in $LEDGER_KEYS.")
 @click.option("--dry-run", is_flag=True, help="Say what it would do, and sign nothing.")
-@_server_option("Read and record through a `ledger serve` at URL instead of --db.")
+@server_option("Read and record through a `ledger serve` at URL instead of --db.")
 @db_option
 def supersede(
     receipt: str,
