@@ -26,18 +26,23 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from runners.checks.cleanup import decide as cleanup_verdict
+from runners.claim_exit import (
+    cleanup_verdict,
+    died,
+    exit_release,
+    merged,
+    stopped_after_peer,
+    timed_out,
+    with_exit_proof,
+)
 from runners.forkparent import ForkServer
 from runners.harness import child, nvml
-from runners.harness.launch import RankExit, RankGroup
+from runners.harness.launch import RankGroup
 from runners.harness.outside import REPORTED, OutsideView, bound, claim_pid
 from runners.harness.processes import descendants, proc_table
-from runners.harness.proofs import CUDA_TOLERANCE_BYTES
 from runners.preload import note_learned
-from runners.ranks import merge_ranks
 from runners.result import (
     CheckResult,
-    CleanupProof,
     Json,
     ReleasedResource,
     ResultError,
@@ -53,159 +58,7 @@ __all__ = ["run_claim_isolated"]
 
 DEFAULT_TIMEOUT_S = 1800
 """A claim's time limit when its caller states none (the plan's default, docs/plan.md)."""
-_EXIT_BASIS = "cleanup proof including the claim process's exit"
-
-GpuState = tuple[dict[str, int], set[int]]
-
-
-def _exit_release(
-    before: GpuState | None, pids: list[int], uuids: Sequence[str] | None = None
-) -> tuple[bool, str] | None:
-    """Whether the claim processes' GPU memory was returned when they exited, and the
-    observation; on ``uuids`` only (the claim's own GPUs) when given, since claims on
-    the other GPUs of the host run meanwhile.
-
-    Read from the parent, which never creates a CUDA context, so NVML shows the
-    children's memory and then its absence."""
-    after = nvml.devices_used()
-    if before is None or after is None:
-        return None
-    used0, _ = before
-    if uuids:
-        mine = {nvml.normalise_uuid(u) for u in uuids}
-        used0 = {u: b for u, b in used0.items() if nvml.normalise_uuid(u) in mine}
-    used1, seen_pids = after
-    deltas = {u: used1.get(u, 0) - used0.get(u, 0) for u in used0}
-    left = [p for p in pids if p in seen_pids]
-    ok = not left and all(d <= CUDA_TOLERANCE_BYTES for d in deltas.values())
-    seen = ", ".join(f"{u}: {d:+d} bytes" for u, d in sorted(deltas.items()))
-    who = ", ".join(map(str, pids))
-    where = f"pid {', '.join(map(str, left))} still in" if left else "absent from"
-    return ok, (
-        f"after the claim runner (pid {who}) exited: {where} NVML's compute processes; "
-        f"device used vs before it started: {seen} (tolerance {CUDA_TOLERANCE_BYTES})"
-    )
-
-
-def _with_exit_proof(
-    proof: CleanupProof, own: list[ReleasedResource], at_exit: tuple[bool, str] | None
-) -> CleanupProof:
-    """Add the child process to the proof; GPU memory the child still held when
-    it measured itself (the CUDA context, lazily loaded kernels) counts as
-    released only when NVML shows it returned after the child exited."""
-    resources = []
-    for r in proof.resources:
-        if r.kind == "gpu-memory" and not r.released and at_exit is not None and at_exit[0]:
-            r = ReleasedResource(
-                kind=r.kind,
-                id=r.id,
-                released=True,
-                proof=f"held by the claim process until it exited ({r.proof}); {at_exit[1]}",
-            )
-        resources.append(r)
-    resources.extend(own)
-    if at_exit is not None and own:
-        resources.append(
-            ReleasedResource(
-                kind="gpu-process-memory", id=own[-1].id, released=at_exit[0], proof=at_exit[1]
-            )
-        )
-    return CleanupProof(
-        complete=all(r.released for r in resources),
-        resources=resources,
-        tolerance_bytes=proof.tolerance_bytes,
-    )
-
-
-def _cleanup_verdict(r: CheckResult) -> None:
-    """The `cleanup` check's verdict, decided on the whole proof: the observations
-    after the claim process exited included."""
-    cleanup_verdict(r, basis=_EXIT_BASIS)
-
-
-def _died(
-    *, claim: str, check: str, device: str, params: Any, pid: int, how: str, tail: str, started: int
-) -> CheckResult:
-    return infra_error(
-        claim=claim,
-        check=check,
-        version="unknown",
-        params=dict(params or {}),
-        scope={"device_kind": device},
-        reason=f"{how} without a result: {tail or 'no output'}"[:2000],
-        cleanup=CleanupProof(
-            complete=False,
-            resources=[
-                ReleasedResource(
-                    kind="owned-by-claim-process",
-                    id=str(pid),
-                    released=False,
-                    proof="the claim process ended before proving the release of what it owned",
-                )
-            ],
-        ),
-        started_ns=started,
-        finished_ns=time.time_ns(),
-    )
-
-
 _BAD = ("failed", "infra-error")
-
-
-def _timed_out(
-    *,
-    claim: str,
-    check: str,
-    device: str,
-    params: Any,
-    timeout_s: float,
-    started: int,
-    ranks: list[int],
-) -> CheckResult:
-    which = f" (still running: rank {', '.join(map(str, ranks))})" if len(ranks) > 0 else ""
-    return infra_error(
-        claim=claim,
-        check=check,
-        version="unknown",
-        params=dict(params or {}),
-        scope={"device_kind": device},
-        reason=f"timed out after {timeout_s:g} s{which}; the claim's process group was killed",
-        started_ns=started,
-        finished_ns=time.time_ns(),
-    )
-
-
-def _stopped(like: CheckResult, e: RankExit, culprit: int) -> CheckResult:
-    """What a rank stopped after its peer ``culprit`` failed contributes: no evidence."""
-    return infra_error(
-        claim=like.claim,
-        check=like.check,
-        version=like.check_version,
-        params=like.params,
-        scope=like.scope,
-        reason=f"stopped after rank {culprit} ended with {like.outcome}; it {e.how()}",
-        started_ns=like.started_ns,
-        finished_ns=time.time_ns(),
-    )
-
-
-def _merged(
-    per_rank: list[list[CheckResult]],
-    *,
-    cuda: bool,
-    grouped: bool,
-    at_exit: tuple[bool, str] | None,
-    lead: int | None,
-) -> list[CheckResult]:
-    if not grouped:
-        return per_rank[0]
-    # Each rank's proof and verdict first, with what was seen after the ranks exited
-    # (communicator and context memory is returned only then), then the merge.
-    for rs in per_rank:
-        for r in rs:
-            r.cleanup = _with_exit_proof(r.cleanup, [], at_exit)
-            _cleanup_verdict(r)
-    return [merge_ranks(list(rs), cuda=cuda, lead=lead) for rs in zip(*per_rank, strict=True)]
 
 
 def _backend(device: str) -> str:
@@ -384,7 +237,7 @@ def run_claim_isolated(
                 pids[rank] = int(marker.read_text())
             else:
                 pids[rank] = view.claim_pids[rank] or pids[rank]
-        at_exit = _exit_release(gpu_before, pids, gpu_uuids)
+        at_exit = exit_release(gpu_before, pids, gpu_uuids)
         got = [
             child.read_result(p) if e.rc == 0 else None
             for p, e in zip(results_of, exits, strict=True)
@@ -413,10 +266,10 @@ def run_claim_isolated(
             ]
         elif group.timed_out:
             running = [e.rank for e in exits if e.rc is None or e.rc < 0]
-            results = [_timed_out(**common, params=params, timeout_s=timeout_s, ranks=running)]
+            results = [timed_out(**common, params=params, timeout_s=timeout_s, ranks=running)]
         elif all(g is not None for g in got):
             per_rank = [_bounded(g, view, i, progress) for i, g in enumerate(got) if g is not None]
-            results = _merged(
+            results = merged(
                 per_rank,
                 cuda=backend == "nccl",
                 grouped=grouped,
@@ -431,21 +284,21 @@ def run_claim_isolated(
                 e = exits[bad]
                 who = f"rank {bad} of {world_size} " if world_size > 1 else ""
                 how = f"{who}claim runner process {e.how()}"
-                results = [_died(**common, params=params, pid=e.pid, how=how, tail=e.tail)]
+                results = [died(**common, params=params, pid=e.pid, how=how, tail=e.tail)]
             else:
                 # A rank came back with a failure; peers still waiting on it were stopped.
                 per_rank = [
                     _bounded(g, view, i, progress)
                     if g is not None
-                    else [_stopped(_result_from(d), exits[i], bad) for d in first]
+                    else [stopped_after_peer(_result_from(d), exits[i], bad) for d in first]
                     for i, g in enumerate(got)
                 ]
-                results = _merged(
+                results = merged(
                     per_rank, cuda=backend == "nccl", grouped=grouped, at_exit=at_exit, lead=bad
                 )
         for r in results:
-            r.cleanup = _with_exit_proof(r.cleanup, stopped, at_exit)
-            _cleanup_verdict(r)
+            r.cleanup = with_exit_proof(r.cleanup, stopped, at_exit)
+            cleanup_verdict(r)
         for path in results_of:
             note_learned(path.with_name(path.name + ".modules"))
         return results

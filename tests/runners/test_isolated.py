@@ -53,7 +53,7 @@ def test_a_child_killed_by_a_signal_is_an_infra_error(tmp_path: Path) -> None:
 
 
 def test_gpu_memory_counts_as_released_only_when_nvml_saw_it_return() -> None:
-    from runners.isolated import _with_exit_proof
+    from runners.claim_exit import with_exit_proof
     from runners.result import CleanupProof, ReleasedResource
 
     held = ReleasedResource(
@@ -65,17 +65,17 @@ def test_gpu_memory_counts_as_released_only_when_nvml_saw_it_return() -> None:
     tmp = ReleasedResource(kind="tempdir", id="/tmp/x", released=True, proof="gone")
     proof = CleanupProof(complete=False, resources=[held, tmp])
     own = ReleasedResource(kind="process", id="42", released=True, proof="reaped")
-    returned = _with_exit_proof(proof, [own], (True, "pid absent; GPU-1: +0 bytes"))
+    returned = with_exit_proof(proof, [own], (True, "pid absent; GPU-1: +0 bytes"))
     assert returned.complete and all(r.released for r in returned.resources)
     assert "held by the claim process until it exited" in returned.resources[0].proof
-    kept = _with_exit_proof(proof, [own], (False, "pid still in NVML's compute processes"))
+    kept = with_exit_proof(proof, [own], (False, "pid still in NVML's compute processes"))
     assert not kept.complete and not kept.resources[0].released
-    no_nvml = _with_exit_proof(proof, [own], None)
+    no_nvml = with_exit_proof(proof, [own], None)
     assert not no_nvml.complete
 
 
 def test_cleanup_verdict_follows_the_whole_proof() -> None:
-    from runners.isolated import _cleanup_verdict, _with_exit_proof
+    from runners.claim_exit import cleanup_verdict, with_exit_proof
     from runners.result import CheckResult, CleanupProof, ReleasedResource
 
     held = ReleasedResource(
@@ -96,8 +96,8 @@ def test_cleanup_verdict_follows_the_whole_proof() -> None:
             observer="off",
             cleanup=CleanupProof(complete=False, resources=[held]),
         )
-        r.cleanup = _with_exit_proof(r.cleanup, [own], at_exit)
-        _cleanup_verdict(r)
+        r.cleanup = with_exit_proof(r.cleanup, [own], at_exit)
+        cleanup_verdict(r)
         return r
 
     assert result((True, "returned")).outcome == "passed"

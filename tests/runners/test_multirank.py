@@ -164,7 +164,7 @@ def test_a_world_size_param_that_disagrees_with_the_claim_is_an_infra_error() ->
 
 
 def test_rank_memory_returned_at_exit_counts_and_cleanup_is_decided_per_rank() -> None:
-    from runners.isolated import _merged
+    from runners.claim_exit import merged
 
     def held(rank: int) -> CheckResult:
         r = _result(rank, "failed", "cleanup incomplete: communicator", released=False)
@@ -179,7 +179,7 @@ def test_rank_memory_returned_at_exit_counts_and_cleanup_is_decided_per_rank() -
         )
         return r
 
-    returned = _merged(
+    returned = merged(
         [[held(0)], [held(1)]],
         cuda=True,
         grouped=True,
@@ -189,5 +189,5 @@ def test_rank_memory_returned_at_exit_counts_and_cleanup_is_decided_per_rank() -
     [r] = returned
     assert r.outcome == "passed" and r.cleanup.complete
     assert all("held by the claim process until it exited" in x.proof for x in r.cleanup.resources)
-    [kept] = _merged([[held(0)], [held(1)]], cuda=True, grouped=True, at_exit=None, lead=None)
+    [kept] = merged([[held(0)], [held(1)]], cuda=True, grouped=True, at_exit=None, lead=None)
     assert kept.outcome == "failed" and kept.reason and kept.reason.startswith("rank 0, 1: cleanup")
