@@ -6,9 +6,12 @@ Ctrl-C ends every claim's processes."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
+import signal
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -30,10 +33,48 @@ except ImportError:  # the `ray` extra (CI installs it through the test extra)
     pytest.skip("ray is not installed", allow_module_level=True)
 
 
+BOUND_S = 900
+"""How long a test on the cluster may run before it fails: a hung cluster (a task that
+is never placed, a worker that never answers) fails its test instead of holding the
+CI run; each test takes well under a minute here."""
+
+
+@contextlib.contextmanager
+def bounded(seconds: int) -> Iterator[None]:
+    """Raise `TimeoutError` in this (the main) thread once ``seconds`` have passed: what
+    is waiting then unwinds as on Ctrl-C (the driver cancels its tasks, their claims'
+    processes end, the cluster is shut down)."""
+
+    why = f"the test ran past its bound of {seconds} s"
+    fired: list[bool] = []
+
+    def past(signum: int, frame: object) -> None:
+        fired.append(True)
+        raise TimeoutError(why)
+
+    old = signal.signal(signal.SIGALRM, past)
+    signal.alarm(seconds)
+    try:
+        yield
+    except BaseException as e:
+        # Raised inside Ray's compiled wait, the handler's error arrives as a SystemError.
+        if fired and not isinstance(e, TimeoutError):
+            raise TimeoutError(why) from e
+        raise
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+
+
+def test_a_bound_ends_a_wait_that_would_never_end() -> None:
+    with pytest.raises(TimeoutError, match="bound of 1 s"), bounded(1):
+        threading.Event().wait()  # nothing ever sets it
+
+
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[dict[str, Path]]:
     """A one-node Ray cluster with 2 logical GPUs; the worker's key lives only in the
-    workers' environment (their host's $LEDGER_KEYS)."""
+    workers' environment (their host's $LEDGER_KEYS). The test is bounded in time."""
     worker_keys = tmp_path / "worker-keys"
     env = {
         "LEDGER_KEYS": str(worker_keys),
@@ -48,7 +89,8 @@ def cluster(tmp_path: Path) -> Iterator[dict[str, Path]]:
         logging_level=40,  # logging.ERROR
     )
     try:
-        yield {"worker_keys": worker_keys}
+        with bounded(BOUND_S):
+            yield {"worker_keys": worker_keys}
     finally:
         ray.shutdown()
 
