@@ -14,6 +14,7 @@ import signal
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import git
 import pytest
@@ -95,17 +96,18 @@ def cluster(tmp_path: Path) -> Iterator[dict[str, Path]]:
         ray.shutdown()
 
 
-def test_claims_run_as_ray_tasks_and_record_through_the_server(
+def _server(
     tmp_path: Path,
     key_dir: Path,
     cluster: dict[str, Path],
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
-) -> None:
+) -> Any:
+    """A ledger server on a fresh ledger that knows the worker's key: made on the worker's
+    host, only its public half registered."""
     db = f"sqlite:///{tmp_path / 'server.db'}"
     monkeypatch.setenv("LEDGER_DB", db)
     assert run(capsys, "init").code == 0
-    # The worker host's key: made there, only its public half registered with the ledger.
     monkeypatch.setenv("LEDGER_KEYS", str(cluster["worker_keys"]))
     assert run(capsys, "keys", "new", "gpu-worker", "--role", "runner").code == 0
     pem = tmp_path / "worker.pub.pem"
@@ -114,7 +116,17 @@ def test_claims_run_as_ray_tasks_and_record_through_the_server(
     assert (
         run(capsys, "keys", "add", str(pem), "--name", "gpu-worker", "--role", "runner").code == 0
     )
-    srv = start(db, KeyDir(key_dir))
+    return start(db, KeyDir(key_dir))
+
+
+def test_claims_run_as_ray_tasks_and_record_through_the_server(
+    tmp_path: Path,
+    key_dir: Path,
+    cluster: dict[str, Path],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    srv = _server(tmp_path, key_dir, cluster, monkeypatch, capsys)
     plan = "".join(claim(f"c{i}.passes", timeout_s="300") for i in range(3))
     repo = make_probe_repo(tmp_path / "repo", plan, head='preload = ["wave"]\n')
     try:
@@ -164,6 +176,35 @@ def test_claims_run_as_ray_tasks_and_record_through_the_server(
         "[2/2] w3: waits: it needs 3 GPUs on one node and the widest node of the cluster "
         "has 2 now; it runs when a node that fits joins (Ctrl-C stops the run)"
     ]
+
+
+def test_gradient_compare_arms_fork_from_the_worker_servers_of_their_own_trees(
+    tmp_path: Path,
+    key_dir: Path,
+    cluster: dict[str, Path],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from runners.example_repo import make_example_repo
+
+    srv = _server(tmp_path, key_dir, cluster, monkeypatch, capsys)
+    ex = make_example_repo(tmp_path / "ex")
+    try:
+        r = run(
+            capsys, "qualify", "--pr", "1", "--repo", str(ex.path), "--claim",
+            "numerics.gradient-compare", "--executor", "ray", "--server", srv.url,
+            "--key", "gpu-worker", "--json",
+        )  # fmt: skip
+    finally:
+        srv.stop()
+    [rec] = json.loads(r.out)["receipts"]
+    assert rec["outcome"] == "passed", r.err
+    # The worker shipped both commits and started a server for each tree; each arm forked
+    # from the server of the tree it runs.
+    head, base = ex.pr_head[:16], ex.base_commit[:16]  # the checkouts' folder names
+    arms = [x for x in r.err.splitlines() if "gradient arm " in x]
+    assert len(arms) >= 2 and all("forked from its tree's fork server" in x for x in arms), arms
+    assert any(f"/{base}" in x for x in arms) and any(f"/{head}" in x for x in arms), arms
 
 
 def test_ctrl_c_ends_every_claims_processes_before_the_driver_returns(
