@@ -81,7 +81,13 @@ class CommitServers:
         ]
         wrap = server_sandbox(self.box, self.work, [self.code])
         launched = Launched.all(specs, env(), wrap=wrap, sock_dir=self.work)
-        for r, server in zip(missing, launched.wait(), strict=True):
+        try:
+            ready = launched.wait()
+        except BaseException:
+            # Ray's cancel lands here as KeyboardInterrupt: no server is left behind.
+            launched.close()
+            raise
+        for r, server in zip(missing, ready, strict=True):
             self.servers[str(r)] = server
 
     def sockets(self) -> Mapping[str, str]:
