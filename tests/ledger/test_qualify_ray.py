@@ -14,7 +14,6 @@ import signal
 import threading
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import git
 import pytest
@@ -22,7 +21,7 @@ import pytest
 from ledger.execution.claimrun import ClaimRun
 from ledger.execution.ray_executor import too_wide
 from ledger.keys import KeyDir
-from ledger.service.run import start
+from ledger.service.run import Running, start
 from tests.ledger.helpers import run
 from tests.ledger.probe_repo import claim, make_probe_repo, notes
 
@@ -102,7 +101,7 @@ def _server(
     cluster: dict[str, Path],
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
-) -> Any:
+) -> Running:
     """A ledger server on a fresh ledger that knows the worker's key: made on the worker's
     host, only its public half registered."""
     db = f"sqlite:///{tmp_path / 'server.db'}"
