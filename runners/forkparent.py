@@ -13,7 +13,7 @@ import os
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -148,6 +148,23 @@ class Spec:
     preload: list[tuple[str, str]]
     modules: Sequence[str] = ()
     prepare: Sequence[Prepared] = ()
+
+    @classmethod
+    def of(
+        cls,
+        root: Path,
+        workloads: Iterable[tuple[str, Mapping[str, Any]]],
+        modules: Sequence[str] = (),
+    ) -> Spec:
+        """The server of the tree at ``root``: each ``(entry point, parameters)`` workload's
+        module imported, and each built and prepared once (an empty entry point: none)."""
+        prepare = {
+            (ref, json.dumps(dict(params), sort_keys=True)): (str(root), ref, dict(params))
+            for ref, params in workloads
+            if ref
+        }
+        refs = sorted({ref for ref, _ in prepare})
+        return cls([(str(root), ref) for ref in refs], list(modules), list(prepare.values()))
 
 
 class Launched:

@@ -69,16 +69,9 @@ class CommitServers:
         missing = [r for r in roots if str(r) not in self.servers]
         if not missing:
             return
-        ref, params = run.workload_ref, dict(run.workload_params)
+        ref = run.workload_ref
         modules = [*preload, *(recorded_modules([ref]) if ref else [])]
-        specs = [
-            Spec(
-                [(str(r), ref)] if ref else [],
-                modules,
-                [(str(r), ref, params)] if ref else [],
-            )
-            for r in missing
-        ]
+        specs = [Spec.of(r, [(ref, run.workload_params)], modules) for r in missing]
         wrap = server_sandbox(self.box, self.work, [self.code])
         launched = Launched.all(specs, env(), wrap=wrap, sock_dir=self.work)
         try:

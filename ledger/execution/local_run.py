@@ -11,7 +11,6 @@ devices of its own are free, and records each as it finishes.
 from __future__ import annotations
 
 import contextlib
-import json
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -91,13 +90,8 @@ def _spec(root: Path, plan: Plan, claims: Sequence[ClaimSpec], modules: Sequence
     workload's module, and each workload (with its parameters) built and prepared once."""
     from runners.forkparent import Spec
 
-    prepare = {
-        (ref, json.dumps(params, sort_keys=True)): (str(root), ref, params)
-        for c in claims
-        if (ref := plan.workload_for(c) or "")
-        for params in [dict(plan.workload_params_for(c))]
-    }
-    return Spec([(str(root), ref) for ref in _refs(plan, claims)], modules, list(prepare.values()))
+    workloads = [(plan.workload_for(c) or "", plan.workload_params_for(c)) for c in claims]
+    return Spec.of(root, workloads, modules)
 
 
 @contextlib.contextmanager
