@@ -154,6 +154,10 @@ def server_option(help_text: str) -> Callable[[F], F]:
     return click.option("--server", metavar="URL", help=help_text)
 
 
+ask_server = server_option("Ask a `ledger serve` at URL instead of --db.")
+"""``--server`` of the commands that only read."""
+
+
 def kept(recorder: object) -> None:
     """Exit 1 when receipts stayed in the outbox because the server could not take them."""
     n = getattr(recorder, "kept", 0)

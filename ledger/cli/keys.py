@@ -6,7 +6,15 @@ from pathlib import Path
 
 import click
 
-from ledger.cli._common import db_option, emit_json, json_option, keydir, open_store, read_file
+from ledger.cli._common import (
+    db_option,
+    emit_json,
+    json_option,
+    keydir,
+    open_store,
+    read_file,
+    server_option,
+)
 
 
 @click.command()
@@ -50,7 +58,7 @@ def keys_new(name: str, role: str, db: str | None) -> None:
 @click.argument("pem", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--name", required=True)
 @click.option("--role", type=click.Choice(["runner", "reviewer", "ledger"]), required=True)
-@click.option("--server", metavar="URL", help="A `ledger serve` at URL instead of --db.")
+@server_option("A `ledger serve` at URL instead of --db.")
 @click.option("--token", metavar="TOKEN", help="With --server: its token (default: $LEDGER_TOKEN).")
 @db_option
 def keys_add(
@@ -72,7 +80,7 @@ def keys_add(
 
 
 @keys.command("list")
-@click.option("--server", metavar="URL", help="A `ledger serve` at URL instead of --db.")
+@server_option("A `ledger serve` at URL instead of --db.")
 @db_option
 @json_option
 def keys_list(server: str | None, db: str | None, as_json: bool) -> None:
@@ -115,7 +123,7 @@ def keys_export(name: str, db: str | None) -> None:
 @keys.command("revoke")
 @click.argument("keyid")
 @click.option("--reason", required=True, help="Why; recorded in the log.")
-@click.option("--server", metavar="URL", help="A `ledger serve` at URL instead of --db.")
+@server_option("A `ledger serve` at URL instead of --db.")
 @click.option("--token", metavar="TOKEN", help="With --server: its token (default: $LEDGER_TOKEN).")
 @db_option
 def keys_revoke(

@@ -6,7 +6,16 @@ from pathlib import Path
 
 import click
 
-from ledger.cli._common import db_option, emit_json, json_option, keydir, open_store, read_file
+from ledger.cli._common import (
+    ask_server,
+    db_option,
+    emit_json,
+    json_option,
+    keydir,
+    open_store,
+    read_file,
+    server_option,
+)
 from ledger.errors import UsageError
 
 
@@ -87,13 +96,8 @@ def log() -> None:
     """The transparency log: checkpoints, inclusion and consistency proofs."""
 
 
-_server = click.option(
-    "--server", metavar="URL", help="Ask a `ledger serve` at URL instead of --db."
-)
-
-
 @log.command("checkpoint")
-@_server
+@ask_server
 @click.option("--token", metavar="TOKEN", help="With --server: its token (default: $LEDGER_TOKEN).")
 @db_option
 def log_checkpoint(server: str | None, token: str | None, db: str | None) -> None:
@@ -110,7 +114,7 @@ def log_checkpoint(server: str | None, token: str | None, db: str | None) -> Non
 
 @log.command("proof")
 @click.argument("receipt")
-@_server
+@ask_server
 @db_option
 @json_option
 def log_proof(receipt: str, server: str | None, db: str | None, as_json: bool) -> None:
@@ -147,7 +151,7 @@ _SIZE = click.IntRange(min=1, max=2**63 - 1)
     type=click.Path(dir_okay=False, path_type=Path),
     help="A checkpoint note you hold: prove it is a prefix of the log now.",
 )
-@_server
+@ask_server
 @db_option
 @json_option
 def log_consistency(
@@ -209,7 +213,7 @@ def log_consistency(
     required=True,
     help="The witness's memory: the last checkpoint it accepted (created on first use).",
 )
-@click.option("--server", metavar="URL", help="Watch a `ledger serve` at URL instead of --db.")
+@server_option("Watch a `ledger serve` at URL instead of --db.")
 @click.option(
     "--trust",
     type=click.Path(dir_okay=False, path_type=Path),

@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 
 from ledger.cli._common import (
+    ask_server,
     db_option,
     emit_json,
     json_option,
@@ -19,10 +20,6 @@ from ledger.cli._common import (
     rev_options,
 )
 from ledger.errors import EXIT_NEGATIVE, UsageError
-
-server_option = click.option(
-    "--server", metavar="URL", help="Ask a `ledger serve` at URL instead of --db."
-)
 
 
 def _identity(  # type: ignore[no-untyped-def]
@@ -57,7 +54,7 @@ def _identity(  # type: ignore[no-untyped-def]
     help="Required scope facet (repeatable), added to each claim's plan scope.",
 )
 @plan_option
-@server_option
+@ask_server
 @db_option
 @json_option
 @click.option(
@@ -124,7 +121,7 @@ def status(
 @click.command()
 @rev_options
 @plan_option
-@server_option
+@ask_server
 @db_option
 @json_option
 def history(
@@ -160,7 +157,7 @@ def history(
 
 @click.command()
 @click.argument("receipt")
-@server_option
+@ask_server
 @db_option
 @json_option
 def show(receipt: str, server: str | None, db: str | None, as_json: bool) -> None:
@@ -200,7 +197,7 @@ def show(receipt: str, server: str | None, db: str | None, as_json: bool) -> Non
     help="A newer checkpoint you trust (note, or /v1/log/consistency JSON): the bundle's "
     "must be a prefix of it (a forked log fails).",
 )
-@server_option
+@ask_server
 @db_option
 @json_option
 def verify(
@@ -258,7 +255,7 @@ def verify(
     show_default=True,
     help="test-result: the receipt as an in-toto test-result v0.1 Statement (unsigned).",
 )
-@server_option
+@ask_server
 @db_option
 def export(
     receipt: str,
@@ -327,7 +324,7 @@ def _export_test_result(receipt: str, output: Path, server: str | None, db: str 
 
 
 @click.command()
-@server_option
+@ask_server
 @click.option("--token", metavar="TOKEN", help="With --server: its token (default: $LEDGER_TOKEN).")
 @db_option
 @json_option

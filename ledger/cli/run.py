@@ -9,7 +9,15 @@ from pathlib import Path
 
 import click
 
-from ledger.cli._common import F, db_option, keydir, plan_option, recorder_paths, sandbox_option
+from ledger.cli._common import (
+    F,
+    db_option,
+    keydir,
+    plan_option,
+    recorder_paths,
+    sandbox_option,
+    server_option,
+)
 from ledger.errors import EXIT_NEGATIVE, EXIT_OK, EXIT_USAGE, InputError, UsageError
 
 
@@ -31,7 +39,7 @@ def target_options(f: F) -> F:
                 "--unplanned", is_flag=True, help="Record a claim the governing plan does not name."
             ),
             plan_option,
-            click.option("--server", metavar="URL", help="Record through a `ledger serve`."),
+            server_option("Record through a `ledger serve`."),
             db_option,
             click.option(
                 "--offline",

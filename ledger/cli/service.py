@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from ledger.cli._common import db_option, emit_json, json_option
+from ledger.cli._common import db_option, emit_json, json_option, server_option
 from ledger.errors import EXIT_NEGATIVE, UsageError
 from ledger.inert import inert
 
@@ -28,7 +28,7 @@ token_option = click.option(
 
 
 @click.command()
-@click.option("--server", metavar="URL", help="The ledger server (default: $LEDGER_SERVER).")
+@server_option("The ledger server (default: $LEDGER_SERVER).")
 @token_option
 @json_option
 def push(server: str | None, token: str | None, as_json: bool) -> None:
@@ -62,7 +62,7 @@ def artifact() -> None:
 @artifact.command("get")
 @click.argument("digest")
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), required=True)
-@click.option("--server", metavar="URL", help="Read from a `ledger serve` at URL instead of --db.")
+@server_option("Read from a `ledger serve` at URL instead of --db.")
 @db_option
 def artifact_get(digest: str, output: Path, server: str | None, db: str | None) -> None:
     """Write an artifact's bytes to FILE after checking them against DIGEST."""
