@@ -95,15 +95,16 @@ def cluster(tmp_path: Path) -> Iterator[dict[str, Path]]:
         ray.shutdown()
 
 
-def _server(
+@pytest.fixture
+def ledger_server(
     tmp_path: Path,
     key_dir: Path,
     cluster: dict[str, Path],
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
-) -> Running:
-    """A ledger server on a fresh ledger that knows the worker's key: made on the worker's
-    host, only its public half registered."""
+) -> Iterator[Running]:
+    """A ledger server on a fresh ledger (``$LEDGER_DB``) that knows the worker's key: made
+    on the worker's host, only its public half registered."""
     db = f"sqlite:///{tmp_path / 'server.db'}"
     monkeypatch.setenv("LEDGER_DB", db)
     assert run(capsys, "init").code == 0
@@ -115,26 +116,22 @@ def _server(
     assert (
         run(capsys, "keys", "add", str(pem), "--name", "gpu-worker", "--role", "runner").code == 0
     )
-    return start(db, KeyDir(key_dir))
+    srv = start(db, KeyDir(key_dir))
+    try:
+        yield srv
+    finally:
+        srv.stop()
 
 
 def test_claims_run_as_ray_tasks_and_record_through_the_server(
-    tmp_path: Path,
-    key_dir: Path,
-    cluster: dict[str, Path],
-    monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path, ledger_server: Running, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    srv = _server(tmp_path, key_dir, cluster, monkeypatch, capsys)
     plan = "".join(claim(f"c{i}.passes", timeout_s="300") for i in range(3))
     repo = make_probe_repo(tmp_path / "repo", plan, head='preload = ["wave"]\n')
-    try:
-        r = run(
-            capsys, "qualify", "--rev", "HEAD", "--repo", str(repo), "--executor", "ray",
-            "--server", srv.url, "--key", "gpu-worker", "--json",
-        )  # fmt: skip
-    finally:
-        srv.stop()
+    r = run(
+        capsys, "qualify", "--rev", "HEAD", "--repo", str(repo), "--executor", "ray",
+        "--server", ledger_server.url, "--key", "gpu-worker", "--json",
+    )  # fmt: skip
     assert r.code == 0, r.err
     rows = json.loads(r.out)["receipts"]
     assert sorted(x["claim"] for x in rows) == ["c0.passes", "c1.passes", "c2.passes"]
@@ -178,24 +175,16 @@ def test_claims_run_as_ray_tasks_and_record_through_the_server(
 
 
 def test_gradient_compare_arms_fork_from_the_worker_servers_of_their_own_trees(
-    tmp_path: Path,
-    key_dir: Path,
-    cluster: dict[str, Path],
-    monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path, ledger_server: Running, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from runners.example_repo import make_example_repo
 
-    srv = _server(tmp_path, key_dir, cluster, monkeypatch, capsys)
     ex = make_example_repo(tmp_path / "ex")
-    try:
-        r = run(
-            capsys, "qualify", "--pr", "1", "--repo", str(ex.path), "--claim",
-            "numerics.gradient-compare", "--executor", "ray", "--server", srv.url,
-            "--key", "gpu-worker", "--json",
-        )  # fmt: skip
-    finally:
-        srv.stop()
+    r = run(
+        capsys, "qualify", "--pr", "1", "--repo", str(ex.path), "--claim",
+        "numerics.gradient-compare", "--executor", "ray", "--server", ledger_server.url,
+        "--key", "gpu-worker", "--json",
+    )  # fmt: skip
     [rec] = json.loads(r.out)["receipts"]
     assert rec["outcome"] == "passed", r.err
     # The worker shipped both commits and started a server for each tree; each arm forked
