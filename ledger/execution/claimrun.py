@@ -41,6 +41,16 @@ class ClaimRun:
         """GPUs the claim needs to itself (one per rank)."""
         return self.world_size
 
+    def stamp(self, results: list[CheckResult], sandbox: str) -> None:
+        """Set the scope facets only the runner knows: the sandbox the claim ran under,
+        whether it had a network, its profile. Set after the child ran: what it says
+        about itself does not count."""
+        for r in results:
+            r.scope["sandbox"] = sandbox
+            r.scope["network"] = "on" if self.network else "off"
+            if self.profile is not None:
+                r.scope["profile"] = self.profile
+
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 

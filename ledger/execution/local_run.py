@@ -274,12 +274,7 @@ class _Recording:
             say(f"{tag} {run.claim}: not recorded: the runner failed: {type(e).__name__}: {e}")
             return
         results = fin.results or []
-        for r in results:
-            # Set here, after the child: what it says about itself does not count.
-            r.scope["sandbox"] = fin.sandbox
-            r.scope["network"] = "on" if run.network else "off"
-            if run.profile is not None:
-                r.scope["profile"] = run.profile
+        run.stamp(results, fin.sandbox)
         environment = {"executor": fin.executor}
         if fin.devices:
             environment["executor_devices"] = ",".join(fin.devices)

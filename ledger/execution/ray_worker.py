@@ -366,11 +366,7 @@ def _run_claim(
         # What the claim imported beyond the preloads: this host's next server has it.
         if run.workload_ref:
             remember_modules([run.workload_ref], learned())
-        for r in results:
-            r.scope["sandbox"] = box.facet
-            r.scope["network"] = "on" if run.network else "off"
-            if run.profile is not None:
-                r.scope["profile"] = run.profile
+        run.stamp(results, box.facet)
         recorder = RemoteRecorder(payload["server"])
         job_id = out["job_id"]
         environment = {"executor": "ray", "executor_job_id": job_id}
