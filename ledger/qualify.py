@@ -188,6 +188,13 @@ def qualify(
     ``executor="ray"`` hands each claim to the Ray cluster at ``ray_address``: workers
     sign with their own key ``key_name`` and record through ``server``."""
     say = _Say(progress)
+    if device == "cuda" and executor == "local" and not visible_gpus():
+        # Known before anything runs: refused here rather than signed and recorded
+        # as infra-error receipts that measured nothing.
+        raise UsageError(
+            "--device cuda: this host has no CUDA device (NVML sees no GPU); "
+            "use --device cpu or --device auto"
+        )
     repo = src.open_repo(repo_path)
     ident = src.identify(
         repo, rev=rev, pr=pr, plan_file=plan_file, for_statement=True, offline=offline, base=base

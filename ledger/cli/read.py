@@ -91,6 +91,15 @@ def status(
     from ledger.render import render_status, terminal_width
 
     ident = _identity(repo, rev, pr, plan, offline, base)
+    if ident.plan is None and not claims:
+        # Without a plan there is no required claim: "0 of 0 qualified" would answer
+        # a question nobody asked.
+        from ledger.qualification.plan import PLAN_FILE
+
+        raise UsageError(
+            f"no {PLAN_FILE} governs {ident.revision.commit[:12]}: "
+            "pass --plan FILE (or --claim NAME to ask about claims by name)"
+        )
     if server:
         # The question is identified here, in this checkout, as a local status
         # would; the server answers it from its ledger.

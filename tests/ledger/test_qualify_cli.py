@@ -62,12 +62,12 @@ def test_qualify_pr_records_receipts_and_prints_status(
     assert st.code == 0 and "qualified" in st.out
 
 
-def test_cuda_asked_without_a_gpu_is_an_infra_error(
+def test_cuda_asked_without_a_gpu_is_refused_before_anything_is_signed(
     example: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    import torch
+    from ledger.execution.devices import visible_gpus
 
-    if torch.cuda.is_available():
+    if visible_gpus():
         pytest.skip("a GPU is present")
     r = run(
         capsys,
@@ -80,18 +80,12 @@ def test_cuda_asked_without_a_gpu_is_an_infra_error(
         "cuda",
         "--claim",
         "cleanup.all-released",
-        "--json",
     )
-    # Every check ended in infra-error: nothing was measured, an environment failure.
-    assert r.code == 2 and "nothing was measured" in r.err
-    doc = json.loads(r.out)
-    assert doc["receipts"][0]["outcome"] == "infra-error"
-    [row] = [
-        c
-        for c in doc["status"]["claims"]
-        if c["scope_role"] == "required" and c["claim"] == "cleanup.all-released"
-    ]
-    assert row["state"] == "not-run"
+    # Known before anything runs: one line, exit 2, no infra-error receipt recorded.
+    assert r.code == 2 and r.out == ""
+    assert "--device cuda" in r.err and "no CUDA device" in r.err and r.err.count("\n") == 1
+    assert json.loads(run(capsys, "audit", "--json").out)["entries"] == 2  # only the keys
+    assert len(_worktrees(example)) == 1
 
 
 def test_broken_plans_are_refused_before_anything_runs(

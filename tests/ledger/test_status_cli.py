@@ -247,7 +247,7 @@ def test_history_and_show_for_people(
     assert max(len(x) for x in hist.out.splitlines()) <= 80
     shown = run(capsys, "show", rid)
     assert shown.code == 0
-    assert "measured_bytes = 139.19 GiB (149459365888)" in shown.out
+    assert "measured_bytes = 139 GiB (149459365888)" in shown.out
     assert "ratio = 1" in shown.out and "1.0000000000000002" not in shown.out
     assert "simulated = yes" in shown.out and "True" not in shown.out
     assert "shapes (1 rows)" in shown.out and "2.34 GiB" in shown.out
@@ -255,3 +255,21 @@ def test_history_and_show_for_people(
     # --json is the statement as logged.
     doc = json.loads(run(capsys, "show", rid, "--json").out)
     assert doc["statement"]["predicate"]["measurements"]["ratio"] == 1.0000000000000002
+
+
+def test_status_without_a_plan_is_refused_naming_plan(
+    upstream: git.Repo, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _attest(capsys, upstream, "--rev", "HEAD", "--outcome", "passed")
+    res = run(capsys, "status", "--repo", str(upstream.working_tree_dir), "--rev", "HEAD")
+    # No plan committed and none given: no required claim exists, so no
+    # "0 of 0 required claims qualified" answer.
+    assert res.code == 2 and res.out == "" and res.err.count("\n") == 1
+    assert "--plan" in res.err and "qualification.toml" in res.err
+    plan = tmp_path / "plan.toml"
+    plan.write_text(PLAN.format(carry="commit"))
+    code, doc = _status(capsys, upstream, "--rev", "HEAD", "--plan", str(plan))
+    assert code == 0 and _state(doc) == "qualified"
+    # Claims asked for by name still have an answer without a plan.
+    _, doc = _status(capsys, upstream, "--rev", "HEAD", "--claim", "admission.no-oom-after-admit")
+    assert [c["claim"] for c in doc["claims"]] == ["admission.no-oom-after-admit"]

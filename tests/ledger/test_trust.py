@@ -119,7 +119,8 @@ def test_no_remote_uses_the_local_ref_and_says_so(
     ledger: Path, repo: git.Repo, capsys: pytest.CaptureFixture[str]
 ) -> None:
     repo.git.update_ref("refs/pull/3/head", "HEAD")
-    _, doc = _status(capsys, repo, "--pr", "3")
+    # No plan at this head: a claim asked by name is the question.
+    _, doc = _status(capsys, repo, "--pr", "3", "--claim", "c")
     assert any("no remote" in n for n in doc["judged"])
     assert _status(capsys, repo, "--pr", "4")[0] == 2  # unknown PR
 
