@@ -12,6 +12,7 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 from typing import Any
 
+from ledger.humanize import figures
 from ledger.inert import inert, markdown_cell, xml_text
 
 __all__ = ["FORMATS", "github_check", "junit", "markdown"]
@@ -57,6 +58,11 @@ def _commands(text: str) -> str:
     )
 
 
+def _reasons(claim: dict[str, Any]) -> str:
+    """A claim's reasons, byte counts and long floats as people read them."""
+    return "; ".join(figures(r) for r in claim["reasons"])
+
+
 def _short(receipt_id: str) -> str:
     return receipt_id.removeprefix("sha256:")[:12]
 
@@ -83,7 +89,7 @@ def markdown(doc: dict[str, Any]) -> str:
         icon = _ICON.get(c["state"], "⚠️")
         lines.append(
             f"| {_cell(claim)} | {_cell(c['scope_text'])} | {icon} {c['state']} "
-            f"| {receipts or '-'} | {_cell('; '.join(c['reasons']))} |"
+            f"| {receipts or '-'} | {_cell(_reasons(c))} |"
         )
     return "\n".join(lines) + "\n"
 
@@ -102,7 +108,7 @@ def junit(doc: dict[str, Any]) -> str:
         )
         if c["state"] == "qualified":
             continue
-        why = "; ".join(c["reasons"]) or c["state"]
+        why = _reasons(c) or c["state"]
         if c["next"]:
             why += f"\nnext: {c['next']}"
         if c["required"]:
@@ -134,7 +140,7 @@ def github_check(doc: dict[str, Any]) -> dict[str, Any]:
             "end_line": 1,
             "annotation_level": "failure" if c["required"] else "warning",
             "title": f"{c['claim']}: {c['state']}",
-            "message": "; ".join(c["reasons"]) + (f"\nnext: {c['next']}" if c["next"] else ""),
+            "message": _reasons(c) + (f"\nnext: {c['next']}" if c["next"] else ""),
         }
         for c in v["claims"]
         if c["state"] != "qualified"

@@ -11,7 +11,7 @@ import json
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ParamSpec
 
-from ledger.humanize import columns, environment_line, sorted_rows, value
+from ledger.humanize import columns, environment_line, figures, sorted_rows, value
 from ledger.inert import inert
 from ledger.render_verification import render_verification
 
@@ -125,7 +125,7 @@ def render_status(doc: dict[str, Any], *, width: int = 80) -> str:
         out += _wrap(f"{_MARK.get(c['state'], '[?]')} {c['claim']}{optional}", width, "")
         out += _wrap(f"{c['state']}{via} at scope {c['scope_text']}", width, "    ")
         for reason in c["reasons"]:
-            out += _wrap(f"- {_one_line(reason)}", width, "    ")
+            out += _wrap(f"- {_one_line(figures(reason))}", width, "    ")
         for r in c["receipts"]:
             out += _wrap(
                 f"{r['short']} {r['outcome']} -> {r['meaning_text']}", width, "    receipt ", "  "
@@ -214,7 +214,9 @@ def render_show(doc: dict[str, Any], *, width: int = 80) -> str:
     ]
     lines += _wrap(f"outcome    {p['outcome']}", width, "")
     if p.get("reason"):
-        lines += _wrap(f"reason     {_one_line(p['reason'], 2000)}", width, "", "           ")
+        lines += _wrap(
+            f"reason     {_one_line(figures(p['reason']), 2000)}", width, "", "           "
+        )
     lines += _wrap(
         f"repo       {src['repo']}" + (f" PR #{src['pr']}" if src.get("pr") else ""), width, ""
     )
@@ -307,7 +309,7 @@ def render_history(subject: dict[str, Any], items: list[dict[str, Any]], *, widt
             detail = f"commit {str(src.get('commit', ''))[:12]}, observer {it['observer']}"
             lines += _wrap(detail + (f", {env}" if env else ""), width, "      ")
             if it.get("reason"):
-                lines += _wrap(f"reason: {_one_line(it['reason'])}", width, "      ")
+                lines += _wrap(f"reason: {_one_line(figures(it['reason']))}", width, "      ")
         else:
             note = f": {_one_line(it['note'])}" if it.get("note") else ""
             lines += _wrap(

@@ -161,10 +161,18 @@ def import_(
         artifact_paths=found.files if recorder.stores_artifacts else [],
     )
     for facts, rec in zip(found.facts, recs, strict=True):
-        note = "" if facts.outcome == "passed" else f": {facts.reason}"
+        # One line per claim: the detail (a failure's diff) is in the measurements.
+        note = "" if facts.outcome == "passed" else f": {_one_line(facts.reason)}"
         click.echo(f"{facts.claim}: {facts.outcome} (imported from {fmt}){note}", err=True)
         click.echo(rec.id)
     exit_for([f.outcome for f in found.facts])
+
+
+def _one_line(reason: str | None) -> str:
+    from ledger.humanize import figures
+
+    flat = " ".join(figures(reason or "").split())
+    return flat if len(flat) <= 200 else flat[:199] + "…"
 
 
 __all__ = ["import_"]

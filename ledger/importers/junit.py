@@ -27,16 +27,33 @@ _MAX_LISTED = 50
 CHECK = "import-junit"
 
 
-def _status(tc: ElementTree.Element) -> tuple[str, str | None]:
+def _status(tc: ElementTree.Element) -> tuple[str, str | None, str | None]:
+    """A case's status, its message and the detail beneath it (a failure's diff
+    or traceback, when the element's text says more than the message)."""
     for tag in ("failure", "error", "skipped"):
         el = tc.find(tag)
         if el is None:
             continue
-        message = (el.get("message") or (el.text or "").strip())[:500]
+        text = (el.text or "").strip()
+        message = (el.get("message") or text)[:500]
+        detail = text[:_DETAIL] if text and text != message else None
         if tag == "skipped" and el.get("type") == "pytest.xfail":
-            return "xfailed", message
-        return {"failure": "failed", "error": "error", "skipped": "skipped"}[tag], message
-    return "passed", None
+            return "xfailed", message, detail
+        return {"failure": "failed", "error": "error", "skipped": "skipped"}[tag], message, detail
+    return "passed", None, None
+
+
+_DETAIL = 4000
+"""Characters of a failure's detail kept in the measurements (the reason keeps one line)."""
+
+
+def _first_line(message: str | None, cap: int = 200) -> str:
+    """A message's first line, for the one-line reason (the whole one is in the
+    measurements)."""
+    lines = (message or "").strip().splitlines()
+    line = lines[0].strip() if lines else ""
+    more = len(lines) > 1 or len(line) > cap
+    return (line[:cap] + (" …" if more else "")) or "(no message)"
 
 
 def _seconds(text: str | None) -> float:
@@ -61,12 +78,13 @@ def _cases(path: Path) -> tuple[list[dict[str, Any]], str]:
     for suite in suites:
         for tc in suite.iter("testcase"):
             cls, name = tc.get("classname", ""), tc.get("name", "")
-            status, message = _status(tc)
+            status, message, detail = _status(tc)
             cases.append(
                 {
                     "test": f"{cls}::{name}" if cls else name,
                     "status": status,
                     "message": message,
+                    "detail": detail,
                     "time_s": _seconds(tc.get("time")),
                 }
             )
@@ -96,7 +114,11 @@ def select(cases: list[dict[str, Any]], pattern: str) -> tuple[list[dict[str, An
 
 
 def _listed(cs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [{"test": c["test"], "message": c["message"]} for c in cs[:_MAX_LISTED]]
+    return [
+        {"test": c["test"], "message": c["message"]}
+        | ({"detail": c["detail"]} if c.get("detail") else {})
+        for c in cs[:_MAX_LISTED]
+    ]
 
 
 def _finding(cases: list[dict[str, Any]], host: str, skips: str, how: str) -> Finding:
@@ -125,14 +147,14 @@ def _finding(cases: list[dict[str, Any]], host: str, skips: str, how: str) -> Fi
         return found(
             "failed",
             f"{len(by['failed'])} of {len(cases)} tests failed; first: {first['test']}: "
-            f"{first['message']}",
+            f"{_first_line(first['message'])}",
         )
     if by["error"]:
         first = by["error"][0]
         return found(
             "infra-error",
             f"{len(by['error'])} of {len(cases)} tests errored before a verdict; first: "
-            f"{first['test']}: {first['message']}",
+            f"{first['test']}: {_first_line(first['message'])}",
         )
     if not ran:
         return found("inconclusive", f"all {len(cases)} selected tests were skipped: none ran")

@@ -51,6 +51,26 @@ def _commands(text: str | None) -> Markup:
 
 _env.filters["commands"] = _commands
 
+
+def _figures(text: str | None, limit: int | None = None) -> Markup:
+    """A recorded sentence with its byte counts and long floats readable, the
+    exact figure on hover (`title`); cut after `limit` characters shown."""
+    out: list[Markup] = []
+    used = 0
+    for shown, exact in humanize.figure_spans(str(text or "")):
+        if limit is not None and used + len(shown) > limit:
+            out.append(escape(shown[: max(limit - used, 0)]) + Markup("…"))
+            break
+        used += len(shown)
+        if exact is None:
+            out.append(escape(shown))
+        else:
+            out.append(Markup('<span class="fig" title="{}">{}</span>').format(exact, shown))
+    return Markup("").join(out)
+
+
+_env.filters["figures"] = _figures
+
 _HEADINGS = {400: "Bad request", 404: "Not found", 405: "Not allowed", 409: "Conflict"}
 
 
