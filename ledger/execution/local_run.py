@@ -11,6 +11,7 @@ devices of its own are free, and records each as it finishes.
 from __future__ import annotations
 
 import contextlib
+import os
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -26,6 +27,7 @@ from ledger.execution.devices import DevicePool
 from ledger.execution.local import LocalExecutor
 from ledger.execution.receipts import record_results
 from ledger.execution.trees import removed, worktree
+from ledger.fleet.ci import ci_job
 from ledger.keys import LocalKey
 from ledger.qualification.plan import ClaimSpec, Plan
 from ledger.record import Recorder
@@ -217,6 +219,9 @@ def _schedule(
         else:
             pending.append(run)
     running: dict[cf.Future[Finished], tuple[ClaimRun, list[GpuDevice], float]] = {}
+    waited: dict[int, int] = {}
+    """Nanoseconds each claim waited for devices of its own (by index), with --gpus."""
+    queued = time.monotonic_ns()
 
     def side_by_side() -> None:
         if explicit and len(running) > 1:
@@ -234,6 +239,8 @@ def _schedule(
                 if got is None:
                     continue
                 pending.remove(run)
+                if explicit:
+                    waited[run.index] = time.monotonic_ns() - queued
                 ranks = f", {run.world_size} ranks" if run.world_size > 1 else ""
                 where = f" on {', '.join(d.label for d in got)}" if explicit else ""
                 say(f"{_tag(run, n)} {run.claim} ({run.check}{ranks}){where} ...")
@@ -243,7 +250,7 @@ def _schedule(
             for fut in finished:
                 run, got, t0 = running.pop(fut)
                 pool.give_back(got)
-                recording.finished(fut, run, t0, n, say)
+                recording.finished(fut, run, t0, n, say, waited.get(run.index))
             if finished:
                 side_by_side()
     except BaseException:
@@ -265,7 +272,13 @@ class _Recording:
     done: Recorded
 
     def finished(
-        self, fut: Any, run: ClaimRun, t0: float, n: int, say: Callable[[str], None]
+        self,
+        fut: Any,
+        run: ClaimRun,
+        t0: float,
+        n: int,
+        say: Callable[[str], None],
+        wait_ns: int | None = None,
     ) -> None:
         tag = _tag(run, n)
         try:
@@ -275,9 +288,12 @@ class _Recording:
             return
         results = fin.results or []
         run.stamp(results, fin.sandbox)
-        environment = {"executor": fin.executor}
+        environment = {"executor": fin.executor, **ci_job(os.environ, fin.host or None)}
         if fin.devices:
             environment["executor_devices"] = ",".join(fin.devices)
+        if wait_ns is not None:
+            # queued (the run's start) -> started (devices of its own were free)
+            environment["device_wait_ns"] = str(wait_ns)
         assert fin.artifacts is not None
         recs = record_results(
             self.recorder,

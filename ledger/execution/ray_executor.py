@@ -32,6 +32,7 @@ import git
 
 from ledger.errors import UsageError
 from ledger.execution.claimrun import ClaimRun, ReceiptRow
+from ledger.fleet.ci import ci_job
 from ledger.revision import Revision
 
 __all__ = ["bundle_revision", "run_on_ray", "too_wide"]
@@ -128,6 +129,8 @@ def run_on_ray(
                     "sandbox": sandbox,
                     "allowed_env": list(allowed_env),
                     "preload": list(preload),
+                    # The CI job that submitted the claim (the worker is not in it).
+                    "ci": ci_job(os.environ),
                 },
             )
             pending[gen] = run

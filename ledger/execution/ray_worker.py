@@ -370,6 +370,10 @@ def _run_claim(
         recorder = RemoteRecorder(payload["server"])
         job_id = out["job_id"]
         environment = {"executor": "ray", "executor_job_id": job_id}
+        ci = {str(k): str(v) for k, v in dict(payload.get("ci") or {}).items()}
+        if ci:
+            # The submitting job's facts; the node is where the claim ran.
+            environment.update({**ci, "ci_node": out["host"]})
         if out["devices"]:
             environment["executor_devices"] = out["devices"]
         recs = record_results(
