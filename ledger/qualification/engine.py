@@ -234,6 +234,7 @@ def _status(
         reasons=tuple(dict.fromkeys(reasons)),
         required=req.required,
         in_plan=req.in_plan,
+        check=req.check,
     )
 
 
@@ -369,12 +370,13 @@ def _decide(
         lead: list[Reason] = []
         passes = row.qualifying + row.disputed + row.needs_review + row.unverified
         if passes:
-            ids = ", ".join(short_id(r.id) for r in passes)
+            # The first line a reviewer reads names what fails (the receipts and the
+            # failing test or figure), never the passes it outweighs.
             lead.append(
                 Reason(
                     rules.COUNTEREXAMPLE,
                     f"{len(row.counterexamples)} counterexample(s) outweigh {len(passes)} "
-                    f"pass(es): {ids}",
+                    f"pass(es): {_failures(row.counterexamples)}",
                 )
             )
         return "failed", row.counterexamples, lead
@@ -397,6 +399,17 @@ def _decide(
     return "not-run", [], [Reason(rules.NO_EVIDENCE, text)]
 
 
+def _failures(failed: Sequence[ReceiptEvidence], shown: int = 3) -> str:
+    """The failing receipts with what failed in each (its reason: the failing test or
+    figure), the first `shown` of them."""
+    parts = []
+    for r in failed[:shown]:
+        why = r.predicate.reason
+        parts.append(f"{short_id(r.id)} failed" + (f" ({why})" if why else ""))
+    more = len(failed) - shown
+    return "; ".join(parts) + (f"; and {more} more" if more > 0 else "")
+
+
 def _not_applicable(req: Requirement, scope: Mapping[str, str | int], why: str) -> ClaimStatus:
     return ClaimStatus(
         claim=req.claim,
@@ -408,4 +421,5 @@ def _not_applicable(req: Requirement, scope: Mapping[str, str | int], why: str) 
         reasons=(Reason(rules.SCOPE, why),),
         required=req.required,
         in_plan=req.in_plan,
+        check=req.check,
     )

@@ -9,7 +9,7 @@ from typing import Any, Literal, TypeAlias
 from ledger.qualification.evidence import ReceiptEvidence, Revision
 from ledger.qualification.rules import Reason, Via
 
-__all__ = ["STATES", "ClaimStatus", "ScopeRole", "State", "StatusReport", "render_table"]
+__all__ = ["STATES", "ClaimStatus", "ScopeRole", "State", "StatusReport"]
 
 State: TypeAlias = Literal[
     "qualified",
@@ -56,6 +56,9 @@ class ClaimStatus:
     reasons: tuple[Reason, ...]
     required: bool
     in_plan: bool
+    check: str | None = None
+    """The check the plan names for the claim (None where the plan does not name it):
+    what says which command records its evidence."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -109,19 +112,3 @@ class StatusReport:
             "verdict": verdict_of(self).to_json(),
             "problems": list(self.problems),
         }
-
-
-def render_table(report: StatusReport, *, width: int | None = None, color: bool = False) -> str:
-    """The answer for people (`ledger.render.render_status` over `to_json()`).
-
-    At most `width` columns (default: the terminal's, 80 when not a TTY).
-    `color` is accepted for compatibility; states are marked by text.
-    """
-    import shutil
-    import sys
-
-    from ledger.render import render_status
-
-    if width is None:
-        width = shutil.get_terminal_size((80, 24)).columns if sys.stdout.isatty() else 80
-    return render_status(report.to_json(), width=width)

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 from ledger.qualification import rules
 from ledger.qualification.evidence import ReceiptEvidence, short_id
+from ledger.qualification.plan import OBSERVER_OFF_CONTROL_CHECK
 from ledger.qualification.report import STATES, ClaimStatus, State
 from ledger.qualification.scope import covers, format_scope
 from ledger.qualification.supersession import SUPERSESSION_PENDING
@@ -23,7 +24,15 @@ from ledger.qualification.supersession import SUPERSESSION_PENDING
 if TYPE_CHECKING:
     from ledger.qualification.report import StatusReport
 
-__all__ = ["MEANINGS", "ClaimVerdict", "Meaning", "ReceiptMeaning", "Verdict", "verdict_of"]
+__all__ = [
+    "MEANINGS",
+    "ClaimVerdict",
+    "Meaning",
+    "ReceiptMeaning",
+    "Verdict",
+    "record_command",
+    "verdict_of",
+]
 
 Meaning: TypeAlias = Literal[
     "counts",
@@ -39,6 +48,7 @@ Meaning: TypeAlias = Literal[
     "not-evidence",
     "other-revision",
     "does-not-cover",
+    "control",
 ]
 MEANINGS: Mapping[Meaning, str] = {
     "counts": "counts: qualifies the claim",
@@ -55,6 +65,8 @@ MEANINGS: Mapping[Meaning, str] = {
     "not-evidence": "not evidence either way (infrastructure error or refusal)",
     "other-revision": "for another revision: does not carry over",
     "does-not-cover": "does not cover the required scope",
+    "control": "an observer-off control: it lets an observer-on pass count, "
+    "and is not a pass of the claim itself",
 }
 
 # The state a receipt that decides a row has, read as what it means.
@@ -84,7 +96,13 @@ _BY_RULE: tuple[tuple[str, Meaning], ...] = (
     (rules.INCONCLUSIVE, "inconclusive"),
     (rules.COMPARISON_ARMS, "inconclusive"),
     (rules.REVIEWS, "needs-review"),
-    (rules.PASSING_EVIDENCE, "outweighed"),
+    # A pass that lacks what the plan requires of it (the planned check, a cleanup
+    # proof, a sandbox, an observer-off control) does not hold; "outweighed" is
+    # only ever said where a counterexample decides the row (`_meanings`).
+    (rules.PLANNED_CHECK, "does-not-hold"),
+    (rules.CLEANUP_PROOF, "does-not-hold"),
+    (rules.SANDBOX, "does-not-hold"),
+    (rules.OBSERVER_OFF_CONTROL, "does-not-hold"),
 )
 # Facets a reviewer reads as the evidence's environment, in this order; the
 # rest follow sorted.
@@ -275,8 +293,29 @@ def _deciding_reasons(row: ClaimStatus) -> tuple[str, ...]:
     return tuple(str(r) for r in reasons)
 
 
+# The command that records evidence for a claim, by the check the plan names: the
+# checks qualify runs, and those whose receipts another command records.
+_RECORDED_BY: Mapping[str, str] = {
+    "import-junit": "ledger import junit REPORT.xml --claim {claim} {target} --key RUNNER",
+    "import-in-toto": "ledger import in-toto STATEMENT --claim {claim} {target} --key RUNNER",
+    "import-admission-events": (
+        "ledger import admission-events SPOOL --claim {claim} {target} --key RUNNER"
+    ),
+    "command": "ledger run --claim {claim} {target} --key RUNNER -- CMD ...",
+}
+
+
+def record_command(claim: str, check: str | None, target: str) -> str:
+    """The command that records new evidence for `claim` (checked by `check`)."""
+    if check is None:
+        # Not in the plan: only another harness's result can be attested for it.
+        return f"ledger attest --claim {claim} {target} --outcome OUTCOME --key RUNNER --unplanned"
+    form = _RECORDED_BY.get(check, "ledger qualify {target} --claim {claim}")
+    return form.format(claim=claim, target=target)
+
+
 def _next(row: ClaimStatus, target: str) -> str | None:
-    qualify = f"ledger qualify {target} --claim {row.claim}"
+    qualify = record_command(row.claim, row.check, target)
     first = short_id(row.receipts[0]) if row.receipts else "ID"
     rules_here = {r.rule for r in row.reasons}
     match row.state:
@@ -320,10 +359,15 @@ def _meanings(row: ClaimStatus, evidence: Sequence[ReceiptEvidence]) -> tuple[Re
         meaning: Meaning | None = None
         if any(_pending(x) for x in reasons):
             meaning = "supersession-pending"
+        elif r.id not in deciding and not covers(r.predicate.scope, row.scope):
+            meaning = "does-not-cover"
+        elif _is_control(r, row) and not (row.state == "failed" and r.id in deciding):
+            # It ran another check, for the claim's observer-on passes: neither a pass
+            # of the claim nor outweighed by anything.
+            meaning = "control"
+            reasons = [_control_reason(r)]
         elif r.id in deciding and row.state in _BY_STATE:
             meaning = _BY_STATE[row.state]
-        elif not covers(r.predicate.scope, row.scope):
-            meaning = "does-not-cover"
         elif row.state == "failed" and any(x.rule == rules.PASSING_EVIDENCE for x in reasons):
             meaning = "outweighed"
         else:
@@ -332,6 +376,22 @@ def _meanings(row: ClaimStatus, evidence: Sequence[ReceiptEvidence]) -> tuple[Re
             continue
         out.append(_meaning(r, meaning, reasons))
     return tuple(out)
+
+
+def _is_control(r: ReceiptEvidence, row: ClaimStatus) -> bool:
+    p = r.predicate
+    return p.check.name == OBSERVER_OFF_CONTROL_CHECK and p.check.name != row.check
+
+
+def _control_reason(r: ReceiptEvidence) -> rules.Reason:
+    p = r.predicate
+    of = p.check.parameters.get("check")
+    return rules.Reason(
+        rules.OBSERVER_OFF_CONTROL,
+        f"{short_id(r.id)} is an observer-off control of check {of!r} ({p.outcome}); "
+        "it supports observer-on passes of the claim at scopes it covers",
+        r.id,
+    )
 
 
 def _pending(reason: rules.Reason) -> bool:

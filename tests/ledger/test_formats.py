@@ -64,7 +64,8 @@ def test_markdown_is_a_table_with_one_row_per_claim_and_scope(status_doc: dict[s
     # The blocker comes first, with the command to run next.
     blocking = lines.index("**Blocking**")
     assert lines[blocking + 2].startswith("1. **bad**: failed")
-    assert "next: `ledger qualify --rev " in lines[blocking + 2]
+    # A claim the plan does not name: only another harness's result records it.
+    assert "next: `ledger attest --claim bad --rev " in lines[blocking + 2]
     # Every row has exactly five cells: the pipe in the reason is escaped.
     for row in rows:
         assert len(row.replace("\\|", "").split("|")) == 7
