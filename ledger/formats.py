@@ -12,7 +12,7 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 from typing import Any
 
-from ledger.humanize import figures
+from ledger.humanize import figures, state_breakdown
 from ledger.inert import inert, markdown_cell, xml_text
 
 __all__ = ["FORMATS", "github_check", "junit", "markdown"]
@@ -72,7 +72,8 @@ def markdown(doc: dict[str, Any]) -> str:
     at its required scope with the receipts and what each means here."""
     v = doc["verdict"]
     lines = [
-        f"### Ledger: {_cell(_subject(doc))}: **{_cell(v['headline'])}**",
+        f"### Ledger: {_cell(_subject(doc))}: **{_cell(v['headline'])}**"
+        + (f" ({state_breakdown(v)})" if state_breakdown(v) else ""),
         *(f"- {_cell(line)}" for line in doc.get("judged", [])),
     ]
     if v["blockers"]:

@@ -29,6 +29,7 @@ __all__ = [
     "number",
     "short_digest",
     "sorted_rows",
+    "state_breakdown",
     "value",
 ]
 
@@ -237,23 +238,54 @@ def value(key: str, v: Any) -> str:
     return str(v)
 
 
+# A verdict's required claims by state, in the order a reviewer acts on them.
+_STATE_ORDER = (
+    "failed",
+    "disputed",
+    "unverified",
+    "inconclusive",
+    "needs-review",
+    "stale",
+    "not-run",
+    "not-applicable",
+    "qualified",
+)
+
+
+def state_breakdown(verdict: dict[str, Any]) -> str:
+    """Beside "N of M": how the required claims stand, `1 failed, 2 not-run, 5 qualified`."""
+    counts: dict[str, int] = {}
+    for c in verdict.get("claims", []):
+        if c.get("required"):
+            counts[c["state"]] = counts.get(c["state"], 0) + 1
+    order = [s for s in _STATE_ORDER if s in counts] + sorted(set(counts) - set(_STATE_ORDER))
+    return ", ".join(f"{counts[s]} {s}" for s in order)
+
+
 def environment_line(env: dict[str, Any]) -> str:
-    """`NVIDIA H200 x1 (139.80 GiB), driver 580.159.04, cuda 13.0, torch 2.11.0+cu130, bfloat16`."""
+    """`NVIDIA H200 x1 (140 GiB), driver 580.159.04, cuda 13.0, torch 2.11.0+cu130,
+    bfloat16`; a host without a GPU reads `CPU (no GPU), torch 2.13.0+cpu`."""
     parts: list[str] = []
     gpu = env.get("gpu_model")
-    if gpu:
+    if gpu and gpu != _NONE:
         count = env.get("gpu_count")
         mem = env.get("gpu_memory_bytes")
         text = f"{gpu}" + (f" x{count}" if count else "")
-        if isinstance(mem, int):
+        if isinstance(mem, int) and mem > 0:
             text += f" ({iec(mem)})"
         parts.append(text)
+    elif gpu == _NONE or env.get("device_kind") == "cpu":
+        parts.append("CPU (no GPU)")
     elif env.get("device_kind"):
         parts.append(str(env["device_kind"]))
     for k in ("driver", "cuda", "torch", "nccl"):
-        if env.get(k):
+        if env.get(k) and env[k] != _NONE:
             parts.append(f"{k} {env[k]}")
     for k in ("dtype", "workload", "profile"):
         if env.get(k):
             parts.append(str(env[k]))
     return ", ".join(parts)
+
+
+_NONE = "none"
+"""What the environment's facets say where a host has no GPU, driver or CUDA."""

@@ -353,15 +353,26 @@ def render_qualify(receipts: list[dict[str, Any]], report: StatusReport | None) 
     return out + "\n" + render_table(report)
 
 
+def _plain(text: str) -> str:
+    """Docstring markup as plain text: reST ``literal`` (and Markdown `code`)
+    spans in plain quotes."""
+    import re
+
+    return re.sub(r"``([^`]+)``", r"'\1'", str(text))
+
+
 @_inert
-def render_checks(catalog: list[dict[str, Any]]) -> str:
-    """`ledger checks`: each check, then one line per parameter and its meaning."""
+def render_checks(catalog: list[dict[str, Any]], *, width: int = 80) -> str:
+    """`ledger checks`: each check, then one line per parameter and its meaning,
+    wrapped at `width` (the terminal's)."""
     out = []
     for c in catalog:
-        out.append(f"{c['name']} (version {c['version']}): {c['summary']}")
+        out += _wrap(f"{c['name']} (version {c['version']}): {_plain(c['summary'])}", width, "")
         for p in c["params"]:
-            out.append(f"    {p['name']}: {p['type']} = {json.dumps(p['default'])}")
+            out += _wrap(
+                f"{p['name']}: {p['type']} = {json.dumps(p['default'])}", width, "    ", "    "
+            )
             if p.get("doc"):
-                out.append(f"        {p['doc']}")
+                out += _wrap(_plain(p["doc"]), width, "        ", "")
         out.append("")
     return "\n".join(out)

@@ -47,7 +47,7 @@ def checks(as_json: bool) -> None:
     The checks `ledger qualify` runs (they need the runners extra, torch) and
     those whose receipts `ledger import` and `ledger run` record.
     """
-    from ledger.render import render_checks
+    from ledger.render import render_checks, terminal_width
 
     catalog = external_checks()
     try:
@@ -60,4 +60,4 @@ def checks(as_json: bool) -> None:
     if as_json:
         emit_json(catalog)
     else:
-        click.echo(render_checks(catalog), nl=False)
+        click.echo(render_checks(catalog, width=terminal_width()), nl=False)

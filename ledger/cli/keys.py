@@ -50,8 +50,11 @@ def keys_new(name: str, role: str, db: str | None) -> None:
     kd = keydir()
     local = kd.create(name)
     kid, _ = register_key(store, name, role, local.public)  # type: ignore[arg-type]
-    click.echo(kid)
-    click.echo(f"private key: {kd.file(name)}", err=True)
+    # Labelled: a bare 64-hex line says nothing of what it is.
+    click.echo(f"name         {name}")
+    click.echo(f"role         {role}")
+    click.echo(f"key id       {kid}")
+    click.echo(f"private key  {kd.file(name)} (mode 0600; never leaves this machine)")
 
 
 @keys.command("add")

@@ -40,7 +40,8 @@ def _plan_bytes(
     "-o",
     "--output",
     type=click.Path(dir_okay=False, path_type=Path),
-    help="Write the DSSE envelope here (default: stdout).",
+    help="Write the DSSE envelope here; `-o -`: stdout (the default off a terminal; "
+    "on one, -o is required).",
 )
 def summary(
     pr: int | None,
@@ -69,7 +70,16 @@ def summary(
 
     if (pr is None) == (rev is None):
         raise click.UsageError("give exactly one of --pr N or --rev R")
-    if output is not None and not output.absolute().parent.is_dir():
+    import sys
+
+    to_stdout = output is None or str(output) == "-"
+    if output is None and sys.stdout.isatty():
+        # A base64 payload on a terminal helps nobody; a file (or an explicit -o -) does.
+        raise UsageError(
+            "the summary is a signed DSSE envelope (JSON, base64 payload): "
+            "write it with -o FILE (or -o - to print it here)"
+        )
+    if not to_stdout and output is not None and not output.absolute().parent.is_dir():
         raise UsageError(f"{output.parent}: no such directory")
     gitrepo = source.open_repo(repo)
     ident = source.identify(gitrepo, rev=rev, pr=pr, plan_file=plan, offline=offline, base=base)
@@ -96,7 +106,7 @@ def summary(
     )
     env = dsse.sign(canonical_bytes(stmt), key)
     data = json.dumps(env.model_dump(mode="json"), indent=2) + "\n"
-    if output is None:
+    if to_stdout or output is None:
         click.echo(data, nl=False)
     else:
         tmp = output.with_name(output.name + ".part")

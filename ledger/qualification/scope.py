@@ -51,6 +51,10 @@ def scope_key(scope: Facets) -> tuple[tuple[str, str], ...]:
     return tuple(sorted((k, _text(v)) for k, v in scope.items()))
 
 
+ANY_SCOPE = "any environment"
+"""How the empty scope reads: it asks for no facet, so any environment covers it."""
+
+
 def format_scope(scope: Facets) -> str:
-    """`k=v,k=v` sorted by facet; `*` for the empty scope (any)."""
-    return ",".join(f"{k}={v}" for k, v in scope_key(scope)) or "*"
+    """`k=v,k=v` sorted by facet; `any environment` for the empty scope."""
+    return ",".join(f"{k}={v}" for k, v in scope_key(scope)) or ANY_SCOPE

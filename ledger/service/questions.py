@@ -216,7 +216,12 @@ def identity_from_log(
     )
     what = f"PR #{pr} head {row.commit[:12]}" if pr is not None else row.commit[:12]
     notes = (
-        f"judged {what}: the newest revision receipts were recorded for",
+        f"judged {what}: "
+        + (
+            "the PR's newest head with receipts in this ledger"
+            if pr is not None
+            else "the newest commit with receipts that matches the revision asked"
+        ),
         "no plan: the server has no checkout, so every claim with evidence is asked",
     )
     return Identity(revision, None, notes)

@@ -59,3 +59,10 @@ def test_qualify_leaves_imported_and_command_claims_to_import_and_run() -> None:
     assert [c.name for c, _ in skipped] == ["suite.junit", "art.spool", "suite.cmd"]
     with pytest.raises(InputError, match="recorded by `ledger import`"):
         _asked(plan, ["suite.junit"], check_names(), params_error)
+
+
+def test_checks_text_fits_80_columns_in_plain_quotes(capsys: pytest.CaptureFixture[str]) -> None:
+    """Off a terminal the catalog wraps at 80 columns, docstring literals in plain quotes."""
+    text = run(capsys, "checks").out
+    assert max(len(line) for line in text.splitlines()) <= 80
+    assert "``" not in text and "'observer_off'" in text

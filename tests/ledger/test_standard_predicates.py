@@ -201,3 +201,20 @@ def test_summary_is_a_signed_slsa_verification_summary_of_the_status_answer(
     forged = {**env, "payload": base64.b64encode(json.dumps(stmt).encode()).decode()}
     with pytest.raises(SslibVerificationError):
         SslibEnvelope.from_dict(copy.deepcopy(forged)).verify(keys, 1)
+
+
+def test_summary_on_a_terminal_needs_a_file_or_dash(
+    pr_repo: git.Repo, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: Any
+) -> None:
+    """No base64 envelope dumped on a terminal: without -o the command refuses and
+    names -o; `-o -` prints it, `-o FILE` writes it."""
+    args = ("summary", "--pr", str(PR), "--repo", str(pr_repo.working_tree_dir))
+    capsys.readouterr()
+    with monkeypatch.context() as m:
+        m.setattr(sys.stdout, "isatty", lambda: True)
+        r = run(capsys, *args)
+        assert r.code == 2 and "-o FILE" in r.err and r.out == ""
+        r = run(capsys, *args, "-o", "-")
+        assert json.loads(r.out)["payloadType"] == "application/vnd.in-toto+json"
+    r = run(capsys, *args)
+    assert json.loads(r.out)["payload"]  # a pipe takes the envelope as before

@@ -70,6 +70,7 @@ def _figures(text: str | None, limit: int | None = None) -> Markup:
 
 
 _env.filters["figures"] = _figures
+_env.filters["breakdown"] = lambda v: humanize.state_breakdown(v)
 
 _HEADINGS = {400: "Bad request", 404: "Not found", 405: "Not allowed", 409: "Conflict"}
 

@@ -117,7 +117,7 @@ def _summary(
 
 
 def _scope_text(scope: dict[str, Any]) -> str:
-    return ",".join(f"{k}={v}" for k, v in sorted(scope.items())) or "*"
+    return ",".join(f"{k}={v}" for k, v in sorted(scope.items())) or "any environment"
 
 
 def pr_page(

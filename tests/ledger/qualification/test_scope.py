@@ -37,4 +37,4 @@ def test_merge_adds_query_facets_and_rejects_contradictions() -> None:
 
 def test_format_scope_is_sorted_and_marks_any() -> None:
     assert format_scope({"b": 1, "a": "x"}) == "a=x,b=1"
-    assert format_scope({}) == "*"
+    assert format_scope({}) == "any environment"
