@@ -25,6 +25,7 @@ __all__ = [
     "render_qualify",
     "render_show",
     "render_status",
+    "render_table",
     "render_verification",
     "short",
     "terminal_width",
@@ -136,6 +137,15 @@ def render_status(doc: dict[str, Any], *, width: int = 80) -> str:
             detail = ", ".join(x for x in shown if x)
             out += _wrap(detail, width, "      ")
     return "\n".join(line.rstrip() for line in out) + "\n"
+
+
+def render_table(report: StatusReport, *, width: int | None = None, color: bool = False) -> str:
+    """A local status report for people: `render_status` over its `to_json()`.
+
+    At most `width` columns (default: the terminal's, 80 when not a TTY).
+    `color` is accepted for compatibility; states are marked by text.
+    """
+    return render_status(report.to_json(), width=terminal_width() if width is None else width)
 
 
 # States by a mark as well as a word, so they read without colour.
@@ -348,8 +358,6 @@ def render_qualify(receipts: list[dict[str, Any]], report: StatusReport | None) 
     out = "".join(f"{r['id']}  {r['claim']}  {r['outcome']}\n" for r in receipts)
     if report is None:
         return out
-    from ledger.qualification import render_table
-
     return out + "\n" + render_table(report)
 
 

@@ -18,7 +18,6 @@ from ledger.qualification.report import (
     ScopeRole,
     State,
     StatusReport,
-    render_table,
 )
 from ledger.qualification.rules import RULES, Reason, Requirement, Via
 from ledger.qualification.scope import Facets, covers, format_scope, merge_scopes
@@ -44,6 +43,5 @@ __all__ = [
     "format_scope",
     "history",
     "merge_scopes",
-    "render_table",
     "short_id",
 ]

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 
-from ledger.qualification import STATES, StatusReport, render_table
+from ledger.qualification import STATES, StatusReport
+from ledger.render import render_table
 
 from .factories import CLAIM, H200, receipt, review, revision
 from .helpers import report

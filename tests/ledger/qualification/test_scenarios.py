@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from ledger.qualification import ClaimStatus, Revision, evaluate, history, render_table
+from ledger.qualification import ClaimStatus, Revision, evaluate, history
 from ledger.qualification.plan import parse_plan
+from ledger.render import render_table
 
 from .factories import REPO, hex40, hex64, receipt, review
 from .helpers import status, why
