@@ -7,8 +7,9 @@ dependency injection buys nothing for a dozen routes. The OpenAPI document at
 `/openapi.json` is written out in `ledger.service.openapi` instead of being
 generated, and a property test sends requests drawn from it.
 
-Modules: `app` (assembly), `api` (the JSON routes), `auth` (bearer tokens),
-`limits` (body size and the whole-request deadline; the connection cap and
-timeouts are uvicorn's, set in `run`), `web/` (the reviewer's pages).
+Modules: `app` (assembly), `state` (what every request shares), `api` (the
+JSON routes), `auth` (bearer tokens), `limits` (body size and the
+whole-request deadline; the connection cap and timeouts are uvicorn's, set in
+`run`), `web/` (the reviewer's pages). Arrows run app -> api -> state.
 Importing `ledger` never imports this package: it needs the `server` extra.
 """

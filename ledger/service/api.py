@@ -24,7 +24,7 @@ from ledger.limits import check_media_type, load_json
 from ledger.service.limits import BodyTooLarge, read_body
 
 if TYPE_CHECKING:
-    from ledger.service.app import Ledger
+    from ledger.service.state import Ledger
 
 __all__ = ["ROUTES", "error_response", "json_response"]
 
