@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from ledger.errors import InputError
-from ledger.importers import ClaimMap, Context, Finding, source_files
+from ledger.importers.reader import ClaimMap, Context, Finding, source_files
 
 __all__ = ["KINDS", "Event", "load", "read"]
 

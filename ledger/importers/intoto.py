@@ -35,7 +35,7 @@ from cryptography.hazmat.primitives.serialization import load_pem_public_key
 
 from ledger.dsse import pae
 from ledger.errors import InputError
-from ledger.importers import ClaimMap, Context, Finding
+from ledger.importers.reader import ClaimMap, Context, Finding
 from ledger.importers.sigstore import identity as _identity
 from ledger.importers.sigstore import leaf as sigstore_leaf
 from ledger.repoid import canonical_repo

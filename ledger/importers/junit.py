@@ -19,7 +19,7 @@ from typing import Any
 from xml.etree import ElementTree
 
 from ledger.errors import InputError
-from ledger.importers import ClaimMap, Context, Finding, planned
+from ledger.importers.reader import ClaimMap, Context, Finding, planned
 
 __all__ = ["node_to_id", "read", "select"]
 
