@@ -38,8 +38,10 @@ reason, for a workload that does not.
 Precision. `Workload.setup` may take a keyword ``dtype``: build the same model
 (the configured dtype's weights, upcast) and compute in ``dtype`` instead, so a
 check can run the base once more in a reference precision (`setup_in`). A
-workload whose ``setup`` takes no ``dtype`` cannot run a reference arm; checks
-that need one say so (inconclusive, with the reason).
+workload whose ``setup`` takes no ``dtype`` still gets a reference arm: the harness
+upcasts the ``torch.nn.Module`` objects it holds after ``setup`` and confirms the
+arm computes in the reference dtype (`runners.adapt.upcast`); only when that fails
+are the checks that need one inconclusive, with the reason.
 
 Routing. A mixture-of-experts workload may implement `DeclaresRouting`: while
 declared, each forward puts its top-k expert selections in

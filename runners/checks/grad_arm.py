@@ -8,7 +8,9 @@ increment). A workload failure is written as a status, with exit code 0.
 
 A spec with ``reference`` runs the workload in a reference precision
 (``reference_dtype``, or the default for the workload's dtype;
-`runners.checks.precision`); a workload that cannot is status ``unsupported``.
+`runners.checks.precision`): through the workload's ``dtype`` keyword, else by
+upcasting the modules it holds (`runners.adapt.upcast`, confirmed on the arm's
+outputs and gradients); a workload that cannot is status ``unsupported``.
 Where the workload declares its routing, the forward's top-k selections are
 saved too (``routing.pt``). A spec with ``replay_routing`` (another arm's
 ``routing.pt``) feeds those selections to the routers of a workload that can
@@ -26,6 +28,7 @@ from typing import Any
 
 import torch
 
+from runners.adapt.upcast import ReferenceArm, setup_reference
 from runners.checks import noise, precision
 from runners.checks.context import dtype_name, phase_step
 from runners.checks.execute import start_harness
@@ -36,10 +39,10 @@ from runners.harness.steps import measure_step
 from runners.protocol import (
     DeclaresRouting,
     ForwardOutputs,
+    PrecisionUnsupported,
     ReplaysRouting,
     Shape,
-    setup_in,
-    supports_dtype,
+    Workload,
 )
 from runners.workloads.loader import WorkloadLoadError, load_workload
 
@@ -75,8 +78,6 @@ def run_arm(spec: dict[str, Any]) -> dict[str, Any]:
         if not precision.higher(ref, info["dtype"]):
             why = f"{ref} is no higher than the workload's {info['dtype']}"
             return finish("unsupported", error=why)
-        if not supports_dtype(w):
-            return finish("unsupported", error=f"workload {w.name!r} setup takes no dtype keyword")
         compute = getattr(torch, ref)
         info["dtype"] = ref
     if isinstance(w, DeclaresRouting):
@@ -86,17 +87,22 @@ def run_arm(spec: dict[str, Any]) -> dict[str, Any]:
     # On CPU the tracker's dispatch mode would import torch._dynamo (seconds per arm)
     # for a figure the comparison does not use; CUDA's counters cost nothing.
     session = probe.session() if isinstance(probe, CudaProbe) else contextlib.nullcontext()
+    arm: ReferenceArm | None = None
     with session:
-        cap = capture("setup", lambda: setup_in(w, device, seed, compute), device=device)
+        cap = capture("setup", lambda: _setup(w, device, seed, compute), device=device)
         if not cap.outcome.ok:
             return finish(cap.outcome.status, error=cap.outcome.sentence())
+        if isinstance(cap.value, str):
+            return finish("unsupported", error=cap.value)
+        arm = cap.value
         info["reserved_after_setup_bytes"] = probe.sample().reserved_bytes
         replaying = _replay(w, spec.get("replay_routing"), device, info)
         batch_cap = capture("make_batch", lambda: w.make_batch(shape, seed))
         if not batch_cap.outcome.ok:
             return finish(batch_cap.outcome.status, error=batch_cap.outcome.sentence())
         assert batch_cap.value is not None
-        step = phase_step(w, batch_cap.value, grad=True)
+        batch = batch_cap.value if arm is None else arm.batch(batch_cap.value)
+        step = phase_step(w, batch, grad=True)
         if isinstance(probe, CudaProbe):
             rec = measure_step(probe, "forward_backward", step, keep=outs.append)
             info.update(rec.measurements("forward_backward_"))
@@ -111,6 +117,13 @@ def run_arm(spec: dict[str, Any]) -> dict[str, Any]:
         grads_cap = capture("gradients", w.gradients, device=device)
         if not grads_cap.outcome.ok or grads_cap.value is None:
             return finish(grads_cap.outcome.status, error=grads_cap.outcome.sentence())
+        if arm is not None:
+            try:
+                arm.confirm(outs[0] if outs else None, grads_cap.value)
+            except PrecisionUnsupported as e:
+                info.update(arm.measurements())
+                return finish("unsupported", error=str(e))
+            info.update(arm.measurements())
         grads = {k: v.detach().to("cpu") for k, v in grads_cap.value.items()}
     if replaying:
         assert isinstance(w, ReplaysRouting)
@@ -122,6 +135,20 @@ def run_arm(spec: dict[str, Any]) -> dict[str, Any]:
     outs.clear()
     capture("teardown", w.teardown, device=device)
     return finish("ok", tensors=len(grads), routed_layers=len(routing))
+
+
+def _setup(
+    w: Workload, device: torch.device, seed: int, compute: torch.dtype | None
+) -> ReferenceArm | str | None:
+    """Set up in the configured dtype (None), or in ``compute``: the reference arm, or
+    why the workload cannot compute there."""
+    if compute is None:
+        w.setup(device, seed)
+        return None
+    try:
+        return setup_reference(w, device, seed, compute)
+    except PrecisionUnsupported as e:
+        return str(e)
 
 
 def _replay(w: object, path: str | None, device: torch.device, info: dict[str, Any]) -> bool:

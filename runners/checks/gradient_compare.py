@@ -171,6 +171,9 @@ _ARM_KEYS = (
     "error",
     "routing_replay",
     "routing_replayed_layers",
+    "precision_route",
+    "precision_route_modules",
+    "precision_route_seen",
 )
 """What each arm reports that the result records, as ``{arm}_{key}``."""
 

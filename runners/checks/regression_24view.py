@@ -19,8 +19,9 @@ is recorded (its precision floor), and the chunked NLL is judged as a candidate:
 ``err(chunked, ref) <= k * max(err(unchunked, ref), run-to-run noise) + atol``.
 Where the workload declares its routing, the tokens routed differently between
 the base and the reference are counted (an unmeasured forward). A workload
-that cannot compute in the reference precision leaves the NLL inconclusive,
-with the reason. ``rule = "threshold"`` keeps the fixed ``nll_rtol`` rule.
+whose ``setup`` takes no ``dtype`` is upcast (`runners.adapt.upcast`, the route
+recorded as ``precision_route``); one that cannot compute in the reference
+precision either way leaves the NLL inconclusive, with the reason. ``rule = "threshold"`` keeps the fixed ``nll_rtol`` rule.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from typing import Literal
 
 import torch
 
+from runners.adapt.upcast import ReferenceArm, try_setup_reference
 from runners.checks import noise, precision, routing
 from runners.checks.context import (
     CheckContext,
@@ -51,11 +53,10 @@ from runners.protocol import (
     Batch,
     DeclaresRouting,
     ForwardOutputs,
+    PrecisionUnsupported,
     Shape,
     SupportsChunkedNLL,
     Workload,
-    setup_in,
-    supports_dtype,
 )
 from runners.result import CheckResult, Json
 
@@ -312,23 +313,30 @@ def _reference(
     sess.close()  # the base's memory goes before the reference's is taken
     ref_w = load_preserving(ctx.repo_root, ctx.workload_ref, dict(ctx.workload_params))
     sess.workload = ref_w  # torn down with the session
-    if not supports_dtype(ref_w):
-        why = f"workload {ref_w.name!r} setup takes no dtype keyword (the reference arm)"
-        m["reference_skipped"] = why
-        return None, why
     sess.progress(f"24-view forward in the reference precision {ref_dtype}")
-    sess.call(
+    arm: ReferenceArm | str = sess.call(
         "setup (reference)",
-        lambda: setup_in(ref_w, sess.device, sess.seed, getattr(torch, ref_dtype)),
+        lambda: try_setup_reference(ref_w, sess.device, sess.seed, getattr(torch, ref_dtype)),
     )
+    if isinstance(arm, str):
+        m["reference_skipped"] = arm
+        return None, arm
     if isinstance(ref_w, DeclaresRouting):
         ref_w.declare_routing(True)
+    ref_arm = arm
     ref_batch = sess.call(
-        "make_batch (reference)", lambda: ref_w.make_batch(_shape(batch), sess.seed)
+        "make_batch (reference)", lambda: ref_arm.batch(ref_w.make_batch(_shape(batch), sess.seed))
     )
     out: ForwardOutputs = sess.call(
         "forward (reference)", lambda: ref_w.forward(ref_batch, grad=False)
     )
+    try:
+        ref_arm.confirm(out)
+    except PrecisionUnsupported as e:
+        m.update(ref_arm.measurements())
+        m["reference_skipped"] = str(e)
+        return None, str(e)
+    m.update(ref_arm.measurements())
     refs = {k: v.detach().to("cpu") for k, v in out.declared().items()}
     m["outputs_against_reference"] = [
         {"name": name, "err_base": _err(base[name], refs[name])}
