@@ -21,7 +21,8 @@ Where the workload declares its routing, the tokens routed differently between
 the base and the reference are counted (an unmeasured forward). A workload
 whose ``setup`` takes no ``dtype`` is upcast (`runners.adapt.upcast`, the route
 recorded as ``precision_route``); one that cannot compute in the reference
-precision either way leaves the NLL inconclusive, with the reason. ``rule = "threshold"`` keeps the fixed ``nll_rtol`` rule.
+precision either way leaves the NLL inconclusive, with the reason.
+``rule = "threshold"`` keeps the fixed ``nll_rtol`` rule.
 """
 
 from __future__ import annotations
