@@ -34,6 +34,7 @@ __all__ = [
     "key_hint",
     "parse_checkpoint",
     "sign_checkpoint",
+    "verify_by_key",
     "verify_checkpoint",
 ]
 
@@ -260,4 +261,19 @@ def verify_checkpoint(note: bytes, *, key_name: str, public_key: Ed25519PublicKe
             raise CheckpointError(
                 f"signature by {key_name!r} does not verify over the checkpoint body"
             ) from None
+    return checkpoint
+
+
+def verify_by_key(note: bytes, public_key: Ed25519PublicKey) -> Checkpoint:
+    """Parse ``note`` and check every signature line of ``public_key``, whatever name
+    it carries (a line is this key's when its hint is the key's under that name).
+
+    One line of the key that does not verify refuses the note. Raises
+    CheckpointError when none is there or one fails."""
+    checkpoint, _ = _parse(note)
+    names = {s.name for s in checkpoint.signatures if s.key_hint == key_hint(s.name, public_key)}
+    if not names:
+        raise CheckpointError("checkpoint has no signature by this key")
+    for name in sorted(names):
+        verify_checkpoint(note, key_name=name, public_key=public_key)
     return checkpoint

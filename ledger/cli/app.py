@@ -12,11 +12,13 @@ from ledger.cli import estimate as _estimate
 from ledger.cli import importers as _importers
 from ledger.cli import keys as _keys
 from ledger.cli import log as _log
+from ledger.cli import plans as _plans
 from ledger.cli import qualify as _qualify
 from ledger.cli import read as _read
 from ledger.cli import run as _run
 from ledger.cli import service as _service
 from ledger.cli import summary as _summary
+from ledger.cli import witness as _witness
 from ledger.cli import write as _write
 from ledger.cli._io import echo
 from ledger.errors import EXIT_OK, EXIT_USAGE
@@ -52,6 +54,7 @@ for _command in (
     _read.verify,
     _read.export,
     _summary.summary,
+    _plans.plan,
     _read.audit,
     _log.serve,
     _log.log,
@@ -63,6 +66,7 @@ for _command in (
     _service.push,
     _service.artifact,
     _service.token,
+    _witness.witness,
 ):
     cli.add_command(_command)
 

@@ -96,12 +96,39 @@ def log() -> None:
     """The transparency log: checkpoints, inclusion and consistency proofs."""
 
 
+_WITNESSES = click.option(
+    "--witnesses",
+    type=click.Path(dir_okay=False, path_type=Path),
+    envvar="LEDGER_WITNESSES",
+    help="A C2SP tlog-policy file: its witnesses with a URL are asked to cosign "
+    "(default: $LEDGER_WITNESSES).",
+)
+
+
+def _cosign(db: str | None, witnesses: Path) -> bytes:
+    """Ask the policy's witnesses; one stderr line each; the cosigned note."""
+    from ledger.transparency.collect import cosign, cosigned_note
+    from ledger.transparency.policy import parse_policy
+
+    store = open_store(db)
+    policy = parse_policy(read_file(witnesses))
+    for r in cosign(store, policy):
+        click.echo(f"witness {r.witness}: {r.detail}", err=True)
+    latest = store.latest_checkpoint()
+    assert latest is not None
+    return cosigned_note(store, latest.size)
+
+
 @log.command("checkpoint")
 @ask_server
 @click.option("--token", metavar="TOKEN", help="With --server: its token (default: $LEDGER_TOKEN).")
+@_WITNESSES
 @db_option
-def log_checkpoint(server: str | None, token: str | None, db: str | None) -> None:
-    """Sign a checkpoint of the log as it is now (with the ledger key)."""
+def log_checkpoint(
+    server: str | None, token: str | None, witnesses: Path | None, db: str | None
+) -> None:
+    """Sign a checkpoint of the log as it is now (with the ledger key); with
+    --witnesses, have it cosigned and print the cosigned note."""
     from ledger.log import checkpoint
 
     if server:
@@ -109,7 +136,39 @@ def log_checkpoint(server: str | None, token: str | None, db: str | None) -> Non
 
         click.echo(sign_checkpoint(server, token).decode(), nl=False)
         return
-    click.echo(checkpoint(open_store(db), keydir()).decode(), nl=False)
+    note = checkpoint(open_store(db), keydir())
+    if witnesses is not None:
+        note = _cosign(db, witnesses)
+    click.echo(note.decode(), nl=False)
+
+
+@log.command("cosign")
+@click.option(
+    "--witnesses",
+    type=click.Path(dir_okay=False, path_type=Path),
+    envvar="LEDGER_WITNESSES",
+    required=True,
+    help="A C2SP tlog-policy file naming the witnesses (with URLs) to ask.",
+)
+@db_option
+def log_cosign(witnesses: Path, db: str | None) -> None:
+    """Ask the witnesses to cosign the newest checkpoint (one that was down is asked
+    again); print the cosigned note."""
+    click.echo(_cosign(db, witnesses).decode(), nl=False)
+
+
+@log.command("vkey")
+@db_option
+def log_vkey(db: str | None) -> None:
+    """Print the log's verifier key (C2SP vkey, named by the origin) for a
+    tlog-policy `log` line or a witness's `--logs` file."""
+    from ledger.keys import active_ledger_key
+    from ledger.log import origin
+    from ledger.transparency.vkey import LOG_ED25519, VKey
+
+    store = open_store(db)
+    info = active_ledger_key(store.keys())
+    click.echo(VKey(origin(store), LOG_ED25519, info.public).text())
 
 
 @log.command("proof")

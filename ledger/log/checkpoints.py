@@ -12,7 +12,7 @@ from ledger._internal.checkpoint import (
     key_hint,
     parse_checkpoint,
     sign_checkpoint,
-    verify_checkpoint,
+    verify_by_key,
 )
 from ledger.errors import CheckpointError, UsageError, VerificationError
 from ledger.keys import KeyDir, KeyInfo, LocalKey, active_ledger_key
@@ -54,11 +54,15 @@ def checkpoint(store: Store, keys: KeyDir, *, size: int | None = None) -> bytes:
     # The leaves are read only when a new checkpoint is signed.
     root = merkle.root(store.leaf_hashes(upto=size))
     # The timestamp line lets a witness tell a replayed old checkpoint from a fresh one.
+    # Signed under the origin, as C2SP tlog-checkpoint names the log's key (a
+    # tlog-policy's log vkey and witnesses go by it). Notes signed before
+    # under the ledger key's own name keep verifying: verifiers match a line
+    # by its key hint, whatever its name.
     note = sign_checkpoint(
         origin(store),
         size,
         root,
-        key_name=info.name,
+        key_name=origin(store),
         private_key=local.private,
         extensions=(f"timestamp {_now()}",),
     )
@@ -80,16 +84,17 @@ def ledger_signer(keys: Iterable[KeyInfo], note: bytes) -> tuple[KeyInfo, Checkp
         raise VerificationError(f"checkpoint: {e}") from None
     problem = "no signature by a ledger key of this log"
     for k in keys:
-        for sig in cp.signatures:
-            if k.role != "ledger" or sig.key_hint != key_hint(sig.name, k.public):
-                continue
-            if not may_sign(k, cp.size):
-                problem = f"signed by ledger key {k.name} outside its term"
-                continue
-            try:
-                return k, verify_checkpoint(note, key_name=sig.name, public_key=k.public)
-            except CheckpointError as e:
-                problem = str(e)
+        if k.role != "ledger" or not any(
+            sig.key_hint == key_hint(sig.name, k.public) for sig in cp.signatures
+        ):
+            continue
+        if not may_sign(k, cp.size):
+            problem = f"signed by ledger key {k.name} outside its term"
+            continue
+        try:
+            return k, verify_by_key(note, k.public)
+        except CheckpointError as e:
+            problem = str(e)
     raise VerificationError(f"checkpoint: {problem}")
 
 

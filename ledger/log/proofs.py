@@ -55,6 +55,9 @@ def inclusion(store: Store, seq: int, keys: KeyDir | None) -> Inclusion:
         merkle.verify_inclusion(seq, cp.size, leaves[seq], proof, cp.root)
     except MerkleError as e:
         raise VerificationError(f"entry {seq} does not match checkpoint {cp.size}: {e}") from None
+    # With the witnesses' cosignatures kept for it (C2SP tlog-cosignature lines,
+    # which verifiers without a policy ignore).
+    note += "".join(store.cosignatures(cp.size)).encode()
     return Inclusion(seq, cp.size, proof, note, leaves)
 
 

@@ -29,6 +29,7 @@ from ledger.store.probe import SIZE_SQL, SizeProbe
 from ledger.store.tables import (
     ArtifactBlob,
     CheckpointRow,
+    CosignatureRow,
     KeyRow,
     LogEntry,
     ReceiptRow,
@@ -60,6 +61,7 @@ KEY = KeyRow.__table__  # type: ignore[attr-defined]
 REVOCATION = RevocationRow.__table__  # type: ignore[attr-defined]
 CHECKPOINT = CheckpointRow.__table__  # type: ignore[attr-defined]
 ARTIFACT = ArtifactBlob.__table__  # type: ignore[attr-defined]
+COSIGNATURE = CosignatureRow.__table__  # type: ignore[attr-defined]
 
 
 _LOG_COLUMNS = ", ".join(
@@ -391,6 +393,41 @@ class Store:
                 conn.execute(CHECKPOINT.insert().values(**values))
             stored = conn.execute(select(CHECKPOINT.c.note).where(CHECKPOINT.c.size == size))
             return str(stored.scalar_one())
+
+    def add_cosignature(self, size: int, witness: str, line: str) -> None:
+        """Keep a witness's cosignature line on the checkpoint at `size` (the first
+        one per witness key and size; a later one of the same witness is dropped)."""
+        with (
+            self.engine.connect().execution_options(ledger_append=True) as conn,
+            conn.begin(),
+        ):
+            values = {"size": size, "witness": witness, "line": line}
+            if conn.dialect.name == "postgresql":
+                conn.execute(pg_insert(COSIGNATURE).values(**values).on_conflict_do_nothing())
+            elif not conn.execute(
+                select(COSIGNATURE.c.size).where(
+                    COSIGNATURE.c.size == size, COSIGNATURE.c.witness == witness
+                )
+            ).first():
+                conn.execute(COSIGNATURE.insert().values(**values))
+
+    def cosignatures(self, size: int) -> list[str]:
+        """The cosignature lines kept for the checkpoint at `size`, by witness."""
+        with self.engine.connect() as conn:
+            rows = conn.execute(
+                select(COSIGNATURE.c.line)
+                .where(COSIGNATURE.c.size == size)
+                .order_by(COSIGNATURE.c.witness)
+            )
+            return [str(r[0]) for r in rows]
+
+    def witnessed_size(self, witness: str) -> int:
+        """The largest checkpoint size `witness` (a vkey) cosigned here; 0 if none."""
+        with self.engine.connect() as conn:
+            got = conn.execute(
+                select(func.max(COSIGNATURE.c.size)).where(COSIGNATURE.c.witness == witness)
+            ).scalar_one_or_none()
+        return int(got or 0)
 
     def table_rows(self, table: Any, order: Any) -> list[dict[str, Any]]:
         with self.engine.connect() as conn:

@@ -15,6 +15,7 @@ __all__ = [
     "APPEND_ONLY_TABLES",
     "ArtifactBlob",
     "CheckpointRow",
+    "CosignatureRow",
     "KeyRow",
     "LogEntry",
     "ReceiptRow",
@@ -116,6 +117,17 @@ class CheckpointRow(SQLModel, table=True):
     """The signed note, as served to verifiers."""
 
 
+class CosignatureRow(SQLModel, table=True):
+    """A witness's cosignature line on the checkpoint of one size (C2SP tlog-cosignature)."""
+
+    __tablename__ = "cosignature"
+
+    size: int = Field(primary_key=True, sa_column_kwargs={"autoincrement": False})
+    witness: str = Field(primary_key=True, max_length=300)
+    """The witness's vkey (name, key id, key): one line per witness key and size."""
+    line: str = Field(sa_column=Column(Text, nullable=False))
+
+
 class ArtifactBlob(SQLModel, table=True):
     __tablename__ = "artifact"
 
@@ -134,4 +146,5 @@ APPEND_ONLY_TABLES = (
     "revocation",
     "checkpoint",
     "artifact",
+    "cosignature",
 )

@@ -19,6 +19,7 @@ from ledger._internal.checkpoint import (
     Checkpoint,
     key_hint,
     parse_checkpoint,
+    verify_by_key,
     verify_checkpoint,
 )
 from ledger.canonical import canonical_bytes
@@ -130,7 +131,7 @@ def _ledger_anchor(note: bytes, keys: dict[str, KeyInfo], signed_by: str | None)
     problem = ""
     for info in ledger_keys:
         try:
-            verify_checkpoint(note, key_name=info.name, public_key=info.public)
+            verify_by_key(note, info.public)
         except Error as e:
             problem = problem or e.reason()
             continue

@@ -246,7 +246,7 @@ def test_checkpoint_signature_is_checked_whatever_the_anchor(
     when the trust anchor is the receipt's signer."""
     raw = exported.bundle.read_bytes()
     doc = json.loads(raw)
-    sig_at = doc["checkpoint"].index("\n\n— ledger ") + len("\n\n— ledger ") + 10
+    sig_at = doc["checkpoint"].index(" ", doc["checkpoint"].index("\n\n— ") + 4) + 1 + 10
     note = doc["checkpoint"]
     doc["checkpoint"] = note[:sig_at] + chr(other(ord(note[sig_at]))) + note[sig_at + 1 :]
     broken = tmp_path / "broken-signature.json"

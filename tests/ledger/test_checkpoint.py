@@ -324,7 +324,14 @@ def test_rotated_ledger_key_keeps_old_checkpoints_verifying(
     second = _record(capsys, db_url, tmp_path, runner, 2)
     new_cp = run(capsys, "log", "checkpoint", "--db", db_url)
     assert new_cp.code == 0, new_cp.err
-    assert "— ledger-2 " in new_cp.out and "timestamp " in new_cp.out
+    # Signed by the new ledger key (under the log's origin), not the old one.
+    from ledger._internal.checkpoint import verify_by_key
+
+    origin = new_cp.out.split("\n")[0]
+    assert f"\n— {origin} " in new_cp.out and "timestamp " in new_cp.out
+    verify_by_key(new_cp.out.encode(), KeyDir(key_dir).load("ledger-2").public)
+    with pytest.raises(CheckpointError):
+        verify_by_key(new_cp.out.encode(), KeyDir(key_dir).load("ledger").public)
     old_size, new_size = int(old_cp.split("\n")[1]), int(new_cp.out.split("\n")[1])
     for args in (
         ("log", "proof", first),
