@@ -79,3 +79,6 @@ class Finished:
     """The receipts' ``sandbox`` facet: the mode the claim ran under."""
     artifacts: Path | None = None
     """The folder the results' artifacts must lie in (read only inside it)."""
+    health: dict[str, Any] | None = None
+    """The claim's GPUs' health, read by the parent before and after it ran
+    (`ledger.fleet.health`); None where no GPU is visible."""

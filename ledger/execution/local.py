@@ -14,12 +14,13 @@ import os
 import socket
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ledger.execution.claimrun import ClaimRun, Finished
-from ledger.execution.devices import Device
+from ledger.execution.devices import Device, visible_gpus
+from ledger.fleet.health import Watch
 
 if TYPE_CHECKING:
     from ledger.sandbox import Sandbox
@@ -45,6 +46,8 @@ class LocalExecutor:
     work_root: Path | None = None
     """Where each claim's folder goes (one the sandbox can write)."""
     name: str = "local"
+    diagnosed: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """``dcgmi diag`` per GPU UUID, run once per device before the claims."""
 
     def __post_init__(self) -> None:
         self.cancel = threading.Event()
@@ -67,6 +70,9 @@ class LocalExecutor:
 
             env["LEDGER_FORK_SERVERS"] = json.dumps(self.fork_servers)
         uuids = tuple(d.uuid for d in devices if d.uuid)
+        # The devices the claim can reach: its own, else every GPU of the host.
+        watched = uuids if explicit else tuple(d.uuid for d in visible_gpus() if d.uuid)
+        watch = Watch(watched).start() if watched else None
         results = run_claim_isolated(
             claim=run.claim,
             check=run.check,
@@ -90,6 +96,12 @@ class LocalExecutor:
             gpu_uuids=uuids or None,
             cancel=self.cancel,
         )
+        health = None
+        if watch is not None:
+            health = watch.finish().to_json()
+            for dev in health["devices"]:
+                if dev["uuid"] in self.diagnosed:
+                    dev["dcgm_diag"] = self.diagnosed[dev["uuid"]]
         return Finished(
             run=run,
             executor=self.name,
@@ -99,6 +111,7 @@ class LocalExecutor:
             host=socket.gethostname(),
             sandbox=self.sandbox.facet if self.sandbox is not None else "none",
             artifacts=self.artifacts,
+            health=health,
         )
 
     def close(self) -> None:

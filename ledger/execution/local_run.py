@@ -23,11 +23,13 @@ import git
 
 from ledger.execution.claimrun import ClaimRun, Finished
 from ledger.execution.devices import Device as GpuDevice
-from ledger.execution.devices import DevicePool
+from ledger.execution.devices import DevicePool, visible_gpus
 from ledger.execution.local import LocalExecutor
 from ledger.execution.receipts import record_results
 from ledger.execution.trees import removed, worktree
 from ledger.fleet.ci import ci_job
+from ledger.fleet.dcgm import diagnose
+from ledger.fleet.evidence import health_evidence
 from ledger.keys import LocalKey
 from ledger.qualification.plan import ClaimSpec, Plan
 from ledger.record import Recorder
@@ -184,12 +186,29 @@ def run(
         sandbox=None if box.mode == "none" else box,
         work_root=st.run_dir,
     )
+    _diagnose(ex, pool.devices if explicit else visible_gpus(), say)
     try:
         _schedule(ex, pool, explicit, runs, _Recording(recorder, key, revision, done), say)
     finally:
         ex.close()
     # What the claims imported beyond the preloads: the next run's server has it.
     remember_modules([r.workload_ref for r in runs], learned())
+
+
+def _diagnose(ex: LocalExecutor, devices: Sequence[GpuDevice], say: Callable[[str], None]) -> None:
+    """``dcgmi diag -r 1`` on each GPU once, before any claim runs on it (its minutes
+    apart from the claims'); where dcgmi is not installed, that is recorded."""
+    for d in devices:
+        if d.uuid is None:
+            continue
+        got = ex.diagnosed[d.uuid] = diagnose(d.index)
+        if got["result"] == "not installed":
+            say("dcgmi not installed: no DCGM diagnostic (the NVML health snapshot still is)")
+            for rest in devices:
+                if rest.uuid is not None:
+                    ex.diagnosed[rest.uuid] = got
+            return
+        say(f"dcgmi diag -r 1 on {d.label}: {got['result']} ({got.get('wall_ns', 0) / 1e9:.1f} s)")
 
 
 def _tag(run: ClaimRun, n: int) -> str:
@@ -289,12 +308,14 @@ class _Recording:
         results = fin.results or []
         run.stamp(results, fin.sandbox)
         environment = {"executor": fin.executor, **ci_job(os.environ, fin.host or None)}
+        assert fin.artifacts is not None
+        # Judged by the parent's readings, never by what the claim says of itself.
+        environment.update(health_evidence(results, fin.health, fin.artifacts, str(run.index)))
         if fin.devices:
             environment["executor_devices"] = ",".join(fin.devices)
         if wait_ns is not None:
             # queued (the run's start) -> started (devices of its own were free)
             environment["device_wait_ns"] = str(wait_ns)
-        assert fin.artifacts is not None
         recs = record_results(
             self.recorder,
             self.key,

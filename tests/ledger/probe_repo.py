@@ -1,7 +1,8 @@
 """A repository whose workload reports, from inside each claim process, what it saw:
 its pid, ``CUDA_VISIBLE_DEVICES``, whether a library module was already imported,
 where it was prepared. It reports by progress lines (``probe {json}``), which reach
-whoever runs the claim, sandboxed or not. Modes make a claim hang or crash."""
+whoever runs the claim, sandboxed or not. Modes make a claim hang, crash or run out
+of memory (``oom``: its forward raises torch's OutOfMemoryError)."""
 
 from __future__ import annotations
 
@@ -63,6 +64,13 @@ class Probe:
         if self.mode == "crash":
             os.kill(os.getpid(), 9)
         self.inner.setup(device, seed)
+
+    def forward(self, batch, *, grad):
+        if self.mode == "oom":
+            import torch
+
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB")
+        return self.inner.forward(batch, grad=grad)
 
 
 def make_workload(mode: str = "plain") -> Probe:

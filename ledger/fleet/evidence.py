@@ -1,0 +1,58 @@
+"""A claim's GPU health made evidence: its results judged by it (`faults.judge`), the
+whole document an artifact of every receipt, and a one-line summary in the receipt's
+``runner.environment``."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ledger.fleet.faults import judge, summary
+
+if TYPE_CHECKING:
+    from runners.result import CheckResult
+
+__all__ = ["ARTIFACT", "health_evidence"]
+
+ARTIFACT = "gpu-health.json"
+
+
+def _dcgm(health: Mapping[str, Any]) -> str | None:
+    got = [d for d in health.get("devices") or [] if isinstance(d.get("dcgm_diag"), Mapping)]
+    if not got:
+        return None
+    results = {str(d["dcgm_diag"].get("result")) for d in got}
+    level = got[0]["dcgm_diag"].get("level", 1)
+    if results == {"not installed"}:
+        return "not installed"
+    return f"-r {level}: " + ", ".join(f"{d['uuid']} {d['dcgm_diag'].get('result')}" for d in got)
+
+
+def health_evidence(
+    results: Sequence[CheckResult], health: Mapping[str, Any] | None, folder: Path, tag: str
+) -> dict[str, str]:
+    """Judge ``results`` by ``health``, write it to ``folder`` (named by ``tag``) as an
+    artifact of each, and return the environment entries; nothing where there is no
+    health (no GPU visible)."""
+    if health is None:
+        return {}
+    judge(results, health)
+    from runners.result import Artifact
+
+    # The folder is one the claims' sandbox can write: a name they cannot guess,
+    # created here, never a file or link they left.
+    path = folder / f"gpu-health-{tag}-{secrets.token_hex(8)}.json"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o444)
+    with os.fdopen(fd, "w") as f:
+        f.write(json.dumps(health, indent=1, sort_keys=True))
+    for r in results:
+        r.artifacts.append(Artifact(name=ARTIFACT, path=str(path), media_type="application/json"))
+    out = {"gpu_health": summary(health)}
+    dcgm = _dcgm(health)
+    if dcgm is not None:
+        out["dcgm_diag"] = dcgm
+    return out
