@@ -322,6 +322,8 @@ def _run_claim(
     task: _Task, placed: _Placed, say: Callable[[str], None], cancel: threading.Event
 ) -> dict[str, Any]:
     from ledger.execution.receipts import record_results
+    from ledger.fleet.evidence import health_evidence
+    from ledger.fleet.health import Watch, uuids_of
     from ledger.record import RemoteRecorder
     from runners.isolated import run_claim_isolated
     from runners.preload import learned, remember_modules
@@ -339,6 +341,9 @@ def _run_claim(
     revision = _revision(source, root)
     with tempfile.TemporaryDirectory(prefix="task-", dir=servers.work) as d:
         (Path(d) / "artifacts").mkdir()
+        # The health of the GPUs Ray gave the claim, read before its first use of them.
+        gpus = uuids_of(out["devices"].split(",")) if out["devices"] else []
+        watch = Watch(gpus).start() if gpus else None
         results = run_claim_isolated(
             claim=run.claim,
             check=run.check,
@@ -363,6 +368,7 @@ def _run_claim(
             env=servers.env(),
             cancel=cancel,
         )
+        health = watch.finish().to_json() if watch is not None else None
         # What the claim imported beyond the preloads: this host's next server has it.
         if run.workload_ref:
             remember_modules([run.workload_ref], learned())
@@ -374,6 +380,7 @@ def _run_claim(
         if ci:
             # The submitting job's facts; the node is where the claim ran.
             environment.update({**ci, "ci_node": out["host"]})
+        environment.update(health_evidence(results, health, Path(d) / "artifacts", "0"))
         if out["devices"]:
             environment["executor_devices"] = out["devices"]
         recs = record_results(

@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["NOT_SUPPORTED", "DeviceHealth", "Watch", "nvml", "read_device"]
+__all__ = ["NOT_SUPPORTED", "DeviceHealth", "Watch", "nvml", "read_device", "uuids_of"]
 
 NOT_SUPPORTED = "not supported"
 
@@ -60,6 +60,20 @@ def nvml() -> Any | None:
     except Exception:
         return None
     return pynvml
+
+
+def uuids_of(indices: Sequence[str]) -> list[str]:
+    """The UUIDs of the GPUs at NVML ``indices`` (those NVML cannot name left out)."""
+    nv = nvml()
+    out: list[str] = []
+    if nv is None:
+        return out
+    for i in indices:
+        try:
+            out.append(_text(nv.nvmlDeviceGetUUID(nv.nvmlDeviceGetHandleByIndex(int(i)))))
+        except Exception:
+            continue  # not an index NVML knows
+    return out
 
 
 def _text(v: Any) -> str:
