@@ -10,12 +10,16 @@ still carrying the marker (a child that left the group with setsid), is named
 as leaked, then ended; the cleanup proof says what was found and that the
 group is gone. The outcome comes from the exit status, or from the result
 file the command wrote (`RESULT_SCHEMA`, documented in docs/import.md).
+
+What the command leaves (artifacts, the result file) is read as data beneath
+the folder it was declared in, never through a link (`ledger.outputs`): a
+symbolic link, hard link, FIFO, device or oversized file is named in the
+receipt's ``refused_outputs`` and never read, and the outcome still stands.
 """
 
 from __future__ import annotations
 
 import contextlib
-import glob
 import json
 import os
 import signal
@@ -27,12 +31,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, get_args
 
+from ledger.artifacts import MAX_ARTIFACT_BYTES
+from ledger.dsse import MAX_ENVELOPE_BYTES
 from ledger.environment import gpu_used_bytes, host_environment
 from ledger.errors import UsageError
 from ledger.interpreter import NONE, probe, scope_of
 from ledger.models import Outcome
+from ledger.outputs.beneath import Refused
+from ledger.outputs.declared import Declared, collect, declare, refusal
 from ledger.sandbox import SandboxedPopen
-from ledger.statement import Facts, timestamp
+from ledger.statement import ArtifactFile, Facts, timestamp
 
 __all__ = ["CHECK", "RESULT_SCHEMA", "CommandRun", "run_command", "spawn"]
 
@@ -40,6 +48,8 @@ CHECK = "command"
 VERSION = "1"
 MARKER = "LEDGER_RUN_ID"
 GRACE_S = 5.0
+MAX_RESULT_BYTES = MAX_ENVELOPE_BYTES
+"""A result file larger than a whole receipt could not be in one: refused unread."""
 RESULT_SCHEMA = {
     "outcome": "passed | failed | inconclusive | refused | infra-error (required)",
     "reason": "one sentence; required for anything but passed",
@@ -64,7 +74,8 @@ class CommandRun:
     reason: str | None
     measurements: dict[str, Any]
     resources: list[dict[str, Any]]
-    artifacts: list[Path] = field(default_factory=list)
+    files: list[ArtifactFile] = field(default_factory=list)
+    """The artifacts read (beneath their folders); refused ones are in `measurements`."""
     interpreter: dict[str, Any] = field(default_factory=dict)
     """What `python` on the command's PATH is (`ledger.interpreter.probe`)."""
 
@@ -176,16 +187,17 @@ def run_command(
     cwd: Path | None = None,
     sandbox: Wrap | None = None,
 ) -> CommandRun:
-    """Run `argv` in `cwd`; relative `result_file` and artifact globs are read there."""
+    """Run `argv` in `cwd`; relative `result_file` and artifact globs are read beneath it,
+    absolute ones beneath their folder (`ledger.outputs.declared`)."""
     if not argv:
         raise UsageError("ledger run needs a command after --")
     marker = uuid.uuid4().hex
     env = {**os.environ, MARKER: marker}
-    if cwd is not None:
-        result_file = None if result_file is None else cwd / result_file
-        artifact_globs = [str(cwd / g) for g in artifact_globs]  # absolute ones stay absolute
-    if result_file is not None:
-        result_file.unlink(missing_ok=True)  # only what this run writes counts
+    # Their folders are fixed now, before the command can plant anything.
+    declared = [declare(g, cwd) for g in artifact_globs]
+    result = None if result_file is None else declare(result_file, cwd)
+    if result is not None:
+        result.remove()  # only what this run writes counts
     interpreter = probe(env)
     before = gpu_used_bytes()
     started = time.time_ns()
@@ -236,12 +248,21 @@ def run_command(
         m["nvml_used_before_bytes"] = before
         m["nvml_used_after_bytes"] = after
         m["nvml_used_delta_bytes"] = {u: after.get(u, 0) - b for u, b in before.items()}
-    outcome, reason = _outcome(rc, timed_out, timeout_s, result_file, m)
-    arts, unmatched = _artifacts(artifact_globs)
-    if unmatched:
-        m["artifact_globs_unmatched"] = unmatched
-        if outcome == "passed":
-            outcome, reason = "inconclusive", f"declared artifact {unmatched[0]!r} matched no file"
+    refused: list[Refused] = []
+    outcome, reason = _outcome(rc, timed_out, timeout_s, result, m, refused)
+    got = collect(declared, MAX_ARTIFACT_BYTES)
+    refused.extend(got.refused)
+    if refused:
+        m["refused_outputs"] = [refusal(r) for r in refused]
+    if got.unmatched:
+        m["artifact_globs_unmatched"] = got.unmatched
+    # A pass whose declared outputs could not all be kept is not a pass; any other
+    # outcome stands (a failure is recorded as one, whatever it left behind).
+    if outcome == "passed" and got.refused:
+        r = got.refused[0]
+        outcome, reason = "inconclusive", f"declared artifact {r.path} was refused: {r.why}"
+    elif outcome == "passed" and got.unmatched:
+        outcome, reason = "inconclusive", f"declared artifact {got.unmatched[0]!r} matched no file"
     return CommandRun(
         argv=list(argv),
         returncode=rc,
@@ -252,31 +273,23 @@ def run_command(
         reason=reason,
         measurements=m,
         resources=resources,
-        artifacts=arts,
+        files=got.files,
         interpreter=interpreter,
     )
-
-
-def _artifacts(globs: Sequence[str]) -> tuple[list[Path], list[str]]:
-    found: list[Path] = []
-    unmatched: list[str] = []
-    for g in globs:
-        hits = sorted(Path(p) for p in glob.glob(g, recursive=True) if Path(p).is_file())
-        if not hits:
-            unmatched.append(g)
-        found.extend(h for h in hits if h not in found)
-    return found, unmatched
 
 
 def _outcome(
     rc: int | None,
     timed_out: bool,
     timeout_s: float | None,
-    result_file: Path | None,
+    result: Declared | None,
     m: dict[str, Any],
+    refused: list[Refused],
 ) -> tuple[Outcome, str | None]:
     """The outcome: a timeout or an outside signal is no evidence (infra-error); a crash
-    is a failure; otherwise the result file when declared, else the exit status."""
+    is a failure; otherwise the result file when declared, else the exit status. A
+    result file refused unread (appended to ``refused``) leaves the exit status alone:
+    a failure stays one, a zero status cannot pass (inconclusive)."""
     if timed_out:
         return "infra-error", f"timed out after {timeout_s:g} s; its process group was killed"
     assert rc is not None
@@ -286,17 +299,25 @@ def _outcome(
         if sig in _CRASHES:
             return "failed", f"the command crashed: killed by {sig.name}"
         return "infra-error", f"the command was killed by {sig.name} from outside"
-    if result_file is None:
+    if result is None:
         return ("passed", None) if rc == 0 else ("failed", f"the command exited with status {rc}")
     try:
-        doc = json.loads(result_file.read_text())
+        raw = result.read(MAX_RESULT_BYTES)
     except FileNotFoundError:
-        return "infra-error", f"the command exited with status {rc} without writing {result_file}"
-    except (OSError, ValueError) as e:
-        return "infra-error", f"result file {result_file} is not JSON: {e}"
+        return "infra-error", f"the command exited with status {rc} without writing {result.text}"
+    except Refused as r:
+        refused.append(r)
+        why = f"result file refused ({r.path}: {r.why})"
+        if rc != 0:
+            return "failed", f"the command exited with status {rc}; its {why}"
+        return "inconclusive", f"{why}: the exit status alone cannot pass a run that declares one"
+    try:
+        doc = json.loads(raw)
+    except ValueError as e:
+        return "infra-error", f"result file {result.text} is not JSON: {e}"
     problem = _result_problem(doc)
     if problem:
-        return "infra-error", f"result file {result_file}: {problem}"
+        return "infra-error", f"result file {result.text}: {problem}"
     m["result"] = doc.get("measurements", {})
     outcome: Outcome = doc["outcome"]
     if outcome == "passed" and rc != 0:

@@ -3,11 +3,8 @@ their exact payload bytes. Used alike by `attest`, `qualify` and `review`."""
 
 from __future__ import annotations
 
-import errno
 import hashlib
 import mimetypes
-import os
-import stat
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -47,6 +44,7 @@ __all__ = [
     "Statement",
     "build_review",
     "build_statement",
+    "describe_artifact",
     "kind_of",
     "parse_statement",
     "read_artifact",
@@ -94,40 +92,31 @@ class ArtifactFile:
     content: bytes
 
 
-def _read_confined(path: Path, inside: Path) -> bytes:
-    """The bytes of a regular file that is, when opened (not just when checked), inside
-    ``inside``: a sandboxed process can write that folder and swap a file for a link."""
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    try:
-        real = Path(os.readlink(f"/proc/self/fd/{fd}"))
-        if not real.is_relative_to(inside.resolve()) or not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise OSError(errno.EPERM, f"not a regular file inside {inside}")
-        with os.fdopen(fd, "rb", closefd=False) as f:
-            return f.read()
-    finally:
-        os.close(fd)
-
-
 def read_artifact(
-    path: Path, name: str | None = None, media_type: str | None = None, inside: Path | None = None
+    path: Path, name: str | None = None, media_type: str | None = None
 ) -> ArtifactFile:
-    """Read and describe a file; nothing is stored until its receipt is accepted.
-    ``inside``: the file must be a regular file in that folder when it is opened."""
+    """Read and describe a file a person named; nothing is stored until its receipt is
+    accepted. What a sandboxed process wrote is read by `ledger.outputs` instead."""
     try:
-        content = path.read_bytes() if inside is None else _read_confined(path, inside)
+        content = path.read_bytes()
     except OSError as e:
         raise UsageError(f"artifact {path}: {e.strerror}") from None
+    return describe_artifact(content, name or path.name, media_type)
+
+
+def describe_artifact(content: bytes, name: str, media_type: str | None = None) -> ArtifactFile:
+    """The bytes of an artifact named ``name``, with their digest, size and media type."""
     # The observer's CUDA memory snapshot has a type of its own, so a reader
     # (the web page's memory plot) knows it without guessing from the name.
-    snapshot = path.name.endswith("snapshot.pickle")
+    snapshot = name.endswith("snapshot.pickle")
     media = (
         media_type
         or ("application/vnd.pytorch.memory-snapshot+pickle" if snapshot else None)
-        or mimetypes.guess_type(path.name)[0]
+        or mimetypes.guess_type(name)[0]
         or "application/octet-stream"
     )
     art = Artifact(
-        name=name or path.name,
+        name=name,
         digest={"sha256": hashlib.sha256(content).hexdigest()},
         size=len(content),
         mediaType=media,

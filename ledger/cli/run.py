@@ -61,15 +61,15 @@ _EXIT = {"passed": EXIT_OK, "infra-error": EXIT_USAGE}
 
 
 def _folders(paths: Sequence[str]) -> list[Path]:
-    """The nearest existing folder above each absolute path or glob (relative ones are
-    in the worktree)."""
+    """The folder each absolute path or glob is read beneath (`ledger.outputs.declared`:
+    the nearest real folder above it); relative ones are in the worktree."""
+    from ledger.outputs.declared import declare
+
     out: list[Path] = []
     for p in paths:
         if not p.startswith("/"):
             continue
-        head = Path(p.split("*")[0].split("?")[0].split("[")[0])
-        while not head.is_dir() and head != head.parent:
-            head = head.parent
+        head = declare(p, None).folder
         if head != head.parent and head not in out:
             out.append(head)
     return out
@@ -145,7 +145,6 @@ def run(
     from ledger.record import open_recorder
     from ledger.run import CHECK, MARKER, run_command
     from ledger.sandbox import resolve as resolve_sandbox
-    from ledger.statement import read_artifact
 
     _check_target(pr, rev)
     recorder = open_recorder(db, server)
@@ -198,8 +197,9 @@ def run(
             cwd=root,
             sandbox=None if box.mode == "none" else wrap,
         )
-        # Read before the worktree goes: the receipt names them, the store keeps them.
-        files = [read_artifact(p) for p in done.artifacts]
+        # Read before the worktree goes (beneath their folders, never through a link):
+        # the receipt names them, the store keeps them.
+        files = done.files
     facts = done.facts(claim)
     scope = {**facts.scope, "sandbox": box.facet, "network": "on" if network else "off"}
     facts = dataclasses.replace(facts, scope=scope)

@@ -1,23 +1,61 @@
 """A finished claim's results signed and recorded: the facts of each receipt, the
-artifact files read only inside the claim's artifact folder."""
+artifact files read beneath the claim's artifact folder, never through a link
+(`ledger.outputs.beneath`). An artifact refused there is named in the receipt's
+``refused_outputs``; a pass that lost one is inconclusive, any other outcome stands."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from ledger.artifacts import MAX_ARTIFACT_BYTES
 from ledger.keys import LocalKey
+from ledger.models import Outcome
+from ledger.outputs.beneath import Folder, Refused
+from ledger.outputs.declared import refusal
 from ledger.record import Recorder, sign_and_record
 from ledger.revision import Revision
-from ledger.statement import ArtifactFile, Facts, build_statement, read_artifact, timestamp
+from ledger.statement import ArtifactFile, Facts, build_statement, describe_artifact, timestamp
 
 if TYPE_CHECKING:
     from ledger.ingest import Recorded
     from runners.result import CheckResult
 
-__all__ = ["record_results"]
+__all__ = ["claim_artifacts", "record_results"]
+
+
+def claim_artifacts(r: CheckResult, inside: Path) -> tuple[list[ArtifactFile], list[Refused]]:
+    """The artifacts a claim's result names, read beneath ``inside`` (the claim's
+    artifact folder), and those refused there, each with why."""
+    files: list[ArtifactFile] = []
+    refused: list[Refused] = []
+    if not r.artifacts:
+        return files, refused
+    with Folder(inside) as folder:
+        for a in r.artifacts:
+            # The child named the path (checked lexically inside the folder already,
+            # `runners.result.check_result`); what it is is decided only here.
+            try:
+                rel = _below(Path(a.path), inside)
+                files.append(
+                    describe_artifact(folder.read(rel, MAX_ARTIFACT_BYTES), a.name, a.media_type)
+                )
+            except Refused as e:
+                refused.append(Refused(str(inside / e.path), e.why))
+            except ValueError:
+                refused.append(Refused(a.path, "not below the claim's artifact folder"))
+            except FileNotFoundError:
+                refused.append(Refused(a.path, "missing: the claim never wrote it"))
+    return files, refused
+
+
+def _below(path: Path, inside: Path) -> str:
+    for root in (inside, inside.resolve()):
+        if path.is_relative_to(root) and path != root:
+            return path.relative_to(root).as_posix()
+    raise ValueError(path)
 
 
 def _facts(
@@ -26,17 +64,26 @@ def _facts(
     environment: Mapping[str, str] | None = None,
     uuids: Sequence[str] = (),
 ) -> tuple[Facts, list[ArtifactFile]]:
-    # Read only inside the artifact folder: the child named these paths.
-    files = [read_artifact(Path(a.path), a.name, a.media_type, inside) for a in r.artifacts]
+    files, refused = claim_artifacts(r, inside)
+    outcome: Outcome = r.outcome
+    reason = r.reason
+    measurements: dict[str, Any] = dict(r.measurements)
+    # The parent names what it refused; the child cannot speak for it.
+    measurements.pop("refused_outputs", None)
+    if refused:
+        measurements["refused_outputs"] = [refusal(x) for x in refused]
+        if outcome == "passed":
+            x = refused[0]
+            outcome, reason = "inconclusive", f"artifact {x.path} was refused: {x.why}"
     facts = Facts(
         claim=r.claim,
         check=r.check,
         check_version=r.check_version,
         parameters=r.params,
         scope=r.scope,
-        outcome=r.outcome,
-        reason=r.reason,
-        measurements=r.measurements,
+        outcome=outcome,
+        reason=reason,
+        measurements=measurements,
         observer=r.observer,
         cleanup=asdict(r.cleanup),
         artifacts=[f.artifact for f in files],

@@ -9,8 +9,7 @@ from typing import Any
 
 import pytest
 
-from ledger.errors import UsageError
-from ledger.statement import read_artifact
+from ledger.outputs.beneath import Folder, Refused
 from runners.result import Artifact, ResultError, check_result, infra_error
 
 
@@ -51,7 +50,7 @@ def test_anything_else_is_refused_naming_the_field(change: dict[str, Any], messa
         check_result(_doc(**change))
 
 
-def test_artifacts_must_be_regular_files_inside_the_artifact_folder(tmp_path: Path) -> None:
+def test_artifacts_must_name_paths_inside_the_artifact_folder(tmp_path: Path) -> None:
     art = tmp_path / "artifacts"
     art.mkdir()
     (art / "ok.log").write_text("fine")
@@ -63,10 +62,13 @@ def test_artifacts_must_be_regular_files_inside_the_artifact_folder(tmp_path: Pa
         return _doc(artifacts=[dataclasses.asdict(Artifact(name="a", path=str(path)))])
 
     assert check_result(with_artifact(art / "ok.log"), artifact_dir=art).artifacts
-    for bad in (secret, art / "link.log", art / ".." / "runner.pem", art):
+    for bad in (secret, art / ".." / "runner.pem", art, Path("ok.log")):
         with pytest.raises(ResultError, match="artifacts"):
             check_result(with_artifact(bad), artifact_dir=art)
-    # And when it is read (after a swap for a link, too): only inside the folder.
-    assert read_artifact(art / "ok.log", inside=art).content == b"fine"
-    with pytest.raises(UsageError):
-        read_artifact(art / "link.log", inside=art)
+    # A path inside names no more than a place: what lies there is decided when the
+    # parent opens it beneath the folder (a link is refused, never followed).
+    assert check_result(with_artifact(art / "link.log"), artifact_dir=art).artifacts
+    with Folder(art) as folder:
+        assert folder.read("ok.log", 100) == b"fine"
+        with pytest.raises(Refused, match="symbolic link"):
+            folder.read("link.log", 100)
