@@ -15,6 +15,7 @@ import os
 import runpy
 import signal
 import socket
+import struct
 import sys
 
 FORWARDED = ("CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS", "LEDGER_FORK_SERVERS")
@@ -44,10 +45,20 @@ def main(argv: list[str]) -> int:
         sys.argv = [module, request, result]
         runpy.run_module(module, run_name="__main__", alter_sys=True)
         return 0
-    with open(result + ".pid", "w") as f:
-        f.write(str(first["pid"]))
+    host = _host_pid(conn, int(first["pid"]))
+    if host is not None:
+        with open(result + ".pid", "w") as f:
+            f.write(str(host))
+        _into_cgroup(host)
+    # The worker waits for this word: it is in the claim's cgroup, and knows its host pid.
+    conn.sendall(f"go {host if host is not None else ''}\n".encode())
     line = reader.readline()
-    rc = int(json.loads(line)["rc"]) if line else 1
+    done = json.loads(line) if line else {"rc": 1}
+    rc = int(done["rc"])
+    if done.get("ended"):
+        # What the worker left running, ended by the server: the parent names it.
+        with open(result + ".ended", "w") as f:
+            json.dump(done["ended"], f)
     if rc < 0:
         # Die of the same signal, so the parent sees what a spawned child shows.
         # SIGKILL and SIGSTOP take no handler (their disposition is always the default).
@@ -55,6 +66,43 @@ def main(argv: list[str]) -> int:
             signal.signal(-rc, signal.SIG_DFL)
         os.kill(os.getpid(), -rc)
     return rc
+
+
+def _host_pid(conn: socket.socket, pid: int) -> int | None:
+    """The worker's pid as this process sees it: the server (the socket's peer, whose
+    pid the kernel gives in this namespace) forked it, and its status names its pid in
+    each namespace it is in, the innermost last (the server's own sandbox)."""
+    creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    server = struct.unpack("3i", creds)[0]
+    if server <= 0:
+        return None
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/status") as f:
+                fields = dict(line.split(":", 1) for line in f if ":" in line)
+        except OSError:
+            continue
+        if fields.get("PPid", "").strip() != str(server):
+            continue
+        nspids = fields.get("NSpid", "").split()
+        if nspids and nspids[-1] == str(pid):
+            return int(entry.name)
+    return None
+
+
+CGROUP_VAR = "LEDGER_CLAIM_CGROUP"
+"""The claim's cgroup (a folder with ``cgroup.procs``), set by the parent."""
+
+
+def _into_cgroup(pid: int) -> None:
+    """The worker into the claim's cgroup before it starts, so that everything it
+    starts is counted in the claim's peak; a failure leaves the outside view sampled."""
+    where = os.environ.get(CGROUP_VAR)
+    if where:
+        with contextlib.suppress(OSError), open(os.path.join(where, "cgroup.procs"), "w") as f:
+            f.write(str(pid))
 
 
 if __name__ == "__main__":

@@ -61,6 +61,7 @@ class ForkServer:
         wrap: Wrap | None = None,
         sock_dir: Path | None = None,
         learn: bool = True,
+        confine: Mapping[str, Any] | None = None,
     ) -> Starting:
         """Launch a server that imports the ``(root, "module:attr")`` workloads of
         ``preload`` and the ``modules``, and builds and prepares the ``prepare``
@@ -71,7 +72,9 @@ class ForkServer:
         preloading saves) imports nothing beyond the workloads: not `ALWAYS`, not what
         claims imported. Returns at once (`Starting.wait` for the ready server):
         servers launched one after the other import and prepare at the same time (a
-        pull request's base and head trees)."""
+        pull request's base and head trees). ``confine`` (``{"run_dir": ...}``, where the
+        server is sandboxed) makes each claim process the only writer of its own folder
+        in the run's (`runners.confine`)."""
         sock = Path(tempfile.mkdtemp(prefix="ledger-fork-", dir=sock_dir)) / "s"
         env = {**env, "PYTORCH_NVML_BASED_CUDA_CHECK": "1"}
         argv = [sys.executable, "-m", "runners.forkserver", str(sock)]
@@ -90,6 +93,7 @@ class ForkServer:
             "modules": list(modules),
             "prepare": [[r, ref, dict(p)] for r, ref, p in prepare],
             "learn": learn,
+            "confine": dict(confine or {}),
         }
         proc.stdin.write(json.dumps(doc))
         proc.stdin.close()
@@ -183,6 +187,7 @@ class Launched:
         *,
         wrap: Wrap | None = None,
         sock_dir: Path | None = None,
+        confine: Mapping[str, Any] | None = None,
     ) -> Launched:
         """One server per spec, all launched now; none when ``LEDGER_FORK_SERVER=0``."""
         if os.environ.get("LEDGER_FORK_SERVER", "1") == "0":
@@ -198,6 +203,7 @@ class Launched:
                         prepare=spec.prepare,
                         wrap=wrap,
                         sock_dir=sock_dir,
+                        confine=confine,
                     )
                 )
             except OSError:

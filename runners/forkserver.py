@@ -182,17 +182,28 @@ def _library_dirs() -> tuple[str, ...]:
 _LIBRARY_DIRS = _library_dirs()
 
 
-def _worker(conn: socket.socket, fds: list[int], msg: dict[str, Any]) -> None:
-    """In the forked child: become the claim process and never return."""
+def _worker(
+    conn: socket.socket, fds: list[int], msg: dict[str, Any], go: int, confine: dict[str, Any]
+) -> None:
+    """In the forked child: become the claim process and never return. It waits for
+    its client's word (``go``: the client has placed it in the claim's cgroup and
+    learnt its host pid) before any of the claim's code runs."""
     code = 1
     before = set(sys.modules)
     try:
         with contextlib.suppress(OSError):
+            # Unsandboxed (one pid namespace), the client's process group: its
+            # timeout and Ctrl-C reach this process directly too.
             os.setpgid(0, int(msg["pgid"]))
         for target, fd in zip((0, 1, 2), fds, strict=True):
             os.dup2(fd, target)
             os.close(fd)
         conn.close()
+        word = os.read(go, 64).decode()
+        os.close(go)
+        if not word:
+            os._exit(1)  # the client went away before the claim started
+        _confined(word, msg, confine)
         if isinstance(msg.get("env"), dict):
             _fresh_environment(msg["env"])
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
@@ -216,14 +227,59 @@ def _worker(conn: socket.socket, fds: list[int], msg: dict[str, Any]) -> None:
         os._exit(code)
 
 
-def _same_session(msg: dict[str, Any]) -> bool:
+def _confined(word: str, msg: dict[str, Any], confine: dict[str, Any]) -> None:
+    """The claim process's own confinement (`runners.confine`) before its code runs:
+    the subreaper of what it starts, the only writer of its folder (where the run is
+    sandboxed), no capabilities; and its host pid, as its client learnt it."""
+    from runners import confine as c
+    from runners.harness.hostpid import HOST_PID_VAR
+
+    host = word.strip().removeprefix("go").strip()
+    if host.isdigit():
+        os.environ[HOST_PID_VAR] = host
+        os.environ[HOST_PID_VAR + "_OF"] = str(os.getpid())
+    c.subreaper()
+    run_dir = confine.get("run_dir")
+    args = [str(a) for a in msg.get("args", [])]
+    if not run_dir or not args:
+        return
+    folder = os.path.dirname(args[0])
+    mine = [folder]
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        art = json.loads(Path(args[0]).read_text()).get("artifact_dir")
+        if isinstance(art, str):
+            mine.append(art)
+    # A scratch folder of the claim's own (the server's is read-only from here on).
+    scratch = os.path.join(folder, "scratch")
+    with contextlib.suppress(OSError):
+        os.makedirs(scratch, exist_ok=True)
+        os.environ["HOME"] = os.environ["TMPDIR"] = scratch
     try:
-        return os.getsid(int(msg.get("pid", 0)) or 0) == os.getsid(0)
-    except (OSError, ValueError):
-        return False
+        c.own_folder(str(run_dir), mine)
+        c.drop_capabilities()
+    except OSError as e:
+        # No nested user namespace on this host: the claim shares the run's writable
+        # folders with the run's other claims (docs/security.md).
+        print(f"confinement: the run's folders stay shared ({e})", file=sys.stderr)
 
 
-def _accept(listener: socket.socket, running: dict[int, tuple[socket.socket, Any]]) -> None:
+class _Claim:
+    """A running claim process as the server holds it: its client's connection (the
+    claim lives as long as it), where it names what it imported, and the pipe its
+    start waits on."""
+
+    def __init__(self, conn: socket.socket, learn: Any, go: int) -> None:
+        self.conn = conn
+        self.learn = learn
+        self.go: int | None = go
+
+
+def _accept(
+    listener: socket.socket,
+    running: dict[int, _Claim],
+    sel: selectors.BaseSelector,
+    confine: dict[str, Any],
+) -> None:
     conn, _ = listener.accept()
     try:
         data, fds, _, _ = socket.recv_fds(conn, 1 << 20, 3)
@@ -233,35 +289,60 @@ def _accept(listener: socket.socket, running: dict[int, tuple[socket.socket, Any
         return
     import torch
 
-    refused = None
     if torch.cuda.is_initialized():  # type: ignore[no-untyped-call]
         # Never fork a CUDA context: tell the client to fall back.
-        refused = "CUDA initialised in the fork server"
-    elif not _same_session(msg):
-        # The worker could not join the client's process group: a timeout or Ctrl-C
-        # that ends the group would miss it. The client runs the module itself.
-        refused = "the client is in another session"
-    if refused is not None:
         with contextlib.suppress(OSError):
-            conn.sendall(json.dumps({"refused": refused}).encode() + b"\n")
+            conn.sendall(json.dumps({"refused": "CUDA initialised in the fork server"}).encode())
+            conn.sendall(b"\n")
         for fd in fds:
             os.close(fd)
         conn.close()
         return
+    r, w = os.pipe()
     pid = os.fork()
     if pid == 0:
         listener.close()
-        for other, _ in running.values():
-            other.close()
-        _worker(conn, fds, msg)
+        os.close(w)
+        for other in running.values():
+            other.conn.close()
+            if other.go is not None:
+                os.close(other.go)
+        _worker(conn, fds, msg, r, confine)
+    os.close(r)
     for fd in fds:
         os.close(fd)
     with contextlib.suppress(OSError):
         conn.sendall(json.dumps({"pid": pid}).encode() + b"\n")
-    running[pid] = (conn, msg.get("learn"))
+    running[pid] = _Claim(conn, msg.get("learn"), w)
+    sel.register(conn, selectors.EVENT_READ, pid)
 
 
-def _reap(running: dict[int, tuple[socket.socket, Any]], learn: bool = True) -> None:
+def _heard(pid: int, running: dict[int, _Claim]) -> None:
+    """The client of ``pid`` said something: its word to start (with the worker's host
+    pid), or, at end of file, that it is gone: then the claim ends now."""
+    claim = running[pid]
+    try:
+        data = claim.conn.recv(64)
+    except OSError:
+        data = b""
+    if data and claim.go is not None:
+        with contextlib.suppress(OSError):
+            os.write(claim.go, data)
+        os.close(claim.go)
+        claim.go = None
+        return
+    if not data:
+        # Timed out, Ctrl-C, killed: the client is the claim's handle outside.
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+        if claim.go is not None:
+            os.close(claim.go)
+            claim.go = None
+
+
+def _reap(running: dict[int, _Claim], sel: selectors.BaseSelector, learn: bool = True) -> None:
+    from runners.confine import end_strays
+
     while running:
         try:
             pid, status = os.waitpid(-1, os.WNOHANG)
@@ -269,17 +350,24 @@ def _reap(running: dict[int, tuple[socket.socket, Any]], learn: bool = True) -> 
             return
         if pid == 0:
             return
-        conn, names = running.pop(pid, (None, None))
-        if conn is None:
-            continue
+        claim = running.pop(pid, None)
+        if claim is None:
+            continue  # a stray re-parented here, reaped
+        # What the claim left running came up to this server (its subreaper) when
+        # it exited: ended before the claim is reported done.
+        ended = end_strays(running)
         rc = os.waitstatus_to_exitcode(status)
+        with contextlib.suppress(KeyError, ValueError):
+            sel.unregister(claim.conn)
         with contextlib.suppress(OSError):
-            conn.sendall(json.dumps({"rc": rc}).encode() + b"\n")
-        conn.close()
-        if learn and names:
+            claim.conn.sendall(json.dumps({"rc": rc, "ended": ended}).encode() + b"\n")
+        claim.conn.close()
+        if claim.go is not None:
+            os.close(claim.go)
+        if learn and claim.learn:
             # What that claim imported, the next one forks with.
             with contextlib.suppress(OSError, ValueError):
-                _import_modules(json.loads(Path(names).read_text()))
+                _import_modules(json.loads(Path(claim.learn).read_text()))
 
 
 _PR_SET_CHILD_SUBREAPER = 36
@@ -297,6 +385,7 @@ def _serve(path: str) -> int:
     _adopt_orphans()
     doc = json.loads(sys.stdin.read() or "[]")
     ready = _preload(doc)
+    confine = doc.get("confine", {}) if isinstance(doc, dict) else {}
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(path)
     listener.listen(64)
@@ -306,12 +395,15 @@ def _serve(path: str) -> int:
     # Single-threaded (a forked child inherits no other thread's held lock), yet several
     # claims at once: a worker is reaped by polling while the next request is awaited.
     sel = selectors.DefaultSelector()
-    sel.register(listener, selectors.EVENT_READ)
-    running: dict[int, tuple[socket.socket, Any]] = {}
+    sel.register(listener, selectors.EVENT_READ, None)
+    running: dict[int, _Claim] = {}
     while True:
-        if sel.select(timeout=0.05 if running else None):
-            _accept(listener, running)
-        _reap(running, learn)
+        for key, _ in sel.select(timeout=0.05 if running else None):
+            if key.data is None:
+                _accept(listener, running, sel, confine)
+            elif key.data in running:
+                _heard(key.data, running)
+        _reap(running, sel, learn)
 
 
 if __name__ == "__main__":

@@ -15,9 +15,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import os
+import json
 import shutil
-import signal
 import sys
 import tempfile
 import threading
@@ -35,11 +34,12 @@ from runners.claim_exit import (
     timed_out,
     with_exit_proof,
 )
+from runners.forkclient import CGROUP_VAR
 from runners.forkparent import ForkServer
 from runners.harness import child, nvml
+from runners.harness.cgroup import ClaimCgroup
 from runners.harness.launch import RankGroup
-from runners.harness.outside import REPORTED, OutsideView, bound, claim_pid
-from runners.harness.processes import descendants, proc_table
+from runners.harness.outside import REPORTED, OutsideView, bound
 from runners.preload import note_learned
 from runners.result import (
     CheckResult,
@@ -120,9 +120,10 @@ def _launches(
     envs = [{**child.env(), **(extra or {})} for _ in argvs]
     if sandbox is None:
         return argvs, envs
-    # Several ranks share one network namespace (entered before their sandboxes start),
-    # so they rendezvous over loopback and still reach nothing else.
-    shared = len(argvs) > 1 and not network
+    # Several ranks share one pid, ipc and network namespace (entered before their
+    # sandboxes start: `ledger.sandbox.shared_namespaces`), so they rendezvous over
+    # loopback and NCCL reaches its peers, and still reach nothing else.
+    shared = len(argvs) > 1
     scratch = work / "scratch"
     shm = work / "shm"
     scratch.mkdir()
@@ -134,10 +135,10 @@ def _launches(
     policy = sandbox.policy(
         writable=writable,
         read_only=code,
-        network=network or shared,
+        network=network,
         shm=shm if len(argvs) > 1 else None,
         scratch=scratch,
-    )
+    ).with_(joined=shared)
     out = [sandbox.launch(policy, a, e) for a, e in zip(argvs, envs, strict=True)]
     return [a for a, _ in out], [e for _, e in out]
 
@@ -184,26 +185,36 @@ def run_claim_isolated(
     body: dict[str, Any] = {"device": device, "claim": claim, "check": check, **kwargs}
     argvs = _requests(work, body, world_size, backend if grouped else None, timeout_s, fork_server)
     extra = dict(env or {})
-    if not (fork_server is not None and world_size == 1):
+    forked = fork_server is not None and world_size == 1
+    # Every process of the claim in a cgroup of its own: the kernel's peak over all of
+    # them, however briefly each lived (none here: the view is sampled, and says so).
+    cgroup = ClaimCgroup.make()
+    if not forked:
         argvs, envs = _launches(
             argvs, sandbox=sandbox, network=network, work=work, kwargs=kwargs, extra=extra
         )
     else:
-        envs = [{**child.env(), **extra} for _ in argvs]
+        # The client places the forked worker in the cgroup before it starts.
+        placed = {} if cgroup is None else {CGROUP_VAR: str(cgroup.path)}
+        envs = [{**child.env(), **extra, **placed} for _ in argvs]
     started = time.time_ns()
     gpu_before = nvml.devices_used()
     results_of = [work / f"result{rank}.json" for rank in range(world_size)]
     stack = contextlib.ExitStack()
     try:
-        preexec = None
-        if sandbox is not None and sandbox.bwrap and len(argvs) > 1 and not network:
-            from ledger.sandbox import shared_network
+        enter: Callable[[], None] | None = None
+        if sandbox is not None and sandbox.bwrap and len(argvs) > 1:
+            from ledger.sandbox import shared_namespaces
 
-            preexec = stack.enter_context(shared_network(sandbox.bwrap))
-        group = RankGroup.start(argvs, progress=progress, envs=envs, preexec=preexec)
+            enter = stack.enter_context(
+                shared_namespaces(sandbox.bwrap, sandbox.base, network=network)
+            )
+        group = RankGroup.start(
+            argvs, progress=progress, envs=envs, preexec=_preexec(enter, cgroup, forked)
+        )
         markers = [p.with_name(p.name + ".pid") for p in results_of]
         # From outside, while the claim runs: what its processes really hold.
-        view = OutsideView([p.pid for p in group.procs], markers).start()
+        view = OutsideView([p.pid for p in group.procs], markers, cgroup=cgroup).start()
         seen: dict[int, Any] = {}
 
         def ended(rank: int, rc: int) -> bool:
@@ -226,8 +237,10 @@ def run_claim_isolated(
             view.stop()
             # Also on Ctrl-C: no rank outlives the claim.
             stopped = group.stop()
-        if fork_server is not None and world_size == 1:
-            stopped.append(_nothing_left_under(fork_server))
+        if forked:
+            stopped.append(_ended_by_server(fork_server, results_of[0], cgroup))
+        if cgroup is not None:
+            stopped.insert(0, _cgroup_empty(cgroup))
         exits = group.exits()
         # The process that held the GPU memory is not the launcher: a forked worker
         # (its pid written by the client) or the command below the sandbox.
@@ -304,32 +317,65 @@ def run_claim_isolated(
         return results
     finally:
         stack.close()
+        if cgroup is not None:
+            cgroup.close()
         shutil.rmtree(work, ignore_errors=True)
 
 
-def _nothing_left_under(server: ForkServer) -> ReleasedResource:
-    """The parent's own look below the fork server once the claim ended: a claim
-    process that never joined the claim's process group (the server runs the pull
-    request's code too) would still be running there."""
-    table = proc_table() or {}
-    root = claim_pid(server.proc.pid, Path("/nonexistent"))
-    below = {} if root is None else descendants(root, table)
-    # Claims run side by side from one server (--gpus): a process in the group of a
-    # client still running outside the server is another claim's worker, not this
-    # claim's leftover (that claim's own look names what it leaves).
-    live_clients = {p for p, i in table.items() if p not in below and p != root and i.state != "Z"}
-    left_pids = sorted(p for p, i in below.items() if i.state != "Z" and i.pgid not in live_clients)
-    left = [f"pid {p} ({below[p].comm})" for p in left_pids]
-    for p in left_pids:
-        with contextlib.suppress(OSError):
-            os.kill(p, signal.SIGKILL)
-    seen = f"still running below the fork server (pid {root}): {', '.join(left)}; sent SIGKILL"
+def _preexec(
+    enter: Callable[[], None] | None, cgroup: ClaimCgroup | None, forked: bool
+) -> Callable[[], None] | None:
+    """What each spawned rank does before its command: join the claim's cgroup (a
+    forked worker is placed there by its client instead), enter the shared namespaces."""
+    if (cgroup is None or forked) and enter is None:
+        return None
+
+    def run() -> None:
+        if cgroup is not None and not forked:
+            with contextlib.suppress(OSError):
+                cgroup.join()
+        if enter is not None:
+            enter()
+
+    return run
+
+
+def _ended_by_server(
+    server: ForkServer | None, result: Path, cgroup: ClaimCgroup | None
+) -> ReleasedResource:
+    """What the claim process left running when it exited: the fork server (their
+    subreaper) ended each before it reported the claim done, and named them to the
+    client (``RESULT.ended``). A claim that leaves anything is not cleaned up."""
+    named = result.with_name(result.name + ".ended")
+    try:
+        left = [str(x) for x in json.loads(named.read_text())][:50]
+    except (OSError, ValueError, TypeError):
+        left = []
+    where = "" if cgroup is None else f" (cgroup {cgroup.path.name})"
+    if left:
+        proof = (
+            f"still running below the fork server after the claim process exited{where}: "
+            f"{', '.join(left)}; sent SIGKILL"
+        )
+    else:
+        proof = f"nothing left below the fork server by the claim process{where}"
     return ReleasedResource(
         kind="process",
-        id=f"below-fork-server:{root}",
+        id=f"below-fork-server:{server.proc.pid if server is not None else 0}",
         released=not left,
-        proof=seen if left else f"no process below the fork server (pid {root}) in /proc",
+        proof=proof,
     )
+
+
+def _cgroup_empty(cgroup: ClaimCgroup) -> ReleasedResource:
+    """The kernel's own list of the claim's processes, once it ended: empty, or each
+    named and killed."""
+    left = cgroup.close()
+    if left:
+        proof = f"still in the claim's cgroup: {', '.join(f'pid {p}' for p in left)}; sent SIGKILL"
+    else:
+        proof = f"no process left in the claim's cgroup ({cgroup.path.name})"
+    return ReleasedResource(kind="cgroup", id=cgroup.path.name, released=not left, proof=proof)
 
 
 def _bounded(

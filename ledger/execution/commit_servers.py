@@ -73,7 +73,8 @@ class CommitServers:
         modules = [*preload, *(recorded_modules([ref]) if ref else [])]
         specs = [Spec.of(r, [(ref, run.workload_params)], modules) for r in missing]
         wrap = server_sandbox(self.box, self.work, [self.code])
-        launched = Launched.all(specs, env(), wrap=wrap, sock_dir=self.work)
+        confine = None if wrap is None else {"run_dir": str(self.work)}
+        launched = Launched.all(specs, env(), wrap=wrap, sock_dir=self.work, confine=confine)
         try:
             ready = launched.wait()
         except BaseException:

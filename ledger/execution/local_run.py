@@ -30,6 +30,7 @@ from ledger.execution.trees import removed, worktree
 from ledger.fleet.ci import ci_job
 from ledger.fleet.dcgm import diagnose
 from ledger.fleet.evidence import health_evidence
+from ledger.fleet.quarantine import skip_quarantined
 from ledger.keys import LocalKey
 from ledger.qualification.plan import ClaimSpec, Plan
 from ledger.record import Recorder
@@ -127,7 +128,8 @@ def started(
             # The base tree's arms reuse a model built once, like the head's.
             specs.append(_spec(base, plan, on_base, modules))
         wrap = server_sandbox(box, run_dir, [root, base])
-        launched = Launched.all(specs, env(), wrap=wrap, sock_dir=run_dir)
+        confine = None if wrap is None else {"run_dir": str(run_dir)}
+        launched = Launched.all(specs, env(), wrap=wrap, sock_dir=run_dir, confine=confine)
         try:
             yield Started(root, base, run_dir, launched)
         finally:
@@ -157,6 +159,8 @@ def run(
     from runners.preload import learned, remember_modules
 
     explicit = devices is not None
+    if devices is not None:
+        devices = skip_quarantined(devices, visible_gpus(), recorder, os.environ, say)
     pool = DevicePool(devices if devices is not None else [GpuDevice("default")])
     n = len(runs)
     servers = st.servers.wait()

@@ -36,6 +36,10 @@ from pathlib import Path
 from typing import Any, Literal, get_args
 
 from ledger.errors import UsageError
+from ledger.sandbox.mounts import system_mounts
+
+PID_NAMESPACE_VAR = "SANDBOX_PID_NAMESPACE"
+"""Set inside every sandbox (`runners.harness.hostpid` reads the same name)."""
 
 __all__ = [
     "MODES",
@@ -49,7 +53,7 @@ __all__ = [
     "render",
     "resolve",
     "secret_paths",
-    "shared_network",
+    "shared_namespaces",
 ]
 
 Mode = Literal["auto", "bwrap", "none"]
@@ -114,18 +118,19 @@ def passed_env(
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class SandboxPolicy:
-    """What a sandboxed process may see and do."""
+    """What a sandboxed process may see and do: nothing but what is named here and
+    the system part of the allow-list (`ledger.sandbox.mounts`)."""
 
     read_only: tuple[str, ...] = ()
-    """Paths visible read-only, also inside a hidden folder (the venv under a hidden
-    home, the checked-out code under the hidden /tmp). The rest of / is visible
-    read-only too, except what `hidden` covers."""
+    """Paths bound read-only: the interpreter's prefixes and the folders it imports
+    from, the checked-out trees."""
     writable: tuple[str, ...] = ()
     """The only writable paths: a private scratch folder, the artifact folder, the
     request/result folder."""
     hidden: tuple[str, ...] = ()
-    """Replaced by an empty tmpfs (folders) or an empty file (files): keys, tokens,
-    the outbox, the ledger database's folder, home, /tmp."""
+    """Where the ledger's secrets and state can be (keys, tokens, the outbox, the
+    database's folder). None of them is bound; one that lies inside a bound folder
+    (a key folder inside a bound checkout) is covered there by an empty tmpfs or file."""
     env: tuple[tuple[str, str], ...] = ()
     """The whole environment inside (nothing else is inherited)."""
     network: bool = False
@@ -136,10 +141,15 @@ class SandboxPolicy:
     """A folder mounted as /dev/shm, shared by the ranks of one claim; None: private."""
     chdir: str | None = None
     proc: bool = True
-    """Mount a fresh procfs (of the host's pid namespace, so pids keep their meaning)
-    at /proc. The host's /proc, bound read-only with /, makes the CUDA driver's
-    initialisation fail (error 304, seen on an H200 host); False only where this
-    host refuses the mount (`resolve` probes it)."""
+    """Mount a fresh procfs of the sandbox's own pid namespace at /proc: only its own
+    processes are there. False only where this host refuses the mount (`resolve`
+    probes it); /proc is then absent."""
+    user: bool = True
+    """A user namespace of its own (uid and gid 65534 inside); False where this host
+    refuses one (`resolve` probes it) or the pid namespace is joined."""
+    joined: bool = False
+    """The pid, ipc and network namespaces are the caller's to provide (the ranks of
+    one claim share them: `shared_namespaces`); else each sandbox has its own."""
 
     def with_(self, **changes: object) -> SandboxPolicy:
         return replace(self, **changes)  # type: ignore[arg-type]
@@ -155,41 +165,51 @@ def _inside(path: str, folder: str) -> bool:
 def render(policy: SandboxPolicy, argv: Sequence[str], *, bwrap: str) -> list[str]:
     """The bubblewrap command line that runs ``argv`` under ``policy``.
 
-    Order matters (later mounts cover earlier ones): the whole file system
-    read-only, a minimal /dev with the GPUs, the hidden paths, then what
-    is re-exposed inside them, then the hidden paths again wherever a re-exposed
-    folder contains one, so a secret is hidden whatever folder it lies in."""
-    out = [bwrap, "--die-with-parent", "--cap-drop", "ALL", "--ro-bind", "/", "/"]
+    An empty root, then the allow-list: the system paths, a minimal /dev with the
+    GPUs, a fresh /proc of its own pid namespace, a private /tmp, the read-only and
+    writable paths the policy names, and over any of those a hidden path inside
+    them. Own pid, ipc, uts and cgroup namespaces (and network, unless allowed),
+    a new session (no terminal to inject input into), no capabilities, and
+    ``--die-with-parent``: when the sandbox's first process ends, everything it
+    started ends with it (the kernel kills a pid namespace with its init)."""
+    out = [bwrap, "--die-with-parent", "--new-session", "--cap-drop", "ALL"]
+    if policy.user and not policy.joined:
+        out += ["--unshare-user", "--uid", str(NOBODY), "--gid", str(NOBODY)]
+    if not policy.joined:
+        out += ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
+        if not policy.network:
+            out.append("--unshare-net")
+    out += system_mounts(network=policy.network, gpus=bool(policy.devices))
     out += ["--dev", "/dev"]
     for d in policy.devices:
         out += ["--dev-bind", d, d]
     if policy.shm is not None:
         out += ["--bind", policy.shm, "/dev/shm"]
-    # The sandbox shares the host's pid namespace (docs/security.md), so a fresh
-    # procfs shows the same pids; another process's entries stay closed without
-    # capabilities either way.
     if policy.proc:
         out += ["--proc", "/proc"]
-    hidden = [h for h in policy.hidden if os.path.lexists(h)]
-    for h in hidden:
-        out += _hide(h)
+    out += ["--tmpfs", "/tmp"]
     bound = [p for p in policy.read_only if os.path.exists(p)]
     for p in bound:
         out += ["--ro-bind", p, p]
     for p in policy.writable:
         out += ["--bind", p, p]
     exposed = bound + list(policy.writable)
-    for h in hidden:
-        if any(_inside(h, b) and h != b for b in exposed):
+    for h in policy.hidden:
+        if os.path.lexists(h) and any(_inside(h, b) and h != b for b in exposed):
             out += _hide(h)
-    if not policy.network:
-        out.append("--unshare-net")
     out.append("--clearenv")
     for k, v in policy.env:
         out += ["--setenv", k, v]
+    # Pids inside are not the host's: readings keyed on a pid must say so
+    # (`runners.harness.hostpid`).
+    out += ["--setenv", PID_NAMESPACE_VAR, "1"]
     if policy.chdir is not None:
         out += ["--chdir", policy.chdir]
     return [*out, "--", *argv]
+
+
+NOBODY = 65534
+"""The uid and gid inside a sandbox's user namespace."""
 
 
 def _hide(path: str) -> list[str]:
@@ -267,9 +287,10 @@ def find_bwrap() -> str | None:
 
 
 @functools.cache
-def _works(bwrap: str, proc: bool = True) -> str | None:
+def _works(bwrap: str, proc: bool = True, user: bool = True) -> str | None:
     """None when bubblewrap can build our sandbox here, else why not."""
-    probe = render(SandboxPolicy(hidden=("/tmp",), proc=proc), ["/bin/true"], bwrap=bwrap)
+    policy = SandboxPolicy(proc=proc, user=user)
+    probe = render(policy, ["/bin/sh", "-c", "exit 0"], bwrap=bwrap)
     try:
         done = subprocess.run(probe, capture_output=True, text=True, timeout=30, check=False)
     except (OSError, subprocess.TimeoutExpired) as e:
@@ -357,11 +378,17 @@ def resolve(
             "wheel); install bubblewrap, or pass --sandbox none to run the pull request's "
             "code unsandboxed (recorded as sandbox=none)"
         )
-    why = _works(bwrap)
-    # A host that refuses a fresh procfs still gets a sandbox, over its own /proc.
-    proc = why is None or _works(bwrap, proc=False) is not None
-    why = why if proc else None
+    # The most isolated form this host allows: a user namespace and a fresh procfs of
+    # the sandbox's own pid namespace; without either, what stands is still an
+    # allow-list in pid, ipc and mount namespaces of its own (docs/security.md).
+    forms = [(True, True), (True, False), (False, True), (False, False)]
+    why = None
+    for proc, user in forms:
+        why = _works(bwrap, proc, user)
+        if why is None:
+            break
     if why is not None:
+        why = _works(bwrap)
         raise UsageError(
             f"--sandbox {mode}: bubblewrap ({bwrap}) cannot build the sandbox here: {why}; "
             "pass --sandbox none to run unsandboxed (recorded as sandbox=none)"
@@ -373,12 +400,14 @@ def resolve(
         env=tuple(sorted(passed_env(environ, allowed_env, python_path=py_path).items())),
         devices=gpu_devices(),
         proc=proc,
+        user=user,
     )
     return Sandbox("bwrap", bwrap, base)
 
 
 _CLONE_NEWNET = 0x40000000
-_HOLD = ("--die-with-parent", "--clearenv", "--", "/bin/sh", "-c", "read _")
+_CLONE_NEWIPC = 0x08000000
+_CLONE_NEWPID = 0x20000000
 
 
 def _children(pid: int) -> list[int]:
@@ -391,51 +420,66 @@ def _children(pid: int) -> list[int]:
 
 
 @contextlib.contextmanager
-def shared_network(bwrap: str) -> Iterator[Callable[[], None]]:
-    """A network namespace with only loopback, for several sandboxes to share: the
-    ranks of one claim rendezvous over loopback, which separate namespaces would cut.
+def shared_namespaces(
+    bwrap: str, base: SandboxPolicy, *, network: bool = False
+) -> Iterator[Callable[[], None]]:
+    """Pid, ipc and network namespaces (loopback only) for the ranks of one claim to
+    share: gloo and NCCL rendezvous over loopback, and NCCL's intra-host transports
+    need the peer's pid and SysV/POSIX shared memory, which separate namespaces would
+    cut. No other claim or run shares them. With ``network`` the ranks keep the
+    host's network (the plan gives the claim one).
 
     Yields a function for `subprocess.Popen`'s ``preexec_fn`` that moves the new
-    process into it (its sandbox then renders with ``network=True``: no namespace of
-    its own). Entering a namespace needs root (CAP_SYS_ADMIN); `UsageError` otherwise.
-    """
-    holder = subprocess.Popen(
-        [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--unshare-net", *_HOLD],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    fd = -1
-    try:
-        deadline = time.monotonic() + 30
-        kids: list[int] = []
-        while not kids and holder.poll() is None and time.monotonic() < deadline:
-            # until bwrap has started the process inside the namespace
-            kids = _children(holder.pid)
-            time.sleep(0.005)
-        if not kids:
-            raise UsageError("could not create a network namespace for the claim's ranks")
-        fd = os.open(f"/proc/{kids[0]}/ns/net", os.O_RDONLY)
-    finally:
-        assert holder.stdin is not None
-        holder.stdin.close()
-        holder.wait()
+    process into them (its sandbox renders with ``joined=True``). The namespaces are
+    held by a process in a sandbox of its own (the allow-list, nothing else) that
+    lives as long as the context: on the way out it ends, and with it, as the init
+    of the pid namespace, every process a rank left behind. Entering namespaces
+    needs root (CAP_SYS_ADMIN); `UsageError` otherwise."""
     if os.geteuid() != 0:
-        os.close(fd)
         raise UsageError(
             "the ranks of a claim share one network namespace, which needs root; "
             "run as root, or give the claim network = true"
         )
-    libc = ctypes.CDLL(None, use_errno=True)
-
-    def enter() -> None:
-        if libc.setns(fd, _CLONE_NEWNET) != 0:
-            raise OSError(ctypes.get_errno(), "setns(CLONE_NEWNET)")
-
+    policy = SandboxPolicy(proc=base.proc, user=False, network=network)
+    holder = subprocess.Popen(
+        render(policy, ["/bin/sh", "-c", "read _"], bwrap=bwrap),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    fds: list[tuple[int, int]] = []
     try:
+        deadline = time.monotonic() + 30
+        kids: list[int] = []
+        while not kids and holder.poll() is None and time.monotonic() < deadline:
+            # until bwrap has started the process inside the namespaces
+            kids = _children(holder.pid)
+            time.sleep(0.005)
+        if not kids:
+            raise UsageError("could not create the namespaces for the claim's ranks")
+        shared = [("ipc", _CLONE_NEWIPC), ("pid", _CLONE_NEWPID)]
+        if not network:  # else the host's network, as the plan allows
+            shared.insert(0, ("net", _CLONE_NEWNET))
+        for name, flag in shared:
+            fds.append((os.open(f"/proc/{kids[0]}/ns/{name}", os.O_RDONLY), flag))
+        libc = ctypes.CDLL(None, use_errno=True)
+
+        def enter() -> None:
+            for fd, flag in fds:
+                if libc.setns(fd, flag) != 0:
+                    raise OSError(ctypes.get_errno(), f"setns({flag:#x})")
+
         yield enter
     finally:
-        os.close(fd)
+        for fd, _ in fds:
+            os.close(fd)
+        assert holder.stdin is not None
+        holder.stdin.close()
+        try:
+            holder.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            holder.kill()
+            holder.wait()
 
 
 def child_status(rc: int) -> int:

@@ -6,9 +6,10 @@ visible (no driver, no package, a container whose pid namespace hides us).
 
 from __future__ import annotations
 
-import os
 import threading
 from typing import Any
+
+from runners.harness.hostpid import host_pid
 
 _lock = threading.Lock()
 _state: dict[str, Any] = {}
@@ -65,7 +66,9 @@ def process_used_bytes(uuid: str, pid: int | None = None) -> int | None:
     nv = _nvml()
     if h is None or nv is None:
         return None
-    want = os.getpid() if pid is None else pid
+    want = host_pid() if pid is None else pid
+    if want is None:
+        return None  # inside the sandbox without its host pid: unavailable
     try:
         procs = list(nv.nvmlDeviceGetComputeRunningProcesses(h))
     except Exception:

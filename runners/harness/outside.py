@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from runners.harness import nvml
+from runners.harness.cgroup import ClaimCgroup
 from runners.harness.processes import descendants, proc_table
 from runners.result import CheckResult
 
@@ -80,6 +81,8 @@ class OutsideView:
 
     launched: Sequence[int]
     markers: Sequence[Path]
+    cgroup: ClaimCgroup | None = None
+    """The claim's cgroup, where one could be made: every process of the claim."""
     rss: list[int] = field(default_factory=list)
     gpu: list[int | None] = field(default_factory=list)
     claim_pids: list[int | None] = field(default_factory=list)
@@ -87,6 +90,10 @@ class OutsideView:
     device_before: int | None = None
     """Device used memory (NVML, all GPUs) before the claim started."""
     device_peak: int | None = None
+    cgroup_peak: int | None = None
+    """The cgroup's peak over all of the claim's processes (host memory), once stopped."""
+    cgroup_gpu: int = 0
+    """The highest sum of NVML's per-process GPU memory over the cgroup's processes."""
     samples: int = 0
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
@@ -112,6 +119,9 @@ class OutsideView:
                 self.rss[rank] = max(self.rss[rank], rss)
             if used is not None and pid in used:
                 self.gpu[rank] = max(self.gpu[rank] or 0, used[pid])
+        if self.cgroup is not None and used is not None:
+            together = sum(used.get(p, 0) for p in self.cgroup.procs())
+            self.cgroup_gpu = max(self.cgroup_gpu, together)
         dev = _device_used()
         if dev is not None:
             self.device_peak = max(self.device_peak or 0, dev)
@@ -121,6 +131,9 @@ class OutsideView:
         """The GPU figure for ``rank`` and what it is: NVML's per-process memory of the
         claim process, else (one rank, NVML not showing its pid, as in some
         containers) the device's used memory above its level before the claim."""
+        if self.cgroup_gpu and len(self.launched) == 1:
+            what = "NVML per-process GPU memory summed over the claim's cgroup"
+            return max(self.cgroup_gpu, self.gpu[rank] or 0), what
         if self.gpu[rank]:
             return self.gpu[rank] or 0, "NVML per-process GPU memory of the claim process"
         if len(self.launched) == 1 and self.device_before is not None and self.device_peak:
@@ -137,6 +150,23 @@ class OutsideView:
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
+        if self.cgroup is not None:
+            self.cgroup_peak = self.cgroup.peak_bytes()
+
+    def host_seen(self, rank: int) -> tuple[int, str]:
+        """The host-memory figure for ``rank``: the cgroup's peak over every process of
+        the claim (one rank: the cgroup holds that rank's processes alone), else the
+        sampled resident set of the claim process."""
+        sampled = (self.rss[rank], f"{_RSS} ({self.samples} samples)")
+        cg, peak = self.cgroup, self.cgroup_peak
+        if (
+            cg is not None
+            and peak is not None
+            and len(self.launched) == 1
+            and peak >= self.rss[rank]
+        ):
+            return peak, cg.basis
+        return sampled
 
 
 def bound(
@@ -146,13 +176,17 @@ def bound(
     outcome whose report is below it beyond the slack becomes inconclusive."""
     for r in results:
         cuda = r.scope.get("device_kind") == "cuda"
-        got_seen = view.cuda_seen(rank) if cuda else (view.rss[rank], _RSS)
+        if cuda:
+            gpu = view.cuda_seen(rank)
+            got_seen = None if gpu is None else (gpu[0], f"{gpu[1]} ({view.samples} samples)")
+        else:
+            got_seen = view.host_seen(rank)
         if got_seen is None or got_seen[0] <= 0:
             continue  # nothing observable from outside (no NVML, no /proc)
         seen, what = got_seen
         slack = CUDA_SLACK_BYTES if cuda else CPU_SLACK_BYTES
         r.measurements["outside_peak_bytes"] = seen
-        r.measurements["outside_peak_basis"] = f"{what} ({view.samples} samples)"
+        r.measurements["outside_peak_basis"] = what
         got = r.measurements.get(REPORTED)
         reported = got if isinstance(got, int) and not isinstance(got, bool) else 0
         if seen > reported + slack and r.outcome in ("passed", "failed"):

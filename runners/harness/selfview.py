@@ -40,17 +40,30 @@ def peak_bytes() -> int:
         from runners.harness import nvml
 
         pool = max(_high[0], int(torch.cuda.max_memory_reserved()))
-        used = (nvml.pids_used() or {}).get(_pid())
-        if used is None:
+        pid = _pid()
+        used = None if pid is None else (nvml.pids_used() or {}).get(pid)
+        if used is None and pid is not None and not _sandboxed():
             # NVML does not show this pid (a container): the device's used memory,
             # the process having the device to itself while the claim runs.
             free, total = torch.cuda.mem_get_info()
             used = total - free
+        if used is None:
+            # Inside the sandbox without its host pid, or NVML not showing it: the pool
+            # alone; the parent's outside view (which knows the host pid) bounds it.
+            return pool
         return pool + max(0, used - int(torch.cuda.memory_reserved()))
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
-def _pid() -> int:
+def _pid() -> int | None:
+    from runners.harness.hostpid import host_pid
+
+    return host_pid()
+
+
+def _sandboxed() -> bool:
     import os
 
-    return os.getpid()
+    from runners.harness.hostpid import PID_NAMESPACE_VAR
+
+    return bool(os.environ.get(PID_NAMESPACE_VAR))

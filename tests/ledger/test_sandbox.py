@@ -70,7 +70,7 @@ def test_secret_paths_cover_every_ledger_location(tmp_path: Path) -> None:
     assert "not-a-path" not in got
 
 
-def test_render_hides_secrets_after_re_exposing_folders_around_them(tmp_path: Path) -> None:
+def test_render_binds_only_the_allow_list_and_hides_secrets_inside_it(tmp_path: Path) -> None:
     venv = tmp_path / "venv"
     secret = venv / "keys"
     secret.mkdir(parents=True)
@@ -86,14 +86,26 @@ def test_render_hides_secrets_after_re_exposing_folders_around_them(tmp_path: Pa
     argv = render(policy, ["cmd", "x"], bwrap="bwrap")
     assert argv[-3:] == ["--", "cmd", "x"]
     pairs = [tuple(argv[i : i + 3]) for i in range(len(argv) - 2)]
-    first_hide = pairs.index(("--tmpfs", str(tmp_path), "--tmpfs"))
+    # Nothing of the host is bound but what is named: never / itself.
+    assert ("--ro-bind", "/", "/") not in pairs and ("--bind", "/", "/") not in pairs
+    sources = [argv[i + 1] for i, a in enumerate(argv) if a in ("--ro-bind", "--bind")]
+    for src in sources:
+        assert src.startswith(("/usr", "/etc/", "/bin", "/lib", "/sbin", "/dev/null", "/sys")) or (
+            src in (str(venv), str(art))
+        ), src
+    # A hidden folder that is not bound needs no cover; one inside a bound folder is
+    # covered after the bind.
+    assert ("--tmpfs", str(tmp_path), "--tmpfs") not in pairs
     expose = pairs.index(("--ro-bind", str(venv), str(venv)))
-    # The key folder inside the re-exposed venv is hidden again, after the bind.
     hides = [i for i, p in enumerate(pairs) if p[:2] == ("--tmpfs", str(secret))]
-    assert first_hide < expose < hides[-1]
+    assert hides and expose < hides[-1]
     assert ("--bind", str(art), str(art)) in pairs
-    assert "--unshare-net" in argv and "--clearenv" in argv
+    for flag in ("--unshare-pid", "--unshare-ipc", "--unshare-net", "--new-session"):
+        assert flag in argv
+    assert "--clearenv" in argv and argv[argv.index("--cap-drop") + 1] == "ALL"
     assert "--unshare-net" not in render(policy.with_(network=True), ["cmd"], bwrap="bwrap")
+    joined = render(policy.with_(joined=True), ["cmd"], bwrap="bwrap")
+    assert "--unshare-pid" not in joined and "--unshare-user" not in joined
 
 
 @needs_bwrap

@@ -169,35 +169,53 @@ def test_on_cuda_the_bound_is_nvml_per_process_else_the_device_above_its_level()
     assert "device used memory" in str(liar.measurements["outside_peak_basis"])
 
 
-# Leaves a process running that left the claim's process group (setsid, double fork).
+# Leaves a process running that left the claim's process group (setsid, double fork);
+# {escape}: first gives up being the subreaper of what it starts, so the orphan goes up
+# past the claim process to the fork server.
 ESCAPER = """
-import os, signal
+import ctypes, os, signal
 from runners.workloads.moe import make_workload as _make
 
 def make_workload(**params):
+    if {escape}:
+        ctypes.CDLL(None).prctl(36, 0, 0, 0, 0)
     pid = os.fork()
     if pid == 0:
         os.setsid()
         if os.fork() == 0:
-            signal.pause()  # until the parent's look below the server kills it
+            signal.pause()  # until it is found and killed
         os._exit(0)
     os.waitpid(pid, 0)
     return _make(**params)
 """
 
 
-def test_a_process_left_below_the_fork_server_is_named_ended_and_incomplete(
-    tmp_path: Path,
+@pytest.mark.parametrize("escape", [False, True])
+def test_a_process_left_behind_by_a_claim_is_named_ended_and_incomplete(
+    tmp_path: Path, escape: bool
 ) -> None:
     from runners.forkparent import ForkServer
     from runners.harness.child import env as child_env
 
-    (tmp_path / "escaper.py").write_text(ESCAPER)
+    (tmp_path / "escaper.py").write_text(ESCAPER.format(escape=escape))
     server = ForkServer.launch([(str(tmp_path), "escaper:make_workload")], child_env()).wait()
     try:
         [r] = _run(tmp_path, "escaper:make_workload", artifact_dir=None, fork_server=server)
     finally:
         server.close()
+    assert not r.cleanup.complete
     [below] = [x for x in r.cleanup.resources if x.id.startswith("below-fork-server:")]
-    assert not below.released and "still running below the fork server" in below.proof
-    assert "sent SIGKILL" in below.proof and not r.cleanup.complete
+    if escape:
+        # Past the claim process: the fork server, the subreaper of every claim, ended it
+        # before it reported the claim done, and named it.
+        assert not below.released and "still running below the fork server" in below.proof
+        assert "sent SIGKILL" in below.proof
+    else:
+        # The claim process is the subreaper of what it starts: the daemon stayed below
+        # it, where the claim's own registry found and named it.
+        leaks = [x for x in r.cleanup.resources if "LEAK" in x.proof]
+        assert leaks and not leaks[0].released and below.released
+    # Nothing of it is left anywhere: the claim's cgroup, where there is one, is empty.
+    for x in r.cleanup.resources:
+        if x.kind == "cgroup":
+            assert x.released, x.proof

@@ -1,0 +1,117 @@
+"""A memory cgroup per claim: the outside view of every process the claim starts.
+
+Sampling one pid's resident set misses a helper that a claim forks, fills and
+lets exit between two samples. The kernel's cgroup keeps the peak of every
+process placed in it and of everything they start: v2 ``memory.peak``, v1
+``memory.max_usage_in_bytes``. The claim's processes are placed in it before
+any of their code runs (a spawned rank by its launcher, a forked worker by its
+client before the worker's word to start). Where no cgroup can be made (no
+write access, no memory controller), `ClaimCgroup.make` returns None and the
+receipt says the outside view was sampled.
+
+Standard library only; the parent's side (no torch).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import signal
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["ClaimCgroup"]
+
+_ROOT = Path("/sys/fs/cgroup")
+
+
+def _mine() -> tuple[int, Path] | None:
+    """(version, folder) of this process's memory cgroup, where one is writable."""
+    try:
+        lines = Path("/proc/self/cgroup").read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        if "memory" in controllers.split(","):
+            for mount in (_ROOT / "memory", _ROOT):
+                folder = mount / path.lstrip("/")
+                if (folder / "memory.max_usage_in_bytes").exists():
+                    return 1, folder
+    for line in lines:
+        if line.startswith("0::"):
+            for mount in (_ROOT, _ROOT / "unified"):
+                folder = mount / line[3:].lstrip("/")
+                if "memory" in _read(folder / "cgroup.subtree_control").split():
+                    return 2, folder
+    return None
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text()
+    except OSError:
+        return ""
+
+
+@dataclass(frozen=True)
+class ClaimCgroup:
+    """One claim's cgroup: created empty, its processes placed in it, read, removed."""
+
+    version: int
+    path: Path
+
+    @classmethod
+    def make(cls, name: str = "claim") -> ClaimCgroup | None:
+        found = _mine()
+        if found is None:
+            return None
+        version, parent = found
+        path = parent / f"ledger-{name}-{secrets.token_hex(4)}"
+        try:
+            path.mkdir()
+        except OSError:
+            return None
+        return cls(version, path)
+
+    def join(self) -> None:
+        """Place the calling process here (a launcher's ``preexec_fn``, before exec)."""
+        with open(self.path / "cgroup.procs", "w") as f:
+            f.write("0")
+
+    def procs(self) -> list[int]:
+        return [int(x) for x in _read(self.path / "cgroup.procs").split() if x.isdigit()]
+
+    def peak_bytes(self) -> int | None:
+        """The highest memory charged to the claim's processes together, less the page
+        cache charged by the end (files read are not the claim's memory); None when
+        the kernel does not say."""
+        name = "memory.peak" if self.version == 2 else "memory.max_usage_in_bytes"
+        text = _read(self.path / name).strip()
+        if not text.isdigit():
+            return None
+        stat = dict(
+            (k, v)
+            for k, _, v in (
+                line.partition(" ") for line in _read(self.path / "memory.stat").splitlines()
+            )
+        )
+        cache = stat.get("file" if self.version == 2 else "cache", "0")
+        return max(0, int(text) - (int(cache) if cache.isdigit() else 0))
+
+    def close(self) -> list[int]:
+        """Kill what is still in it (returned) and remove it."""
+        left = self.procs()
+        for pid in left:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        with contextlib.suppress(OSError):
+            # A killed process leaves the cgroup once reaped by its parent.
+            self.path.rmdir()
+        return left
+
+    @property
+    def basis(self) -> str:
+        what = "memory.peak" if self.version == 2 else "memory.max_usage_in_bytes"
+        return f"cgroup v{self.version} {what} of every process of the claim, less page cache"

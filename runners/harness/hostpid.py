@@ -1,0 +1,31 @@
+"""This process's pid as the host sees it, for readings keyed on a pid (NVML's
+per-process GPU memory reports host pids).
+
+Inside the sandbox the process has a pid namespace of its own: `os.getpid()` is
+a pid the host does not know, and NVML's list names host pids. The parent
+learns the host pid from outside and hands it in (`HOST_PID_VAR`, set by the
+fork server's worker once its client has said it); a sandboxed process without
+it reads ``None``: the reading is unavailable, never some other process's or the
+device's.
+"""
+
+from __future__ import annotations
+
+import os
+
+__all__ = ["HOST_PID_VAR", "PID_NAMESPACE_VAR", "host_pid"]
+
+HOST_PID_VAR = "SANDBOX_HOST_PID"
+"""Set in a forked worker: its pid in the host's pid namespace."""
+PID_NAMESPACE_VAR = "SANDBOX_PID_NAMESPACE"
+"""Set by the sandbox (`ledger.sandbox.render`): pids here are not the host's."""
+
+
+def host_pid() -> int | None:
+    """This process's host pid; None where it cannot be known here."""
+    given = os.environ.get(HOST_PID_VAR, "")
+    if given.isdigit() and str(os.getpid()) == os.environ.get(HOST_PID_VAR + "_OF", ""):
+        return int(given)
+    if os.environ.get(PID_NAMESPACE_VAR):
+        return None
+    return os.getpid()
