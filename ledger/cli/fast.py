@@ -29,11 +29,12 @@ _VALUED = (
     "--claim",
     "--signer",
     "--checkpoint",
+    "--policy",
     "--server",
     "--db",
 )
 _FLAGS = ("--json",)
-_PATHS = ("--trust", "--checkpoint")
+_PATHS = ("--trust", "--checkpoint", "--policy")
 
 
 def _path_click_accepts(value: str) -> bool:
@@ -43,6 +44,8 @@ def _path_click_accepts(value: str) -> bool:
         st = os.stat(value)
     except OSError:
         return True
+    except ValueError:  # a NUL in the path: click's reading decides
+        return False
     return not stat.S_ISDIR(st.st_mode) and os.access(value, os.R_OK)
 
 
@@ -89,6 +92,7 @@ def verify_request(args: Sequence[str]) -> VerifyRequest | None:
     if target is None:
         return None
     newer = values.get("--checkpoint")
+    policy = values.get("--policy")
     return VerifyRequest(
         target=target,
         trust=tuple(trust),
@@ -100,4 +104,5 @@ def verify_request(args: Sequence[str]) -> VerifyRequest | None:
         server=values.get("--server"),
         db=values.get("--db"),
         as_json="--json" in flags,
+        policy=None if policy is None else Path(policy),
     )

@@ -279,8 +279,16 @@ def log_consistency(
     multiple=True,
     help="Ledger key PEM (repeatable) checkpoints must be signed by (needed with --server).",
 )
+@click.option(
+    "--policy",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="A C2SP tlog-policy file: refuse (exit 1, naming the missing cosignatures) a "
+    "checkpoint its witnesses' quorum has not cosigned.",
+)
 @db_option
-def log_witness(state: Path, server: str | None, trust: tuple[Path, ...], db: str | None) -> None:
+def log_witness(
+    state: Path, server: str | None, trust: tuple[Path, ...], policy: Path | None, db: str | None
+) -> None:
     """Check the newest checkpoint against the last one seen; remember it if consistent.
 
     Exit 1, both roots printed, on a fork (another root at a size seen, or no
@@ -292,5 +300,15 @@ def log_witness(state: Path, server: str | None, trust: tuple[Path, ...], db: st
     if server is not None and db is not None:
         raise UsageError("give --db or --server, not both")
     pems = [load_public_pem(read_file(p), str(p)) for p in trust]
+    accept = None
+    if policy is not None:
+        from ledger.transparency.policy import parse_policy, witnessed_line
+
+        rules = parse_policy(read_file(policy))
+        pems += [log.vkey.public for log in rules.logs]
+
+        def accept(note: bytes) -> str:
+            return witnessed_line(rules, note)
+
     source = ServerSource(server, pems) if server is not None else DbSource(open_store(db), pems)
-    click.echo(witness(state, source))
+    click.echo(witness(state, source, accept))

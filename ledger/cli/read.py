@@ -206,6 +206,12 @@ def show(receipt: str, server: str | None, db: str | None, as_json: bool) -> Non
     help="A newer checkpoint you trust (note, or /v1/log/consistency JSON): the bundle's "
     "must be a prefix of it (a forked log fails).",
 )
+@click.option(
+    "--policy",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="A C2SP tlog-policy file: the checkpoint must be signed by one of its logs and "
+    "cosigned by its witnesses' quorum (its log keys are trusted as --trust is).",
+)
 @ask_server
 @db_option
 @json_option
@@ -217,6 +223,7 @@ def verify(
     want_claim: str | None,
     want_signer: str | None,
     newer: Path | None,
+    policy: Path | None,
     server: str | None,
     db: str | None,
     as_json: bool,
@@ -246,6 +253,7 @@ def verify(
             server=server,
             db=db,
             as_json=as_json,
+            policy=policy,
         )
     )
 
@@ -264,6 +272,13 @@ def verify(
     show_default=True,
     help="test-result: the receipt as an in-toto test-result v0.1 Statement (unsigned).",
 )
+@click.option(
+    "--proof",
+    "with_proof",
+    is_flag=True,
+    help="Also write a C2SP .tlog-proof of the entry beside the bundle (its checkpoint "
+    "with the witnesses' cosignatures).",
+)
 @ask_server
 @db_option
 def export(
@@ -271,12 +286,15 @@ def export(
     output: Path,
     with_artifacts: bool,
     fmt: str,
+    with_proof: bool,
     server: str | None,
     db: str | None,
 ) -> None:
     """Write a self-contained bundle that `ledger verify FILE --trust PEM` checks offline,
     or (--format test-result) the receipt as a test-result Statement other tools read."""
     if fmt == "test-result":
+        if with_proof:
+            raise UsageError("--proof goes with a bundle, not --format test-result")
         _export_test_result(receipt, output, server, db)
         return
     from ledger.log import export as do_export
@@ -306,6 +324,13 @@ def export(
 
     write_atomically(output, data)
     click.echo(f"wrote {output} ({len(data)} bytes)")
+    if with_proof:
+        from ledger.limits import load_json
+        from ledger.transparency.proof import proof_of_bundle, proof_path
+
+        proof = proof_of_bundle(load_json(data, "bundle"))
+        write_atomically(proof_path(output), proof)
+        click.echo(f"wrote {proof_path(output)} ({len(proof)} bytes)")
 
 
 def _export_test_result(receipt: str, output: Path, server: str | None, db: str | None) -> None:

@@ -31,6 +31,8 @@ class VerifyRequest(NamedTuple):
     server: str | None = None
     db: str | None = None
     as_json: bool = False
+    policy: Path | None = None
+    """A C2SP tlog-policy: the checkpoint must carry its witnesses' quorum."""
 
 
 def _check_is_asked(got: str, asked: str) -> None:
@@ -38,6 +40,24 @@ def _check_is_asked(got: str, asked: str) -> None:
     want = asked.strip().lower().removeprefix("sha256:")
     if not got.removeprefix("sha256:").startswith(want):
         raise VerificationError(f"the server sent the bundle of {got[:19]}, not of {asked}")
+
+
+def _policy_logs(policy: Path | None) -> list[Any]:
+    """A policy's log keys, trust anchors as a --trust PEM of the ledger key is."""
+    if policy is None:
+        return []
+    from ledger.transparency.policy import parse_policy
+
+    return [log.vkey.public for log in parse_policy(read_file(policy)).logs]
+
+
+def _witnessed_bundle(policy: Path | None, raw: bytes) -> str | None:
+    """The bundle's checkpoint against the policy (after the bundle verified)."""
+    if policy is None:
+        return None
+    from ledger.transparency.enforce import witnessed_bundle
+
+    return witnessed_bundle(raw, read_file(policy))
 
 
 def run_verify(req: VerifyRequest) -> None:
@@ -60,6 +80,7 @@ def run_verify(req: VerifyRequest) -> None:
     }
     looks_like_file = path.suffix == ".json" or "/" in target or path.exists()
     consistent: str | None = None
+    witnessed: str | None = None
     report = None
     remote: dict[str, Any] = {}
     artifacts_checked: list[str] = []
@@ -72,8 +93,10 @@ def run_verify(req: VerifyRequest) -> None:
             from ledger.verify import verify_bundle
 
             anchors = [load_public_pem(read_file(Path(t)), str(t)) for t in trust]
+            anchors += _policy_logs(req.policy)
             raw = read_file(path)
             report = verify_bundle(raw, anchors)
+            witnessed = _witnessed_bundle(req.policy, raw)
             from ledger.artifacts import check_bundle_artifacts
 
             # Artifacts an `export --artifacts` put inside, against what the receipt names.
@@ -92,8 +115,13 @@ def run_verify(req: VerifyRequest) -> None:
             from ledger.verify import verify_bundle
 
             anchors = [load_public_pem(read_file(Path(t)), str(t)) for t in trust]
-            report = verify_bundle(fetch_bundle(server, target), anchors)
+            anchors += _policy_logs(req.policy)
+            raw = fetch_bundle(server, target)
+            report = verify_bundle(raw, anchors)
             _check_is_asked(report.id, target)
+            witnessed = _witnessed_bundle(req.policy, raw)
+        elif server and req.policy is not None:
+            raise UsageError("--policy with --server needs --trust (the bundle is verified here)")
         elif server:
             from ledger.client import fetch_verification
 
@@ -104,12 +132,19 @@ def run_verify(req: VerifyRequest) -> None:
             from ledger.cli._common import open_store
             from ledger.verify.logged import verify_in_ledger
 
-            report = verify_in_ledger(open_store(req.db), target)
+            store = open_store(req.db)
+            report = verify_in_ledger(store, target)
+            if req.policy is not None:
+                from ledger.transparency.enforce import witnessed_in_ledger
+
+                witnessed = witnessed_in_ledger(store, report.id, read_file(req.policy))
         doc = report.to_json() if report is not None else remote
         if artifacts_checked:
             doc["artifacts"] = artifacts_checked
         if consistent is not None:
             doc["log_consistency"] = consistent
+        if witnessed is not None:
+            doc["witnesses"] = witnessed
         wrong = mismatches(doc, expect)
         if wrong:
             doc["verified"] = False
@@ -126,6 +161,8 @@ def run_verify(req: VerifyRequest) -> None:
         echo(render_verification(doc), nl=False)
         if consistent is not None:
             echo(f"log: {consistent}")
+        if witnessed is not None:
+            echo(f"witnesses: {witnessed}")
     if doc.get("trust") == "server":
         echo(f"ledger: this answer rests on {SERVERS_WORD}", err=True)
     if not doc["verified"]:

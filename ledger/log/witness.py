@@ -10,6 +10,7 @@ import os
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -77,7 +78,10 @@ class DbSource:
         self.store, self.trust = store, trust
 
     def latest(self) -> bytes:
-        return _newest(self.store, None)
+        """The newest checkpoint, with the witnesses' cosignatures kept for it."""
+        note = _newest(self.store, None)
+        size = parse_checkpoint(note).size
+        return note + "".join(self.store.cosignatures(size)).encode()
 
     def verify(self, note: bytes) -> Checkpoint:
         return signed_by_any(note, self.trust) if self.trust else verify_note(self.store, note)
@@ -124,11 +128,15 @@ class ServerSource:
             raise VerificationError("the server's consistency proof is malformed") from None
 
 
-def witness(state: Path, source: DbSource | ServerSource) -> str:
-    """Accept the source's newest checkpoint if it extends the one in `state`."""
+def witness(
+    state: Path, source: DbSource | ServerSource, accept: Callable[[bytes], str] | None = None
+) -> str:
+    """Accept the source's newest checkpoint if it extends the one in `state`
+    (and, with `accept`, if that check of the note passes: a policy's quorum)."""
     note = source.latest()
     new = source.verify(note)
     line = f"size {new.size} root {new.root.hex()}"
+    witnessed = accept(note) if accept is not None else None
     if state.exists():
         held = json.loads(state.read_text())["checkpoint"].encode()
         old = parse_checkpoint(held)
@@ -139,4 +147,4 @@ def witness(state: Path, source: DbSource | ServerSource) -> str:
     tmp = state.with_name(state.name + ".part")
     tmp.write_text(json.dumps({"checkpoint": note.decode()}) + "\n")
     os.replace(tmp, state)
-    return line
+    return line if witnessed is None else f"{line}; {witnessed}"

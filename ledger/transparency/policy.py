@@ -16,7 +16,7 @@ from ledger.errors import CheckpointError, InputError, VerificationError
 from ledger.transparency.cosignature import witnesses_of
 from ledger.transparency.vkey import LOG_ED25519, WITNESS_ED25519, VKey, parse_vkey
 
-__all__ = ["Group", "Log", "Policy", "Witness", "parse_policy"]
+__all__ = ["Group", "Log", "Policy", "Witness", "parse_policy", "witnessed_line"]
 
 _WS = re.compile(r"[ \t]+")
 _DECIMAL = re.compile(r"[1-9][0-9]*")
@@ -189,3 +189,10 @@ def _threshold(word: str, n: int, number: int) -> int:
     if not _DECIMAL.fullmatch(word) or not 1 <= int(word) <= n:
         raise _fail(number, f"threshold {word!r} is not all, any or 1..{n}")
     return int(word)
+
+
+def witnessed_line(policy: Policy, note: bytes) -> str:
+    """One line for a verification report once `note` meets the policy's quorum."""
+    cp, cosigned = policy.check(note)
+    by = ", ".join(sorted(cosigned)) or "no witness"
+    return f"quorum {policy.quorum!r} met at size {cp.size} (cosigned by {by})"

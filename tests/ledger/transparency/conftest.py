@@ -43,7 +43,7 @@ class Ledger:
         ids = []
         for _ in range(n):
             self.count += 1
-            f = self.tmp / f"env-{self.db[-8:]}-{self.count}.json"
+            f = self.tmp / f"env-{Path(self.db).stem}-{self.count}.json"
             f.write_bytes(envelope(runner, claim=f"claim.{self.count}"))
             ids.append(ok(self("record", str(f))).out.split()[0])
         return ids

@@ -1,0 +1,36 @@
+"""A verifier's policy applied where a checkpoint is read: a bundle's, the
+ledger's own. Each refuses with the one line `Policy.check` gives."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ledger.errors import VerificationError
+from ledger.transparency.policy import parse_policy, witnessed_line
+
+if TYPE_CHECKING:
+    from ledger.store.store import Store
+
+__all__ = ["witnessed_bundle", "witnessed_in_ledger"]
+
+
+def witnessed_bundle(raw: bytes, policy: bytes) -> str:
+    """The quorum line for a (verified) bundle's checkpoint."""
+    from ledger.limits import load_json
+
+    doc = load_json(raw, "bundle")
+    return witnessed_line(parse_policy(policy), str(doc["checkpoint"]).encode())
+
+
+def witnessed_in_ledger(store: Store, entry_id: str, policy: bytes) -> str:
+    """The quorum line for the newest checkpoint covering `entry_id`, with the
+    cosignatures the ledger keeps for it."""
+    from ledger.transparency.collect import cosigned_note
+
+    entry = store.resolve(entry_id)
+    latest = store.latest_checkpoint()
+    if latest is None or latest.size <= entry.seq:
+        raise VerificationError(
+            f"no checkpoint covers entry {entry.seq} yet: run `ledger log checkpoint --witnesses`"
+        )
+    return witnessed_line(parse_policy(policy), cosigned_note(store, latest.size))
