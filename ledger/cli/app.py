@@ -9,6 +9,7 @@ import click
 from ledger import __version__
 from ledger.cli import checks as _checks
 from ledger.cli import estimate as _estimate
+from ledger.cli import fleet as _fleet
 from ledger.cli import importers as _importers
 from ledger.cli import keys as _keys
 from ledger.cli import log as _log
@@ -59,6 +60,7 @@ for _command in (
     _log.serve,
     _log.log,
     _checks.checks,
+    _fleet.fleet,
     _run.run,
     _importers.import_,
     _estimate.profile,

@@ -1,0 +1,99 @@
+"""`ledger fleet`: per GPU, host and claim, what the receipts say of the fleet."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from ledger.cli._common import db_option, emit_json, json_option, open_store
+
+
+def _predicates(db: str | None) -> list[dict[str, Any]]:
+    from ledger.fleet.report import store_predicates
+
+    store = open_store(db)
+    try:
+        return store_predicates(store)
+    finally:
+        store.dispose()
+
+
+def _render(doc: dict[str, Any], above: float | None) -> str:
+    from ledger.humanize import number
+
+    def rate(x: float) -> str:
+        return f"{number(100 * x)} %"
+
+    cols = "runs  failed  infra  faults  fail>=  fault>="
+    lines = []
+    for title, rows, key in (
+        ("per GPU", doc["devices"], "uuid"),
+        ("per host", doc["hosts"], "host"),
+        ("per claim", doc["claims"], "claim"),
+    ):
+        lines.append(f"{title}:")
+        width = max([len(str(r[key])) for r in rows] + [len(key)])
+        lines.append(f"  {key:<{width}}  {cols}")
+        for r in rows:
+            mark = ""
+            if key == "uuid" and r["uuid"] in doc.get("quarantined", {}):
+                mark = "  QUARANTINED"
+            lines.append(
+                f"  {r[key]:<{width}}  {r['runs']:>4}  {r['failures']:>6}  {r['infra_errors']:>5}"
+                f"  {r['health_faults']:>6}  {rate(r['failure_rate_lower']):>6}"
+                f"  {rate(r['fault_rate_lower']):>7}{mark}"
+            )
+        if not rows:
+            lines.append("  (none)")
+    lines.append(
+        "fail>= and fault>=: 95 % Wilson lower bounds of failures (failed or infra-error) "
+        "and of device faults per claim run"
+    )
+    if above is not None:
+        lines.append(
+            f"quarantine: fault>= above {rate(above)}: "
+            + (", ".join(doc["quarantined"]) or "no device")
+        )
+    return "\n".join(lines) + "\n"
+
+
+@click.command()
+@db_option
+@click.option(
+    "--quarantine-above",
+    type=click.FloatRange(0, 1, min_open=True, max_open=True),
+    help="Name the devices whose fault-rate lower bound exceeds this (a runner sets "
+    "LEDGER_QUARANTINE_ABOVE to the same so that `qualify --gpus all` skips them).",
+)
+@click.option(
+    "--diagnose",
+    is_flag=True,
+    help="First run `dcgmi diag -r 2` on each GPU of this host (minutes each) and print it.",
+)
+@json_option
+def fleet(db: str | None, quarantine_above: float | None, diagnose: bool, as_json: bool) -> None:
+    """Flaky devices told from flaky claims: per GPU UUID, per host and per claim, the
+    claims run, failures, infra errors, receipts whose GPU health showed a fault, and
+    Wilson lower bounds of the failure and device-fault rates."""
+    from ledger.fleet.report import fleet_report, quarantined
+
+    diag: dict[str, Any] = {}
+    if diagnose:
+        from ledger.execution.devices import visible_gpus
+        from ledger.fleet.dcgm import diagnose as run_diag
+
+        for d in visible_gpus():
+            click.echo(f"dcgmi diag -r 2 on {d.label} ({d.uuid}) ...", err=True)
+            diag[str(d.uuid)] = got = run_diag(d.index, level=2)
+            click.echo(f"  {got['result']}", err=True)
+    doc = fleet_report(_predicates(db))
+    if quarantine_above is not None:
+        doc["quarantined"] = quarantined(doc, quarantine_above)
+        doc["quarantine_above"] = quarantine_above
+    if diag:
+        doc["dcgm_diag"] = diag
+    if as_json:
+        emit_json(doc)
+    else:
+        click.echo(_render(doc, quarantine_above), nl=False)
