@@ -23,6 +23,8 @@ __all__ = ["learned", "note_learned", "recorded_modules", "remember_modules"]
 
 _lock = threading.Lock()
 _learned: set[str] = set()
+_MAX_NOTE_BYTES = 1024 * 1024
+"""A list of module names, written by a claim: more than this is not read."""
 
 
 def cache_dir() -> Path:
@@ -38,9 +40,13 @@ def _file(ref: str) -> Path:
 
 
 def note_learned(path: Path) -> None:
-    """Take the module names a forked claim wrote to ``path`` (if it wrote any)."""
-    with contextlib.suppress(OSError, ValueError):
-        names = json.loads(path.read_text())
+    """Take the module names a forked claim wrote to ``path`` (if it wrote any), read
+    beneath its folder without following a link."""
+    from ledger.outputs.beneath import Folder, Refused
+
+    with contextlib.suppress(OSError, ValueError, Refused):
+        with Folder(path.parent) as folder:
+            names = json.loads(folder.read(path.name, _MAX_NOTE_BYTES))
         if isinstance(names, list):
             with _lock:
                 _learned.update(str(n) for n in names)

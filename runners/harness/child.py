@@ -34,13 +34,16 @@ MAX_RESULT_BYTES = 64 * 1024 * 1024
 
 
 def read_result(path: Path) -> Any | None:
-    """The child's result, or None when it wrote none, or none readable: a
-    regular file of at most `MAX_RESULT_BYTES` holding JSON."""
-    if path.is_symlink() or not path.is_file() or path.stat().st_size > MAX_RESULT_BYTES:
-        return None
+    """The child's result, or None when it wrote none, or none readable: a regular
+    file with one link, of at most `MAX_RESULT_BYTES`, holding JSON, opened beneath
+    its folder without following a link (the child could have planted one)."""
+    from ledger.outputs.beneath import Folder, Refused
+
     try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
+        with Folder(path.parent) as folder:
+            raw = folder.read(path.name, MAX_RESULT_BYTES)
+        return json.loads(raw)
+    except (OSError, ValueError, Refused):
         return None
 
 
