@@ -55,6 +55,10 @@ def _read(path: Path) -> str:
         return ""
 
 
+def _int(text: str | None) -> int:
+    return int(text) if text is not None and text.strip().isdigit() else 0
+
+
 @dataclass(frozen=True)
 class ClaimCgroup:
     """One claim's cgroup: created empty, its processes placed in it, read, removed."""
@@ -97,8 +101,11 @@ class ClaimCgroup:
                 line.partition(" ") for line in _read(self.path / "memory.stat").splitlines()
             )
         )
-        cache = stat.get("file" if self.version == 2 else "cache", "0")
-        return max(0, int(text) - (int(cache) if cache.isdigit() else 0))
+        # Page cache is not the claim's memory, but tmpfs and shared memory counted
+        # with it are (a claim could park bytes in /tmp or /dev/shm).
+        cache = _int(stat.get("file" if self.version == 2 else "cache"))
+        shmem = _int(stat.get("shmem"))
+        return max(0, int(text) - max(0, cache - shmem))
 
     def close(self) -> list[int]:
         """Kill what is still in it (returned) and remove it."""
