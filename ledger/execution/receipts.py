@@ -33,7 +33,12 @@ def claim_artifacts(r: CheckResult, inside: Path) -> tuple[list[ArtifactFile], l
     refused: list[Refused] = []
     if not r.artifacts:
         return files, refused
-    with Folder(inside) as folder:
+    try:
+        folder = Folder(inside)
+    except OSError as e:
+        why = f"the artifact folder cannot be opened: {e.strerror}"
+        return files, [Refused(a.path, why) for a in r.artifacts]
+    with folder:
         for a in r.artifacts:
             # The child named the path (checked lexically inside the folder already,
             # `runners.result.check_result`); what it is is decided only here.

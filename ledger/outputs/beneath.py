@@ -117,7 +117,8 @@ class Folder:
 
     def listing(self, rel: str | PurePosixPath | None = None) -> list[tuple[str, int]]:
         """(name, ``st_mode`` not following links) of each entry of a folder below."""
-        fd = self._open_dir([] if rel is None else parts_of(rel))
+        parts = [] if rel is None else parts_of(rel)
+        fd = self._open_dir(parts)
         try:
             out = []
             for name in sorted(os.listdir(fd)):
@@ -126,6 +127,8 @@ class Folder:
                 except FileNotFoundError:
                     continue  # removed while listed
             return out
+        except OSError as e:
+            raise Refused("/".join(parts) or ".", e.strerror or "cannot be listed") from None
         finally:
             os.close(fd)
 
@@ -138,7 +141,13 @@ class Folder:
         dfd = self._open_dir(parts[:-1])
         try:
             # Its kind first: a FIFO or a device is never opened at all.
-            self._check(where, os.stat(parts[-1], dir_fd=dfd, follow_symlinks=False), limit)
+            try:
+                st = os.stat(parts[-1], dir_fd=dfd, follow_symlinks=False)
+            except FileNotFoundError:
+                raise
+            except OSError as e:
+                raise Refused(where, e.strerror or "cannot be examined") from None
+            self._check(where, st, limit)
             try:
                 fd = os.open(parts[-1], _FILE, dir_fd=dfd)
             except FileNotFoundError:

@@ -40,8 +40,14 @@ class Declared:
     def read(self, limit: int) -> bytes:
         """The declared file (no glob): `beneath.Folder.read`, named as declared."""
         try:
-            with Folder(self.folder) as f:
-                return f.read(self.rel, limit)
+            folder = Folder(self.folder)
+        except FileNotFoundError:
+            raise
+        except OSError as e:
+            raise Refused(self.text, e.strerror or "its folder cannot be opened") from None
+        try:
+            with folder:
+                return folder.read(self.rel, limit)
         except Refused as r:
             raise Refused(self.shown(r.path), r.why) from None
 
