@@ -8,6 +8,7 @@ import click
 
 from ledger import __version__
 from ledger.cli import checks as _checks
+from ledger.cli import doctor as _doctor
 from ledger.cli import estimate as _estimate
 from ledger.cli import fleet as _fleet
 from ledger.cli import importers as _importers
@@ -48,6 +49,7 @@ for _command in (
     _write.record,
     _write.review,
     _qualify.qualify,
+    _doctor.doctor,
     _write.supersede,
     _read.status,
     _read.history,

@@ -99,6 +99,13 @@ def setup_reference(
         w.setup(device, seed, dtype=dtype)  # type: ignore[call-arg]
         return ReferenceArm(dtype=dtype, route="setup-dtype")
     w.setup(device, seed)
+    return upcast_held(w, dtype)
+
+
+def upcast_held(w: Workload, dtype: torch.dtype) -> ReferenceArm:
+    """Cast the modules ``w`` holds (after its ``setup``) to ``dtype`` in place: the
+    upcast route (module docstring); `PrecisionUnsupported` when it holds none or a
+    cast would replace their parameters."""
     held = modules_held(w)
     if not held:
         raise PrecisionUnsupported(
