@@ -10,6 +10,7 @@ nothing that fails a requirement can lift a claim to qualified.
 
 from __future__ import annotations
 
+import datetime as dt
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -37,6 +38,7 @@ def evaluate(
     reviews: Sequence[ReviewEvidence],
     claims: Sequence[str] | None = None,
     query_scope: Mapping[str, str | int] | None = None,
+    now: dt.datetime | None = None,
 ) -> StatusReport:
     """The state of each asked claim for `revision`.
 
@@ -45,9 +47,10 @@ def evaluate(
     gets the defaults (carry-over by commit, no reviews, no observer-off
     control, cleanup proof required).
     A claim whose plan scope `query_scope` contradicts is `not-applicable`.
+    Evidence ages (the plan's evidence_max_age) against `now` (default: the clock).
     """
     query = dict(query_scope or {})
-    ctx = _Context(revision, receipts, reviews)
+    ctx = _Context(revision, receipts, reviews, now or dt.datetime.now(dt.UTC))
     rows: list[ClaimStatus] = []
     asked = _asked(plan, claims, ctx)
     for req in asked:
@@ -94,8 +97,10 @@ class _Context:
         revision: Revision,
         receipts: Sequence[ReceiptEvidence],
         reviews: Sequence[ReviewEvidence],
+        now: dt.datetime,
     ) -> None:
         self.revision = revision
+        self.now = now
         unique = {r.id: r for r in receipts}
         self.receipts = sorted(unique.values(), key=lambda r: (r.seq, r.id))
         self.by_claim: dict[str, list[ReceiptEvidence]] = defaultdict(list)
@@ -108,6 +113,7 @@ class _Context:
         for v in reviews:
             self.reviews_of[v.receipt].append(v)
         self._supersession: dict[tuple[str, CarryOver], Supersessions] = {}
+        self._heads: dict[str, set[str]] = {}
 
     def link(self, r: ReceiptEvidence, carry_over: CarryOver) -> Via | None:
         return rules.link(r, self.revision, carry_over)
@@ -138,6 +144,22 @@ class _Context:
                 j.effect
             ].append(j.reason)
         return out
+
+    def failing_heads(self, req: Requirement) -> set[str]:
+        """The commits of other code (`rules.other_code`) on which a failure of the claim
+        stands: sound, reaching this revision, not aged, not superseded."""
+        if req.claim not in self._heads:
+            self._heads[req.claim] = {
+                c.predicate.source.commit
+                for c in self.by_claim.get(req.claim, [])
+                if rules.other_code(c, self.revision)
+                and self.sound(c)
+                and self.link(c, req.carry_over) is not None
+                and rules.effective_outcome(c)[0] == "failed"
+                and rules.aged(c, req, self.now) is None
+                and not self.supersession(c, req.carry_over).done
+            }
+        return self._heads[req.claim]
 
     def control_for(self, r: ReceiptEvidence, req: Requirement) -> ReceiptEvidence | None:
         """A passing observer-off control of `r`'s check that covers `r`'s scope."""
@@ -270,9 +292,20 @@ def _sort(ctx: _Context, req: Requirement, r: ReceiptEvidence, row: _Row) -> Non
         if dirty is not None:
             row.why[r.id].append(dirty)
         return
+    old = rules.aged(r, req, ctx.now)
+    if old is not None:
+        row.stale.append(r)
+        row.why[r.id].append(old)
+        return
     outcome, downgrade = rules.effective_outcome(r)
     if downgrade is not None:
         row.why[r.id].append(downgrade)
+    if outcome == "failed" and req.base_heads > 1 and rules.other_code(r, ctx.revision):
+        heads = ctx.failing_heads(req)
+        if len(heads) < req.base_heads:
+            row.inconclusive.append(r)
+            row.why[r.id].append(rules.unconfirmed(r, req, len(heads)))
+            return
     if outcome == "failed":
         row.counterexamples.append(r)
         reason = rules.outcome_reason(r, rules.COUNTEREXAMPLE)

@@ -63,6 +63,24 @@ _ENTRY_POINT = re.compile(
 )
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:/+-]*$")
 _FACET = re.compile(r"^[a-z][a-z0-9_.-]*$")
+_DURATION = re.compile(r"^([1-9][0-9]{0,8})([smhd])$")
+_UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def duration_s(text: str) -> int:
+    """``"72h"`` -> 259200: an age in seconds, days (d), hours (h), minutes (m) or
+    seconds (s)."""
+    m = _DURATION.match(text)
+    if m is None:
+        raise ValueError(f"must be a duration such as '72h', '3d' or '90m', got {text!r}")
+    return int(m.group(1)) * _UNIT_S[m.group(2)]
+
+
+def _duration(value: object) -> str:
+    if not isinstance(value, str):
+        raise ValueError("must be a string such as '72h'")
+    duration_s(value)
+    return value
 
 
 def _entry_point(value: object) -> str:
@@ -312,6 +330,16 @@ class Plan(_Frozen):
     runner: RunnerSpec = Field(default_factory=RunnerSpec)
     profiles: dict[Name, ProfileSpec] = Field(default_factory=dict)
     claims: tuple[ClaimSpec, ...] = Field(min_length=1)
+    evidence_max_age: Annotated[str, PlainValidator(_duration)] | None = None
+    """Receipts older than this (``"72h"``) are stale; None: evidence never ages."""
+    base_counterexample_heads: Annotated[int, Field(strict=True, ge=1, le=100)] = 1
+    """A counterexample recorded for another pull request's or the base branch's code
+    blocks a pull request only once failures of the claim stand on this many distinct
+    commits."""
+
+    @property
+    def evidence_max_age_s(self) -> int | None:
+        return None if self.evidence_max_age is None else duration_s(self.evidence_max_age)
 
     @model_validator(mode="after")
     def _consistent(self) -> Plan:

@@ -7,6 +7,7 @@ and scripts can match on them. `RULES` describes each in one line.
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -20,12 +21,14 @@ from ledger.qualification.plan import OBSERVER_OFF_CONTROL_CHECK, CarryOver, Cla
 from ledger.qualification.scope import Facets, covers
 
 __all__ = [
+    "BASE_CONFIRMATION",
     "CARRY_OVER",
     "CLEANUP_PROOF",
     "COMPARISON_ARMS",
     "COUNTEREXAMPLE",
     "DIRTY_TREE",
     "DISPUTE",
+    "EVIDENCE_AGE",
     "INCONCLUSIVE",
     "INFRA_ERROR",
     "KEY_REVOKED",
@@ -70,6 +73,8 @@ KEY_REVOKED = "key-revoked"
 SIGNER_ROLE = "signer-role"
 NO_EVIDENCE = "no-evidence"
 SCOPE = "scope"
+EVIDENCE_AGE = "evidence-age"
+BASE_CONFIRMATION = "base-confirmation"
 
 RULES: Mapping[str, str] = {
     PASSING_EVIDENCE: "a valid pass that meets every requirement of the claim qualifies it",
@@ -102,6 +107,11 @@ RULES: Mapping[str, str] = {
     SIGNER_ROLE: "receipts count only from runner keys, reviews only from reviewer keys",
     NO_EVIDENCE: "no receipt of the claim covers the scope",
     SCOPE: "a claim asked at a scope its plan excludes is not applicable there",
+    EVIDENCE_AGE: "a receipt finished longer ago than the plan's evidence_max_age is stale "
+    "(a plan without it keeps every receipt)",
+    BASE_CONFIRMATION: "a counterexample recorded for other code than the pull request's "
+    "(its base branch, another pull request) blocks it only once failures of the claim "
+    "stand on the plan's base_counterexample_heads distinct commits",
 }
 
 
@@ -137,6 +147,12 @@ class Requirement:
     profile_params: Mapping[str, Mapping[str, JsonValue]] = field(default_factory=dict)
     """The check parameters under each of the plan's profiles: a receipt whose scope
     names a profile (``profile`` facet) must record those instead of `params`."""
+    max_age_s: int | None = None
+    """The plan's evidence_max_age in seconds; None: evidence never ages."""
+    max_age: str | None = None
+    """The same as the plan spells it (``72h``), for the reason."""
+    base_heads: int = 1
+    """The plan's base_counterexample_heads."""
 
     @classmethod
     def from_plan(cls, spec: ClaimSpec, plan: Plan | None = None) -> Requirement:
@@ -158,6 +174,9 @@ class Requirement:
             sandbox=plan is not None and plan.runner.sandbox == "required",
             required=spec.required,
             in_plan=True,
+            max_age_s=plan.evidence_max_age_s if plan is not None else None,
+            max_age=plan.evidence_max_age if plan is not None else None,
+            base_heads=plan.base_counterexample_heads if plan is not None else 1,
         )
 
 
@@ -246,6 +265,54 @@ def stale(r: ReceiptEvidence, revision: Revision, req: Requirement) -> Reason:
         STALE_HEAD,
         f"{short_id(r.id)} {r.predicate.outcome} on earlier head {src.commit[:12]} of "
         f"PR #{src.pr}; {why}",
+        r.id,
+    )
+
+
+# -- evidence policy ----------------------------------------------------------
+
+
+def finished_at(r: ReceiptEvidence) -> dt.datetime:
+    return dt.datetime.fromisoformat(r.predicate.runner.finished.replace("Z", "+00:00"))
+
+
+def _age(seconds: float) -> str:
+    for unit, n in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= n:
+            return f"{seconds / n:.1f}{unit}"
+    return f"{seconds:.0f}s"
+
+
+def aged(r: ReceiptEvidence, req: Requirement, now: dt.datetime) -> Reason | None:
+    """Where the plan sets evidence_max_age: a receipt that finished longer ago."""
+    if req.max_age_s is None:
+        return None
+    age = (now - finished_at(r)).total_seconds()
+    if age <= req.max_age_s:
+        return None
+    return Reason(
+        EVIDENCE_AGE,
+        f"{short_id(r.id)} {r.predicate.outcome} {_age(age)} ago (finished "
+        f"{r.predicate.runner.finished}); the plan's evidence_max_age is {req.max_age}",
+        r.id,
+    )
+
+
+def other_code(r: ReceiptEvidence, revision: Revision) -> bool:
+    """`r` was recorded for another commit than a pull request's own, and not for that
+    pull request (its base branch's, or another pull request's code)."""
+    src = r.predicate.source
+    return revision.pr is not None and src.commit != revision.commit and src.pr != revision.pr
+
+
+def unconfirmed(r: ReceiptEvidence, req: Requirement, heads: int) -> Reason:
+    src = r.predicate.source
+    where = f"PR #{src.pr}" if src.pr is not None else "the base branch"
+    return Reason(
+        BASE_CONFIRMATION,
+        f"{short_id(r.id)} failed on {src.commit[:12]} ({where}, not this pull request's "
+        f"code); failures of the claim stand on {heads} distinct commit(s), the plan's "
+        f"base_counterexample_heads is {req.base_heads}: it does not block yet",
         r.id,
     )
 
