@@ -180,7 +180,13 @@ def build_review(receipt: str, verdict: Literal["concur", "dispute"], note: str)
 def sign_statement(stmt: Statement, key: LocalKey) -> bytes:
     """The envelope bytes: the statement's canonical JSON, signed."""
     payload = canonical_bytes(stmt.model_dump(mode="json", by_alias=True))
-    return dsse.sign(payload, key).model_dump_json().encode()
+    envelope = dsse.sign(payload, key).model_dump_json().encode()
+    # This host's record of what its keys signed, which `ledger monitor` compares
+    # the log with (a copy of the key signing elsewhere leaves no line here).
+    from ledger.monitor.journal import record_signed
+
+    record_signed(payload, key.keyid)
+    return envelope
 
 
 def kind_of(stmt: Statement) -> str:

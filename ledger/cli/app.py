@@ -14,6 +14,7 @@ from ledger.cli import fleet as _fleet
 from ledger.cli import importers as _importers
 from ledger.cli import keys as _keys
 from ledger.cli import log as _log
+from ledger.cli import monitor as _monitor
 from ledger.cli import plans as _plans
 from ledger.cli import qualify as _qualify
 from ledger.cli import read as _read
@@ -71,6 +72,7 @@ for _command in (
     _service.artifact,
     _service.token,
     _witness.witness,
+    _monitor.monitor,
 ):
     cli.add_command(_command)
 
