@@ -140,6 +140,11 @@ def record_all(
             facts = dataclasses.replace(facts, check=spec.check if spec else facts.claim)
         facts = dataclasses.replace(facts, artifacts=[f.artifact for f in files], supersedes=sup)
         stmts.append(build_statement(tgt.revision.source(), facts))
+    from ledger.plans.ledger import record_governing
+
+    # The plan that governs these receipts goes with them: a reader without a
+    # checkout proves it from the ledger alone.
+    record_governing(recorder, tgt.identity)
     return sign_and_record(recorder, stmts, key, files)
 
 

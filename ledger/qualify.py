@@ -261,6 +261,11 @@ def qualify(
             )
             return done
         assert recorder is not None and key is not None and box is not None
+        from ledger.plans.ledger import record_governing
+
+        # The governing plan first: a reader without a checkout proves it from the
+        # ledger alone, for every receipt this run records.
+        record_governing(recorder, ident)
         local_run.run(st, runs, recorder, key, revision, pool_devices, box, say, done.receipts)
         return done
 

@@ -127,6 +127,9 @@ def query_status(
     scope: Mapping[str, str | int],
 ) -> StatusReport:
     ev = read_evidence(store, q.revision)
+    # No plan governs and no claim was named: nothing is required, and default rules
+    # would be a guess. The answer judges nothing and says so (not qualified).
+    unplanned = q.plan is None and not claims
     report = evaluate(
         plan=q.plan,
         revision=q.revision,
@@ -137,11 +140,14 @@ def query_status(
     )
     # An entry that should bear on the answer but cannot be read leaves the
     # answer open: it is named, and the revision is not qualified while it stands.
+    if unplanned:
+        report = dataclasses.replace(report, claims=(), qualified=False)
     return dataclasses.replace(
         report,
         notes=q.notes,
         problems=tuple(ev.unreadable),
         qualified=report.qualified and not ev.unreadable,
+        governed=not unplanned,
     )
 
 

@@ -13,6 +13,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import git
 
@@ -22,6 +23,9 @@ from ledger.models import PackageIdentity
 from ledger.qualification.plan import PLAN_FILE, Plan, load_plan, parse_plan
 from ledger.repoid import canonical_repo
 from ledger.revision import Revision
+
+if TYPE_CHECKING:
+    from ledger.plans.entry import PlanEvidence
 
 __all__ = [
     "Identity",
@@ -49,6 +53,9 @@ class Identity:
     revision: Revision
     plan: Plan | None
     notes: tuple[str, ...] = ()
+    governing: PlanEvidence | None = None
+    """The committed plan's git objects (for a new statement only): recorded in the
+    ledger beside the receipts, so a reader without a checkout can prove the plan."""
 
 
 def open_repo(path: str | Path | None) -> git.Repo:
@@ -226,24 +233,35 @@ def identify(
     """
     commit, head_note = _commit(repo, rev, pr, offline)
     notes = [head_note]
+    plan_base: str | None = None
     if plan_file is not None:
         plan = plan_at(repo, commit.hexsha, plan_file)
-        notes.append(f"plan: explicit --plan {plan_file}")
+        notes.append(f"plan: explicit --plan {plan_file} (not the governing plan)")
     elif pr is not None:
         branch = base or _default_branch(repo)
         base_commit = _base_commit(repo, branch, offline)
         plan = plan_at(repo, base_commit.hexsha, None)
-        notes.append(f"plan: {PLAN_FILE} on base branch {branch} ({base_commit.hexsha[:12]})")
+        plan_base = base_commit.hexsha
+        notes.append(
+            f"plan: {PLAN_FILE} on base branch {branch} ({base_commit.hexsha[:12]}"
+            f"{_blob_note(repo, plan_base)})"
+        )
         proposed = _plan_text(repo, commit.hexsha)
         if proposed != _plan_text(repo, base_commit.hexsha):
             notes.append(f"the PR changes {PLAN_FILE}: proposed, not applied")
     else:
         plan = plan_at(repo, commit.hexsha, None)
+        plan_base = commit.hexsha
         notes.append(
-            f"plan: {PLAN_FILE} as committed at {commit.hexsha[:12]}"
+            f"plan: {PLAN_FILE} as committed at {commit.hexsha[:12]}{_blob_note(repo, plan_base)}"
             if plan is not None
             else f"plan: none committed at {commit.hexsha[:12]}"
         )
+    governing = None
+    if for_statement and plan is not None and plan_base is not None:
+        from ledger.plans.entry import collect
+
+        governing = collect(repo, plan_base, PLAN_FILE)
     paths = tuple(plan.package.paths) if plan is not None and plan.package else ()
     spec = plan.package if plan is not None else None
     package = (
@@ -269,7 +287,14 @@ def identify(
         base=_base(repo, commit) if for_statement else None,
         dirty=dirty,
     )
-    return Identity(revision, plan, tuple(notes))
+    return Identity(revision, plan, tuple(notes), governing)
+
+
+def _blob_note(repo: git.Repo, commit: str) -> str:
+    try:
+        return f", blob {(repo.commit(commit).tree / PLAN_FILE).hexsha[:12]}"
+    except KeyError:
+        return ""
 
 
 def _plan_text(repo: git.Repo, commit: str) -> bytes | None:

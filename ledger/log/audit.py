@@ -181,7 +181,28 @@ def _revocation(e: LoggedEntry, rows: _Rows, keys: dict[str, KeyInfo]) -> list[s
     return out
 
 
-_CHECKS = {"receipt": _statement, "review": _statement, "key": _key, "revocation": _revocation}
+def _plan(e: LoggedEntry, rows: _Rows, keys: dict[str, KeyInfo]) -> list[str]:
+    """A governing plan: its id is its body's digest, its objects recompute to the
+    base commit and the blob it names."""
+    from ledger.plans.entry import read_plan_entry
+
+    out = []
+    if e.body_id() != e.entry_id:
+        out.append("id differs from the body digest")
+    try:
+        read_plan_entry(e.seq, e.entry_id, e.document)
+    except Error as err:
+        out.append(err.reason())
+    return out
+
+
+_CHECKS = {
+    "receipt": _statement,
+    "review": _statement,
+    "key": _key,
+    "revocation": _revocation,
+    "plan": _plan,
+}
 
 
 def _entries(store: Store, rows: _Rows, rep: AuditReport) -> tuple[list[bytes], dict[str, KeyInfo]]:

@@ -89,6 +89,8 @@ class StatusReport:
     """The receipts the engine was given (the verdict says what each means here)."""
     problems: tuple[str, ...] = ()
     """Logged entries that bear on the answer but cannot be read (named, never skipped)."""
+    governed: bool = True
+    """False where no governing plan is known and no claim was named: nothing was judged."""
 
     def at_required_scope(self, claim: str) -> ClaimStatus:
         """The row that decides `claim`; KeyError if it was not asked."""
@@ -111,4 +113,5 @@ class StatusReport:
             "claims": [row.to_json() for row in self.claims],
             "verdict": verdict_of(self).to_json(),
             "problems": list(self.problems),
+            "governed": self.governed,
         }

@@ -206,9 +206,13 @@ class Verdict:
     claims: tuple[ClaimVerdict, ...]
     scopes: tuple[str, ...]
     """The required scopes asked (the columns of a matrix), in first-asked order."""
+    governed: bool = True
+    """False: no governing plan is known (and no claim was named), nothing was judged."""
 
     @property
     def headline(self) -> str:
+        if not self.governed:
+            return "not qualified: no governing plan recorded"
         word = "qualified" if self.qualified else "not qualified"
         return f"{word}: {self.qualified_required} of {self.required} required claims qualified"
 
@@ -234,6 +238,7 @@ class Verdict:
             "required": self.required,
             "qualified_required": self.qualified_required,
             "scopes": list(self.scopes),
+            "governed": self.governed,
             "blockers": [
                 {
                     "claim": c.claim,
@@ -275,6 +280,7 @@ def verdict_of(report: StatusReport) -> Verdict:
         qualified_required=sum(c.state == "qualified" for c in required),
         claims=tuple(claims),
         scopes=tuple(dict.fromkeys(c.scope_text for c in claims)),
+        governed=report.governed,
     )
 
 

@@ -6,8 +6,10 @@ plan in its own checkout, as it does locally, and posts that question: the
 answer is then the one a local `status` would give. A browser or a script
 without a checkout asks `GET /v1/status?repo=R&pr=N` (or `&rev=COMMIT`): the
 server knows no git repository, so the subject is what the log knows of it
-(for a PR, the head the newest receipt was recorded for) and no plan governs
-(every claim with evidence is asked, with the default rules); `judged` says so.
+(for a PR, the head the newest receipt was recorded for) and the plan is the
+one a writer recorded in the ledger for that head (`ledger.plans`), proved by its
+git objects; without one no claim is judged ("no governing plan recorded"), never
+the default rules; `judged` says which.
 A server started with `--repo PATH` (a mirror clone, fetched by the team's
 own cron) answers from that checkout instead, exactly as `status --offline`.
 """
@@ -41,6 +43,7 @@ __all__ = [
 ]
 
 _REVISION_FIELDS = {f.name for f in dataclasses.fields(Revision)}
+NO_PLAN = "no governing plan recorded"
 
 
 def question_of(q: Identity, claims: list[str], scope: dict[str, str | int]) -> dict[str, Any]:
@@ -206,6 +209,12 @@ def identity_from_log(
             paths = tuple(package.paths) if package else ()
         except Error:
             pass  # the unreadable body is a problem of the answer (query.read_evidence)
+    from ledger.plans.ledger import governing_plan
+
+    recorded, _ = governing_plan(store, want, pr, row.commit)
+    plan = recorded.plan if recorded is not None else None
+    if plan is not None and plan.package is not None:
+        paths = tuple(plan.package.paths)
     revision = Revision(
         repo=want,
         commit=row.commit,
@@ -222,9 +231,13 @@ def identity_from_log(
             if pr is not None
             else "the newest commit with receipts that matches the revision asked"
         ),
-        "no plan: the server has no checkout, so every claim with evidence is asked",
+        f"plan: {recorded.text}"
+        if recorded is not None
+        else f"{NO_PLAN}: the server has no checkout and the ledger holds no plan entry "
+        "for this head, so no claim is judged (`ledger plan record` on the ledger's host "
+        "records it)",
     )
-    return Identity(revision, None, notes)
+    return Identity(revision, plan, notes)
 
 
 def _parse(q: dict[str, str]) -> tuple[str, int | None, str | None]:

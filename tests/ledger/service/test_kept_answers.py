@@ -12,6 +12,8 @@ import pytest
 import ledger.service.api as api
 from ledger.ingest import init_ledger, record, register_key
 from ledger.keys import KeyDir
+from ledger.plans.entry import asserted
+from ledger.plans.ledger import record_plan
 from ledger.service.run import start
 from ledger.store.store import Store
 from tests.ledger.factories import envelope
@@ -29,6 +31,9 @@ def test_a_kept_answer_skips_the_worker_until_the_log_grows(
     runner = keys.create("runner")
     register_key(store, "runner", "runner", runner.public)
     record(store, [envelope(runner, claim="cleanup.complete", source=SRC)])
+    # The plan that governs the head, so that a question without a checkout judges it.
+    plan = b'[[claims]]\nname = "cleanup.complete"\ncheck = "cleanup"\n'
+    record_plan(store, "github.com/org/a", 7, COMMIT, asserted(plan, "qualification.toml"))
     worker: list[Any] = []
     real = api.run_in_threadpool
 
@@ -40,7 +45,10 @@ def test_a_kept_answer_skips_the_worker_until_the_log_grows(
     srv = start(db_url, keys)
     try:
         get = {"repo": "https://GitHub.com/org/a.git", "pr": "7"}
-        post = {"subject": {"repo": "github.com/org/a", "commit": COMMIT, "tree": "d" * 40}}
+        post = {
+            "subject": {"repo": "github.com/org/a", "commit": COMMIT, "tree": "d" * 40},
+            "claims": ["cleanup.complete"],
+        }
 
         def ask() -> tuple[dict[str, Any], dict[str, Any]]:
             a = httpx.get(f"{srv.url}/v1/status", params=get)

@@ -23,6 +23,7 @@ import pytest
 from ledger import formats
 from ledger.render import render_status
 from ledger.service.run import Running, start
+from runners.example_repo import PLAN as PLAN_TEXT
 from tests.ledger.helpers import run
 from tests.ledger.service.browser import (
     axe_violations,
@@ -49,6 +50,32 @@ QUESTIONS = {
 }
 
 
+# The plans these receipts were judged with. The ledgers predate plan entries and
+# their repositories are gone: the operator asserts each (`ledger plan assert`),
+# and every surface names it as asserted, not proved by git objects.
+PLANS = {
+    "/tmp/ex-single-origin": PLAN_TEXT,
+    "example.invalid/qwen3-moe-lora": (ROOT / "examples/qwen3_moe/qualification.toml").read_text(),
+}
+
+
+def _assert_plan(url: str, repo: str, ask: dict[str, str]) -> None:
+    from ledger.plans.entry import asserted
+    from ledger.plans.ledger import record_plan
+    from ledger.store.store import Store
+
+    store = Store.open(url)
+    pr = int(ask["pr"]) if "pr" in ask else None
+    row = (
+        store.newest_receipt(repo, pr=pr)
+        if pr
+        else store.newest_receipt(repo, commit_prefix=ask["rev"])
+    )
+    assert row is not None
+    record_plan(store, repo, pr, row.commit, asserted(PLANS[repo].encode(), "qualification.toml"))
+    store.dispose()
+
+
 @pytest.fixture(scope="module", params=sorted(QUESTIONS))
 def served(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
@@ -59,8 +86,9 @@ def served(
         pytest.skip(f"evidence/{name} is not committed")
     db = tmp_path_factory.mktemp(name) / "ledger.db"
     shutil.copy(folder / "ledger.db", db)
-    srv = start(f"sqlite:///{db}", None)
     repo, ask = QUESTIONS[name]
+    _assert_plan(f"sqlite:///{db}", repo, ask)
+    srv = start(f"sqlite:///{db}", None)
     query = urlencode({"repo": repo, **ask})
     try:
         doc = httpx.get(f"{srv.url}/v1/status?{query}", timeout=60).json()

@@ -1,0 +1,81 @@
+"""Plan entries in the ledger: recorded beside the receipts a writer records, and
+the one that governs a question found again."""
+
+from __future__ import annotations
+
+from ledger.canonical import receipt_id
+from ledger.errors import Error
+from ledger.plans.entry import PlanEvidence, RecordedPlan, plan_body, read_plan_entry
+from ledger.repoid import canonical_repo
+from ledger.store.store import Store
+
+__all__ = ["governing_plan", "record_governing", "record_plan"]
+
+
+def record_plan(
+    store: Store, repo: str, pr: int | None, commit: str, ev: PlanEvidence
+) -> tuple[str, bool]:
+    """Log that `ev` governs `commit` of `repo` (once: the same body is one entry).
+    Returns (entry id, newly added). The objects are proved before anything is written."""
+    body = plan_body(canonical_repo(repo), pr, commit, ev)
+    eid = receipt_id(body)
+    read_plan_entry(0, eid, _json(body))
+    if store.entry(eid) is not None:
+        return eid, False
+    with store.append_tx() as tx:
+        if tx.existing([eid]):
+            return eid, False
+        tx.add(kind="plan", entry_id=eid, body=body)
+    return eid, True
+
+
+def _json(body: bytes) -> object:
+    import json
+
+    return json.loads(body)
+
+
+def governing_plan(
+    store: Store, repo: str, pr: int | None, commit: str
+) -> tuple[RecordedPlan | None, list[str]]:
+    """The newest plan entry for `commit` (PR `pr`'s head, or the revision) of `repo`
+    whose objects prove it, and one line per plan entry that does not."""
+    want = canonical_repo(repo)
+    found: RecordedPlan | None = None
+    problems: list[str] = []
+    for e in store.entries(kinds=["plan"]):
+        try:
+            doc = e.document
+        except Error:
+            problems.append(f"plan entry {e.seq} is not JSON: run `ledger audit`")
+            continue
+        if not isinstance(doc, dict) or doc.get("repo") != want or doc.get("commit") != commit:
+            continue
+        if doc.get("pr") != pr:
+            # A PR's plan is its base's; a revision's is its own: never one for the other.
+            continue
+        try:
+            got = read_plan_entry(e.seq, e.entry_id, doc)
+        except Error as err:
+            problems.append(f"plan entry {e.seq} does not hold: {err.reason()}")
+            continue
+        if pr is None and not got.evidence.asserted and got.evidence.base != commit:
+            continue  # a revision's governing plan is the one committed there
+        found = got
+    return found, problems
+
+
+def record_governing(recorder: object, ident: object) -> str | None:
+    """Record the governing plan of a writer's question (`ledger.source.Identity`)
+    in a local ledger, beside the receipts it is about to record; the entry id, or
+    None where there is nothing to record (no committed plan: --plan FILE, or none)
+    or the ledger is a server's (which records plans given by its host's operator)."""
+    from ledger.record import LocalRecorder
+    from ledger.source import Identity
+
+    assert isinstance(ident, Identity)
+    if ident.governing is None or not isinstance(recorder, LocalRecorder):
+        return None
+    r = ident.revision
+    eid, _ = record_plan(recorder.store, r.repo, r.pr, r.commit, ident.governing)
+    return eid
