@@ -23,7 +23,9 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from ledger._internal import merkle
-from ledger.errors import InputError
+from ledger._internal.checkpoint import Checkpoint
+from ledger.errors import InputError, VerificationError
+from ledger.transparency.policy import Policy
 
 __all__ = [
     "HEADER",
@@ -33,6 +35,7 @@ __all__ = [
     "parse_proof",
     "proof_of_bundle",
     "proof_path",
+    "verify_proof",
 ]
 
 HEADER = "c2sp.org/tlog-proof@v1"
@@ -118,3 +121,20 @@ def proof_path(bundle: Path) -> Path:
     if bundle.suffix == ".json":
         return bundle.with_suffix(".tlog-proof")
     return bundle.with_name(bundle.name + ".tlog-proof")
+
+
+def verify_proof(data: bytes, body: bytes, policy: Policy) -> tuple[Checkpoint, set[str]]:
+    """Check a `.tlog-proof` of the entry `body` offline: its checkpoint under
+    `policy` (log signature and witness quorum), then the entry's inclusion.
+    Returns the checkpoint and the witnesses that cosigned it."""
+    p = parse_proof(data)
+    cp, cosigned = policy.check(p.checkpoint)
+    try:
+        merkle.verify_inclusion(
+            p.leaf_index, cp.size, leaf_of(p.leaf_index, body, p.extra), p.proof, cp.root
+        )
+    except merkle.MerkleError as e:
+        raise VerificationError(
+            f"tlog-proof: the entry is not in the checkpointed log: {e}"
+        ) from None
+    return cp, cosigned
