@@ -45,6 +45,13 @@ _CAP_VERSION_3 = 0x20080522
 _LAST_CAP = 63
 
 _libc = ctypes.CDLL(None, use_errno=True)
+_libc.mount.argtypes = [
+    ctypes.c_char_p,
+    ctypes.c_char_p,
+    ctypes.c_char_p,
+    ctypes.c_ulong,
+    ctypes.c_void_p,
+]
 
 
 def _check(rc: int, what: str) -> None:
@@ -117,19 +124,39 @@ def own_folder(run_dir: str, writable: Iterable[str]) -> None:
     _write("/proc/self/uid_map", f"{uid} {uid} 1")
     _write("/proc/self/gid_map", f"{gid} {gid} 1")
     mount = _libc.mount
-    mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong]
-    mount.argtypes.append(ctypes.c_void_p)
     # Changes here must not propagate back to the server's namespace.
     _check(mount(None, b"/", None, _MS_REC | _MS_PRIVATE, None), "mount(private)")
     root = os.fsencode(run_dir)
-    # The run's folder bound onto itself without its submounts; the claim's own
-    # folders bound on top of that; then the run's bind alone made read-only (a
-    # remount changes only the mount it names, not the ones on top of it).
-    _check(mount(root, root, None, _MS_BIND, None), "bind run folder")
-    for w in (os.fsencode(w) for w in writable if os.path.isdir(w)):
-        _check(mount(w, w, None, _MS_BIND | _MS_REC, None), f"bind {os.fsdecode(w)}")
-    flags = _MS_REMOUNT | _MS_BIND | _MS_RDONLY | _MS_NOSUID | _MS_NODEV
-    _check(mount(None, root, None, flags, None), "remount run folder read-only")
+    # The run's folder bound onto itself with what is mounted below it (mounts that
+    # came from a more privileged namespace are locked to their children), the
+    # claim's own folders on top, then every mount in the run's folder but those
+    # made read-only: a remount changes only the topmost mount at its path.
+    _check(mount(root, root, None, _MS_BIND | _MS_REC, None), "bind run folder")
+    own = [w for w in writable if os.path.isdir(w)]
+    for w in own:
+        b = os.fsencode(w)
+        _check(mount(b, b, None, _MS_BIND | _MS_REC, None), f"bind {w}")
+    ro = _MS_REMOUNT | _MS_BIND | _MS_RDONLY | _MS_NOSUID | _MS_NODEV
+    for point in _mount_points():
+        if _under(point, run_dir) and not any(_under(point, w) for w in own):
+            _check(mount(None, os.fsencode(point), None, ro, None), f"read-only {point}")
+    rw = _MS_REMOUNT | _MS_BIND | _MS_NOSUID | _MS_NODEV
+    for w in own:
+        _check(mount(None, os.fsencode(w), None, rw, None), f"writable {w}")
+
+
+def _under(path: str, folder: str) -> bool:
+    return path == folder or path.startswith(folder.rstrip("/") + "/")
+
+
+def _mount_points() -> list[str]:
+    """Every mount point of this mount namespace, once each."""
+    out: list[str] = []
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        point = line.split()[4].encode().decode("unicode_escape")
+        if point not in out:
+            out.append(point)
+    return out
 
 
 class _CapHeader(ctypes.Structure):

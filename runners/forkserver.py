@@ -254,6 +254,9 @@ def _confined(word: str, msg: dict[str, Any], confine: dict[str, Any]) -> None:
     with contextlib.suppress(OSError):
         os.makedirs(scratch, exist_ok=True)
         os.environ["HOME"] = os.environ["TMPDIR"] = scratch
+        import tempfile
+
+        tempfile.tempdir = scratch  # the server's choice is cached
     try:
         c.own_folder(str(run_dir), mine)
         c.drop_capabilities()
