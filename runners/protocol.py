@@ -46,7 +46,8 @@ are the checks that need one inconclusive, with the reason.
 Routing. A mixture-of-experts workload may implement `DeclaresRouting`: while
 declared, each forward puts its top-k expert selections in
 `ForwardOutputs.routing`, so a comparison can count the tokens routed
-differently between arms.
+differently between arms. A workload that declares none is not left blind: the
+harness hooks the routers of known MoE blocks it holds (`runners.adapt.routers`).
 
 Batches. A batch is a dict of named tensors, as the trainer feeds its
 model: ``input_ids``, ``attention_mask`` (1 real, 0 padding), ``labels``

@@ -28,6 +28,8 @@ from typing import Any
 
 import torch
 
+from runners.adapt.held import modules_held
+from runners.adapt.routers import RouterHooks, find_routers, holds_experts
 from runners.adapt.upcast import ReferenceArm, setup_reference
 from runners.checks import noise, precision
 from runners.checks.context import dtype_name, phase_step
@@ -96,7 +98,8 @@ def run_arm(spec: dict[str, Any]) -> dict[str, Any]:
             return finish("unsupported", error=cap.value)
         arm = cap.value
         info["reserved_after_setup_bytes"] = probe.sample().reserved_bytes
-        replaying = _replay(w, spec.get("replay_routing"), device, info)
+        hooks = _router_hooks(w, info)
+        replaying = _replay(w, spec.get("replay_routing"), device, info, hooks)
         batch_cap = capture("make_batch", lambda: w.make_batch(shape, seed))
         if not batch_cap.outcome.ok:
             return finish(batch_cap.outcome.status, error=batch_cap.outcome.sentence())
@@ -125,11 +128,22 @@ def run_arm(spec: dict[str, Any]) -> dict[str, Any]:
                 return finish("unsupported", error=str(e))
             info.update(arm.measurements())
         grads = {k: v.detach().to("cpu") for k, v in grads_cap.value.items()}
-    if replaying:
+    if replaying and hooks is not None:
+        info["routing_replayed_layers"] = hooks.replayed
+        if hooks.broken:
+            info["routing_replay"] = (
+                f"the harness could not replay {len(hooks.broken)} router(s) (first: "
+                f"{hooks.broken[0]}): their weights are not a softmax over the top k"
+            )
+    elif replaying:
         assert isinstance(w, ReplaysRouting)
         info["routing_replayed_layers"] = w.replayed_layers()
     torch.save(grads, Path(spec["out_dir"]) / "grads.pt")
-    routing = {k: v.detach().to("cpu") for k, v in outs[0].routing.items()} if outs else {}
+    declared = outs[0].routing if outs else {}
+    seen = hooks.take() if hooks is not None else declared
+    routing = {k: v.detach().to("cpu") for k, v in seen.items()}
+    if hooks is not None:
+        hooks.detach()
     if routing:
         torch.save(routing, Path(spec["out_dir"]) / "routing.pt")
     outs.clear()
@@ -151,19 +165,53 @@ def _setup(
         return str(e)
 
 
-def _replay(w: object, path: str | None, device: torch.device, info: dict[str, Any]) -> bool:
-    """Feed the routers the selections saved at ``path`` (another arm's routing.pt);
+def _router_hooks(w: object, info: dict[str, Any]) -> RouterHooks | None:
+    """For a workload that declares no routing: hooks on the routers the harness finds in
+    the modules it holds (`runners.adapt.routers`); ``info["routing_route"]`` says which
+    route the arm's routing came by (``workload``, ``harness-hooks`` or ``none``)."""
+    if isinstance(w, DeclaresRouting):
+        info["routing_route"] = "workload"
+        return None
+    held = modules_held(w)
+    routers = find_routers(held)
+    if not routers:
+        info["routing_route"] = "none"
+        if holds_experts(held):
+            info["routing_unseen"] = "a mixture of experts whose routers the harness does not know"
+        return None
+    info["routing_route"] = "harness-hooks"
+    info["routers_found"] = len(routers)
+    hooks = RouterHooks(routers)
+    hooks.recording = True
+    return hooks
+
+
+def _replay(
+    w: object,
+    path: str | None,
+    device: torch.device,
+    info: dict[str, Any],
+    hooks: RouterHooks | None = None,
+) -> bool:
+    """Feed the routers the selections saved at ``path`` (another arm's routing.pt):
+    through the workload (`ReplaysRouting`), else through the harness's router hooks;
     ``info["routing_replay"]`` says whether they were: ``replayed``, or why not."""
     if not path:
         return False
-    if not isinstance(w, ReplaysRouting):
+    if not isinstance(w, ReplaysRouting) and hooks is None:
         info["routing_replay"] = "the workload cannot replay routing"
         return False
     if not Path(path).is_file():
         info["routing_replay"] = "the reference arm saved no routing"
         return False
     given = torch.load(path, map_location=device, weights_only=True)
-    w.replay_routing(given)
+    if isinstance(w, ReplaysRouting):
+        w.replay_routing(given)
+        info["routing_replay_route"] = "workload"
+    else:
+        assert hooks is not None
+        hooks.replay(given)
+        info["routing_replay_route"] = "harness-hooks"
     info["routing_replay"] = "replayed"
     info["routing_replay_layers_given"] = len(given)
     return True

@@ -95,3 +95,21 @@ def flipped_unreplayed(arms: Mapping[str, Mapping[str, object]], m: Mapping[str,
     pair = table.get("candidate_reference_vs_reference") if isinstance(table, dict) else None
     flipped = pair.get("tokens_differing") if isinstance(pair, dict) else None
     return flipped if isinstance(flipped, int) else 0
+
+
+def flipped_low(arms: Mapping[str, Mapping[str, object]], m: Mapping[str, Json]) -> int:
+    """Tokens the candidate's low-precision arm routed differently from the reference
+    (else from the base), when the candidate's reference-precision arm replayed the
+    reference's routing (0 otherwise): flips seen in the low precision, where no arm
+    replays, beside a function part that compared the codes on one routing."""
+    if arms.get("candidate_reference", {}).get("routing_replay") != "replayed":
+        return 0
+    table = m.get("routing")
+    if not isinstance(table, dict):
+        return 0
+    for key in ("candidate_vs_reference", "candidate_vs_base"):
+        pair = table.get(key)
+        flipped = pair.get("tokens_differing") if isinstance(pair, dict) else None
+        if isinstance(flipped, int) and flipped:
+            return flipped
+    return 0
