@@ -10,16 +10,25 @@ mapping from the ledger's errors to statuses is theirs (`http_status`).
 from __future__ import annotations
 
 import json
+import os
 import sys
 import traceback
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from ledger.errors import Error, InputError, NotFoundError, RefusedError, VerificationError
+from ledger.errors import (
+    Error,
+    InputError,
+    NotFoundError,
+    RefusedError,
+    UsageError,
+    VerificationError,
+)
 from ledger.limits import check_media_type, load_json
 from ledger.service.limits import BodyTooLarge, read_body
 
@@ -212,10 +221,13 @@ async def history_query(request: Request) -> Response:
 
 async def get_checkpoint(request: Request) -> Response:
     led = _ledger(request)
-    row = await run_in_threadpool(led.store().latest_checkpoint)
+    store = led.store()
+    row = await run_in_threadpool(store.latest_checkpoint)
     if row is None:
         raise NotFoundError("no checkpoint has been signed yet")
-    return Response(row.note.encode(), media_type="text/plain; charset=utf-8")
+    # With the witnesses' cosignatures kept for it (lines a reader without a policy ignores).
+    lines = await run_in_threadpool(store.cosignatures, row.size)
+    return Response((row.note + "".join(lines)).encode(), media_type="text/plain; charset=utf-8")
 
 
 async def sign_checkpoint(request: Request) -> Response:
@@ -226,7 +238,29 @@ async def sign_checkpoint(request: Request) -> Response:
     if led.keys is None:
         raise NotFoundError("this server does not hold the ledger key")
     note = await run_in_threadpool(checkpoint, led.store(), led.keys)
+    witnesses = os.environ.get("LEDGER_WITNESSES")
+    if witnesses:
+        # Cosigned by the witnesses $LEDGER_WITNESSES names (a tlog-policy file); one
+        # that is down or refuses leaves its own cosignature out, nothing else.
+        note = await run_in_threadpool(_cosigned, led.store(), Path(witnesses))
     return Response(note, media_type="text/plain; charset=utf-8")
+
+
+def _cosigned(store: Any, policy_file: Path) -> bytes:
+    from ledger.transparency.collect import cosign, cosigned_note
+    from ledger.transparency.policy import parse_policy
+
+    try:
+        policy = parse_policy(policy_file.read_bytes())
+    except OSError as e:
+        raise UsageError(f"$LEDGER_WITNESSES {policy_file}: {e.strerror}") from None
+    results = cosign(store, policy)
+    refused = [f"{r.witness}: {r.detail}" for r in results if not r.cosigned]
+    if refused:
+        sys.stderr.write(f"ledger serve: not cosigned by {'; '.join(refused)}\n")
+    latest = store.latest_checkpoint()
+    assert latest is not None  # just signed
+    return cosigned_note(store, latest.size)
 
 
 async def proof(request: Request) -> Response:

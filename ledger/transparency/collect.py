@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import urllib.error
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 from typing import NamedTuple
 
 from ledger._internal import merkle
@@ -29,6 +30,7 @@ TIMEOUT_S = 10.0
 # A 409 names the witness's size; one retry from it, then give up until next time.
 _ATTEMPTS = 2
 _MAX_ANSWER = 64 * 1024
+_MAX_PARALLEL = 16
 
 
 class Submitted(NamedTuple):
@@ -115,21 +117,28 @@ def cosign(
     note = row.note.encode()
     cp = verify_note(store, note)
     have = parse_checkpoint(cosigned_note(store, cp.size))
-    leaves: list[bytes] | None = None
-    results = []
+    asked = []
+    results: dict[str, Submitted] = {}
     for name, w in policy.witnesses.items():
         if w.url is None:
             continue
         if cosigned_by(have, w.vkey) is not None:
-            results.append(Submitted(name, True, "cosigned before"))
-            continue
-        if leaves is None:
-            leaves = store.leaf_hashes(upto=cp.size)
-        try:
-            line = _submit(store, w, note, leaves, timeout)
-        except _Refused as e:
-            results.append(Submitted(name, False, str(e)))
-            continue
-        store.add_cosignature(cp.size, w.vkey.text(), line)
-        results.append(Submitted(name, True, "cosigned"))
-    return results
+            results[name] = Submitted(name, True, "cosigned before")
+        else:
+            asked.append((name, w))
+    if asked:
+        leaves = store.leaf_hashes(upto=cp.size)
+
+        def ask(name: str, w: Witness) -> Submitted:
+            try:
+                line = _submit(store, w, note, leaves, timeout)
+            except _Refused as e:
+                return Submitted(name, False, str(e))
+            store.add_cosignature(cp.size, w.vkey.text(), line)
+            return Submitted(name, True, "cosigned")
+
+        # All at once: a slow witness holds up no other's cosignature.
+        with ThreadPoolExecutor(max_workers=min(len(asked), _MAX_PARALLEL)) as pool:
+            for r in pool.map(lambda nw: ask(*nw), asked):
+                results[r.witness] = r
+    return [results[n] for n in policy.witnesses if n in results]

@@ -199,3 +199,47 @@ def test_cosigned_note_verifies_with_the_witness_key_only(
     cp = parse_checkpoint(note + line)
     assert cosigned_by(cp, witnesses.witness("w1").vkey) is not None
     assert cosigned_by(cp, witnesses.witness("w2").vkey) is None
+
+
+def test_serve_has_each_checkpoint_it_signs_cosigned_and_serves_it(
+    ledger: Ledger,
+    witnesses: Witnesses,
+    policy_file: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from ledger import client
+    from ledger.keys import KeyDir
+    from ledger.service.auth import new_token
+    from ledger.service.run import start
+    from ledger.store.store import resolve_url
+
+    ledger.record(2)
+    monkeypatch.setenv("LEDGER_WITNESSES", str(policy_file))
+    tokens = tmp_path / "tokens"
+    operator = new_token("operator", tokens, ["operator"])
+    server = start(resolve_url(ledger.db), KeyDir(ledger.keys), tokens=tokens)
+    try:
+        signed = client.sign_checkpoint(server.url, operator)
+        assert cosigners(signed.decode(), policy_file) == {"w1", "w2"}
+        with urllib.request.urlopen(server.url + "/v1/checkpoint", timeout=30) as r:
+            assert r.read() == signed
+        # A reviewer following the server under the policy accepts it.
+        state = str(tmp_path / "seen.json")
+        from tests.ledger.helpers import run
+
+        seen = run(
+            ledger.capsys,
+            "log",
+            "witness",
+            "--state",
+            state,
+            "--server",
+            server.url,
+            "--policy",
+            str(policy_file),
+        )
+        assert seen.code == 0, seen.err
+        assert "quorum 'both' met" in seen.out
+    finally:
+        server.stop()
