@@ -17,6 +17,8 @@ from sqlalchemy import text
 
 from ledger.ingest import init_ledger, record, register_key
 from ledger.keys import KeyDir
+from ledger.plans.entry import collect
+from ledger.plans.ledger import record_plan
 from ledger.service.run import Running, start
 from ledger.store.store import Store
 from ledger.store.triggers import drop_append_only_triggers
@@ -85,6 +87,10 @@ def org(
         _receipt(runner, raw, CLEANUP, "failed", head.hexsha, head.tree.hexsha),
     ]
     asked = [rec.id for rec in record(store, mine)]
+    # The plan that governs PR N (main's), as a writer records it beside its receipts.
+    plan = collect(r, head.hexsha, "qualification.toml")
+    for repo in (raw, name(999)):
+        record_plan(store, repo, PR, head.hexsha, plan)
     others = [
         _receipt(runner, name(i), claim, outcome, head.hexsha, head.tree.hexsha)
         for i in range(REPOS)
