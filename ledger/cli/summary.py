@@ -61,6 +61,10 @@ def summary(
     every required claim is qualified; verifiedLevels LEDGER_QUALIFIED_<claim>
     for each qualified claim; policy: the governing plan's sha256;
     inputAttestations: the receipts that qualify. Exits 1 when FAILED.
+
+    Only the governing plan's verdict is signed: with --plan FILE other than the
+    governing plan, an unsigned what-if ({"what_if": ..., "statement": ...}) is
+    written instead and the exit status is 1.
     """
     from ledger import dsse, source
     from ledger.canonical import canonical_bytes
@@ -94,18 +98,41 @@ def summary(
 
     doc = query_status(store, ident, claims=None, scope={}).to_json()
     base_commit = None
-    if pr is not None and plan is None:
+    if pr is not None:
         # The plan on the base branch governs a PR; `identify` read it from there.
         base_commit = source.base_commit(gitrepo, base, offline=True)
     text = _plan_bytes(repo, ident.revision.commit, base_commit, plan)
+    governing = _plan_bytes(repo, ident.revision.commit, base_commit, None)
     stmt = verification_summary(
         doc,
         plan_sha256=None if text is None else hashlib.sha256(text).hexdigest(),
         plan_uri=str(plan) if plan is not None else PLAN_FILE,
         verifier_id=f"urn:ledger-qualify:ledger-key:{info.keyid}",
     )
+    if text is None or text != governing:
+        # Another plan than the governing one: what the answer would be under it, never
+        # a signed verdict (a signed PASSED under a laxer plan would be a forgery).
+        why = (
+            f"--plan {plan} is not the governing plan ({PLAN_FILE} "
+            + (f"at {(base_commit or ident.revision.commit)[:12]})" if governing else "none)")
+            if plan is not None
+            else f"no {PLAN_FILE} governs {ident.revision.commit[:12]}"
+        )
+        data = json.dumps({"what_if": f"unsigned: {why}", "statement": stmt}, indent=2) + "\n"
+        _write(data, output, to_stdout)
+        result = stmt["predicate"]["verificationResult"]
+        click.echo(f"what-if, nothing signed: {result} under {plan}; {why}", err=True)
+        raise SystemExit(EXIT_NEGATIVE)
     env = dsse.sign(canonical_bytes(stmt), key)
     data = json.dumps(env.model_dump(mode="json"), indent=2) + "\n"
+    _write(data, output, to_stdout)
+    result = stmt["predicate"]["verificationResult"]
+    click.echo(f"{result}: {len(stmt['predicate']['verifiedLevels'])} claim(s) qualified", err=True)
+    if result != "PASSED":
+        raise SystemExit(EXIT_NEGATIVE)
+
+
+def _write(data: str, output: Path | None, to_stdout: bool) -> None:
     if to_stdout or output is None:
         click.echo(data, nl=False)
     else:
@@ -113,7 +140,3 @@ def summary(
         tmp.write_text(data)
         tmp.replace(output)
         click.echo(f"wrote {output}", err=True)
-    result = stmt["predicate"]["verificationResult"]
-    click.echo(f"{result}: {len(stmt['predicate']['verifiedLevels'])} claim(s) qualified", err=True)
-    if result != "PASSED":
-        raise SystemExit(EXIT_NEGATIVE)

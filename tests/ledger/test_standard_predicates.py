@@ -218,3 +218,25 @@ def test_summary_on_a_terminal_needs_a_file_or_dash(
         assert json.loads(r.out)["payloadType"] == "application/vnd.in-toto+json"
     r = run(capsys, *args)
     assert json.loads(r.out)["payload"]  # a pipe takes the envelope as before
+
+
+def test_summary_under_another_plan_is_an_unsigned_what_if(
+    pr_repo: git.Repo, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _import(capsys, pr_repo, _junit(tmp_path, False))
+    # A laxer plan that only asks for the claim that is qualified.
+    lax = tmp_path / "lax.toml"
+    lax.write_text(PLAN.split("[[claims]]")[0] + "[[claims]]" + PLAN.split("[[claims]]")[1])
+    out = tmp_path / "lax.json"
+    r = run(
+        capsys, "summary", "--pr", str(PR), "--repo", str(pr_repo.working_tree_dir),
+        "--plan", str(lax), "-o", str(out),
+    )  # fmt: skip
+    # Under its committed plan the head is not qualified: nothing may be signed PASSED.
+    assert r.code == 1 and "what-if, nothing signed: PASSED" in r.err, r.err
+    doc = json.loads(out.read_text())
+    assert "payload" not in doc and "signatures" not in doc
+    assert (
+        doc["what_if"].startswith("unsigned: --plan") and "not the governing plan" in doc["what_if"]
+    )
+    assert doc["statement"]["predicate"]["verificationResult"] == "PASSED"
