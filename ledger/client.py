@@ -211,6 +211,13 @@ def fetch_bundle(url: str, ref: str, timeout: float = 30, artifacts: bool = Fals
     return _request(url, "/v1/bundles/" + _quoted(ref) + q, timeout=timeout)[1]
 
 
+def fetch_log_entries(url: str, start: int, end: int, timeout: float = 30) -> list[Any]:
+    """Log entries `start`.. (before `end`; the server sends at most a page of them)."""
+    doc = _get(url, f"/v1/log/entries?from={start}&to={end}", timeout)
+    entries = doc.get("entries")
+    return list(entries) if isinstance(entries, list) else []
+
+
 def fetch_checkpoint(url: str, timeout: float = 30) -> bytes:
     """The newest signed checkpoint note (NotFoundError when none was signed yet)."""
     return _request(url, "/v1/checkpoint", timeout=timeout)[1]

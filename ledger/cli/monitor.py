@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from ledger.cli._common import db_option, keydir, open_store, read_file
+from ledger.cli._common import db_option, keydir, open_store, read_file, server_option
 from ledger.errors import EXIT_NEGATIVE, UsageError
 
 
@@ -38,6 +38,18 @@ def monitor() -> None:
 )
 @click.option("--key", "key_name", required=True, help="The monitor's key (signs the report).")
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), required=True)
+@server_option("Follow a `ledger serve` at URL instead of --db.")
+@click.option(
+    "--trust",
+    type=click.Path(dir_okay=False, path_type=Path),
+    multiple=True,
+    help="With --server: ledger key PEM (repeatable) its checkpoint must be signed by.",
+)
+@click.option(
+    "--policy",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="With --server: a C2SP tlog-policy its checkpoint must meet (log key and quorum).",
+)
 @db_option
 def follow(
     state: Path,
@@ -45,27 +57,45 @@ def follow(
     rate_multiple: float,
     key_name: str,
     output: Path,
+    server: str | None,
+    trust: tuple[Path, ...],
+    policy: Path | None,
     db: str | None,
 ) -> None:
     """Check the log's entries since --state and write a signed report.
 
-    One line per finding on stdout; exit 1 when there is any. The position
-    advances only once the report is written."""
+    Over --server, the entries are read up to the served checkpoint and must
+    hash to its signed root. One line per finding on stdout; exit 1 when
+    there is any. The position advances only once the report is written."""
     import json
     from datetime import UTC, datetime
 
-    from ledger._internal import merkle
     from ledger.files import write_atomically
     from ledger.keys import find_key
-    from ledger.log import origin
     from ledger.monitor.journal import read_journal
     from ledger.monitor.report import sign_report
-    from ledger.monitor.watch import scan
+    from ledger.monitor.watch import scan, store_view
 
     if not output.absolute().parent.is_dir():
         raise UsageError(f"{output.parent}: no such directory")
-    store = open_store(db)
-    log = origin(store)
+    if server is not None and db is not None:
+        raise UsageError("give --db or --server, not both")
+    if server is not None:
+        from ledger.keys import load_public_pem
+        from ledger.monitor.remote import remote_view
+
+        rules = None
+        if policy is not None:
+            from ledger.transparency.policy import parse_policy
+
+            rules = parse_policy(read_file(policy))
+        pems = [load_public_pem(read_file(p), str(p)) for p in trust]
+        view = remote_view(server, pems, rules)
+    else:
+        if trust or policy is not None:
+            raise UsageError("--trust and --policy go with --server")
+        view = store_view(open_store(db))
+    log = view.origin
     start = 0
     if state.exists():
         held = json.loads(read_file(state))
@@ -77,13 +107,13 @@ def follow(
         ref, eq, path = spec.partition("=")
         if not eq or not path:
             raise UsageError(f"--journal {spec!r}: expected KEY=FILE")
-        kid = find_key(store.keys(), ref).keyid
+        kid = find_key(view.keys, ref).keyid
         given[kid] = given.get(kid, set()) | read_journal(Path(path)).get(kid, set())
     key = keydir().load(key_name)
-    result = scan(store, start, given, multiple=rate_multiple)
-    if result.end < start:
-        raise UsageError(f"the log has {result.end} entries, fewer than the {start} seen")
-    root = merkle.root(store.leaf_hashes(upto=result.end))
+    if view.size < start:
+        raise UsageError(f"the log has {view.size} entries, fewer than the {start} seen")
+    result = scan(view, start, given, multiple=rate_multiple)
+    root = view.root
     now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     write_atomically(output, sign_report(result, log, root, rate_multiple, now, key))
     tmp = state.with_name(state.name + ".part")

@@ -21,14 +21,14 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, NamedTuple
 
 from ledger.entry import LoggedEntry
 from ledger.errors import Error
 from ledger.keys import KeyInfo
 from ledger.store.store import Store
 
-__all__ = ["MIN_HISTORY_HOURS", "Finding", "Scan", "scan"]
+__all__ = ["MIN_HISTORY_HOURS", "Finding", "LogView", "Scan", "scan", "store_view"]
 
 MIN_HISTORY_HOURS = 3
 WINDOW = timedelta(days=30)
@@ -109,24 +109,36 @@ def _rate(
     return out
 
 
-def scan(
-    store: Store,
-    start: int,
-    journals: dict[str, set[str]],
-    *,
-    multiple: float,
-    end: int | None = None,
-) -> Scan:
-    """Check the entries `start`..`end` (default: the log's size) of `store`."""
-    keys = store.keys()
-    end = store.size() if end is None else end
+class LogView(NamedTuple):
+    """What the monitor reads of a log up to `size`: its entries (receipts,
+    reviews) in log order and its registered keys as of `size`."""
+
+    origin: str
+    size: int
+    root: bytes
+    entries: list[LoggedEntry]
+    keys: dict[str, KeyInfo]
+
+
+def store_view(store: Store) -> LogView:
+    """A ledger database as the monitor reads it (its rows, as they are now)."""
+    from ledger._internal import merkle
+    from ledger.log import origin
+
+    size = store.size()
+    entries = [e for e in store.entries(kinds=["receipt", "review"]) if e.seq < size]
+    root = merkle.root(store.leaf_hashes(upto=size))
+    return LogView(origin(store), size, root, entries, store.keys())
+
+
+def scan(view: LogView, start: int, journals: dict[str, set[str]], *, multiple: float) -> Scan:
+    """Check the entries from `start` to the end of `view`."""
+    keys, end = view.keys, view.size
     result = Scan(start, end, journals={k: len(v) for k, v in journals.items()})
     new: list[LoggedEntry] = []
     receipts: dict[str, list[LoggedEntry]] = defaultdict(list)
     signer_of: dict[str, str] = {}
-    for e in store.entries(kinds=["receipt", "review"]):
-        if e.seq >= end:
-            break
+    for e in view.entries:
         try:
             kid = e.signer
         except Error:
@@ -136,7 +148,7 @@ def scan(
             signer_of[e.entry_id] = kid
         if e.seq >= start:
             new.append(e)
-    result.entries = end - start
+    result.entries = max(end - start, 0)
     for e in new:
         kid = e.signer
         k = keys.get(kid)

@@ -288,6 +288,42 @@ def _size(q: Any, name: str) -> int | None:
     return int(text)
 
 
+MAX_ENTRIES_PAGE = 1000
+
+
+async def log_entries(request: Request) -> Response:
+    """`?from=N[&to=M]`: the log's entries N..M-1 (at most 1000), each with its
+    logging time where its leaf commits to it, so a reader recomputes the
+    leaves and checks them against a signed checkpoint (`ledger monitor`)."""
+    from ledger._internal.merkle import entry_leaf
+
+    led = _ledger(request)
+    q = request.query_params
+    first = (_size(q, "from") if q.get("from") != "0" else 0) or 0
+    to = _size(q, "to")
+
+    def work() -> dict[str, object]:
+        store = led.store()
+        size = store.size()
+        end = min(to or size, size, first + MAX_ENTRIES_PAGE)
+        out = []
+        for e in store.entries_at(list(range(first, end))):
+            doc: dict[str, object] = {
+                "seq": e.seq,
+                "kind": e.kind,
+                "id": e.entry_id,
+                "body": e.body.decode(),
+            }
+            if e.logged_at is not None and e.stored_leaf_hash == (
+                entry_leaf(e.seq, e.logged_at, e.body).hex()
+            ):
+                doc["logged_at"] = e.logged_at
+            out.append(doc)
+        return {"size": size, "entries": out}
+
+    return json_response(await run_in_threadpool(work))
+
+
 async def consistency(request: Request) -> Response:
     """`?from=OLD[&to=NEW]` (NEW: the newest checkpoint); `old`/`new` are accepted too."""
     from ledger.log.witness import prove
@@ -467,6 +503,7 @@ def _routes() -> list[tuple[str, Handler, list[str]]]:
         ("/v1/checkpoint", g(sign_checkpoint), ["POST"]),
         ("/v1/log/proof/{ref}", g(proof), ["GET"]),
         ("/v1/log/consistency", g(consistency), ["GET"]),
+        ("/v1/log/entries", g(log_entries), ["GET"]),
         ("/v1/keys", g(list_keys), ["GET"]),
         ("/v1/keys", g(add_key), ["POST"]),
         ("/v1/keys/{ref}/revoke", g(revoke), ["POST"]),

@@ -101,6 +101,13 @@ def document() -> dict[str, Any]:
                     "consistency proof", parameters=_query("from", "to", integer=("from", "to"))
                 )
             },
+            "/v1/log/entries": {
+                "get": _op(
+                    "log entries from..to (1000 at most), each with the logging time its "
+                    "leaf commits to",
+                    parameters=_query("from", "to", integer=("from", "to")),
+                )
+            },
             "/v1/keys": {
                 "get": _op("registered keys"),
                 "post": _op("register a public key", 201, _OBJECT, security=_BEARER),

@@ -29,9 +29,10 @@ def _entry(line: str) -> str:
     return line.split()[5].rstrip(":")
 
 
-def _follow(ledger: Ledger, *extra: str) -> tuple[int, str, Path]:
-    report = ledger.tmp / "report.json"
-    r = ledger(
+def _follow(ledger: Ledger, *extra: str, output: str = "report.json") -> tuple[int, str, Path]:
+    """`ledger monitor follow` with the test's state and monitor key; --db unless --server."""
+    report = ledger.tmp / output
+    args = [
         "monitor",
         "follow",
         "--state",
@@ -41,8 +42,11 @@ def _follow(ledger: Ledger, *extra: str) -> tuple[int, str, Path]:
         "-o",
         str(report),
         *extra,
-    )
-    return r.code, r.out, report
+    ]
+    if "--server" not in extra:
+        args += ["--db", ledger.db]
+    r = run(ledger.capsys, *args)
+    return r.code, r.out + r.err if r.code == 2 else r.out, report
 
 
 @pytest.fixture
@@ -157,3 +161,59 @@ def test_entries_after_revocation_and_reviews_by_the_same_holder(
     assert lines[0].startswith("same-holder-review: alice-reviewer")
     assert "a key registered by the same holder 'alice'" in lines[0]
     assert lines[1].startswith("after-revocation: runner") and f"entry {seq} " in lines[1]
+
+
+def test_the_monitor_follows_a_served_log_checked_against_its_signed_root(
+    monitored: Ledger, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Over HTTP: the entries up to the served checkpoint, which must hash to its
+    signed root; a server that changes a row behind the log is refused."""
+    from sqlalchemy import text
+
+    from ledger.service.run import start
+    from ledger.store.store import resolve_url
+    from ledger.store.triggers import drop_append_only_triggers
+
+    ledger = monitored
+    host = ledger.record(2)
+    journal = ledger.keys / "journal.jsonl"
+    thief_keys = tmp_path / "thief-keys"
+    thief_keys.mkdir(mode=0o700)
+    shutil.copy2(ledger.keys / "runner.pem", thief_keys / "runner.pem")
+    forged = tmp_path / "forged.json"
+    monkeypatch.setenv("LEDGER_JOURNAL", str(tmp_path / "thief-journal.jsonl"))
+    forged.write_bytes(envelope(KeyDir(thief_keys).load("runner"), claim="admission.forged"))
+    monkeypatch.delenv("LEDGER_JOURNAL")
+    stolen = ok(ledger("record", str(forged))).out.split()[0]
+    ok(ledger("log", "checkpoint"))
+    pem = tmp_path / "ledger.pem"
+    pem.write_bytes(public_pem(KeyDir(ledger.keys).load("ledger").public))
+    server = start(resolve_url(ledger.db), None)
+    try:
+        via = ("--server", server.url, "--trust", str(pem), "--journal", f"runner={journal}")
+        code, out, _ = _follow(ledger, *via)
+        assert code == 1, out
+        assert [_entry(line) for line in out.splitlines()] == [stolen]
+        assert host[0] not in out
+        # The server's rows changed behind the log: refused, the position kept.
+        store = ledger.store()
+        with store.engine.begin() as conn:
+            drop_append_only_triggers(conn)
+            conn.execute(text("UPDATE log_entry SET body = body || ' ' WHERE seq = 3"))
+        (ledger.tmp / "monitor-state.json").unlink()
+        r = run(
+            ledger.capsys,
+            "monitor",
+            "follow",
+            "--state",
+            str(ledger.tmp / "monitor-state.json"),
+            "--key",
+            "monitor",
+            "-o",
+            str(tmp_path / "r2.json"),
+            *via,
+        )
+        assert r.code == 1 and "do not hash to the signed root" in r.err
+        assert not (ledger.tmp / "monitor-state.json").exists()
+    finally:
+        server.stop()
