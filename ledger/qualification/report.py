@@ -4,74 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, TypeAlias
+from typing import Any
 
 from ledger.qualification.evidence import ReceiptEvidence, Revision
-from ledger.qualification.rules import Reason, Via
+from ledger.qualification.states import STATES, ClaimStatus, ScopeRole, State
 
 __all__ = ["STATES", "ClaimStatus", "ScopeRole", "State", "StatusReport"]
-
-State: TypeAlias = Literal[
-    "qualified",
-    "failed",
-    "inconclusive",
-    "not-run",
-    "stale",
-    "disputed",
-    "needs-review",
-    "unverified",
-    "not-applicable",
-]
-STATES: tuple[State, ...] = (
-    "qualified",
-    "failed",
-    "disputed",
-    "needs-review",
-    "unverified",
-    "inconclusive",
-    "stale",
-    "not-run",
-    "not-applicable",
-)
-ScopeRole: TypeAlias = Literal["required", "evidence"]
-
-
-@dataclass(frozen=True, slots=True)
-class ClaimStatus:
-    """The state of one claim at one scope.
-
-    `scope_role` is "required" for the scope the claim is asked at (plan scope
-    plus query scope; it alone decides `qualified`) and "evidence" for each
-    other, narrower scope that evidence was recorded at.
-    """
-
-    claim: str
-    scope: Mapping[str, str | int]
-    scope_role: ScopeRole
-    state: State
-    receipts: tuple[str, ...]
-    """Full ids of the receipts that decide the state."""
-    via: Via | None
-    """The most direct carry-over among the deciding receipts."""
-    reasons: tuple[Reason, ...]
-    required: bool
-    in_plan: bool
-    check: str | None = None
-    """The check the plan names for the claim (None where the plan does not name it):
-    what says which command records its evidence."""
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "claim": self.claim,
-            "scope": dict(self.scope),
-            "scope_role": self.scope_role,
-            "state": self.state,
-            "receipts": list(self.receipts),
-            "via": self.via,
-            "reasons": [str(r) for r in self.reasons],
-            "required": self.required,
-            "in_plan": self.in_plan,
-        }
 
 
 @dataclass(frozen=True, slots=True)

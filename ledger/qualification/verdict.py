@@ -12,17 +12,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, TypeAlias
+from typing import Any, Literal, Protocol, TypeAlias
 
 from ledger.qualification import rules
-from ledger.qualification.evidence import ReceiptEvidence, short_id
+from ledger.qualification.evidence import ReceiptEvidence, Revision, short_id
 from ledger.qualification.plan import OBSERVER_OFF_CONTROL_CHECK
-from ledger.qualification.report import STATES, ClaimStatus, State
 from ledger.qualification.scope import covers, format_scope
+from ledger.qualification.states import STATES, ClaimStatus, State
 from ledger.qualification.supersession import SUPERSESSION_PENDING
-
-if TYPE_CHECKING:
-    from ledger.qualification.report import StatusReport
 
 __all__ = [
     "MEANINGS",
@@ -253,7 +250,23 @@ class Verdict:
         }
 
 
-def verdict_of(report: StatusReport) -> Verdict:
+class Answer(Protocol):
+    """What a verdict reads of a status answer (`report.StatusReport`), named by
+    its shape: the report imports the verdict for its JSON, never the reverse."""
+
+    @property
+    def subject(self) -> Revision: ...
+    @property
+    def qualified(self) -> bool: ...
+    @property
+    def claims(self) -> Sequence[ClaimStatus]: ...
+    @property
+    def evidence(self) -> Sequence[ReceiptEvidence]: ...
+    @property
+    def governed(self) -> bool: ...
+
+
+def verdict_of(report: Answer) -> Verdict:
     """The verdict of one status answer (the engine's report and its evidence)."""
     target = _target(report)
     claims: list[ClaimVerdict] = []
@@ -284,7 +297,7 @@ def verdict_of(report: StatusReport) -> Verdict:
     )
 
 
-def _target(report: StatusReport) -> str:
+def _target(report: Answer) -> str:
     s = report.subject
     return f"--pr {s.pr}" if s.pr is not None else f"--rev {s.commit[:12]}"
 
