@@ -52,6 +52,24 @@ class QualifyRun:
         return Identity(self.revision, self.plan, self.notes)
 
 
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C while claims ran: every claim process was stopped and the trees
+    removed; what had been recorded stays recorded (each receipt is whole)."""
+
+    def __init__(self, recorded: Sequence[tuple[str, str, str]], asked: Sequence[str]) -> None:
+        super().__init__()
+        self.recorded = list(recorded)
+        done = {claim for _, claim, _ in self.recorded}
+        self.not_recorded = [c for c in dict.fromkeys(asked) if c not in done]
+
+    def line(self) -> str:
+        """`aborted; recorded: sha256:… (claim), …; not recorded: claim, …` (one line)."""
+        rec = ", ".join(f"{rid[:19]}… ({claim})" for rid, claim, _ in self.recorded)
+        return f"aborted; recorded: {rec or 'none'}; not recorded: " + (
+            ", ".join(self.not_recorded) or "none"
+        )
+
+
 def _recorded_outside() -> dict[str, str]:
     """Checks whose receipts come from outside qualify, and the command that records them."""
     from ledger.importers import CHECKS
@@ -255,18 +273,22 @@ def qualify(
             for note in _scope_notes(c, device, visible):
                 say(f"[{r.index}/{len(runs)}] {c.name}: note: {note}: its receipt will not count")
         done = QualifyRun([], revision, plan, ident.notes, tuple(c.name for c, _ in skipped))
-        if st is None:
-            _run_on_ray(
-                repo, revision, plan, runs, ray_address, server, key_name, sandbox, say, done
-            )
-            return done
-        assert recorder is not None and key is not None and box is not None
-        from ledger.plans.ledger import record_governing
+        try:
+            if st is None:
+                _run_on_ray(
+                    repo, revision, plan, runs, ray_address, server, key_name, sandbox, say, done
+                )
+                return done
+            assert recorder is not None and key is not None and box is not None
+            from ledger.plans.ledger import record_governing
 
-        # The governing plan first: a reader without a checkout proves it from the
-        # ledger alone, for every receipt this run records.
-        record_governing(recorder, ident)
-        local_run.run(st, runs, recorder, key, revision, pool_devices, box, say, done.receipts)
+            # The governing plan first: a reader without a checkout proves it from the
+            # ledger alone, for every receipt this run records.
+            record_governing(recorder, ident)
+            local_run.run(st, runs, recorder, key, revision, pool_devices, box, say, done.receipts)
+        except KeyboardInterrupt:
+            # Said once, after the claims' processes and the trees are gone.
+            raise Interrupted(done.receipts, [r.claim for r in runs]) from None
         return done
 
 

@@ -214,6 +214,8 @@ def _worker(
             code = 0
         except SystemExit as e:
             code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    except KeyboardInterrupt:
+        code = 130  # Ctrl-C: the parent says what it stopped; no traceback here
     except BaseException:
         traceback.print_exc()
     finally:
@@ -385,6 +387,11 @@ def _adopt_orphans() -> None:
 
 
 def _serve(path: str) -> int:
+    # Ctrl-C at a terminal reaches this server too (unsandboxed, it shares the
+    # parent's process group): the parent stops it (SIGTERM) once its claims are
+    # stopped, so the signal is ignored here rather than ending in a traceback.
+    # A forked claim process sets its own handler before the claim's code runs.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     _adopt_orphans()
     doc = json.loads(sys.stdin.read() or "[]")
     ready = _preload(doc)

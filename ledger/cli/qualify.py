@@ -119,6 +119,7 @@ def qualify(
     def progress(msg: str) -> None:
         click.echo(f"{time.monotonic() - t0:7.1f}s  {msg}", err=True)
 
+    from ledger.qualify import Interrupted
     from ledger.qualify import qualify as run_plan
     from ledger.record import LocalRecorder, open_recorder
     from ledger.render import render_qualify
@@ -138,27 +139,32 @@ def qualify(
     # With Ray the workers sign, each with its own key: no key is read here.
     key = keys.load(key_name) if executor == "local" else None
 
-    result = run_plan(
-        recorder,
-        key,
-        repo_path=repo,
-        rev=rev,
-        pr=pr,
-        plan_file=plan,
-        claims=claims,
-        device="cuda" if device == "cuda" else "cpu" if device == "cpu" else "auto",
-        progress=progress,
-        offline=offline,
-        base=base,
-        profile=profile,
-        sandbox=sandbox,
-        secrets=[keys.path, *map(Path, recorder_paths(recorder))],
-        gpus=gpus,
-        executor=executor,
-        ray_address=ray_address,
-        server=server,
-        key_name=key_name,
-    )
+    try:
+        result = run_plan(
+            recorder,
+            key,
+            repo_path=repo,
+            rev=rev,
+            pr=pr,
+            plan_file=plan,
+            claims=claims,
+            device="cuda" if device == "cuda" else "cpu" if device == "cpu" else "auto",
+            progress=progress,
+            offline=offline,
+            base=base,
+            profile=profile,
+            sandbox=sandbox,
+            secrets=[keys.path, *map(Path, recorder_paths(recorder))],
+            gpus=gpus,
+            executor=executor,
+            ray_address=ray_address,
+            server=server,
+            key_name=key_name,
+        )
+    except Interrupted as e:
+        # One line, after every claim process stopped: what the ledger holds now.
+        click.echo(f"ledger: {e.line()}", err=True)
+        raise SystemExit(130) from None
     receipts = [{"id": i, "claim": c, "outcome": o} for i, c, o in result.receipts]
     # Every check ending in infra-error measured nothing: an environment
     # failure (exit 2), never a verdict about the code.
