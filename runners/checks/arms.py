@@ -4,6 +4,7 @@ runs one (torch and the workload already imported), else a fresh interpreter."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -12,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ledger.outputs.beneath import Folder, Refused
 from runners.checks.context import Session
 from runners.forkparent import client_argv
 from runners.harness import child
@@ -94,9 +96,9 @@ def finish_arm(arm: Arm, deadline: float) -> dict[str, Any]:
     except subprocess.TimeoutExpired:
         rc = None  # the registry stops it when the check ends
     pid = arm.popen.pid
-    forked = arm.out_dir / "arm.json.pid"  # a forked arm: the process that ran it
-    if forked.is_file():
-        pid = int(forked.read_text())
+    # A forked arm: the process that ran it (read as data: the arm ran the PR's code).
+    with contextlib.suppress(OSError, ValueError, Refused), Folder(arm.out_dir) as out:
+        pid = int(out.read("arm.json.pid", 64))
     info: dict[str, Any] = {"returncode": rc, "pid": pid}
     got = None if rc is None else child.read_result(arm.out_dir / "arm.json")
     if rc is None:

@@ -254,15 +254,16 @@ def _body(sess: Session, p: Params) -> Verdict:
     m: dict[str, Json] = {"returncodes": [c for c in codes]}  # a list[Json] by inference
     ranks: list[dict[str, Any]] = []
     for rank in range(world):
-        path = work / f"rank{rank}.json"
-        if codes[rank] != 0 or not path.exists():
+        # Read as data, beneath the folder: the ranks ran the pull request's code.
+        got = child.read_result(work / f"rank{rank}.json") if codes[rank] == 0 else None
+        if not isinstance(got, dict):
             tail = (work / f"rank{rank}.log").read_text(errors="replace")[-2000:]
             return Verdict(
                 outcome="infra-error",
                 reason=f"rank {rank} exited {codes[rank]} without a result: {tail.strip()}",
                 measurements=m,
             )
-        ranks.append(json.loads(path.read_text()))
+        ranks.append(got)
     return _verdict(sess, p, ranks, m)
 
 
