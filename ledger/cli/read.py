@@ -66,6 +66,14 @@ def _identity(  # type: ignore[no-untyped-def]
     help="markdown: $GITHUB_STEP_SUMMARY or an MR comment; junit: a test report; "
     "github-check: a check-run payload (--json is --format json).",
 )
+@click.option(
+    "--link",
+    "link",
+    metavar="URL",
+    envvar="LEDGER_WEB_URL",
+    help="The `ledger serve` whose pages markdown, junit and github-check link (each "
+    "receipt's page and bundle, the PR page). Default: --server; $LEDGER_WEB_URL.",
+)
 def status(
     pr: int | None,
     rev: str | None,
@@ -79,6 +87,7 @@ def status(
     db: str | None,
     as_json: bool,
     fmt: str,
+    link: str | None,
 ) -> None:
     """Which claims are qualified for a revision, at which scope, on what evidence.
 
@@ -113,14 +122,16 @@ def status(
         report = query_status(open_store(db), ident, claims=claims, scope=parse_scope(scope))
         doc = report.to_json()
     fmt = "json" if as_json else fmt
+    base_url = link or server
+    links = formats.Links(base_url) if base_url else None
     if fmt == "json":
         emit_json(doc)
     elif fmt == "github-check":
-        emit_json(formats.github_check(doc))
+        emit_json(formats.github_check(doc, links))
     elif fmt == "junit":
-        click.echo(formats.junit(doc), nl=False)
+        click.echo(formats.junit(doc, links), nl=False)
     elif fmt == "markdown":
-        click.echo(formats.markdown(doc), nl=False)
+        click.echo(formats.markdown(doc, links), nl=False)
     else:
         click.echo(render_status(doc, width=terminal_width()), nl=False)
     if not doc["qualified"]:

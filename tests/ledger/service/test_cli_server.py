@@ -169,3 +169,39 @@ def test_export_artifacts_into_the_bundle_and_verify_them(
     bad.write_bytes(canonical_bytes(doc))
     v = run(capsys, "verify", str(bad), "--trust", str(pem))
     assert v.code == 1 and "content differs from its digest" in v.err
+
+
+def test_server_backed_ci_formats_link_every_receipt_and_the_pr_page(
+    served: tuple[Running, git.Repo, list[str]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """With --server, Markdown, JUnit and the check payload link each receipt's page
+    and bundle and the PR page (each link answers), and name the repository by its
+    id, never a local path."""
+    import re
+
+    import httpx
+
+    srv, r, ids = served
+    q = ("status", "--repo", str(r.working_tree_dir), "--pr", "3", "--offline", "--server", srv.url)
+    doc = json.loads(run(capsys, *q, "--json").out)
+    md = run(capsys, *q, "--format", "markdown").out
+    junit = run(capsys, *q, "--format", "junit").out
+    check = json.loads(run(capsys, *q, "--format", "github-check").out)
+    assert check["details_url"].startswith(f"{srv.url}/pr?")
+    for text in (md, junit, json.dumps(check)):
+        for rid in ids:
+            assert f"{srv.url}/receipt/{rid}" in text
+            assert f"{srv.url}/v1/bundles/{rid}" in text
+        assert f"{srv.url}/pr?" in text
+        assert str(r.working_tree_dir) not in text
+    heading = md.splitlines()[0]
+    assert doc["subject"]["repo"].startswith("/") is ("(local repository)" in heading)
+    assert run(capsys, "log", "checkpoint").code == 0  # a bundle proves inclusion in one
+    for url in set(re.findall(r"\]\((http[^)]+)\)", md)):
+        got = httpx.get(url, timeout=60)
+        assert got.status_code == 200, (url, got.text)
+    suite = ET.fromstring(junit).find("testsuite")
+    assert suite is not None
+    for case in suite.findall("testcase"):
+        out = case.findtext("system-out") or ""
+        assert f"{srv.url}/receipt/" in out, case.get("classname")
