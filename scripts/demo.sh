@@ -9,8 +9,13 @@ export PIP_DISABLE_PIP_VERSION_CHECK=1
 if [ ! -x .venv/bin/ledger ]; then
   python3 -m venv .venv
   .venv/bin/python -m pip install -q --upgrade pip
-  # CPU build of torch first; a plain torch requirement would pull a CUDA build.
-  .venv/bin/python -m pip install -q "torch==2.13.0" || .venv/bin/python -m pip install -q "torch>=2.4,<2.15"
+  # torch first, from pip's configured index: on PyPI, Linux x86_64 wheels are the
+  # CUDA build (+cu130, about 3 GB), which also runs on CPU; a local wheel folder
+  # (pip's find-links) may hold the CPU build instead. For the CPU build (about
+  # 200 MB) name PyTorch's CPU index: TORCH_INDEX=https://download.pytorch.org/whl/cpu
+  TORCH_FROM=(${TORCH_INDEX:+--index-url "$TORCH_INDEX"})
+  .venv/bin/python -m pip install -q "${TORCH_FROM[@]}" "torch==2.13.0" ||
+    .venv/bin/python -m pip install -q "${TORCH_FROM[@]}" "torch>=2.4,<2.15"
   # `sandbox`: a static bwrap, for machines without Debian's bubblewrap (the pull
   # request's code runs sandboxed; qualify refuses rather than run it unsandboxed).
   .venv/bin/python -m pip install -q -e '.[runners,postgres,sandbox]'
