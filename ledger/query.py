@@ -26,6 +26,7 @@ from ledger.qualification import (
     evaluate,
     history,
 )
+from ledger.qualification.plan import Plan
 from ledger.repoid import canonical_repo
 from ledger.revision import Revision
 from ledger.source import Identity
@@ -37,6 +38,7 @@ __all__ = [
     "history_answer",
     "history_document",
     "load_evidence",
+    "quarantined_gpus",
     "query_history",
     "query_status",
     "read_evidence",
@@ -119,6 +121,16 @@ def load_evidence(
     return ev.receipts, ev.reviews
 
 
+def quarantined_gpus(store: Store, plan: Plan | None) -> frozenset[str]:
+    """The GPUs the fleet quarantines under the plan's ``quarantine_above`` (none without
+    it): read from every receipt of the ledger, so only a plan that asks pays for it."""
+    if plan is None or plan.quarantine_above is None:
+        return frozenset()
+    from ledger.fleet.report import fleet_report, quarantined, store_predicates
+
+    return frozenset(quarantined(fleet_report(store_predicates(store)), plan.quarantine_above))
+
+
 def query_status(
     store: Store,
     q: Identity,
@@ -127,6 +139,7 @@ def query_status(
     scope: Mapping[str, str | int],
 ) -> StatusReport:
     ev = read_evidence(store, q.revision)
+    sick = quarantined_gpus(store, q.plan)
     # No plan governs and no claim was named: nothing is required, and default rules
     # would be a guess. The answer judges nothing and says so (not qualified).
     unplanned = q.plan is None and not claims
@@ -137,6 +150,7 @@ def query_status(
         reviews=ev.reviews,
         claims=list(claims) if claims else None,
         query_scope=dict(scope),
+        quarantined=sick,
     )
     # An entry that should bear on the answer but cannot be read leaves the
     # answer open: it is named, and the revision is not qualified while it stands.

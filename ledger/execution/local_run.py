@@ -30,7 +30,7 @@ from ledger.execution.trees import removed, worktree
 from ledger.fleet.ci import ci_job
 from ledger.fleet.dcgm import diagnose
 from ledger.fleet.evidence import health_evidence
-from ledger.fleet.quarantine import skip_quarantined
+from ledger.fleet.quarantine import bound, skip_quarantined
 from ledger.keys import LocalKey
 from ledger.qualification.plan import ClaimSpec, Plan
 from ledger.record import Recorder
@@ -79,6 +79,9 @@ class Started:
     request/result folder and scratch, the fork servers' sockets."""
     servers: Launched
     """The head tree's server, then the base tree's (where there is a base tree)."""
+    quarantine_above: float | None = None
+    """The plan's quarantine bound (`ledger.fleet.quarantine`); the runner's setting,
+    where it has one, comes first."""
 
     @property
     def artifacts(self) -> Path:
@@ -131,7 +134,7 @@ def started(
         confine = None if wrap is None else {"run_dir": str(run_dir)}
         launched = Launched.all(specs, env(), wrap=wrap, sock_dir=run_dir, confine=confine)
         try:
-            yield Started(root, base, run_dir, launched)
+            yield Started(root, base, run_dir, launched, plan.quarantine_above)
         finally:
             launched.close()
 
@@ -160,7 +163,9 @@ def run(
 
     explicit = devices is not None
     if devices is not None:
-        devices = skip_quarantined(devices, visible_gpus(), recorder, os.environ, say)
+        devices = skip_quarantined(
+            devices, visible_gpus(), recorder, bound(os.environ) or st.quarantine_above, say
+        )
     pool = DevicePool(devices if devices is not None else [GpuDevice("default")])
     n = len(runs)
     servers = st.servers.wait()

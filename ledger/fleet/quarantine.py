@@ -1,8 +1,9 @@
 """Quarantine: `qualify --gpus all` leaves out the devices whose fault rate (the
 Wilson lower bound, `ledger fleet`) exceeds the runner's bound, and says so.
 
-The bound is a runner setting, ``LEDGER_QUARANTINE_ABOVE`` (e.g. ``0.05``): the
-host's operator decides which of its devices to stop using. The fleet's receipts
+The bound is the runner's setting ``LEDGER_QUARANTINE_ABOVE`` (e.g. ``0.05``), else
+the plan's ``quarantine_above`` (which also makes status count a quarantined GPU's
+receipts only with a clean health snapshot). The fleet's receipts
 are read from the ledger the run records into; a run that records through a
 server reads none and says that quarantine was not applied.
 """
@@ -40,17 +41,17 @@ def skip_quarantined(
     devices: Sequence[Device],
     every: Sequence[Device],
     recorder: object,
-    env: Mapping[str, str],
+    above: float | None,
     say: Callable[[str], None],
 ) -> list[Device]:
-    """``devices`` less the quarantined ones where they are ``every`` GPU of the host
-    (``--gpus all``); devices named one by one run, said to be quarantined."""
-    above = bound(env)
+    """``devices`` less those whose fault-rate lower bound exceeds ``above`` where they
+    are ``every`` GPU of the host (``--gpus all``); devices named one by one run, said
+    to be quarantined."""
     if above is None or not any(d.uuid for d in devices):
         return list(devices)
     store = getattr(recorder, "store", None)
     if store is None:
-        say(f"{QUARANTINE_ENV}: the ledger is a server's; quarantine not applied")
+        say("quarantine: the ledger is a server's; not applied")
         return list(devices)
     sick = quarantined(fleet_report(store_predicates(store)), above)
     if not sick:
@@ -61,7 +62,7 @@ def skip_quarantined(
         if d.uuid not in sick:
             kept.append(d)
             continue
-        why = f"fault rate >= {sick[d.uuid]:.3g} > {above:.3g} ({QUARANTINE_ENV})"
+        why = f"fault rate >= {sick[d.uuid]:.3g} > {above:.3g}"
         if whole:
             say(f"{d.label} ({d.uuid}) quarantined: {why}: skipped")
         else:

@@ -39,6 +39,7 @@ def evaluate(
     claims: Sequence[str] | None = None,
     query_scope: Mapping[str, str | int] | None = None,
     now: dt.datetime | None = None,
+    quarantined: frozenset[str] = frozenset(),
 ) -> StatusReport:
     """The state of each asked claim for `revision`.
 
@@ -48,9 +49,10 @@ def evaluate(
     control, cleanup proof required).
     A claim whose plan scope `query_scope` contradicts is `not-applicable`.
     Evidence ages (the plan's evidence_max_age) against `now` (default: the clock).
+    A receipt from a `quarantined` GPU UUID counts only with a clean health snapshot.
     """
     query = dict(query_scope or {})
-    ctx = _Context(revision, receipts, reviews, now or dt.datetime.now(dt.UTC))
+    ctx = _Context(revision, receipts, reviews, now or dt.datetime.now(dt.UTC), quarantined)
     rows: list[ClaimStatus] = []
     asked = _asked(plan, claims, ctx)
     for req in asked:
@@ -98,9 +100,11 @@ class _Context:
         receipts: Sequence[ReceiptEvidence],
         reviews: Sequence[ReviewEvidence],
         now: dt.datetime,
+        quarantined: frozenset[str] = frozenset(),
     ) -> None:
         self.revision = revision
         self.now = now
+        self.quarantined = quarantined
         unique = {r.id: r for r in receipts}
         self.receipts = sorted(unique.values(), key=lambda r: (r.seq, r.id))
         self.by_claim: dict[str, list[ReceiptEvidence]] = defaultdict(list)
@@ -122,6 +126,9 @@ class _Context:
     def sound(r: ReceiptEvidence) -> bool:
         """Signature, key, role and work tree all hold."""
         return not rules.integrity(r) and rules.dirty(r) is None
+
+    def from_sick_gpu(self, r: ReceiptEvidence) -> Reason | None:
+        return rules.quarantined_run(r, self.quarantined) if self.quarantined else None
 
     def supersession(self, r: ReceiptEvidence, carry_over: CarryOver) -> Supersessions:
         """What each later receipt naming `r` as superseded does to it."""
@@ -157,6 +164,7 @@ class _Context:
                 and self.link(c, req.carry_over) is not None
                 and rules.effective_outcome(c)[0] == "failed"
                 and rules.aged(c, req, self.now) is None
+                and self.from_sick_gpu(c) is None
                 and not self.supersession(c, req.carry_over).done
             }
         return self._heads[req.claim]
@@ -291,6 +299,11 @@ def _sort(ctx: _Context, req: Requirement, r: ReceiptEvidence, row: _Row) -> Non
         row.why[r.id].extend(problems)
         if dirty is not None:
             row.why[r.id].append(dirty)
+        return
+    sick = ctx.from_sick_gpu(r)
+    if sick is not None:
+        row.unverified.append(r)
+        row.why[r.id].append(sick)
         return
     old = rules.aged(r, req, ctx.now)
     if old is not None:

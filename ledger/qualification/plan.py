@@ -337,6 +337,10 @@ class Plan(_Frozen):
     blocks a pull request only once failures of the claim stand on this many distinct
     commits."""
 
+    quarantine_above: Annotated[float, Field(strict=True, gt=0, lt=1)] | None = None
+    """Receipts from a GPU whose device-fault rate's lower bound (`ledger fleet`) exceeds
+    this count only with a clean health snapshot; None: no GPU is quarantined."""
+
     @property
     def evidence_max_age_s(self) -> int | None:
         return None if self.evidence_max_age is None else duration_s(self.evidence_max_age)

@@ -36,6 +36,7 @@ __all__ = [
     "OBSERVER_OFF_CONTROL",
     "PASSING_EVIDENCE",
     "PLANNED_CHECK",
+    "QUARANTINE",
     "REFUSAL",
     "REVIEWS",
     "RULES",
@@ -75,6 +76,7 @@ NO_EVIDENCE = "no-evidence"
 SCOPE = "scope"
 EVIDENCE_AGE = "evidence-age"
 BASE_CONFIRMATION = "base-confirmation"
+QUARANTINE = "quarantine"
 
 RULES: Mapping[str, str] = {
     PASSING_EVIDENCE: "a valid pass that meets every requirement of the claim qualifies it",
@@ -112,6 +114,8 @@ RULES: Mapping[str, str] = {
     BASE_CONFIRMATION: "a counterexample recorded for other code than the pull request's "
     "(its base branch, another pull request) blocks it only once failures of the claim "
     "stand on the plan's base_counterexample_heads distinct commits",
+    QUARANTINE: "a receipt from a GPU the fleet quarantines (the plan's quarantine_above) "
+    "counts only with a clean health snapshot",
 }
 
 
@@ -313,6 +317,21 @@ def unconfirmed(r: ReceiptEvidence, req: Requirement, heads: int) -> Reason:
         f"{short_id(r.id)} failed on {src.commit[:12]} ({where}, not this pull request's "
         f"code); failures of the claim stand on {heads} distinct commit(s), the plan's "
         f"base_counterexample_heads is {req.base_heads}: it does not block yet",
+        r.id,
+    )
+
+
+def quarantined_run(r: ReceiptEvidence, quarantined: frozenset[str]) -> Reason | None:
+    """A receipt from a quarantined GPU whose health snapshot is not clean."""
+    runner = r.predicate.runner
+    sick = sorted(set(runner.gpu_uuids) & quarantined)
+    health = runner.environment.get("gpu_health", "")
+    if not sick or health.startswith("clean"):
+        return None
+    return Reason(
+        QUARANTINE,
+        f"{short_id(r.id)} ran on quarantined GPU {', '.join(sick)} and its health snapshot "
+        f"is not clean ({health or 'none recorded'}); it counts neither way",
         r.id,
     )
 

@@ -74,6 +74,17 @@ def test_fleet_reports_a_sick_gpu_and_qualify_gpus_all_skips_it_when_quarantined
     text = run(capsys, "fleet", "--quarantine-above", "0.3").out
     assert f"{GPU_B}" in text and "QUARANTINED" in text and "per claim:" in text
 
+    # Under a plan that quarantines above 0.3, GPU 1's receipts (not clean) count
+    # for nothing; GPU 0's stand.
+    plan = tmp_path / "quarantine.toml"
+    plan.write_text("quarantine_above = 0.3\n" + (repo / "qualification.toml").read_text())
+    r = run(capsys, "status", "--rev", "HEAD", "--repo", str(repo), "--plan", str(plan), "--json")
+    rows = [x for x in json.loads(r.out)["claims"] if x["scope_role"] == "required"]
+    states = sorted(row["state"] for row in rows)
+    assert states == ["qualified", "qualified", "unverified", "unverified"], r.out
+    reasons = [x for row in rows for x in row["reasons"] if x.startswith("quarantine:")]
+    assert len(reasons) == 2 and all(f"quarantined GPU {GPU_B}" in x for x in reasons)
+
     monkeypatch.setenv("LEDGER_QUARANTINE_ABOVE", "0.3")
     r = run(capsys, *args, "--gpus", "all")
     assert r.code == 0, r.err

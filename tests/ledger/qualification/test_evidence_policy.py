@@ -121,3 +121,40 @@ def test_a_base_branch_counterexample_blocks_other_prs_only_once_confirmed_on_n_
 def test_a_bad_max_age_is_refused_with_one_line(bad: str) -> None:
     with pytest.raises(InputError, match="evidence_max_age"):
         parse_plan(f"evidence_max_age = {bad}\n" + EARLIER_PLAN)
+
+
+def _health(r: ReceiptEvidence, line: str) -> ReceiptEvidence:
+    runner = r.predicate.runner.model_copy(update={"environment": {"gpu_health": line}})
+    return dataclasses.replace(r, statement=r.predicate.model_copy(update={"runner": runner}))
+
+
+def test_a_receipt_from_a_quarantined_gpu_counts_only_with_a_clean_snapshot() -> None:
+    plan = _plan()
+    rev = revision("head")
+    sick = frozenset({"GPU-0"})  # the factories' receipts ran on GPU-0
+    passed = receipt(commit="head")
+    row = evaluate(
+        plan=plan, revision=rev, receipts=[passed], reviews=[], now=FINISHED, quarantined=sick
+    ).claims[0]
+    assert row.state == "unverified"
+    [why] = [str(x) for x in row.reasons if x.rule == "quarantine"]
+    assert "ran on quarantined GPU GPU-0" in why and "none recorded" in why
+    clean = _health(passed, "clean (1 device(s))")
+    for got, state in ((clean, "qualified"), (passed, "qualified")):
+        # Clean on the quarantined GPU, or anything on a GPU not quarantined, counts.
+        q = sick if got is clean else frozenset({"GPU-9"})
+        assert (
+            evaluate(
+                plan=plan, revision=rev, receipts=[got], reviews=[], now=FINISHED, quarantined=q
+            )
+            .claims[0]
+            .state
+            == state
+        )
+    # A failure there, its snapshot naming a fault, blocks nothing.
+    failed = _health(receipt(commit="head", outcome="failed"), "fault: XID 13 on GPU-0")
+    both = evaluate(
+        plan=plan, revision=rev, receipts=[failed, clean], reviews=[], now=FINISHED,
+        quarantined=sick,
+    )  # fmt: skip
+    assert both.claims[0].state == "qualified"
