@@ -13,13 +13,14 @@ from typing import Any
 from ledger._internal import merkle
 from ledger.canonical import sha256_hex
 from ledger.entry import LoggedEntry, envelope_body
-from ledger.errors import Error
+from ledger.errors import Error, VerificationError
 from ledger.ingest import receipt_index, review_index
 from ledger.keys import KeyInfo
 from ledger.log.checkpoints import ledger_signer
 from ledger.store.store import (
     ARTIFACT,
     CHECKPOINT,
+    COSIGNATURE,
     FACET,
     KEY,
     RECEIPT,
@@ -196,12 +197,27 @@ def _plan(e: LoggedEntry, rows: _Rows, keys: dict[str, KeyInfo]) -> list[str]:
     return out
 
 
+def _alias(e: LoggedEntry, rows: _Rows, keys: dict[str, KeyInfo]) -> list[str]:
+    """A repository alias: its id is its body's digest, both ids canonical and distinct."""
+    from ledger.identity.aliases import read_alias
+
+    out = []
+    if e.body_id() != e.entry_id:
+        out.append("id differs from the body digest")
+    try:
+        read_alias(e.document)
+    except Error as err:
+        out.append(err.reason())
+    return out
+
+
 _CHECKS = {
     "receipt": _statement,
     "review": _statement,
     "key": _key,
     "revocation": _revocation,
     "plan": _plan,
+    "alias": _alias,
 }
 
 
@@ -298,6 +314,30 @@ def _checkpoints(
             )
 
 
+def _cosignatures(store: Store, rep: AuditReport) -> None:
+    """Each kept cosignature line verifies, by the witness key its row names,
+    over the checkpoint of its size."""
+    from ledger._internal.checkpoint import parse_checkpoint
+    from ledger.transparency.cosignature import cosigned_by
+    from ledger.transparency.vkey import WITNESS_ED25519, parse_vkey
+
+    notes = {int(cp["size"]): cp["note"] for cp in store.table_rows(CHECKPOINT, CHECKPOINT.c.size)}
+    for row in store.table_rows(COSIGNATURE, COSIGNATURE.c.size):
+        size, where = int(row["size"]), f"cosignature on checkpoint {row['size']}"
+        try:
+            vkey = parse_vkey(row["witness"])
+            if vkey.sig_type != WITNESS_ED25519:
+                raise VerificationError("not a witness key")
+            where = f"cosignature of {vkey.name} on checkpoint {size}"
+            if size not in notes:
+                raise VerificationError("no checkpoint of that size")
+            cp = parse_checkpoint((notes[size] + row["line"]).encode())
+            if cosigned_by(cp, vkey) is None:
+                raise VerificationError("does not verify over the checkpoint")
+        except Error as e:
+            rep.problems.append(f"{where}: {e.reason()}")
+
+
 def audit(store: Store) -> AuditReport:
     rep = AuditReport()
     rows = _Rows.load(store)
@@ -306,6 +346,7 @@ def audit(store: Store) -> AuditReport:
     rep.problems.extend(_artifacts(store, rows))
     rep.root = merkle.root(leaves).hex()
     _checkpoints(store, leaves, keys, rep)
+    _cosignatures(store, rep)
     # A byte that is not UTF-8 came back surrogate-escaped: shown as \udcXX, printable.
     rep.problems = [p.encode("utf-8", "backslashreplace").decode() for p in rep.problems]
     return rep

@@ -299,8 +299,19 @@ def snapshot(store: Store) -> dict[str, list[tuple[Any, ...]]]:
 def test_database_rejects_update_and_delete(
     history: History, store: Store, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    # A witness's cosignature row, so that its table is tried too.
-    store.add_cosignature(8, "w.example+00000000+BA==", "— w.example AAAA\n")
+    # A witness's cosignature of checkpoint 8, so that its table is tried too.
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    from ledger._internal.checkpoint import parse_checkpoint
+    from ledger.transparency.cosignature import cosign
+    from ledger.transparency.vkey import WITNESS_ED25519, VKey
+
+    witness = Ed25519PrivateKey.generate()
+    row = store.checkpoint(8)
+    assert row is not None
+    line = cosign(parse_checkpoint(row.note.encode()).body, "w.example", witness, 1)
+    vkey = VKey("w.example", WITNESS_ED25519, witness.public_key())
+    store.add_cosignature(8, vkey.text(), line)
     before = snapshot(store)
     assert all(before.values()), {t: len(v) for t, v in before.items()}
     statements = []

@@ -243,3 +243,28 @@ def test_serve_has_each_checkpoint_it_signs_cosigned_and_serves_it(
         assert "quorum 'both' met" in seen.out
     finally:
         server.stop()
+
+
+def test_the_audit_checks_every_kept_cosignature(
+    ledger: Ledger, witnesses: Witnesses, policy_file: Path
+) -> None:
+    from sqlalchemy import text
+
+    from ledger.store.triggers import drop_append_only_triggers
+
+    ledger.record(2)
+    ok(ledger("log", "checkpoint", "--witnesses", str(policy_file)))
+    assert ok(ledger("audit"))
+    store = ledger.store()
+    with store.engine.begin() as conn:
+        drop_append_only_triggers(conn)
+        # w1's line moved onto w2's row: a cosignature that its row's key did not make.
+        lines = dict(conn.execute(text("SELECT witness, line FROM cosignature")).all())
+        w1, w2 = (witnesses.witness(n).vkey.text() for n in ("w1", "w2"))
+        conn.execute(
+            text("UPDATE cosignature SET line = :l WHERE witness = :w"), {"l": lines[w1], "w": w2}
+        )
+    r = ledger("audit")
+    assert r.code == 1
+    assert "cosignature of w2.example/witness on checkpoint" in r.out
+    assert "does not verify over the checkpoint" in r.out
