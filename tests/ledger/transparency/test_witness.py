@@ -268,3 +268,41 @@ def test_the_audit_checks_every_kept_cosignature(
     assert r.code == 1
     assert "cosignature of w2.example/witness on checkpoint" in r.out
     assert "does not verify over the checkpoint" in r.out
+
+
+def test_witness_serve_answers_once_it_says_where(
+    ledger: Ledger, tmp_path: Path, key_dir: Path
+) -> None:
+    """The command itself: it prints its vkey and URL when bound (the test waits on
+    that line, not on time), cosigns, and stops on SIGINT."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    vkey = ok(ledger("log", "vkey")).out.strip()
+    logs = tmp_path / "logs.txt"
+    logs.write_text(f"log {vkey}\n")
+    ledger.record(1)
+    note = ok(ledger("log", "checkpoint")).out.encode()
+    args = ["--name", "w.example/cli", "--key", "wcli", "--logs", str(logs)]
+    args += ["--state", str(tmp_path / "w.sqlite"), "--port", "0"]
+    env = {**os.environ, "LEDGER_KEYS": str(key_dir)}
+    p = subprocess.Popen(
+        [sys.executable, "-m", "ledger", "witness", "serve", *args],
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    try:
+        assert p.stderr is not None
+        ready = p.stderr.readline()
+        assert ready.startswith("witness w.example/cli+"), ready
+        url = ready.split(" at ")[1].strip()
+        status, _, line = post(url, request_body(0, [], note))
+        assert status == 200
+        w_vkey = parse_vkey(ready.split()[1])
+        assert cosigned_by(parse_checkpoint(note + line), w_vkey) is not None
+    finally:
+        p.send_signal(signal.SIGINT)
+        p.communicate(timeout=60)
