@@ -342,6 +342,11 @@ class SupportsPrepare(Protocol):
         ...
 
 
+class EstimatorMissing(NotImplementedError):
+    """The workload has no memory estimator (a ready adapter whose plan names none):
+    checks that need a prediction are inconclusive and say so, never failed."""
+
+
 class PrecisionUnsupported(TypeError):
     """The workload cannot compute in another dtype (its ``setup`` takes no ``dtype``)."""
 

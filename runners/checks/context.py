@@ -20,6 +20,7 @@ from runners.harness.registry import ResourceRegistry
 from runners.protocol import (
     AdmissionDecision,
     Batch,
+    EstimatorMissing,
     ForwardOutputs,
     MemoryEstimate,
     Phase,
@@ -81,6 +82,8 @@ def verdict_of_failure(
     """``failed`` for a workload error or OOM, ``infra-error`` for an environment one."""
     m = dict(measurements or {})
     m["failure"] = outcome.measurements()
+    if outcome.error_type == EstimatorMissing.__name__:
+        return Verdict(outcome="inconclusive", reason=outcome.message, measurements=m)
     kind: Outcome = "infra-error" if outcome.status == "infra-error" else "failed"
     return Verdict(outcome=kind, reason=outcome.sentence(), measurements=m)
 

@@ -32,6 +32,7 @@ from runners.harness.observer import ObserverSession
 from runners.harness.probe import CpuProbe, MemoryProbe, make_probe
 from runners.harness.proofs import describe_incomplete
 from runners.harness.registry import ResourceRegistry
+from runners.protocol import EstimatorMissing
 from runners.result import CheckResult, CleanupProof, Json, Observer
 from runners.workloads.loader import WorkloadLoadError
 
@@ -182,6 +183,8 @@ def _run_body(
         return Verdict(outcome="infra-error", reason=f"workload load: {e}")
     except ParamError as e:
         return Verdict(outcome="infra-error", reason=f"bad parameter: {e}")
+    except EstimatorMissing as e:
+        return Verdict(outcome="inconclusive", reason=str(e))
     except Exception as e:
         return Verdict(
             outcome="infra-error",

@@ -7,6 +7,7 @@ import inspect
 import json
 import sys
 from collections.abc import Mapping
+from contextvars import ContextVar
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -85,6 +86,25 @@ def _import_from(root: Path, module: str, ref: str) -> ModuleType:
     return mod
 
 
+_BUILDING_IN: ContextVar[Path | None] = ContextVar("_BUILDING_IN", default=None)
+"""The checkout whose workload factory is running (`load_workload`)."""
+
+
+def import_ref(ref: str) -> Any:
+    """``module:attribute``, imported from the checkout whose workload is being built
+    (a ready adapter naming the team's own factory, loss or estimator), as the entry
+    point itself is; `WorkloadLoadError` when it is missing."""
+    module, attr = parse_ref(ref)
+    root = _BUILDING_IN.get()
+    obj: object = _import_from(root, module, ref) if root else importlib.import_module(module)
+    for part in attr.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise WorkloadLoadError(f"{ref!r}: module {module!r} has no {attr!r}") from None
+    return obj
+
+
 def load_workload(root: Path, ref: str, params: Mapping[str, Any]) -> Workload:
     """Import ``ref`` (``module:attribute``) from the checkout at ``root``, call it with
     ``params`` and return the `Workload` it builds.
@@ -125,7 +145,12 @@ def load_workload(root: Path, ref: str, params: Mapping[str, Any]) -> Workload:
         ) from None
     except ValueError:
         pass  # no introspectable signature (builtins): let the call decide
-    workload = obj(**params)
+    # A ready adapter imports the team's own functions from this checkout while built.
+    token = _BUILDING_IN.set(root)
+    try:
+        workload = obj(**params)
+    finally:
+        _BUILDING_IN.reset(token)
     if not isinstance(workload, Workload):
         raise WorkloadLoadError(
             f"workload entry point {ref!r} returned a {type(workload).__name__}, "

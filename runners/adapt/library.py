@@ -1,0 +1,322 @@
+"""Ready adapters: a plan names a library model instead of a workload it wrote.
+
+``workload = "runners.adapt.library:causal_lm"`` builds a transformers causal LM
+from a config (``model_type`` and ``config``: the sizes; ``attention`` and
+``experts``: the implementations; ``dtype``), with an optional PEFT LoRA
+(``lora``: `peft.LoraConfig`'s fields). ``workload = "runners.adapt.library:module"``
+wraps a plain ``torch.nn.Module``: ``factory`` (``module:function`` in the
+repository, called with ``factory_params``), ``loss`` (``(model, batch) ->
+scalar``) and ``batch`` (``(shape, seed) -> dict of tensors``).
+
+Both implement the workload protocol and nothing team-specific: the checks'
+generic routes do the rest (a reference precision by upcasting the model,
+routing through the routers' hooks; `runners.adapt`). The causal LM builds its
+model once on CPU in `prepare` (a fork server's), each claim copying it. Memory
+is predicted only by a plan-named ``estimator`` (``module:function``, called as
+``fn(workload_params, shape, phase, device_kind, cold=...)`` returning a
+`MemoryEstimate` or bytes); without one, `estimate` raises `EstimatorMissing`
+and the checks that need a prediction are inconclusive and say so.
+"""
+
+from __future__ import annotations
+
+import copy
+import inspect
+import sys
+from collections.abc import Callable, Mapping
+from importlib import metadata
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from runners.protocol import (
+    AdmissionDecision,
+    Batch,
+    EstimatorMissing,
+    ForwardOutputs,
+    MemoryEstimate,
+    Phase,
+    Shape,
+    pad_sequences,
+    workload_digest,
+)
+from runners.workloads.loader import import_ref
+
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+RESERVE_PERMILLE = 50
+"""Free memory held back from admission, per mille (and at least `RESERVE_MIN_BYTES`)."""
+RESERVE_MIN_BYTES = 64 << 20
+
+
+def _dtype(name: str) -> torch.dtype:
+    if name not in _DTYPES:
+        raise ValueError(f"dtype must be one of {', '.join(_DTYPES)}, got {name!r}")
+    return _DTYPES[name]
+
+
+class _Adapter:
+    """What both adapters share: the optimizer, steps, gradients and admission."""
+
+    name = "adapter"
+
+    def __init__(self, params: Mapping[str, Any], dtype: str, lr: float, estimator: str | None):
+        self.params = dict(params)
+        self._dtype = _dtype(dtype)
+        self.lr = lr
+        self._estimator: Callable[..., Any] | None = import_ref(estimator) if estimator else None
+        self._estimator_ref = estimator
+        self.model: Any = None
+        self.optimizer: torch.optim.Optimizer | None = None
+        self.device: torch.device | None = None
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self._dtype
+
+    def _sources(self) -> list[Any]:
+        out: list[Any] = [sys.modules[__name__]]
+        if self._estimator is not None:
+            out.append(inspect.getsource(self._estimator))
+        return out
+
+    def _train(self, model: Any, device: torch.device) -> None:
+        self.model = model.to(device=device, dtype=self.dtype)
+        self.device = device
+        trainable = [p for p in self.model.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(trainable, lr=self.lr, foreach=False)
+
+    def teardown(self) -> None:
+        if self.optimizer is not None:
+            self.optimizer.state.clear()
+        self.model = self.optimizer = self.device = None
+
+    def _model(self) -> Any:
+        if self.model is None:
+            raise RuntimeError(f"workload {self.name!r} used before setup()")
+        return self.model
+
+    def estimate(self, shape: Shape, phase: Phase, *, cold: bool = False) -> MemoryEstimate:
+        if self._estimator is None:
+            raise EstimatorMissing(
+                f"{self.name}: a ready adapter predicts no memory without an estimator; "
+                'name one in the plan: workload_params.estimator = "module:function"'
+            )
+        kind = self.device.type if self.device is not None else "cpu"
+        got = self._estimator(self.params, shape, phase, kind, cold=cold)
+        return got if isinstance(got, MemoryEstimate) else MemoryEstimate(predicted_bytes=int(got))
+
+    def admit(
+        self, shape: Shape, phase: Phase, free_bytes: int, *, cold: bool = False
+    ) -> AdmissionDecision:
+        est = self.estimate(shape, phase, cold=cold)
+        reserve = max(RESERVE_MIN_BYTES, free_bytes * RESERVE_PERMILLE // 1000)
+        usable = free_bytes - reserve
+        ok = est.predicted_bytes <= usable
+        return AdmissionDecision(
+            admitted=ok,
+            predicted_bytes=est.predicted_bytes,
+            usable_bytes=usable,
+            reserve_bytes=reserve,
+            suggestion=None if ok else f"{shape} needs {est.predicted_bytes} of {usable} bytes",
+        )
+
+    def backward(self, out: ForwardOutputs) -> None:
+        if out.loss is None or not out.loss.requires_grad:
+            raise ValueError("backward needs outputs of forward(grad=True)")
+        torch.autograd.backward(out.loss)
+
+    def optimizer_step(self) -> None:
+        if self.optimizer is None:
+            raise RuntimeError(f"workload {self.name!r} used before setup()")
+        self.optimizer.step()
+
+    def zero_grad(self) -> None:
+        if self.optimizer is None:
+            raise RuntimeError(f"workload {self.name!r} used before setup()")
+        self.optimizer.zero_grad(set_to_none=True)
+
+    def gradients(self) -> dict[str, Tensor]:
+        return {
+            n.removeprefix("base_model.model."): p.grad.detach().clone()
+            for n, p in self._model().named_parameters()
+            if p.requires_grad and p.grad is not None
+        }
+
+
+class CausalLM(_Adapter):
+    """A transformers causal LM from a config, optionally with PEFT LoRA."""
+
+    def __init__(
+        self,
+        *,
+        model_type: str,
+        config: Mapping[str, Any],
+        attention: str = "eager",
+        experts: str | None = None,
+        dtype: str = "float32",
+        lora: Mapping[str, Any] | None = None,
+        lora_b_std: float = 0.02,
+        padding: int = 0,
+        lr: float = 1e-3,
+        estimator: str | None = None,
+    ) -> None:
+        params = {
+            "model_type": model_type,
+            "config": dict(config),
+            "attention": attention,
+            "experts": experts,
+            "dtype": dtype,
+            "lora": dict(lora) if lora is not None else None,
+            "lora_b_std": lora_b_std,
+            "padding": padding,
+            "lr": lr,
+            "estimator": estimator,
+        }
+        super().__init__(params, dtype, lr, estimator)
+        self.name = f"hf-{model_type}" + ("-lora" if lora is not None else "")
+        self.vocab = int(config.get("vocab_size", 32000))
+        self._prepared: Any = None
+
+    def digest(self) -> str:
+        """Over the parameters, this adapter, the estimator, and the library versions."""
+        libs = {d: metadata.version(d) for d in ("torch", "transformers")}
+        if self.params["lora"] is not None:
+            libs["peft"] = metadata.version("peft")
+        return workload_digest({"workload": self.name, **self.params, **libs}, self._sources())
+
+    def _build(self, seed: int) -> Any:
+        from transformers import AutoConfig, AutoModelForCausalLM
+
+        p = self.params
+        cfg = AutoConfig.for_model(p["model_type"], **p["config"])
+        cfg._attn_implementation = p["attention"]
+        if p["experts"]:
+            cfg._experts_implementation = p["experts"]
+        # transformers initialises from the global generator: a fork keeps the caller's.
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            model = AutoModelForCausalLM.from_config(cfg)  # type: ignore[no-untyped-call]
+            if p["lora"] is not None:
+                from peft import LoraConfig, get_peft_model
+
+                model = get_peft_model(model, LoraConfig(**p["lora"]))
+                gen = torch.Generator().manual_seed(seed + 1)
+                for n, t in model.named_parameters():
+                    # PEFT starts B at zero (A gets no gradient then): start mid-training.
+                    if "lora_B" in n and p["lora_b_std"]:
+                        with torch.no_grad():
+                            t.copy_(torch.randn(t.shape, generator=gen) * p["lora_b_std"])
+        return model
+
+    def prepare(self) -> None:
+        """Build the model on CPU once, for seed 0 (`runners.protocol.SupportsPrepare`)."""
+        self._prepared = self._build(0).to(dtype=self.dtype)
+
+    def setup(self, device: torch.device, seed: int) -> None:
+        self.teardown()
+        if self._prepared is not None and seed == 0:
+            model = _private_copy(self._prepared, device)
+        else:
+            model = self._build(seed)
+        self._train(model, device)
+
+    def make_batch(self, shape: Shape, seed: int) -> Batch:
+        """Random token ids; every other row ends in ``padding`` padding tokens."""
+        gen = torch.Generator().manual_seed(seed)
+        pad = min(int(self.params["padding"]), shape.seq - 1)
+        rows = [
+            torch.randint(self.vocab, (shape.seq - (pad if i % 2 else 0),), generator=gen)
+            for i in range(shape.batch)
+        ]
+        return {k: v.to(self.device) for k, v in pad_sequences(rows, length=shape.seq).items()}
+
+    def forward(self, batch: Batch, *, grad: bool) -> ForwardOutputs:
+        with torch.set_grad_enabled(grad):
+            out = self._model()(**batch)
+        return ForwardOutputs(
+            loss=out.loss if grad else out.loss.detach(), compared={"logits": out.logits.detach()}
+        )
+
+
+class ModuleAdapter(_Adapter):
+    """A plain ``torch.nn.Module`` from the team's factory, with its loss and batches."""
+
+    def __init__(
+        self,
+        *,
+        factory: str,
+        loss: str,
+        batch: str,
+        factory_params: Mapping[str, Any] | None = None,
+        dtype: str = "float32",
+        lr: float = 1e-3,
+        estimator: str | None = None,
+        name: str | None = None,
+    ) -> None:
+        params = {
+            "factory": factory,
+            "loss": loss,
+            "batch": batch,
+            "factory_params": dict(factory_params or {}),
+            "dtype": dtype,
+            "lr": lr,
+            "estimator": estimator,
+        }
+        super().__init__(params, dtype, lr, estimator)
+        self._factory = import_ref(factory)
+        self._loss = import_ref(loss)
+        self._batch = import_ref(batch)
+        self.name = name or f"module-{factory.rpartition(':')[2]}"
+
+    def digest(self) -> str:
+        """Over the parameters, this adapter and the team's functions' source."""
+        team = [inspect.getsource(f) for f in (self._factory, self._loss, self._batch)]
+        libs = {"torch": metadata.version("torch")}
+        return workload_digest(
+            {"workload": self.name, **self.params, **libs}, [*self._sources(), *team]
+        )
+
+    def setup(self, device: torch.device, seed: int) -> None:
+        self.teardown()
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            model = self._factory(**self.params["factory_params"])
+        self._train(model, device)
+
+    def make_batch(self, shape: Shape, seed: int) -> Batch:
+        """The team's batch on the device; floating inputs in the workload's dtype."""
+        got: Batch = self._batch(shape, seed)
+        return {
+            k: v.to(self.device, self.dtype) if v.is_floating_point() else v.to(self.device)
+            for k, v in got.items()
+        }
+
+    def forward(self, batch: Batch, *, grad: bool) -> ForwardOutputs:
+        with torch.set_grad_enabled(grad):
+            got = self._loss(self._model(), batch)
+        if isinstance(got, ForwardOutputs):
+            return got
+        return ForwardOutputs(loss=got if grad else got.detach())
+
+
+def _private_copy(model: Any, device: torch.device) -> Any:
+    """A copy of ``model`` that training on ``device`` cannot change it through: on CPU
+    a deep copy; elsewhere parameters alias the CPU weights until moved (no host copy)."""
+    if device.type == "cpu":
+        return copy.deepcopy(model)
+    memo: dict[int, Any] = {id(b): b for b in model.buffers()}
+    for p in model.parameters():
+        memo[id(p)] = torch.nn.Parameter(p.data, requires_grad=p.requires_grad)
+    return copy.deepcopy(model, memo)
+
+
+def causal_lm(**params: Any) -> CausalLM:
+    """Entry point: a transformers causal LM (module docstring)."""
+    return CausalLM(**params)
+
+
+def module(**params: Any) -> ModuleAdapter:
+    """Entry point: a plain ``torch.nn.Module`` (module docstring)."""
+    return ModuleAdapter(**params)
