@@ -23,9 +23,9 @@ def witnessed_bundle(raw: bytes, policy: bytes) -> str:
 
 
 def witnessed_in_ledger(store: Store, entry_id: str, policy: bytes) -> str:
-    """The quorum line for the newest checkpoint covering `entry_id`, with the
-    cosignatures the ledger keeps for it."""
-    from ledger.transparency.collect import cosigned_note
+    """The quorum line for the newest checkpoint covering `entry_id` (the entry's
+    inclusion in its signed root checked), with the cosignatures kept for it."""
+    from ledger.log.proofs import inclusion
 
     entry = store.resolve(entry_id)
     latest = store.latest_checkpoint()
@@ -33,4 +33,4 @@ def witnessed_in_ledger(store: Store, entry_id: str, policy: bytes) -> str:
         raise VerificationError(
             f"no checkpoint covers entry {entry.seq} yet: run `ledger log checkpoint --witnesses`"
         )
-    return witnessed_line(parse_policy(policy), cosigned_note(store, latest.size))
+    return witnessed_line(parse_policy(policy), inclusion(store, entry.seq, None).note)
