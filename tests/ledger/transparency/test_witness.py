@@ -306,3 +306,25 @@ def test_witness_serve_answers_once_it_says_where(
     finally:
         p.send_signal(signal.SIGINT)
         p.communicate(timeout=60)
+
+
+def test_after_a_ledger_key_rotation_both_keys_are_followed(
+    ledger: Ledger, witnesses: Witnesses, policy_file: Path
+) -> None:
+    ledger.record(2)
+    ok(ledger("log", "checkpoint", "--witnesses", str(policy_file)))
+    old_vkey = ok(ledger("log", "vkey")).out.strip()
+    ok(ledger("keys", "rotate-ledger"))
+    new_vkey = ok(ledger("log", "vkey")).out.strip()
+    assert parse_vkey(new_vkey).name == parse_vkey(old_vkey).name  # the origin stays
+    ledger.record(1)
+    # Witnesses that know only the old key refuse the new checkpoint (403).
+    r = ok(ledger("log", "checkpoint", "--witnesses", str(policy_file)))
+    assert "witness w1: HTTP 403" in r.err
+    witnesses.logs += f"log {new_vkey}\n".encode()
+    for n in witnesses.names:
+        witnesses.stop(n)
+        witnesses.start(n)
+    policy_file.write_text(policy_file.read_text().replace("\n", f"\nlog {new_vkey}\n", 1))
+    r = ok(ledger("log", "cosign", "--witnesses", str(policy_file)))
+    assert cosigners(r.out, policy_file) == {"w1", "w2"}
