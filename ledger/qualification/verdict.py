@@ -55,7 +55,7 @@ MEANINGS: Mapping[Meaning, str] = {
     "disputed": "disputed by a review: does not qualify",
     "does-not-hold": "does not hold (signature, key, cleanup, control or dirty tree)",
     "inconclusive": "inconclusive: decides nothing",
-    "stale": "stale: recorded for an earlier head",
+    "stale": "stale: recorded for an earlier head, or older than the plan allows",
     "superseded": "superseded: replaced by a later receipt",
     "supersession-pending": f"{SUPERSESSION_PENDING}: it stands until its signer "
     "supersedes it or an independent reviewer concurs with the superseding receipt",
@@ -84,6 +84,9 @@ _BY_RULE: tuple[tuple[str, Meaning], ...] = (
     (rules.REFUSAL, "not-evidence"),
     (rules.CARRY_OVER, "other-revision"),
     (rules.STALE_HEAD, "stale"),
+    (rules.EVIDENCE_AGE, "stale"),
+    (rules.QUARANTINE, "does-not-hold"),
+    (rules.BASE_CONFIRMATION, "inconclusive"),
     (rules.SIGNATURE, "does-not-hold"),
     (rules.KEY_REVOKED, "does-not-hold"),
     (rules.SIGNER_ROLE, "does-not-hold"),

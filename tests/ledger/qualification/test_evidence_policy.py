@@ -14,6 +14,7 @@ import pytest
 from ledger.errors import InputError
 from ledger.qualification import ReceiptEvidence, evaluate
 from ledger.qualification.plan import ClaimSpec, PackageSpec, Plan, parse_plan
+from ledger.qualification.verdict import verdict_of
 from ledger.render import render_table
 
 from .factories import CHECK, CLAIM, H200, PACKAGE_PATHS, receipt, revision
@@ -87,6 +88,10 @@ def test_evidence_older_than_the_plans_max_age_is_stale_with_its_age_and_the_rul
     fresh = _finished(receipt(commit="head"), "2026-09-29T09:00:00Z")
     both = evaluate(plan=plan, revision=rev, receipts=[failed, fresh], reviews=[], now=fresh_now)
     assert both.claims[0].state == "qualified" and both.claims[0].receipts == (fresh.id,)
+    # What each receipt means here: the fresh pass counts, the old failure is stale.
+    [claim_verdict] = verdict_of(both).claims
+    meant = {m.id: m.meaning for m in claim_verdict.receipts}
+    assert meant == {fresh.id: "counts", failed.id: "stale"}
 
 
 def test_a_base_branch_counterexample_blocks_other_prs_only_once_confirmed_on_n_heads() -> None:
