@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -102,3 +103,22 @@ def test_fleet_reports_a_sick_gpu_and_qualify_gpus_all_skips_it_when_quarantined
     monkeypatch.setenv("LEDGER_QUARANTINE_ABOVE", "2")
     r = run(capsys, *args, "--gpus", "all")
     assert r.code == 2 and "LEDGER_QUARANTINE_ABOVE='2'" in r.err
+
+
+def test_fleet_diagnose_runs_dcgmi_level_2_on_each_gpu_of_this_host(
+    tmp_path: Path,
+    ledger_env: Path,
+    gpus: list[FakeDevice],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "dcgmi").write_text('#!/bin/sh\necho "$@" >> "$(dirname "$0")/calls"\n')
+    (bin_dir / "dcgmi").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    r = run(capsys, "fleet", "--diagnose", "--json")
+    assert r.code == 0, r.err
+    doc = json.loads(r.out)
+    assert {u: d["result"] for u, d in doc["dcgm_diag"].items()} == {GPU_A: "pass", GPU_B: "pass"}
+    assert (bin_dir / "calls").read_text().splitlines() == ["diag -r 2 -i 0", "diag -r 2 -i 1"]
