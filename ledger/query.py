@@ -67,19 +67,22 @@ def read_evidence(
     store: Store, revision: Revision, claims: Sequence[str] | None = None
 ) -> Evidence:
     """The receipts (and their reviews) of the revision's repository that bear on it."""
-    entries = store.receipt_entries(
-        # The asked id is canonical already; normalising again is idempotent and
-        # covers a question posted with a raw URL.
-        canonical_repo(revision.repo),
-        # With the environment in the package identity, an upgrade changes the
-        # digest: the parents' receipts are read too, so status can name the part
-        # that differed instead of finding no evidence.
-        commits=[revision.commit, *(revision.parents if revision.package_parts else ())],
-        trees=[revision.tree],
-        packages=[revision.package_digest] if revision.package_digest else [],
-        pr=revision.pr,
-        claims=claims or None,
-    )
+    # The asked id is canonical already; normalising again is idempotent and covers a
+    # question posted with a raw URL. Ids the operator aliased to it count as it.
+    entries: list[LoggedEntry] = []
+    for repo_id in repo_ids(store, revision.repo):
+        entries += store.receipt_entries(
+            repo_id,
+            # With the environment in the package identity, an upgrade changes the
+            # digest: the parents' receipts are read too, so status can name the part
+            # that differed instead of finding no evidence.
+            commits=[revision.commit, *(revision.parents if revision.package_parts else ())],
+            trees=[revision.tree],
+            packages=[revision.package_digest] if revision.package_digest else [],
+            pr=revision.pr,
+            claims=claims or None,
+        )
+    entries.sort(key=lambda e: e.seq)
     keys = store.keys()
 
     def signed(e: LoggedEntry) -> dict[str, Any]:
@@ -112,6 +115,27 @@ def read_evidence(
         except Error as err:
             unreadable.append(_unreadable(e, err))
     return Evidence(receipts, reviews, unreadable)
+
+
+def repo_ids(store: Store, repo: str) -> list[str]:
+    """The repository's canonical id, then the earlier ids aliased to it."""
+    from ledger.identity.aliases import aliases_of
+
+    want = canonical_repo(repo)
+    return [want, *aliases_of(store, want)]
+
+
+def _elsewhere_notes(store: Store, revision: Revision) -> tuple[str, ...]:
+    """Receipts for this exact commit under another repository id, and how to count them."""
+    from ledger.identity.aliases import elsewhere
+
+    want = canonical_repo(revision.repo)
+    return tuple(
+        f"{n} receipt{'' if n == 1 else 's'} for this exact commit "
+        f"{'is' if n == 1 else 'are'} recorded under repository {other}: "
+        f"`ledger repo alias {other} {want} --reason TEXT` on the ledger's host counts them here"
+        for other, n in elsewhere(store, revision.commit, repo_ids(store, want))
+    )
 
 
 def load_evidence(
@@ -158,7 +182,7 @@ def query_status(
         report = dataclasses.replace(report, claims=(), qualified=False)
     return dataclasses.replace(
         report,
-        notes=q.notes,
+        notes=q.notes + _elsewhere_notes(store, q.revision),
         problems=tuple(ev.unreadable),
         qualified=report.qualified and not ev.unreadable,
         governed=not unplanned,

@@ -18,6 +18,7 @@ from ledger.cli import monitor as _monitor
 from ledger.cli import plans as _plans
 from ledger.cli import qualify as _qualify
 from ledger.cli import read as _read
+from ledger.cli import repos as _repos
 from ledger.cli import run as _run
 from ledger.cli import service as _service
 from ledger.cli import summary as _summary
@@ -59,6 +60,7 @@ for _command in (
     _read.export,
     _summary.summary,
     _plans.plan,
+    _repos.repo,
     _read.audit,
     _log.serve,
     _log.log,

@@ -190,14 +190,20 @@ def identity_from_log(
     mirrored = _from_mirror(mirrors, want, pr, rev)
     if mirrored is not None:
         return mirrored
-    if pr is not None:
-        row = store.newest_receipt(want, pr=pr)
-    elif rev is not None:
-        if not rev or len(rev) < 7 or not all(c in "0123456789abcdef" for c in rev.lower()):
-            raise InputError(f"rev {rev!r}: expected a commit (7+ hex digits)")
-        row = store.newest_receipt(want, commit_prefix=rev.lower())
-    else:
+    if pr is None and rev is None:
         raise InputError("give pr=N or rev=COMMIT")
+    if rev is not None and (len(rev) < 7 or not all(c in "0123456789abcdef" for c in rev.lower())):
+        raise InputError(f"rev {rev!r}: expected a commit (7+ hex digits)")
+    from ledger.query import repo_ids
+
+    # The newest receipt under the id or any earlier id the operator aliased to it.
+    rows = [
+        store.newest_receipt(i, pr=pr)
+        if pr is not None
+        else store.newest_receipt(i, commit_prefix=(rev or "").lower())
+        for i in repo_ids(store, want)
+    ]
+    row = max((r for r in rows if r is not None), key=lambda r: r.seq, default=None)
     if row is None:
         what = f"PR #{pr}" if pr is not None else f"revision {rev}"
         raise NotFoundError(f"no receipt for {what} of {want}")

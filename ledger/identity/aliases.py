@@ -1,0 +1,90 @@
+"""Alias entries: `ledger repo alias OLD NEW`, logged on the ledger's host like key
+entries (the checkpoint signs the log, `ledger audit` checks each), read back as the
+set of ids whose receipts count for a repository."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import func, select
+
+from ledger.canonical import canonical_bytes, receipt_id
+from ledger.errors import Error, RefusedError, UsageError
+from ledger.repoid import canonical_repo
+from ledger.store.store import RECEIPT, Store
+
+__all__ = ["add_alias", "alias_body", "aliases_of", "elsewhere", "read_alias"]
+
+
+def alias_body(old: str, new: str, reason: str) -> bytes:
+    return canonical_bytes({"kind": "alias", "from": old, "to": new, "reason": reason})
+
+
+def read_alias(doc: Any) -> tuple[str, str]:
+    """An alias entry's (from, to): both canonical ids, distinct. RefusedError otherwise."""
+    if not isinstance(doc, dict) or doc.get("kind") != "alias":
+        raise RefusedError("not an alias entry")
+    old, new = doc.get("from"), doc.get("to")
+    if not isinstance(old, str) or not isinstance(new, str) or not old or not new:
+        raise RefusedError("alias entry: from and to must be repository ids")
+    if canonical_repo(old) != old or canonical_repo(new) != new or old == new:
+        raise RefusedError("alias entry: from and to must be distinct canonical ids")
+    return old, new
+
+
+def _all(store: Store) -> list[tuple[str, str]]:
+    out = []
+    for e in store.entries(kinds=["alias"]):
+        try:
+            out.append(read_alias(e.document))
+        except Error:
+            continue  # `ledger audit` names it; an unreadable alias links nothing
+    return out
+
+
+def aliases_of(store: Store, repo: str) -> list[str]:
+    """The earlier ids whose receipts count under `repo` (through chains of aliases)."""
+    want = canonical_repo(repo)
+    links = _all(store)
+    found: list[str] = []
+    todo = [want]
+    while todo:
+        at = todo.pop()
+        for old, new in links:
+            if new == at and old != want and old not in found:
+                found.append(old)
+                todo.append(old)
+    return found
+
+
+def add_alias(store: Store, old: str, new: str, reason: str) -> tuple[str, bool]:
+    """Log that receipts under `old` count under `new`; (entry id, newly added)."""
+    old_id, new_id = canonical_repo(old), canonical_repo(new)
+    if old_id == new_id:
+        raise UsageError(f"{old!r} and {new!r} are one repository id ({new_id})")
+    if not reason.strip():
+        raise UsageError("an alias needs a --reason")
+    if new_id in aliases_of(store, old_id):
+        raise UsageError(f"{new_id} already counts under {old_id}: an alias may not make a cycle")
+    if old_id in aliases_of(store, new_id):
+        return receipt_id(alias_body(old_id, new_id, reason)), False
+    body = alias_body(old_id, new_id, reason)
+    eid = receipt_id(body)
+    with store.append_tx() as tx:
+        if tx.existing([eid]):
+            return eid, False
+        tx.add(kind="alias", entry_id=eid, body=body)
+    return eid, True
+
+
+def elsewhere(store: Store, commit: str, counted: Sequence[str]) -> list[tuple[str, int]]:
+    """(repository id, receipts) for `commit` recorded under ids not in `counted`."""
+    q = (
+        select(RECEIPT.c.repo_id, func.count())
+        .where(RECEIPT.c.commit == commit, RECEIPT.c.repo_id.not_in(list(counted)))
+        .group_by(RECEIPT.c.repo_id)
+        .order_by(RECEIPT.c.repo_id)
+    )
+    with store.engine.connect() as conn:
+        return [(str(r), int(n)) for r, n in conn.execute(q)]
