@@ -239,11 +239,14 @@ def register_key(
     public: Ed25519PublicKey,
     *,
     registered_by: str | None = None,
+    rotation: bool = False,
 ) -> tuple[str, bool]:
     """Log a public key with its role; returns (key id, newly added).
 
     `registered_by` is the token holder of a registration over HTTP: such a
     key is a runner or reviewer key, never the ledger key nor one of its names.
+    A ledger key beside an active one is refused unless it is `rotation`'s (the
+    newest signs checkpoints: one whose private key this host lacks stops them).
     """
     kid = key_id(public)
     limits.check_row("key", {"name": name, "role": role})
@@ -258,6 +261,12 @@ def register_key(
         return kid, False
     if any(k.name == name and k.revoked_seq is None for k in store.keys().values()):
         raise err(f"a key named {name!r} is already registered")
+    live = [k for k in store.keys().values() if k.role == "ledger" and k.active]
+    if role == "ledger" and live and not rotation:
+        raise err(
+            f"this ledger's key is {live[-1].name} ({live[-1].keyid[:12]}): a second ledger key "
+            "would sign its checkpoints from now on; replace it with `ledger keys rotate-ledger`"
+        )
     body = key_body(kid, name, role, public, registered_by)
     with store.append_tx() as tx:
 

@@ -125,6 +125,6 @@ def rotate_ledger_key(store: Store, keys: KeyDir, name: str | None = None) -> tu
     if store.size() > 0 and keys.file(old.name).exists():
         checkpoint(store, keys)
     local = keys.create(name)
-    kid, _ = register_key(store, name, "ledger", local.public)
+    kid, _ = register_key(store, name, "ledger", local.public, rotation=True)
     revoke_key(store, old.keyid, f"rotated to ledger key {name} ({kid[:12]})")
     return old, kid

@@ -61,6 +61,21 @@ def error_response(status: int, reason: str) -> Response:
     return json_response({"error": " ".join(reason.split()) or "error"}, status)
 
 
+def public_reason(led: Ledger, reason: str) -> str:
+    """`reason` without the server's own paths (its database, artifact store, mirrors,
+    keys): a client learns what failed, never where the server keeps things."""
+    paths = {led.artifacts.location, led.base.url, *(str(m) for m in led.mirrors)}
+    if led.keys is not None:
+        paths.add(str(led.keys.path))
+    for p in list(paths):
+        if "://" in p:
+            paths.add(p.split("://", 1)[1].lstrip("/"))
+            paths.add("/" + p.split("://", 1)[1].lstrip("/"))
+    for p in sorted((p for p in paths if len(p) > 1), key=len, reverse=True):
+        reason = reason.replace(p, "the server's storage")
+    return reason
+
+
 def _ledger(request: Request) -> Ledger:
     led: Ledger = request.app.state.ledger
     return led
@@ -77,7 +92,7 @@ def guarded(fn: Handler) -> Handler:
             return await fn(request)
         except Error as e:
             if e.http_status < 500:
-                return error_response(e.http_status, e.reason())
+                return error_response(e.http_status, public_reason(_ledger(request), e.reason()))
             sys.stderr.write(f"ledger serve: {request.method} {request.url.path}: {e.reason()}\n")
             return error_response(500, "the ledger server could not complete the request")
         except Exception as e:

@@ -117,9 +117,12 @@ def _page(
         try:
             ctx = await run_in_threadpool(fn, led, request)
         except Error as e:
+            from ledger.service.api import public_reason
+
+            reason = public_reason(led, e.reason())
             if json_client:
-                return JSONResponse({"error": e.reason()}, min(e.http_status, 500))
-            return error_page(min(e.http_status, 500), e.reason())
+                return JSONResponse({"error": reason}, min(e.http_status, 500))
+            return error_page(min(e.http_status, 500), reason)
         if json_client and as_json is not None:
             return JSONResponse(ctx[as_json])
         return _render(template, **ctx)
