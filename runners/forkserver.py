@@ -72,20 +72,57 @@ def _import_modules(names: Sequence[str]) -> tuple[list[str], list[str]]:
 
 
 _THREADS = 0
-"""torch's intra-op thread count before the server pinned its own to one."""
+"""The intra-op thread count a claim gets back (the server computes on one)."""
+
+
+def _single_threaded() -> int:
+    """Before torch is imported: the thread count claims are to get back, and
+    ``OMP_NUM_THREADS=1`` for this process.
+
+    Importing torch runs a parallel region, which starts GNU OpenMP's pool (one
+    thread per CPU less one, idle on a futex). A fork copies only the forking thread:
+    the child inherits a pool it does not have (its next parallel region waits forever)
+    and whatever lock another thread held. With one OpenMP thread from the start the
+    server stays a single thread (`_threads` says so at every fork), and each forked
+    worker sizes a pool of its own (`_fresh_environment`)."""
+    asked = os.environ.get("OMP_NUM_THREADS", "")
+    os.environ["OMP_NUM_THREADS"] = "1"
+    if asked.isdigit() and int(asked) > 0:
+        return int(asked)
+    return _physical_cores()
+
+
+def _physical_cores() -> int:
+    """Cores (not hyperthreads) this process may run on: torch's own default count."""
+    cpus = sorted(os.sched_getaffinity(0))
+    cores = set()
+    for cpu in cpus:
+        try:
+            topo = Path(f"/sys/devices/system/cpu/cpu{cpu}/topology/thread_siblings_list")
+            cores.add(topo.read_text().strip())
+        except OSError:
+            cores.add(str(cpu))
+    return max(1, len(cores))
+
+
+def _threads() -> list[str]:
+    """This process's threads by name (``/proc/self/task``), the calling one included."""
+    names = []
+    with contextlib.suppress(OSError):
+        for tid in sorted(os.listdir("/proc/self/task")):
+            with contextlib.suppress(OSError), open(f"/proc/self/task/{tid}/comm") as f:
+                names.append(f.read().strip())
+    return names
 
 
 def _preload(doc: Any) -> dict[str, Any]:
     global _THREADS
     t0 = time.monotonic()
+    _THREADS = _single_threaded()
     import torch
 
-    # GNU OpenMP cannot fork: once a process has run a parallel region with a pool of
-    # threads, a forked child's next parallel region waits forever for threads that
-    # were not copied. The server therefore computes on one thread (building a model in
-    # `prepare` included: torch's random init is serial anyway) and every forked worker
-    # gets the machine's count back, starting a pool of its own.
-    _THREADS = torch.get_num_threads()
+    # Belt and braces: computing on one thread even where OpenMP ignored the variable
+    # (building a model in `prepare` included: torch's random init is serial anyway).
     torch.set_num_threads(1)
 
     import runners.api
@@ -125,6 +162,8 @@ def _preload(doc: Any) -> dict[str, Any]:
         "prepared": prepared,
         "cuda_initialized": bool(torch.cuda.is_initialized()),  # type: ignore[no-untyped-call]
         "learn": learn,
+        "threads": _threads(),
+        "claim_threads": _THREADS,
     }
 
 
@@ -294,10 +333,19 @@ def _accept(
         return
     import torch
 
-    if torch.cuda.is_initialized():  # type: ignore[no-untyped-call]
-        # Never fork a CUDA context: tell the client to fall back.
+    threads = _threads()
+    refused = (
+        "CUDA initialised in the fork server"
+        if torch.cuda.is_initialized()  # type: ignore[no-untyped-call]
+        else f"the fork server runs {len(threads)} threads ({', '.join(threads)})"
+        if len(threads) > 1
+        else None
+    )
+    if refused:
+        # Never fork a CUDA context, nor from a threaded process (another thread's held
+        # lock would be the child's forever): tell the client to fall back.
         with contextlib.suppress(OSError):
-            conn.sendall(json.dumps({"refused": "CUDA initialised in the fork server"}).encode())
+            conn.sendall(json.dumps({"refused": refused}).encode())
             conn.sendall(b"\n")
         for fd in fds:
             os.close(fd)
@@ -402,7 +450,7 @@ def _serve(path: str) -> int:
     print(READY + json.dumps(ready), flush=True)
     learn = bool(ready["learn"])
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-    # Single-threaded (a forked child inherits no other thread's held lock), yet several
+    # Single-threaded (`_single_threaded`; a fork from more threads is refused), yet several
     # claims at once: a worker is reaped by polling while the next request is awaited.
     sel = selectors.DefaultSelector()
     sel.register(listener, selectors.EVENT_READ, None)

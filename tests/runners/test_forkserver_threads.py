@@ -1,0 +1,69 @@
+"""The fork server never forks from a threaded process: torch is imported with one
+OpenMP thread (no idle pool whose state or held lock a child would inherit), so the
+server is one thread when it forks, with transformers and peft loaded and a model
+prepared; each claim still computes on the machine's threads."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from runners.forkparent import ForkServer
+from runners.harness.child import env
+from runners.isolated import run_claim_isolated
+
+ROOT = Path(__file__).resolve().parents[2]
+OMP = "tests.runners.omp_workload:make_workload"
+TINY = {"d_model": 32, "n_layers": 1, "n_experts": 4, "d_ff": 32, "vocab": 64}
+
+
+def _tasks(pid: int) -> list[str]:
+    out = []
+    for tid in sorted(os.listdir(f"/proc/{pid}/task")):
+        with open(f"/proc/{pid}/task/{tid}/comm") as f:
+            out.append(f.read().strip())
+    return out
+
+
+def test_the_server_is_one_thread_when_it_forks() -> None:
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("one CPU: torch starts no thread pool anyway")
+    modules = [m for m in ("transformers", "peft") if _importable(m)]
+    child_env = {k: v for k, v in env().items() if k != "OMP_NUM_THREADS"}
+    s = ForkServer.launch(
+        [(str(ROOT), OMP)], child_env, modules=modules, prepare=[(str(ROOT), OMP, TINY)]
+    ).wait()
+    try:
+        assert s.ready["prepared"] == [OMP]  # a parallel region ran in the server
+        assert not s.ready["modules_failed"]
+        # Seen by the server itself at ready, and from outside while it serves.
+        assert len(_tasks(s.proc.pid)) == 1, _tasks(s.proc.pid)
+        assert len(s.ready["threads"]) == 1, s.ready["threads"]
+        assert s.ready["claim_threads"] >= 1
+        [r] = run_claim_isolated(
+            claim="t.cleanup",
+            check="cleanup",
+            params={"batch": 1, "seq": 8},
+            repo_root=ROOT,
+            workload_ref=OMP,
+            workload_params=TINY,
+            device="cpu",
+            observer_off_required=False,
+            base_root=None,
+            progress=lambda _m: None,
+            artifact_dir=None,
+            fork_server=s,
+            timeout_s=120,
+        )
+        assert r.outcome == "passed", r.reason
+        assert len(_tasks(s.proc.pid)) == 1  # a claim's threads stay in the claim
+    finally:
+        s.close()
+
+
+def _importable(name: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(name) is not None
