@@ -16,6 +16,7 @@ import re
 from typing import Any
 
 __all__ = [
+    "JUDGING",
     "KEY_COLUMNS",
     "columns",
     "duration",
@@ -36,24 +37,57 @@ __all__ = [
 # The key evidence of a measurement table, first, in this order (the rest follow
 # as the rows name them): what a reviewer reads to judge the receipt.
 KEY_COLUMNS: dict[str, tuple[str, ...]] = {
+    # What judges a shape first (so a phone, reading a row top to bottom, and an
+    # 80-column terminal reach the figures): predicted vs measured and their ratio.
     "shapes": (
         "shape",
         "phase",
-        "run",
-        "cold",
-        "status",
-        "admitted",
-        "counterexample",
         "predicted_bytes",
         "measured_bytes",
         "measured_over_predicted",
+        "admitted",
+        "counterexample",
+        "status",
+        "run",
+        "cold",
         "usable_bytes",
     ),
-    "tensors": ("name", "rel_l2", "noise_rel_l2", "over_threshold", "max_abs", "cosine", "numel"),
-    "families": ("family", "state", "difference", "noise_floor"),
+    # A tensor's error beside its allowance (the floor it is judged against, and
+    # how many floors it is).
+    "tensors": (
+        "name",
+        "state",
+        "err_candidate",
+        "err_base",
+        "multiple",
+        "failed_by",
+        "rel_l2",
+        "noise_rel_l2",
+        "over_threshold",
+        "max_abs",
+        "cosine",
+        "numel",
+    ),
+    "families": (
+        "family",
+        "state",
+        "err_candidate",
+        "allowed",
+        "multiple",
+        "worst",
+        "failed_by",
+        "difference",
+        "noise_floor",
+    ),
 }
-# Tables read worst first: the largest differences on top.
-_SORT_DESC: dict[str, str] = {"tensors": "rel_l2", "families": "difference"}
+JUDGING = 8
+"""Key columns a page's first table shows; the whole table is one click away."""
+# Tables read worst first: the largest differences on top (the first key the
+# rows carry: how many allowances a tensor is, else its relative L2).
+_SORT_DESC: dict[str, tuple[str, ...]] = {
+    "tensors": ("multiple", "rel_l2"),
+    "families": ("multiple", "difference"),
+}
 
 _HEX = frozenset("0123456789abcdef")
 
@@ -193,9 +227,10 @@ def columns(name: str, rows: list[dict[str, Any]]) -> list[str]:
 
 def sorted_rows(name: str, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Rows as a reviewer reads them (largest differences first where that applies)."""
-    key = _SORT_DESC.get(name)
-    if key is None:
+    keys = [k for k in _SORT_DESC.get(name, ()) if any(k in r for r in rows)]
+    if not keys:
         return rows
+    key = keys[0]
 
     def k(r: dict[str, Any]) -> float:
         v = r.get(key)

@@ -19,18 +19,44 @@ def human_bytes(n: float) -> str:
     return humanize.iec(n)
 
 
-def _ticks(lo: float, hi: float, log: bool) -> list[float]:
-    """Axis ticks: powers of ten on a log axis, else five round steps from 0."""
+def _round_label(n: float) -> str:
+    """A tick's label: `2 GiB`, `2.5 GiB`, `512 MiB` (no trailing zeros)."""
+    text = humanize.iec(n)
+    num, _, unit = text.partition(" ")
+    if "." in num:
+        num = num.rstrip("0").rstrip(".")
+    return f"{num} {unit}"
+
+
+def _nice(hi: float) -> float:
+    """A 1, 2 or 5 x 10^k step that cuts 0..hi into about four parts."""
+    step = hi / 4 if hi > 0 else 1
+    mag = 10 ** math.floor(math.log10(step))
+    return float(next(m * mag for m in (1, 2, 5, 10) if m * mag >= step))
+
+
+def _ticks(lo: float, hi: float, log: bool, in_bytes: bool = False) -> list[float]:
+    """Axis ticks on round values: on a log axis the powers of ten (of 1024 and
+    10, 100 of each IEC unit for bytes); else steps of 1, 2 or 5 x 10^k from 0, in
+    the IEC unit of the largest value for bytes (ticks at 1, 2, 3 GiB, not at
+    1.86 GiB)."""
     if log:
+        if in_bytes:
+            cands = [float(1024**u * m) for u in range(6) for m in (1, 10, 100)]
+            below = [c for c in cands if c <= lo] or [cands[0]]
+            above = [c for c in cands if c >= hi] or [cands[-1]]
+            return [c for c in cands if below[-1] <= c <= above[0]]
         out = []
         e = math.floor(math.log10(lo))
         while 10**e <= hi * 10:
             out.append(float(10**e))
             e += 1
         return out
-    step = hi / 4 if hi > 0 else 1
-    mag = 10 ** math.floor(math.log10(step))
-    step = next(m * mag for m in (1, 2, 2.5, 5, 10) if m * mag >= step)
+    unit = 1.0
+    if in_bytes:
+        while hi / unit >= 1024 and unit < 1024**5:
+            unit *= 1024
+    step = _nice(hi / unit) * unit
     return [i * step for i in range(int(hi / step) + 2)]
 
 
@@ -54,7 +80,7 @@ def bars(
     lo = min(values, default=1.0)
     # Values over more than ~1.7 decades: a linear axis would flatten the small ones.
     log = hi / lo > 50
-    ticks = _ticks(lo, hi, log)
+    ticks = _ticks(lo, hi, log, y_label == "bytes")
     top = ticks[-1] if ticks else hi
     bottom = ticks[0] if log and ticks else 0.0
     n, k = max(len(labels), 1), max(len(series), 1)
@@ -89,7 +115,7 @@ def bars(
         parts.append(
             f'<line x1="{left - 4}" y1="{y:.1f}" x2="{_W - right}" y2="{y:.1f}" class="grid"/>'
             f'<text x="{left - 6}" y="{y + 4:.1f}" class="tick" text-anchor="end">'
-            f"{escape(human_bytes(t) if y_label == 'bytes' else f'{t:g}')}</text>"
+            f"{escape(_round_label(t) if y_label == 'bytes' else f'{t:g}')}</text>"
         )
     for j, (name, vals) in enumerate(series.items()):
         for i, v in enumerate(vals):
@@ -157,13 +183,13 @@ def lines(
         f'<line x1="{_PAD}" y1="{_H}" x2="{_W - _PAD}" y2="{_H}" class="axis"/>',
         f'<text x="{_PAD}" y="{_H + 36}" class="label">time since the first event</text>',
     ]
-    for t in _ticks(1, top, False):
+    for t in _ticks(1, top, False, True):
         if t > top:
             break
         parts.append(
             f'<line x1="{_PAD}" y1="{py(t):.1f}" x2="{_W - _PAD}" y2="{py(t):.1f}" class="grid"/>'
             f'<text x="{_PAD - 4}" y="{py(t) + 4:.1f}" class="tick" text-anchor="end">'
-            f"{escape(human_bytes(t))}</text>"
+            f"{escape(_round_label(t))}</text>"
         )
     for j, (name, pts) in enumerate(series.items()):
         d = []

@@ -264,6 +264,9 @@ _KEY_SCALARS: dict[str, tuple[str, ...]] = {
         "attempts",
     ),
     "gradient-compare": (
+        "rule",
+        "tensors_beyond_rule",
+        "tensors_inconclusive",
         "threshold",
         "tensors_over_threshold",
         "tensors_compared",
@@ -274,7 +277,6 @@ _KEY_SCALARS: dict[str, tuple[str, ...]] = {
         "arms_in_parallel",
     ),
 }
-_WORST_TENSORS = 10
 
 
 def _cell(key: str, v: Any) -> dict[str, Any]:
@@ -299,32 +301,45 @@ def _flat(prefix: str, v: Any) -> list[tuple[str, Any]]:
     return [(prefix, v)]
 
 
+_SHOWN_ROWS = 10
+"""Rows of a long table shown before the rest collapse under a count."""
+
+
+def _table(name: str, rows: list[dict[str, Any]], cols: list[str]) -> dict[str, Any]:
+    """A table of records with `cols`: its first rows, and the rest apart (collapsed)."""
+    out = [
+        {
+            "cells": [_cell(c, r.get(c)) for c in cols],
+            "counterexample": bool(r.get("counterexample")) or bool(r.get("over_threshold")),
+            "refused": r.get("admitted") is False,
+        }
+        for r in rows
+    ]
+    return {
+        "name": name,
+        "cols": cols,
+        "rows": out[:_SHOWN_ROWS],
+        "more": out[_SHOWN_ROWS:],
+        "count": len(out),
+        "key": name in humanize.KEY_COLUMNS,
+    }
+
+
 def _measurements(check: str, m: dict[str, Any]) -> dict[str, Any]:
     """Every measurement: key figures first, scalars (nested dicts flattened), lists
-    of scalars joined, lists of records as tables with their key columns first."""
+    of scalars joined; lists of records as tables, each once with its judging
+    columns (the finding) and once whole (every column, collapsed)."""
     key = [k for k in _KEY_SCALARS.get(check, ()) if k in m]
     scalars: list[tuple[str, dict[str, Any]]] = []
     tables: list[dict[str, Any]] = []
+    judging: list[dict[str, Any]] = []
     for k, v in m.items():
         if isinstance(v, list) and v and all(isinstance(x, dict) for x in v):
             rows = humanize.sorted_rows(k, v)
             cols = humanize.columns(k, rows)
-            tables.append(
-                {
-                    "name": k,
-                    "cols": cols,
-                    "rows": [
-                        {
-                            "cells": [_cell(c, r.get(c)) for c in cols],
-                            "counterexample": bool(r.get("counterexample"))
-                            or bool(r.get("over_threshold")),
-                            "refused": r.get("admitted") is False,
-                        }
-                        for r in rows
-                    ],
-                    "key": k in humanize.KEY_COLUMNS,
-                }
-            )
+            tables.append(_table(k, rows, cols))
+            if k in humanize.KEY_COLUMNS:
+                judging.append(_table(k, rows, cols[: humanize.JUDGING]))
         elif isinstance(v, list):
             scalars.append(
                 (k, {"text": ", ".join(humanize.value(k, x) for x in v) or "(none)", "exact": None})
@@ -335,19 +350,36 @@ def _measurements(check: str, m: dict[str, Any]) -> dict[str, Any]:
     first.sort(key=lambda kc: key.index(kc[0]))
     rest = [(k, c) for k, c in scalars if k not in key]
     tables.sort(key=lambda t: not t["key"])
-    worst: list[dict[str, Any]] = []
-    worst_cols: list[str] = []
-    if check == "gradient-compare":
-        for t in tables:
-            if t["name"] == "tensors":
-                worst = t["rows"][:_WORST_TENSORS]
-                worst_cols = t["cols"]
-                break
+    worst = next((t for t in judging if t["name"] == "tensors"), None)
     return {
         "key": first,
         "scalars": rest,
         "tables": tables,
-        "worst": {"cols": worst_cols, "rows": worst} if worst else None,
+        "judging": [t for t in judging if t is not worst],
+        "worst": worst,
+        "ratio": _worst_ratio(m),
+    }
+
+
+def _worst_ratio(m: dict[str, Any]) -> dict[str, Any] | None:
+    """Admission's worst measured/predicted: the ratio, where, and both figures."""
+    rows = [
+        r
+        for r in m.get("shapes") or []
+        if isinstance(r, dict)
+        and isinstance(r.get("measured_over_predicted"), int | float)
+        and not isinstance(r.get("measured_over_predicted"), bool)
+    ]
+    if not rows:
+        return None
+    r = max(rows, key=lambda r: float(r["measured_over_predicted"]))
+    return {
+        "ratio": humanize.number(float(r["measured_over_predicted"])),
+        "shape": r.get("shape"),
+        "phase": r.get("phase"),
+        "predicted": _cell("predicted_bytes", r.get("predicted_bytes")),
+        "measured": _cell("measured_bytes", r.get("measured_bytes")),
+        "over": float(r["measured_over_predicted"]) > 1,
     }
 
 

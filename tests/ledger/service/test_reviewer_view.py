@@ -246,8 +246,8 @@ def test_receipt_page_key_evidence_and_offline_verification(
     charts = chrome.find_elements(By.CSS_SELECTOR, "svg.chart")
     assert charts and all("bytes" in c.get_attribute("innerHTML") for c in charts)
     assert any("counterexample" in c.get_attribute("innerHTML") for c in charts)
-    headers = [th.text for th in chrome.find_elements(By.CSS_SELECTOR, ".scroll thead th")][:9]
-    assert headers[:3] == ["mark", "shape", "phase"] and "predicted_bytes" in headers
+    headers = [th.text for th in chrome.find_elements(By.CSS_SELECTOR, ".records thead th")][:9]
+    assert headers[:4] == ["mark", "shape", "phase", "predicted_bytes"]
     # The bundle and the trust anchor the page links verify offline with the
     # command the page prints.
     bundle = httpx.get(f"{srv.url}/v1/bundles/{rid}", timeout=60)
