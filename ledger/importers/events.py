@@ -23,6 +23,7 @@ from __future__ import annotations
 import fnmatch
 import json
 import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,7 +35,10 @@ __all__ = ["KINDS", "Event", "load", "read"]
 
 KINDS = ("admitted", "estimate_miss", "oom", "admission_refused", "planning_error")
 ART_KIND = "art-planner-miss"
-DECISIONS = ("admitted", "admitted_oversized", "refused")
+DECISIONS = ("admitted", "admitted_oversized", "refused", "planning_error")
+# A phase is a name: a crafted one with invisible or control characters would match
+# no claim's pattern and let its report pass unseen.
+_PHASE = re.compile(r"[A-Za-z0-9_.:/\-]{1,200}")
 # ART's names first; the plain event lines' older names are read as the same figures.
 _BYTES = {
     "predicted_peak_bytes": ("predicted_peak_bytes", "predicted_bytes"),
@@ -198,9 +202,32 @@ def _event(where: str, ev: Any) -> Event:
         raise InputError(
             f"{where}: decision outcome {outcome!r} is not one of {', '.join(DECISIONS)}"
         )
+    if outcome == "planning_error":
+        # ART's real spool: the planner could not decide for this step.
+        kind = "planning_error" if kind in ("estimate_miss", "within_threshold") else kind
     oom = kind == "oom" or ev.get("oom") is True
+    _consistent(where, kind, outcome, ev)
     phase = ev.get("phase")
+    if phase is not None and (not isinstance(phase, str) or not _PHASE.fullmatch(phase)):
+        raise InputError(
+            f"{where}: phase {phase!r} is not a phase name (letters, digits and _ . : / - only)"
+        )
     return Event(where, kind, fmt, outcome, _text(phase), oom, figures, pcts, ev)
+
+
+def _consistent(where: str, kind: str, outcome: str | None, ev: dict[str, Any]) -> None:
+    """A report whose fields contradict each other is refused, never read one way."""
+    said = []
+    if kind == "admission_refused" and outcome in ("admitted", "admitted_oversized"):
+        said.append(f"event admission_refused with decision {outcome}")
+    if kind in ("admission_refused", "planning_error") and ev.get("oom") is True:
+        said.append(f"event {kind} with oom true (a step that did not run ran out of memory)")
+    if outcome == "refused" and (kind == "oom" or ev.get("oom") is True):
+        said.append("decision refused with an out-of-memory (a refused step never ran)")
+    if kind == "oom" and ev.get("oom") is False:
+        said.append("event oom with oom false")
+    if said:
+        raise InputError(f"{where}: contradictory report: {'; '.join(said)}")
 
 
 def load(path: Path) -> list[Event]:
@@ -297,15 +324,26 @@ def _finding(events: list[Event], admitted_given: int | None) -> Finding:
         "records_listed": min(len(kinds), _MAX_LISTED),
     }
     overrides = f"; {n('user-override')} OOM(s) after {_OVERRIDE}" if n("user-override") else ""
+    worst = [e for e, k in kinds if k in ("oom-after-admit", "under-prediction")]
+    if worst:
+        # The first counterexample's figures, as measurements of the receipt itself
+        # (exact bytes; calibration and the surfaces read them there).
+        m["counterexample"] = {"source": worst[0].where, "phase": worst[0].phase}
+        for k, v in worst[0].figures.items():
+            if v is not None:
+                m[k] = v
     if bad:
         more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
         return Finding("failed", f"counterexample: {bad[0]}{more}{overrides}", m)
     if n("planning-error"):
+        # Inconclusive for the steps it names; every other report was judged above
+        # (a counterexample among them fails the claim).
         first = by["planning-error"][0]
         return Finding(
             "inconclusive",
             f"{n('planning-error')} planning error(s): the planner could not decide "
-            f"({_where(first)}){overrides}",
+            f"({_where(first)}); the other {len(events) - n('planning-error')} report(s) "
+            f"hold no counterexample{overrides}",
             m,
         )
     if n("miss-unknown-direction"):

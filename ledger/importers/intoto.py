@@ -220,8 +220,8 @@ def _statements(path: Path, ctx: Context) -> tuple[list[_Signed], list[str]]:
 def _select(names: list[str], pat: str) -> list[str]:
     if pat == "*":
         return names
-    exact = [t for t in names if t == pat]
-    return exact or [t for t in names if fnmatch.fnmatchcase(t, pat)]
+    # The exact name and the pattern's matches alike: an exact name never masks a pattern.
+    return [t for t in names if t == pat or fnmatch.fnmatchcase(t, pat)]
 
 
 def read(path: Path, claims: ClaimMap, ctx: Context) -> dict[str, Finding]:

@@ -6,8 +6,8 @@ strict xpass (pytest writes it as a failure ``[XPASS(strict)]``); an xfail
 an ``<error>`` (a fixture or collection error: no verdict reached) is an
 infra-error unless a failure is also there. Skipped tests are listed; they do
 not block a pass when at least one selected test ran, unless the claim's plan
-says ``skips = "inconclusive"``. A claim selects test ids exactly first, then
-by fnmatch pattern; a selection of nothing is refused.
+says ``skips = "inconclusive"``. A claim selects every test whose id equals its
+pattern and every test the fnmatch pattern matches; a selection of nothing is refused.
 """
 
 from __future__ import annotations
@@ -102,15 +102,24 @@ def node_to_id(nodeid: str) -> str:
 
 
 def select(cases: list[dict[str, Any]], pattern: str) -> tuple[list[dict[str, Any]], str]:
-    """The cases a claim's pattern names: an exact test id (JUnit or pytest node id)
-    first, else an fnmatch pattern; with how they were selected."""
+    """The cases a claim's pattern names: every test whose id (JUnit or pytest node id)
+    it equals, and every test its fnmatch pattern matches, so a test whose id happens
+    to equal the pattern never hides the others it selects; with how they were selected."""
     if pattern == "*":
         return cases, "all"
-    for want in dict.fromkeys((pattern, node_to_id(pattern))):
-        exact = [c for c in cases if c["test"] == want]
-        if exact:
-            return exact, "exact"
-    return [c for c in cases if fnmatch.fnmatchcase(c["test"], pattern)], "pattern"
+    wanted = {pattern, node_to_id(pattern)}
+    exact = matched = False
+    chosen = []
+    for c in cases:
+        if c["test"] in wanted:
+            exact = True
+        elif fnmatch.fnmatchcase(c["test"], pattern):
+            matched = True
+        else:
+            continue
+        chosen.append(c)
+    how = "exact" if not matched else "pattern" if not exact else "exact and pattern"
+    return chosen, how
 
 
 def _listed(cs: list[dict[str, Any]]) -> list[dict[str, Any]]:
