@@ -20,7 +20,16 @@ def _report() -> StatusReport:
 def test_json_shape() -> None:
     doc = _report().to_json()
     assert json.loads(json.dumps(doc)) == doc
-    assert set(doc) == {"subject", "qualified", "scope", "judged", "claims", "verdict", "problems"}
+    assert set(doc) == {
+        "subject",
+        "qualified",
+        "scope",
+        "judged",
+        "claims",
+        "verdict",
+        "problems",
+        "governed",
+    }
     assert doc["problems"] == []
     assert set(doc["subject"]) == {"repo", "commit", "tree", "package_digest", "pr"}
     assert doc["subject"]["pr"] == 898 and doc["qualified"] is False
