@@ -17,6 +17,7 @@ from ledger.render_verification import render_verification
 
 if TYPE_CHECKING:
     from ledger.qualification import StatusReport
+    from ledger.trend import Trend
 
 __all__ = [
     "render_checks",
@@ -26,6 +27,7 @@ __all__ = [
     "render_show",
     "render_status",
     "render_table",
+    "render_trend",
     "render_verification",
     "short",
     "terminal_width",
@@ -382,5 +384,28 @@ def render_checks(catalog: list[dict[str, Any]], *, width: int = 80) -> str:
             )
             if p.get("doc"):
                 out += _wrap(_plain(p["doc"]), width, "        ", "")
+        out.append("")
+    return "\n".join(out)
+
+
+@_inert
+def render_trend(repo: str, pr: int | None, trends: list[Trend], *, width: int = 80) -> str:
+    """`ledger trend`: per claim, its figure on each revision (base commits oldest
+    first, then the PR's heads), with the receipt that measured it."""
+    out: list[str] = []
+    for t in trends:
+        head = f"{t.claim}: {t.name or 'no figure recorded'}"
+        where = f"PR #{pr} of {repo}" if pr is not None else repo
+        out += _wrap(f"{head} ({where}; last {t.base_asked} base commits)", width, "")
+        if not t.points:
+            out += _wrap("no receipt of this claim on these revisions", width, "  ")
+        for p in t.points:
+            fig = p.figure.text if p.figure else "-"
+            out += _wrap(
+                f"{p.where:<14} {p.commit[:12]}  {fig:>10}  {p.outcome:<12} {short(p.receipt)}",
+                width,
+                "  ",
+                "    ",
+            )
         out.append("")
     return "\n".join(out)

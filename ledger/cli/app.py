@@ -22,6 +22,7 @@ from ledger.cli import repos as _repos
 from ledger.cli import run as _run
 from ledger.cli import service as _service
 from ledger.cli import summary as _summary
+from ledger.cli import trend as _trend
 from ledger.cli import witness as _witness
 from ledger.cli import write as _write
 from ledger.cli._io import echo
@@ -59,6 +60,7 @@ for _command in (
     _read.verify,
     _read.export,
     _summary.summary,
+    _trend.trend,
     _plans.plan,
     _repos.repo,
     _read.audit,

@@ -123,7 +123,7 @@ def bars(
                 continue
             y = py(v) if v > 0 else _H
             x = left + i * group + group * 0.1 + j * bar
-            text = human_bytes(v) if y_label == "bytes" else f"{v:g}"
+            text = human_bytes(v) if y_label == "bytes" else humanize.number(v)
             parts.append(
                 f'<rect x="{x:.1f}" y="{y:.1f}" width="{bar:.1f}" height="{_H - y:.1f}" '
                 f'class="s{j}"><title>{escape(name)} {escape(labels[i])}: {escape(text)} '

@@ -206,11 +206,40 @@ def pr_page(
         "pr": pr,
         "report": report,
         "verdict": verdict,
+        "trends": _trends(store, ident.revision.repo, pr, verdict) if pr is not None else [],
         "heads": heads,
         "items": items,
         "reviews": reviews,
         "supersessions": supersessions,
     }
+
+
+def _trends(store: Store, repo: str, pr: int, verdict: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per claim, its figure across the PR's heads (`ledger trend`; the base
+    branch's commits need a checkout): a small chart where two heads have one."""
+    from ledger.trend import trend
+
+    out = []
+    for c in verdict["claims"]:
+        t = trend(store, repo, c["claim"], pr=pr)
+        points = [p for p in t.points if p.figure is not None]
+        if len(points) < 2 or t.name is None:
+            continue
+        unit = points[0].figure.unit if points[0].figure else "ratio"
+        out.append(
+            {
+                "claim": c["claim"],
+                "figure": t.name,
+                "chart": charts.bars(
+                    f"{c['claim']}: {t.name} per head",
+                    [f"{i} {p.commit[:7]}" for i, p in enumerate(points, 1)],
+                    {t.name: [p.figure.value if p.figure else None for p in points]},
+                    x_label="PR head, in the order recorded",
+                    y_label="bytes" if unit == "bytes" else "ratio",
+                ),
+            }
+        )
+    return out
 
 
 def _charts(measurements: dict[str, Any]) -> list[str]:

@@ -1,0 +1,69 @@
+"""The one figure a receipt's check records that a trend follows: admission's
+worst measured/predicted ratio, gradient-compare's worst error over its floor,
+else the claim process's peak bytes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from ledger.humanize import iec, number
+
+__all__ = ["Figure", "figure_of"]
+
+
+@dataclass(frozen=True)
+class Figure:
+    name: str
+    """What the figure is, in words (`worst measured/predicted`)."""
+    value: float
+    unit: Literal["bytes", "ratio"]
+
+    @property
+    def text(self) -> str:
+        """For people: `2.58 GiB`, `1.07x`."""
+        return iec(self.value) if self.unit == "bytes" else f"{number(self.value)}x"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "value": self.value, "unit": self.unit, "text": self.text}
+
+
+def _num(v: Any) -> float | None:
+    return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
+
+
+def _rows(m: dict[str, Any], key: str) -> list[dict[str, Any]]:
+    rows = m.get(key)
+    return [r for r in rows if isinstance(r, dict)] if isinstance(rows, list) else []
+
+
+def _most(values: list[float | None]) -> float | None:
+    found = [v for v in values if v is not None]
+    return max(found) if found else None
+
+
+def figure_of(predicate: dict[str, Any]) -> Figure | None:
+    """The figure of one receipt's predicate, or None where it records none."""
+    check = str((predicate.get("check") or {}).get("name", ""))
+    m = predicate.get("measurements") or {}
+    if not isinstance(m, dict):
+        return None
+    if check == "admission":
+        ratio = _num(m.get("max_measured_over_predicted"))
+        if ratio is None:
+            ratio = _most([_num(r.get("measured_over_predicted")) for r in _rows(m, "shapes")])
+        if ratio is not None:
+            return Figure("worst measured/predicted", ratio, "ratio")
+    if check == "gradient-compare":
+        multiple = _most([_num(r.get("multiple")) for r in _rows(m, "tensors")])
+        if multiple is None:
+            rel, floor = _num(m.get("max_rel_l2")), _num(m.get("max_noise_rel_l2"))
+            multiple = rel / floor if rel is not None and floor else None
+        if multiple is not None:
+            return Figure("worst error over its floor", multiple, "ratio")
+    for key in ("process_peak_bytes", "outside_peak_bytes"):
+        peak = _num(m.get(key))
+        if peak is not None:
+            return Figure("peak bytes", peak, "bytes")
+    peak = _most([_num(r.get("measured_bytes")) for r in _rows(m, "shapes")])
+    return Figure("peak bytes", peak, "bytes") if peak is not None else None

@@ -1,0 +1,128 @@
+"""`ledger trend`: a claim's figure across the base branch's commits and a PR's
+heads, from the receipts alone (a ledger this test builds: two base commits,
+three PR heads, each with an admission receipt)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import git
+import pytest
+
+from ledger.trend import figure_of
+from tests.conftest import commit_file
+from tests.ledger.helpers import run
+
+PLAN = """
+[[claims]]
+name = "admission.no-oom-after-admit"
+check = "admission"
+cleanup = false
+"""
+CLAIM = "admission.no-oom-after-admit"
+
+
+def _attest(
+    capsys: pytest.CaptureFixture[str], repo: Path, tmp: Path, ratio: float, *rev: str
+) -> str:
+    m = tmp / f"m{ratio}.json"
+    shapes = [
+        {
+            "shape": "1x64",
+            "phase": "forward_nograd",
+            "predicted_bytes": 1000,
+            "measured_bytes": int(1000 * ratio),
+            "measured_over_predicted": ratio,
+        }
+    ]
+    m.write_text(json.dumps({"max_measured_over_predicted": ratio, "shapes": shapes}))
+    res = run(
+        capsys,
+        "attest",
+        "--repo",
+        str(repo),
+        "--key",
+        "h200",
+        "--offline",
+        "--claim",
+        CLAIM,
+        "--outcome",
+        *(("passed",) if ratio <= 1 else ("failed", "--reason", "measured > predicted")),
+        "--measurements",
+        str(m),
+        *rev,
+    )
+    assert res.code == 0, res.err
+    return res.out.strip()
+
+
+def test_trend_follows_the_figure_across_base_commits_and_pr_heads(
+    tmp_path: Path,
+    key_dir: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setenv("LEDGER_DB", f"sqlite:///{tmp_path / 'l.db'}")
+    for args in (("init",), ("keys", "new", "h200", "--role", "runner")):
+        assert run(capsys, *args).code == 0
+    r = git.Repo.init(tmp_path / "up", initial_branch="main")
+    repo = Path(str(r.working_tree_dir))
+    commit_file(r, "qualification.toml", PLAN, "plan")
+    b1 = commit_file(r, "model.py", "x = 1\n", "base 1")
+    _attest(capsys, repo, tmp_path, 0.91, "--rev", b1)
+    b2 = commit_file(r, "model.py", "x = 2\n", "base 2")
+    _attest(capsys, repo, tmp_path, 0.92, "--rev", b2)
+    r.git.checkout("-b", "feature")
+    for i, ratio in enumerate((0.95, 1.07, 0.99), 1):
+        head = commit_file(r, "model.py", f"x = {10 + i}\n", f"pr head {i}")
+        r.git.update_ref("refs/pull/4/head", head)
+        _attest(capsys, repo, tmp_path, ratio, "--pr", "4")
+    r.git.checkout("main")
+    args = ("trend", "--repo", str(repo), "--pr", "4", "--offline", "--claim", CLAIM)
+    doc = json.loads(run(capsys, *args, "--json").out)
+    [t] = doc["trends"]
+    assert t["figure"] == "worst measured/predicted"
+    assert [p["where"] for p in t["points"]] == [
+        "base",
+        "base",
+        "PR #4 head 1",
+        "PR #4 head 2",
+        "PR #4 head 3",
+    ]
+    assert [p["figure"]["value"] for p in t["points"]] == [0.91, 0.92, 0.95, 1.07, 0.99]
+    assert [p["commit"] for p in t["points"]][:2] == [b1, b2]
+    text = run(capsys, *args)
+    assert text.code == 0, text.err
+    lines = text.out.splitlines()
+    assert lines[0].startswith(f"{CLAIM}: worst measured/predicted")
+    assert any("PR #4 head 2" in line and "1.07x" in line and "failed" in line for line in lines)
+    assert max(len(line) for line in lines) <= 80
+    # The PR page draws the same figures, one bar per head.
+    import re
+    from urllib.parse import urlencode
+
+    import httpx
+
+    from ledger.service.run import start
+
+    srv = start(f"sqlite:///{tmp_path / 'l.db'}", None)
+    try:
+        q = urlencode({"repo": doc["repo"], "pr": 4})
+        page = httpx.get(f"{srv.url}/pr?{q}", headers={"Accept": "text/html"}, timeout=60).text
+    finally:
+        srv.stop()
+    assert "How each figure moved across the heads" in page
+    chart = page.split('id="trend-h"', 1)[1].split("</section>", 1)[0]
+    assert re.findall(r'class="value"[^>]*>([^<]+)<', chart) == ["0.95", "1.07", "0.99"]
+
+
+def test_each_check_has_its_figure() -> None:
+    grad = {
+        "check": {"name": "gradient-compare"},
+        "measurements": {"tensors": [{"multiple": 1.5}, {"multiple": 206.0}]},
+    }
+    assert (f := figure_of(grad)) is not None and f.text == "206x"
+    peak = {"check": {"name": "cleanup"}, "measurements": {"process_peak_bytes": 543162368}}
+    assert (f := figure_of(peak)) is not None and f.text == "518 MiB" and f.unit == "bytes"
+    assert figure_of({"check": {"name": "command"}, "measurements": {}}) is None
