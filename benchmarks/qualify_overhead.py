@@ -129,6 +129,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             child_env(),
             wrap=wrap,
             sock_dir=run_dir,
+            # As `ledger qualify` runs it: each claim confined to its own folder.
+            confine={"run_dir": str(run_dir)},
             **preload,  # type: ignore[arg-type]
         ).wait()
         start_sb_s = time.perf_counter() - t0

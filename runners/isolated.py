@@ -39,7 +39,7 @@ from runners.forkparent import ForkServer
 from runners.harness import child, nvml
 from runners.harness.cgroup import ClaimCgroup
 from runners.harness.launch import RankGroup
-from runners.harness.outside import REPORTED, OutsideView, bound
+from runners.harness.outside import REPORTED, OutsideView, bound, read_note
 from runners.preload import note_learned
 from runners.result import (
     CheckResult,
@@ -246,8 +246,9 @@ def run_claim_isolated(
         # (its pid written by the client) or the command below the sandbox.
         pids = [e.pid for e in exits]
         for rank, marker in enumerate(markers):
-            if marker.is_file():
-                pids[rank] = int(marker.read_text())
+            noted = (read_note(marker) or "").strip()
+            if noted.isdigit():
+                pids[rank] = int(noted)
             else:
                 pids[rank] = view.claim_pids[rank] or pids[rank]
         at_exit = exit_release(gpu_before, pids, gpu_uuids)
@@ -348,7 +349,7 @@ def _ended_by_server(
     client (``RESULT.ended``). A claim that leaves anything is not cleaned up."""
     named = result.with_name(result.name + ".ended")
     try:
-        left = [str(x) for x in json.loads(named.read_text())][:50]
+        left = [str(x) for x in json.loads(read_note(named) or "[]")][:50]
     except (OSError, ValueError, TypeError):
         left = []
     where = "" if cgroup is None else f" (cgroup {cgroup.path.name})"

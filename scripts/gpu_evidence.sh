@@ -194,8 +194,14 @@ if [ "$MODE" = sandbox ]; then
   timeout 400 python3 benchmarks/qualify_overhead.py --workload moe --device cuda --claims 3 \
     --json > "$E/overhead.json" 2> "$E/overhead.err"
   echo "overhead exit $?" >> "$E/overhead.err"
+  # Each door of the boundary (the /proc walk, host sockets, a daemon, another run's
+  # folder, capabilities from outside, a helper's memory, another claim's folder, the
+  # host pid) on this host, with the unsandboxed controls.
+  timeout 300 python3 -m pytest -q -p no:cacheprovider tests/ledger/test_sandbox_boundary.py \
+    tests/runners/test_claim_confinement.py --junitxml "$E/boundary.xml" > "$E/boundary.log" 2>&1
+  echo "boundary exit $?" >> "$E/boundary.log"
   set -e
-  tail -3 "$E/attack.out"
+  tail -3 "$E/attack.out"; tail -2 "$E/boundary.log"
 fi
 tar czf "$OUT/evidence-$MODE.tgz" -C "$E" .
 tail -5 "$E/qualify.log"; head -30 "$E/status.txt"

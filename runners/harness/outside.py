@@ -24,7 +24,7 @@ from runners.harness.cgroup import ClaimCgroup
 from runners.harness.processes import descendants, proc_table
 from runners.result import CheckResult
 
-__all__ = ["CPU_SLACK_BYTES", "CUDA_SLACK_BYTES", "OutsideView", "bound"]
+__all__ = ["CPU_SLACK_BYTES", "CUDA_SLACK_BYTES", "OutsideView", "bound", "read_note"]
 
 CUDA_SLACK_BYTES = 512 * 1024**2
 """What NVML may see beyond pool peak plus outside-pool bytes as the process reports
@@ -55,12 +55,26 @@ def _device_used() -> int | None:
     return None if got is None else sum(got[0].values())
 
 
+def read_note(path: Path, limit: int = 1 << 16) -> str | None:
+    """A small note a client left in the claim's folder (the worker's pid, what the
+    server ended), read beneath the folder as data: a link, FIFO or device that the
+    claim's code put in its place is never followed or opened (None)."""
+    from ledger.outputs.beneath import Folder, Refused
+
+    try:
+        with Folder(path.parent) as folder:
+            return folder.read(path.name, limit).decode()
+    except (OSError, Refused, UnicodeDecodeError):
+        return None
+
+
 def claim_pid(launched: int, marker: Path) -> int | None:
     """The claim process of a rank started as ``launched``: the forked worker named
     in ``marker``, else the first process below the sandbox's launcher."""
-    if marker.is_file():
+    text = read_note(marker)
+    if text is not None:
         try:
-            return int(marker.read_text())
+            return int(text)
         except ValueError:
             return None
     table = proc_table()
@@ -157,7 +171,10 @@ class OutsideView:
         """The host-memory figure for ``rank``: the cgroup's peak over every process of
         the claim (one rank: the cgroup holds that rank's processes alone), else the
         sampled resident set of the claim process."""
-        sampled = (self.rss[rank], f"{_RSS} ({self.samples} samples)")
+        # No cgroup here, or it saw less (pages shared with the fork server are in the
+        # process's resident set but charged to the server): the sampled figure, said so.
+        why = "no claim cgroup" if self.cgroup is None else f"above the cgroup's {self.cgroup_peak}"
+        sampled = (self.rss[rank], f"sampled {_RSS} ({self.samples} samples, {why})")
         cg, peak = self.cgroup, self.cgroup_peak
         if (
             cg is not None

@@ -26,7 +26,12 @@ TINY = {"d_model": 32, "n_layers": 1, "n_experts": 4, "d_ff": 32, "vocab": 64}
 
 def _note(**what):
     # A progress line: relayed by the harness to whoever runs the claim, sandboxed or not.
-    rec = {"pid": os.getpid(), "cvd": os.environ.get("CUDA_VISIBLE_DEVICES"), **what}
+    # The pid the host sees (the sandbox has a pid namespace of its own); None where
+    # this process cannot know it (the sandboxed fork server itself).
+    from runners.harness.hostpid import host_pid
+
+    pid = host_pid()
+    rec = {"pid": pid, "cvd": os.environ.get("CUDA_VISIBLE_DEVICES"), **what}
     print("\x1eprogress probe " + json.dumps(rec), file=sys.stderr, flush=True)
 
 

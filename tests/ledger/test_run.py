@@ -130,7 +130,33 @@ def test_a_command_hanging_past_its_timeout_is_killed(
     assert group["kind"] == "process-group" and "SIGTERM" in group["proof"]
 
 
-def test_a_leaked_child_is_named_and_ended(
+def test_a_leaked_child_does_not_outlive_the_run(
+    ready: git.Repo, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    token = "leak-" + os.urandom(4).hex()
+    # The child leaves the process group (setsid) and would outlive the command.
+    code = (
+        "import subprocess, sys; subprocess.Popen([sys.executable, '-c', "
+        f"'import time; time.sleep(60)', {token!r}], start_new_session=True)"
+    )
+    p = _ledger_run(capsys, ready, cmd=_py(code))
+    assert p["outcome"] == "passed"  # the command's own verdict; cleanup says the rest
+    # The sandbox's pid namespace ended with the command, and the child with it; where
+    # the parent saw it still running first, it is named and the cleanup incomplete.
+    for found in p["measurements"].get("leaked_processes", []):
+        assert found["comm"].startswith("python")
+        assert p["cleanup"]["complete"] is False
+    left = []
+    for entry in Path("/proc").glob("[0-9]*"):
+        with contextlib.suppress(OSError):
+            if token.encode() in (entry / "cmdline").read_bytes():
+                state = (entry / "stat").read_text().rpartition(")")[2].split()[0]
+                if state != "Z":
+                    left.append(entry.name)
+    assert left == []
+
+
+def test_a_leaked_child_is_named_and_ended_unsandboxed(
     ready: git.Repo, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     pidfile = tmp_path / "leak.pid"
@@ -140,8 +166,7 @@ def test_a_leaked_child_is_named_and_ended(
         "'import time; time.sleep(60)'], start_new_session=True); "
         f"open({str(pidfile)!r}, 'w').write(str(p.pid))"
     )
-    # Declared, so the sandboxed command may write it.
-    p = _ledger_run(capsys, ready, "--artifact", str(pidfile), cmd=_py(code))
+    p = _ledger_run(capsys, ready, "--sandbox", "none", "--artifact", str(pidfile), cmd=_py(code))
     leaked = int(pidfile.read_text())
     assert p["outcome"] == "passed"  # the command's own verdict; cleanup says the rest
     assert p["cleanup"]["complete"] is False
