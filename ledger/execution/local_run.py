@@ -334,8 +334,14 @@ class _Recording:
             environment,
             fin.gpu_uuids,
         )
+        from ledger.execution.said import Said, finished_line
+
         for rec, r in zip(recs, results, strict=True):
             self.done.append((rec.id, r.claim, r.outcome))
-            note = "" if r.outcome == "passed" else f": {r.reason}"
-            took = f"{time.monotonic() - t0:.1f} s"
-            say(f"{tag} {r.claim} {r.outcome}{note} ({took}) -> {rec.id[:19]}")
+        took = f"{time.monotonic() - t0:.1f} s"
+        said = [
+            Said(rec.id, r.check, r.observer, r.outcome, r.reason)
+            for rec, r in zip(recs, results, strict=True)
+        ]
+        # One line per claim: a control's several receipts say what each is.
+        say(finished_line(tag, run.claim, run.check, said, took))
