@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import os
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -29,6 +30,7 @@ from ledger.keys import LocalKey
 from ledger.qualification.plan import PLAN_FILE, ClaimSpec, Plan
 from ledger.record import Recorder
 from ledger.revision import Revision
+from ledger.sandbox import Sandbox
 from ledger.sandbox import resolve as resolve_sandbox
 from ledger.source import Identity
 
@@ -272,6 +274,8 @@ def qualify(
         for c, r in zip(asked, runs, strict=True):
             for note in _scope_notes(c, device, visible):
                 say(f"[{r.index}/{len(runs)}] {c.name}: note: {note}: its receipt will not count")
+        cuda = device == "cuda" or (device == "auto" and bool(visible))
+        _conformance(run_plan, asked, st, box, cuda, say)
         done = QualifyRun([], revision, plan, ident.notes, tuple(c.name for c, _ in skipped))
         try:
             if st is None:
@@ -290,6 +294,43 @@ def qualify(
             # Said once, after the claims' processes and the trees are gone.
             raise Interrupted(done.receipts, [r.claim for r in runs]) from None
         return done
+
+
+PROBE_VAR = "LEDGER_QUALIFY_PROBE"
+"""``1``: qualify probes the workload (`ledger doctor`'s probe) before the first claim;
+``0``: it judges from the plan alone; unset: it probes when the run uses CUDA."""
+
+
+def _conformance(
+    plan: Plan,
+    asked: Sequence[ClaimSpec],
+    st: local_run.Started | None,
+    box: Sandbox | None,
+    cuda: bool,
+    say: Callable[[str], None],
+) -> None:
+    """Before the first claim: the doctor's one-line summary, and a refusal (exit 2,
+    nothing measured) when a required claim cannot be judged at all."""
+    from ledger.conformance.plan_level import judge_from_plan
+    from ledger.conformance.probe import cannot_judge, plan_claims, probe
+
+    claims = plan_claims(plan, asked)
+    if not claims:
+        return
+    want = os.environ.get(PROBE_VAR, "")
+    if st is not None and box is not None and (want == "1" or (cuda and want != "0")):
+        say("doctor: probing the workload at a tiny shape on CPU before the first claim")
+        report = probe(st.root, claims, box)
+    else:
+        report = judge_from_plan(claims)
+    say(report["summary"])
+    bad = {str(c["claim"]) for c in cannot_judge(report, required_only=True)}
+    if bad:
+        said = [ln for ln in report["lines"] if ln.split(":", 1)[0] in bad]
+        raise UsageError(
+            f"refused before any claim ran: {len(bad)} required claim(s) cannot be judged: "
+            + "; ".join(said)
+        )
 
 
 def _run_on_ray(

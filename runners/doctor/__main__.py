@@ -20,6 +20,7 @@ def run(request: dict[str, Any]) -> dict[str, Any]:
     torch.manual_seed(0)
     probes: dict[str, dict[str, Any]] = {}
     reports = []
+    required = []
     for c in request["claims"]:
         key = repr((c["workload"], sorted(c["workload_params"].items())))
         if key not in probes:
@@ -27,9 +28,10 @@ def run(request: dict[str, Any]) -> dict[str, Any]:
             probes[key] = probe(Path(request["root"]), c["workload"], c["workload_params"])
         caps = probes[key]["capabilities"]
         reports.append(judge(c["claim"], c["check"], c["params"], caps))
+        required.append(bool(c.get("required", True)))
     return {
         "summary": summary(reports),
-        "claims": [r.to_json() for r in reports],
+        "claims": [{**r.to_json(), "required": q} for r, q in zip(reports, required, strict=True)],
         "lines": [r.line() for r in reports],
         "probes": list(probes.values()),
     }

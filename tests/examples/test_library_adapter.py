@@ -176,8 +176,19 @@ def test_without_an_estimator_admission_is_inconclusive_and_the_doctor_says_so(
         'workload_params: estimator = "your_module:estimate"'
     ]
     assert by["numerics.gradient-compare"]["judgement"] == "fallback"
-    preds = qualify(capsys, repo)
-    adm = preds["admission.no-oom-after-admit"]
+    # qualify says so before the first claim and refuses: nothing measured, nothing signed.
+    r = run(capsys, "qualify", "--rev", "HEAD", "--repo", str(repo), "--device", "cpu")
+    assert r.code == 2
+    assert "doctor (from the plan): 4 claim(s): 3 can be judged, 1 cannot" in r.err
+    assert "refused before any claim ran: 1 required claim(s) cannot be judged" in r.err
+    assert "[1/4]" not in r.err
+    # Not required, it runs, and its receipt says what it needs.
+    optional = QWEN.format(estimator="").replace(
+        'name = "admission.no-oom-after-admit"',
+        'name = "admission.no-oom-after-admit"\nrequired = false',
+    )
+    repo2 = repo_of(tmp_path / "qwen2", {"qualification.toml": optional})
+    adm = qualify(capsys, repo2)["admission.no-oom-after-admit"]
     assert adm["outcome"] == "inconclusive"
     assert "predicts no memory without an estimator" in adm["reason"]
 

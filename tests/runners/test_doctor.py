@@ -86,6 +86,7 @@ def toy_repo(path: Path, *, autocast: bool) -> Path:
     repo.index.add(["toy_wl.py", "qualification.toml"])
     actor = git.Actor("T", "t@example.invalid")
     repo.index.commit("toy", author=actor, committer=actor)
+    repo.create_remote("origin", f"https://example.invalid/{path.name}.git")
     return path
 
 
@@ -188,3 +189,28 @@ def test_doctor_cli_says_which_claims_cannot_be_judged(
     assert lines[0].startswith("numerics.gradient-compare: will be inconclusive (reference")
     assert "add: def setup(self, device, seed, *, dtype=None)" in lines[0]
     assert lines[-1].startswith("doctor: 2 claim(s): 1 judged, 0 through a fallback, 1 will be")
+
+
+def test_qualify_probes_before_the_first_claim_and_refuses_what_it_cannot_judge(
+    tmp_path: Path,
+    key_dir: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setenv("LEDGER_DB", str(tmp_path / "l.db"))
+    monkeypatch.setenv("LEDGER_QUALIFY_PROBE", "1")
+    assert run(capsys, "init").code == 0
+    assert run(capsys, "keys", "new", "runner", "--role", "runner").code == 0
+    bad = toy_repo(tmp_path / "bad", autocast=True)
+    args = ("qualify", "--rev", "HEAD", "--device", "cpu", "--sandbox", "none")
+    r = run(capsys, *args, "--repo", str(bad))
+    assert r.code == 2
+    assert "doctor: 2 claim(s): 1 judged, 0 through a fallback, 1 will be inconclusive" in r.err
+    assert "refused before any claim ran: 1 required claim(s) cannot be judged: " in r.err
+    assert "numerics.gradient-compare: will be inconclusive (reference precision" in r.err
+    assert "[1/2]" not in r.err  # no claim started
+    good = toy_repo(tmp_path / "good", autocast=False)
+    r = run(capsys, *args, "--repo", str(good))
+    assert r.code == 0, r.err
+    said = r.err.index("doctor: 2 claim(s): 1 judged, 1 through a fallback")
+    assert said < r.err.index("[1/2]")
