@@ -35,13 +35,15 @@ from cryptography.hazmat.primitives.serialization import load_pem_public_key
 
 from ledger.dsse import pae
 from ledger.errors import InputError
-from ledger.importers.reader import ClaimMap, Context, Finding
+from ledger.importers.reader import ClaimMap, Context, Finding, planned
 from ledger.importers.sigstore import identity as _identity
 from ledger.importers.sigstore import leaf as sigstore_leaf
 from ledger.repoid import canonical_repo
 from ledger.revision import Revision
 
 __all__ = ["PREDICATE_TYPE", "load_trusted_key", "read"]
+
+CHECK = "import-in-toto"
 
 PREDICATE_TYPE = "https://in-toto.io/attestation/test-result/v0.1"
 _STATEMENT_TYPES = ("https://in-toto.io/Statement/v1", "https://in-toto.io/Statement/v0.1")
@@ -263,12 +265,29 @@ def read(path: Path, claims: ClaimMap, ctx: Context) -> dict[str, Finding]:
         }
         failed = sel["failedTests"] or (whole and worst == "FAILED")
         warned = sel["warnedTests"] or (whole and worst == "WARNED")
+        params = planned(CHECK, ctx.params.get(claim, {}))
+        unverified = None
+        if m["signature_verified"] is not True:
+            unverified = "signature not verified: " + (
+                "the statement is unsigned"
+                if m["signature_verified"] is None
+                else "no --trusted-key or --trusted-root was given"
+            )
         if failed:
             what = ", ".join(sel["failedTests"][:5]) or "no test named"
-            out[claim] = Finding("failed", f"test result FAILED: {what}", m)
+            out[claim] = Finding("failed", f"test result FAILED: {what}", m, parameters=params)
         elif warned:
             what = ", ".join(sel["warnedTests"][:5]) or "no test named"
-            out[claim] = Finding("inconclusive", f"test result WARNED (not a pass): {what}", m)
+            out[claim] = Finding(
+                "inconclusive", f"test result WARNED (not a pass): {what}", m, parameters=params
+            )
+        elif unverified and params["require_signature"] is True:
+            out[claim] = Finding(
+                "inconclusive",
+                f"{unverified}; the plan requires a verified signature (require_signature)",
+                m,
+                parameters=params,
+            )
         else:
-            out[claim] = Finding("passed", None, m)
+            out[claim] = Finding("passed", None, m, parameters=params, note=unverified)
     return out

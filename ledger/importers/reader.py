@@ -63,9 +63,12 @@ class Finding:
         *,
         host: str = "",
         parameters: Mapping[str, JsonValue] | None = None,
+        note: str | None = None,
     ) -> None:
         self.outcome = outcome
-        self.reason = reason if outcome != "passed" else None
+        # A pass carries no reason, only a `note` every surface must show with it
+        # (an in-toto import whose signature was not verified).
+        self.reason = reason if outcome != "passed" else note
         self.measurements = measurements
         self.host = host
         self.parameters = dict(parameters or {})
@@ -90,7 +93,15 @@ CHECKS: dict[str, tuple[str, dict[str, _Param]]] = {
     "import-in-toto": (
         "an in-toto test-result v0.1 Statement about this revision (bare, DSSE, "
         ".intoto.jsonl or Sigstore bundle), imported with `ledger import in-toto`",
-        {},
+        {
+            "require_signature": (
+                "bool",
+                False,
+                (),
+                "true: only a statement whose signature verified with --trusted-key or "
+                "--trusted-root can pass (unsigned or unverified: inconclusive)",
+            )
+        },
     ),
     "import-admission-events": (
         "a memory planner's reports (ART planner-miss spool, formats 1 and 2), imported "
@@ -107,6 +118,8 @@ def params_error(check: str, params: Mapping[str, JsonValue]) -> str | None:
         if k not in known:
             return f"unknown parameter {k!r} for {check} (known: {', '.join(known) or 'none'})"
         allowed = known[k][2]
+        if known[k][0] == "bool" and not isinstance(v, bool):
+            return f"{check} parameter {k} must be true or false, got {v!r}"
         if allowed and v not in allowed:
             return f"{check} parameter {k} must be one of {', '.join(allowed)}, got {v!r}"
     return None

@@ -378,7 +378,9 @@ def _sort_pass(ctx: _Context, req: Requirement, r: ReceiptEvidence, via: Via, ro
             )
         )
     disputes = [_dispute(v, r) for v in tally.dispute]
-    lead = Reason(rules.PASSING_EVIDENCE, f"{sid} passed {rules.via_text(r, via)}", r.id)
+    # A pass's own note (an import whose signature was not verified) goes with it.
+    note = f" ({r.predicate.reason})" if r.predicate.reason else ""
+    lead = Reason(rules.PASSING_EVIDENCE, f"{sid} passed{note} {rules.via_text(r, via)}", r.id)
     row.why[r.id].extend([lead, *disputes, *blockers, *support, *tally.ignored])
     if disputes:
         row.disputed.append(r)

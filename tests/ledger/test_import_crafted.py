@@ -4,6 +4,7 @@ character, a JUnit test whose id equals the claim's selection pattern."""
 
 from __future__ import annotations
 
+import base64
 import json
 from pathlib import Path
 from typing import Any
@@ -127,3 +128,61 @@ def test_an_exact_junit_id_never_masks_the_tests_its_pattern_selects(
     assert p["outcome"] == "failed" and "test_peak_big" in p["reason"]
     [p] = _import(capsys, ready, "junit", xml, "suite.memory=tests.test_mem::test_peak")
     assert p["outcome"] == "passed"  # an exact id alone selects that test only
+
+
+def _zero_signed_bundle(commit: str) -> dict[str, Any]:
+    """A Sigstore bundle whose one signature is all zero bytes."""
+    stmt = {
+        "_type": "https://in-toto.io/Statement/v1",
+        "subject": [{"name": "trainer", "digest": {"gitCommit": commit}}],
+        "predicateType": "https://in-toto.io/attestation/test-result/v0.1",
+        "predicate": {"result": "PASSED", "configuration": [], "passedTests": ["t.a"]},
+    }
+    payload = base64.b64encode(json.dumps(stmt).encode()).decode()
+    sig = base64.b64encode(bytes(64)).decode()
+    return {
+        "mediaType": "application/vnd.dev.sigstore.bundle.v0.3+json",
+        "dsseEnvelope": {
+            "payloadType": "application/vnd.in-toto+json",
+            "payload": payload,
+            "signatures": [{"keyid": "", "sig": sig}],
+        },
+    }
+
+
+def test_a_plan_can_require_a_verified_signature_and_unverified_says_so(
+    ready: git.Repo,  # noqa: F811
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from ledger import formats
+    from ledger.render import render_status
+    from tests.conftest import commit_file
+    from tests.ledger.test_import import PLAN
+
+    plan = PLAN.replace(
+        'name = "release.tests"\ncheck = "import-in-toto"\n',
+        'name = "release.tests"\ncheck = "import-in-toto"\n'
+        "params = { require_signature = true }\n\n"
+        '[[claims]]\nname = "release.loose"\ncheck = "import-in-toto"\ncleanup = false\n',
+    )
+    assert plan != PLAN
+    commit_file(ready, "qualification.toml", plan, "require signatures")
+    f = tmp_path / "zero.sigstore.json"
+    f.write_text(json.dumps(_zero_signed_bundle(ready.commit("main").hexsha)))
+    # Required: an all-zero signature never qualifies (nothing verified it).
+    [p] = _import(capsys, ready, "in-toto", f, "release.tests")
+    assert p["outcome"] == "inconclusive" and "signature not verified" in p["reason"]
+    assert p["check"]["parameters"]["require_signature"] is True
+    # Not required: it passes, and every surface says the signature was not verified.
+    [p] = _import(capsys, ready, "in-toto", f, "release.loose")
+    assert p["outcome"] == "passed" and p["reason"].startswith("signature not verified")
+    r = run(
+        capsys, "status", "--rev", "main", "--repo", str(ready.working_tree_dir), "--json",
+        "--claim", "release.tests", "--claim", "release.loose",
+    )  # fmt: skip
+    doc = json.loads(r.out)
+    states = {c["claim"]: c["state"] for c in doc["verdict"]["claims"]}
+    assert states == {"release.tests": "inconclusive", "release.loose": "qualified"}
+    for text in (render_status(doc, width=10_000), formats.markdown(doc), json.dumps(doc)):
+        assert "signature not verified" in text
