@@ -188,6 +188,13 @@ CROSS = """
 import os
 wrote = []
 for pid in [p for p in os.listdir("/proc") if p.isdigit()]:
+    # Only a process working in the victim's folder: the unsandboxed control must not
+    # write into the working folder of every process on the machine.
+    try:
+        if os.readlink(f"/proc/{{pid}}/cwd") != {victim!r}:
+            continue
+    except OSError:
+        continue
     for target in (f"/proc/{{pid}}/cwd/PWNED", f"/proc/{{pid}}/root{victim}/PWNED"):
         try:
             with open(target, "w") as f:
