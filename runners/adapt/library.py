@@ -48,6 +48,9 @@ _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torc
 RESERVE_PERMILLE = 50
 """Free memory held back from admission, per mille (and at least `RESERVE_MIN_BYTES`)."""
 RESERVE_MIN_BYTES = 64 << 20
+CUDA_OUTSIDE_POOL_RESERVE_BYTES = 512 << 20
+"""On CUDA, held back too for memory outside the allocator's pool (lazily loaded kernels,
+library handles), as the reference workload does."""
 
 
 def _dtype(name: str) -> torch.dtype:
@@ -112,6 +115,8 @@ class _Adapter:
     ) -> AdmissionDecision:
         est = self.estimate(shape, phase, cold=cold)
         reserve = max(RESERVE_MIN_BYTES, free_bytes * RESERVE_PERMILLE // 1000)
+        if self.device is not None and self.device.type == "cuda":
+            reserve += CUDA_OUTSIDE_POOL_RESERVE_BYTES
         usable = free_bytes - reserve
         ok = est.predicted_bytes <= usable
         return AdmissionDecision(
