@@ -198,3 +198,49 @@ def test_a_malformed_time_does_not_break_the_import(tmp_path: Path) -> None:
     ctx = Context(Revision(repo="r", commit="a" * 40, tree="b" * 40))
     found = read(f, [("c", "*")], ctx)["c"]
     assert found.outcome == "passed" and found.measurements["time_s"] == 0.0
+
+
+DIFF = """\
+def test_dicts():
+    assert {"a": 1, "b": [1, 2, 3], "c": "x" * 30} == {"a": 2, "b": [1, 2, 4], "c": "y" * 30}
+"""
+
+
+def test_a_failure_reads_in_one_line_its_diff_in_the_measurements(
+    ready: git.Repo,  # noqa: F811
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """pytest's assertion diff is many lines: the reason and the import line keep
+    the first, the measurements the whole detail."""
+    (tmp_path / "test_diff.py").write_text(DIFF)
+    out = tmp_path / "diff.xml"
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "test_diff.py",
+            f"--junitxml={out}",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        check=False,
+    )
+    repo = str(ready.working_tree_dir)
+    r = run(
+        capsys,
+        *("import", "junit", str(out), "--claim", "suite.one=*", "--rev", "main"),
+        *("--repo", repo, "--key", "runner"),
+    )
+    assert r.code == 1, r.err
+    [line] = r.err.splitlines()
+    assert line.startswith("suite.one: failed (imported from junit): 1 of 1 tests failed")
+    shown = json.loads(run(capsys, "show", r.out.strip(), "--json").out)
+    p = shown["statement"]["predicate"]
+    assert "\n" not in p["reason"]
+    [cx] = p["measurements"]["counterexamples"]
+    assert "\n" in cx["detail"] and "Differing items" in cx["detail"]
