@@ -225,11 +225,20 @@ def _finished(
         f"task {doc['job_id'][:16]} on {doc['host']} (worker pid {doc.get('worker', '?')}), "
         f"GPU(s) {doc['devices'] or '-'}"
     )
+    from ledger.execution.said import Said, finished_line
+
     reasons = doc.get("reasons") or [""] * len(doc["receipts"])
-    for (rid, claim, outcome), why in zip(doc["receipts"], reasons, strict=True):
-        note = f": {why}" if why and outcome != "passed" else ""
-        say(f"{tag} {claim} {outcome}{note} ({where}) -> {rid[:19]}")
-        yield rid, claim, outcome
+    parts = doc.get("parts") or [[run.check, "off"]] * len(doc["receipts"])
+    said = [
+        Said(rid, str(check), str(observer), outcome, why or None)
+        for (rid, _, outcome), why, (check, observer) in zip(
+            doc["receipts"], reasons, parts, strict=True
+        )
+    ]
+    if said:
+        # One line per claim: a control's several receipts say what each is.
+        say(finished_line(tag, run.claim, run.check, said, where))
+    yield from ((str(rid), str(claim), str(out)) for rid, claim, out in doc["receipts"])
     if doc.get("kept"):
         say(
             f"{tag} {doc['kept']} signed statement(s) kept in the worker's outbox: {doc['failure']}"

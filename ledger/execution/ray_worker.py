@@ -390,6 +390,8 @@ def _run_claim(
             (rec.id, r.claim, r.outcome) for rec, r in zip(recs, results, strict=True)
         ]
         out["reasons"] = [r.reason or "" for r in results]
+        # What each receipt is (a control's several: the inner check's, the comparison).
+        out["parts"] = [[r.check, r.observer] for r in results]
         out["kept"] = recorder.kept
         out["failure"] = recorder.failure
     return out
