@@ -3,34 +3,74 @@
 uvicorn caps open connections for everyone at once (`limit_concurrency`) and
 has no deadline for a request's headers, so one client holding 260 silent
 sockets, or trickling one header byte every 25 s, made every other client get
-503. This protocol adds, per connection: a cap on the connections one client
-address holds (past it, a new connection is closed at once) and a deadline
-for the headers of each request (a connection still without them is closed).
+503; nine loopback addresses with 32 idle sockets each did the same to a cap
+per address. This protocol adds, per connection:
+
+- a key for the client that cannot multiply cheaply: the bearer token once a
+  request shows a known one, else the address's /24 (IPv4; all of 127.0.0.0/8
+  is one) or /64 (IPv6) prefix;
+- a cap on the connections one key holds: past it, a new connection takes the
+  place of that key's oldest idle one (closed), or is closed at once when none
+  is idle, so a client's own flood never shuts out a newcomer from its prefix;
+- a cap on idle connections across the server: past it, the oldest idle
+  connection of the key holding the most is closed, so `/healthz` and
+  token-holding clients stay answered whatever addresses a flood comes from;
+- a deadline for the headers of each request (a connection still without
+  them is closed).
+
 The body and the request as a whole are bounded by `ledger.service.limits`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import ipaddress
+import itertools
+import re
+from collections.abc import Callable
 from typing import Any
 
-__all__ = ["HEADER_TIMEOUT_S", "MAX_PER_CLIENT", "guarded_protocol"]
+__all__ = ["HEADER_TIMEOUT_S", "MAX_IDLE", "MAX_PER_CLIENT", "client_key", "guarded_protocol"]
 
 HEADER_TIMEOUT_S = 10.0
 """A request's headers must arrive within this from the connection (or the last reply)."""
 MAX_PER_CLIENT = 32
-"""Open connections one client address may hold; the next ones are closed at once."""
+"""Open connections one client (token, else address prefix) may hold."""
+MAX_IDLE = 128
+"""Idle connections across the server (below uvicorn's `limit_concurrency`)."""
 
 _END = b"\r\n\r\n"
+_BEARER = re.compile(rb"(?im)^authorization:[ \t]*bearer[ \t]+([^\r\n]+?)[ \t]*\r?$")
+_order = itertools.count()
 
 
-def _host(protocol: object) -> str | None:
-    client = getattr(protocol, "client", None)
-    return str(client[0]) if client else None
+def client_key(host: str | None) -> str:
+    """The prefix an anonymous client is counted by: its /24 (all of 127.0.0.0/8 as
+    one), or /64 for IPv6 (an IPv4-mapped address as IPv4)."""
+    if host is None:
+        return "?"
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        return host
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    if ip.is_loopback:
+        return "loopback"
+    bits = 24 if ip.version == 4 else 64
+    return str(ipaddress.ip_network(f"{ip}/{bits}", strict=False))
 
 
-def guarded_protocol(header_timeout_s: float, max_per_client: int) -> type[Any]:
-    """The uvicorn `http` protocol class with these bounds."""
+def guarded_protocol(
+    header_timeout_s: float,
+    max_per_client: int,
+    known_token: Callable[[str], bool] | None = None,
+    max_idle: int = MAX_IDLE,
+) -> type[Any]:
+    """The uvicorn `http` protocol class with these bounds; `known_token` says whether
+    a bearer token is one the server accepts (a connection that shows one is counted
+    by it from then on)."""
     # uvicorn is the server extra's: imported only when a server is built.
     from uvicorn.protocols.http.h11_impl import H11Protocol
 
@@ -38,18 +78,63 @@ def guarded_protocol(header_timeout_s: float, max_per_client: int) -> type[Any]:
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             super().connection_made(transport)
             self._tail = b""
+            self._head = b""
             self._header_timer: asyncio.TimerHandle | None = None
-            host = self.client[0] if self.client else None
-            held = sum(1 for c in self.connections if _host(c) == host)
-            if host is not None and held > max_per_client:
-                # Closed before a byte is read: this client already holds its share.
+            self._key = client_key(self.client[0] if self.client else None)
+            self._since = next(_order)
+            mine = [c for c in self._others() if c._key == self._key]
+            if len(mine) >= max_per_client and not self._evict(mine):
+                # Closed before a byte is read: this client's share is busy.
                 transport.abort()
                 return
+            idle = [c for c in self._others() if c._idle()]
+            if len(idle) >= max_idle:
+                counts: dict[str, int] = {}
+                for c in idle:
+                    counts[c._key] = counts.get(c._key, 0) + 1
+                heaviest = max(counts, key=lambda k: counts[k])
+                self._evict([c for c in idle if c._key == heaviest])
             self._arm()
+
+        def _others(self) -> list[Any]:
+            return [
+                c
+                for c in self.connections
+                if c is not self and hasattr(c, "_key") and not c.transport.is_closing()
+            ]
+
+        def _idle(self) -> bool:
+            return self.cycle is None or self.cycle.response_complete
+
+        @staticmethod
+        def _evict(group: list[Any]) -> bool:
+            """Close the oldest idle connection of `group`; False when none is idle."""
+            idle = [c for c in group if c._idle()]
+            if not idle:
+                return False
+            min(idle, key=lambda c: c._since).transport.abort()
+            return True
+
+        def _by_token(self, head: bytes) -> None:
+            """Count this connection by its token, once a request shows a known one."""
+            m = _BEARER.search(head)
+            if m is None or known_token is None:
+                return
+            token = m.group(1).decode("latin-1").strip()
+            if not known_token(token):
+                return
+            key = "token:" + hashlib.sha256(token.encode()).hexdigest()
+            if key == self._key:
+                return
+            self._key = key
+            mine = [c for c in self._others() if c._key == key]
+            if len(mine) >= max_per_client:
+                self._evict(mine)
 
         def _arm(self) -> None:
             self._disarm()
             self._tail = b""
+            self._head = b""
             self._header_timer = self.loop.call_later(header_timeout_s, self._headers_late)
 
         def _disarm(self) -> None:
@@ -66,8 +151,11 @@ def guarded_protocol(header_timeout_s: float, max_per_client: int) -> type[Any]:
         def data_received(self, data: bytes) -> None:
             if self._header_timer is not None:
                 seen = self._tail + data
+                # The headers (bounded: uvicorn refuses larger ones) for the token.
+                self._head = (self._head + data)[: 64 * 1024]
                 if _END in seen:
                     self._disarm()
+                    self._by_token(self._head)
                 else:
                     self._tail = seen[-3:]
             super().data_received(data)

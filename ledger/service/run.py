@@ -63,7 +63,7 @@ def _config(
         host=host,
         port=port,
         # Per client: a connection cap and a deadline for headers (ledger.service.guard).
-        http=guarded_protocol(header_timeout_s, max_per_client),
+        http=guarded_protocol(header_timeout_s, max_per_client, _known_token(app)),
         limit_concurrency=MAX_CONNECTIONS,
         timeout_keep_alive=KEEP_ALIVE_S,
         # Requests in flight get this long to finish on Ctrl-C before they are cut.
@@ -73,6 +73,24 @@ def _config(
         log_level="warning" if quiet else "info",
         lifespan="off",
     )
+
+
+def _known_token(app: Any) -> Any:
+    """Whether a bearer token is one of the server's (the guard counts its holder's
+    connections by it); None where the app holds no token table."""
+    ledger = getattr(getattr(getattr(app, "app", None), "state", None), "ledger", None)
+    tokens = getattr(ledger, "tokens", None)
+    if tokens is None:
+        return None
+
+    def known(token: str) -> bool:
+        try:
+            tokens.grant(f"Bearer {token}")
+        except Exception:  # any refusal: not a token of this server
+            return False
+        return True
+
+    return known
 
 
 def _app(

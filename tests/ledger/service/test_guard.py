@@ -26,12 +26,12 @@ ATTACKER = "127.0.0.2"
 """Another loopback address: the abusive client, apart from the one served."""
 
 
-def _sockets(port: int, n: int) -> list[socket.socket]:
+def _sockets(port: int, n: int, source: str = ATTACKER) -> list[socket.socket]:
     out = []
     for _ in range(n):  # bounded: n connects, each with a deadline
         s = socket.socket()
         s.settimeout(5)
-        s.bind((ATTACKER, 0))
+        s.bind((source, 0))
         s.connect(("127.0.0.1", port))
         out.append(s)
     return out
@@ -74,12 +74,47 @@ def _served_within(url: str, limit_s: float) -> float:
 def test_300_idle_sockets_from_one_client_leave_others_served(server: Running) -> None:
     held = _sockets(_port(server), 300)
     try:
-        # Past its share, a client's new connections are closed at once.
-        assert _closed_by_server(held[-1], 10)
+        # Past its share, a client's new connections take the place of its oldest
+        # idle ones, which are closed.
+        assert _closed_by_server(held[0], 10)
         _served_within(server.url, 2.0)
     finally:
         for s in held:
             s.close()
+
+
+def test_nine_loopback_addresses_with_32_idle_sockets_each_leave_healthz_answered(
+    server: Running,
+) -> None:
+    """All of 127.0.0.0/8 is one client: nine addresses multiply nothing, and a
+    tenth address's /healthz requests are all answered."""
+    held = [s for i in range(2, 11) for s in _sockets(_port(server), 32, f"127.0.0.{i}")]
+    try:
+        with httpx.Client(
+            transport=httpx.HTTPTransport(local_address="127.0.0.20"), timeout=10
+        ) as c:
+            codes = []
+            for _ in range(50):  # a fresh connection each, as separate clients make
+                codes.append(
+                    c.get(server.url + "/healthz", headers={"connection": "close"}).status_code
+                )
+        assert codes == [200] * 50
+        assert _closed_by_server(held[0], 10)  # the flood's oldest gave way
+    finally:
+        for s in held:
+            s.close()
+
+
+def test_client_keys_are_prefixes() -> None:
+    from ledger.service.guard import client_key
+
+    assert client_key("127.0.0.1") == client_key("127.9.8.7") == "loopback"
+    assert client_key("10.1.2.3") == client_key("10.1.2.250") == "10.1.2.0/24"
+    assert client_key("10.1.3.3") != client_key("10.1.2.3")
+    assert (
+        client_key("2001:db8:1:2::5") == client_key("2001:db8:1:2:ffff::1") == "2001:db8:1:2::/64"
+    )
+    assert client_key("::ffff:10.1.2.3") == "10.1.2.0/24"
 
 
 def test_trickled_headers_are_cut_at_the_header_deadline(server: Running) -> None:
