@@ -13,12 +13,27 @@ _DEPTH = 3
 def modules_held(w: object) -> list[tuple[str, torch.nn.Module]]:
     """The outermost modules reachable from ``w``'s attributes, by attribute path
     (``model``, ``parts[1]``), each once; a module inside another is left out (the
-    outer one reaches it)."""
+    outer one reaches it). Where the workload holds an optimizer, only the modules it
+    trains count: a copy kept aside (a model prepared once, for the next setup) is
+    not the one computing."""
     found: dict[int, tuple[str, torch.nn.Module]] = {}
     for path, m in _walk(w, "", _DEPTH, set()):
         found.setdefault(id(m), (path, m))
     inner = {id(sub) for _, m in found.values() for sub in m.modules() if sub is not m}
-    return [(p, m) for key, (p, m) in found.items() if key not in inner]
+    outer = [(p, m) for key, (p, m) in found.items() if key not in inner]
+    trained = _optimized(w)
+    if not trained:
+        return outer
+    return [(p, m) for p, m in outer if any(id(t) in trained for t in m.parameters())]
+
+
+def _optimized(w: object) -> set[int]:
+    """The ids of the parameters the optimizers ``w`` holds (directly) update."""
+    out: set[int] = set()
+    for v in vars(w).values() if hasattr(w, "__dict__") else ():
+        if isinstance(v, torch.optim.Optimizer):
+            out.update(id(t) for g in v.param_groups for t in g["params"])
+    return out
 
 
 def _walk(

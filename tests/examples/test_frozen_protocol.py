@@ -142,3 +142,13 @@ def test_a_cast_back_inside_the_forward_is_caught_not_trusted() -> None:
 def test_nothing_to_upcast_says_which_line_to_add() -> None:
     with pytest.raises(PrecisionUnsupported, match=r"holds no torch\.nn\.Module"):
         setup_reference(Toy(hold=False), CPU, 0, torch.float32)  # type: ignore[arg-type]
+
+
+def test_a_model_kept_aside_for_the_next_setup_is_not_upcast() -> None:
+    w = Toy()
+    w.setup(CPU, 0)
+    spare = w.model  # what a prepared workload keeps to copy from
+    w.loose = spare
+    arm = setup_reference(w, CPU, 1, torch.float32)  # type: ignore[arg-type]
+    assert arm.modules == ["model"]
+    assert spare is not None and {p.dtype for p in spare.parameters()} == {torch.bfloat16}

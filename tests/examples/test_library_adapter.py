@@ -118,10 +118,15 @@ def repo_of(path: Path, files: dict[str, str]) -> Path:
     return path
 
 
-def qualify(capsys: pytest.CaptureFixture[str], repo: Path) -> dict[str, dict]:
+def qualify(
+    capsys: pytest.CaptureFixture[str], repo: Path, *, qualified: bool = True
+) -> dict[str, dict]:
     r = run(capsys, "qualify", "--rev", "HEAD", "--repo", str(repo), "--device", "cpu", "--json")
+    doc = json.loads(r.out)
+    # Passed is not enough: each pass holds (cleanup proof, signature) and qualifies.
+    assert doc["status"]["qualified"] is qualified, doc["status"]
     preds = {}
-    for x in json.loads(r.out)["receipts"]:
+    for x in doc["receipts"]:
         shown = json.loads(run(capsys, "show", x["id"], "--json").out)
         preds[x["claim"]] = shown["statement"]["predicate"]
     return preds
@@ -188,7 +193,7 @@ def test_without_an_estimator_admission_is_inconclusive_and_the_doctor_says_so(
         'name = "admission.no-oom-after-admit"\nrequired = false',
     )
     repo2 = repo_of(tmp_path / "qwen2", {"qualification.toml": optional})
-    adm = qualify(capsys, repo2)["admission.no-oom-after-admit"]
+    adm = qualify(capsys, repo2, qualified=True)["admission.no-oom-after-admit"]
     assert adm["outcome"] == "inconclusive"
     assert "predicts no memory without an estimator" in adm["reason"]
 
