@@ -31,7 +31,8 @@
 #     for each `ledger doctor` first (its lines, exit and time), then qualify's wall time,
 #     the receipts as bundles, status and audit, packed as $OUT/evidence-thirdparty.tgz
 #     (h200-thirdparty/{frozen,adapter}/); THIRDPARTY_PROBE=0: qualify judges from the
-#     plan instead of probing the workload before its first claim
+#     plan instead of probing the workload before its first claim; THIRDPARTY_ONLY=frozen
+#     or adapter runs one of the two (one call each stays within a 10-minute limit)
 set -euo pipefail
 MODE=${1:-single}
 cd "$(dirname "$0")/.."
@@ -49,7 +50,7 @@ if [ "$MODE" = thirdparty ]; then
   rm -rf "$F" /tmp/keys-tp /tmp/tp-frozen /tmp/tp-adapter && mkdir -p "$F"
   export LEDGER_KEYS=/tmp/keys-tp LEDGER_CACHE=/tmp/cache-tp
   nvidia-smi --query-gpu=name,uuid,driver_version,memory.total --format=csv > "$F/nvidia-smi.csv"
-  for NAME in frozen adapter; do
+  for NAME in ${THIRDPARTY_ONLY:-frozen adapter}; do
     SRC=tests/examples/frozen_protocol
     [ "$NAME" = adapter ] && SRC=examples/qwen3_adapter
     R=/tmp/tp-$NAME D=$F/$NAME
