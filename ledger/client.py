@@ -200,6 +200,11 @@ def post_envelopes(url: str, raws: Sequence[bytes], timeout: float = 30) -> list
     return [dict(d) for d in out]
 
 
+def post_plan(url: str, doc: Any, token: str | None = None, timeout: float = 30) -> dict[str, Any]:
+    """Record a governing plan entry (`ledger.plans`) through the server (runner token)."""
+    return dict(_post(url, "/v1/plans", doc, _token(token), timeout))
+
+
 def fetch_entry(url: str, ref: str, timeout: float = 30) -> dict[str, Any]:
     """The `ledger show --json` document of a receipt or review (full id or 12+ hex digits)."""
     return dict(_get(url, "/v1/entries/" + _quoted(ref), timeout))

@@ -277,6 +277,9 @@ def qualify(
         cuda = device == "cuda" or (device == "auto" and bool(visible))
         _conformance(run_plan, asked, st, box, cuda, say)
         done = QualifyRun([], revision, plan, ident.notes, tuple(c.name for c, _ in skipped))
+        # The governing plan first: a reader without a checkout proves it from the
+        # ledger alone, for every receipt this run records (here or on Ray workers).
+        _record_plan(recorder, ident, say)
         try:
             if st is None:
                 _run_on_ray(
@@ -284,11 +287,6 @@ def qualify(
                 )
                 return done
             assert recorder is not None and key is not None and box is not None
-            from ledger.plans.ledger import record_governing
-
-            # The governing plan first: a reader without a checkout proves it from the
-            # ledger alone, for every receipt this run records.
-            record_governing(recorder, ident)
             local_run.run(st, runs, recorder, key, revision, pool_devices, box, say, done.receipts)
         except KeyboardInterrupt:
             # Said once, after the claims' processes and the trees are gone.
@@ -331,6 +329,20 @@ def _conformance(
             f"refused before any claim ran: {len(bad)} required claim(s) cannot be judged: "
             + "; ".join(said)
         )
+
+
+def _record_plan(recorder: Recorder | None, ident: Identity, say: Callable[[str], None]) -> None:
+    """The governing plan into the ledger the receipts go to; through a server without
+    a runner token it is said, not fatal (`ledger plan record` on its host records it)."""
+    from ledger.errors import Error
+    from ledger.plans.ledger import record_governing
+
+    if recorder is None:
+        return
+    try:
+        record_governing(recorder, ident)
+    except Error as e:
+        say(f"note: the governing plan was not recorded at {recorder.where}: {e.reason()}")
 
 
 def _run_on_ray(

@@ -62,10 +62,15 @@ def collect(repo: Any, base: str, path: str) -> PlanEvidence:
     return PlanEvidence(base, path, blob, objects)
 
 
-def plan_body(repo: str, pr: int | None, commit: str, ev: PlanEvidence) -> bytes:
-    """The entry: `ev` governs `commit` (PR `pr`'s head, or a revision) of `repo`."""
+def plan_body(
+    repo: str, pr: int | None, commit: str, ev: PlanEvidence, recorded_by: str | None = None
+) -> bytes:
+    """The entry: `ev` governs `commit` (PR `pr`'s head, or a revision) of `repo`;
+    `recorded_by`: the token holder who sent it to a server (absent on the ledger's host)."""
+    extra = {} if recorded_by is None else {"recorded_by": recorded_by}
     return canonical_bytes(
         {
+            **extra,
             "kind": "plan",
             "repo": repo,
             "pr": pr,
@@ -89,10 +94,14 @@ class RecordedPlan:
     commit: str
     evidence: PlanEvidence
     plan: Plan
+    recorded_by: str | None = None
+    """The token holder who recorded it through a server (the reader relies on them
+    for which base governs; the objects still prove the plan is the one committed there)."""
 
     @property
     def text(self) -> str:
-        return f"{self.evidence.text}, recorded in the ledger (entry {self.seq})"
+        by = f" by token holder {self.recorded_by}" if self.recorded_by else ""
+        return f"{self.evidence.text}, recorded in the ledger{by} (entry {self.seq})"
 
 
 def read_plan_entry(seq: int, entry_id: str, doc: Any) -> RecordedPlan:
@@ -134,5 +143,8 @@ def read_plan_entry(seq: int, entry_id: str, doc: Any) -> RecordedPlan:
     except (UnicodeDecodeError, Error) as e:
         why = e.reason() if isinstance(e, Error) else "not UTF-8"
         raise RefusedError(f"plan entry: the plan does not read: {why}") from None
+    by = doc.get("recorded_by")
+    if by is not None and not isinstance(by, str):
+        raise RefusedError("plan entry: recorded_by must be a name")
     ev = PlanEvidence(base, path, blob, tuple(objects))
-    return RecordedPlan(seq, entry_id, repo, pr, commit, ev, plan)
+    return RecordedPlan(seq, entry_id, repo, pr, commit, ev, plan, by)

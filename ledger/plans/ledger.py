@@ -3,21 +3,28 @@ the one that governs a question found again."""
 
 from __future__ import annotations
 
+import json
+
 from ledger.canonical import receipt_id
 from ledger.errors import Error
 from ledger.plans.entry import PlanEvidence, RecordedPlan, plan_body, read_plan_entry
 from ledger.repoid import canonical_repo
 from ledger.store.store import Store
 
-__all__ = ["governing_plan", "record_governing", "record_plan"]
+__all__ = ["governing_plan", "record_governing", "record_plan", "record_sent"]
 
 
 def record_plan(
-    store: Store, repo: str, pr: int | None, commit: str, ev: PlanEvidence
+    store: Store,
+    repo: str,
+    pr: int | None,
+    commit: str,
+    ev: PlanEvidence,
+    recorded_by: str | None = None,
 ) -> tuple[str, bool]:
     """Log that `ev` governs `commit` of `repo` (once: the same body is one entry).
     Returns (entry id, newly added). The objects are proved before anything is written."""
-    body = plan_body(canonical_repo(repo), pr, commit, ev)
+    body = plan_body(canonical_repo(repo), pr, commit, ev, recorded_by)
     eid = receipt_id(body)
     read_plan_entry(0, eid, _json(body))
     if store.entry(eid) is not None:
@@ -30,8 +37,6 @@ def record_plan(
 
 
 def _json(body: bytes) -> object:
-    import json
-
     return json.loads(body)
 
 
@@ -70,12 +75,35 @@ def record_governing(recorder: object, ident: object) -> str | None:
     in a local ledger, beside the receipts it is about to record; the entry id, or
     None where there is nothing to record (no committed plan: --plan FILE, or none)
     or the ledger is a server's (which records plans given by its host's operator)."""
-    from ledger.record import LocalRecorder
+    from ledger.record import LocalRecorder, RemoteRecorder
     from ledger.source import Identity
 
     assert isinstance(ident, Identity)
-    if ident.governing is None or not isinstance(recorder, LocalRecorder):
+    if ident.governing is None:
         return None
     r = ident.revision
+    if isinstance(recorder, RemoteRecorder):
+        import sys
+
+        from ledger.client import post_plan
+
+        doc = json.loads(plan_body(canonical_repo(r.repo), r.pr, r.commit, ident.governing))
+        try:
+            return str(post_plan(recorder.url, doc, recorder.token)["id"])
+        except Error as e:
+            # The receipts still go (the outbox keeps them); the plan can be recorded later.
+            sys.stderr.write(
+                f"ledger: note: the governing plan was not recorded at {recorder.where}: "
+                f"{e.reason()}; `ledger plan record` on the ledger's host records it\n"
+            )
+            return None
+    if not isinstance(recorder, LocalRecorder):
+        return None
     eid, _ = record_plan(recorder.store, r.repo, r.pr, r.commit, ident.governing)
     return eid
+
+
+def record_sent(store: Store, doc: object, holder: str) -> tuple[str, bool]:
+    """A plan entry a token holder sent to the server: proved, then logged as theirs."""
+    got = read_plan_entry(0, "", doc)
+    return record_plan(store, got.repo, got.pr, got.commit, got.evidence, holder)

@@ -410,6 +410,19 @@ async def add_key(request: Request) -> Response:
     )
 
 
+async def add_plan(request: Request) -> Response:
+    """A governing plan entry with its git objects: proved, then logged as the holder's."""
+    from ledger.plans.ledger import record_sent
+
+    led = _ledger(request)
+    holder = led.holder(request, "runner")
+    doc = await _doc(request)
+    eid, new = await run_in_threadpool(lambda: record_sent(led.store(), doc, holder))
+    if new:
+        led.log(f"plan entry {eid[:19]} recorded by {holder}")
+    return json_response({"id": eid, "added": new}, 201 if new else 200)
+
+
 async def revoke(request: Request) -> Response:
     from ledger.ingest import revoke_key
 
@@ -521,6 +534,7 @@ def _routes() -> list[tuple[str, Handler, list[str]]]:
         ("/v1/log/entries", g(log_entries), ["GET"]),
         ("/v1/keys", g(list_keys), ["GET"]),
         ("/v1/keys", g(add_key), ["POST"]),
+        ("/v1/plans", g(add_plan), ["POST"]),
         ("/v1/keys/{ref}/revoke", g(revoke), ["POST"]),
         ("/v1/artifacts/{digest}", g(put_artifact), ["PUT"]),
         ("/v1/artifacts/{digest}", g(get_artifact), ["GET"]),

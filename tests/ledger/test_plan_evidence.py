@@ -188,3 +188,32 @@ def test_plan_objects_are_proved_offline(repo: git.Repo) -> None:
     forged["objects"][2]["data"] = forged["objects"][2]["data"][:-4] + "AAAA"
     with pytest.raises(Exception, match="not among the plan's objects"):
         read_plan_entry(1, "id", forged)
+
+
+def test_a_writer_through_a_server_records_the_plan_as_the_token_holders(
+    repo: git.Repo,
+    ledger: str,
+    key_dir: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from ledger.service.auth import new_token
+
+    tokens = tmp_path / "tokens"
+    monkeypatch.setenv("LEDGER_TOKEN", new_token("gpu-host", tokens))
+    monkeypatch.setenv("LEDGER_OUTBOX", str(tmp_path / "outbox"))
+    srv = start(ledger, KeyDir(key_dir), tokens=tokens)  # no mirror
+    try:
+        res = run(
+            capsys, "attest", "--claim", "a.passes", "--pr", "7", "--offline", "--outcome",
+            "passed", "--repo", str(repo.working_tree_dir), "--key", "h200", "--server", srv.url,
+        )  # fmt: skip
+        assert res.code == 0, res.err
+        cli = _cli(capsys, repo)
+        q = urlencode({"repo": cli["subject"]["repo"], "pr": 7})
+        api = _get(srv, f"/v1/status?{q}")
+    finally:
+        srv.stop()
+    assert _states(api["verdict"]) == _states(cli["verdict"])
+    assert any("by token holder gpu-host" in n for n in api["judged"]), api["judged"]
