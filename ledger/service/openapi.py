@@ -112,6 +112,15 @@ def document() -> dict[str, Any]:
                 "get": _op("registered keys"),
                 "post": _op("register a public key", 201, _OBJECT, security=_BEARER),
             },
+            "/v1/plans": {
+                "post": _op(
+                    "record the governing plan of a revision with the git objects that "
+                    "prove it (a runner token; the entry names its holder)",
+                    201,
+                    _OBJECT,
+                    security=_BEARER,
+                )
+            },
             "/v1/keys/{ref}/revoke": {
                 "post": _op("revoke a key", body=_OBJECT, parameters=ref, security=_BEARER)
             },
