@@ -38,6 +38,9 @@ def gpus(monkeypatch: pytest.MonkeyPatch) -> list[FakeDevice]:
 
     devices = [FakeDevice(GPU_A), FakeDevice(GPU_B)]
     monkeypatch.setitem(sys.modules, "pynvml", fake_nvml(devices))
+    # GPUs seen make qualify probe the workload on CPU first (its doctor); the claims
+    # here run on the CPU anyway, and a probe of the OOM mode would refuse the run.
+    monkeypatch.setenv("LEDGER_QUALIFY_PROBE", "0")
     monkeypatch.setattr(nvml, "_state", {})  # the harness's cached module
     return devices
 
