@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["HOST_PID_VAR", "PID_NAMESPACE_VAR", "host_pid"]
+__all__ = ["HOST_PID_VAR", "PID_NAMESPACE_VAR", "host_pid", "nvml_pids"]
 
 HOST_PID_VAR = "SANDBOX_HOST_PID"
 """Set in a forked worker: its pid in the host's pid namespace."""
@@ -29,3 +29,18 @@ def host_pid() -> int | None:
     if os.environ.get(PID_NAMESPACE_VAR):
         return None
     return os.getpid()
+
+
+def nvml_pids() -> tuple[int, ...]:
+    """The pids NVML may list this process under, in the order to try them: its host
+    pid, then (inside the sandbox) its own, because a driver that knows pid
+    namespaces names a process as the caller's namespace sees it (seen on an H200
+    host, driver 580). Empty inside the sandbox while the host pid is unknown: the
+    own pid alone could name a host process under a driver that does not translate."""
+    own = os.getpid()
+    if not os.environ.get(PID_NAMESPACE_VAR):
+        return (own,)
+    host = host_pid()
+    if host is None:
+        return ()
+    return (host,) if host == own else (host, own)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from runners.harness.hostpid import host_pid
+from runners.harness.hostpid import nvml_pids
 
 _lock = threading.Lock()
 _state: dict[str, Any] = {}
@@ -66,16 +66,17 @@ def process_used_bytes(uuid: str, pid: int | None = None) -> int | None:
     nv = _nvml()
     if h is None or nv is None:
         return None
-    want = host_pid() if pid is None else pid
-    if want is None:
+    wanted = nvml_pids() if pid is None else (pid,)
+    if not wanted:
         return None  # inside the sandbox without its host pid: unavailable
     try:
         procs = list(nv.nvmlDeviceGetComputeRunningProcesses(h))
     except Exception:
         return None
-    for p in procs:
-        if int(p.pid) == want:
-            used = getattr(p, "usedGpuMemory", None)
+    by_pid = {int(p.pid): p for p in procs}
+    for want in wanted:
+        if want in by_pid:
+            used = getattr(by_pid[want], "usedGpuMemory", None)
             # NVML reports None (NVML_VALUE_NOT_AVAILABLE) under some virtualisation.
             return None if used is None else int(used)
     return None

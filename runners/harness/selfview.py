@@ -40,9 +40,10 @@ def peak_bytes() -> int:
         from runners.harness import nvml
 
         pool = max(_high[0], int(torch.cuda.max_memory_reserved()))
-        pid = _pid()
-        used = None if pid is None else (nvml.pids_used() or {}).get(pid)
-        if used is None and pid is not None and not _sandboxed():
+        pids = _pids()
+        listed = nvml.pids_used() or {}
+        used = next((listed[p] for p in pids if p in listed), None)
+        if used is None and pids and not _sandboxed():
             # NVML does not show this pid (a container): the device's used memory,
             # the process having the device to itself while the claim runs.
             free, total = torch.cuda.mem_get_info()
@@ -55,10 +56,10 @@ def peak_bytes() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
-def _pid() -> int | None:
-    from runners.harness.hostpid import host_pid
+def _pids() -> tuple[int, ...]:
+    from runners.harness.hostpid import nvml_pids
 
-    return host_pid()
+    return nvml_pids()
 
 
 def _sandboxed() -> bool:

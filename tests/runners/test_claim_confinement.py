@@ -195,6 +195,12 @@ def test_without_its_host_pid_a_pid_keyed_reading_is_unavailable(
     monkeypatch.setenv(hostpid.HOST_PID_VAR, str(os.getpid()))
     monkeypatch.setenv(hostpid.HOST_PID_VAR + "_OF", str(os.getpid()))
     assert nvml.process_used_bytes("GPU-x") == 1 << 30
+    # A driver that names processes as this pid namespace sees them (an H200 host's,
+    # driver 580): with the host pid known, this process's own pid is its entry too.
+    monkeypatch.setenv(hostpid.HOST_PID_VAR, str(os.getpid() + 100000))
+    assert hostpid.nvml_pids() == (os.getpid() + 100000, os.getpid())
+    assert nvml.process_used_bytes("GPU-x") == 1 << 30
     # A child inheriting the variables is not the process they name.
     monkeypatch.setenv(hostpid.HOST_PID_VAR + "_OF", str(os.getpid() + 1))
-    assert hostpid.host_pid() is None
+    assert hostpid.host_pid() is None and hostpid.nvml_pids() == ()
+    assert nvml.process_used_bytes("GPU-x") is None
