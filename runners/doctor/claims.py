@@ -21,7 +21,7 @@ _STEPS = ("load", "setup", "make_batch", "forward", "teardown")
 _GRAD_STEPS = (*_STEPS, "forward_backward", "gradients")
 NEEDS: dict[str, tuple[str, ...]] = {
     "admission": (*_GRAD_STEPS, "estimate"),
-    "regression-24view": (*_STEPS, "estimate"),
+    "regression-24view": _STEPS,
     "gradient-compare": _GRAD_STEPS,
     "full-prefix-backward": (*_GRAD_STEPS, "optimizer_step", "zero_grad", "estimate"),
     "cleanup": (*_GRAD_STEPS, "optimizer_step", "zero_grad"),

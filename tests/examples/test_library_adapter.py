@@ -193,9 +193,14 @@ def test_without_an_estimator_admission_is_inconclusive_and_the_doctor_says_so(
         'name = "admission.no-oom-after-admit"\nrequired = false',
     )
     repo2 = repo_of(tmp_path / "qwen2", {"qualification.toml": optional})
-    adm = qualify(capsys, repo2, qualified=True)["admission.no-oom-after-admit"]
+    preds = qualify(capsys, repo2, qualified=True)
+    adm = preds["admission.no-oom-after-admit"]
     assert adm["outcome"] == "inconclusive"
     assert "predicts no memory without an estimator" in adm["reason"]
+    # The regression records an admission decision, never enforces one: it says why not.
+    reg = preds["regression.24view-nograd"]
+    assert reg["outcome"] == "passed"
+    assert "without an estimator" in reg["measurements"]["admission_skipped"]
 
 
 @pytest.mark.usefixtures("ledger_env")
