@@ -70,8 +70,11 @@ class LocalExecutor:
 
             env["LEDGER_FORK_SERVERS"] = json.dumps(self.fork_servers)
         uuids = tuple(d.uuid for d in devices if d.uuid)
-        # The devices the claim can reach: its own, else every GPU of the host.
+        # The devices the claim can reach: its own, else every GPU of the host; none for
+        # a claim on the CPU (a GPU's fault says nothing of it).
         watched = uuids if explicit else tuple(d.uuid for d in visible_gpus() if d.uuid)
+        if run.device == "cpu":
+            watched = ()
         watch = Watch(watched).start() if watched else None
         results = run_claim_isolated(
             claim=run.claim,

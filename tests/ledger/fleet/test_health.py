@@ -149,3 +149,17 @@ def test_dcgmi_diag_runs_once_per_device_before_the_claims_and_a_failure_is_infr
         if sick:
             assert "dcgmi diag -r 1 failed before the claims" in p["reason"]
     assert {on["a.ooms"], on["b.ooms"]} == {GPU_A, GPU_B}
+
+
+def test_a_claim_on_the_cpu_is_not_judged_by_the_hosts_gpus(
+    tmp_path: Path,
+    ledger_env: Path,
+    gpus: list[FakeDevice],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    gpus[0].xids = [79]
+    gpus[1].xids = [79]
+    repo = make_probe_repo(tmp_path / "repo", claim("a.ooms", "oom"))
+    r = run(capsys, "qualify", "--rev", "HEAD", "--repo", str(repo), "--device", "cpu", "--json")
+    pred = shown(capsys, json.loads(r.out)["receipts"][0]["id"])
+    assert pred["outcome"] == "failed" and "gpu_health" not in pred["runner"]["environment"]
