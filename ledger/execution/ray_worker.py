@@ -342,7 +342,8 @@ def _run_claim(
     with tempfile.TemporaryDirectory(prefix="task-", dir=servers.work) as d:
         (Path(d) / "artifacts").mkdir()
         # The health of the GPUs Ray gave the claim, read before its first use of them.
-        gpus = uuids_of(out["devices"].split(",")) if out["devices"] else []
+        on_gpu = out["devices"] and run.device != "cpu"
+        gpus = uuids_of(out["devices"].split(",")) if on_gpu else []
         watch = Watch(gpus).start() if gpus else None
         results = run_claim_isolated(
             claim=run.claim,
