@@ -248,7 +248,7 @@ def interpreter_paths(environ: Mapping[str, str]) -> tuple[list[str], list[str]]
     """(paths to bind read-only, PYTHONPATH) so that the child imports what this
     interpreter imports: the prefixes, every `sys.path` entry, this project's
     packages (first on the path), and the caller's PYTHONPATH entries."""
-    here = str(Path(__file__).resolve().parent.parent)
+    here = str(Path(__file__).resolve().parents[2])
     py_path = [here]
     for entry in environ.get("PYTHONPATH", "").split(os.pathsep):
         if entry and entry not in py_path:

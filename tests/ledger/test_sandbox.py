@@ -216,3 +216,14 @@ def test_a_fresh_procfs_unless_the_host_refuses_it() -> None:
     argv = render(SandboxPolicy(), ["true"], bwrap="bwrap")
     assert argv[argv.index("--proc") + 1] == "/proc"
     assert "--proc" not in render(SandboxPolicy(proc=False), ["true"], bwrap="bwrap")
+
+
+def test_the_project_root_is_bound_and_first_on_the_path() -> None:
+    from ledger.sandbox import interpreter_paths
+
+    binds, py_path = interpreter_paths({})
+    root = Path(__file__).resolve().parents[2]
+    # Both packages a sandboxed process imports (ledger for the sandbox's own helpers,
+    # runners for the claim) live under it.
+    assert py_path[0] == str(root) and str(root) in binds
+    assert (root / "ledger").is_dir() and (root / "runners").is_dir()
