@@ -218,3 +218,53 @@ def test_an_upload_is_streamed_to_the_store_not_held_in_memory(
         list((tmp_path / "artifacts").rglob("*.part")) if (tmp_path / "artifacts").exists() else []
     )
     assert parts == []
+
+
+def _response(s: socket.socket) -> bytes:
+    """One whole HTTP response (headers and a Content-Length body) read from `s`."""
+    buf = b""
+    while b"\r\n\r\n" not in buf:
+        got = s.recv(4096)
+        if not got:
+            return buf
+        buf += got
+    head, _, body = buf.partition(b"\r\n\r\n")
+    length = next(
+        int(line.split(b":", 1)[1])
+        for line in head.split(b"\r\n")
+        if line.lower().startswith(b"content-length:")
+    )
+    while len(body) < length:
+        got = s.recv(4096)
+        if not got:
+            break
+        body += got
+    return head + b"\r\n\r\n" + body
+
+
+def test_a_token_clients_connection_is_counted_by_its_token(
+    ledger_db: str, key_dir: Path, tmp_path: Path
+) -> None:
+    """An anonymous flood from the token holder's own prefix takes the place of the
+    prefix's idle connections, never of a connection that showed a known token."""
+    from ledger.service.auth import new_token
+
+    tokens = tmp_path / "tokens"
+    token = new_token("gpu-host", tokens)
+    srv = start(ledger_db, KeyDir(key_dir), tokens=tokens, header_timeout_s=60.0)
+    try:
+        ask = f"GET /healthz HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\n\r\n"
+        mine = socket.create_connection(("127.0.0.1", _port(srv)), timeout=10)
+        mine.sendall(ask.encode())
+        assert _response(mine).startswith(b"HTTP/1.1 200")
+        flood = _sockets(_port(srv), 40)  # same prefix (loopback), anonymous, idle
+        try:
+            assert _closed_by_server(flood[0], 10)  # the flood gives way to itself
+            mine.sendall(ask.encode())
+            assert _response(mine).startswith(b"HTTP/1.1 200")  # still held, still answered
+        finally:
+            for s in flood:
+                s.close()
+            mine.close()
+    finally:
+        srv.stop()
