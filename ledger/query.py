@@ -125,16 +125,19 @@ def repo_ids(store: Store, repo: str) -> list[str]:
     return [want, *aliases_of(store, want)]
 
 
-def _elsewhere_notes(store: Store, revision: Revision) -> tuple[str, ...]:
-    """Receipts for this exact commit under another repository id, and how to count them."""
+def _elsewhere_notes(store: Store, revision: Revision, claims: Sequence[str]) -> tuple[str, ...]:
+    """Receipts of the asked claims for this exact commit under another repository id,
+    and how to count them (one (claim, commit) index lookup per claim)."""
     from ledger.identity.aliases import elsewhere
 
+    if not claims:
+        return ()
     want = canonical_repo(revision.repo)
     return tuple(
         f"{n} receipt{'' if n == 1 else 's'} for this exact commit "
         f"{'is' if n == 1 else 'are'} recorded under repository {other}: "
         f"`ledger repo alias {other} {want} --reason TEXT` on the ledger's host counts them here"
-        for other, n in elsewhere(store, revision.commit, repo_ids(store, want))
+        for other, n in elsewhere(store, revision.commit, repo_ids(store, want), claims)
     )
 
 
@@ -182,7 +185,8 @@ def query_status(
         report = dataclasses.replace(report, claims=(), qualified=False)
     return dataclasses.replace(
         report,
-        notes=q.notes + _elsewhere_notes(store, q.revision),
+        notes=q.notes
+        + _elsewhere_notes(store, q.revision, sorted({row.claim for row in report.claims})),
         problems=tuple(ev.unreadable),
         qualified=report.qualified and not ev.unreadable,
         governed=not unplanned,

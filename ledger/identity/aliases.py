@@ -78,11 +78,18 @@ def add_alias(store: Store, old: str, new: str, reason: str) -> tuple[str, bool]
     return eid, True
 
 
-def elsewhere(store: Store, commit: str, counted: Sequence[str]) -> list[tuple[str, int]]:
-    """(repository id, receipts) for `commit` recorded under ids not in `counted`."""
+def elsewhere(
+    store: Store, commit: str, counted: Sequence[str], claims: Sequence[str]
+) -> list[tuple[str, int]]:
+    """(repository id, receipts) of `claims` for `commit` recorded under ids not in
+    `counted` (the (claim, commit) index answers it)."""
     q = (
         select(RECEIPT.c.repo_id, func.count())
-        .where(RECEIPT.c.commit == commit, RECEIPT.c.repo_id.not_in(list(counted)))
+        .where(
+            RECEIPT.c.claim.in_(list(claims)),
+            RECEIPT.c.commit == commit,
+            RECEIPT.c.repo_id.not_in(list(counted)),
+        )
         .group_by(RECEIPT.c.repo_id)
         .order_by(RECEIPT.c.repo_id)
     )

@@ -4,12 +4,16 @@ the one that governs a question found again."""
 from __future__ import annotations
 
 import json
+import threading
+from typing import Any
+
+from sqlalchemy import select
 
 from ledger.canonical import receipt_id
 from ledger.errors import Error
 from ledger.plans.entry import PlanEvidence, RecordedPlan, plan_body, read_plan_entry
 from ledger.repoid import canonical_repo
-from ledger.store.store import Store
+from ledger.store.store import LOG, Store
 
 __all__ = ["governing_plan", "record_governing", "record_plan", "record_sent"]
 
@@ -48,11 +52,9 @@ def governing_plan(
     want = canonical_repo(repo)
     found: RecordedPlan | None = None
     problems: list[str] = []
-    for e in store.entries(kinds=["plan"]):
-        try:
-            doc = e.document
-        except Error:
-            problems.append(f"plan entry {e.seq} is not JSON: run `ledger audit`")
+    for seq, entry_id, doc in _entries(store):
+        if doc is None:
+            problems.append(f"plan entry {seq} is not JSON: run `ledger audit`")
             continue
         if not isinstance(doc, dict) or doc.get("repo") != want or doc.get("commit") != commit:
             continue
@@ -60,9 +62,9 @@ def governing_plan(
             # A PR's plan is its base's; a revision's is its own: never one for the other.
             continue
         try:
-            got = read_plan_entry(e.seq, e.entry_id, doc)
+            got = read_plan_entry(seq, entry_id, doc)
         except Error as err:
-            problems.append(f"plan entry {e.seq} does not hold: {err.reason()}")
+            problems.append(f"plan entry {seq} does not hold: {err.reason()}")
             continue
         if pr is None and not got.evidence.asserted and got.evidence.base != commit:
             continue  # a revision's governing plan is the one committed there
@@ -107,3 +109,38 @@ def record_sent(store: Store, doc: object, holder: str) -> tuple[str, bool]:
     """A plan entry a token holder sent to the server: proved, then logged as theirs."""
     got = read_plan_entry(0, "", doc)
     return record_plan(store, got.repo, got.pr, got.commit, got.evidence, holder)
+
+
+# Plan entries read once per process and ledger, then only the new ones: a server
+# answering an index page of 50 PRs reads the log's plan entries once, not 50 times.
+# Keyed by the ledger's first entry too (its ledger key: a fresh ledger at the same
+# URL is another ledger).
+_CACHE: dict[tuple[str, str], tuple[int, list[tuple[int, str, Any]]]] = {}
+_LOCK = threading.Lock()
+
+
+def _entries(store: Store) -> list[tuple[int, str, Any]]:
+    """(seq, entry id, parsed body or None) of every plan entry, in log order."""
+    with store.engine.connect() as conn:
+        first = conn.execute(select(LOG.c.entry_id).where(LOG.c.seq == 0)).scalar()
+        key = (store.url, str(first))
+        with _LOCK:
+            last, rows = _CACHE.get(key, (-1, []))
+        new = conn.execute(
+            select(LOG.c.seq, LOG.c.entry_id, LOG.c.body)
+            .where(LOG.c.kind == "plan", LOG.c.seq > last)
+            .order_by(LOG.c.seq)
+        ).all()
+    if not new:
+        return rows
+    added = []
+    for seq, eid, body in new:
+        try:
+            doc: Any = json.loads(body)
+        except ValueError:
+            doc = None
+        added.append((int(seq), str(eid), doc))
+    rows = [*rows, *added]
+    with _LOCK:
+        _CACHE[key] = (added[-1][0], rows)
+    return rows
