@@ -46,6 +46,7 @@ Meaning: TypeAlias = Literal[
     "other-revision",
     "does-not-cover",
     "control",
+    "control-run",
 ]
 MEANINGS: Mapping[Meaning, str] = {
     "counts": "counts: qualifies the claim",
@@ -64,6 +65,8 @@ MEANINGS: Mapping[Meaning, str] = {
     "does-not-cover": "does not cover the required scope",
     "control": "an observer-off control: it lets an observer-on pass count, "
     "and is not a pass of the claim itself",
+    "control-run": "a run inside an observer-off control (observer on or off): "
+    "the control compares it with the other run; not a pass of the claim",
 }
 
 # The state a receipt that decides a row has, read as what it means.
@@ -383,6 +386,9 @@ def _meanings(row: ClaimStatus, evidence: Sequence[ReceiptEvidence]) -> tuple[Re
             meaning = "supersession-pending"
         elif r.id not in deciding and not covers(r.predicate.scope, row.scope):
             meaning = "does-not-cover"
+        elif _is_control_run(r, row) and not (row.state == "failed" and r.id in deciding):
+            meaning = "control-run"
+            reasons = [_control_run_reason(r)]
         elif _is_control(r, row) and not (row.state == "failed" and r.id in deciding):
             # It ran another check, for the claim's observer-on passes: neither a pass
             # of the claim nor outweighed by anything.
@@ -403,6 +409,23 @@ def _meanings(row: ClaimStatus, evidence: Sequence[ReceiptEvidence]) -> tuple[Re
 def _is_control(r: ReceiptEvidence, row: ClaimStatus) -> bool:
     p = r.predicate
     return p.check.name == OBSERVER_OFF_CONTROL_CHECK and p.check.name != row.check
+
+
+def _is_control_run(r: ReceiptEvidence, row: ClaimStatus) -> bool:
+    """One of the two runs an observer-off control claim records beside its verdict."""
+    return row.check == OBSERVER_OFF_CONTROL_CHECK and (
+        r.predicate.check.name != OBSERVER_OFF_CONTROL_CHECK
+    )
+
+
+def _control_run_reason(r: ReceiptEvidence) -> rules.Reason:
+    p = r.predicate
+    return rules.Reason(
+        rules.OBSERVER_OFF_CONTROL,
+        f"{short_id(r.id)} is the observer-{p.observer} run of check {p.check.name!r} "
+        f"inside the observer-off control ({p.outcome}); the control compares the two runs",
+        r.id,
+    )
 
 
 def _control_reason(r: ReceiptEvidence) -> rules.Reason:

@@ -192,3 +192,29 @@ def test_outweighed_is_said_only_where_a_counterexample_decides() -> None:
     assert meaning == {ok.id: "counts", no_proof.id: "does-not-hold"}
     for name, text in _surfaces(doc).items():
         assert "outweighed" not in text, name
+
+
+def test_an_observer_off_control_claims_inner_runs_say_what_they_are() -> None:
+    """The quick start's `observer.off-control` claim: the control's receipt decides;
+    the two inner runs (observer on and off) are neither passes nor outweighed."""
+    check = "observer-off-control"
+    params = {"check": "regression-24view"}
+    on = receipt(seq=1, pr=7, check="regression-24view", observer="on")
+    off = receipt(seq=2, pr=7, check="regression-24view", observer="off")
+    verdict = receipt(seq=3, pr=7, check=check, params=params)
+    rep = report([on, off, verdict], rev=revision(pr=7), check=check, params=params)
+    doc = rep.to_json()
+    [claim] = doc["verdict"]["claims"]
+    assert claim["state"] == "qualified"
+    meaning = {r["id"]: r for r in claim["receipts"]}
+    assert meaning[verdict.id]["meaning"] == "counts"
+    for r in (on, off):
+        assert meaning[r.id]["meaning"] == "control-run"
+        assert (
+            f"observer-{r.predicate.observer} run of check 'regression-24view'"
+            in (meaning[r.id]["reason"])
+        )
+    for name, text in _surfaces(doc).items():
+        assert "outweighed" not in text and "does not hold" not in text, name
+        shown = "control-run" if name == "markdown" else _plain(MEANINGS["control-run"])
+        assert shown in text, name
