@@ -97,12 +97,24 @@ def summary(
     from ledger.qualification.plan import PLAN_FILE
 
     doc = query_status(store, ident, claims=None, scope={}).to_json()
+    from ledger.errors import Error
+
     base_commit = None
     if pr is not None:
         # The plan on the base branch governs a PR; `identify` read it from there.
-        base_commit = source.base_commit(gitrepo, base, offline=True)
+        try:
+            base_commit = source.base_commit(gitrepo, base, offline=True)
+        except Error:
+            if plan is None:
+                raise
+            # With --plan FILE and no base branch here, no governing plan can be read:
+            # the answer is a what-if, never the PR's own plan taken as governing.
     text = _plan_bytes(repo, ident.revision.commit, base_commit, plan)
-    governing = _plan_bytes(repo, ident.revision.commit, base_commit, None)
+    governing = (
+        None
+        if pr is not None and base_commit is None
+        else _plan_bytes(repo, ident.revision.commit, base_commit, None)
+    )
     stmt = verification_summary(
         doc,
         plan_sha256=None if text is None else hashlib.sha256(text).hexdigest(),
