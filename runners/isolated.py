@@ -214,7 +214,10 @@ def run_claim_isolated(
         )
         markers = [p.with_name(p.name + ".pid") for p in results_of]
         # From outside, while the claim runs: what its processes really hold.
-        view = OutsideView([p.pid for p in group.procs], markers, cgroup=cgroup).start()
+        notes = [p.with_name(p.name + ".host") for p in results_of]
+        view = OutsideView(
+            [p.pid for p in group.procs], markers, cgroup=cgroup, notes=notes
+        ).start()
         seen: dict[int, Any] = {}
 
         def ended(rank: int, rc: int) -> bool:
@@ -431,6 +434,11 @@ def _serve(req: dict[str, Json]) -> list[dict[str, Any]]:
         from runners.distributed import add_rank_proofs
 
         add_rank_proofs(results, sess, sess.finish())
+    from runners.harness.hostpid import adopt_note
+
+    # Started afresh in the sandbox, this process learns its host pid (the key of
+    # NVML's per-process memory) from the parent's note, written once it saw it.
+    adopt_note(sys.argv[2] + ".host")
     peak = selfview.peak_bytes()
     for r in results:
         r.measurements[REPORTED] = peak

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["HOST_PID_VAR", "PID_NAMESPACE_VAR", "host_pid", "nvml_pids"]
+__all__ = ["HOST_PID_VAR", "PID_NAMESPACE_VAR", "adopt_note", "host_pid", "nvml_pids", "write_note"]
 
 HOST_PID_VAR = "SANDBOX_HOST_PID"
 """Set in a forked worker: its pid in the host's pid namespace."""
@@ -44,3 +44,35 @@ def nvml_pids() -> tuple[int, ...]:
     if host is None:
         return ()
     return (host,) if host == own else (host, own)
+
+
+def write_note(path: str, pid: int) -> None:
+    """The parent's note of a sandboxed process's host pid, left in its claim folder
+    (created fresh, never through a link the claim's code put there)."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        fd = os.open(path, flags, 0o644)
+    except OSError:
+        return
+    try:
+        os.write(fd, str(pid).encode())
+    finally:
+        os.close(fd)
+
+
+def adopt_note(path: str) -> None:
+    """Take the host pid the parent noted for this process (a claim started afresh in
+    the sandbox learns it only once the parent has seen it from outside)."""
+    if not os.environ.get(PID_NAMESPACE_VAR) or host_pid() is not None:
+        return
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return
+    try:
+        text = os.read(fd, 32).decode(errors="replace").strip()
+    finally:
+        os.close(fd)
+    if text.isdigit():
+        os.environ[HOST_PID_VAR] = text
+        os.environ[HOST_PID_VAR + "_OF"] = str(os.getpid())

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from runners.harness import nvml
 from runners.harness.cgroup import ClaimCgroup
+from runners.harness.hostpid import write_note
 from runners.harness.processes import descendants, proc_table
 from runners.result import CheckResult
 
@@ -97,6 +98,9 @@ class OutsideView:
     markers: Sequence[Path]
     cgroup: ClaimCgroup | None = None
     """The claim's cgroup, where one could be made: every process of the claim."""
+    notes: Sequence[Path] = ()
+    """Per rank, where to note the claim process's host pid once seen (a process
+    started afresh in the sandbox cannot know it: `runners.harness.hostpid`)."""
     rss: list[int] = field(default_factory=list)
     gpu: list[int | None] = field(default_factory=list)
     claim_pids: list[int | None] = field(default_factory=list)
@@ -127,6 +131,8 @@ class OutsideView:
             pid = claim_pid(pid0, marker)
             if pid is None:
                 continue
+            if self.claim_pids[rank] is None and rank < len(self.notes):
+                write_note(str(self.notes[rank]), pid)
             self.claim_pids[rank] = pid
             rss = _rss(pid)
             if rss is not None:

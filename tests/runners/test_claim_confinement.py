@@ -204,3 +204,25 @@ def test_without_its_host_pid_a_pid_keyed_reading_is_unavailable(
     monkeypatch.setenv(hostpid.HOST_PID_VAR + "_OF", str(os.getpid() + 1))
     assert hostpid.host_pid() is None and hostpid.nvml_pids() == ()
     assert nvml.process_used_bytes("GPU-x") is None
+
+
+def test_a_claim_started_afresh_learns_its_host_pid_from_the_parents_note(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from runners.harness import hostpid
+
+    monkeypatch.setenv(hostpid.PID_NAMESPACE_VAR, "1")
+    monkeypatch.delenv(hostpid.HOST_PID_VAR, raising=False)
+    note = tmp_path / "result0.json.host"
+    # A link the claim's code planted where the note goes is never written through.
+    victim = tmp_path / "victim"
+    victim.write_text("kept")
+    (tmp_path / "planted.host").symlink_to(victim)
+    hostpid.write_note(str(tmp_path / "planted.host"), 4242)
+    assert victim.read_text() == "kept"
+    hostpid.adopt_note(str(tmp_path / "planted.host"))
+    assert hostpid.host_pid() is None
+    # The parent's note, once it saw the process from outside.
+    hostpid.write_note(str(note), 4242)
+    hostpid.adopt_note(str(note))
+    assert hostpid.host_pid() == 4242 and hostpid.nvml_pids() == (4242, os.getpid())
