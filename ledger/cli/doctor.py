@@ -64,7 +64,7 @@ def doctor(
     if as_json:
         emit_json(report)
     else:
-        for line in report["lines"]:
+        for line in [*report["lines"], *report.get("notes", [])]:
             click.echo(line)
         click.echo(report["summary"])
     if cannot_judge(report):

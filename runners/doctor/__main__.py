@@ -29,8 +29,17 @@ def run(request: dict[str, Any]) -> dict[str, Any]:
         caps = probes[key]["capabilities"]
         reports.append(judge(c["claim"], c["check"], c["params"], caps))
         required.append(bool(c.get("required", True)))
+    notes = sorted(
+        {
+            f"note: {p.get('workload', '?')}: no prepare(): every claim builds the model in its "
+            "setup (add `def prepare(self)`: runners.protocol.SupportsPrepare)"
+            for p in probes.values()
+            if p.get("capabilities", {}).get("prepare", {}).get("state") == "fallback"
+        }
+    )
     return {
         "summary": summary(reports),
+        "notes": notes,
         "claims": [{**r.to_json(), "required": q} for r, q in zip(reports, required, strict=True)],
         "lines": [r.line() for r in reports],
         "probes": list(probes.values()),

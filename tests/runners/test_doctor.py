@@ -189,6 +189,10 @@ def test_doctor_cli_says_which_claims_cannot_be_judged(
     assert lines[0].startswith("numerics.gradient-compare: will be inconclusive (reference")
     assert "add: def setup(self, device, seed, *, dtype=None)" in lines[0]
     assert lines[-1].startswith("doctor: 2 claim(s): 1 judged, 0 through a fallback, 1 will be")
+    assert lines[-2] == (
+        "note: toy: no prepare(): every claim builds the model in its setup "
+        "(add `def prepare(self)`: runners.protocol.SupportsPrepare)"
+    )
 
 
 def test_qualify_probes_before_the_first_claim_and_refuses_what_it_cannot_judge(
