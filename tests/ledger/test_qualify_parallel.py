@@ -127,7 +127,8 @@ def test_ctrl_c_stops_every_claim_and_removes_every_worktree(
     audit = subprocess.run(
         [sys.executable, "-m", "ledger", "audit", "--json"], env=env, capture_output=True, text=True
     )
-    assert json.loads(audit.stdout)["entries"] == 2  # the keys only: no receipt
+    # The keys and the governing plan (recorded before the first claim): no receipt.
+    assert json.loads(audit.stdout)["entries"] == 3
 
 
 def _zombie(pid: int) -> bool:
