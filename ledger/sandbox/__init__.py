@@ -1,13 +1,15 @@
 """The sandbox every process that runs a pull request's code starts in.
 
-A `SandboxPolicy` says what such a process may see and do: the paths it
-reads (the interpreter, the environment's packages, the code under
-qualification), the paths it may write (a private scratch folder, the
-artifact folder it is given), the paths hidden from it (keys, tokens, the
-outbox, the ledger database: an empty tmpfs over each), the environment
-variables it gets (never `LEDGER_*` or anything that looks like a secret),
-whether it has a network, and the device nodes it keeps (the GPUs). `render`
-turns a policy into one bubblewrap command line; nothing else builds one.
+A `SandboxPolicy` says what such a process may see and do, as an allow-list:
+the paths it reads (the interpreter, the environment's packages, the code under
+qualification; the system part of the list is `ledger.sandbox.mounts`), the
+paths it may write (a private scratch folder, the artifact folder it is given),
+nothing else of the host (a secret that lies inside a bound folder is covered
+there), the environment variables it gets (never `LEDGER_*` or anything that
+looks like a secret), whether it has a network, the device nodes it keeps (the
+GPUs), and its namespaces (pid, ipc, uts, cgroup, user, network of its own, or
+the claim's shared ones for its ranks). `render` turns a policy into one
+bubblewrap command line; nothing else builds one.
 
 Modes: ``bwrap`` (Linux namespaces through bubblewrap), ``none`` (no sandbox:
 asked for explicitly and recorded in every receipt as ``sandbox=none``) and
@@ -221,8 +223,9 @@ def _hide(path: str) -> list[str]:
 def secret_paths(environ: Mapping[str, str], extra: Iterable[str | Path] = ()) -> list[str]:
     """Where the ledger's secrets and state can be: every absolute path a `LEDGER_*`
     variable names (a file's folder), the default key, outbox, database and
-    artifact locations, and ``extra`` (e.g. ``--db``'s folder); the home folder
-    and /tmp are hidden as a whole besides."""
+    artifact locations, and ``extra`` (e.g. ``--db``'s folder), and the home
+    folder and /tmp as a whole. None of them is bound; each is covered where it
+    lies inside a folder that is."""
     home = environ.get("HOME") or str(Path.home())
     data = environ.get("XDG_DATA_HOME") or f"{home}/.local/share"
     config = environ.get("XDG_CONFIG_HOME") or f"{home}/.config"
