@@ -46,9 +46,11 @@ def test_a_question_reads_stored_entries_once(
     nesting = _counting(monkeypatch, limits, "check_nesting")
     signatures = _counting(monkeypatch, dsse, "verify")
     ENTRIES.clear()
-    first = query_status(store, ask, claims=None, scope={})
+    # Asked by name: without a governing plan recorded, nothing is judged unasked.
+    asked = [f"c.{i}" for i in range(3)]
+    first = query_status(store, ask, claims=asked, scope={})
     misses = ENTRIES.misses
-    second = query_status(store, ask, claims=None, scope={})
+    second = query_status(store, ask, claims=asked, scope={})
     assert first == second
     assert [r.state for r in first.claims if r.scope_role == "required"] == ["qualified"] * 3
     assert ENTRIES.misses == misses, "the second question parsed an entry again"

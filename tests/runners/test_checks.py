@@ -374,11 +374,13 @@ def test_bad_parameter_is_infra_error(run_cpu: RunClaim) -> None:
 _ = (MOE, REPO)
 
 
-def test_gradient_compare_without_a_reference_arm_is_inconclusive(
+def test_gradient_compare_without_a_dtype_keyword_keeps_its_reference_arm(
     run_cpu: RunClaim, tmp_path: Path
 ) -> None:
-    """A workload whose setup takes no dtype cannot run the reference arm: the receipt
-    says so, and names the way out."""
+    """A workload whose setup takes no dtype (written for an earlier protocol) still
+    gets its reference arm: the modules it trains are upcast, and the receipt names
+    that route (tests/examples/test_frozen_protocol.py has the case where nothing can
+    be upcast, inconclusive with the line to add)."""
     root = tmp_path / "checkout"
     root.mkdir()
     (root / "fixed_dtype.py").write_text(
@@ -390,10 +392,9 @@ def test_gradient_compare_without_a_reference_arm_is_inconclusive(
         "    return FixedDtype(MoEConfig(**params))\n"
     )
     r = only(run_cpu("gradient-compare", {"batch": 1, "seq": 8}, ref="fixed_dtype:make", root=root))
-    assert r.outcome == "inconclusive"
-    assert r.reason is not None and "the reference arm could not run" in r.reason
-    assert "setup takes no dtype" in r.reason and "rule = 'threshold'" in r.reason
-    assert r.measurements["reference_status"] == "unsupported"
+    assert r.outcome == "passed", r.reason
+    routes = {k: v for k, v in r.measurements.items() if k.endswith("_precision_route")}
+    assert "upcast-modules" in routes.values(), routes
     r = only(
         run_cpu(
             "gradient-compare",
