@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
+import select
 import signal
 import socket
 import subprocess
@@ -174,8 +175,17 @@ def test_nothing_a_sandboxed_command_starts_outlives_it(tmp_path: Path, keys: Pa
     scratch.mkdir()
     name = "lgr" + secrets.token_hex(4)
     assert _run(box, scratch, DAEMON.format(name=name), env) == "left"
-    # The command has exited: its pid namespace ended with it, the daemon too.
-    assert _named(name) == []
+    # The command has exited: its pid namespace ended with it, and the daemon was
+    # killed then. Seen now, it can only be on its way out: each pid found must
+    # report its exit (a pidfd turns readable) without anyone signalling it.
+    for pid in _named(name):
+        with contextlib.suppress(ProcessLookupError):
+            fd = os.pidfd_open(pid)
+            try:
+                ready, _, _ = select.select([fd], [], [], 60)
+            finally:
+                os.close(fd)
+            assert ready, f"pid {pid} ({name}) outlived the sandboxed command"
     control = "ctl" + secrets.token_hex(4)
     assert _run(none, scratch, DAEMON.format(name=control), env) == "left"
     left = _named(control)
