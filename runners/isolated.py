@@ -121,7 +121,7 @@ def _launches(
     if sandbox is None:
         return argvs, envs
     # Several ranks share one pid, ipc and network namespace (entered before their
-    # sandboxes start: `ledger.sandbox.shared_namespaces`), so they rendezvous over
+    # sandboxes start: `ledger.sandbox.namespaces`), so they rendezvous over
     # loopback and NCCL reaches its peers, and still reach nothing else.
     shared = len(argvs) > 1
     scratch = work / "scratch"
@@ -204,7 +204,7 @@ def run_claim_isolated(
     try:
         enter: Callable[[], None] | None = None
         if sandbox is not None and sandbox.bwrap and len(argvs) > 1:
-            from ledger.sandbox import shared_namespaces
+            from ledger.sandbox.namespaces import shared_namespaces
 
             enter = stack.enter_context(
                 shared_namespaces(sandbox.bwrap, sandbox.base, network=network)

@@ -137,7 +137,7 @@ def test_a_leaked_child_does_not_outlive_the_run(
     # The child leaves the process group (setsid) and would outlive the command.
     code = (
         "import subprocess, sys; subprocess.Popen([sys.executable, '-c', "
-        f"'import time; time.sleep(60)', {token!r}], start_new_session=True)"
+        f"'import signal; signal.pause()', {token!r}], start_new_session=True)"
     )
     p = _ledger_run(capsys, ready, cmd=_py(code))
     assert p["outcome"] == "passed"  # the command's own verdict; cleanup says the rest
