@@ -26,6 +26,8 @@ import signal
 from collections.abc import Iterable
 from pathlib import Path
 
+from runners.harness.processes import proc_table
+
 __all__ = ["children", "drop_capabilities", "end_strays", "own_folder", "subreaper"]
 
 _PR_SET_CHILD_SUBREAPER = 36
@@ -65,23 +67,12 @@ def subreaper() -> None:
     _check(_libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0), "prctl(PR_SET_CHILD_SUBREAPER)")
 
 
-def children(pid: int | None = None) -> list[int]:
-    """The live child processes of ``pid`` (default: this process), from /proc."""
+def children(pid: int | None = None) -> dict[int, str]:
+    """The live child processes of ``pid`` (default: this process), with their
+    command names, from /proc."""
     me = os.getpid() if pid is None else pid
-    out = []
-    for entry in Path("/proc").glob("[0-9]*"):
-        with contextlib.suppress(OSError, IndexError, ValueError):
-            fields = (entry / "stat").read_text().rpartition(")")[2].split()
-            if int(fields[1]) == me and fields[0] != "Z":
-                out.append(int(entry.name))
-    return out
-
-
-def _comm(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/comm").read_text().strip()
-    except OSError:
-        return "?"
+    table = proc_table() or {}
+    return {p: i.comm for p, i in table.items() if i.ppid == me and i.state != "Z"}
 
 
 def end_strays(keep: Iterable[int], *, rounds: int = 1000) -> list[str]:
@@ -92,11 +83,11 @@ def end_strays(keep: Iterable[int], *, rounds: int = 1000) -> list[str]:
     kept = set(keep)
     ended: list[str] = []
     for _ in range(rounds):
-        strays = [p for p in children() if p not in kept]
+        strays = {p: comm for p, comm in children().items() if p not in kept}
         if not strays:
             break
-        for p in strays:
-            ended.append(f"pid {p} ({_comm(p)})")
+        for p, comm in strays.items():
+            ended.append(f"pid {p} ({comm})")
             with contextlib.suppress(OSError):
                 os.kill(p, signal.SIGKILL)
         for p in strays:
