@@ -8,11 +8,8 @@ from pathlib import Path
 
 import click
 
-from ledger import source as src
 from ledger.cli._common import emit_json, json_option, plan_option, rev_options, sandbox_option
-from ledger.conformance.probe import cannot_judge, plan_claims, probe
 from ledger.errors import EXIT_NEGATIVE, InputError, UsageError
-from ledger.qualification.plan import PLAN_FILE
 
 
 @click.command()
@@ -43,7 +40,12 @@ def doctor(
     """
     if rev is None and pr is None:
         raise UsageError("give --rev REV or --pr N")
+    # Imported here, not at the top: git and the plan models cost `ledger --help`
+    # and every other command a fifth of a second at start-up.
+    from ledger import source as src
+    from ledger.conformance.probe import cannot_judge, plan_claims, probe
     from ledger.execution.trees import worktree
+    from ledger.qualification.plan import PLAN_FILE
 
     r = src.open_repo(repo)
     ident = src.identify(r, rev=rev, pr=pr, plan_file=plan, offline=offline, base=base)

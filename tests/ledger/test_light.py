@@ -95,3 +95,15 @@ def test_verify_does_not_import_torch(
     # Nor what dominated its start-up (benchmarks/verify_start.py): the pydantic
     # models, click, dataclasses (with inspect), every key format's reader.
     assert "START=\n" in p.stdout, p.stdout
+
+
+def test_the_command_line_starts_without_git_or_the_plan_models() -> None:
+    """Every command pays what `ledger.cli.app` imports at start: GitPython and the plan
+    models (a fifth of a second) are imported by the commands that use them."""
+    code = (
+        "import sys, ledger.cli.app; "
+        "print(sorted(m for m in ('git', 'ledger.source', 'ledger.qualification.plan') "
+        "if m in sys.modules))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]", done.stdout
