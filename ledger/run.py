@@ -124,6 +124,13 @@ def _strays(marker: str, pgid: int) -> dict[int, str]:
     return found
 
 
+def _exe(pid: int) -> str | None:
+    try:
+        return os.readlink(f"/proc/{pid}/exe")
+    except OSError:
+        return None
+
+
 def _group_alive(pgid: int) -> bool:
     try:
         os.killpg(pgid, 0)
@@ -216,7 +223,14 @@ def run_command(
             # Ctrl-C or an error in this process: the command goes with it.
             _end(proc.pid, [])
     duration = time.monotonic() - t0
-    strays = {p: n for p, n in _strays(marker, proc.pid).items() if p != proc.pid}
+    # The sandbox's own init may still be exiting after its parent returned: not a
+    # leak (and nothing inside outlives it: the pid namespace ends with it).
+    own = os.path.realpath(str(proc.args[0])) if sandbox is not None else None  # type: ignore[index]
+    strays = {
+        p: n
+        for p, n in _strays(marker, proc.pid).items()
+        if p != proc.pid and (own is None or _exe(p) != own)
+    }
     gone, why = _end(proc.pid, list(strays))
     if timed_out:
         rc = proc.wait()
