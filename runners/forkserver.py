@@ -131,6 +131,7 @@ def _preload(doc: Any) -> dict[str, Any]:
         WorkloadLoadError,
         _import_from,
         parse_ref,
+        prebuild_workload,
         prepare_workload,
     )
 
@@ -146,13 +147,23 @@ def _preload(doc: Any) -> dict[str, Any]:
             failed.append(f"{ref}: {e}")
     learn = bool(doc.get("learn", True))
     imported, not_imported = _import_modules([*(ALWAYS if learn else ()), *doc.get("modules", [])])
-    prepared = []
+    from runners.harness.fingerprint import packages_digest
+
+    packages_digest()  # every claim's fingerprint reads it; once here, inherited
+    prepared, prebuilt, not_prebuilt = [], [], []
     for root, ref, params in doc.get("prepare", []):
         try:
             if prepare_workload(Path(root), ref, params):
                 prepared.append(ref)
+                continue
         except Exception as e:  # the worker builds it again and reports
             failed.append(f"{ref}: prepare: {type(e).__name__}: {e}")
+            continue
+        try:
+            why = prebuild_workload(Path(root), ref, params)
+        except Exception as e:  # the claim's own setup will say what is wrong
+            why = f"setup on CPU: {type(e).__name__}: {e}"
+        (not_prebuilt.append(f"{ref}: {why}") if why else prebuilt.append(ref))
     return {
         "seconds": round(time.monotonic() - t0, 3),
         "preloaded": loaded,
@@ -160,6 +171,8 @@ def _preload(doc: Any) -> dict[str, Any]:
         "modules": imported,
         "modules_failed": not_imported,
         "prepared": prepared,
+        "prebuilt": prebuilt,
+        "not_prebuilt": not_prebuilt,
         "cuda_initialized": bool(torch.cuda.is_initialized()),  # type: ignore[no-untyped-call]
         "learn": learn,
         "threads": _threads(),

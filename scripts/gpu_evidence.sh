@@ -108,9 +108,10 @@ PY
     python3 -m ledger keys export "h200-tp-$NAME" > "$D/runner.pub.pem"
     python3 -m ledger status --rev HEAD --repo "$R" > "$D/status.txt" 2>&1 || true
     python3 -m ledger audit > "$D/audit.txt" 2>&1 || true
+    # Packed after each plan: a call cut short still brings back the plans it finished.
+    tar czf "$OUT/evidence-thirdparty.tgz" -C /tmp h200-thirdparty
   done
   rm -rf /tmp/keys-tp
-  tar czf "$OUT/evidence-thirdparty.tgz" -C /tmp h200-thirdparty
   exit 0
 fi
 if [ "$MODE" = fleet ]; then

@@ -174,6 +174,10 @@ def run(
     if fork is not None:
         r = fork.ready
         extra = f", {len(r.get('prepared', []))} workload(s) prepared" if r.get("prepared") else ""
+        if r.get("prebuilt"):
+            extra += f", {len(r['prebuilt'])} workload(s) built once (each setup a copy)"
+        for why in r.get("not_prebuilt", []):
+            extra += f"; not built once: {why}"
         say(
             f"fork server: torch, {len(r['preloaded'])} workload module(s) and "
             f"{len(r.get('modules', []))} more module(s) imported once{extra} "

@@ -27,6 +27,7 @@ import torch
 from runners.adapt.held import modules_held
 from runners.protocol import Batch, ForwardOutputs, PrecisionUnsupported, Workload, supports_dtype
 from runners.result import Json
+from runners.workloads import prebuilt
 
 Route = Literal["setup-dtype", "upcast-modules"]
 
@@ -98,7 +99,7 @@ def setup_reference(
     if supports_dtype(w):
         w.setup(device, seed, dtype=dtype)  # type: ignore[call-arg]
         return ReferenceArm(dtype=dtype, route="setup-dtype")
-    w.setup(device, seed)
+    prebuilt.setup(w, device, seed)
     return upcast_held(w, dtype)
 
 

@@ -30,6 +30,7 @@ from runners.protocol import (
     estimate_of,
 )
 from runners.result import Artifact, CheckResult, Json, Observer, Outcome, infra_error
+from runners.workloads import prebuilt
 from runners.workloads.loader import load_workload
 
 Progress = Callable[[str], None]
@@ -197,7 +198,7 @@ class Session:
         }
         self.workload = w
         self.progress(f"setup {w.name} on {self.device}")
-        self.call("setup", lambda: w.setup(self.device, self.seed))
+        self.call("setup", lambda: prebuilt.setup(w, self.device, self.seed))
         return w
 
     def close(self) -> None:

@@ -34,6 +34,7 @@ from runners.harness.proofs import describe_incomplete
 from runners.harness.registry import ResourceRegistry
 from runners.protocol import EstimatorMissing
 from runners.result import CheckResult, CleanupProof, Json, Observer
+from runners.workloads import prebuilt
 from runners.workloads.loader import WorkloadLoadError
 
 
@@ -120,6 +121,7 @@ def execute(
         return run.result(v, empty_proof, ctx.observer)
 
     run.common["probe"] = probe.name
+    prebuilt.routes()  # this run's setups only
     reg = ResourceRegistry(probe=probe, tolerance_bytes=tolerance_bytes)
     obs = ObserverSession(
         enabled=ctx.observer == "on",
@@ -146,6 +148,11 @@ def execute(
         if isinstance(probe, CpuProbe):
             probe.close()
     run.common.update(_harness_measurements(probe, caught))
+    setups = prebuilt.routes()
+    if setups:
+        # How the workload was built: its own setup, its prepare(), or the fork server's
+        # snapshot copied (runners.workloads.prebuilt).
+        run.common["setup_routes"] = list[Json](setups)
     verdict.measurements.update(obs.summary)
     verdict.artifacts = [*verdict.artifacts, *obs.artifacts]
     return run.result(verdict, reg.proof or empty_proof, obs.state)

@@ -46,6 +46,7 @@ from runners.protocol import (
     Shape,
     Workload,
 )
+from runners.workloads import prebuilt
 from runners.workloads.loader import WorkloadLoadError, load_workload
 
 
@@ -98,6 +99,7 @@ def run_arm(spec: dict[str, Any]) -> dict[str, Any]:
             return finish("unsupported", error=cap.value)
         arm = cap.value
         info["reserved_after_setup_bytes"] = probe.sample().reserved_bytes
+        info["setup_routes"] = prebuilt.routes()
         hooks = _router_hooks(w, info)
         replaying = _replay(w, spec.get("replay_routing"), device, info, hooks)
         batch_cap = capture("make_batch", lambda: w.make_batch(shape, seed))
@@ -157,7 +159,7 @@ def _setup(
     """Set up in the configured dtype (None), or in ``compute``: the reference arm, or
     why the workload cannot compute there."""
     if compute is None:
-        w.setup(device, seed)
+        prebuilt.setup(w, device, seed)
         return None
     try:
         return setup_reference(w, device, seed, compute)

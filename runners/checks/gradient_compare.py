@@ -104,8 +104,11 @@ class Params(CheckParams):
     arm_timeout_s: int = 600
     """Seconds both arms together may take."""
     parallel_arms: bool | None = None
-    """Run the arms at the same time. None: in parallel on CPU, one after the other on
-    CUDA (so that each starts from an idle device)."""
+    """Run the arms at the same time. None: in parallel on CPU; on CUDA the base arm
+    alone, then the others side by side on the same device when what the base arm
+    held, counted for each of them (twice for a reference arm), fits in 80 % of the
+    memory left free, else one after the other. The check judges gradients, never
+    memory: an arm's allocator figures are its own process's either way."""
     seed: int = 0
     """Seed of every generator and of the workload's inputs."""
 
@@ -181,8 +184,53 @@ _ARM_KEYS = (
     "routing_unseen",
     "routers_found",
     "routing_replay_route",
+    "setup_routes",
 )
 """What each arm reports that the result records, as ``{arm}_{key}``."""
+
+
+def side_by_side_fits(held: int, free: int, names: list[str]) -> bool:
+    """Whether arms ``names`` fit beside each other in ``free`` bytes, each holding what
+    the base arm held (``held``; a reference arm, computing in float32, twice that),
+    within 80 % of it; never on an unknown footprint."""
+    need = sum(held * (2 if "reference" in n else 1) for n in names)
+    return held > 0 and need * 5 <= free * 4
+
+
+def _in_waves(
+    sess: Session,
+    plan: list[tuple[str, Path, dict[str, Json]]],
+    told: dict[str, Json],
+    work: Path,
+    specs: dict[str, dict[str, Json]],
+    deadline: float,
+    arms: dict[str, dict[str, Any]],
+) -> list[list[str]]:
+    """On CUDA: the base arm alone, then the arms that need nothing from another side by
+    side when they fit (`Params.parallel_arms`), then the candidate's reference arm
+    (it replays the reference arm's routing). Fills ``arms``; returns the waves run."""
+    first, *rest = plan
+    arms[first[0]] = finish_arm(start_arm(sess, *first, told, work, specs.get(first[0])), deadline)
+    waves = [[first[0]]]
+    now = [x for x in rest if x[0] != "candidate_reference"]
+    later = [x for x in rest if x[0] == "candidate_reference"]
+    base = arms[first[0]]
+    held = int(base.get("reserved_after_setup_bytes") or 0) + int(
+        base.get("forward_backward_increment_bytes") or 0
+    )
+    free = torch.cuda.mem_get_info(sess.device)[0] if held else 0
+    if base.get("status") == "ok" and side_by_side_fits(held, free, [n for n, _, _ in now]):
+        started = [start_arm(sess, n, r, wp, told, work, specs.get(n)) for n, r, wp in now]
+        arms.update({a.name: finish_arm(a, deadline) for a in started})
+        waves.append([n for n, _, _ in now])
+    else:
+        for n, r, wp in now:
+            arms[n] = finish_arm(start_arm(sess, n, r, wp, told, work, specs.get(n)), deadline)
+            waves.append([n])
+    for n, r, wp in later:
+        arms[n] = finish_arm(start_arm(sess, n, r, wp, told, work, specs.get(n)), deadline)
+        waves.append([n])
+    return waves
 
 
 def _settings(p: Params) -> dict[str, Json]:
@@ -196,9 +244,10 @@ def _body(sess: Session, p: Params) -> Verdict:
     cand_params = {**ctx.workload_params, **p.candidate_workload_params}
     work = sess.registry.make_tempdir("grad-compare-")
     base_root = ctx.base_root or ctx.repo_root
-    # On a GPU the arms take turns so that each starts from an idle device; CPU arms
-    # share nothing that changes their gradients and may overlap.
+    # CPU arms share nothing that changes their gradients and may overlap; on a GPU the
+    # base arm's footprint decides whether the others fit beside each other.
     parallel = sess.device.type == "cpu" if p.parallel_arms is None else p.parallel_arms
+    waves_by_room = p.parallel_arms is None and sess.device.type == "cuda"
     deadline = time.monotonic() + p.arm_timeout_s
     arms: dict[str, dict[str, Any]] = {}
     plan = [("base", base_root, base_params), ("candidate", ctx.repo_root, cand_params)]
@@ -220,7 +269,10 @@ def _body(sess: Session, p: Params) -> Verdict:
         },
     }
     told = _settings(p)
-    if parallel:
+    waves: list[list[str]] = []
+    if waves_by_room:
+        waves = _in_waves(sess, plan, told, work, specs, deadline, arms)
+    elif parallel:
         # The candidate's reference arm replays the reference arm's routing: after it.
         now = [x for x in plan if x[0] != "candidate_reference"]
         started = [start_arm(sess, n, r, wp, told, work, specs.get(n)) for n, r, wp in now]
@@ -239,8 +291,10 @@ def _body(sess: Session, p: Params) -> Verdict:
     m: dict[str, Json] = {
         "rule": p.rule,
         "base_root": str(base_root),
-        "arms_in_parallel": parallel,
+        "arms_in_parallel": parallel or any(len(w) > 1 for w in waves),
     }
+    if waves:
+        m["arms_waves"] = [list[Json](w) for w in waves]
     if p.rule == "threshold":
         m.update(threshold=threshold, noise_margin=p.noise_margin)
     else:

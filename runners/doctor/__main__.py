@@ -14,6 +14,20 @@ from runners.doctor.probe import probe
 from runners.harness import child
 
 
+def _prepare_note(p: dict[str, Any]) -> str:
+    """How a workload without ``prepare()`` is built per claim ("" with one)."""
+    prep = p.get("capabilities", {}).get("prepare", {})
+    if prep.get("state") != "fallback":
+        return ""
+    name = p.get("workload", "?")
+    if not prep.get("add"):
+        return f"note: {name}: no prepare(): {prep.get('detail', '')}"
+    return (
+        f"note: {name}: no prepare(): {prep.get('detail', '')} "
+        "(add `def prepare(self)`: runners.protocol.SupportsPrepare)"
+    )
+
+
 def run(request: dict[str, Any]) -> dict[str, Any]:
     """``request``: ``root``, and ``claims`` (each ``claim``, ``check``, ``params``,
     ``workload``, ``workload_params``); one probe per distinct workload."""
@@ -29,14 +43,7 @@ def run(request: dict[str, Any]) -> dict[str, Any]:
         caps = probes[key]["capabilities"]
         reports.append(judge(c["claim"], c["check"], c["params"], caps))
         required.append(bool(c.get("required", True)))
-    notes = sorted(
-        {
-            f"note: {p.get('workload', '?')}: no prepare(): every claim builds the model in its "
-            "setup (add `def prepare(self)`: runners.protocol.SupportsPrepare)"
-            for p in probes.values()
-            if p.get("capabilities", {}).get("prepare", {}).get("state") == "fallback"
-        }
-    )
+    notes = sorted({_prepare_note(p) for p in probes.values()} - {""})
     return {
         "summary": summary(reports),
         "notes": notes,

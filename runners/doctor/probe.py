@@ -35,6 +35,7 @@ from runners.protocol import (
     estimate_of,
     supports_dtype,
 )
+from runners.workloads import prebuilt
 from runners.workloads.loader import load_workload
 
 State = Literal["native", "fallback", "missing", "broken", "absent"]
@@ -70,13 +71,11 @@ def probe(root: Path, ref: str, params: Mapping[str, Any]) -> dict[str, Any]:
         return {**out, "capabilities": {k: asdict(v) for k, v in caps.items()}}
     out.update(workload=w.name, dtype=dtype_name(w.dtype))
     caps["load"] = Capability("native")
-    caps["prepare"] = (
-        Capability("native")
-        if isinstance(w, SupportsPrepare)
-        else Capability("fallback", "each claim builds the model in its setup")
-    )
+    caps["prepare"] = Capability("native")
     caps["estimate"] = _estimate(w)
     held = _steps(w, caps)
+    if not isinstance(w, SupportsPrepare):
+        caps["prepare"] = _prebuilt(caps)
     if held is not None:
         caps["chunked_nll"] = (
             Capability("native")
@@ -125,6 +124,8 @@ def _steps(w: Workload, caps: dict[str, Capability]) -> list[tuple[str, torch.nn
     ok, _ = _call(caps, "setup", lambda: w.setup(CPU, 0))
     if not ok:
         return None
+    # What a fork server would keep to copy (runners.workloads.prebuilt), before any step.
+    caps["prebuilt"] = Capability("native", prebuilt.refusal(w))
     held = modules_held(w)
     ok, batch = _call(caps, "make_batch", lambda: w.make_batch(TINY, 0))
     ok = ok and _call(caps, "forward", lambda: w.forward(batch, grad=False))[0]
@@ -135,6 +136,19 @@ def _steps(w: Workload, caps: dict[str, Capability]) -> list[tuple[str, torch.nn
         _call(caps, "zero_grad", w.zero_grad)
     del out
     return held if ok and ok2 else None
+
+
+def _prebuilt(caps: dict[str, Capability]) -> Capability:
+    """Without ``prepare()``: whether the harness builds the model once and copies it."""
+    seen = caps.pop("prebuilt", None)
+    why = "setup failed" if seen is None else seen.detail
+    if not why:
+        return Capability("fallback", "built once in the fork server, copied per setup (harness)")
+    return Capability(
+        "fallback",
+        f"each claim builds the model in its setup ({why})",
+        "def prepare(self) -> None  (runners.protocol.SupportsPrepare)",
+    )
 
 
 def _no_grads() -> int:

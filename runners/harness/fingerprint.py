@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.metadata
 import platform
@@ -49,7 +50,10 @@ class Fingerprint:
         }
 
 
+@functools.cache
 def packages_digest() -> str:
+    """Read once per process (a fork server reads it for every claim it forks: the
+    installed distributions do not change while a run lasts)."""
     lines = sorted(
         {
             f"{(d.metadata['Name'] or '').lower()}=={d.version}"

@@ -13,6 +13,7 @@ from types import ModuleType
 from typing import Any
 
 from runners.protocol import Workload
+from runners.workloads import prebuilt
 
 _PREPARED: dict[tuple[str, str, str], Workload] = {}
 """Workloads built and prepared once in a fork server; every forked claim inherits them."""
@@ -156,6 +157,7 @@ def load_workload(root: Path, ref: str, params: Mapping[str, Any]) -> Workload:
             f"workload entry point {ref!r} returned a {type(workload).__name__}, "
             "which does not implement the Workload protocol"
         )
+    prebuilt.note_origin(workload, _key(root, ref, params))
     return workload
 
 
@@ -193,3 +195,13 @@ def prepare_workload(root: Path, ref: str, params: Mapping[str, Any]) -> bool:
     prep()
     _PREPARED[_key(root, ref, params)] = w
     return True
+
+
+def prebuild_workload(root: Path, ref: str, params: Mapping[str, Any]) -> str:
+    """For a workload without ``prepare()``: build it once on CPU here (a fork server)
+    as `runners.workloads.prebuilt` describes, so every forked claim's ``setup`` copies
+    it. Returns ``""`` when kept, else why not (``LEDGER_PREBUILD=0``: turned off)."""
+    if not prebuilt.enabled():
+        return "turned off (LEDGER_PREBUILD=0)"
+    w = load_workload(root, ref, params)
+    return prebuilt.prebuild(w, _key(root, ref, params))

@@ -69,7 +69,11 @@ def test_frozen_protocol_workload_keeps_its_reference_claims_in_bf16(
         seen = grad[f"{arm}_precision_route_seen"]
         assert seen["confirmed"] is True and seen["gradients"] == ["float32"]
     assert grad["reference_dtype"] == "float32"
+    # Built once in each tree's fork server, copied by every arm (runners.workloads.prebuilt).
+    arms = ("base", "base_repeat", "candidate", "reference", "candidate_reference")
+    assert {a: grad[f"{a}_setup_routes"] for a in arms} == {a: ["prebuilt"] for a in arms}
     reg = preds["regression.24view-nograd"]["measurements"]
+    assert reg["setup_routes"] == ["prebuilt"]
     assert reg["precision_route"] == "upcast-modules"
     assert isinstance(reg["nll_reference"], float) and "reference_skipped" not in reg
 

@@ -190,8 +190,7 @@ def test_doctor_cli_says_which_claims_cannot_be_judged(
     assert "add: def setup(self, device, seed, *, dtype=None)" in lines[0]
     assert lines[-1].startswith("doctor: 2 claim(s): 1 judged, 0 through a fallback, 1 will be")
     assert lines[-2] == (
-        "note: toy: no prepare(): every claim builds the model in its setup "
-        "(add `def prepare(self)`: runners.protocol.SupportsPrepare)"
+        "note: toy: no prepare(): built once in the fork server, copied per setup (harness)"
     )
 
 
