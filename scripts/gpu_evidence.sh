@@ -32,7 +32,8 @@
 #     the receipts as bundles, status and audit, packed as $OUT/evidence-thirdparty.tgz
 #     (h200-thirdparty/{frozen,adapter}/); THIRDPARTY_PROBE=0: qualify judges from the
 #     plan instead of probing the workload before its first claim; THIRDPARTY_ONLY=frozen
-#     or adapter runs one of the two (one call each stays within a 10-minute limit)
+#     or adapter runs one of the two (one call each stays within a 10-minute limit);
+#     THIRDPARTY_DOCTOR=0 skips the separate doctor run
 set -euo pipefail
 MODE=${1:-single}
 cd "$(dirname "$0")/.."
@@ -65,9 +66,10 @@ if [ "$MODE" = thirdparty ]; then
     python3 -m ledger init > /dev/null
     python3 -m ledger keys new "h200-tp-$NAME" --role runner > /dev/null
     set +e
-    # The conformance check first, on CPU: its per-claim lines, its exit and its time.
+    # The conformance check first, on CPU: its per-claim lines, its exit and its time
+    # (THIRDPARTY_DOCTOR=0 skips it).
     T0=$(date +%s%N)
-    timeout 240 python3 -m ledger doctor --rev HEAD --repo "$R" --profile h200 \
+    [ "${THIRDPARTY_DOCTOR:-1}" = 0 ] || timeout 240 python3 -m ledger doctor --rev HEAD --repo "$R" --profile h200 \
       --sandbox "${THIRDPARTY_SANDBOX:-auto}" --json > "$D/doctor.json" 2> "$D/doctor.log"
     echo "{\"exit\": $?, \"wall_ns\": $(( $(date +%s%N) - T0 ))}" > "$D/doctor_wall.json"
     python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print("\n".join(d["lines"]+[d["summary"]]))' \

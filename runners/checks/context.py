@@ -143,6 +143,9 @@ class Session:
         self.steps_measured = 0
         """Measured workload steps so far; the first one runs cold (first in the process
         for this workload: workspaces, lazy kernels), later ones warm."""
+        self.phases_ns: dict[str, int] = {}
+        """Nanoseconds spent loading the workload (import, factory, digest) and in its
+        setups: recorded as ``harness_phases_ns``."""
         self.phases_run: set[str] = set()
         """Phases that have run a measured step in this process (see `cold`)."""
 
@@ -190,6 +193,7 @@ class Session:
         """Load the context's workload (optionally other params / checkout); set it up."""
         ctx = self.ctx
         wparams = dict(ctx.workload_params if params is None else params)
+        t0 = time.monotonic_ns()
         w: Workload = load_preserving(root or ctx.repo_root, ctx.workload_ref, wparams)
         self.workload_scope = {
             "workload": w.name,
@@ -197,8 +201,12 @@ class Session:
             "dtype": dtype_name(w.dtype),
         }
         self.workload = w
+        t1 = time.monotonic_ns()
         self.progress(f"setup {w.name} on {self.device}")
         self.call("setup", lambda: prebuilt.setup(w, self.device, self.seed))
+        # Where a claim's time goes before its first step (summed over its setups).
+        self.phases_ns["load_ns"] = self.phases_ns.get("load_ns", 0) + t1 - t0
+        self.phases_ns["setup_ns"] = self.phases_ns.get("setup_ns", 0) + time.monotonic_ns() - t1
         return w
 
     def close(self) -> None:

@@ -109,6 +109,7 @@ def execute(
         started_ns=time.time_ns(),
     )
     empty_proof = CleanupProof(complete=False, resources=[])
+    t0 = time.monotonic_ns()
     try:
         probe, run.recorded["determinism"] = start_harness(
             ctx.device,
@@ -121,6 +122,7 @@ def execute(
         return run.result(v, empty_proof, ctx.observer)
 
     run.common["probe"] = probe.name
+    phases: dict[str, int] = {"harness_start_ns": time.monotonic_ns() - t0}
     prebuilt.routes()  # this run's setups only
     reg = ResourceRegistry(probe=probe, tolerance_bytes=tolerance_bytes)
     obs = ObserverSession(
@@ -136,6 +138,7 @@ def execute(
             warnings.simplefilter("always")
             with probe.session(), reg, obs:
                 sess = Session(ctx, probe, reg, obs, seed)
+                sess.phases_ns = phases
                 verdict = _run_body(ctx, check, body, sess, run.scope)
     except Exception as e:
         # The harness itself failed (registry, observer, probe): not evidence either way.
@@ -148,6 +151,7 @@ def execute(
         if isinstance(probe, CpuProbe):
             probe.close()
     run.common.update(_harness_measurements(probe, caught))
+    run.common["harness_phases_ns"] = dict[str, Json](phases)
     setups = prebuilt.routes()
     if setups:
         # How the workload was built: its own setup, its prepare(), or the fork server's

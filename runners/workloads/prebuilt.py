@@ -176,7 +176,9 @@ def _copy_onto(snap: Snapshot, w: Workload, device: torch.device) -> dict[str, A
     except Exception:
         return None
     got, _, _ = _reachable(state)
-    if any(t.device != device for t in got):
+    # Where a tensor made for ``device`` lands: "cuda" names cuda:N, the current one.
+    want = torch.empty(0, device=device).device
+    if any(t.device != want for t in got):
         return None
     return state
 
