@@ -19,8 +19,8 @@ from pathlib import Path
 
 import httpx
 
+from ledger.evidence.keys import KeyDir
 from ledger.ingest import init_ledger
-from ledger.keys import KeyDir
 from ledger.service.run import Running, start
 from ledger.service.web.snapshot import SNAPSHOT_DEADLINE_S, read_snapshot, timeline_of
 

@@ -29,11 +29,11 @@ import cryptography
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from sqlalchemy import create_engine, text
 
-from ledger import dsse
+from ledger.evidence import dsse
+from ledger.evidence.keys import KeyInfo, LocalKey
+from ledger.evidence.models import Source
+from ledger.evidence.statement import Facts, build_statement, sign_statement
 from ledger.ingest import record, register_key
-from ledger.keys import KeyInfo, LocalKey
-from ledger.models import Source
-from ledger.statement import Facts, build_statement, sign_statement
 from ledger.store.store import Store
 from ledger.verify import verify_envelope
 

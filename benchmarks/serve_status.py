@@ -26,8 +26,8 @@ from pathlib import Path
 import httpx
 from sqlalchemy import create_engine, text
 
+from ledger.evidence.keys import KeyDir
 from ledger.ingest import init_ledger, record, register_key
-from ledger.keys import KeyDir
 from ledger.store.store import Store
 from tests.ledger.factories import envelope
 

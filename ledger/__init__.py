@@ -26,7 +26,24 @@ __version__ = "0.1.0"
 __all__ = ["__version__"]
 
 # `ledger.<name>` (old) -> `ledger.<package>.<name>` (where it lives now), by package.
-_MOVED: dict[str, str] = {}
+_MOVED: dict[str, str] = {
+    **dict.fromkeys(
+        (
+            "canonical",
+            "dsse",
+            "entry",
+            "errors",
+            "keys",
+            "kinds",
+            "limits",
+            "models",
+            "schemas",
+            "shape",
+            "statement",
+        ),
+        "evidence",
+    ),
+}
 
 
 def _moved_to(fullname: str) -> str | None:

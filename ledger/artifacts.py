@@ -20,8 +20,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from ledger.errors import NotFoundError, UsageError, VerificationError
-from ledger.kinds import DEFAULT_MEDIA_TYPE
+from ledger.evidence.errors import NotFoundError, UsageError, VerificationError
+from ledger.evidence.kinds import DEFAULT_MEDIA_TYPE
 
 __all__ = [
     "MAX_ARTIFACT_BYTES",
@@ -189,7 +189,7 @@ def bundle_with_artifacts(bundle: bytes, files: list[tuple[str, str, bytes]]) ->
     import base64
     import json
 
-    from ledger.canonical import canonical_bytes
+    from ledger.evidence.canonical import canonical_bytes
 
     doc = json.loads(bundle)
     doc["artifacts"] = [

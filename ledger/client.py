@@ -20,7 +20,7 @@ import urllib.parse
 from collections.abc import Sequence
 from typing import Any
 
-from ledger.errors import NotFoundError, RefusedError, UsageError, VerificationError
+from ledger.evidence.errors import NotFoundError, RefusedError, UsageError, VerificationError
 
 __all__ = [
     "MAX_BODY_BYTES",
@@ -44,7 +44,7 @@ __all__ = [
     "upload_artifact",
 ]
 
-# One envelope may be up to ledger.dsse.MAX_ENVELOPE_BYTES (1 MiB); a request
+# One envelope may be up to ledger.evidence.dsse.MAX_ENVELOPE_BYTES (1 MiB); a request
 # carries a batch recorded all-or-nothing (one claim's receipts), so 16 MiB
 # bounds what one request can make the server hold in memory while leaving a
 # batch of sixteen maximal envelopes room. Spelled out here rather than

@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 
 import git
 
-from ledger.canonical import canonical_bytes
+from ledger.evidence.canonical import canonical_bytes
 
 _CUDA = re.compile(r"^cuda\s*(?::\s*\S+)?\s*=\s*['\"]?([^'\"\s]+)['\"]?", re.MULTILINE)
 

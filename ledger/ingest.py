@@ -15,15 +15,15 @@ from typing import Any
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from sqlalchemy import Connection
 
-from ledger import dsse, limits
 from ledger.artifacts import MAX_ARTIFACT_BYTES, ArtifactStore, for_ledger
-from ledger.canonical import receipt_id
-from ledger.entry import envelope_body, key_body, revocation_body
-from ledger.errors import RefusedError, UsageError, VerificationError
-from ledger.keys import KeyDir, KeyInfo, Role, find_key, key_id, raw_public, valid_key_name
-from ledger.models import QualificationStatement, ReviewStatement
+from ledger.evidence import dsse, limits
+from ledger.evidence.canonical import receipt_id
+from ledger.evidence.entry import envelope_body, key_body, revocation_body
+from ledger.evidence.errors import RefusedError, UsageError, VerificationError
+from ledger.evidence.keys import KeyDir, KeyInfo, Role, find_key, key_id, raw_public, valid_key_name
+from ledger.evidence.models import QualificationStatement, ReviewStatement
+from ledger.evidence.statement import ArtifactFile
 from ledger.repoid import canonical_repo
-from ledger.statement import ArtifactFile
 from ledger.store.store import (
     FACET,
     KEY,

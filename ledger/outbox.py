@@ -105,7 +105,7 @@ def send(url: str, batch: Batch, token: str | None) -> list[dict[str, Any]]:
 
 def push(url: str, outbox: Outbox, token: str | None = None) -> PushResult:
     """Send every batch, oldest first; remove only what the server acknowledged."""
-    from ledger.errors import Error
+    from ledger.evidence.errors import Error
 
     out = PushResult(recorded=[], reasons=[])
     assert out.recorded is not None and out.reasons is not None

@@ -21,12 +21,12 @@ from typing import Any, Literal
 import git
 
 from ledger import source as src
-from ledger.errors import InputError, UsageError
+from ledger.evidence.errors import InputError, UsageError
+from ledger.evidence.keys import LocalKey
 from ledger.execution import local_run
 from ledger.execution.claimrun import ClaimRun
 from ledger.execution.devices import Device as GpuDevice
 from ledger.execution.devices import gpu_model, parse_gpus, visible_gpus
-from ledger.keys import LocalKey
 from ledger.qualification.plan import PLAN_FILE, ClaimSpec, Plan
 from ledger.record import Recorder
 from ledger.revision import Revision
@@ -334,7 +334,7 @@ def _conformance(
 def _record_plan(recorder: Recorder | None, ident: Identity, say: Callable[[str], None]) -> None:
     """The governing plan into the ledger the receipts go to; through a server without
     a runner token it is said, not fatal (`ledger plan record` on its host records it)."""
-    from ledger.errors import Error
+    from ledger.evidence.errors import Error
     from ledger.plans.ledger import record_governing
 
     if recorder is None:

@@ -15,9 +15,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ledger.entry import LoggedEntry
-from ledger.errors import Error
-from ledger.keys import KeyInfo
+from ledger.evidence.entry import LoggedEntry
+from ledger.evidence.errors import Error
+from ledger.evidence.keys import KeyInfo
 from ledger.qualification import (
     HistoryItem,
     ReceiptEvidence,

@@ -7,12 +7,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, Protocol
 
-from ledger.errors import Error, InputError, UsageError
-from ledger.statement import ArtifactFile, Statement, build_review, sign_statement
+from ledger.evidence.errors import Error, InputError, UsageError
+from ledger.evidence.statement import ArtifactFile, Statement, build_review, sign_statement
 
 if TYPE_CHECKING:  # the store loads SQLAlchemy; a remote recorder never needs it
+    from ledger.evidence.keys import LocalKey
     from ledger.ingest import Recorded
-    from ledger.keys import LocalKey
     from ledger.store.store import Store
 
 __all__ = [
@@ -94,9 +94,9 @@ class RemoteRecorder:
     def record(
         self, envelopes: Sequence[bytes], artifacts: Sequence[ArtifactFile] = ()
     ) -> list[Recorded]:
-        from ledger.canonical import receipt_id
-        from ledger.dsse import decode_payload, parse_envelope
-        from ledger.errors import RefusedError
+        from ledger.evidence.canonical import receipt_id
+        from ledger.evidence.dsse import decode_payload, parse_envelope
+        from ledger.evidence.errors import RefusedError
         from ledger.ingest import Recorded
         from ledger.outbox import send
 

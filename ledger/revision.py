@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ledger.models import PackageIdentity, Source
+from ledger.evidence.models import PackageIdentity, Source
 
 __all__ = ["Revision"]
 

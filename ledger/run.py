@@ -32,15 +32,15 @@ from pathlib import Path
 from typing import Any, get_args
 
 from ledger.artifacts import MAX_ARTIFACT_BYTES
-from ledger.dsse import MAX_ENVELOPE_BYTES
 from ledger.environment import gpu_used_bytes, host_environment
-from ledger.errors import UsageError
+from ledger.evidence.dsse import MAX_ENVELOPE_BYTES
+from ledger.evidence.errors import UsageError
+from ledger.evidence.models import Outcome
+from ledger.evidence.statement import ArtifactFile, Facts, timestamp
 from ledger.interpreter import NONE, probe, scope_of
-from ledger.models import Outcome
 from ledger.outputs.beneath import Refused
 from ledger.outputs.declared import Declared, collect, declare, refusal
 from ledger.sandbox import SandboxedPopen
-from ledger.statement import ArtifactFile, Facts, timestamp
 
 __all__ = ["CHECK", "RESULT_SCHEMA", "CommandRun", "run_command", "spawn"]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from sqlalchemy import select
 
 from ledger.artifacts import _digest, for_ledger
-from ledger.errors import NotFoundError
+from ledger.evidence.errors import NotFoundError
 from ledger.store.store import ARTIFACT, Store, resolve_url
 
 __all__ = ["artifact_of", "read_artifact"]
@@ -25,7 +25,7 @@ def artifact_of(store: Store, digest: str) -> tuple[bytes, str]:
 
         data = bytes(row.content)
         if hashlib.sha256(data).hexdigest() != d:
-            from ledger.errors import VerificationError
+            from ledger.evidence.errors import VerificationError
 
             raise VerificationError(f"artifact sha256:{d[:12]} differs from its digest")
         return data, str(row.media_type)

@@ -17,9 +17,9 @@ from typing import TYPE_CHECKING
 
 import git
 
-from ledger.canonical import canonical_bytes
-from ledger.errors import InputError, UsageError
-from ledger.models import PackageIdentity
+from ledger.evidence.canonical import canonical_bytes
+from ledger.evidence.errors import InputError, UsageError
+from ledger.evidence.models import PackageIdentity
 from ledger.qualification.plan import PLAN_FILE, Plan, load_plan, parse_plan
 from ledger.repoid import canonical_repo
 from ledger.revision import Revision

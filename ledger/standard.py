@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from ledger.models import QualificationPredicate
+from ledger.evidence.models import QualificationPredicate
 
 __all__ = [
     "LEVEL_PREFIX",

@@ -18,12 +18,12 @@ from typing import Any, Literal
 from pydantic import ValidationError
 
 from ledger import __version__
-from ledger.errors import InputError, first_validation_error
-from ledger.keys import LocalKey
-from ledger.models import QualificationStatement, Runner, Supersedes
+from ledger.evidence.errors import InputError, first_validation_error
+from ledger.evidence.keys import LocalKey
+from ledger.evidence.models import QualificationStatement, Runner, Supersedes
+from ledger.evidence.statement import sign_statement
 from ledger.qualification.supersession import SUPERSESSION_PENDING
 from ledger.record import Recorder
-from ledger.statement import sign_statement
 
 __all__ = ["Supersession", "plan_supersession", "supersede"]
 

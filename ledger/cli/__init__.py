@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from ledger.cli import fast
 from ledger.cli._io import echo
-from ledger.errors import EXIT_NEGATIVE, EXIT_OK, EXIT_USAGE, Error
+from ledger.evidence.errors import EXIT_NEGATIVE, EXIT_OK, EXIT_USAGE, Error
 from ledger.inert import inert
 
 if TYPE_CHECKING:
@@ -67,7 +67,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         echo("ledger: interrupted; nothing half-written was recorded", err=True)
         return 130
     except RecursionError:
-        # Inputs are depth-bounded where they enter (ledger.limits); this is the
+        # Inputs are depth-bounded where they enter (ledger.evidence.limits); this is the
         # backstop for any parser the bounds do not reach.
         echo("ledger: input refused: nested too deeply", err=True)
         return EXIT_NEGATIVE

@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from ledger.cli._common import emit_json, json_option, plan_option, rev_options, sandbox_option
-from ledger.errors import EXIT_NEGATIVE, InputError, UsageError
+from ledger.evidence.errors import EXIT_NEGATIVE, InputError, UsageError
 
 
 @click.command()

@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from ledger.cli._common import db_option, emit_json, json_option, open_store, rev_options
-from ledger.errors import InputError, UsageError
+from ledger.evidence.errors import InputError, UsageError
 
 __all__ = ["calibrate", "profile"]
 

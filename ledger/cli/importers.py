@@ -10,7 +10,7 @@ import click
 
 from ledger.cli._common import keydir
 from ledger.cli.run import exit_for, target_options
-from ledger.errors import InputError, UsageError
+from ledger.evidence.errors import InputError, UsageError
 
 _FORMATS = ("junit", "in-toto", "admission-events")
 

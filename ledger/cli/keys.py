@@ -68,8 +68,8 @@ def keys_add(
     pem: Path, name: str, role: str, server: str | None, token: str | None, db: str | None
 ) -> None:
     """Register someone else's public key (PEM) under a name and role."""
+    from ledger.evidence.keys import load_public_pem
     from ledger.ingest import register_key
-    from ledger.keys import load_public_pem
 
     public = load_public_pem(read_file(pem), str(pem))
     if server:
@@ -118,7 +118,7 @@ def keys_list(server: str | None, db: str | None, as_json: bool) -> None:
 @db_option
 def keys_export(name: str, db: str | None) -> None:
     """Print a registered key's public PEM (for `verify --trust` and `keys add` elsewhere)."""
-    from ledger.keys import find_key, public_pem
+    from ledger.evidence.keys import find_key, public_pem
 
     click.echo(public_pem(find_key(open_store(db).keys(), name).public).decode(), nl=False)
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from ledger.cli._common import db_option, open_store, rev_options
-from ledger.errors import UsageError
+from ledger.evidence.errors import UsageError
 
 
 @click.group("plan")

@@ -21,7 +21,7 @@ from ledger.cli._common import (
     sandbox_option,
     server_option,
 )
-from ledger.errors import EXIT_NEGATIVE, UsageError
+from ledger.evidence.errors import EXIT_NEGATIVE, UsageError
 
 
 def _headline(report: Any, subset: Sequence[str]) -> str:

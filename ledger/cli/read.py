@@ -19,7 +19,7 @@ from ledger.cli._common import (
     plan_option,
     rev_options,
 )
-from ledger.errors import EXIT_NEGATIVE, UsageError
+from ledger.evidence.errors import EXIT_NEGATIVE, UsageError
 
 
 def _identity(  # type: ignore[no-untyped-def]
@@ -336,7 +336,7 @@ def export(
     write_atomically(output, data)
     click.echo(f"wrote {output} ({len(data)} bytes)")
     if with_proof:
-        from ledger.limits import load_json
+        from ledger.evidence.limits import load_json
         from ledger.transparency.proof import proof_of_bundle, proof_path
 
         proof = proof_of_bundle(load_json(data, "bundle"))
@@ -345,7 +345,7 @@ def export(
 
 
 def _export_test_result(receipt: str, output: Path, server: str | None, db: str | None) -> None:
-    from ledger.models import QualificationPredicate
+    from ledger.evidence.models import QualificationPredicate
     from ledger.standard import test_result
 
     if not output.absolute().parent.is_dir():

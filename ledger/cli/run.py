@@ -18,7 +18,7 @@ from ledger.cli._common import (
     sandbox_option,
     server_option,
 )
-from ledger.errors import EXIT_NEGATIVE, EXIT_OK, EXIT_USAGE, InputError, UsageError
+from ledger.evidence.errors import EXIT_NEGATIVE, EXIT_OK, EXIT_USAGE, InputError, UsageError
 
 
 def target_options(f: F) -> F:

@@ -9,7 +9,7 @@ from typing import Any
 import click
 
 from ledger.cli._common import db_option, emit_json, json_option, server_option
-from ledger.errors import EXIT_NEGATIVE, UsageError
+from ledger.evidence.errors import EXIT_NEGATIVE, UsageError
 from ledger.inert import inert
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from ledger.cli._common import db_option, keydir, open_store, plan_option, rev_options
-from ledger.errors import EXIT_NEGATIVE, UsageError
+from ledger.evidence.errors import EXIT_NEGATIVE, UsageError
 
 __all__ = ["summary"]
 
@@ -66,9 +66,10 @@ def summary(
     governing plan, an unsigned what-if ({"what_if": ..., "statement": ...}) is
     written instead and the exit status is 1.
     """
-    from ledger import dsse, source
-    from ledger.canonical import canonical_bytes
-    from ledger.keys import active_ledger_key
+    from ledger import source
+    from ledger.evidence import dsse
+    from ledger.evidence.canonical import canonical_bytes
+    from ledger.evidence.keys import active_ledger_key
     from ledger.query import query_status
     from ledger.standard import verification_summary
 
@@ -97,7 +98,7 @@ def summary(
     from ledger.qualification.plan import PLAN_FILE
 
     doc = query_status(store, ident, claims=None, scope={}).to_json()
-    from ledger.errors import Error
+    from ledger.evidence.errors import Error
 
     base_commit = None
     if pr is not None:

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from ledger.cli._io import echo, emit_json, read_file
-from ledger.errors import EXIT_NEGATIVE, Error, UsageError, VerificationError
+from ledger.evidence.errors import EXIT_NEGATIVE, Error, UsageError, VerificationError
 
 __all__ = ["SERVERS_WORD", "VerifyRequest", "run_verify"]
 
@@ -89,7 +89,7 @@ def run_verify(req: VerifyRequest) -> None:
             raise UsageError(f"{target}: no such file")
         if path.is_file():
             # Offline: the store-free verifier only, so no database code is loaded.
-            from ledger.keys import load_public_pem
+            from ledger.evidence.keys import load_public_pem
             from ledger.verify import verify_bundle
 
             anchors = [load_public_pem(read_file(Path(t)), str(t)) for t in trust]
@@ -111,7 +111,7 @@ def run_verify(req: VerifyRequest) -> None:
             # The server only carries bytes: the bundle is verified here, against
             # --trust alone, and must be the receipt asked for.
             from ledger.client import fetch_bundle
-            from ledger.keys import load_public_pem
+            from ledger.evidence.keys import load_public_pem
             from ledger.verify import verify_bundle
 
             anchors = [load_public_pem(read_file(Path(t)), str(t)) for t in trust]

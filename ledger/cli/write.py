@@ -21,7 +21,7 @@ from ledger.cli._common import (
     rev_options,
     server_option,
 )
-from ledger.errors import InputError, UsageError
+from ledger.evidence.errors import InputError, UsageError
 
 
 @click.command()
@@ -121,8 +121,8 @@ def attest(
     from ledger.attest import attest as do_attest
     from ledger.attest import rfc3339
     from ledger.environment import fingerprint
+    from ledger.evidence.statement import Facts
     from ledger.record import open_recorder
-    from ledger.statement import Facts
 
     # The result exists already: with the server down it is signed and kept in
     # the outbox (`ledger push` delivers it), never lost.

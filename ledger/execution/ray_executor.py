@@ -30,7 +30,7 @@ from typing import Any
 
 import git
 
-from ledger.errors import UsageError
+from ledger.evidence.errors import UsageError
 from ledger.execution.claimrun import ClaimRun, ReceiptRow
 from ledger.fleet.ci import ci_job
 from ledger.revision import Revision

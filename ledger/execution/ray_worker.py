@@ -38,7 +38,7 @@ from ledger.execution.claimrun import ClaimRun
 from ledger.execution.commit_servers import CommitServers
 
 if TYPE_CHECKING:
-    from ledger.keys import LocalKey
+    from ledger.evidence.keys import LocalKey
     from ledger.sandbox import Sandbox
 
 __all__ = ["run_claim_task"]
@@ -235,8 +235,8 @@ class _Task:
 def _setup(payload: dict[str, Any], job_id: str, devices: list[str]) -> _Task | dict[str, Any]:
     """The claim's key, sandbox and this worker's state; an error result where the host
     lacks one."""
-    from ledger.errors import UsageError
-    from ledger.keys import KeyDir
+    from ledger.evidence.errors import UsageError
+    from ledger.evidence.keys import KeyDir
     from ledger.outbox import default_dir
     from ledger.sandbox import resolve
 

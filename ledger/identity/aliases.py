@@ -9,8 +9,8 @@ from typing import Any
 
 from sqlalchemy import func, select
 
-from ledger.canonical import canonical_bytes, receipt_id
-from ledger.errors import Error, RefusedError, UsageError
+from ledger.evidence.canonical import canonical_bytes, receipt_id
+from ledger.evidence.errors import Error, RefusedError, UsageError
 from ledger.repoid import canonical_repo
 from ledger.store.store import RECEIPT, Store
 

@@ -33,8 +33,8 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from cryptography.hazmat.primitives.serialization import load_pem_public_key
 
-from ledger.dsse import pae
-from ledger.errors import InputError
+from ledger.evidence.dsse import pae
+from ledger.evidence.errors import InputError
 from ledger.importers.reader import ClaimMap, Context, Finding, planned
 from ledger.importers.sigstore import identity as _identity
 from ledger.importers.sigstore import leaf as sigstore_leaf

@@ -14,7 +14,7 @@ from typing import Any
 
 from pydantic import JsonValue
 
-from ledger.models import Outcome
+from ledger.evidence.models import Outcome
 from ledger.revision import Revision
 
 __all__ = [

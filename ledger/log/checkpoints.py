@@ -14,8 +14,8 @@ from ledger._internal.checkpoint import (
     sign_checkpoint,
     verify_by_key,
 )
-from ledger.errors import CheckpointError, UsageError, VerificationError
-from ledger.keys import KeyDir, KeyInfo, LocalKey, active_ledger_key
+from ledger.evidence.errors import CheckpointError, UsageError, VerificationError
+from ledger.evidence.keys import KeyDir, KeyInfo, LocalKey, active_ledger_key
 from ledger.store.store import Store
 
 __all__ = ["checkpoint", "ledger_signer", "origin", "rotate_ledger_key", "verify_note"]

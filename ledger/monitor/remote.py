@@ -11,9 +11,9 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from ledger._internal import merkle
 from ledger._internal.witness import signed_by_any
-from ledger.entry import LoggedEntry
-from ledger.errors import Error, UsageError, VerificationError
-from ledger.keys import KeyInfo
+from ledger.evidence.entry import LoggedEntry
+from ledger.evidence.errors import Error, UsageError, VerificationError
+from ledger.evidence.keys import KeyInfo
 from ledger.monitor.watch import LogView
 from ledger.transparency.policy import Policy
 

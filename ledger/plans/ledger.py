@@ -9,8 +9,8 @@ from typing import Any
 
 from sqlalchemy import select
 
-from ledger.canonical import receipt_id
-from ledger.errors import Error
+from ledger.evidence.canonical import receipt_id
+from ledger.evidence.errors import Error
 from ledger.plans.entry import PlanEvidence, RecordedPlan, plan_body, read_plan_entry
 from ledger.repoid import canonical_repo
 from ledger.store.store import LOG, Store

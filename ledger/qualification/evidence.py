@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from ledger.models import QualificationPredicate, QualificationStatement
+from ledger.evidence.models import QualificationPredicate, QualificationStatement
 from ledger.revision import Revision
 
 __all__ = ["ReceiptEvidence", "ReviewEvidence", "Revision", "short_id"]

@@ -15,7 +15,7 @@ from typing import Literal, TypeAlias
 
 from pydantic import JsonValue
 
-from ledger.models import Outcome
+from ledger.evidence.models import Outcome
 from ledger.qualification.evidence import ReceiptEvidence, Revision, short_id
 from ledger.qualification.plan import OBSERVER_OFF_CONTROL_CHECK, CarryOver, ClaimSpec, Plan
 from ledger.qualification.scope import Facets, covers

@@ -21,7 +21,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from ledger.errors import (
+from ledger.evidence.errors import (
     Error,
     InputError,
     NotFoundError,
@@ -29,7 +29,7 @@ from ledger.errors import (
     UsageError,
     VerificationError,
 )
-from ledger.limits import check_media_type, load_json
+from ledger.evidence.limits import check_media_type, load_json
 from ledger.service.limits import BodyTooLarge, read_body
 
 if TYPE_CHECKING:
@@ -111,7 +111,8 @@ def guarded(fn: Handler) -> Handler:
 
 
 def _json_body(data: bytes) -> Any:
-    # Depth- and integer-bounded (ledger.limits): a body nested 100,000 deep is a 400, not a 500.
+    # Depth- and integer-bounded (ledger.evidence.limits): a body nested 100,000 deep is a
+    # 400, not a 500.
     try:
         return load_json(data, "")
     except InputError as e:
@@ -293,7 +294,7 @@ async def proof(request: Request) -> Response:
 
 
 def _size(q: Any, name: str) -> int | None:
-    from ledger.limits import MAX_INT
+    from ledger.evidence.limits import MAX_INT
 
     text = q.get(name)
     if text is None:
@@ -388,8 +389,8 @@ async def list_keys(request: Request) -> Response:
 
 
 async def add_key(request: Request) -> Response:
+    from ledger.evidence.keys import load_public_pem
     from ledger.ingest import register_key
-    from ledger.keys import load_public_pem
 
     led = _ledger(request)
     holder = led.holder(request, "keys")

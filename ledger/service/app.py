@@ -15,8 +15,8 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from ledger.artifacts import ArtifactStore, for_ledger
-from ledger.errors import Error
-from ledger.keys import KeyDir, active_ledger_key
+from ledger.evidence.errors import Error
+from ledger.evidence.keys import KeyDir, active_ledger_key
 from ledger.service import api
 from ledger.service.auth import Tokens
 from ledger.service.limits import DEADLINE_S, MAX_BODY_BYTES, Limits

@@ -18,7 +18,7 @@ from typing import Any
 
 from starlette.requests import Request
 
-from ledger.errors import Error
+from ledger.evidence.errors import Error
 
 __all__ = [
     "DEADLINE_S",

@@ -24,7 +24,13 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from ledger.errors import Error, InputError, NotFoundError, RefusedError, first_validation_error
+from ledger.evidence.errors import (
+    Error,
+    InputError,
+    NotFoundError,
+    RefusedError,
+    first_validation_error,
+)
 from ledger.qualification.plan import Plan
 from ledger.query import history_answer, query_status
 from ledger.repoid import canonical_repo

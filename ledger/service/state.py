@@ -18,8 +18,8 @@ from typing import Any
 from starlette.requests import Request
 
 from ledger.artifacts import ArtifactStore
-from ledger.errors import Error, NotFoundError, RefusedError
-from ledger.keys import KeyDir
+from ledger.evidence.errors import Error, NotFoundError, RefusedError
+from ledger.evidence.keys import KeyDir
 from ledger.service.answers import Answers
 from ledger.service.auth import TokenRole, Tokens
 from ledger.service.limits import MAX_BODY_BYTES
@@ -59,9 +59,9 @@ class Ledger:
 
     def record(self, raws: Sequence[bytes], reviews_only: bool) -> list[Any]:
         """Record a batch; the artifacts its receipts name are logged when uploaded first."""
-        from ledger import dsse
+        from ledger.evidence import dsse
+        from ledger.evidence.statement import ArtifactFile, parse_statement
         from ledger.ingest import record
-        from ledger.statement import ArtifactFile, parse_statement
 
         files: list[ArtifactFile] = []
         seen: set[str] = set()

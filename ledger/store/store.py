@@ -20,9 +20,9 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, OperationalError
 
 from ledger._internal.merkle import entry_leaf
-from ledger.entry import LoggedEntry
-from ledger.errors import InputError, NotFoundError, UsageError
-from ledger.keys import KeyInfo
+from ledger.evidence.entry import LoggedEntry
+from ledger.evidence.errors import InputError, NotFoundError, UsageError
+from ledger.evidence.keys import KeyInfo
 from ledger.store import migrate
 from ledger.store.cache import ENTRIES
 from ledger.store.probe import SIZE_SQL, SizeProbe

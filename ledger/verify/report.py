@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
-from ledger.keys import KeyInfo
+from ledger.evidence.keys import KeyInfo
 from ledger.verify.envelope import Verified
 
 __all__ = ["LogState", "VerificationReport", "mismatches", "review_item"]

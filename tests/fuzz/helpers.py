@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ledger.cli import main
+from ledger.evidence.keys import KeyDir, LocalKey
 from ledger.ingest import init_ledger, register_key
-from ledger.keys import KeyDir, LocalKey
 from ledger.store.store import Store
 from tests.ledger.factories import dump, envelope
 

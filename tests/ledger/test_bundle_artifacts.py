@@ -10,7 +10,7 @@ import json
 import pytest
 
 from ledger.artifacts import check_bundle_artifacts
-from ledger.errors import VerificationError
+from ledger.evidence.errors import VerificationError
 
 CONTENT = b"trace bytes"
 DIGEST = hashlib.sha256(CONTENT).hexdigest()

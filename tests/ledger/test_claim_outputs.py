@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
+from ledger.evidence.keys import KeyDir
 from ledger.execution.receipts import record_results
-from ledger.keys import KeyDir
 from ledger.record import open_recorder
 from ledger.revision import Revision
 from runners.result import Artifact, CheckResult, infra_error

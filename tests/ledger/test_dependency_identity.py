@@ -10,7 +10,7 @@ import git
 import pytest
 
 from ledger import environment_identity
-from ledger.errors import InputError
+from ledger.evidence.errors import InputError
 from ledger.qualification.plan import parse_plan
 from ledger.source import package_identity
 from tests.conftest import commit_file

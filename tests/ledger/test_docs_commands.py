@@ -117,8 +117,8 @@ def test_deploy_mounts_the_key_secret_so_the_runner_accepts_it(tmp_path: Path) -
     and refuses Kubernetes' default 0644."""
     import os
 
-    from ledger.errors import UsageError
-    from ledger.keys import KeyDir
+    from ledger.evidence.errors import UsageError
+    from ledger.evidence.keys import KeyDir
 
     text = (ROOT / "docs" / "deploy.md").read_text()
     secrets = re.findall(r"secret: \{([^}]*)\}", text)

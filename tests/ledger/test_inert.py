@@ -127,7 +127,7 @@ def test_history_on_a_terminal_carries_no_control(s: str) -> None:
 def test_show_on_a_terminal_neutralises_a_signed_reason(
     tmp_path: Path, key_dir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from ledger.keys import KeyDir
+    from ledger.evidence.keys import KeyDir
     from tests.ledger.factories import envelope
     from tests.ledger.helpers import run
 

@@ -15,8 +15,8 @@ import httpx
 import pytest
 from sqlalchemy import text
 
+from ledger.evidence.keys import KeyDir
 from ledger.ingest import init_ledger, record, register_key
-from ledger.keys import KeyDir
 from ledger.plans.entry import collect
 from ledger.plans.ledger import record_plan
 from ledger.service.run import Running, start

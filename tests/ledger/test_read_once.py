@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from ledger import dsse, limits
+from ledger.evidence import dsse, limits
+from ledger.evidence.keys import KeyDir
 from ledger.ingest import record, register_key
-from ledger.keys import KeyDir
 from ledger.log.audit import audit
 from ledger.query import query_status
 from ledger.revision import Revision

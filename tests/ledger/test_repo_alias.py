@@ -10,8 +10,8 @@ from pathlib import Path
 import git
 import pytest
 
+from ledger.evidence.keys import KeyDir
 from ledger.ingest import record
-from ledger.keys import KeyDir
 from ledger.store.store import Store
 from tests.conftest import commit_file
 from tests.ledger.factories import envelope

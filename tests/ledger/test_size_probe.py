@@ -7,8 +7,8 @@ from pathlib import Path
 
 from sqlalchemy import text
 
+from ledger.evidence.keys import KeyDir
 from ledger.ingest import record, register_key
-from ledger.keys import KeyDir
 from ledger.store.store import Store
 from tests.ledger.factories import envelope
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import git
 import pytest
 
-from ledger.errors import UsageError
+from ledger.evidence.errors import UsageError
 from ledger.repoid import canonical_repo
 from ledger.source import glob_regex, identify, repo_name
 from tests.conftest import commit_file

@@ -10,7 +10,7 @@ from typing import Any
 from sqlalchemy import func, select
 
 from ledger import humanize
-from ledger.errors import Error, InputError
+from ledger.evidence.errors import Error, InputError
 from ledger.query import query_history, query_status, show_document
 from ledger.repoid import canonical_repo
 from ledger.service.questions import identity_from_log

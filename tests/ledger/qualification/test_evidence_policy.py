@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from ledger.errors import InputError
+from ledger.evidence.errors import InputError
 from ledger.qualification import ReceiptEvidence, evaluate
 from ledger.qualification.plan import ClaimSpec, PackageSpec, Plan, parse_plan
 from ledger.qualification.verdict import verdict_of

@@ -16,9 +16,9 @@ from urllib.parse import urlsplit
 import pytest
 
 from ledger import client
-from ledger.dsse import MAX_ENVELOPE_BYTES
-from ledger.errors import NotFoundError, RefusedError, UsageError
-from ledger.keys import KeyDir, LocalKey
+from ledger.evidence.dsse import MAX_ENVELOPE_BYTES
+from ledger.evidence.errors import NotFoundError, RefusedError, UsageError
+from ledger.evidence.keys import KeyDir, LocalKey
 from ledger.service.limits import MAX_BODY_BYTES
 from ledger.service.run import Running, start
 from ledger.store.store import Store

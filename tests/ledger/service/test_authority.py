@@ -12,8 +12,8 @@ import httpx
 import pytest
 
 from ledger import client
-from ledger.errors import RefusedError, UsageError
-from ledger.keys import KeyDir, public_pem
+from ledger.evidence.errors import RefusedError, UsageError
+from ledger.evidence.keys import KeyDir, public_pem
 from ledger.log import audit
 from ledger.qualification import evaluate
 from ledger.query import load_evidence

@@ -14,7 +14,7 @@ import pytest
 from sqlalchemy import func, select
 
 from ledger import client
-from ledger.keys import KeyDir
+from ledger.evidence.keys import KeyDir
 from ledger.service.run import Running, start
 from ledger.store.store import CHECKPOINT, Store
 from tests.ledger.factories import envelope

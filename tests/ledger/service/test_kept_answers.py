@@ -10,8 +10,8 @@ import httpx
 import pytest
 
 import ledger.service.api as api
+from ledger.evidence.keys import KeyDir
 from ledger.ingest import init_ledger, record, register_key
-from ledger.keys import KeyDir
 from ledger.plans.entry import asserted
 from ledger.plans.ledger import record_plan
 from ledger.service.run import start

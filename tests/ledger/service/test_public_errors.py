@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from ledger.artifacts import for_ledger
-from ledger.keys import KeyDir
+from ledger.evidence.keys import KeyDir
 from ledger.service.run import start
 from tests.ledger.helpers import run
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from ledger import outbox
-from ledger.keys import KeyDir
+from ledger.evidence.keys import KeyDir
 from ledger.log import audit
 from ledger.service.run import start
 from ledger.store.store import Store

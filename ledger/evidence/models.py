@@ -12,7 +12,7 @@ from typing import Annotated, Literal, TypeAlias
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, StringConstraints, model_validator
 
-from ledger.kinds import (
+from ledger.evidence.kinds import (
     BUNDLE_TYPE,
     DEFAULT_MEDIA_TYPE,
     IN_TOTO_PAYLOAD_TYPE,
@@ -20,7 +20,7 @@ from ledger.kinds import (
     REVIEW_PREDICATE,
     STATEMENT_TYPE,
 )
-from ledger.shape import (
+from ledger.evidence.shape import (
     inexact_figure,
     missing_reason,
     unreleased_but_complete,

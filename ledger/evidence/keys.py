@@ -24,7 +24,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import (
     Ed25519PublicKey,
 )
 
-from ledger.errors import InputError, NotFoundError, UsageError
+from ledger.evidence.errors import InputError, NotFoundError, UsageError
 
 __all__ = [
     "KeyDir",

@@ -13,13 +13,14 @@ from typing import Any, Literal, TypeAlias
 
 from pydantic import JsonValue, ValidationError
 
-from ledger import __version__, dsse
-from ledger.canonical import canonical_bytes
-from ledger.errors import InputError, RefusedError, UsageError, first_validation_error
-from ledger.keys import LocalKey
-from ledger.kinds import ROLE_FOR
-from ledger.limits import load_json
-from ledger.models import (
+from ledger import __version__
+from ledger.evidence import dsse
+from ledger.evidence.canonical import canonical_bytes
+from ledger.evidence.errors import InputError, RefusedError, UsageError, first_validation_error
+from ledger.evidence.keys import LocalKey
+from ledger.evidence.kinds import ROLE_FOR
+from ledger.evidence.limits import load_json
+from ledger.evidence.models import (
     QUALIFICATION_PREDICATE,
     REVIEW_PREDICATE,
     STATEMENT_TYPE,

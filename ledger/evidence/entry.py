@@ -16,16 +16,16 @@ from typing import TYPE_CHECKING, Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from ledger import dsse
-from ledger.canonical import canonical_bytes, receipt_id
-from ledger.errors import InputError, RefusedError
-from ledger.keys import KeyInfo, key_id, raw_public
-from ledger.limits import load_json
+from ledger.evidence import dsse
+from ledger.evidence.canonical import canonical_bytes, receipt_id
+from ledger.evidence.errors import InputError, RefusedError
+from ledger.evidence.keys import KeyInfo, key_id, raw_public
+from ledger.evidence.limits import load_json
 
 if TYPE_CHECKING:
     # The statement models load on first use: a bundle is verified without them.
-    from ledger.models import QualificationStatement, ReviewStatement
-    from ledger.statement import Statement
+    from ledger.evidence.models import QualificationStatement, ReviewStatement
+    from ledger.evidence.statement import Statement
 
 __all__ = ["LoggedEntry", "envelope_body", "key_body", "revocation_body"]
 
@@ -48,7 +48,7 @@ class LoggedEntry:
     """The leaf hash stored beside the body (the audit compares it with the body's)."""
     trusted: bool
     """Bytes this ledger verified at ingest, read back to answer a question: parsed
-    without the untrusted-input bounds (`ledger.limits`). A body changed behind
+    without the untrusted-input bounds (`ledger.evidence.limits`). A body changed behind
     the ledger's back still fails to parse, or fails the digest check, and
     `ledger audit` (which reads entries untrusted) names it. Not compared."""
 
@@ -170,9 +170,9 @@ class LoggedEntry:
     def statement(self) -> Statement:
         from pydantic import ValidationError
 
-        from ledger.errors import first_validation_error
-        from ledger.models import QualificationStatement, ReviewStatement
-        from ledger.statement import parse_statement
+        from ledger.evidence.errors import first_validation_error
+        from ledger.evidence.models import QualificationStatement, ReviewStatement
+        from ledger.evidence.statement import parse_statement
 
         model: type[QualificationStatement] | type[ReviewStatement] | None = None
         if self.trusted and self.kind == "receipt":
@@ -195,7 +195,7 @@ class LoggedEntry:
 
     @property
     def receipt(self) -> QualificationStatement:
-        from ledger.models import QualificationStatement
+        from ledger.evidence.models import QualificationStatement
 
         stmt = self.statement
         if not isinstance(stmt, QualificationStatement):
@@ -204,7 +204,7 @@ class LoggedEntry:
 
     @property
     def review(self) -> ReviewStatement:
-        from ledger.models import ReviewStatement
+        from ledger.evidence.models import ReviewStatement
 
         stmt = self.statement
         if not isinstance(stmt, ReviewStatement):

@@ -3,7 +3,7 @@
 We hash and verify the exact payload bytes carried in the envelope; nothing
 is re-serialized before verification.
 
-Reading and verifying build no pydantic model (`ledger.shape` checks the
+Reading and verifying build no pydantic model (`ledger.evidence.shape` checks the
 envelope's shape; the `Envelope` model decides only what that check leaves
 to it), so offline verification starts fast; signing builds the model.
 """
@@ -18,14 +18,14 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from ledger.errors import InputError, RefusedError, VerificationError
-from ledger.kinds import IN_TOTO_PAYLOAD_TYPE
-from ledger.limits import load_json
-from ledger.shape import envelope_fits
+from ledger.evidence.errors import InputError, RefusedError, VerificationError
+from ledger.evidence.kinds import IN_TOTO_PAYLOAD_TYPE
+from ledger.evidence.limits import load_json
+from ledger.evidence.shape import envelope_fits
 
 if TYPE_CHECKING:
-    from ledger.keys import LocalKey
-    from ledger.models import Envelope
+    from ledger.evidence.keys import LocalKey
+    from ledger.evidence.models import Envelope
 
 __all__ = [
     "IN_TOTO_PAYLOAD_TYPE",
@@ -96,8 +96,8 @@ def read_envelope(data: Any) -> ReadEnvelope:
     # The model decides what the shape check leaves to it, and names the error.
     from pydantic import ValidationError
 
-    from ledger.errors import first_validation_error
-    from ledger.models import Envelope
+    from ledger.evidence.errors import first_validation_error
+    from ledger.evidence.models import Envelope
 
     try:
         env = Envelope.model_validate(data)
@@ -117,7 +117,7 @@ def envelope_json(env: EnvelopeLike) -> dict[str, Any]:
 
 
 def sign(payload: bytes, key: LocalKey, payload_type: str = IN_TOTO_PAYLOAD_TYPE) -> Envelope:
-    from ledger.models import Envelope, Signature
+    from ledger.evidence.models import Envelope, Signature
 
     sig = key.sign(pae(payload_type, payload))
     return Envelope(

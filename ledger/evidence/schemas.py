@@ -1,4 +1,4 @@
-"""JSON Schemas generated from the models; `python -m ledger.schemas` rewrites schemas/."""
+"""JSON Schemas generated from the models; `python -m ledger.evidence.schemas` rewrites schemas/."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from ledger.models import (
+from ledger.evidence.models import (
     Envelope,
     QualificationPredicate,
     QualificationStatement,
@@ -27,7 +27,7 @@ SCHEMAS: dict[str, type[BaseModel]] = {
     "review-predicate-v1.schema.json": ReviewPredicate,
 }
 
-ROOT = Path(__file__).resolve().parents[1] / "schemas"
+ROOT = Path(__file__).resolve().parents[2] / "schemas"
 
 
 def render(model: type[BaseModel]) -> str:

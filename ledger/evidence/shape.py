@@ -1,6 +1,6 @@
 """The exact shape of envelopes and statements, checked by hand.
 
-`ledger.models` (pydantic) is the reference for what a DSSE envelope and a
+`ledger.evidence.models` (pydantic) is the reference for what a DSSE envelope and a
 statement may hold; building those models costs more than everything else
 `ledger verify BUNDLE` does. `envelope_fits` and `statement_fits` answer True
 only for a document the models accept (envelopes as `Envelope.model_validate`
@@ -25,7 +25,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from ledger.kinds import QUALIFICATION_PREDICATE, REVIEW_PREDICATE, STATEMENT_TYPE
+from ledger.evidence.kinds import QUALIFICATION_PREDICATE, REVIEW_PREDICATE, STATEMENT_TYPE
 
 __all__ = [
     "OUTCOMES",

@@ -14,7 +14,7 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from ledger.errors import InputError, RefusedError
+from ledger.evidence.errors import InputError, RefusedError
 
 __all__ = [
     "COLUMN_LIMITS",

@@ -7,7 +7,7 @@ from typing import Any
 
 import rfc8785
 
-from ledger.errors import InputError
+from ledger.evidence.errors import InputError
 
 __all__ = ["canonical_bytes", "receipt_id", "sha256_hex"]
 

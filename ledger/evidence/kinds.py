@@ -2,7 +2,7 @@
 and the key role that may sign each.
 
 Plain constants, no models: the offline verifier reads them without building
-the pydantic models of `ledger.models` (which re-exports them).
+the pydantic models of `ledger.evidence.models` (which re-exports them).
 """
 
 from __future__ import annotations
