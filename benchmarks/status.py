@@ -44,8 +44,8 @@ from ledger.evidence.canonical import canonical_bytes, receipt_id
 from ledger.evidence.dsse import pae, parse_envelope
 from ledger.evidence.keys import KeyDir
 from ledger.evidence.models import IN_TOTO_PAYLOAD_TYPE, QUALIFICATION_PREDICATE, STATEMENT_TYPE
+from ledger.identity.repoid import canonical_repo
 from ledger.ingest import receipt_index, register_key
-from ledger.repoid import canonical_repo
 from ledger.store.store import RECEIPT, Store
 from ledger.verify.envelope import verify_envelope
 

@@ -43,6 +43,17 @@ _MOVED: dict[str, str] = {
         ),
         "evidence",
     ),
+    **dict.fromkeys(
+        (
+            "environment",
+            "environment_identity",
+            "interpreter",
+            "repoid",
+            "revision",
+            "source",
+        ),
+        "identity",
+    ),
 }
 
 

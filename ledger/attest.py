@@ -13,16 +13,16 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from ledger import source
 from ledger.evidence.errors import InputError, UsageError
 from ledger.evidence.keys import LocalKey
 from ledger.evidence.models import Supersedes
 from ledger.evidence.statement import ArtifactFile, Facts, build_statement, read_artifact
+from ledger.identity import source
+from ledger.identity.revision import Revision
+from ledger.identity.source import Identity
 from ledger.ingest import Recorded
 from ledger.qualification.plan import ClaimSpec
 from ledger.record import Recorder, sign_and_record
-from ledger.revision import Revision
-from ledger.source import Identity
 from ledger.verify.strict import unsafe
 
 __all__ = ["Attested", "Target", "attest", "record_all", "rfc3339", "target"]

@@ -23,7 +23,7 @@ from ledger.evidence.errors import RefusedError, UsageError, VerificationError
 from ledger.evidence.keys import KeyDir, KeyInfo, Role, find_key, key_id, raw_public, valid_key_name
 from ledger.evidence.models import QualificationStatement, ReviewStatement
 from ledger.evidence.statement import ArtifactFile
-from ledger.repoid import canonical_repo
+from ledger.identity.repoid import canonical_repo
 from ledger.store.store import (
     FACET,
     KEY,

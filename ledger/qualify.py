@@ -20,19 +20,19 @@ from typing import Any, Literal
 
 import git
 
-from ledger import source as src
 from ledger.evidence.errors import InputError, UsageError
 from ledger.evidence.keys import LocalKey
 from ledger.execution import local_run
 from ledger.execution.claimrun import ClaimRun
 from ledger.execution.devices import Device as GpuDevice
 from ledger.execution.devices import gpu_model, parse_gpus, visible_gpus
+from ledger.identity import source as src
+from ledger.identity.revision import Revision
+from ledger.identity.source import Identity
 from ledger.qualification.plan import PLAN_FILE, ClaimSpec, Plan
 from ledger.record import Recorder
-from ledger.revision import Revision
 from ledger.sandbox import Sandbox
 from ledger.sandbox import resolve as resolve_sandbox
-from ledger.source import Identity
 
 __all__ = ["QualifyRun", "qualify"]
 

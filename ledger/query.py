@@ -18,6 +18,9 @@ from typing import Any
 from ledger.evidence.entry import LoggedEntry
 from ledger.evidence.errors import Error
 from ledger.evidence.keys import KeyInfo
+from ledger.identity.repoid import canonical_repo
+from ledger.identity.revision import Revision
+from ledger.identity.source import Identity
 from ledger.qualification import (
     HistoryItem,
     ReceiptEvidence,
@@ -27,9 +30,6 @@ from ledger.qualification import (
     history,
 )
 from ledger.qualification.plan import Plan
-from ledger.repoid import canonical_repo
-from ledger.revision import Revision
-from ledger.source import Identity
 from ledger.store.store import Store
 from ledger.verify.logged import standing
 

@@ -3,7 +3,7 @@
 The command runs in its own process group, with a marker in its environment
 that its descendants inherit, in the directory it is given (`ledger run`
 gives it a fresh worktree of the revision). Around it: the machine's
-fingerprint and the command's own interpreter (`ledger.interpreter`), NVML
+fingerprint and the command's own interpreter (`ledger.identity.interpreter`), NVML
 device memory before and after (where NVML answers), wall-clock start and
 finish, the exit status. Afterwards every process still in the group, or
 still carrying the marker (a child that left the group with setsid), is named
@@ -32,12 +32,12 @@ from pathlib import Path
 from typing import Any, get_args
 
 from ledger.artifacts import MAX_ARTIFACT_BYTES
-from ledger.environment import gpu_used_bytes, host_environment
 from ledger.evidence.dsse import MAX_ENVELOPE_BYTES
 from ledger.evidence.errors import UsageError
 from ledger.evidence.models import Outcome
 from ledger.evidence.statement import ArtifactFile, Facts, timestamp
-from ledger.interpreter import NONE, probe, scope_of
+from ledger.identity.environment import gpu_used_bytes, host_environment
+from ledger.identity.interpreter import NONE, probe, scope_of
 from ledger.outputs.beneath import Refused
 from ledger.outputs.declared import Declared, collect, declare, refusal
 from ledger.sandbox import SandboxedPopen
@@ -77,7 +77,7 @@ class CommandRun:
     files: list[ArtifactFile] = field(default_factory=list)
     """The artifacts read (beneath their folders); refused ones are in `measurements`."""
     interpreter: dict[str, Any] = field(default_factory=dict)
-    """What `python` on the command's PATH is (`ledger.interpreter.probe`)."""
+    """What `python` on the command's PATH is (`ledger.identity.interpreter.probe`)."""
 
     def facts(self, claim: str) -> Facts:
         env = host_environment()

@@ -33,7 +33,7 @@ def record(
 
     Run on the ledger's host, in a checkout of the repository. Prints the entry id.
     """
-    from ledger import source
+    from ledger.identity import source
     from ledger.plans.ledger import record_plan
     from ledger.qualification.plan import PLAN_FILE
 

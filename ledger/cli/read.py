@@ -30,7 +30,7 @@ def _identity(  # type: ignore[no-untyped-def]
     offline: bool = False,
     base: str | None = None,
 ):
-    from ledger import source
+    from ledger.identity import source
 
     return source.identify(
         source.open_repo(repo), rev=rev, pr=pr, plan_file=plan, offline=offline, base=base

@@ -19,7 +19,7 @@ def _plan_bytes(
 ) -> bytes | None:
     """The governing plan's bytes, as `identify` chose it: --plan FILE, the base
     branch's (for a PR) or the commit's own."""
-    from ledger import source
+    from ledger.identity import source
     from ledger.qualification.plan import PLAN_FILE  # lazily: `ledger verify` never needs it
 
     if plan is not None:
@@ -66,10 +66,10 @@ def summary(
     governing plan, an unsigned what-if ({"what_if": ..., "statement": ...}) is
     written instead and the exit status is 1.
     """
-    from ledger import source
     from ledger.evidence import dsse
     from ledger.evidence.canonical import canonical_bytes
     from ledger.evidence.keys import active_ledger_key
+    from ledger.identity import source
     from ledger.query import query_status
     from ledger.standard import verification_summary
 

@@ -52,7 +52,7 @@ def trend(
     error over its floor, else the peak bytes; on the base branch's last N
     commits (oldest first), then on each head of --pr N as recorded.
     """
-    from ledger import source
+    from ledger.identity import source
     from ledger.render import render_trend
     from ledger.trend import trend as trend_of
 

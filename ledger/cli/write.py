@@ -120,8 +120,8 @@ def attest(
     """
     from ledger.attest import attest as do_attest
     from ledger.attest import rfc3339
-    from ledger.environment import fingerprint
     from ledger.evidence.statement import Facts
+    from ledger.identity.environment import fingerprint
     from ledger.record import open_recorder
 
     # The result exists already: with the server down it is signed and kept in

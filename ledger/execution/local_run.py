@@ -32,9 +32,9 @@ from ledger.fleet.ci import ci_job
 from ledger.fleet.dcgm import diagnose
 from ledger.fleet.evidence import health_evidence
 from ledger.fleet.quarantine import bound, skip_quarantined
+from ledger.identity.revision import Revision
 from ledger.qualification.plan import ClaimSpec, Plan
 from ledger.record import Recorder
-from ledger.revision import Revision
 from ledger.sandbox import Sandbox
 
 if TYPE_CHECKING:

@@ -33,7 +33,7 @@ import git
 from ledger.evidence.errors import UsageError
 from ledger.execution.claimrun import ClaimRun, ReceiptRow
 from ledger.fleet.ci import ci_job
-from ledger.revision import Revision
+from ledger.identity.revision import Revision
 
 __all__ = ["bundle_revision", "run_on_ray", "too_wide"]
 

@@ -49,7 +49,7 @@ arrives as KeyboardInterrupt, which a thread blocked without a timeout never see
 
 
 def _revision(source: dict[str, Any], root: Path) -> Any:
-    from ledger.revision import Revision
+    from ledger.identity.revision import Revision
 
     package = source.get("package")
     digest: str | None = None
@@ -58,7 +58,7 @@ def _revision(source: dict[str, Any], root: Path) -> Any:
     if package:
         import git
 
-        from ledger.source import package_identity
+        from ledger.identity.source import package_identity
 
         # The package identity covers this host's installed distributions: computed here.
         ident = package_identity(

@@ -20,10 +20,10 @@ from ledger.evidence.statement import (
     describe_artifact,
     timestamp,
 )
+from ledger.identity.revision import Revision
 from ledger.outputs.beneath import Folder, Refused
 from ledger.outputs.declared import refusal
 from ledger.record import Recorder, sign_and_record
-from ledger.revision import Revision
 
 if TYPE_CHECKING:
     from ledger.ingest import Recorded

@@ -11,7 +11,7 @@ from sqlalchemy import func, select
 
 from ledger.evidence.canonical import canonical_bytes, receipt_id
 from ledger.evidence.errors import Error, RefusedError, UsageError
-from ledger.repoid import canonical_repo
+from ledger.identity.repoid import canonical_repo
 from ledger.store.store import RECEIPT, Store
 
 __all__ = ["add_alias", "alias_body", "aliases_of", "elsewhere", "read_alias"]

@@ -15,7 +15,7 @@ from typing import Any
 from pydantic import JsonValue
 
 from ledger.evidence.models import Outcome
-from ledger.revision import Revision
+from ledger.identity.revision import Revision
 
 __all__ = [
     "CHECKS",

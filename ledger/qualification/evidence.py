@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from ledger.evidence.models import QualificationPredicate, QualificationStatement
-from ledger.revision import Revision
+from ledger.identity.revision import Revision
 
 __all__ = ["ReceiptEvidence", "ReviewEvidence", "Revision", "short_id"]
 

@@ -241,7 +241,7 @@ def not_carried(r: ReceiptEvidence, revision: Revision, req: Requirement) -> Rea
         and src.package is not None
         and (src.package.parts or revision.package_parts)
     ):
-        from ledger.environment_identity import differing
+        from ledger.identity.environment_identity import differing
 
         parts = differing(src.package.parts, dict(revision.package_parts))
         text = (

@@ -31,12 +31,12 @@ from ledger.evidence.errors import (
     RefusedError,
     first_validation_error,
 )
+from ledger.identity.repoid import canonical_repo
+from ledger.identity.revision import Revision
+from ledger.identity.source import Identity
 from ledger.qualification.plan import Plan
 from ledger.query import history_answer, query_status
-from ledger.repoid import canonical_repo
-from ledger.revision import Revision
 from ledger.service.answers import Answers
-from ledger.source import Identity
 from ledger.store.store import Store
 
 __all__ = [
@@ -168,7 +168,7 @@ def _from_mirror(
 ) -> Identity | None:
     """The question as the CLI would identify it (`--offline`), in a checkout the
     server was given (`ledger serve --repo PATH`, a mirror the team keeps fetched)."""
-    from ledger import source
+    from ledger.identity import source
 
     for path in mirrors:
         try:

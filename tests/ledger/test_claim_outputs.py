@@ -15,8 +15,8 @@ import pytest
 
 from ledger.evidence.keys import KeyDir
 from ledger.execution.receipts import record_results
+from ledger.identity.revision import Revision
 from ledger.record import open_recorder
-from ledger.revision import Revision
 from runners.result import Artifact, CheckResult, infra_error
 from tests.ledger.helpers import run
 

@@ -15,7 +15,7 @@ import pytest
 from ledger.evidence import dsse
 from ledger.evidence.canonical import canonical_bytes
 from ledger.evidence.keys import KeyDir
-from ledger.repoid import canonical_repo
+from ledger.identity.repoid import canonical_repo
 from ledger.store.store import Store, resolve_url
 from tests.conftest import commit_file
 from tests.ledger.factories import envelope, statement

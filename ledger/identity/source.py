@@ -20,9 +20,9 @@ import git
 from ledger.evidence.canonical import canonical_bytes
 from ledger.evidence.errors import InputError, UsageError
 from ledger.evidence.models import PackageIdentity
+from ledger.identity.repoid import canonical_repo
+from ledger.identity.revision import Revision
 from ledger.qualification.plan import PLAN_FILE, Plan, load_plan, parse_plan
-from ledger.repoid import canonical_repo
-from ledger.revision import Revision
 
 if TYPE_CHECKING:
     from ledger.plans.entry import PlanEvidence
@@ -78,7 +78,7 @@ question instead of holding it forever."""
 
 
 def repo_name(repo: git.Repo, plan: Plan | None = None) -> str:
-    """The repository's canonical id (see `ledger.repoid`): its remote's URL
+    """The repository's canonical id (see `ledger.identity.repoid`): its remote's URL
     normalised, else the plan's `[project] repo`, else its root commit. Never
     the folder name: two unrelated checkouts called `repo` are not one
     repository, and one repository cloned into two folders is."""
@@ -368,7 +368,7 @@ def package_identity(
     distributions: Sequence[str] = (),
 ) -> PackageIdentity:
     """sha256 over the sorted (path, git blob id) of the files the globs select; with
-    lock files or distributions, over those parts too (`ledger.environment_identity`)."""
+    lock files or distributions, over those parts too (`ledger.identity.environment_identity`)."""
     pairs = [
         (str(item.path), item.hexsha)
         for item in commit.tree.traverse()
@@ -377,7 +377,7 @@ def package_identity(
     files = _digest(pairs)
     if not lock and not distributions:
         return PackageIdentity(paths=list(globs), digest=files)
-    from ledger.environment_identity import identity_parts, parts_digest
+    from ledger.identity.environment_identity import identity_parts, parts_digest
 
     parts = {"files": files, **identity_parts(commit, lock, distributions)}
     return PackageIdentity(paths=list(globs), digest=parts_digest(parts), parts=parts)

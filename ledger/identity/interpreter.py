@@ -4,7 +4,7 @@
 command's PATH is (a project venv, a conda env), so the receipt's scope must
 name that one: its version, torch and NCCL versions and the digest of its
 installed distributions, computed by that interpreter exactly as
-`ledger.environment` computes them for Ledger's own.
+`ledger.identity.environment` computes them for Ledger's own.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ __all__ = ["PROBE", "probe"]
 NONE = "none"
 
 # Runs under the command's interpreter: the standard library only, the same
-# lines as ledger.environment's packages_digest, _version and _nccl.
+# lines as ledger.identity.environment's packages_digest, _version and _nccl.
 PROBE = r"""
 import hashlib, importlib.metadata as md, json, platform, sys
 dists = list(md.distributions())
