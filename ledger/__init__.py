@@ -54,6 +54,7 @@ _MOVED: dict[str, str] = {
         ),
         "identity",
     ),
+    **dict.fromkeys(("client", "outbox"), "remote"),
 }
 
 

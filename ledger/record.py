@@ -72,7 +72,7 @@ class LocalRecorder:
 
 
 class RemoteRecorder:
-    """Records through a server, by way of the local outbox (ledger.outbox).
+    """Records through a server, by way of the local outbox (ledger.remote.outbox).
 
     Each batch is kept in the outbox before it is sent; when sending fails
     the batch stays there (`kept` counts its envelopes), the run goes on,
@@ -82,7 +82,7 @@ class RemoteRecorder:
     stores_artifacts = True
 
     def __init__(self, url: str, token: str | None = None) -> None:
-        from ledger.outbox import Outbox
+        from ledger.remote.outbox import Outbox
 
         self.url = url
         self.where = url
@@ -98,7 +98,7 @@ class RemoteRecorder:
         from ledger.evidence.dsse import decode_payload, parse_envelope
         from ledger.evidence.errors import RefusedError
         from ledger.ingest import Recorded
-        from ledger.outbox import send
+        from ledger.remote.outbox import send
 
         files = [(a.artifact.digest["sha256"], a.artifact.mediaType, a.content) for a in artifacts]
         batch = self.outbox.put(envelopes, files)
@@ -123,7 +123,7 @@ class RemoteRecorder:
         ]
 
     def lookup(self, ref: str) -> EntryRef:
-        from ledger.client import fetch_entry
+        from ledger.remote.client import fetch_entry
 
         doc = fetch_entry(self.url, ref)
         return EntryRef(str(doc["id"]), str(doc["kind"]), str(doc["signer"]["keyid"]))
@@ -140,7 +140,7 @@ def open_recorder(db: str | None, server: str | None, *, check_server: bool = Tr
         raise UsageError("give --server or --db, not both")
     if server:
         if check_server:
-            from ledger.client import health
+            from ledger.remote.client import health
 
             health(server)
         return RemoteRecorder(server)

@@ -137,7 +137,7 @@ def recorder_paths(recorder: object) -> list[str]:
     """Where a recorder keeps what the sandbox must not reach: the SQLite file's
     folder and its artifact store, and the outbox."""
     from ledger.artifacts import default_location
-    from ledger.outbox import default_dir
+    from ledger.remote.outbox import default_dir
 
     out = [str(default_dir())]
     store = getattr(recorder, "store", None)

@@ -73,7 +73,7 @@ def keys_add(
 
     public = load_public_pem(read_file(pem), str(pem))
     if server:
-        from ledger.client import register_key as remote_register
+        from ledger.remote.client import register_key as remote_register
 
         doc = remote_register(server, name, role, read_file(pem), token)
         click.echo(doc["keyid"] if doc["added"] else f"{doc['keyid']} (already registered)")
@@ -104,7 +104,7 @@ def keys_list(server: str | None, db: str | None, as_json: bool) -> None:
         for k in ([] if server else open_store(db).keys().values())
     ]
     if server:
-        from ledger.client import fetch_keys
+        from ledger.remote.client import fetch_keys
 
         rows = [{**k, "private_key_here": k["name"] in local} for k in fetch_keys(server)]
     if as_json:
@@ -136,7 +136,7 @@ def keys_revoke(
     from ledger.ingest import revoke_key
 
     if server:
-        from ledger.client import revoke_key as remote_revoke
+        from ledger.remote.client import revoke_key as remote_revoke
 
         doc = remote_revoke(server, keyid, reason, token)
         click.echo(f"revoked {doc['name']} {doc['keyid']}")

@@ -132,7 +132,7 @@ def log_checkpoint(
     from ledger.log import checkpoint
 
     if server:
-        from ledger.client import sign_checkpoint
+        from ledger.remote.client import sign_checkpoint
 
         click.echo(sign_checkpoint(server, token).decode(), nl=False)
         return
@@ -181,7 +181,7 @@ def log_proof(receipt: str, server: str | None, db: str | None, as_json: bool) -
     from ledger.log import inclusion
 
     if server:
-        from ledger.client import fetch_proof
+        from ledger.remote.client import fetch_proof
 
         doc = fetch_proof(server, receipt)
     else:
@@ -230,7 +230,7 @@ def log_consistency(
     from ledger.log.witness import consistency_from
 
     if server:
-        from ledger.client import fetch_consistency
+        from ledger.remote.client import fetch_consistency
 
         if old is None or new is None:
             raise UsageError("with --server: give OLD and NEW sizes")

@@ -112,7 +112,7 @@ def status(
     if server:
         # The question is identified here, in this checkout, as a local status
         # would; the server answers it from its ledger.
-        from ledger.client import fetch_status
+        from ledger.remote.client import fetch_status
         from ledger.service.questions import question_of
 
         doc = fetch_status(server, question_of(ident, list(claims), parse_scope(scope)))
@@ -161,7 +161,7 @@ def history(
 
     q = _identity(repo, rev, pr, plan, offline, base)
     if server:
-        from ledger.client import fetch_history
+        from ledger.remote.client import fetch_history
         from ledger.service.questions import question_of
 
         doc = fetch_history(server, question_of(q, [], {}))
@@ -186,7 +186,7 @@ def show(receipt: str, server: str | None, db: str | None, as_json: bool) -> Non
     from ledger.render import render_show, terminal_width
 
     if server:
-        from ledger.client import fetch_entry
+        from ledger.remote.client import fetch_entry
 
         doc = fetch_entry(server, receipt)
     else:
@@ -314,7 +314,7 @@ def export(
     if not output.absolute().parent.is_dir():
         raise UsageError(f"{output.parent}: no such directory")
     if server:
-        from ledger.client import fetch_bundle
+        from ledger.remote.client import fetch_bundle
 
         data = fetch_bundle(server, receipt, artifacts=with_artifacts)
     else:
@@ -351,7 +351,7 @@ def _export_test_result(receipt: str, output: Path, server: str | None, db: str 
     if not output.absolute().parent.is_dir():
         raise UsageError(f"{output.parent}: no such directory")
     if server:
-        from ledger.client import fetch_entry
+        from ledger.remote.client import fetch_entry
 
         doc = fetch_entry(server, receipt)
     else:
@@ -378,7 +378,7 @@ def audit(server: str | None, token: str | None, db: str | None, as_json: bool) 
     from ledger.log import audit as do_audit
 
     if server:
-        from ledger.client import audit as remote_audit
+        from ledger.remote.client import audit as remote_audit
 
         doc = remote_audit(server, token)
         if as_json:

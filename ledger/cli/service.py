@@ -37,8 +37,8 @@ def push(server: str | None, token: str | None, as_json: bool) -> None:
     Batches are sent oldest first and removed only once the server
     acknowledged every envelope; exit 1 when any stay behind.
     """
-    from ledger.outbox import Outbox
-    from ledger.outbox import push as do_push
+    from ledger.remote.outbox import Outbox
+    from ledger.remote.outbox import push as do_push
 
     box = Outbox()
     res = do_push(_server_url(server), box, token)
@@ -67,7 +67,7 @@ def artifact() -> None:
 def artifact_get(digest: str, output: Path, server: str | None, db: str | None) -> None:
     """Write an artifact's bytes to FILE after checking them against DIGEST."""
     if server:
-        from ledger.client import fetch_artifact
+        from ledger.remote.client import fetch_artifact
 
         data, media = fetch_artifact(server, digest)
     else:

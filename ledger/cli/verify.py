@@ -110,8 +110,8 @@ def run_verify(req: VerifyRequest) -> None:
         elif server and trust:
             # The server only carries bytes: the bundle is verified here, against
             # --trust alone, and must be the receipt asked for.
-            from ledger.client import fetch_bundle
             from ledger.evidence.keys import load_public_pem
+            from ledger.remote.client import fetch_bundle
             from ledger.verify import verify_bundle
 
             anchors = [load_public_pem(read_file(Path(t)), str(t)) for t in trust]
@@ -123,7 +123,7 @@ def run_verify(req: VerifyRequest) -> None:
         elif server and req.policy is not None:
             raise UsageError("--policy with --server needs --trust (the bundle is verified here)")
         elif server:
-            from ledger.client import fetch_verification
+            from ledger.remote.client import fetch_verification
 
             remote = fetch_verification(server, target)
             remote["anchor"] = f"{SERVERS_WORD} ({server}); give --trust PEM to verify here"

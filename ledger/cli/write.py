@@ -265,7 +265,7 @@ def supersede(
 
     key = keydir().load(key_name)
     if server:
-        from ledger.client import fetch_entry
+        from ledger.remote.client import fetch_entry
 
         shown = fetch_entry(server, receipt)
     else:

@@ -237,7 +237,7 @@ def _setup(payload: dict[str, Any], job_id: str, devices: list[str]) -> _Task | 
     lacks one."""
     from ledger.evidence.errors import UsageError
     from ledger.evidence.keys import KeyDir
-    from ledger.outbox import default_dir
+    from ledger.remote.outbox import default_dir
     from ledger.sandbox import resolve
 
     run = ClaimRun.from_json(payload["run"])

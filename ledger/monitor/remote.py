@@ -50,7 +50,7 @@ def remote_view(
     url: str, trust: list[Ed25519PublicKey], policy: Policy | None, timeout: float = 30
 ) -> LogView:
     """The log at `url` up to its served checkpoint (signed by `trust`, or meeting `policy`)."""
-    from ledger import client
+    from ledger.remote import client
 
     if not trust and policy is None:
         raise UsageError("--server needs --trust LEDGER_KEY_PEM or --policy POLICY")

@@ -87,7 +87,7 @@ def record_governing(recorder: object, ident: object) -> str | None:
     if isinstance(recorder, RemoteRecorder):
         import sys
 
-        from ledger.client import post_plan
+        from ledger.remote.client import post_plan
 
         doc = json.loads(plan_body(canonical_repo(r.repo), r.pr, r.commit, ident.governing))
         try:

@@ -15,10 +15,10 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from ledger import client
 from ledger.evidence.dsse import MAX_ENVELOPE_BYTES
 from ledger.evidence.errors import NotFoundError, RefusedError, UsageError
 from ledger.evidence.keys import KeyDir, LocalKey
+from ledger.remote import client
 from ledger.service.limits import MAX_BODY_BYTES
 from ledger.service.run import Running, start
 from ledger.store.store import Store

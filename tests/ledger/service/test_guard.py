@@ -13,8 +13,8 @@ import httpx
 import pytest
 from sqlalchemy import func, select
 
-from ledger import client
 from ledger.evidence.keys import KeyDir
+from ledger.remote import client
 from ledger.service.run import Running, start
 from ledger.store.store import CHECKPOINT, Store
 from tests.ledger.factories import envelope

@@ -15,15 +15,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ledger import client
 from ledger.artifacts import SNAPSHOT_MEDIA_TYPE
 from ledger.evidence.errors import UsageError
 from ledger.evidence.keys import KeyDir, public_pem
 from ledger.evidence.models import Artifact
 from ledger.evidence.statement import ArtifactFile
 from ledger.log import audit
-from ledger.outbox import Outbox, push
 from ledger.record import RemoteRecorder
+from ledger.remote import client
+from ledger.remote.outbox import Outbox, push
 from ledger.service.auth import new_token
 from ledger.service.run import start
 from ledger.store.store import Store

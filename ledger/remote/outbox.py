@@ -96,7 +96,7 @@ class PushResult:
 
 def send(url: str, batch: Batch, token: str | None) -> list[dict[str, Any]]:
     """Upload a batch's artifacts, then record its envelopes (raises on failure)."""
-    from ledger import client
+    from ledger.remote import client
 
     for a in batch.artifacts:
         client.upload_artifact(url, batch.content(a["sha256"]), a["mediaType"], token)
