@@ -27,8 +27,8 @@ import httpx
 from sqlalchemy import create_engine, text
 
 from ledger.evidence.keys import KeyDir
-from ledger.ingest import init_ledger, record, register_key
 from ledger.store.store import Store
+from ledger.write.ingest import init_ledger, record, register_key
 from tests.ledger.factories import envelope
 
 PG_URL = os.environ.get(

@@ -41,7 +41,7 @@ class Tally:
 def build(folder: Path) -> Path:
     """A small ledger with every kind of stored row; returns its single-file path."""
     from ledger.evidence.statement import read_artifact
-    from ledger.ingest import init_ledger, record, register_key, revoke_key
+    from ledger.write.ingest import init_ledger, record, register_key, revoke_key
     from tests.ledger.factories import envelope
 
     db = folder / "base.db"

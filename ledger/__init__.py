@@ -55,6 +55,10 @@ _MOVED: dict[str, str] = {
         "identity",
     ),
     **dict.fromkeys(("client", "outbox"), "remote"),
+    **dict.fromkeys(
+        ("artifacts", "attest", "ingest", "record", "run", "service_local", "supersede"),
+        "write",
+    ),
 }
 
 

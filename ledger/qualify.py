@@ -30,9 +30,9 @@ from ledger.identity import source as src
 from ledger.identity.revision import Revision
 from ledger.identity.source import Identity
 from ledger.qualification.plan import PLAN_FILE, ClaimSpec, Plan
-from ledger.record import Recorder
 from ledger.sandbox import Sandbox
 from ledger.sandbox import resolve as resolve_sandbox
+from ledger.write.record import Recorder
 
 __all__ = ["QualifyRun", "qualify"]
 
@@ -75,7 +75,7 @@ class Interrupted(KeyboardInterrupt):
 def _recorded_outside() -> dict[str, str]:
     """Checks whose receipts come from outside qualify, and the command that records them."""
     from ledger.importers import CHECKS
-    from ledger.run import CHECK
+    from ledger.write.run import CHECK
 
     return {**{c: "ledger import" for c in CHECKS}, CHECK: "ledger run"}
 

@@ -136,8 +136,8 @@ sandbox_option = click.option(
 def recorder_paths(recorder: object) -> list[str]:
     """Where a recorder keeps what the sandbox must not reach: the SQLite file's
     folder and its artifact store, and the outbox."""
-    from ledger.artifacts import default_location
     from ledger.remote.outbox import default_dir
+    from ledger.write.artifacts import default_location
 
     out = [str(default_dir())]
     store = getattr(recorder, "store", None)

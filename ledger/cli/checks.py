@@ -13,8 +13,8 @@ def external_checks() -> list[dict[str, Any]]:
     """The checks whose receipts come from outside `qualify`: `ledger import` and
     `ledger run`, in the catalog's shape."""
     from ledger.importers import CHECKS, VERSION
-    from ledger.run import CHECK
-    from ledger.run import VERSION as RUN_VERSION
+    from ledger.write.run import CHECK
+    from ledger.write.run import VERSION as RUN_VERSION
 
     out: list[dict[str, Any]] = [
         {

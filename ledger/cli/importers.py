@@ -112,11 +112,11 @@ def import_(
     exits 0 when every receipt passed, 1 when one failed, was inconclusive or
     refused, 2 on an infra-error.
     """
-    from ledger.attest import record_all, target
     from ledger.importers import Context, import_source
     from ledger.importers.intoto import load_trusted_key
     from ledger.importers.sigstore import load_roots
-    from ledger.record import open_recorder
+    from ledger.write.attest import record_all, target
+    from ledger.write.record import open_recorder
 
     if (pr is None) == (rev is None):
         raise click.UsageError("give exactly one of --pr N or --rev R")

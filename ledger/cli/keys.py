@@ -21,8 +21,8 @@ from ledger.cli._common import (
 @db_option
 def init(db: str | None) -> None:
     """Create the ledger (or migrate an older one) and its ledger key."""
-    from ledger.ingest import init_ledger
     from ledger.store.store import resolve_url
+    from ledger.write.ingest import init_ledger
 
     url = resolve_url(db)
     result = init_ledger(url, keydir())
@@ -44,7 +44,7 @@ def keys() -> None:
 @db_option
 def keys_new(name: str, role: str, db: str | None) -> None:
     """Make a key pair (private key mode 0600 in $LEDGER_KEYS) and register its public key."""
-    from ledger.ingest import register_key
+    from ledger.write.ingest import register_key
 
     store = open_store(db)
     kd = keydir()
@@ -69,7 +69,7 @@ def keys_add(
 ) -> None:
     """Register someone else's public key (PEM) under a name and role."""
     from ledger.evidence.keys import load_public_pem
-    from ledger.ingest import register_key
+    from ledger.write.ingest import register_key
 
     public = load_public_pem(read_file(pem), str(pem))
     if server:
@@ -133,7 +133,7 @@ def keys_revoke(
     keyid: str, reason: str, server: str | None, token: str | None, db: str | None
 ) -> None:
     """Revoke a key: anything it signs that is logged afterwards does not count."""
-    from ledger.ingest import revoke_key
+    from ledger.write.ingest import revoke_key
 
     if server:
         from ledger.remote.client import revoke_key as remote_revoke

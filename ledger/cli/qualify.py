@@ -121,8 +121,8 @@ def qualify(
 
     from ledger.qualify import Interrupted
     from ledger.qualify import qualify as run_plan
-    from ledger.record import LocalRecorder, open_recorder
     from ledger.render import render_qualify
+    from ledger.write.record import LocalRecorder, open_recorder
 
     if executor == "ray" and not server:
         raise UsageError("--executor ray records through a ledger server: give --server URL")

@@ -321,8 +321,8 @@ def export(
         store = open_store(db)
         data = do_export(store, receipt, keydir())
         if with_artifacts:
-            from ledger.artifacts import bundle_with_artifacts
-            from ledger.service_local import artifact_of
+            from ledger.write.artifacts import bundle_with_artifacts
+            from ledger.write.service_local import artifact_of
 
             e = store.resolve(receipt)
             arts = e.receipt.predicate.artifacts if e.kind == "receipt" else []

@@ -139,12 +139,12 @@ def run(
     sandboxed (--sandbox, docs/security.md), writing only its worktree and the
     --result folder. Put `--` before COMMAND.
     """
-    from ledger.attest import record_all, target
     from ledger.execution.trees import worktree
     from ledger.identity import source
-    from ledger.record import open_recorder
-    from ledger.run import CHECK, MARKER, run_command
     from ledger.sandbox import resolve as resolve_sandbox
+    from ledger.write.attest import record_all, target
+    from ledger.write.record import open_recorder
+    from ledger.write.run import CHECK, MARKER, run_command
 
     _check_target(pr, rev)
     recorder = open_recorder(db, server)

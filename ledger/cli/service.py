@@ -71,7 +71,7 @@ def artifact_get(digest: str, output: Path, server: str | None, db: str | None) 
 
         data, media = fetch_artifact(server, digest)
     else:
-        from ledger.service_local import read_artifact
+        from ledger.write.service_local import read_artifact
 
         data, media = read_artifact(db, digest)
     from ledger.files import write_atomically

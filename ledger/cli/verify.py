@@ -97,7 +97,7 @@ def run_verify(req: VerifyRequest) -> None:
             raw = read_file(path)
             report = verify_bundle(raw, anchors)
             witnessed = _witnessed_bundle(req.policy, raw)
-            from ledger.artifacts import check_bundle_artifacts
+            from ledger.write.artifacts import check_bundle_artifacts
 
             # Artifacts an `export --artifacts` put inside, against what the receipt names.
             artifacts_checked = check_bundle_artifacts(raw, report.statement)

@@ -118,11 +118,11 @@ def attest(
     Commit, tree, parents, PR, merge-base, dirty flag and package identity are
     read from the repository; the rest comes from the options. Prints the id.
     """
-    from ledger.attest import attest as do_attest
-    from ledger.attest import rfc3339
     from ledger.evidence.statement import Facts
     from ledger.identity.environment import fingerprint
-    from ledger.record import open_recorder
+    from ledger.write.attest import attest as do_attest
+    from ledger.write.attest import rfc3339
+    from ledger.write.record import open_recorder
 
     # The result exists already: with the server down it is signed and kept in
     # the outbox (`ledger push` delivers it), never lost.
@@ -186,7 +186,7 @@ def attest(
 @json_option
 def record(envelopes: Sequence[Path], db: str | None, as_json: bool) -> None:
     """Verify and record signed envelopes (all or nothing)."""
-    from ledger.ingest import record as do_record
+    from ledger.write.ingest import record as do_record
 
     recs = do_record(open_store(db), [read_file(p) for p in envelopes])
     if as_json:
@@ -218,8 +218,8 @@ def review(
     db: str | None,
 ) -> None:
     """Countersign (or dispute) a receipt with a reviewer key other than its signer."""
-    from ledger.record import LocalRecorder, Recorder, open_recorder
-    from ledger.record import review as do_review
+    from ledger.write.record import LocalRecorder, Recorder, open_recorder
+    from ledger.write.record import review as do_review
 
     if concur == dispute:
         raise UsageError("give exactly one of --concur or --dispute")
@@ -259,9 +259,9 @@ def supersede(
     with the new receipt (until then: supersession pending review).
     """
     from ledger.inert import inert
-    from ledger.record import open_recorder
-    from ledger.supersede import plan_supersession
-    from ledger.supersede import supersede as do_supersede
+    from ledger.write.record import open_recorder
+    from ledger.write.supersede import plan_supersession
+    from ledger.write.supersede import supersede as do_supersede
 
     key = keydir().load(key_name)
     if server:

@@ -34,8 +34,8 @@ from ledger.fleet.evidence import health_evidence
 from ledger.fleet.quarantine import bound, skip_quarantined
 from ledger.identity.revision import Revision
 from ledger.qualification.plan import ClaimSpec, Plan
-from ledger.record import Recorder
 from ledger.sandbox import Sandbox
+from ledger.write.record import Recorder
 
 if TYPE_CHECKING:
     from runners.forkparent import Launched, Spec

@@ -324,7 +324,7 @@ def _run_claim(
     from ledger.execution.receipts import record_results
     from ledger.fleet.evidence import health_evidence
     from ledger.fleet.health import Watch, uuids_of
-    from ledger.record import RemoteRecorder
+    from ledger.write.record import RemoteRecorder
     from runners.isolated import run_claim_isolated
     from runners.preload import learned, remember_modules
 

@@ -10,7 +10,6 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ledger.artifacts import MAX_ARTIFACT_BYTES
 from ledger.evidence.keys import LocalKey
 from ledger.evidence.models import Outcome
 from ledger.evidence.statement import (
@@ -23,10 +22,11 @@ from ledger.evidence.statement import (
 from ledger.identity.revision import Revision
 from ledger.outputs.beneath import Folder, Refused
 from ledger.outputs.declared import refusal
-from ledger.record import Recorder, sign_and_record
+from ledger.write.artifacts import MAX_ARTIFACT_BYTES
+from ledger.write.record import Recorder, sign_and_record
 
 if TYPE_CHECKING:
-    from ledger.ingest import Recorded
+    from ledger.write.ingest import Recorded
     from runners.result import CheckResult
 
 __all__ = ["claim_artifacts", "record_results"]

@@ -78,7 +78,7 @@ def record_governing(recorder: object, ident: object) -> str | None:
     None where there is nothing to record (no committed plan: --plan FILE, or none)
     or the ledger is a server's (which records plans given by its host's operator)."""
     from ledger.identity.source import Identity
-    from ledger.record import LocalRecorder, RemoteRecorder
+    from ledger.write.record import LocalRecorder, RemoteRecorder
 
     assert isinstance(ident, Identity)
     if ident.governing is None:

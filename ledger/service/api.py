@@ -390,7 +390,7 @@ async def list_keys(request: Request) -> Response:
 
 async def add_key(request: Request) -> Response:
     from ledger.evidence.keys import load_public_pem
-    from ledger.ingest import register_key
+    from ledger.write.ingest import register_key
 
     led = _ledger(request)
     holder = led.holder(request, "keys")
@@ -425,7 +425,7 @@ async def add_plan(request: Request) -> Response:
 
 
 async def revoke(request: Request) -> Response:
-    from ledger.ingest import revoke_key
+    from ledger.write.ingest import revoke_key
 
     led = _ledger(request)
     holder = led.holder(request, "keys")
@@ -440,13 +440,13 @@ async def revoke(request: Request) -> Response:
 
 
 def _digest_param(request: Request) -> str:
-    from ledger.artifacts import _digest
+    from ledger.write.artifacts import _digest
 
     return _digest(str(request.path_params["digest"]))
 
 
 async def put_artifact(request: Request) -> Response:
-    from ledger.artifacts import MAX_ARTIFACT_BYTES
+    from ledger.write.artifacts import MAX_ARTIFACT_BYTES
 
     led = _ledger(request)
     holder = led.holder(request, "runner")

@@ -521,7 +521,7 @@ class Appender:
     def put_artifact(self, sha256: str, size: int, media_type: str) -> None:
         """Log an artifact's digest, size and media type once, inside this transaction.
 
-        The bytes are in the artifact store (ledger.artifacts); `content` stays
+        The bytes are in the artifact store (ledger.write.artifacts); `content` stays
         empty for them and holds bytes only in ledgers written before it.
         """
         if self.conn.execute(select(ARTIFACT.c.sha256).where(ARTIFACT.c.sha256 == sha256)).first():

@@ -10,8 +10,8 @@ from pathlib import Path
 
 from ledger.cli import main
 from ledger.evidence.keys import KeyDir, LocalKey
-from ledger.ingest import init_ledger, register_key
 from ledger.store.store import Store
+from ledger.write.ingest import init_ledger, register_key
 from tests.ledger.factories import dump, envelope
 
 SEEDS = Path(__file__).parents[1] / "ledger" / "fixtures" / "seeds"

@@ -16,7 +16,7 @@ import pytest
 from ledger.evidence.keys import KeyDir
 from ledger.execution.receipts import record_results
 from ledger.identity.revision import Revision
-from ledger.record import open_recorder
+from ledger.write.record import open_recorder
 from runners.result import Artifact, CheckResult, infra_error
 from tests.ledger.helpers import run
 

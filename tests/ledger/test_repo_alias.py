@@ -11,8 +11,8 @@ import git
 import pytest
 
 from ledger.evidence.keys import KeyDir
-from ledger.ingest import record
 from ledger.store.store import Store
+from ledger.write.ingest import record
 from tests.conftest import commit_file
 from tests.ledger.factories import envelope
 from tests.ledger.helpers import run

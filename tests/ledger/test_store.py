@@ -10,9 +10,9 @@ from sqlalchemy import create_engine
 from sqlalchemy.exc import DatabaseError
 
 from ledger.evidence.keys import KeyDir
-from ledger.ingest import record, register_key
 from ledger.store import migrate
 from ledger.store.store import Store
+from ledger.write.ingest import record, register_key
 from tests.ledger.factories import dump, envelope
 
 

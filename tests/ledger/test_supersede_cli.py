@@ -70,7 +70,7 @@ def test_supersede_refuses_a_review(capsys: pytest.CaptureFixture[str]) -> None:
 
     from ledger.evidence.errors import InputError
     from ledger.evidence.keys import LocalKey
-    from ledger.supersede import plan_supersession
+    from ledger.write.supersede import plan_supersession
 
     key = LocalKey("k", Ed25519PrivateKey.generate())
     with pytest.raises(InputError, match="only receipts"):

@@ -323,7 +323,7 @@ def test_a_cosigning_reviewer_never_counts_as_the_independent_review(
 
 def test_revocation_is_read_at_every_write(ledger: Path, tmp_path: Path) -> None:
     from ledger.evidence.errors import RefusedError
-    from ledger.ingest import record, revoke_key
+    from ledger.write.ingest import record, revoke_key
 
     server = Store.open(f"sqlite:///{ledger}")
     server.keys()  # a long-lived process has read the keys once

@@ -490,8 +490,8 @@ def receipt_page(store: Store, ref: str, led: Any) -> dict[str, Any]:
 
 
 def memory_page(led: Any, digest_ref: str) -> dict[str, Any]:
-    from ledger.artifacts import _digest
     from ledger.service.web.snapshot import timeline_of
+    from ledger.write.artifacts import _digest
 
     try:
         digest = _digest(digest_ref)

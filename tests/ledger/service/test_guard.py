@@ -163,7 +163,7 @@ def test_anonymous_reads_write_nothing(server: Running, ledger_db: str, key_dir:
         client.fetch_bundle(server.url, rec["id"])
         client.fetch_proof(server.url, rec["id"])
     # A receipt recorded behind the server's back: a read does not sign for it.
-    from ledger.ingest import record
+    from ledger.write.ingest import record
 
     [late] = record(store, [envelope(runner, claim="late")])
     for _ in range(3):

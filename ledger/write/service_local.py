@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from sqlalchemy import select
 
-from ledger.artifacts import _digest, for_ledger
 from ledger.evidence.errors import NotFoundError
 from ledger.store.store import ARTIFACT, Store, resolve_url
+from ledger.write.artifacts import _digest, for_ledger
 
 __all__ = ["artifact_of", "read_artifact"]
 

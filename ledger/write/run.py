@@ -31,7 +31,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, get_args
 
-from ledger.artifacts import MAX_ARTIFACT_BYTES
 from ledger.evidence.dsse import MAX_ENVELOPE_BYTES
 from ledger.evidence.errors import UsageError
 from ledger.evidence.models import Outcome
@@ -41,6 +40,7 @@ from ledger.identity.interpreter import NONE, probe, scope_of
 from ledger.outputs.beneath import Refused
 from ledger.outputs.declared import Declared, collect, declare, refusal
 from ledger.sandbox import SandboxedPopen
+from ledger.write.artifacts import MAX_ARTIFACT_BYTES
 
 __all__ = ["CHECK", "RESULT_SCHEMA", "CommandRun", "run_command", "spawn"]
 

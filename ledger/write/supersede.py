@@ -23,7 +23,7 @@ from ledger.evidence.keys import LocalKey
 from ledger.evidence.models import QualificationStatement, Runner, Supersedes
 from ledger.evidence.statement import sign_statement
 from ledger.qualification.supersession import SUPERSESSION_PENDING
-from ledger.record import Recorder
+from ledger.write.record import Recorder
 
 __all__ = ["Supersession", "plan_supersession", "supersede"]
 

@@ -15,7 +15,6 @@ from typing import Any
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from sqlalchemy import Connection
 
-from ledger.artifacts import MAX_ARTIFACT_BYTES, ArtifactStore, for_ledger
 from ledger.evidence import dsse, limits
 from ledger.evidence.canonical import receipt_id
 from ledger.evidence.entry import envelope_body, key_body, revocation_body
@@ -35,6 +34,7 @@ from ledger.store.store import (
     utc_now,
 )
 from ledger.verify.envelope import Verified, verify_envelope
+from ledger.write.artifacts import MAX_ARTIFACT_BYTES, ArtifactStore, for_ledger
 
 __all__ = [
     "Initialized",

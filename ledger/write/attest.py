@@ -20,10 +20,10 @@ from ledger.evidence.statement import ArtifactFile, Facts, build_statement, read
 from ledger.identity import source
 from ledger.identity.revision import Revision
 from ledger.identity.source import Identity
-from ledger.ingest import Recorded
 from ledger.qualification.plan import ClaimSpec
-from ledger.record import Recorder, sign_and_record
 from ledger.verify.strict import unsafe
+from ledger.write.ingest import Recorded
+from ledger.write.record import Recorder, sign_and_record
 
 __all__ = ["Attested", "Target", "attest", "record_all", "rfc3339", "target"]
 

@@ -12,8 +12,8 @@ from ledger.evidence.statement import ArtifactFile, Statement, build_review, sig
 
 if TYPE_CHECKING:  # the store loads SQLAlchemy; a remote recorder never needs it
     from ledger.evidence.keys import LocalKey
-    from ledger.ingest import Recorded
     from ledger.store.store import Store
+    from ledger.write.ingest import Recorded
 
 __all__ = [
     "EntryRef",
@@ -62,7 +62,7 @@ class LocalRecorder:
     def record(
         self, envelopes: Sequence[bytes], artifacts: Sequence[ArtifactFile] = ()
     ) -> list[Recorded]:
-        from ledger.ingest import record
+        from ledger.write.ingest import record
 
         return record(self.store, envelopes, artifacts)
 
@@ -97,8 +97,8 @@ class RemoteRecorder:
         from ledger.evidence.canonical import receipt_id
         from ledger.evidence.dsse import decode_payload, parse_envelope
         from ledger.evidence.errors import RefusedError
-        from ledger.ingest import Recorded
         from ledger.remote.outbox import send
+        from ledger.write.ingest import Recorded
 
         files = [(a.artifact.digest["sha256"], a.artifact.mediaType, a.content) for a in artifacts]
         batch = self.outbox.put(envelopes, files)
