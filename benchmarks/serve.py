@@ -17,7 +17,7 @@ import httpx
 
 from ledger.evidence.keys import KeyDir, LocalKey
 from ledger.evidence.statement import sign_statement
-from ledger.query import query_status
+from ledger.read.query import query_status
 from ledger.remote import client
 from ledger.service.questions import identity_from_log
 from ledger.service.run import start

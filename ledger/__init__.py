@@ -59,6 +59,19 @@ _MOVED: dict[str, str] = {
         ("artifacts", "attest", "ingest", "record", "run", "service_local", "supersede"),
         "write",
     ),
+    **dict.fromkeys(
+        (
+            "calibration",
+            "formats",
+            "humanize",
+            "inert",
+            "query",
+            "render",
+            "render_verification",
+            "standard",
+        ),
+        "read",
+    ),
 }
 
 

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from ledger.cli import fast
 from ledger.cli._io import echo
 from ledger.evidence.errors import EXIT_NEGATIVE, EXIT_OK, EXIT_USAGE, Error
-from ledger.inert import inert
+from ledger.read.inert import inert
 
 if TYPE_CHECKING:
     import click

@@ -47,7 +47,7 @@ def checks(as_json: bool) -> None:
     The checks `ledger qualify` runs (they need the runners extra, torch) and
     those whose receipts `ledger import` and `ledger run` record.
     """
-    from ledger.render import render_checks, terminal_width
+    from ledger.read.render import render_checks, terminal_width
 
     catalog = external_checks()
     try:

@@ -154,10 +154,10 @@ def calibrate(
     their prediction, over-refusals; then the worst ratio and the shapes with no
     measurement. Reports only: it fits no coefficient.
     """
-    from ledger.calibration import calibrate as report_of
-    from ledger.calibration import render
     from ledger.identity import source
-    from ledger.query import load_evidence
+    from ledger.read.calibration import calibrate as report_of
+    from ledger.read.calibration import render
+    from ledger.read.query import load_evidence
 
     ident = source.identify(source.open_repo(repo), rev=rev, pr=pr, offline=offline, base=base)
     receipts, _ = load_evidence(open_store(db), ident.revision, claims=[claim])

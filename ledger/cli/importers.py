@@ -169,7 +169,7 @@ def import_(
 
 
 def _one_line(reason: str | None) -> str:
-    from ledger.humanize import figures
+    from ledger.read.humanize import figures
 
     flat = " ".join(figures(reason or "").split())
     return flat if len(flat) <= 200 else flat[:199] + "…"

@@ -88,7 +88,7 @@ def keys_add(
 @json_option
 def keys_list(server: str | None, db: str | None, as_json: bool) -> None:
     """Registered keys with role and revocation state."""
-    from ledger.render import render_keys
+    from ledger.read.render import render_keys
 
     local = set(keydir().names())
     rows = [

@@ -121,7 +121,7 @@ def qualify(
 
     from ledger.qualify import Interrupted
     from ledger.qualify import qualify as run_plan
-    from ledger.render import render_qualify
+    from ledger.read.render import render_qualify
     from ledger.write.record import LocalRecorder, open_recorder
 
     if executor == "ray" and not server:
@@ -171,7 +171,7 @@ def qualify(
     nothing_measured = bool(receipts) and all(o == "infra-error" for _, _, o in result.receipts)
     report = None
     if isinstance(recorder, LocalRecorder):
-        from ledger.query import query_status
+        from ledger.read.query import query_status
 
         # The PR's whole verdict, also when only some claims ran now.
         report = query_status(recorder.store, result.query(), claims=(), scope={})

@@ -96,8 +96,8 @@ def status(
     and shows as stale otherwise. Exit 0 only when every required claim is
     qualified at the requested scope.
     """
-    from ledger import formats
-    from ledger.render import render_status, terminal_width
+    from ledger.read import formats
+    from ledger.read.render import render_status, terminal_width
 
     ident = _identity(repo, rev, pr, plan, offline, base)
     if ident.plan is None and not claims:
@@ -117,7 +117,7 @@ def status(
 
         doc = fetch_status(server, question_of(ident, list(claims), parse_scope(scope)))
     else:
-        from ledger.query import query_status
+        from ledger.read.query import query_status
 
         report = query_status(open_store(db), ident, claims=claims, scope=parse_scope(scope))
         doc = report.to_json()
@@ -156,8 +156,8 @@ def history(
     as_json: bool,
 ) -> None:
     """Every statement and review about a revision, in log order; superseded ones marked."""
-    from ledger.query import history_answer
-    from ledger.render import render_history, terminal_width
+    from ledger.read.query import history_answer
+    from ledger.read.render import render_history, terminal_width
 
     q = _identity(repo, rev, pr, plan, offline, base)
     if server:
@@ -182,8 +182,8 @@ def history(
 @json_option
 def show(receipt: str, server: str | None, db: str | None, as_json: bool) -> None:
     """Show a receipt or review: its statement, signer and reviews."""
-    from ledger.query import show_document
-    from ledger.render import render_show, terminal_width
+    from ledger.read.query import show_document
+    from ledger.read.render import render_show, terminal_width
 
     if server:
         from ledger.remote.client import fetch_entry
@@ -346,7 +346,7 @@ def export(
 
 def _export_test_result(receipt: str, output: Path, server: str | None, db: str | None) -> None:
     from ledger.evidence.models import QualificationPredicate
-    from ledger.standard import test_result
+    from ledger.read.standard import test_result
 
     if not output.absolute().parent.is_dir():
         raise UsageError(f"{output.parent}: no such directory")
@@ -355,7 +355,7 @@ def _export_test_result(receipt: str, output: Path, server: str | None, db: str 
 
         doc = fetch_entry(server, receipt)
     else:
-        from ledger.query import show_document
+        from ledger.read.query import show_document
 
         doc = show_document(open_store(db), receipt)
     if doc["kind"] != "receipt":

@@ -10,7 +10,7 @@ import click
 
 from ledger.cli._common import db_option, emit_json, json_option, server_option
 from ledger.evidence.errors import EXIT_NEGATIVE, UsageError
-from ledger.inert import inert
+from ledger.read.inert import inert
 
 
 def _server_url(server: str | None) -> str:

@@ -70,8 +70,8 @@ def summary(
     from ledger.evidence.canonical import canonical_bytes
     from ledger.evidence.keys import active_ledger_key
     from ledger.identity import source
-    from ledger.query import query_status
-    from ledger.standard import verification_summary
+    from ledger.read.query import query_status
+    from ledger.read.standard import verification_summary
 
     if (pr is None) == (rev is None):
         raise click.UsageError("give exactly one of --pr N or --rev R")

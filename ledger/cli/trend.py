@@ -53,7 +53,7 @@ def trend(
     commits (oldest first), then on each head of --pr N as recorded.
     """
     from ledger.identity import source
-    from ledger.render import render_trend
+    from ledger.read.render import render_trend
     from ledger.trend import trend as trend_of
 
     if pr is None and rev is None:

@@ -63,7 +63,7 @@ def _witnessed_bundle(policy: Path | None, raw: bytes) -> str | None:
 def run_verify(req: VerifyRequest) -> None:
     """Verify, print the report (or one JSON document), and exit 1 through
     SystemExit when the receipt is not the one expected."""
-    from ledger.render_verification import render_verification
+    from ledger.read.render_verification import render_verification
     from ledger.verify.report import mismatches
 
     target, trust, newer, server = req.target, req.trust, req.newer, req.server

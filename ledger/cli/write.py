@@ -258,7 +258,7 @@ def supersede(
     lifted only by its own signer, or once an independent reviewer concurs
     with the new receipt (until then: supersession pending review).
     """
-    from ledger.inert import inert
+    from ledger.read.inert import inert
     from ledger.write.record import open_recorder
     from ledger.write.supersede import plan_supersession
     from ledger.write.supersede import supersede as do_supersede
@@ -269,7 +269,7 @@ def supersede(
 
         shown = fetch_entry(server, receipt)
     else:
-        from ledger.query import show_document
+        from ledger.read.query import show_document
 
         shown = show_document(open_store(db), receipt)
     planned = plan_supersession(shown, key, reason, "failed" if outcome == "failed" else "passed")

@@ -168,7 +168,7 @@ def _ref(request: Request) -> str:
 
 
 async def entry(request: Request) -> Response:
-    from ledger.query import show_document
+    from ledger.read.query import show_document
 
     led = _ledger(request)
     return json_response(await run_in_threadpool(show_document, led.store(), _ref(request)))

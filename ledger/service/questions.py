@@ -35,7 +35,7 @@ from ledger.identity.repoid import canonical_repo
 from ledger.identity.revision import Revision
 from ledger.identity.source import Identity
 from ledger.qualification.plan import Plan
-from ledger.query import history_answer, query_status
+from ledger.read.query import history_answer, query_status
 from ledger.service.answers import Answers
 from ledger.store.store import Store
 
@@ -200,7 +200,7 @@ def identity_from_log(
         raise InputError("give pr=N or rev=COMMIT")
     if rev is not None and (len(rev) < 7 or not all(c in "0123456789abcdef" for c in rev.lower())):
         raise InputError(f"rev {rev!r}: expected a commit (7+ hex digits)")
-    from ledger.query import repo_ids
+    from ledger.read.query import repo_ids
 
     # The newest receipt under the id or any earlier id the operator aliased to it.
     rows = [

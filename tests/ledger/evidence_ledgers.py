@@ -34,7 +34,7 @@ def evidence_ledgers() -> tuple[Ledger, ...]:
     from sqlalchemy import select
 
     from ledger.evidence.errors import Error
-    from ledger.query import query_status, show_document
+    from ledger.read.query import query_status, show_document
     from ledger.service.questions import identity_from_log
     from ledger.store.store import RECEIPT, Store
 

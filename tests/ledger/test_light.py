@@ -33,7 +33,7 @@ def test_import_ledger_does_not_import_torch() -> None:
         [
             sys.executable,
             "-c",
-            "import sys, ledger, ledger.cli, ledger.verify, ledger.log, ledger.query; "
+            "import sys, ledger, ledger.cli, ledger.verify, ledger.log, ledger.read.query; "
             "print('torch' in sys.modules)",
         ],
         capture_output=True,

@@ -14,7 +14,7 @@ from ledger.evidence.keys import KeyDir
 from ledger.identity.revision import Revision
 from ledger.identity.source import Identity
 from ledger.log.audit import audit
-from ledger.query import query_status
+from ledger.read.query import query_status
 from ledger.store.cache import ENTRIES
 from ledger.store.store import Store
 from ledger.write.ingest import record, register_key

@@ -20,8 +20,8 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 
-from ledger import humanize
 from ledger.evidence.errors import Error
+from ledger.read import humanize
 from ledger.service.web import charts, views
 
 __all__ = ["ROUTES", "STATIC", "error_page", "wants_html"]

@@ -15,7 +15,7 @@ from ledger.evidence.errors import InputError
 from ledger.qualification import ReceiptEvidence, evaluate
 from ledger.qualification.plan import ClaimSpec, PackageSpec, Plan, parse_plan
 from ledger.qualification.verdict import verdict_of
-from ledger.render import render_table
+from ledger.read.render import render_table
 
 from .factories import CHECK, CLAIM, H200, PACKAGE_PATHS, receipt, revision
 

@@ -270,7 +270,7 @@ def test_internal_errors_do_not_leak(served: Served, monkeypatch: pytest.MonkeyP
     def broken(store: Store, ref: str) -> dict[str, Any]:
         raise RuntimeError("secret detail")
 
-    monkeypatch.setattr("ledger.query.show_document", broken)
+    monkeypatch.setattr("ledger.read.query.show_document", broken)
     status, reason = error_of(request(served.url, "GET", "/v1/entries/" + "ab" * 32))
     assert (status, reason) == (500, "internal server error")
     # The server keeps serving after it.

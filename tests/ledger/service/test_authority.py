@@ -16,7 +16,7 @@ from ledger.evidence.keys import KeyDir, public_pem
 from ledger.identity.revision import Revision
 from ledger.log import audit
 from ledger.qualification import evaluate
-from ledger.query import load_evidence
+from ledger.read.query import load_evidence
 from ledger.remote import client
 from ledger.service.auth import new_token, revoke_token
 from ledger.service.run import start

@@ -15,7 +15,7 @@ class Block:
             raise ImportError(f"No module named {name!r}", name=name)
         return None
 sys.meta_path.insert(0, Block())
-import ledger, ledger.cli, ledger.query, ledger.write.ingest, ledger.write.record
+import ledger, ledger.cli, ledger.read.query, ledger.write.ingest, ledger.write.record
 import ledger.remote.client, ledger.remote.outbox, ledger.write.artifacts
 from ledger.cli import main
 print("serve", main(["serve", "--db", "sqlite:////nonexistent/x.db"]))

@@ -1,15 +1,15 @@
 """The verification report for people (`ledger verify` without --json).
 
-Apart from `ledger.render`, which holds every other rendering: `ledger verify
+Apart from `ledger.read.render`, which holds every other rendering: `ledger verify
 BUNDLE` starts fast, and compiling or loading those costs it time for nothing.
-Made inert on the way out, as every rendering is (`ledger.inert`).
+Made inert on the way out, as every rendering is (`ledger.read.inert`).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from ledger.inert import inert
+from ledger.read.inert import inert
 
 __all__ = ["render_verification"]
 

@@ -1,6 +1,6 @@
 """Plain-text renderings for people (the --json forms are the contract for scripts).
 
-Every rendering is made inert on the way out (`ledger.inert`): the text
+Every rendering is made inert on the way out (`ledger.read.inert`): the text
 inside comes from signed statements, and a terminal must never act on it.
 """
 
@@ -11,9 +11,9 @@ import json
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ParamSpec
 
-from ledger.humanize import columns, environment_line, figures, sorted_rows, value
-from ledger.inert import inert
-from ledger.render_verification import render_verification
+from ledger.read.humanize import columns, environment_line, figures, sorted_rows, value
+from ledger.read.inert import inert
+from ledger.read.render_verification import render_verification
 
 if TYPE_CHECKING:
     from ledger.qualification import StatusReport

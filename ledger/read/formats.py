@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote, urlencode
 
-from ledger.humanize import figures, state_breakdown
-from ledger.inert import inert, markdown_cell, xml_text
+from ledger.read.humanize import figures, state_breakdown
+from ledger.read.inert import inert, markdown_cell, xml_text
 
 __all__ = ["FORMATS", "Links", "github_check", "junit", "markdown", "repo_label"]
 
