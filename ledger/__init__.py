@@ -72,6 +72,7 @@ _MOVED: dict[str, str] = {
         ),
         "read",
     ),
+    "qualify": "execution",
 }
 
 

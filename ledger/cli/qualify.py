@@ -119,8 +119,8 @@ def qualify(
     def progress(msg: str) -> None:
         click.echo(f"{time.monotonic() - t0:7.1f}s  {msg}", err=True)
 
-    from ledger.qualify import Interrupted
-    from ledger.qualify import qualify as run_plan
+    from ledger.execution.qualify import Interrupted
+    from ledger.execution.qualify import qualify as run_plan
     from ledger.read.render import render_qualify
     from ledger.write.record import LocalRecorder, open_recorder
 

@@ -199,10 +199,10 @@ def test_ctrl_c_ends_every_claims_processes_before_the_driver_returns(
     tmp_path: Path, cluster: dict[str, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from ledger.evidence.keys import KeyDir
+    from ledger.execution.qualify import _runs
     from ledger.execution.ray_executor import run_on_ray
     from ledger.identity.revision import Revision
     from ledger.qualification.plan import load_plan
-    from ledger.qualify import _runs
 
     KeyDir(cluster["worker_keys"]).create("gpu-worker")
     repo = make_probe_repo(tmp_path / "repo", claim("a.hangs", "hang") + claim("b.hangs", "hang"))
