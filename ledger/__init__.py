@@ -73,6 +73,7 @@ _MOVED: dict[str, str] = {
         "read",
     ),
     "qualify": "execution",
+    "files": "cli",
 }
 
 

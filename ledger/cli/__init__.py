@@ -2,7 +2,8 @@
 
 One error boundary: `main`. Commands import their machinery lazily, so
 `ledger --help` starts fast; `ledger verify FILE` loads neither click nor
-database code nor the pydantic models (`ledger.cli.fast`).
+database code nor the pydantic models (`ledger.cli.fast`). A file a person
+names for output is written through `files`, never through a link.
 """
 
 from __future__ import annotations

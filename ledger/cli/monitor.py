@@ -70,8 +70,8 @@ def follow(
     import json
     from datetime import UTC, datetime
 
+    from ledger.cli.files import write_atomically
     from ledger.evidence.keys import find_key
-    from ledger.files import write_atomically
     from ledger.monitor.journal import read_journal
     from ledger.monitor.report import sign_report
     from ledger.monitor.watch import scan, store_view

@@ -331,7 +331,7 @@ def export(
                 content, media = artifact_of(store, a.digest["sha256"])
                 files.append((a.digest["sha256"], media, content))
             data = bundle_with_artifacts(data, files)
-    from ledger.files import write_atomically
+    from ledger.cli.files import write_atomically
 
     write_atomically(output, data)
     click.echo(f"wrote {output} ({len(data)} bytes)")
@@ -362,7 +362,7 @@ def _export_test_result(receipt: str, output: Path, server: str | None, db: str 
         raise UsageError(f"{receipt} is a {doc['kind']}, not a receipt")
     pred = QualificationPredicate.model_validate(doc["statement"]["predicate"])
     data = json.dumps(test_result(doc["id"], pred), indent=2) + "\n"
-    from ledger.files import write_atomically
+    from ledger.cli.files import write_atomically
 
     write_atomically(output, data.encode())
     click.echo(f"wrote {output} ({len(data)} bytes)")

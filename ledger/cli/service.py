@@ -74,7 +74,7 @@ def artifact_get(digest: str, output: Path, server: str | None, db: str | None) 
         from ledger.write.service_local import read_artifact
 
         data, media = read_artifact(db, digest)
-    from ledger.files import write_atomically
+    from ledger.cli.files import write_atomically
 
     write_atomically(output, data)
     click.echo(f"wrote {output} ({len(data)} bytes, {media})")
