@@ -19,10 +19,10 @@ from pathlib import Path
 
 import httpx
 
-from ledger.ingest import init_ledger
-from ledger.keys import KeyDir
+from ledger.evidence.keys import KeyDir
 from ledger.service.run import Running, start
 from ledger.service.web.snapshot import SNAPSHOT_DEADLINE_S, read_snapshot, timeline_of
+from ledger.write.ingest import init_ledger
 
 ATTACKER = "127.0.0.2"
 

@@ -32,7 +32,7 @@ from pathlib import Path
 
 import git
 
-from ledger.keys import KeyDir
+from ledger.evidence.keys import KeyDir
 from ledger.log import audit
 from ledger.store.store import Store
 

@@ -29,13 +29,13 @@ import cryptography
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from sqlalchemy import create_engine, text
 
-from ledger import dsse
-from ledger.ingest import record, register_key
-from ledger.keys import KeyInfo, LocalKey
-from ledger.models import Source
-from ledger.statement import Facts, build_statement, sign_statement
+from ledger.evidence import dsse
+from ledger.evidence.keys import KeyInfo, LocalKey
+from ledger.evidence.models import Source
+from ledger.evidence.statement import Facts, build_statement, sign_statement
 from ledger.store.store import Store
 from ledger.verify import verify_envelope
+from ledger.write.ingest import record, register_key
 
 DEFAULT_PG_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/ledger_test"
 
@@ -234,7 +234,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print("  JSON parse + Envelope model + payloadType check (dsse.parse_envelope), base64")
     print("  decode, PAE, Ed25519 verify, statement JSON parse + pydantic model, key role and")
     print("  revocation check, SHA-256 receipt id (ledger.verify.verify_envelope). Best of 3 runs.")
-    print("record: ledger.ingest.record(store, raws) on a fresh database holding only the")
+    print("record: ledger.write.ingest.record(store, raws) on a fresh database holding only the")
     print("  runner key: the same verification plus reference checks, the append lock,")
     print("  inserts of entry + index rows + scope facets, and the commit. One run each.")
     print("/ verify = record rate / (parse + verify_envelope) rate: the figure.")

@@ -147,7 +147,7 @@ def _ray_cluster(work: Path, repo: Path, plan: Path, gpus: int) -> Iterator[Call
     key in the workers' environment; yields what runs `ledger qualify --executor ray`."""
     import ray
 
-    from ledger.keys import KeyDir
+    from ledger.evidence.keys import KeyDir
     from ledger.service.run import start
 
     db = f"sqlite:///{work / 'server.db'}"

@@ -63,7 +63,7 @@ def _standing(work: Path) -> Iterator[tuple[str, str, dict[str, str]]]:
     """A ledger server and a standing one-node Ray cluster (4 CPUs, 2 logical GPUs)
     whose workers hold the runner key; yields (ray address, server URL, the env a
     qualify process runs with)."""
-    from ledger.keys import KeyDir
+    from ledger.evidence.keys import KeyDir
     from ledger.service.run import start
 
     db = f"sqlite:///{work / 'server.db'}"

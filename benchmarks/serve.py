@@ -15,14 +15,14 @@ from pathlib import Path
 
 import httpx
 
-from ledger import client
-from ledger.ingest import init_ledger, record, register_key
-from ledger.keys import KeyDir, LocalKey
-from ledger.query import query_status
+from ledger.evidence.keys import KeyDir, LocalKey
+from ledger.evidence.statement import sign_statement
+from ledger.read.query import query_status
+from ledger.remote import client
 from ledger.service.questions import identity_from_log
 from ledger.service.run import start
-from ledger.statement import sign_statement
 from ledger.store.store import Store
+from ledger.write.ingest import init_ledger, record, register_key
 from tests.ledger.factories import statement
 
 

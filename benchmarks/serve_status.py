@@ -26,9 +26,9 @@ from pathlib import Path
 import httpx
 from sqlalchemy import create_engine, text
 
-from ledger.ingest import init_ledger, record, register_key
-from ledger.keys import KeyDir
+from ledger.evidence.keys import KeyDir
 from ledger.store.store import Store
+from ledger.write.ingest import init_ledger, record, register_key
 from tests.ledger.factories import envelope
 
 PG_URL = os.environ.get(

@@ -39,15 +39,15 @@ from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption,
 from sqlalchemy import create_engine, event, select, text
 
 from ledger._internal.merkle import entry_leaf
-from ledger.canonical import canonical_bytes, receipt_id
 from ledger.cli import main
-from ledger.dsse import pae, parse_envelope
-from ledger.ingest import receipt_index, register_key
-from ledger.keys import KeyDir
-from ledger.models import IN_TOTO_PAYLOAD_TYPE, QUALIFICATION_PREDICATE, STATEMENT_TYPE
-from ledger.repoid import canonical_repo
+from ledger.evidence.canonical import canonical_bytes, receipt_id
+from ledger.evidence.dsse import pae, parse_envelope
+from ledger.evidence.keys import KeyDir
+from ledger.evidence.models import IN_TOTO_PAYLOAD_TYPE, QUALIFICATION_PREDICATE, STATEMENT_TYPE
+from ledger.identity.repoid import canonical_repo
 from ledger.store.store import RECEIPT, Store
 from ledger.verify.envelope import verify_envelope
+from ledger.write.ingest import receipt_index, register_key
 
 PG_URL = os.environ.get(
     "LEDGER_BENCH_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/ledger_test"

@@ -20,7 +20,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ledger.keys import KeyDir
+from ledger.evidence.keys import KeyDir
 from ledger.log import audit, checkpoint
 from ledger.store.store import Store
 
@@ -40,8 +40,8 @@ class Tally:
 
 def build(folder: Path) -> Path:
     """A small ledger with every kind of stored row; returns its single-file path."""
-    from ledger.ingest import init_ledger, record, register_key, revoke_key
-    from ledger.statement import read_artifact
+    from ledger.evidence.statement import read_artifact
+    from ledger.write.ingest import init_ledger, record, register_key, revoke_key
     from tests.ledger.factories import envelope
 
     db = folder / "base.db"

@@ -37,7 +37,7 @@ HERE = Path(__file__).resolve().parents[1]
 IMPORTS = {
     "python -c pass (empty interpreter)": "pass",
     "python -c 'import click'": "import click",
-    "python -c 'import ledger.models'": "import ledger.models",
+    "python -c 'import ledger.evidence.models'": "import ledger.evidence.models",
 }
 
 

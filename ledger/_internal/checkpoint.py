@@ -24,7 +24,7 @@ from typing import NamedTuple
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from ledger.errors import CheckpointError
+from ledger.evidence.errors import CheckpointError
 
 __all__ = [
     "Checkpoint",

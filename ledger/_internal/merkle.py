@@ -14,7 +14,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable, Sequence
 
-from ledger.errors import MerkleError
+from ledger.evidence.errors import MerkleError
 
 __all__ = [
     "EMPTY_ROOT",

@@ -18,7 +18,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from ledger._internal import merkle
 from ledger._internal.checkpoint import Checkpoint, key_hint, parse_checkpoint, verify_checkpoint
-from ledger.errors import Error, VerificationError
+from ledger.evidence.errors import Error, VerificationError
 
 __all__ = ["Newer", "check_extends", "parse_newer", "signed_by_any"]
 
@@ -73,7 +73,7 @@ def parse_newer(raw: bytes) -> Newer:
     (also served at /v1/log/consistency): {"old", "new", "proof", "checkpoint"}."""
     if not raw.lstrip().startswith(b"{"):
         return Newer(raw, None, [])
-    from ledger.limits import load_json
+    from ledger.evidence.limits import load_json
 
     doc: Any = load_json(raw, "checkpoint file")
     try:
@@ -107,8 +107,8 @@ def dumps(doc: dict[str, Any]) -> str:
 def check_bundle_against(bundle: bytes, newer_raw: bytes, trust: list[Ed25519PublicKey]) -> str:
     """The bundle's checkpoint is a prefix of a newer one the verifier trusts
     (signed by a --trust key or a ledger key the bundle carries); one line."""
-    from ledger.entry import LoggedEntry
-    from ledger.limits import load_json
+    from ledger.evidence.entry import LoggedEntry
+    from ledger.evidence.limits import load_json
 
     doc: Any = load_json(bundle, "bundle")
     old = parse_checkpoint(str(doc["checkpoint"]).encode())

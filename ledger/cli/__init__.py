@@ -2,7 +2,8 @@
 
 One error boundary: `main`. Commands import their machinery lazily, so
 `ledger --help` starts fast; `ledger verify FILE` loads neither click nor
-database code nor the pydantic models (`ledger.cli.fast`).
+database code nor the pydantic models (`ledger.cli.fast`). A file a person
+names for output is written through `files`, never through a link.
 """
 
 from __future__ import annotations
@@ -15,8 +16,8 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from ledger.cli import fast
 from ledger.cli._io import echo
-from ledger.errors import EXIT_NEGATIVE, EXIT_OK, EXIT_USAGE, Error
-from ledger.inert import inert
+from ledger.evidence.errors import EXIT_NEGATIVE, EXIT_OK, EXIT_USAGE, Error
+from ledger.read.inert import inert
 
 if TYPE_CHECKING:
     import click
@@ -67,7 +68,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         echo("ledger: interrupted; nothing half-written was recorded", err=True)
         return 130
     except RecursionError:
-        # Inputs are depth-bounded where they enter (ledger.limits); this is the
+        # Inputs are depth-bounded where they enter (ledger.evidence.limits); this is the
         # backstop for any parser the bounds do not reach.
         echo("ledger: input refused: nested too deeply", err=True)
         return EXIT_NEGATIVE

@@ -9,10 +9,10 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 from ledger.cli._io import emit_json, read_file
-from ledger.errors import EXIT_NEGATIVE, Error, InputError, UsageError
+from ledger.evidence.errors import EXIT_NEGATIVE, Error, InputError, UsageError
 
 if TYPE_CHECKING:  # the CLI imports its machinery lazily, so `--help` starts fast
-    from ledger.keys import KeyDir
+    from ledger.evidence.keys import KeyDir
     from ledger.store.store import Store
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -89,13 +89,13 @@ def open_store(db: str | None) -> Store:
 
 
 def keydir() -> KeyDir:
-    from ledger.keys import KeyDir
+    from ledger.evidence.keys import KeyDir
 
     return KeyDir.default()
 
 
 def load_json_file(path: Path, what: str) -> Any:
-    from ledger.limits import load_json
+    from ledger.evidence.limits import load_json
 
     return load_json(read_file(path), f"{what} file {path}")
 
@@ -110,7 +110,7 @@ def parse_scope(pairs: Sequence[str]) -> dict[str, str | int]:
         if k in out:
             raise UsageError(f"--scope {k} given twice")
         if v.lstrip("-").isdigit():
-            from ledger.limits import check_int, parse_int
+            from ledger.evidence.limits import check_int, parse_int
 
             try:
                 number = parse_int(v)
@@ -136,8 +136,8 @@ sandbox_option = click.option(
 def recorder_paths(recorder: object) -> list[str]:
     """Where a recorder keeps what the sandbox must not reach: the SQLite file's
     folder and its artifact store, and the outbox."""
-    from ledger.artifacts import default_location
-    from ledger.outbox import default_dir
+    from ledger.remote.outbox import default_dir
+    from ledger.write.artifacts import default_location
 
     out = [str(default_dir())]
     store = getattr(recorder, "store", None)

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import IO, Any
 
-from ledger.errors import UsageError
+from ledger.evidence.errors import UsageError
 
 __all__ = ["echo", "emit_json", "read_file"]
 

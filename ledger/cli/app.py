@@ -26,7 +26,7 @@ from ledger.cli import trend as _trend
 from ledger.cli import witness as _witness
 from ledger.cli import write as _write
 from ledger.cli._io import echo
-from ledger.errors import EXIT_OK, EXIT_USAGE
+from ledger.evidence.errors import EXIT_OK, EXIT_USAGE
 
 __all__ = ["cli", "run_click"]
 

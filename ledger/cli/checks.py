@@ -13,8 +13,8 @@ def external_checks() -> list[dict[str, Any]]:
     """The checks whose receipts come from outside `qualify`: `ledger import` and
     `ledger run`, in the catalog's shape."""
     from ledger.importers import CHECKS, VERSION
-    from ledger.run import CHECK
-    from ledger.run import VERSION as RUN_VERSION
+    from ledger.write.run import CHECK
+    from ledger.write.run import VERSION as RUN_VERSION
 
     out: list[dict[str, Any]] = [
         {
@@ -47,7 +47,7 @@ def checks(as_json: bool) -> None:
     The checks `ledger qualify` runs (they need the runners extra, torch) and
     those whose receipts `ledger import` and `ledger run` record.
     """
-    from ledger.render import render_checks, terminal_width
+    from ledger.read.render import render_checks, terminal_width
 
     catalog = external_checks()
     try:

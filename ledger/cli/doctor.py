@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from ledger.cli._common import emit_json, json_option, plan_option, rev_options, sandbox_option
-from ledger.errors import EXIT_NEGATIVE, InputError, UsageError
+from ledger.evidence.errors import EXIT_NEGATIVE, InputError, UsageError
 
 
 @click.command()
@@ -42,9 +42,9 @@ def doctor(
         raise UsageError("give --rev REV or --pr N")
     # Imported here, not at the top: git and the plan models cost `ledger --help`
     # and every other command a fifth of a second at start-up.
-    from ledger import source as src
     from ledger.conformance.probe import cannot_judge, plan_claims, probe
     from ledger.execution.trees import worktree
+    from ledger.identity import source as src
     from ledger.qualification.plan import PLAN_FILE
 
     r = src.open_repo(repo)

@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from ledger.cli._common import db_option, emit_json, json_option, open_store, rev_options
-from ledger.errors import InputError, UsageError
+from ledger.evidence.errors import InputError, UsageError
 
 __all__ = ["calibrate", "profile"]
 
@@ -154,10 +154,10 @@ def calibrate(
     their prediction, over-refusals; then the worst ratio and the shapes with no
     measurement. Reports only: it fits no coefficient.
     """
-    from ledger import source
-    from ledger.calibration import calibrate as report_of
-    from ledger.calibration import render
-    from ledger.query import load_evidence
+    from ledger.identity import source
+    from ledger.read.calibration import calibrate as report_of
+    from ledger.read.calibration import render
+    from ledger.read.query import load_evidence
 
     ident = source.identify(source.open_repo(repo), rev=rev, pr=pr, offline=offline, base=base)
     receipts, _ = load_evidence(open_store(db), ident.revision, claims=[claim])

@@ -20,7 +20,7 @@ def _predicates(db: str | None) -> list[dict[str, Any]]:
 
 
 def _render(doc: dict[str, Any], above: float | None) -> str:
-    from ledger.humanize import number
+    from ledger.read.humanize import number
 
     def rate(x: float) -> str:
         return f"{number(100 * x)} %"

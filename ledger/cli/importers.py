@@ -10,7 +10,7 @@ import click
 
 from ledger.cli._common import keydir
 from ledger.cli.run import exit_for, target_options
-from ledger.errors import InputError, UsageError
+from ledger.evidence.errors import InputError, UsageError
 
 _FORMATS = ("junit", "in-toto", "admission-events")
 
@@ -112,11 +112,11 @@ def import_(
     exits 0 when every receipt passed, 1 when one failed, was inconclusive or
     refused, 2 on an infra-error.
     """
-    from ledger.attest import record_all, target
     from ledger.importers import Context, import_source
     from ledger.importers.intoto import load_trusted_key
     from ledger.importers.sigstore import load_roots
-    from ledger.record import open_recorder
+    from ledger.write.attest import record_all, target
+    from ledger.write.record import open_recorder
 
     if (pr is None) == (rev is None):
         raise click.UsageError("give exactly one of --pr N or --rev R")
@@ -169,7 +169,7 @@ def import_(
 
 
 def _one_line(reason: str | None) -> str:
-    from ledger.humanize import figures
+    from ledger.read.humanize import figures
 
     flat = " ".join(figures(reason or "").split())
     return flat if len(flat) <= 200 else flat[:199] + "…"

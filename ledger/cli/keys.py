@@ -21,8 +21,8 @@ from ledger.cli._common import (
 @db_option
 def init(db: str | None) -> None:
     """Create the ledger (or migrate an older one) and its ledger key."""
-    from ledger.ingest import init_ledger
     from ledger.store.store import resolve_url
+    from ledger.write.ingest import init_ledger
 
     url = resolve_url(db)
     result = init_ledger(url, keydir())
@@ -44,7 +44,7 @@ def keys() -> None:
 @db_option
 def keys_new(name: str, role: str, db: str | None) -> None:
     """Make a key pair (private key mode 0600 in $LEDGER_KEYS) and register its public key."""
-    from ledger.ingest import register_key
+    from ledger.write.ingest import register_key
 
     store = open_store(db)
     kd = keydir()
@@ -68,12 +68,12 @@ def keys_add(
     pem: Path, name: str, role: str, server: str | None, token: str | None, db: str | None
 ) -> None:
     """Register someone else's public key (PEM) under a name and role."""
-    from ledger.ingest import register_key
-    from ledger.keys import load_public_pem
+    from ledger.evidence.keys import load_public_pem
+    from ledger.write.ingest import register_key
 
     public = load_public_pem(read_file(pem), str(pem))
     if server:
-        from ledger.client import register_key as remote_register
+        from ledger.remote.client import register_key as remote_register
 
         doc = remote_register(server, name, role, read_file(pem), token)
         click.echo(doc["keyid"] if doc["added"] else f"{doc['keyid']} (already registered)")
@@ -88,7 +88,7 @@ def keys_add(
 @json_option
 def keys_list(server: str | None, db: str | None, as_json: bool) -> None:
     """Registered keys with role and revocation state."""
-    from ledger.render import render_keys
+    from ledger.read.render import render_keys
 
     local = set(keydir().names())
     rows = [
@@ -104,7 +104,7 @@ def keys_list(server: str | None, db: str | None, as_json: bool) -> None:
         for k in ([] if server else open_store(db).keys().values())
     ]
     if server:
-        from ledger.client import fetch_keys
+        from ledger.remote.client import fetch_keys
 
         rows = [{**k, "private_key_here": k["name"] in local} for k in fetch_keys(server)]
     if as_json:
@@ -118,7 +118,7 @@ def keys_list(server: str | None, db: str | None, as_json: bool) -> None:
 @db_option
 def keys_export(name: str, db: str | None) -> None:
     """Print a registered key's public PEM (for `verify --trust` and `keys add` elsewhere)."""
-    from ledger.keys import find_key, public_pem
+    from ledger.evidence.keys import find_key, public_pem
 
     click.echo(public_pem(find_key(open_store(db).keys(), name).public).decode(), nl=False)
 
@@ -133,10 +133,10 @@ def keys_revoke(
     keyid: str, reason: str, server: str | None, token: str | None, db: str | None
 ) -> None:
     """Revoke a key: anything it signs that is logged afterwards does not count."""
-    from ledger.ingest import revoke_key
+    from ledger.write.ingest import revoke_key
 
     if server:
-        from ledger.client import revoke_key as remote_revoke
+        from ledger.remote.client import revoke_key as remote_revoke
 
         doc = remote_revoke(server, keyid, reason, token)
         click.echo(f"revoked {doc['name']} {doc['keyid']}")

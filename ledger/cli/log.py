@@ -16,7 +16,7 @@ from ledger.cli._common import (
     read_file,
     server_option,
 )
-from ledger.errors import UsageError
+from ledger.evidence.errors import UsageError
 
 
 @click.command()
@@ -132,7 +132,7 @@ def log_checkpoint(
     from ledger.log import checkpoint
 
     if server:
-        from ledger.client import sign_checkpoint
+        from ledger.remote.client import sign_checkpoint
 
         click.echo(sign_checkpoint(server, token).decode(), nl=False)
         return
@@ -162,7 +162,7 @@ def log_cosign(witnesses: Path, db: str | None) -> None:
 def log_vkey(db: str | None) -> None:
     """Print the log's verifier key (C2SP vkey, named by the origin) for a
     tlog-policy `log` line or a witness's `--logs` file."""
-    from ledger.keys import active_ledger_key
+    from ledger.evidence.keys import active_ledger_key
     from ledger.log import origin
     from ledger.transparency.vkey import LOG_ED25519, VKey
 
@@ -181,7 +181,7 @@ def log_proof(receipt: str, server: str | None, db: str | None, as_json: bool) -
     from ledger.log import inclusion
 
     if server:
-        from ledger.client import fetch_proof
+        from ledger.remote.client import fetch_proof
 
         doc = fetch_proof(server, receipt)
     else:
@@ -230,7 +230,7 @@ def log_consistency(
     from ledger.log.witness import consistency_from
 
     if server:
-        from ledger.client import fetch_consistency
+        from ledger.remote.client import fetch_consistency
 
         if old is None or new is None:
             raise UsageError("with --server: give OLD and NEW sizes")
@@ -294,7 +294,7 @@ def log_witness(
     Exit 1, both roots printed, on a fork (another root at a size seen, or no
     consistency proof) or a rollback (a smaller size, or an older timestamp).
     """
-    from ledger.keys import load_public_pem
+    from ledger.evidence.keys import load_public_pem
     from ledger.log.witness import DbSource, ServerSource, witness
 
     if server is not None and db is not None:

@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from ledger.cli._common import db_option, keydir, open_store, read_file, server_option
-from ledger.errors import EXIT_NEGATIVE, UsageError
+from ledger.evidence.errors import EXIT_NEGATIVE, UsageError
 
 
 @click.group()
@@ -70,8 +70,8 @@ def follow(
     import json
     from datetime import UTC, datetime
 
-    from ledger.files import write_atomically
-    from ledger.keys import find_key
+    from ledger.cli.files import write_atomically
+    from ledger.evidence.keys import find_key
     from ledger.monitor.journal import read_journal
     from ledger.monitor.report import sign_report
     from ledger.monitor.watch import scan, store_view
@@ -81,7 +81,7 @@ def follow(
     if server is not None and db is not None:
         raise UsageError("give --db or --server, not both")
     if server is not None:
-        from ledger.keys import load_public_pem
+        from ledger.evidence.keys import load_public_pem
         from ledger.monitor.remote import remote_view
 
         rules = None
@@ -140,7 +140,7 @@ def follow(
 )
 def check(report: Path, trust: tuple[Path, ...]) -> None:
     """Verify a monitor report's signature and print its findings."""
-    from ledger.keys import load_public_pem
+    from ledger.evidence.keys import load_public_pem
     from ledger.monitor.report import check_report
 
     doc = check_report(read_file(report), [load_public_pem(read_file(p), str(p)) for p in trust])

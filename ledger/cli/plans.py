@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from ledger.cli._common import db_option, open_store, rev_options
-from ledger.errors import UsageError
+from ledger.evidence.errors import UsageError
 
 
 @click.group("plan")
@@ -33,7 +33,7 @@ def record(
 
     Run on the ledger's host, in a checkout of the repository. Prints the entry id.
     """
-    from ledger import source
+    from ledger.identity import source
     from ledger.plans.ledger import record_plan
     from ledger.qualification.plan import PLAN_FILE
 

@@ -21,7 +21,7 @@ from ledger.cli._common import (
     sandbox_option,
     server_option,
 )
-from ledger.errors import EXIT_NEGATIVE, UsageError
+from ledger.evidence.errors import EXIT_NEGATIVE, UsageError
 
 
 def _headline(report: Any, subset: Sequence[str]) -> str:
@@ -119,10 +119,10 @@ def qualify(
     def progress(msg: str) -> None:
         click.echo(f"{time.monotonic() - t0:7.1f}s  {msg}", err=True)
 
-    from ledger.qualify import Interrupted
-    from ledger.qualify import qualify as run_plan
-    from ledger.record import LocalRecorder, open_recorder
-    from ledger.render import render_qualify
+    from ledger.execution.qualify import Interrupted
+    from ledger.execution.qualify import qualify as run_plan
+    from ledger.read.render import render_qualify
+    from ledger.write.record import LocalRecorder, open_recorder
 
     if executor == "ray" and not server:
         raise UsageError("--executor ray records through a ledger server: give --server URL")
@@ -171,7 +171,7 @@ def qualify(
     nothing_measured = bool(receipts) and all(o == "infra-error" for _, _, o in result.receipts)
     report = None
     if isinstance(recorder, LocalRecorder):
-        from ledger.query import query_status
+        from ledger.read.query import query_status
 
         # The PR's whole verdict, also when only some claims ran now.
         report = query_status(recorder.store, result.query(), claims=(), scope={})

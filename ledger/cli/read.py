@@ -19,7 +19,7 @@ from ledger.cli._common import (
     plan_option,
     rev_options,
 )
-from ledger.errors import EXIT_NEGATIVE, UsageError
+from ledger.evidence.errors import EXIT_NEGATIVE, UsageError
 
 
 def _identity(  # type: ignore[no-untyped-def]
@@ -30,7 +30,7 @@ def _identity(  # type: ignore[no-untyped-def]
     offline: bool = False,
     base: str | None = None,
 ):
-    from ledger import source
+    from ledger.identity import source
 
     return source.identify(
         source.open_repo(repo), rev=rev, pr=pr, plan_file=plan, offline=offline, base=base
@@ -96,8 +96,8 @@ def status(
     and shows as stale otherwise. Exit 0 only when every required claim is
     qualified at the requested scope.
     """
-    from ledger import formats
-    from ledger.render import render_status, terminal_width
+    from ledger.read import formats
+    from ledger.read.render import render_status, terminal_width
 
     ident = _identity(repo, rev, pr, plan, offline, base)
     if ident.plan is None and not claims:
@@ -112,12 +112,12 @@ def status(
     if server:
         # The question is identified here, in this checkout, as a local status
         # would; the server answers it from its ledger.
-        from ledger.client import fetch_status
+        from ledger.remote.client import fetch_status
         from ledger.service.questions import question_of
 
         doc = fetch_status(server, question_of(ident, list(claims), parse_scope(scope)))
     else:
-        from ledger.query import query_status
+        from ledger.read.query import query_status
 
         report = query_status(open_store(db), ident, claims=claims, scope=parse_scope(scope))
         doc = report.to_json()
@@ -156,12 +156,12 @@ def history(
     as_json: bool,
 ) -> None:
     """Every statement and review about a revision, in log order; superseded ones marked."""
-    from ledger.query import history_answer
-    from ledger.render import render_history, terminal_width
+    from ledger.read.query import history_answer
+    from ledger.read.render import render_history, terminal_width
 
     q = _identity(repo, rev, pr, plan, offline, base)
     if server:
-        from ledger.client import fetch_history
+        from ledger.remote.client import fetch_history
         from ledger.service.questions import question_of
 
         doc = fetch_history(server, question_of(q, [], {}))
@@ -182,11 +182,11 @@ def history(
 @json_option
 def show(receipt: str, server: str | None, db: str | None, as_json: bool) -> None:
     """Show a receipt or review: its statement, signer and reviews."""
-    from ledger.query import show_document
-    from ledger.render import render_show, terminal_width
+    from ledger.read.query import show_document
+    from ledger.read.render import render_show, terminal_width
 
     if server:
-        from ledger.client import fetch_entry
+        from ledger.remote.client import fetch_entry
 
         doc = fetch_entry(server, receipt)
     else:
@@ -314,15 +314,15 @@ def export(
     if not output.absolute().parent.is_dir():
         raise UsageError(f"{output.parent}: no such directory")
     if server:
-        from ledger.client import fetch_bundle
+        from ledger.remote.client import fetch_bundle
 
         data = fetch_bundle(server, receipt, artifacts=with_artifacts)
     else:
         store = open_store(db)
         data = do_export(store, receipt, keydir())
         if with_artifacts:
-            from ledger.artifacts import bundle_with_artifacts
-            from ledger.service_local import artifact_of
+            from ledger.write.artifacts import bundle_with_artifacts
+            from ledger.write.service_local import artifact_of
 
             e = store.resolve(receipt)
             arts = e.receipt.predicate.artifacts if e.kind == "receipt" else []
@@ -331,12 +331,12 @@ def export(
                 content, media = artifact_of(store, a.digest["sha256"])
                 files.append((a.digest["sha256"], media, content))
             data = bundle_with_artifacts(data, files)
-    from ledger.files import write_atomically
+    from ledger.cli.files import write_atomically
 
     write_atomically(output, data)
     click.echo(f"wrote {output} ({len(data)} bytes)")
     if with_proof:
-        from ledger.limits import load_json
+        from ledger.evidence.limits import load_json
         from ledger.transparency.proof import proof_of_bundle, proof_path
 
         proof = proof_of_bundle(load_json(data, "bundle"))
@@ -345,24 +345,24 @@ def export(
 
 
 def _export_test_result(receipt: str, output: Path, server: str | None, db: str | None) -> None:
-    from ledger.models import QualificationPredicate
-    from ledger.standard import test_result
+    from ledger.evidence.models import QualificationPredicate
+    from ledger.read.standard import test_result
 
     if not output.absolute().parent.is_dir():
         raise UsageError(f"{output.parent}: no such directory")
     if server:
-        from ledger.client import fetch_entry
+        from ledger.remote.client import fetch_entry
 
         doc = fetch_entry(server, receipt)
     else:
-        from ledger.query import show_document
+        from ledger.read.query import show_document
 
         doc = show_document(open_store(db), receipt)
     if doc["kind"] != "receipt":
         raise UsageError(f"{receipt} is a {doc['kind']}, not a receipt")
     pred = QualificationPredicate.model_validate(doc["statement"]["predicate"])
     data = json.dumps(test_result(doc["id"], pred), indent=2) + "\n"
-    from ledger.files import write_atomically
+    from ledger.cli.files import write_atomically
 
     write_atomically(output, data.encode())
     click.echo(f"wrote {output} ({len(data)} bytes)")
@@ -378,7 +378,7 @@ def audit(server: str | None, token: str | None, db: str | None, as_json: bool) 
     from ledger.log import audit as do_audit
 
     if server:
-        from ledger.client import audit as remote_audit
+        from ledger.remote.client import audit as remote_audit
 
         doc = remote_audit(server, token)
         if as_json:

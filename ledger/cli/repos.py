@@ -23,7 +23,7 @@ def alias(old: str, new: str, reason: str, db: str | None) -> None:
     ledger's host: the alias is a log entry the checkpoint signs and `ledger audit`
     checks). Prints the entry id."""
     from ledger.identity.aliases import add_alias
-    from ledger.repoid import canonical_repo
+    from ledger.identity.repoid import canonical_repo
 
     eid, added = add_alias(open_store(db), old, new, reason)
     click.echo(

@@ -18,7 +18,7 @@ from ledger.cli._common import (
     sandbox_option,
     server_option,
 )
-from ledger.errors import EXIT_NEGATIVE, EXIT_OK, EXIT_USAGE, InputError, UsageError
+from ledger.evidence.errors import EXIT_NEGATIVE, EXIT_OK, EXIT_USAGE, InputError, UsageError
 
 
 def target_options(f: F) -> F:
@@ -139,12 +139,12 @@ def run(
     sandboxed (--sandbox, docs/security.md), writing only its worktree and the
     --result folder. Put `--` before COMMAND.
     """
-    from ledger import source
-    from ledger.attest import record_all, target
     from ledger.execution.trees import worktree
-    from ledger.record import open_recorder
-    from ledger.run import CHECK, MARKER, run_command
+    from ledger.identity import source
     from ledger.sandbox import resolve as resolve_sandbox
+    from ledger.write.attest import record_all, target
+    from ledger.write.record import open_recorder
+    from ledger.write.run import CHECK, MARKER, run_command
 
     _check_target(pr, rev)
     recorder = open_recorder(db, server)

@@ -9,8 +9,8 @@ from typing import Any
 import click
 
 from ledger.cli._common import db_option, emit_json, json_option, server_option
-from ledger.errors import EXIT_NEGATIVE, UsageError
-from ledger.inert import inert
+from ledger.evidence.errors import EXIT_NEGATIVE, UsageError
+from ledger.read.inert import inert
 
 
 def _server_url(server: str | None) -> str:
@@ -37,8 +37,8 @@ def push(server: str | None, token: str | None, as_json: bool) -> None:
     Batches are sent oldest first and removed only once the server
     acknowledged every envelope; exit 1 when any stay behind.
     """
-    from ledger.outbox import Outbox
-    from ledger.outbox import push as do_push
+    from ledger.remote.outbox import Outbox
+    from ledger.remote.outbox import push as do_push
 
     box = Outbox()
     res = do_push(_server_url(server), box, token)
@@ -67,14 +67,14 @@ def artifact() -> None:
 def artifact_get(digest: str, output: Path, server: str | None, db: str | None) -> None:
     """Write an artifact's bytes to FILE after checking them against DIGEST."""
     if server:
-        from ledger.client import fetch_artifact
+        from ledger.remote.client import fetch_artifact
 
         data, media = fetch_artifact(server, digest)
     else:
-        from ledger.service_local import read_artifact
+        from ledger.write.service_local import read_artifact
 
         data, media = read_artifact(db, digest)
-    from ledger.files import write_atomically
+    from ledger.cli.files import write_atomically
 
     write_atomically(output, data)
     click.echo(f"wrote {output} ({len(data)} bytes, {media})")

@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from ledger.cli._common import db_option, keydir, open_store, plan_option, rev_options
-from ledger.errors import EXIT_NEGATIVE, UsageError
+from ledger.evidence.errors import EXIT_NEGATIVE, UsageError
 
 __all__ = ["summary"]
 
@@ -19,7 +19,7 @@ def _plan_bytes(
 ) -> bytes | None:
     """The governing plan's bytes, as `identify` chose it: --plan FILE, the base
     branch's (for a PR) or the commit's own."""
-    from ledger import source
+    from ledger.identity import source
     from ledger.qualification.plan import PLAN_FILE  # lazily: `ledger verify` never needs it
 
     if plan is not None:
@@ -66,11 +66,12 @@ def summary(
     governing plan, an unsigned what-if ({"what_if": ..., "statement": ...}) is
     written instead and the exit status is 1.
     """
-    from ledger import dsse, source
-    from ledger.canonical import canonical_bytes
-    from ledger.keys import active_ledger_key
-    from ledger.query import query_status
-    from ledger.standard import verification_summary
+    from ledger.evidence import dsse
+    from ledger.evidence.canonical import canonical_bytes
+    from ledger.evidence.keys import active_ledger_key
+    from ledger.identity import source
+    from ledger.read.query import query_status
+    from ledger.read.standard import verification_summary
 
     if (pr is None) == (rev is None):
         raise click.UsageError("give exactly one of --pr N or --rev R")
@@ -97,7 +98,7 @@ def summary(
     from ledger.qualification.plan import PLAN_FILE
 
     doc = query_status(store, ident, claims=None, scope={}).to_json()
-    from ledger.errors import Error
+    from ledger.evidence.errors import Error
 
     base_commit = None
     if pr is not None:

@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from ledger.cli._common import db_option, emit_json, json_option, open_store, rev_options
-from ledger.errors import UsageError
+from ledger.evidence.errors import UsageError
 
 __all__ = ["trend"]
 
@@ -52,8 +52,8 @@ def trend(
     error over its floor, else the peak bytes; on the base branch's last N
     commits (oldest first), then on each head of --pr N as recorded.
     """
-    from ledger import source
-    from ledger.render import render_trend
+    from ledger.identity import source
+    from ledger.read.render import render_trend
     from ledger.trend import trend as trend_of
 
     if pr is None and rev is None:

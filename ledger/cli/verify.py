@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from ledger.cli._io import echo, emit_json, read_file
-from ledger.errors import EXIT_NEGATIVE, Error, UsageError, VerificationError
+from ledger.evidence.errors import EXIT_NEGATIVE, Error, UsageError, VerificationError
 
 __all__ = ["SERVERS_WORD", "VerifyRequest", "run_verify"]
 
@@ -63,7 +63,7 @@ def _witnessed_bundle(policy: Path | None, raw: bytes) -> str | None:
 def run_verify(req: VerifyRequest) -> None:
     """Verify, print the report (or one JSON document), and exit 1 through
     SystemExit when the receipt is not the one expected."""
-    from ledger.render_verification import render_verification
+    from ledger.read.render_verification import render_verification
     from ledger.verify.report import mismatches
 
     target, trust, newer, server = req.target, req.trust, req.newer, req.server
@@ -89,7 +89,7 @@ def run_verify(req: VerifyRequest) -> None:
             raise UsageError(f"{target}: no such file")
         if path.is_file():
             # Offline: the store-free verifier only, so no database code is loaded.
-            from ledger.keys import load_public_pem
+            from ledger.evidence.keys import load_public_pem
             from ledger.verify import verify_bundle
 
             anchors = [load_public_pem(read_file(Path(t)), str(t)) for t in trust]
@@ -97,7 +97,7 @@ def run_verify(req: VerifyRequest) -> None:
             raw = read_file(path)
             report = verify_bundle(raw, anchors)
             witnessed = _witnessed_bundle(req.policy, raw)
-            from ledger.artifacts import check_bundle_artifacts
+            from ledger.write.artifacts import check_bundle_artifacts
 
             # Artifacts an `export --artifacts` put inside, against what the receipt names.
             artifacts_checked = check_bundle_artifacts(raw, report.statement)
@@ -110,8 +110,8 @@ def run_verify(req: VerifyRequest) -> None:
         elif server and trust:
             # The server only carries bytes: the bundle is verified here, against
             # --trust alone, and must be the receipt asked for.
-            from ledger.client import fetch_bundle
-            from ledger.keys import load_public_pem
+            from ledger.evidence.keys import load_public_pem
+            from ledger.remote.client import fetch_bundle
             from ledger.verify import verify_bundle
 
             anchors = [load_public_pem(read_file(Path(t)), str(t)) for t in trust]
@@ -123,7 +123,7 @@ def run_verify(req: VerifyRequest) -> None:
         elif server and req.policy is not None:
             raise UsageError("--policy with --server needs --trust (the bundle is verified here)")
         elif server:
-            from ledger.client import fetch_verification
+            from ledger.remote.client import fetch_verification
 
             remote = fetch_verification(server, target)
             remote["anchor"] = f"{SERVERS_WORD} ({server}); give --trust PEM to verify here"

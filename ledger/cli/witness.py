@@ -8,10 +8,10 @@ from typing import TYPE_CHECKING
 import click
 
 from ledger.cli._common import keydir, read_file
-from ledger.errors import UsageError
+from ledger.evidence.errors import UsageError
 
 if TYPE_CHECKING:
-    from ledger.keys import LocalKey
+    from ledger.evidence.keys import LocalKey
 
 
 @click.group()
@@ -20,7 +20,7 @@ def witness() -> None:
 
 
 def _key(name: str) -> LocalKey:
-    from ledger.errors import NotFoundError
+    from ledger.evidence.errors import NotFoundError
 
     keys = keydir()
     try:

@@ -21,7 +21,7 @@ from ledger.cli._common import (
     rev_options,
     server_option,
 )
-from ledger.errors import InputError, UsageError
+from ledger.evidence.errors import InputError, UsageError
 
 
 @click.command()
@@ -118,11 +118,11 @@ def attest(
     Commit, tree, parents, PR, merge-base, dirty flag and package identity are
     read from the repository; the rest comes from the options. Prints the id.
     """
-    from ledger.attest import attest as do_attest
-    from ledger.attest import rfc3339
-    from ledger.environment import fingerprint
-    from ledger.record import open_recorder
-    from ledger.statement import Facts
+    from ledger.evidence.statement import Facts
+    from ledger.identity.environment import fingerprint
+    from ledger.write.attest import attest as do_attest
+    from ledger.write.attest import rfc3339
+    from ledger.write.record import open_recorder
 
     # The result exists already: with the server down it is signed and kept in
     # the outbox (`ledger push` delivers it), never lost.
@@ -186,7 +186,7 @@ def attest(
 @json_option
 def record(envelopes: Sequence[Path], db: str | None, as_json: bool) -> None:
     """Verify and record signed envelopes (all or nothing)."""
-    from ledger.ingest import record as do_record
+    from ledger.write.ingest import record as do_record
 
     recs = do_record(open_store(db), [read_file(p) for p in envelopes])
     if as_json:
@@ -218,8 +218,8 @@ def review(
     db: str | None,
 ) -> None:
     """Countersign (or dispute) a receipt with a reviewer key other than its signer."""
-    from ledger.record import LocalRecorder, Recorder, open_recorder
-    from ledger.record import review as do_review
+    from ledger.write.record import LocalRecorder, Recorder, open_recorder
+    from ledger.write.record import review as do_review
 
     if concur == dispute:
         raise UsageError("give exactly one of --concur or --dispute")
@@ -258,18 +258,18 @@ def supersede(
     lifted only by its own signer, or once an independent reviewer concurs
     with the new receipt (until then: supersession pending review).
     """
-    from ledger.inert import inert
-    from ledger.record import open_recorder
-    from ledger.supersede import plan_supersession
-    from ledger.supersede import supersede as do_supersede
+    from ledger.read.inert import inert
+    from ledger.write.record import open_recorder
+    from ledger.write.supersede import plan_supersession
+    from ledger.write.supersede import supersede as do_supersede
 
     key = keydir().load(key_name)
     if server:
-        from ledger.client import fetch_entry
+        from ledger.remote.client import fetch_entry
 
         shown = fetch_entry(server, receipt)
     else:
-        from ledger.query import show_document
+        from ledger.read.query import show_document
 
         shown = show_document(open_store(db), receipt)
     planned = plan_supersession(shown, key, reason, "failed" if outcome == "failed" else "passed")

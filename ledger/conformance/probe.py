@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ledger.errors import InputError, UsageError
+from ledger.evidence.errors import InputError, UsageError
 from ledger.qualification.plan import ClaimSpec, Plan
 from ledger.sandbox import Sandbox
 

@@ -6,6 +6,12 @@ on the GPUs of this host, each on GPUs of its own (`devices.DevicePool`);
 `ray` hands each claim to a Ray cluster as a task asking for ``world_size``
 GPUs (`ray_executor`). The ledger schedules nothing beyond assigning the GPUs
 of one host: across hosts, Ray does.
+
+`qualify` orchestrates them (`ledger qualify`): a plan's claims on a temporary
+checkout of the revision, each finished claim signed and recorded at once
+through the write path. Orchestration imports the write path, identity, the
+plan, the sandbox and, lazily, `runners` (torch: the only way into it from
+`ledger`); only the command line (`cli/qualify.py`) imports it.
 """
 
 from ledger.execution.claimrun import ClaimRun, Finished

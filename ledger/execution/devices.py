@@ -12,7 +12,7 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ledger.errors import UsageError
+from ledger.evidence.errors import UsageError
 
 __all__ = ["Device", "DevicePool", "gpu_model", "parse_gpus", "visible_gpus"]
 

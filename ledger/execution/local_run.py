@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import git
 
+from ledger.evidence.keys import LocalKey
 from ledger.execution.claimrun import ClaimRun, Finished
 from ledger.execution.devices import Device as GpuDevice
 from ledger.execution.devices import DevicePool, visible_gpus
@@ -31,11 +32,10 @@ from ledger.fleet.ci import ci_job
 from ledger.fleet.dcgm import diagnose
 from ledger.fleet.evidence import health_evidence
 from ledger.fleet.quarantine import bound, skip_quarantined
-from ledger.keys import LocalKey
+from ledger.identity.revision import Revision
 from ledger.qualification.plan import ClaimSpec, Plan
-from ledger.record import Recorder
-from ledger.revision import Revision
 from ledger.sandbox import Sandbox
+from ledger.write.record import Recorder
 
 if TYPE_CHECKING:
     from runners.forkparent import Launched, Spec

@@ -30,10 +30,10 @@ from typing import Any
 
 import git
 
-from ledger.errors import UsageError
+from ledger.evidence.errors import UsageError
 from ledger.execution.claimrun import ClaimRun, ReceiptRow
 from ledger.fleet.ci import ci_job
-from ledger.revision import Revision
+from ledger.identity.revision import Revision
 
 __all__ = ["bundle_revision", "run_on_ray", "too_wide"]
 

@@ -38,7 +38,7 @@ from ledger.execution.claimrun import ClaimRun
 from ledger.execution.commit_servers import CommitServers
 
 if TYPE_CHECKING:
-    from ledger.keys import LocalKey
+    from ledger.evidence.keys import LocalKey
     from ledger.sandbox import Sandbox
 
 __all__ = ["run_claim_task"]
@@ -49,7 +49,7 @@ arrives as KeyboardInterrupt, which a thread blocked without a timeout never see
 
 
 def _revision(source: dict[str, Any], root: Path) -> Any:
-    from ledger.revision import Revision
+    from ledger.identity.revision import Revision
 
     package = source.get("package")
     digest: str | None = None
@@ -58,7 +58,7 @@ def _revision(source: dict[str, Any], root: Path) -> Any:
     if package:
         import git
 
-        from ledger.source import package_identity
+        from ledger.identity.source import package_identity
 
         # The package identity covers this host's installed distributions: computed here.
         ident = package_identity(
@@ -235,9 +235,9 @@ class _Task:
 def _setup(payload: dict[str, Any], job_id: str, devices: list[str]) -> _Task | dict[str, Any]:
     """The claim's key, sandbox and this worker's state; an error result where the host
     lacks one."""
-    from ledger.errors import UsageError
-    from ledger.keys import KeyDir
-    from ledger.outbox import default_dir
+    from ledger.evidence.errors import UsageError
+    from ledger.evidence.keys import KeyDir
+    from ledger.remote.outbox import default_dir
     from ledger.sandbox import resolve
 
     run = ClaimRun.from_json(payload["run"])
@@ -324,7 +324,7 @@ def _run_claim(
     from ledger.execution.receipts import record_results
     from ledger.fleet.evidence import health_evidence
     from ledger.fleet.health import Watch, uuids_of
-    from ledger.record import RemoteRecorder
+    from ledger.write.record import RemoteRecorder
     from runners.isolated import run_claim_isolated
     from runners.preload import learned, remember_modules
 

@@ -10,17 +10,23 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ledger.artifacts import MAX_ARTIFACT_BYTES
-from ledger.keys import LocalKey
-from ledger.models import Outcome
+from ledger.evidence.keys import LocalKey
+from ledger.evidence.models import Outcome
+from ledger.evidence.statement import (
+    ArtifactFile,
+    Facts,
+    build_statement,
+    describe_artifact,
+    timestamp,
+)
+from ledger.identity.revision import Revision
 from ledger.outputs.beneath import Folder, Refused
 from ledger.outputs.declared import refusal
-from ledger.record import Recorder, sign_and_record
-from ledger.revision import Revision
-from ledger.statement import ArtifactFile, Facts, build_statement, describe_artifact, timestamp
+from ledger.write.artifacts import MAX_ARTIFACT_BYTES
+from ledger.write.record import Recorder, sign_and_record
 
 if TYPE_CHECKING:
-    from ledger.ingest import Recorded
+    from ledger.write.ingest import Recorded
     from runners.result import CheckResult
 
 __all__ = ["claim_artifacts", "record_results"]

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import NamedTuple
 
-from ledger.humanize import figures
+from ledger.read.humanize import figures
 
 __all__ = ["Said", "finished_line"]
 

@@ -14,7 +14,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from ledger.errors import UsageError
+from ledger.evidence.errors import UsageError
 from ledger.fleet.report import QUARANTINE_ENV, fleet_report, quarantined, store_predicates
 
 if TYPE_CHECKING:

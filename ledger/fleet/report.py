@@ -167,7 +167,7 @@ def fleet_report(predicates: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
 def store_predicates(store: Store) -> list[dict[str, Any]]:
     """Every receipt's predicate whose signer stands (registered runner, not revoked),
     in log order; an entry that does not read counts for nothing (`ledger audit`)."""
-    from ledger.errors import Error
+    from ledger.evidence.errors import Error
     from ledger.verify.logged import standing
 
     keys = store.keys()

@@ -1,3 +1,13 @@
-"""A repository's identity with a history: aliases the ledger's operator logs so
-that receipts recorded under an earlier id (a folder name, a root commit, an old
-remote) count under the current one, and the hint when evidence sits under another."""
+"""What a receipt speaks of: the identity of a revision (`revision`), of a repository
+(`repoid`, the canonical id; `aliases`, the earlier ids the operator logged as the
+same repository, and the hint when evidence sits under another), of an environment
+(`environment`, Ledger's own, read without importing torch; `interpreter`, the
+`python` a command runs with, asked in a subprocess; `environment_identity`, the
+lock files and distributions a package identity covers), and `source`, reading git
+to build a revision's whole identity (`identify`) for a new statement and for a
+question alike. Writers, orchestration, queries and the verdict may import it. It
+imports the evidence format; besides, `source` imports the plan that says what a
+package is (`qualification.plan`, `plans.entry`) and `aliases` the store its entries
+live in; nothing here imports a writer, a server or a renderer. Importing this
+package imports none of its modules: GitPython is loaded by `source` alone, for the
+commands that read git."""

@@ -9,9 +9,9 @@ from typing import Any
 
 from sqlalchemy import func, select
 
-from ledger.canonical import canonical_bytes, receipt_id
-from ledger.errors import Error, RefusedError, UsageError
-from ledger.repoid import canonical_repo
+from ledger.evidence.canonical import canonical_bytes, receipt_id
+from ledger.evidence.errors import Error, RefusedError, UsageError
+from ledger.identity.repoid import canonical_repo
 from ledger.store.store import RECEIPT, Store
 
 __all__ = ["add_alias", "alias_body", "aliases_of", "elsewhere", "read_alias"]

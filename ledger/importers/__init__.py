@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ledger.errors import InputError
+from ledger.evidence.errors import InputError
+from ledger.evidence.statement import Facts
 from ledger.importers.reader import (
     CHECKS,
     FORMATS,
@@ -28,7 +29,6 @@ from ledger.importers.reader import (
     planned,
     source_files,
 )
-from ledger.statement import Facts
 
 __all__ = [
     "CHECKS",

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ledger.errors import InputError
+from ledger.evidence.errors import InputError
 from ledger.importers.reader import ClaimMap, Context, Finding, source_files
 
 __all__ = ["KINDS", "Event", "load", "read"]

@@ -33,13 +33,13 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from cryptography.hazmat.primitives.serialization import load_pem_public_key
 
-from ledger.dsse import pae
-from ledger.errors import InputError
+from ledger.evidence.dsse import pae
+from ledger.evidence.errors import InputError
+from ledger.identity.repoid import canonical_repo
+from ledger.identity.revision import Revision
 from ledger.importers.reader import ClaimMap, Context, Finding, planned
 from ledger.importers.sigstore import identity as _identity
 from ledger.importers.sigstore import leaf as sigstore_leaf
-from ledger.repoid import canonical_repo
-from ledger.revision import Revision
 
 __all__ = ["PREDICATE_TYPE", "load_trusted_key", "read"]
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 from xml.etree import ElementTree
 
-from ledger.errors import InputError
+from ledger.evidence.errors import InputError
 from ledger.importers.reader import ClaimMap, Context, Finding, planned
 
 __all__ = ["node_to_id", "read", "select"]

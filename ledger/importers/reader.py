@@ -14,8 +14,8 @@ from typing import Any
 
 from pydantic import JsonValue
 
-from ledger.models import Outcome
-from ledger.revision import Revision
+from ledger.evidence.models import Outcome
+from ledger.identity.revision import Revision
 
 __all__ = [
     "CHECKS",

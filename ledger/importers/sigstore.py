@@ -23,7 +23,7 @@ from typing import Any
 from cryptography import x509
 from cryptography.exceptions import InvalidSignature
 
-from ledger.errors import InputError
+from ledger.evidence.errors import InputError
 
 __all__ = ["identity", "leaf", "load_roots"]
 

@@ -11,11 +11,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ledger._internal import merkle
-from ledger.canonical import sha256_hex
-from ledger.entry import LoggedEntry, envelope_body
-from ledger.errors import Error, VerificationError
-from ledger.ingest import receipt_index, review_index
-from ledger.keys import KeyInfo
+from ledger.evidence.canonical import sha256_hex
+from ledger.evidence.entry import LoggedEntry, envelope_body
+from ledger.evidence.errors import Error, VerificationError
+from ledger.evidence.keys import KeyInfo
 from ledger.log.checkpoints import ledger_signer
 from ledger.store.store import (
     ARTIFACT,
@@ -29,6 +28,7 @@ from ledger.store.store import (
     Store,
 )
 from ledger.verify.envelope import verify_envelope
+from ledger.write.ingest import receipt_index, review_index
 
 __all__ = ["AuditReport", "audit"]
 
@@ -264,8 +264,8 @@ def _entries(store: Store, rows: _Rows, rep: AuditReport) -> tuple[list[bytes], 
 
 def _artifacts(store: Store, rows: _Rows) -> Iterable[str]:
     """Each stored artifact against its digest and against what a receipt says of it."""
-    from ledger.artifacts import for_ledger
-    from ledger.errors import Error
+    from ledger.evidence.errors import Error
+    from ledger.write.artifacts import for_ledger
 
     files = for_ledger(store.url)
     for a in store.table_rows(ARTIFACT, ARTIFACT.c.sha256):

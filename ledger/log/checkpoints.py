@@ -14,8 +14,8 @@ from ledger._internal.checkpoint import (
     sign_checkpoint,
     verify_by_key,
 )
-from ledger.errors import CheckpointError, UsageError, VerificationError
-from ledger.keys import KeyDir, KeyInfo, LocalKey, active_ledger_key
+from ledger.evidence.errors import CheckpointError, UsageError, VerificationError
+from ledger.evidence.keys import KeyDir, KeyInfo, LocalKey, active_ledger_key
 from ledger.store.store import Store
 
 __all__ = ["checkpoint", "ledger_signer", "origin", "rotate_ledger_key", "verify_note"]
@@ -110,7 +110,7 @@ def rotate_ledger_key(store: Store, keys: KeyDir, name: str | None = None) -> tu
     at its revocation); new checkpoints are signed by the new key. Returns
     (the old key, the new key id).
     """
-    from ledger.ingest import register_key, revoke_key
+    from ledger.write.ingest import register_key, revoke_key
 
     old = active_ledger_key(store.keys())
     taken = {k.name for k in store.keys().values()} | set(keys.names())

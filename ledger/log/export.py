@@ -7,11 +7,11 @@ from __future__ import annotations
 from typing import Any
 
 from ledger._internal import merkle
-from ledger.canonical import canonical_bytes
-from ledger.entry import LoggedEntry
-from ledger.keys import KeyDir
+from ledger.evidence.canonical import canonical_bytes
+from ledger.evidence.entry import LoggedEntry
+from ledger.evidence.keys import KeyDir
+from ledger.evidence.models import BUNDLE_TYPE
 from ledger.log.proofs import inclusion
-from ledger.models import BUNDLE_TYPE
 from ledger.store.store import Store
 
 __all__ = ["export"]

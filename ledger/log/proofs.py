@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ledger._internal import merkle
-from ledger.errors import MerkleError, NotFoundError, VerificationError
-from ledger.keys import KeyDir
+from ledger.evidence.errors import MerkleError, NotFoundError, VerificationError
+from ledger.evidence.keys import KeyDir
 from ledger.log.checkpoints import checkpoint, verify_note
 from ledger.store.store import Store
 

@@ -19,9 +19,9 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from ledger._internal import merkle
 from ledger._internal.checkpoint import Checkpoint, parse_checkpoint
 from ledger._internal.witness import check_extends, consistency_doc, signed_by_any
-from ledger.errors import Error, NotFoundError, UsageError, VerificationError
-from ledger.keys import KeyDir
-from ledger.limits import MAX_INT
+from ledger.evidence.errors import Error, NotFoundError, UsageError, VerificationError
+from ledger.evidence.keys import KeyDir
+from ledger.evidence.limits import MAX_INT
 from ledger.log.checkpoints import checkpoint, ledger_signer, verify_note
 from ledger.store.store import Store
 
@@ -119,7 +119,7 @@ class ServerSource:
         if old > new:
             return []
         q = urllib.parse.urlencode({"from": old, "to": new})
-        from ledger.limits import load_json
+        from ledger.evidence.limits import load_json
 
         doc = load_json(self._get(f"/v1/log/consistency?{q}"), "consistency proof")
         try:

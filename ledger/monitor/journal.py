@@ -1,6 +1,6 @@
 """A host's append-only journal of the statements its keys signed.
 
-Every statement this host signs (`ledger.statement.sign_statement`) adds one
+Every statement this host signs (`ledger.evidence.statement.sign_statement`) adds one
 JSON line: the statement's id (``sha256:`` of the signed payload), the key
 id, the time. `ledger monitor` compares a log with it: a receipt under this
 host's key that its journal lacks was signed somewhere else, with a copy of
@@ -16,8 +16,8 @@ import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
-from ledger.canonical import receipt_id
-from ledger.errors import InputError
+from ledger.evidence.canonical import receipt_id
+from ledger.evidence.errors import InputError
 
 __all__ = ["journal_path", "read_journal", "record_signed"]
 
@@ -27,7 +27,7 @@ def journal_path() -> Path | None:
     env = os.environ.get("LEDGER_JOURNAL")
     if env:
         return Path(env)
-    from ledger.keys import default_key_dir
+    from ledger.evidence.keys import default_key_dir
 
     keys = default_key_dir()
     return keys / "journal.jsonl" if keys.is_dir() else None

@@ -11,9 +11,9 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from ledger._internal import merkle
 from ledger._internal.witness import signed_by_any
-from ledger.entry import LoggedEntry
-from ledger.errors import Error, UsageError, VerificationError
-from ledger.keys import KeyInfo
+from ledger.evidence.entry import LoggedEntry
+from ledger.evidence.errors import Error, UsageError, VerificationError
+from ledger.evidence.keys import KeyInfo
 from ledger.monitor.watch import LogView
 from ledger.transparency.policy import Policy
 
@@ -50,7 +50,7 @@ def remote_view(
     url: str, trust: list[Ed25519PublicKey], policy: Policy | None, timeout: float = 30
 ) -> LogView:
     """The log at `url` up to its served checkpoint (signed by `trust`, or meeting `policy`)."""
-    from ledger import client
+    from ledger.remote import client
 
     if not trust and policy is None:
         raise UsageError("--server needs --trust LEDGER_KEY_PEM or --policy POLICY")

@@ -9,11 +9,11 @@ from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from ledger import dsse
-from ledger.canonical import canonical_bytes
-from ledger.errors import VerificationError
-from ledger.keys import LocalKey, key_id
-from ledger.kinds import STATEMENT_TYPE
+from ledger.evidence import dsse
+from ledger.evidence.canonical import canonical_bytes
+from ledger.evidence.errors import VerificationError
+from ledger.evidence.keys import LocalKey, key_id
+from ledger.evidence.kinds import STATEMENT_TYPE
 from ledger.monitor.watch import Scan
 
 __all__ = ["MONITOR_PREDICATE", "check_report", "sign_report"]

@@ -23,9 +23,9 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
-from ledger.entry import LoggedEntry
-from ledger.errors import Error
-from ledger.keys import KeyInfo
+from ledger.evidence.entry import LoggedEntry
+from ledger.evidence.errors import Error
+from ledger.evidence.keys import KeyInfo
 from ledger.store.store import Store
 
 __all__ = ["MIN_HISTORY_HOURS", "Finding", "LogView", "Scan", "scan", "store_view"]

@@ -15,10 +15,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-from ledger.errors import UsageError
+from ledger.evidence.errors import UsageError
+from ledger.evidence.statement import ArtifactFile, describe_artifact
 from ledger.outputs.beneath import Folder, Refused, parts_of
 from ledger.outputs.match import has_magic, match
-from ledger.statement import ArtifactFile, describe_artifact
 
 __all__ = ["Collected", "Declared", "collect", "declare", "refusal"]
 

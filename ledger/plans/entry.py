@@ -9,8 +9,8 @@ import binascii
 from dataclasses import dataclass
 from typing import Any
 
-from ledger.canonical import canonical_bytes
-from ledger.errors import Error, RefusedError
+from ledger.evidence.canonical import canonical_bytes
+from ledger.evidence.errors import Error, RefusedError
 from ledger.plans.objects import GitObject, object_id, raw_objects, walk
 from ledger.qualification.plan import Plan, parse_plan
 

@@ -9,10 +9,10 @@ from typing import Any
 
 from sqlalchemy import select
 
-from ledger.canonical import receipt_id
-from ledger.errors import Error
+from ledger.evidence.canonical import receipt_id
+from ledger.evidence.errors import Error
+from ledger.identity.repoid import canonical_repo
 from ledger.plans.entry import PlanEvidence, RecordedPlan, plan_body, read_plan_entry
-from ledger.repoid import canonical_repo
 from ledger.store.store import LOG, Store
 
 __all__ = ["governing_plan", "record_governing", "record_plan", "record_sent"]
@@ -73,12 +73,12 @@ def governing_plan(
 
 
 def record_governing(recorder: object, ident: object) -> str | None:
-    """Record the governing plan of a writer's question (`ledger.source.Identity`)
+    """Record the governing plan of a writer's question (`ledger.identity.source.Identity`)
     in a local ledger, beside the receipts it is about to record; the entry id, or
     None where there is nothing to record (no committed plan: --plan FILE, or none)
     or the ledger is a server's (which records plans given by its host's operator)."""
-    from ledger.record import LocalRecorder, RemoteRecorder
-    from ledger.source import Identity
+    from ledger.identity.source import Identity
+    from ledger.write.record import LocalRecorder, RemoteRecorder
 
     assert isinstance(ident, Identity)
     if ident.governing is None:
@@ -87,7 +87,7 @@ def record_governing(recorder: object, ident: object) -> str | None:
     if isinstance(recorder, RemoteRecorder):
         import sys
 
-        from ledger.client import post_plan
+        from ledger.remote.client import post_plan
 
         doc = json.loads(plan_body(canonical_repo(r.repo), r.pr, r.commit, ident.governing))
         try:

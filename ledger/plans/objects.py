@@ -7,7 +7,7 @@ import hashlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ledger.errors import RefusedError
+from ledger.evidence.errors import RefusedError
 
 __all__ = ["GitObject", "object_id", "raw_objects", "walk"]
 

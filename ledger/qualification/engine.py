@@ -15,7 +15,7 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from ledger.errors import InputError
+from ledger.evidence.errors import InputError
 from ledger.qualification import rules, supersession
 from ledger.qualification.evidence import ReceiptEvidence, ReviewEvidence, Revision, short_id
 from ledger.qualification.plan import CarryOver, Plan

@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from ledger.models import QualificationPredicate, QualificationStatement
-from ledger.revision import Revision
+from ledger.evidence.models import QualificationPredicate, QualificationStatement
+from ledger.identity.revision import Revision
 
 __all__ = ["ReceiptEvidence", "ReviewEvidence", "Revision", "short_id"]
 

@@ -29,8 +29,8 @@ from pydantic import (
 )
 from pydantic_core import ErrorDetails
 
-from ledger.errors import InputError
-from ledger.limits import check_nesting
+from ledger.evidence.errors import InputError
+from ledger.evidence.limits import check_nesting
 
 __all__ = [
     "DEFAULT_TIMEOUT_S",

@@ -15,7 +15,7 @@ from typing import Literal, TypeAlias
 
 from pydantic import JsonValue
 
-from ledger.models import Outcome
+from ledger.evidence.models import Outcome
 from ledger.qualification.evidence import ReceiptEvidence, Revision, short_id
 from ledger.qualification.plan import OBSERVER_OFF_CONTROL_CHECK, CarryOver, ClaimSpec, Plan
 from ledger.qualification.scope import Facets, covers
@@ -241,7 +241,7 @@ def not_carried(r: ReceiptEvidence, revision: Revision, req: Requirement) -> Rea
         and src.package is not None
         and (src.package.parts or revision.package_parts)
     ):
-        from ledger.environment_identity import differing
+        from ledger.identity.environment_identity import differing
 
         parts = differing(src.package.parts, dict(revision.package_parts))
         text = (

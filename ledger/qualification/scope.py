@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TypeAlias
 
-from ledger.errors import InputError
+from ledger.evidence.errors import InputError
 
 __all__ = ["Facets", "covers", "format_scope", "merge_scopes", "scope_key"]
 

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal, get_args
 
-from ledger.errors import UsageError
+from ledger.evidence.errors import UsageError
 from ledger.sandbox.mounts import system_mounts
 
 PID_NAMESPACE_VAR = "SANDBOX_PID_NAMESPACE"

@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from ledger.errors import UsageError
+from ledger.evidence.errors import UsageError
 from ledger.sandbox import SandboxPolicy, render
 
 __all__ = ["shared_namespaces"]

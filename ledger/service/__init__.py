@@ -1,7 +1,7 @@
 """`ledger serve`: the team ledger as an ASGI service (Starlette under uvicorn).
 
 Starlette rather than FastAPI: the request bodies are signed DSSE envelopes
-that `ledger.ingest` verifies byte for byte with its own models, so FastAPI's
+that `ledger.write.ingest` verifies byte for byte with its own models, so FastAPI's
 pydantic request models would only parse every body a second time, and its
 dependency injection buys nothing for a dozen routes. The OpenAPI document at
 `/openapi.json` is written out in `ledger.service.openapi` instead of being

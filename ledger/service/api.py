@@ -21,7 +21,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from ledger.errors import (
+from ledger.evidence.errors import (
     Error,
     InputError,
     NotFoundError,
@@ -29,7 +29,7 @@ from ledger.errors import (
     UsageError,
     VerificationError,
 )
-from ledger.limits import check_media_type, load_json
+from ledger.evidence.limits import check_media_type, load_json
 from ledger.service.limits import BodyTooLarge, read_body
 
 if TYPE_CHECKING:
@@ -111,7 +111,8 @@ def guarded(fn: Handler) -> Handler:
 
 
 def _json_body(data: bytes) -> Any:
-    # Depth- and integer-bounded (ledger.limits): a body nested 100,000 deep is a 400, not a 500.
+    # Depth- and integer-bounded (ledger.evidence.limits): a body nested 100,000 deep is a
+    # 400, not a 500.
     try:
         return load_json(data, "")
     except InputError as e:
@@ -167,7 +168,7 @@ def _ref(request: Request) -> str:
 
 
 async def entry(request: Request) -> Response:
-    from ledger.query import show_document
+    from ledger.read.query import show_document
 
     led = _ledger(request)
     return json_response(await run_in_threadpool(show_document, led.store(), _ref(request)))
@@ -293,7 +294,7 @@ async def proof(request: Request) -> Response:
 
 
 def _size(q: Any, name: str) -> int | None:
-    from ledger.limits import MAX_INT
+    from ledger.evidence.limits import MAX_INT
 
     text = q.get(name)
     if text is None:
@@ -388,8 +389,8 @@ async def list_keys(request: Request) -> Response:
 
 
 async def add_key(request: Request) -> Response:
-    from ledger.ingest import register_key
-    from ledger.keys import load_public_pem
+    from ledger.evidence.keys import load_public_pem
+    from ledger.write.ingest import register_key
 
     led = _ledger(request)
     holder = led.holder(request, "keys")
@@ -424,7 +425,7 @@ async def add_plan(request: Request) -> Response:
 
 
 async def revoke(request: Request) -> Response:
-    from ledger.ingest import revoke_key
+    from ledger.write.ingest import revoke_key
 
     led = _ledger(request)
     holder = led.holder(request, "keys")
@@ -439,13 +440,13 @@ async def revoke(request: Request) -> Response:
 
 
 def _digest_param(request: Request) -> str:
-    from ledger.artifacts import _digest
+    from ledger.write.artifacts import _digest
 
     return _digest(str(request.path_params["digest"]))
 
 
 async def put_artifact(request: Request) -> Response:
-    from ledger.artifacts import MAX_ARTIFACT_BYTES
+    from ledger.write.artifacts import MAX_ARTIFACT_BYTES
 
     led = _ledger(request)
     holder = led.holder(request, "runner")

@@ -14,14 +14,14 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from ledger.artifacts import ArtifactStore, for_ledger
-from ledger.errors import Error
-from ledger.keys import KeyDir, active_ledger_key
+from ledger.evidence.errors import Error
+from ledger.evidence.keys import KeyDir, active_ledger_key
 from ledger.service import api
 from ledger.service.auth import Tokens
 from ledger.service.limits import DEADLINE_S, MAX_BODY_BYTES, Limits
 from ledger.service.state import Ledger
 from ledger.store.store import Store
+from ledger.write.artifacts import ArtifactStore, for_ledger
 
 __all__ = ["Ledger", "create_app"]
 
@@ -76,8 +76,8 @@ def create_app(
     mirrors: Sequence[Path] = (),
 ) -> Any:
     """The ASGI application (Starlette wrapped in the request limits)."""
-    from ledger.artifacts import MAX_ARTIFACT_BYTES
     from ledger.service.web import pages
+    from ledger.write.artifacts import MAX_ARTIFACT_BYTES
 
     store.live = True
     ledger = Ledger(

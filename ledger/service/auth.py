@@ -30,8 +30,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, get_args
 
-from ledger.errors import Error, UsageError
-from ledger.keys import check_not_world_writable
+from ledger.evidence.errors import Error, UsageError
+from ledger.evidence.keys import check_not_world_writable
 
 __all__ = [
     "ROLES",

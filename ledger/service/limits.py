@@ -18,7 +18,7 @@ from typing import Any
 
 from starlette.requests import Request
 
-from ledger.errors import Error
+from ledger.evidence.errors import Error
 
 __all__ = [
     "DEADLINE_S",
@@ -35,7 +35,7 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
-# The batch bound ledger.client holds too: sixteen envelopes of the largest size (1 MiB).
+# The batch bound ledger.remote.client holds too: sixteen envelopes of the largest size (1 MiB).
 MAX_BODY_BYTES = 16 * 1024 * 1024
 DEADLINE_S = 60.0
 

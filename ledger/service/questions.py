@@ -24,13 +24,19 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from ledger.errors import Error, InputError, NotFoundError, RefusedError, first_validation_error
+from ledger.evidence.errors import (
+    Error,
+    InputError,
+    NotFoundError,
+    RefusedError,
+    first_validation_error,
+)
+from ledger.identity.repoid import canonical_repo
+from ledger.identity.revision import Revision
+from ledger.identity.source import Identity
 from ledger.qualification.plan import Plan
-from ledger.query import history_answer, query_status
-from ledger.repoid import canonical_repo
-from ledger.revision import Revision
+from ledger.read.query import history_answer, query_status
 from ledger.service.answers import Answers
-from ledger.source import Identity
 from ledger.store.store import Store
 
 __all__ = [
@@ -162,7 +168,7 @@ def _from_mirror(
 ) -> Identity | None:
     """The question as the CLI would identify it (`--offline`), in a checkout the
     server was given (`ledger serve --repo PATH`, a mirror the team keeps fetched)."""
-    from ledger import source
+    from ledger.identity import source
 
     for path in mirrors:
         try:
@@ -194,7 +200,7 @@ def identity_from_log(
         raise InputError("give pr=N or rev=COMMIT")
     if rev is not None and (len(rev) < 7 or not all(c in "0123456789abcdef" for c in rev.lower())):
         raise InputError(f"rev {rev!r}: expected a commit (7+ hex digits)")
-    from ledger.query import repo_ids
+    from ledger.read.query import repo_ids
 
     # The newest receipt under the id or any earlier id the operator aliased to it.
     rows = [

@@ -13,13 +13,13 @@ from typing import Any
 
 from sqlalchemy.engine import make_url
 
-from ledger.artifacts import for_ledger
-from ledger.errors import UsageError
-from ledger.keys import KeyDir
+from ledger.evidence.errors import UsageError
+from ledger.evidence.keys import KeyDir
 from ledger.service.auth import Tokens
 from ledger.service.guard import HEADER_TIMEOUT_S, MAX_PER_CLIENT
 from ledger.service.limits import DEADLINE_S
 from ledger.store.store import Store
+from ledger.write.artifacts import for_ledger
 
 __all__ = ["DEFAULT_HOST", "DEFAULT_PORT", "MAX_CONNECTIONS", "Running", "serve", "start"]
 

@@ -17,13 +17,13 @@ from typing import Any
 
 from starlette.requests import Request
 
-from ledger.artifacts import ArtifactStore
-from ledger.errors import Error, NotFoundError, RefusedError
-from ledger.keys import KeyDir
+from ledger.evidence.errors import Error, NotFoundError, RefusedError
+from ledger.evidence.keys import KeyDir
 from ledger.service.answers import Answers
 from ledger.service.auth import TokenRole, Tokens
 from ledger.service.limits import MAX_BODY_BYTES
 from ledger.store.store import ARTIFACT, Store
+from ledger.write.artifacts import ArtifactStore
 
 __all__ = ["Ledger"]
 
@@ -59,9 +59,9 @@ class Ledger:
 
     def record(self, raws: Sequence[bytes], reviews_only: bool) -> list[Any]:
         """Record a batch; the artifacts its receipts name are logged when uploaded first."""
-        from ledger import dsse
-        from ledger.ingest import record
-        from ledger.statement import ArtifactFile, parse_statement
+        from ledger.evidence import dsse
+        from ledger.evidence.statement import ArtifactFile, parse_statement
+        from ledger.write.ingest import record
 
         files: list[ArtifactFile] = []
         seen: set[str] = set()
@@ -98,8 +98,8 @@ class Ledger:
             self.log(f"no checkpoint after the write: {e.reason()}")
 
     def bundle(self, ref: str, with_artifacts: bool) -> bytes:
-        from ledger.artifacts import bundle_with_artifacts
         from ledger.log import export
+        from ledger.write.artifacts import bundle_with_artifacts
 
         store = self.store()
         # No key: a read serves the checkpoints stored, and never signs one.

@@ -13,7 +13,7 @@ import threading
 from collections import OrderedDict
 from typing import Any
 
-from ledger.entry import LoggedEntry
+from ledger.evidence.entry import LoggedEntry
 
 __all__ = ["ENTRIES", "EntryCache"]
 

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from sqlalchemy import Connection, Engine, text
 from sqlalchemy.exc import DBAPIError
 
-from ledger.errors import UsageError
+from ledger.evidence.errors import UsageError
 
 if TYPE_CHECKING:
     from alembic.config import Config

@@ -20,9 +20,9 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, OperationalError
 
 from ledger._internal.merkle import entry_leaf
-from ledger.entry import LoggedEntry
-from ledger.errors import InputError, NotFoundError, UsageError
-from ledger.keys import KeyInfo
+from ledger.evidence.entry import LoggedEntry
+from ledger.evidence.errors import InputError, NotFoundError, UsageError
+from ledger.evidence.keys import KeyInfo
 from ledger.store import migrate
 from ledger.store.cache import ENTRIES
 from ledger.store.probe import SIZE_SQL, SizeProbe
@@ -521,7 +521,7 @@ class Appender:
     def put_artifact(self, sha256: str, size: int, media_type: str) -> None:
         """Log an artifact's digest, size and media type once, inside this transaction.
 
-        The bytes are in the artifact store (ledger.artifacts); `content` stays
+        The bytes are in the artifact store (ledger.write.artifacts); `content` stays
         empty for them and holds bytes only in ledgers written before it.
         """
         if self.conn.execute(select(ARTIFACT.c.sha256).where(ARTIFACT.c.sha256 == sha256)).first():

@@ -59,7 +59,7 @@ class ReceiptRow(SQLModel, table=True):
     repo: str = Field(max_length=500)
     """`source.repo` as signed."""
     repo_id: str = Field(max_length=500)
-    """The canonical repository id of `repo` (`ledger.repoid.canonical_repo`)."""
+    """The canonical repository id of `repo` (`ledger.identity.repoid.canonical_repo`)."""
     commit: str = Field(max_length=64)
     tree: str = Field(max_length=64)
     pr: int | None = Field(default=None)

@@ -16,7 +16,7 @@ from typing import NamedTuple
 
 from ledger._internal import merkle
 from ledger._internal.checkpoint import parse_checkpoint
-from ledger.errors import CheckpointError, NotFoundError
+from ledger.evidence.errors import CheckpointError, NotFoundError
 from ledger.log.checkpoints import verify_note
 from ledger.store.store import Store
 from ledger.transparency.cosignature import cosigned_by

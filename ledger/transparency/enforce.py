@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ledger.errors import VerificationError
+from ledger.evidence.errors import VerificationError
 from ledger.transparency.policy import parse_policy, witnessed_line
 
 if TYPE_CHECKING:
@@ -16,7 +16,7 @@ __all__ = ["witnessed_bundle", "witnessed_in_ledger"]
 
 def witnessed_bundle(raw: bytes, policy: bytes) -> str:
     """The quorum line for a (verified) bundle's checkpoint."""
-    from ledger.limits import load_json
+    from ledger.evidence.limits import load_json
 
     doc = load_json(raw, "bundle")
     return witnessed_line(parse_policy(policy), str(doc["checkpoint"]).encode())

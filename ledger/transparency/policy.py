@@ -12,7 +12,7 @@ import re
 from typing import NamedTuple
 
 from ledger._internal.checkpoint import Checkpoint, parse_checkpoint, verify_checkpoint
-from ledger.errors import CheckpointError, InputError, VerificationError
+from ledger.evidence.errors import CheckpointError, InputError, VerificationError
 from ledger.transparency.cosignature import witnesses_of
 from ledger.transparency.vkey import LOG_ED25519, WITNESS_ED25519, VKey, parse_vkey
 

@@ -24,7 +24,7 @@ from typing import Any, NamedTuple
 
 from ledger._internal import merkle
 from ledger._internal.checkpoint import Checkpoint
-from ledger.errors import InputError, VerificationError
+from ledger.evidence.errors import InputError, VerificationError
 from ledger.transparency.policy import Policy
 
 __all__ = [

@@ -14,7 +14,7 @@ from typing import NamedTuple
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from ledger.errors import InputError
+from ledger.evidence.errors import InputError
 
 __all__ = ["LOG_ED25519", "WITNESS_ED25519", "VKey", "key_id", "parse_vkey", "valid_note_name"]
 

@@ -24,7 +24,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from ledger._internal import merkle
 from ledger._internal.checkpoint import Checkpoint, parse_checkpoint, verify_checkpoint
-from ledger.errors import CheckpointError, InputError
+from ledger.evidence.errors import CheckpointError, InputError
 from ledger.transparency.cosignature import cosign
 from ledger.transparency.vkey import LOG_ED25519, WITNESS_ED25519, VKey, key_id, parse_vkey
 

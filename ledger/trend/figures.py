@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from ledger.humanize import iec, number
+from ledger.read.humanize import iec, number
 
 __all__ = ["Figure", "figure_of"]
 

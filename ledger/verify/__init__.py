@@ -1,7 +1,7 @@
 """Verification: envelopes, bundles offline, and the one report they produce.
 
 Store-free: `ledger verify FILE` imports this package and no database code,
-and builds no pydantic model for a valid bundle (`ledger.shape`).
+and builds no pydantic model for a valid bundle (`ledger.evidence.shape`).
 `ledger.verify.logged` (verify an id in a ledger) reads the store.
 """
 

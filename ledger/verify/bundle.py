@@ -22,12 +22,12 @@ from ledger._internal.checkpoint import (
     verify_by_key,
     verify_checkpoint,
 )
-from ledger.canonical import canonical_bytes
-from ledger.entry import LoggedEntry
-from ledger.errors import Error, InputError, UsageError, VerificationError
-from ledger.keys import KeyInfo, key_id
-from ledger.kinds import BUNDLE_TYPE
-from ledger.limits import load_json
+from ledger.evidence.canonical import canonical_bytes
+from ledger.evidence.entry import LoggedEntry
+from ledger.evidence.errors import Error, InputError, UsageError, VerificationError
+from ledger.evidence.keys import KeyInfo, key_id
+from ledger.evidence.kinds import BUNDLE_TYPE
+from ledger.evidence.limits import load_json
 from ledger.verify.envelope import Verified, verify_envelope
 from ledger.verify.report import LogState, VerificationReport, review_item
 

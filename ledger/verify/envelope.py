@@ -5,16 +5,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from ledger import dsse
-from ledger.canonical import receipt_id
-from ledger.errors import VerificationError
-from ledger.keys import KeyInfo
-from ledger.kinds import KIND_FOR, ROLE_FOR
+from ledger.evidence import dsse
+from ledger.evidence.canonical import receipt_id
+from ledger.evidence.errors import VerificationError
+from ledger.evidence.keys import KeyInfo
+from ledger.evidence.kinds import KIND_FOR, ROLE_FOR
 from ledger.verify.strict import check_signers, strict_document
 
 if TYPE_CHECKING:
-    from ledger.entry import LoggedEntry
-    from ledger.statement import Statement
+    from ledger.evidence.entry import LoggedEntry
+    from ledger.evidence.statement import Statement
 
 __all__ = ["Verified", "verify_entry", "verify_envelope"]
 
@@ -56,7 +56,7 @@ class Verified:
         """The statement's pydantic model, built on first use (ingest and audit use
         it; verifying a bundle does not). The payload was accepted already."""
         if self._statement is None:
-            from ledger.statement import statement_model
+            from ledger.evidence.statement import statement_model
 
             model = statement_model(self.document)
             self._statement = model.model_validate_json(self.payload, strict=True)

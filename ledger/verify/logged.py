@@ -6,12 +6,12 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 
-from ledger.entry import LoggedEntry
-from ledger.errors import Error, NotFoundError
-from ledger.keys import KeyInfo
-from ledger.kinds import ROLE_FOR
+from ledger.evidence.entry import LoggedEntry
+from ledger.evidence.errors import Error, NotFoundError
+from ledger.evidence.keys import KeyInfo
+from ledger.evidence.kinds import ROLE_FOR
+from ledger.evidence.statement import kind_of
 from ledger.log.proofs import current_inclusion, inclusion
-from ledger.statement import kind_of
 from ledger.store.store import Store
 from ledger.verify.envelope import verify_entry
 from ledger.verify.report import LogState, VerificationReport, review_item

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
-from ledger.keys import KeyInfo
+from ledger.evidence.keys import KeyInfo
 from ledger.verify.envelope import Verified
 
 __all__ = ["LogState", "VerificationReport", "mismatches", "review_item"]
@@ -106,7 +106,7 @@ def mismatches(doc: dict[str, Any], expect: dict[str, str]) -> list[str]:
     out = []
     subj = doc.get("subject") or {}
     if "repo" in expect:
-        from ledger.repoid import canonical_repo
+        from ledger.identity.repoid import canonical_repo
 
         if canonical_repo(str(subj.get("repo") or "")) != canonical_repo(expect["repo"]):
             out.append(f"repo is {subj.get('repo')}, expected {canonical_repo(expect['repo'])}")

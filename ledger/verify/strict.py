@@ -17,7 +17,7 @@ inputs with the same one-line reason:
 - any signature not made by a registered, unrevoked key whose role may sign
   that kind of statement; the answer never depends on signature order.
 
-The statement's shape is checked by hand (`ledger.shape`); the pydantic models
+The statement's shape is checked by hand (`ledger.evidence.shape`); the pydantic models
 decide only what that check leaves to them, and name the error. So a valid
 bundle is verified without building the models, and every input gets the
 verdict and the one-line reason the models give.
@@ -30,11 +30,11 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from ledger.canonical import canonical_bytes
-from ledger.errors import InputError, RefusedError, VerificationError
-from ledger.kinds import KIND_FOR, QUALIFICATION_PREDICATE
-from ledger.limits import check_nesting, parse_int
-from ledger.shape import statement_fits
+from ledger.evidence.canonical import canonical_bytes
+from ledger.evidence.errors import InputError, RefusedError, VerificationError
+from ledger.evidence.kinds import KIND_FOR, QUALIFICATION_PREDICATE
+from ledger.evidence.limits import check_nesting, parse_int
+from ledger.evidence.shape import statement_fits
 
 __all__ = [
     "MAX_SAFE_INTEGER",
@@ -143,8 +143,8 @@ def _models_decide(payload: bytes, doc: dict[str, Any]) -> None:
     RefusedError with their first error, or nothing when they accept."""
     from pydantic import ValidationError
 
-    from ledger.errors import first_validation_error
-    from ledger.statement import statement_model
+    from ledger.evidence.errors import first_validation_error
+    from ledger.evidence.statement import statement_model
 
     try:
         # JSON-mode strict validation: no coercion ("no" is not a bool, "7" not an int).

@@ -29,8 +29,8 @@ sys.path.insert(0, str(ROOT))
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey  # noqa: E402
 
 from ledger.cli import main  # noqa: E402
-from ledger.keys import KeyDir, key_id, load_public_pem  # noqa: E402
-from ledger.statement import build_review, sign_statement  # noqa: E402
+from ledger.evidence.keys import KeyDir, key_id, load_public_pem  # noqa: E402
+from ledger.evidence.statement import build_review, sign_statement  # noqa: E402
 from ledger.transparency.vkey import LOG_ED25519, WITNESS_ED25519, VKey  # noqa: E402
 from ledger.transparency.witness import Witness, parse_logs  # noqa: E402
 from ledger.transparency.witness_http import WitnessServer  # noqa: E402
@@ -127,7 +127,7 @@ def today(name: str) -> list[dict[str, Any]]:
     payload = base64.b64decode(env["payload"]).replace(b"admission.case-0", b"admission.case-9")
     env["payload"] = base64.b64encode(payload).decode()
     doc["entry"]["body"] = json.dumps(env, separators=(",", ":"))
-    from ledger.canonical import canonical_bytes
+    from ledger.evidence.canonical import canonical_bytes
 
     (out / "bundle-tampered.json").write_bytes(canonical_bytes(doc))
     shutil.rmtree(tmp)

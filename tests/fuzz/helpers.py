@@ -9,9 +9,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ledger.cli import main
-from ledger.ingest import init_ledger, register_key
-from ledger.keys import KeyDir, LocalKey
+from ledger.evidence.keys import KeyDir, LocalKey
 from ledger.store.store import Store
+from ledger.write.ingest import init_ledger, register_key
 from tests.ledger.factories import dump, envelope
 
 SEEDS = Path(__file__).parents[1] / "ledger" / "fixtures" / "seeds"

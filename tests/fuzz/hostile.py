@@ -10,10 +10,10 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from ledger import dsse
-from ledger.canonical import canonical_bytes
-from ledger.keys import LocalKey
-from ledger.models import QUALIFICATION_PREDICATE, STATEMENT_TYPE
+from ledger.evidence import dsse
+from ledger.evidence.canonical import canonical_bytes
+from ledger.evidence.keys import LocalKey
+from ledger.evidence.models import QUALIFICATION_PREDICATE, STATEMENT_TYPE
 from tests.fuzz.helpers import SEEDS
 from tests.ledger.factories import COMMIT, TREE, predicate_dict
 

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ledger.keys import KeyDir
+from ledger.evidence.keys import KeyDir
 from ledger.service.run import Running, start
 from tests.fuzz.helpers import FuzzLedger, make_ledger
 from tests.fuzz.hostile import hostile_payload, sign_payload

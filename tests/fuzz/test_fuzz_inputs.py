@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ledger.errors import Error
+from ledger.evidence.errors import Error
 from ledger.qualification.plan import parse_plan
 from tests.fuzz.helpers import SEEDS, FuzzLedger, cli, make_ledger
 from tests.fuzz.hostile import hostile_payload, sign_payload

@@ -33,8 +33,8 @@ def evidence_ledgers() -> tuple[Ledger, ...]:
     """Every committed evidence ledger with its status documents and receipts."""
     from sqlalchemy import select
 
-    from ledger.errors import Error
-    from ledger.query import query_status, show_document
+    from ledger.evidence.errors import Error
+    from ledger.read.query import query_status, show_document
     from ledger.service.questions import identity_from_log
     from ledger.store.store import RECEIPT, Store
 

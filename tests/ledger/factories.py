@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from ledger.keys import LocalKey
-from ledger.models import (
+from ledger.evidence.keys import LocalKey
+from ledger.evidence.models import (
     QUALIFICATION_PREDICATE,
     STATEMENT_TYPE,
     QualificationStatement,
 )
-from ledger.statement import sign_statement
+from ledger.evidence.statement import sign_statement
 from ledger.store.store import Store
 from ledger.store.tables import APPEND_ONLY_TABLES
 

@@ -170,3 +170,111 @@ def test_the_finder_reports_a_circle() -> None:
 def test_no_module_of_ledger_or_runners_imports_itself_round_a_circle() -> None:
     found = circles(import_graph())
     assert not found, "import circles: " + "; ".join(" -> ".join(c) for c in found)
+
+
+def test_the_top_level_of_ledger_holds_only_entry_points_and_packages() -> None:
+    """Every module lives in a package named for its concept (docs/architecture.md);
+    beside them only the entry points (`ledger/__init__.py`, `ledger/__main__.py`)."""
+    top = ROOT / "ledger"
+    files = sorted(p.name for p in top.iterdir() if p.is_file())
+    assert files == ["__init__.py", "__main__.py", "py.typed"], files
+    for folder in sorted(p for p in top.iterdir() if p.is_dir() and p.name != "__pycache__"):
+        # Alembic's environment and revisions are scripts it loads by path, not a package.
+        if folder.name != "migrations":
+            assert (folder / "__init__.py").is_file(), f"{folder.name}/ is not a package"
+
+
+# The rooms' arrows out: every module a room's modules import (at module level, in a
+# function or under TYPE_CHECKING) lies under one of these (docs/architecture.md).
+MAY_IMPORT: dict[str, tuple[str, ...]] = {
+    # `ledger` itself for `__version__`; signing notes what it signed in this host's journal.
+    "ledger.evidence": ("ledger", "ledger.monitor.journal"),
+    # `source` reads the plan that says what a package is; `aliases` lives in the store.
+    "ledger.identity": (
+        "ledger.evidence",
+        "ledger.qualification.plan",
+        "ledger.plans.entry",
+        "ledger.store",
+    ),
+    "ledger.remote": ("ledger.evidence",),
+    "ledger.write": (
+        "ledger",
+        "ledger.evidence",
+        "ledger.identity",
+        "ledger.remote",
+        "ledger.store",
+        "ledger.verify",
+        "ledger.plans",
+        "ledger.qualification.plan",
+        "ledger.qualification.supersession",
+        "ledger.sandbox",
+        "ledger.outputs",
+    ),
+    "ledger.read": (
+        "ledger.evidence",
+        "ledger.identity",
+        "ledger.store",
+        "ledger.verify",
+        "ledger.qualification",
+        "ledger.fleet.report",
+        "ledger.trend",
+    ),
+}
+
+# Who may import the read side: the surfaces, and the reports beside them that use
+# its text helpers (`humanize`).
+READERS = ("ledger.cli", "ledger.service", "ledger.execution.said", "ledger.trend.figures")
+
+
+def _under(module: str, prefixes: Collection[str]) -> bool:
+    return any(module == p or module.startswith(p + ".") for p in prefixes)
+
+
+def _may(room: str, target: str) -> bool:
+    """Whether a module of `room` may import `target` (`ledger` names the package alone)."""
+    allowed = MAY_IMPORT[room]
+    if target == "ledger":
+        return "ledger" in allowed
+    return _under(target, [room, *(a for a in allowed if a != "ledger")])
+
+
+def test_the_room_rule_reads_as_meant() -> None:
+    assert _may("ledger.write", "ledger.write.record")
+    assert _may("ledger.write", "ledger") and not _may("ledger.identity", "ledger")
+    assert _may("ledger.read", "ledger.qualification.history")
+    assert not _may("ledger.read", "ledger.write.record")
+    assert not _may("ledger.evidence", "ledger.monitor.watch")
+
+
+def test_each_room_imports_only_the_rooms_below_it() -> None:
+    wrong = [
+        f"{m} -> {d}"
+        for m, deps in import_graph().items()
+        for room in MAY_IMPORT
+        if _under(m, [room])
+        for d in sorted(deps)
+        if not _may(room, d)
+    ]
+    assert not wrong, "arrows out of their room: " + "; ".join(wrong)
+
+
+def test_only_the_surfaces_import_the_read_side() -> None:
+    wrong = [
+        f"{m} -> {d}"
+        for m, deps in import_graph().items()
+        if not _under(m, ["ledger.read", *READERS])
+        for d in sorted(deps)
+        if _under(d, ["ledger.read"])
+    ]
+    assert not wrong, "the read side imported below the surfaces: " + "; ".join(wrong)
+
+
+def test_a_room_imports_none_of_its_modules_when_imported() -> None:
+    """`import ledger.evidence` (and the other rooms) loads nothing: each module is
+    imported where it is used, so `ledger verify FILE` pays for what it needs."""
+    for room in MAY_IMPORT:
+        init = ROOT / room.replace(".", "/") / "__init__.py"
+        tree = ast.parse(init.read_text())
+        assert ast.get_docstring(tree), f"{room} says what belongs there"
+        imports = [n for n in ast.walk(tree) if isinstance(n, ast.Import | ast.ImportFrom)]
+        assert not imports, f"{room}/__init__.py imports at import time"

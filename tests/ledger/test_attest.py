@@ -9,7 +9,7 @@ from pathlib import Path
 import git
 import pytest
 
-from ledger.keys import KeyDir, key_id, raw_public
+from ledger.evidence.keys import KeyDir, key_id, raw_public
 from tests.conftest import commit_file
 from tests.ledger.helpers import run
 
@@ -219,7 +219,7 @@ def test_private_keys_are_0600_and_ids_are_sha256_of_raw_key(ready: Path) -> Non
 def test_keys_add_list_revoke(
     ready: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from ledger.keys import public_pem
+    from ledger.evidence.keys import public_pem
 
     other = KeyDir(tmp_path / "reviewer-laptop").create("alice")
     pem = tmp_path / "alice.pub.pem"

@@ -10,7 +10,7 @@ from pathlib import Path
 import git
 import pytest
 
-from ledger.keys import KeyDir
+from ledger.evidence.keys import KeyDir
 from ledger.service.run import start
 from tests.ledger.helpers import run
 

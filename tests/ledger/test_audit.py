@@ -18,7 +18,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlmodel import SQLModel
 
 from ledger._internal.merkle import leaf_hash
-from ledger.canonical import canonical_bytes
+from ledger.evidence.canonical import canonical_bytes
 from ledger.store.store import Store
 from ledger.store.tables import APPEND_ONLY_TABLES
 from ledger.store.triggers import drop_append_only_triggers

@@ -11,9 +11,9 @@ import git
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from ledger.canonical import canonical_bytes
-from ledger.errors import VerificationError
-from ledger.keys import load_public_pem, public_pem
+from ledger.evidence.canonical import canonical_bytes
+from ledger.evidence.errors import VerificationError
+from ledger.evidence.keys import load_public_pem, public_pem
 from ledger.verify import verify_bundle
 from tests.ledger.helpers import Run, run
 

@@ -9,8 +9,8 @@ import json
 
 import pytest
 
-from ledger.artifacts import check_bundle_artifacts
-from ledger.errors import VerificationError
+from ledger.evidence.errors import VerificationError
+from ledger.write.artifacts import check_bundle_artifacts
 
 CONTENT = b"trace bytes"
 DIGEST = hashlib.sha256(CONTENT).hexdigest()

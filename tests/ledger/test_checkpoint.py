@@ -309,7 +309,7 @@ def _record(capsys: pytest.CaptureFixture[str], db: str, tmp: Path, key: Any, n:
 def test_rotated_ledger_key_keeps_old_checkpoints_verifying(
     db_url: str, key_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from ledger.keys import KeyDir
+    from ledger.evidence.keys import KeyDir
     from ledger.log import audit
 
     for args in (("init",), ("keys", "new", "runner", "--role", "runner")):
@@ -356,7 +356,7 @@ def test_rotated_ledger_key_keeps_old_checkpoints_verifying(
 def test_two_diverging_copies_are_caught(
     key_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from ledger.keys import KeyDir
+    from ledger.evidence.keys import KeyDir
 
     a = tmp_path / "a.db"
     for args in (("init",), ("keys", "new", "runner", "--role", "runner")):

@@ -43,9 +43,9 @@ def test_checks_lists_the_import_checks_and_command(capsys: pytest.CaptureFixtur
 
 
 def test_qualify_leaves_imported_and_command_claims_to_import_and_run() -> None:
-    from ledger.errors import InputError
+    from ledger.evidence.errors import InputError
+    from ledger.execution.qualify import _asked
     from ledger.qualification.plan import parse_plan
-    from ledger.qualify import _asked
     from runners.api import check_names, params_error
 
     plan = parse_plan(

@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
+from ledger.evidence.keys import KeyDir
 from ledger.execution.receipts import record_results
-from ledger.keys import KeyDir
-from ledger.record import open_recorder
-from ledger.revision import Revision
+from ledger.identity.revision import Revision
+from ledger.write.record import open_recorder
 from runners.result import Artifact, CheckResult, infra_error
 from tests.ledger.helpers import run
 

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from ledger._internal.checkpoint import verify_by_key
-from ledger.errors import Error
-from ledger.keys import load_public_pem
+from ledger.evidence.errors import Error
+from ledger.evidence.keys import load_public_pem
 from ledger.transparency.policy import parse_policy
 from ledger.transparency.proof import verify_proof
 from tests.ledger.helpers import run

@@ -9,10 +9,10 @@ from pathlib import Path
 import git
 import pytest
 
-from ledger import environment_identity
-from ledger.errors import InputError
+from ledger.evidence.errors import InputError
+from ledger.identity import environment_identity
+from ledger.identity.source import package_identity
 from ledger.qualification.plan import parse_plan
-from ledger.source import package_identity
 from tests.conftest import commit_file
 from tests.ledger.helpers import run
 

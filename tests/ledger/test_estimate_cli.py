@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from ledger.calibration import calibrate, render
+from ledger.read.calibration import calibrate, render
 from runners.example_repo import make_example_repo
 from tests.ledger.helpers import run
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from ledger.keys import key_id, load_public_pem
+from ledger.evidence.keys import key_id, load_public_pem
 from ledger.verify import verify_bundle
 from tests.ledger.helpers import run
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from ledger.keys import load_public_pem
+from ledger.evidence.keys import load_public_pem
 from ledger.verify import verify_bundle
 
 EVIDENCE = Path(__file__).resolve().parents[2] / "evidence"

@@ -10,9 +10,9 @@ import re
 
 import pytest
 
-from ledger import formats
-from ledger.humanize import figure_spans, figures, iec, number
-from ledger.render import render_history, render_show, render_status
+from ledger.read import formats
+from ledger.read.humanize import figure_spans, figures, iec, number
+from ledger.read.render import render_history, render_show, render_status
 from tests.ledger.evidence_ledgers import evidence_ledgers
 
 # A float as Python's repr prints it (more than five significant digits), and a

@@ -11,7 +11,7 @@ from typing import Any
 import git
 import pytest
 
-from ledger.formats import github_check, junit, markdown
+from ledger.read.formats import github_check, junit, markdown
 from tests.ledger.helpers import run
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from ledger.humanize import columns, duration, iec, sorted_rows, value
+from ledger.read.humanize import columns, duration, iec, sorted_rows, value
 from ledger.service.web import charts
 
 

@@ -219,7 +219,7 @@ _KEYS = st.sampled_from(
 @example(report={"event": "estimate_miss", "error_pct": float("nan")})
 @example(report={"event": "estimate_miss", "threshold_pct": float("inf")})
 def test_any_report_is_read_or_refused_in_one_line(tmp_path: Path, report: dict[str, Any]) -> None:
-    from ledger.errors import InputError
+    from ledger.evidence.errors import InputError
     from ledger.importers import events
     from ledger.verify.strict import unsafe
 

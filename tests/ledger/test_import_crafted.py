@@ -155,8 +155,8 @@ def test_a_plan_can_require_a_verified_signature_and_unverified_says_so(
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    from ledger import formats
-    from ledger.render import render_status
+    from ledger.read import formats
+    from ledger.read.render import render_status
     from tests.conftest import commit_file
     from tests.ledger.test_import import PLAN
 

@@ -16,7 +16,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from ledger.dsse import pae
+from ledger.evidence.dsse import pae
 from tests.ledger.helpers import run
 from tests.ledger.test_import import _import, ready  # noqa: F401  (fixture)
 

@@ -186,9 +186,9 @@ def test_a_selection_of_nothing_is_refused_and_nothing_signed(
 
 
 def test_a_malformed_time_does_not_break_the_import(tmp_path: Path) -> None:
+    from ledger.identity.revision import Revision
     from ledger.importers import Context
     from ledger.importers.junit import read
-    from ledger.revision import Revision
 
     f = tmp_path / "j.xml"
     f.write_text(

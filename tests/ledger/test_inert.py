@@ -14,9 +14,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ledger.formats import junit, markdown
-from ledger.inert import inert, markdown_cell, xml_text
-from ledger.render import render_history
+from ledger.read.formats import junit, markdown
+from ledger.read.inert import inert, markdown_cell, xml_text
+from ledger.read.render import render_history
 
 CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
 ATTACKS = [
@@ -127,7 +127,7 @@ def test_history_on_a_terminal_carries_no_control(s: str) -> None:
 def test_show_on_a_terminal_neutralises_a_signed_reason(
     tmp_path: Path, key_dir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from ledger.keys import KeyDir
+    from ledger.evidence.keys import KeyDir
     from tests.ledger.factories import envelope
     from tests.ledger.helpers import run
 

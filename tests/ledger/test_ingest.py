@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from ledger.dsse import MAX_ENVELOPE_BYTES
-from ledger.keys import KeyDir, LocalKey
+from ledger.evidence.dsse import MAX_ENVELOPE_BYTES
+from ledger.evidence.keys import KeyDir, LocalKey
 from ledger.store.store import Store
 from tests.ledger.factories import dump, envelope
 from tests.ledger.helpers import run

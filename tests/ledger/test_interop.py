@@ -20,13 +20,13 @@ from securesystemslib.dsse import Envelope as SslibEnvelope
 # The public names; the package re-exports them without `as`, which mypy --strict flags.
 from securesystemslib.signer import CryptoSigner, SSlibKey  # type: ignore[attr-defined]
 
-from ledger import dsse
-from ledger.canonical import canonical_bytes, receipt_id
-from ledger.errors import RefusedError, VerificationError
-from ledger.keys import LocalKey, key_id, load_public_pem, public_pem, raw_public
-from ledger.models import IN_TOTO_PAYLOAD_TYPE, Envelope
-from ledger.source import identify, open_repo
-from ledger.statement import Facts, build_statement
+from ledger.evidence import dsse
+from ledger.evidence.canonical import canonical_bytes, receipt_id
+from ledger.evidence.errors import RefusedError, VerificationError
+from ledger.evidence.keys import LocalKey, key_id, load_public_pem, public_pem, raw_public
+from ledger.evidence.models import IN_TOTO_PAYLOAD_TYPE, Envelope
+from ledger.evidence.statement import Facts, build_statement
+from ledger.identity.source import identify, open_repo
 from ledger.store.store import Store
 from tests.ledger.helpers import Run, run
 

@@ -9,8 +9,8 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from ledger.errors import InputError
-from ledger.keys import KeyDir, _ed25519_pem, load_public_pem, public_pem, raw_public
+from ledger.evidence.errors import InputError
+from ledger.evidence.keys import KeyDir, _ed25519_pem, load_public_pem, public_pem, raw_public
 
 
 def reference(data: bytes) -> bytes:

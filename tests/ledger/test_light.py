@@ -33,7 +33,7 @@ def test_import_ledger_does_not_import_torch() -> None:
         [
             sys.executable,
             "-c",
-            "import sys, ledger, ledger.cli, ledger.verify, ledger.log, ledger.query; "
+            "import sys, ledger, ledger.cli, ledger.verify, ledger.log, ledger.read.query; "
             "print('torch' in sys.modules)",
         ],
         capture_output=True,
@@ -102,7 +102,7 @@ def test_the_command_line_starts_without_git_or_the_plan_models() -> None:
     models (a fifth of a second) are imported by the commands that use them."""
     code = (
         "import sys, ledger.cli.app; "
-        "print(sorted(m for m in ('git', 'ledger.source', 'ledger.qualification.plan') "
+        "print(sorted(m for m in ('git', 'ledger.identity.source', 'ledger.qualification.plan') "
         "if m in sys.modules))"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -11,9 +11,9 @@ from pathlib import Path
 import git
 import pytest
 
-from ledger import dsse
-from ledger.entry import envelope_body
-from ledger.keys import KeyDir
+from ledger.evidence import dsse
+from ledger.evidence.entry import envelope_body
+from ledger.evidence.keys import KeyDir
 from ledger.store.store import Store
 from tests.conftest import commit_file
 from tests.ledger.factories import COMMIT, TREE, dump, envelope, statement

@@ -15,13 +15,13 @@ import httpx
 import pytest
 from sqlalchemy import text
 
-from ledger.ingest import init_ledger, record, register_key
-from ledger.keys import KeyDir
+from ledger.evidence.keys import KeyDir
 from ledger.plans.entry import collect
 from ledger.plans.ledger import record_plan
 from ledger.service.run import Running, start
 from ledger.store.store import Store
 from ledger.store.triggers import drop_append_only_triggers
+from ledger.write.ingest import init_ledger, record, register_key
 from tests.conftest import commit_file
 from tests.ledger.factories import envelope
 from tests.ledger.helpers import run

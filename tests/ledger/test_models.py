@@ -7,17 +7,17 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from ledger.models import Cleanup, QualificationPredicate
-from ledger.schemas import ROOT, SCHEMAS, render
+from ledger.evidence.models import Cleanup, QualificationPredicate
+from ledger.evidence.schemas import ROOT, SCHEMAS, render
 from tests.ledger.factories import predicate_dict
 
 
 @pytest.mark.parametrize("name", sorted(SCHEMAS))
 def test_checked_in_schema_matches_model(name: str) -> None:
     path = ROOT / name
-    assert path.is_file(), f"{path} missing: run python -m ledger.schemas"
+    assert path.is_file(), f"{path} missing: run python -m ledger.evidence.schemas"
     assert path.read_text() == render(SCHEMAS[name]), (
-        f"{name} drifted from its model: run python -m ledger.schemas"
+        f"{name} drifted from its model: run python -m ledger.evidence.schemas"
     )
 
 

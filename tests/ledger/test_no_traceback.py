@@ -11,10 +11,10 @@ import git
 import httpx
 import pytest
 
-from ledger import dsse
-from ledger.canonical import canonical_bytes
-from ledger.keys import KeyDir, LocalKey
-from ledger.models import QUALIFICATION_PREDICATE, STATEMENT_TYPE
+from ledger.evidence import dsse
+from ledger.evidence.canonical import canonical_bytes
+from ledger.evidence.keys import KeyDir, LocalKey
+from ledger.evidence.models import QUALIFICATION_PREDICATE, STATEMENT_TYPE
 from ledger.service.run import start
 from ledger.store.store import Store
 from tests.ledger.factories import COMMIT, TREE, predicate_dict

@@ -14,7 +14,7 @@ import git
 import httpx
 import pytest
 
-from ledger.keys import KeyDir
+from ledger.evidence.keys import KeyDir
 from ledger.plans.entry import collect, plan_body, read_plan_entry
 from ledger.plans.objects import object_id
 from ledger.service.run import Running, start

@@ -14,7 +14,7 @@ from pathlib import Path
 import git
 import pytest
 
-from ledger.errors import UsageError
+from ledger.evidence.errors import UsageError
 from ledger.execution.devices import Device, DevicePool, parse_gpus
 from tests.ledger.helpers import run
 from tests.ledger.probe_repo import claim, make_probe_repo, notes

@@ -18,9 +18,9 @@ from pathlib import Path
 import git
 import pytest
 
+from ledger.evidence.keys import KeyDir
 from ledger.execution.claimrun import ClaimRun
 from ledger.execution.ray_executor import too_wide
-from ledger.keys import KeyDir
 from ledger.service.run import Running, start
 from tests.ledger.helpers import run
 from tests.ledger.probe_repo import claim, make_probe_repo, notes
@@ -198,11 +198,11 @@ def test_gradient_compare_arms_fork_from_the_worker_servers_of_their_own_trees(
 def test_ctrl_c_ends_every_claims_processes_before_the_driver_returns(
     tmp_path: Path, cluster: dict[str, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    from ledger.evidence.keys import KeyDir
+    from ledger.execution.qualify import _runs
     from ledger.execution.ray_executor import run_on_ray
-    from ledger.keys import KeyDir
+    from ledger.identity.revision import Revision
     from ledger.qualification.plan import load_plan
-    from ledger.qualify import _runs
-    from ledger.revision import Revision
 
     KeyDir(cluster["worker_keys"]).create("gpu-worker")
     repo = make_probe_repo(tmp_path / "repo", claim("a.hangs", "hang") + claim("b.hangs", "hang"))

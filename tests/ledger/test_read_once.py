@@ -9,15 +9,15 @@ from typing import Any
 
 import pytest
 
-from ledger import dsse, limits
-from ledger.ingest import record, register_key
-from ledger.keys import KeyDir
+from ledger.evidence import dsse, limits
+from ledger.evidence.keys import KeyDir
+from ledger.identity.revision import Revision
+from ledger.identity.source import Identity
 from ledger.log.audit import audit
-from ledger.query import query_status
-from ledger.revision import Revision
-from ledger.source import Identity
+from ledger.read.query import query_status
 from ledger.store.cache import ENTRIES
 from ledger.store.store import Store
+from ledger.write.ingest import record, register_key
 from tests.ledger.factories import COMMIT, TREE, envelope
 
 

@@ -10,9 +10,9 @@ from pathlib import Path
 import git
 import pytest
 
-from ledger.ingest import record
-from ledger.keys import KeyDir
+from ledger.evidence.keys import KeyDir
 from ledger.store.store import Store
+from ledger.write.ingest import record
 from tests.conftest import commit_file
 from tests.ledger.factories import envelope
 from tests.ledger.helpers import run

@@ -225,7 +225,7 @@ def test_run_and_the_importers_load_no_torch() -> None:
     import subprocess
 
     probe = (
-        "import sys; from ledger.run import run_command; import ledger.importers.junit, "
+        "import sys; from ledger.write.run import run_command; import ledger.importers.junit, "
         "ledger.importers.intoto, ledger.importers.events; "
         "run_command([sys.executable, '-c', 'pass'], timeout_s=30, result_file=None, "
         "artifact_globs=()).facts('c'); print('torch' in sys.modules)"

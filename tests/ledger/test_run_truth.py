@@ -136,7 +136,11 @@ def test_the_scope_names_the_commands_interpreter_not_ledgers(
     # Computed in a fresh interpreter: this test process's own sys.path carries what
     # earlier tests added to it (workload repositories), which the command never sees.
     own_digest = subprocess.run(
-        [sys.executable, "-c", "from ledger.environment import packages_digest as d; print(d())"],
+        [
+            sys.executable,
+            "-c",
+            "from ledger.identity.environment import packages_digest as d; print(d())",
+        ],
         capture_output=True,
         text=True,
         check=True,

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from ledger.files import write_atomically
+from ledger.cli.files import write_atomically
 from tests.ledger.helpers import run
 from tests.ledger.test_bundle import Exported, exported
 

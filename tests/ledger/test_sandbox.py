@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from ledger.errors import UsageError
+from ledger.evidence.errors import UsageError
 from ledger.sandbox import (
     Sandbox,
     SandboxPolicy,
@@ -194,7 +194,7 @@ def test_a_command_killed_by_a_signal_inside_reads_as_killed() -> None:
 
 
 def test_the_plan_says_what_the_sandbox_must_be_and_may_pass() -> None:
-    from ledger.errors import InputError
+    from ledger.evidence.errors import InputError
     from ledger.qualification.plan import parse_plan
 
     claims = '[[claims]]\nname = "a"\ncheck = "cleanup"\nnetwork = true\n'

@@ -1,4 +1,4 @@
-"""The hand checks of `ledger.shape` against the pydantic models they stand in for.
+"""The hand checks of `ledger.evidence.shape` against the pydantic models they stand in for.
 
 `statement_fits` / `envelope_fits` may answer True only where the models
 accept; they answer False where the models decide. Here both readers get the
@@ -22,13 +22,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from ledger import dsse, shape
-from ledger.canonical import canonical_bytes
-from ledger.errors import Error, InputError
-from ledger.keys import KeyInfo, LocalKey
-from ledger.kinds import QUALIFICATION_PREDICATE, REVIEW_PREDICATE, STATEMENT_TYPE
-from ledger.models import Envelope, Outcome
-from ledger.statement import statement_model
+from ledger.evidence import dsse, shape
+from ledger.evidence.canonical import canonical_bytes
+from ledger.evidence.errors import Error, InputError
+from ledger.evidence.keys import KeyInfo, LocalKey
+from ledger.evidence.kinds import QUALIFICATION_PREDICATE, REVIEW_PREDICATE, STATEMENT_TYPE
+from ledger.evidence.models import Envelope, Outcome
+from ledger.evidence.statement import statement_model
 from ledger.verify import strict
 from ledger.verify.envelope import verify_envelope
 from ledger.verify.strict import unsafe
@@ -282,7 +282,7 @@ def _models_accept(payload: bytes) -> bool:
 
 
 def _left_to_models(doc: Any) -> bool:
-    """A document holding what only the models judge (see `ledger.shape`)."""
+    """A document holding what only the models judge (see `ledger.evidence.shape`)."""
     text = json.dumps(doc, ensure_ascii=False)
     return '"type_"' in text or any(c.isdigit() and not c.isascii() for c in text)
 

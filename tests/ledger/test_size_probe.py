@@ -7,9 +7,9 @@ from pathlib import Path
 
 from sqlalchemy import text
 
-from ledger.ingest import record, register_key
-from ledger.keys import KeyDir
+from ledger.evidence.keys import KeyDir
 from ledger.store.store import Store
+from ledger.write.ingest import record, register_key
 from tests.ledger.factories import envelope
 
 

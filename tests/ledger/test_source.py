@@ -7,9 +7,9 @@ from pathlib import Path
 import git
 import pytest
 
-from ledger.errors import UsageError
-from ledger.repoid import canonical_repo
-from ledger.source import glob_regex, identify, repo_name
+from ledger.evidence.errors import UsageError
+from ledger.identity.repoid import canonical_repo
+from ledger.identity.source import glob_regex, identify, repo_name
 from tests.conftest import commit_file
 
 
@@ -54,7 +54,7 @@ def test_fetch_never_takes_a_remote_name_for_an_option(
 
 
 def test_a_fetch_that_hangs_is_stopped(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import ledger.source as source
+    import ledger.identity.source as source
 
     repo = git.Repo.init(tmp_path / "work", initial_branch="main")
     commit_file(repo, "x.py", "a = 1\n", "first")

@@ -22,7 +22,7 @@ from in_toto_attestation.v1.statement import Statement
 from securesystemslib.dsse import Envelope as SslibEnvelope
 from securesystemslib.exceptions import VerificationError as SslibVerificationError
 
-from ledger.keys import KeyDir, active_ledger_key
+from ledger.evidence.keys import KeyDir, active_ledger_key
 from ledger.store.store import Store, resolve_url
 from tests.conftest import commit_file
 from tests.ledger.helpers import run

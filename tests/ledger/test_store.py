@@ -9,10 +9,10 @@ from alembic import command
 from sqlalchemy import create_engine
 from sqlalchemy.exc import DatabaseError
 
-from ledger.ingest import record, register_key
-from ledger.keys import KeyDir
+from ledger.evidence.keys import KeyDir
 from ledger.store import migrate
 from ledger.store.store import Store
+from ledger.write.ingest import record, register_key
 from tests.ledger.factories import dump, envelope
 
 
@@ -97,7 +97,7 @@ def test_head_constant_matches_migrations() -> None:
 
 
 def test_open_refuses_empty_database(tmp_path: Path) -> None:
-    from ledger.errors import UsageError
+    from ledger.evidence.errors import UsageError
 
     with pytest.raises(UsageError, match="ledger init"):
         Store.open(f"sqlite:///{tmp_path / 'none.db'}")

@@ -68,9 +68,9 @@ def test_supersede_by_another_runner_is_pending_and_by_the_signer_lifts(
 def test_supersede_refuses_a_review(capsys: pytest.CaptureFixture[str]) -> None:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-    from ledger.errors import InputError
-    from ledger.keys import LocalKey
-    from ledger.supersede import plan_supersession
+    from ledger.evidence.errors import InputError
+    from ledger.evidence.keys import LocalKey
+    from ledger.write.supersede import plan_supersession
 
     key = LocalKey("k", Ed25519PrivateKey.generate())
     with pytest.raises(InputError, match="only receipts"):

@@ -12,10 +12,10 @@ from typing import Any
 import git
 import pytest
 
-from ledger import dsse
-from ledger.canonical import canonical_bytes
-from ledger.keys import KeyDir
-from ledger.repoid import canonical_repo
+from ledger.evidence import dsse
+from ledger.evidence.canonical import canonical_bytes
+from ledger.evidence.keys import KeyDir
+from ledger.identity.repoid import canonical_repo
 from ledger.store.store import Store, resolve_url
 from tests.conftest import commit_file
 from tests.ledger.factories import envelope, statement
@@ -322,8 +322,8 @@ def test_a_cosigning_reviewer_never_counts_as_the_independent_review(
 
 
 def test_revocation_is_read_at_every_write(ledger: Path, tmp_path: Path) -> None:
-    from ledger.errors import RefusedError
-    from ledger.ingest import record, revoke_key
+    from ledger.evidence.errors import RefusedError
+    from ledger.write.ingest import record, revoke_key
 
     server = Store.open(f"sqlite:///{ledger}")
     server.keys()  # a long-lived process has read the keys once

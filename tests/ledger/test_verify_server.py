@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from ledger.keys import load_public_pem, public_pem
+from ledger.evidence.keys import load_public_pem, public_pem
 from tests.ledger.helpers import run
 from tests.ledger.test_bundle import Exported, exported, ledger
 

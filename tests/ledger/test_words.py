@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from ledger.humanize import environment_line, state_breakdown
 from ledger.qualification import format_scope
+from ledger.read.humanize import environment_line, state_breakdown
 from tests.ledger.helpers import run
 
 CPU = {

@@ -9,7 +9,7 @@ import os
 from pathlib import Path
 
 from ledger.cli import main
-from ledger.keys import KeyDir
+from ledger.evidence.keys import KeyDir
 from tests.ledger.factories import envelope
 
 

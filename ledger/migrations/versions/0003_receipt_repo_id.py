@@ -7,7 +7,7 @@ Create Date: 2026-12-01
 A ledger serves many repositories, and pull-request numbers (commits, trees,
 package digests less so) repeat across them. `receipt.repo_id` holds the
 canonical id of the signed `source.repo` (the normalisation
-`ledger.repoid.canonical_repo` makes), and the lookups become (repo_id, pr),
+`ledger.identity.repoid.canonical_repo` makes), and the lookups become (repo_id, pr),
 (repo_id, commit), (repo_id, tree) and (repo_id, package_digest). Existing
 rows are filled from their `repo` column, one UPDATE per distinct value,
 with the append-only triggers of `receipt` lifted for that statement only;
@@ -20,7 +20,7 @@ import sqlalchemy as sa
 import sqlmodel.sql.sqltypes
 from alembic import op
 
-from ledger.repoid import canonical_repo
+from ledger.identity.repoid import canonical_repo
 from ledger.store.triggers import create_append_only_triggers, drop_append_only_triggers
 
 revision = "0003"

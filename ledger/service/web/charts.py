@@ -8,7 +8,7 @@ import math
 from collections.abc import Sequence
 from html import escape
 
-from ledger import humanize
+from ledger.read import humanize
 
 __all__ = ["bars", "human_bytes", "lines"]
 

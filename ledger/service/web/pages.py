@@ -20,8 +20,8 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 
-from ledger import humanize
-from ledger.errors import Error
+from ledger.evidence.errors import Error
+from ledger.read import humanize
 from ledger.service.web import charts, views
 
 __all__ = ["ROUTES", "STATIC", "error_page", "wants_html"]
@@ -152,7 +152,7 @@ def _memory(led: Any, request: Request) -> dict[str, Any]:
 
 async def _anchor(request: Request) -> Response:
     """The ledger's public key (PEM): the trust anchor `ledger verify --trust` takes."""
-    from ledger.keys import active_ledger_key, public_pem
+    from ledger.evidence.keys import active_ledger_key, public_pem
 
     led = request.app.state.ledger
     try:

@@ -17,7 +17,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
-from ledger.errors import InputError
+from ledger.evidence.errors import InputError
 
 __all__ = [
     "SNAPSHOT_CPU_S",

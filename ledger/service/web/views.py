@@ -9,10 +9,10 @@ from typing import Any
 
 from sqlalchemy import func, select
 
-from ledger import humanize
-from ledger.errors import Error, InputError
-from ledger.query import query_history, query_status, show_document
-from ledger.repoid import canonical_repo
+from ledger.evidence.errors import Error, InputError
+from ledger.identity.repoid import canonical_repo
+from ledger.read import humanize
+from ledger.read.query import query_history, query_status, show_document
 from ledger.service.questions import identity_from_log
 from ledger.service.web import charts
 from ledger.store.store import RECEIPT, Store
@@ -490,8 +490,8 @@ def receipt_page(store: Store, ref: str, led: Any) -> dict[str, Any]:
 
 
 def memory_page(led: Any, digest_ref: str) -> dict[str, Any]:
-    from ledger.artifacts import _digest
     from ledger.service.web.snapshot import timeline_of
+    from ledger.write.artifacts import _digest
 
     try:
         digest = _digest(digest_ref)

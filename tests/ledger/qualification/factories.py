@@ -8,7 +8,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
-from ledger.models import (
+from ledger.evidence.models import (
     Check,
     Cleanup,
     PackageIdentity,

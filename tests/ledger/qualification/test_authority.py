@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from ledger.formats import junit, markdown
 from ledger.qualification import history
 from ledger.qualification.supersession import SUPERSESSION_PENDING
+from ledger.read.formats import junit, markdown
 
 from .factories import receipt, review
 from .helpers import report, status, why
@@ -64,7 +64,7 @@ def test_every_surface_says_pending_in_the_same_words() -> None:
     doc = rep.to_json()
     assert SUPERSESSION_PENDING in markdown(doc)
     assert SUPERSESSION_PENDING in junit(doc)
-    from ledger.render import render_history
+    from ledger.read.render import render_history
 
     items = [i.to_json() for i in history([fail, flaky], [])]
     subject = {"repo": "r", "commit": "c" * 40, "pr": None}

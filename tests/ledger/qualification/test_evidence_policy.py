@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 
-from ledger.errors import InputError
+from ledger.evidence.errors import InputError
 from ledger.qualification import ReceiptEvidence, evaluate
 from ledger.qualification.plan import ClaimSpec, PackageSpec, Plan, parse_plan
 from ledger.qualification.verdict import verdict_of
-from ledger.render import render_table
+from ledger.read.render import render_table
 
 from .factories import CHECK, CLAIM, H200, PACKAGE_PATHS, receipt, revision
 

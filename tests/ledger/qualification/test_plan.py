@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from ledger.errors import InputError
+from ledger.evidence.errors import InputError
 from ledger.qualification.plan import ClaimSpec, Plan, load_plan, parse_plan
 
 FULL = """

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ledger.errors import InputError
+from ledger.evidence.errors import InputError
 from ledger.qualification.engine import evaluate
 from ledger.qualification.plan import parse_plan
 from ledger.qualification.rules import Requirement

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from ledger.qualification import STATES, StatusReport
-from ledger.render import render_table
+from ledger.read.render import render_table
 
 from .factories import CLAIM, H200, receipt, review, revision
 from .helpers import report

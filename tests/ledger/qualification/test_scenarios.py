@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ledger.qualification import ClaimStatus, Revision, evaluate, history
 from ledger.qualification.plan import parse_plan
-from ledger.render import render_table
+from ledger.read.render import render_table
 
 from .factories import REPO, hex40, hex64, receipt, review
 from .helpers import status, why

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ledger.errors import InputError
+from ledger.evidence.errors import InputError
 from ledger.qualification import covers, format_scope, merge_scopes
 from ledger.qualification.scope import scope_key
 

@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
-from ledger import formats
 from ledger.qualification import ReceiptEvidence, ReviewEvidence, StatusReport
 from ledger.qualification.verdict import MEANINGS
-from ledger.render import render_status
+from ledger.read import formats
+from ledger.read.render import render_status
 
 from .factories import CLAIM, receipt, review, revision
 from .helpers import report

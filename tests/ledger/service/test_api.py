@@ -15,10 +15,10 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from ledger import client
-from ledger.dsse import MAX_ENVELOPE_BYTES
-from ledger.errors import NotFoundError, RefusedError, UsageError
-from ledger.keys import KeyDir, LocalKey
+from ledger.evidence.dsse import MAX_ENVELOPE_BYTES
+from ledger.evidence.errors import NotFoundError, RefusedError, UsageError
+from ledger.evidence.keys import KeyDir, LocalKey
+from ledger.remote import client
 from ledger.service.limits import MAX_BODY_BYTES
 from ledger.service.run import Running, start
 from ledger.store.store import Store
@@ -270,7 +270,7 @@ def test_internal_errors_do_not_leak(served: Served, monkeypatch: pytest.MonkeyP
     def broken(store: Store, ref: str) -> dict[str, Any]:
         raise RuntimeError("secret detail")
 
-    monkeypatch.setattr("ledger.query.show_document", broken)
+    monkeypatch.setattr("ledger.read.query.show_document", broken)
     status, reason = error_of(request(served.url, "GET", "/v1/entries/" + "ab" * 32))
     assert (status, reason) == (500, "internal server error")
     # The server keeps serving after it.

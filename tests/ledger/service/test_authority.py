@@ -11,13 +11,13 @@ from pathlib import Path
 import httpx
 import pytest
 
-from ledger import client
-from ledger.errors import RefusedError, UsageError
-from ledger.keys import KeyDir, public_pem
+from ledger.evidence.errors import RefusedError, UsageError
+from ledger.evidence.keys import KeyDir, public_pem
+from ledger.identity.revision import Revision
 from ledger.log import audit
 from ledger.qualification import evaluate
-from ledger.query import load_evidence
-from ledger.revision import Revision
+from ledger.read.query import load_evidence
+from ledger.remote import client
 from ledger.service.auth import new_token, revoke_token
 from ledger.service.run import start
 from ledger.store.store import Store

@@ -18,8 +18,8 @@ from urllib.parse import urlencode
 import git
 import pytest
 
-from ledger import client
-from ledger.keys import KeyDir
+from ledger.evidence.keys import KeyDir
+from ledger.remote import client
 from ledger.service.run import Running, start
 from tests.conftest import commit_file
 from tests.ledger.helpers import run

@@ -12,8 +12,8 @@ from pathlib import Path
 import git
 import pytest
 
-from ledger.canonical import canonical_bytes
-from ledger.keys import KeyDir
+from ledger.evidence.canonical import canonical_bytes
+from ledger.evidence.keys import KeyDir
 from ledger.service.run import Running, start
 from tests.conftest import commit_file
 from tests.ledger.helpers import run

@@ -23,8 +23,8 @@ ROOT = Path(__file__).resolve().parents[3]
 
 RUNNER = """
 import json, sys
-from ledger import client
-from ledger.keys import KeyDir
+from ledger.remote import client
+from ledger.evidence.keys import KeyDir
 from tests.ledger.factories import envelope
 url, name = sys.argv[1], sys.argv[2]
 key = KeyDir.default().load(name)

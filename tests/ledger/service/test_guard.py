@@ -13,8 +13,8 @@ import httpx
 import pytest
 from sqlalchemy import func, select
 
-from ledger import client
-from ledger.keys import KeyDir
+from ledger.evidence.keys import KeyDir
+from ledger.remote import client
 from ledger.service.run import Running, start
 from ledger.store.store import CHECKPOINT, Store
 from tests.ledger.factories import envelope
@@ -163,7 +163,7 @@ def test_anonymous_reads_write_nothing(server: Running, ledger_db: str, key_dir:
         client.fetch_bundle(server.url, rec["id"])
         client.fetch_proof(server.url, rec["id"])
     # A receipt recorded behind the server's back: a read does not sign for it.
-    from ledger.ingest import record
+    from ledger.write.ingest import record
 
     [late] = record(store, [envelope(runner, claim="late")])
     for _ in range(3):

@@ -10,12 +10,12 @@ import httpx
 import pytest
 
 import ledger.service.api as api
-from ledger.ingest import init_ledger, record, register_key
-from ledger.keys import KeyDir
+from ledger.evidence.keys import KeyDir
 from ledger.plans.entry import asserted
 from ledger.plans.ledger import record_plan
 from ledger.service.run import start
 from ledger.store.store import Store
+from ledger.write.ingest import init_ledger, record, register_key
 from tests.ledger.factories import envelope
 
 COMMIT = "c" * 40

@@ -11,9 +11,9 @@ import git
 import httpx
 import pytest
 
-from ledger.artifacts import for_ledger
-from ledger.keys import KeyDir
+from ledger.evidence.keys import KeyDir
 from ledger.service.run import start
+from ledger.write.artifacts import for_ledger
 from tests.ledger.helpers import run
 
 

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from ledger import outbox
-from ledger.keys import KeyDir
+from ledger.evidence.keys import KeyDir
 from ledger.log import audit
+from ledger.remote import outbox
 from ledger.service.run import start
 from ledger.store.store import Store
 from runners.example_repo import make_example_repo

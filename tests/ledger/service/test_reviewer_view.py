@@ -20,8 +20,8 @@ from urllib.parse import urlencode
 import httpx
 import pytest
 
-from ledger import formats
-from ledger.render import render_status
+from ledger.read import formats
+from ledger.read.render import render_status
 from ledger.service.run import Running, start
 from runners.example_repo import PLAN as PLAN_TEXT
 from tests.ledger.helpers import run

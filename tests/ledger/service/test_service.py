@@ -15,18 +15,18 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ledger import client
-from ledger.artifacts import SNAPSHOT_MEDIA_TYPE
-from ledger.errors import UsageError
-from ledger.keys import KeyDir, public_pem
+from ledger.evidence.errors import UsageError
+from ledger.evidence.keys import KeyDir, public_pem
+from ledger.evidence.models import Artifact
+from ledger.evidence.statement import ArtifactFile
 from ledger.log import audit
-from ledger.models import Artifact
-from ledger.outbox import Outbox, push
-from ledger.record import RemoteRecorder
+from ledger.remote import client
+from ledger.remote.outbox import Outbox, push
 from ledger.service.auth import new_token
 from ledger.service.run import start
-from ledger.statement import ArtifactFile
 from ledger.store.store import Store
+from ledger.write.artifacts import SNAPSHOT_MEDIA_TYPE
+from ledger.write.record import RemoteRecorder
 from tests.ledger.factories import envelope
 from tests.ledger.helpers import run
 

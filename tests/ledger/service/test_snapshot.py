@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from ledger.errors import InputError
+from ledger.evidence.errors import InputError
 from ledger.service.web import snapshot
 from ledger.service.web.snapshot import read_snapshot, timeline_of
 

@@ -15,8 +15,8 @@ class Block:
             raise ImportError(f"No module named {name!r}", name=name)
         return None
 sys.meta_path.insert(0, Block())
-import ledger, ledger.cli, ledger.query, ledger.ingest, ledger.record, ledger.client
-import ledger.outbox, ledger.artifacts
+import ledger, ledger.cli, ledger.read.query, ledger.write.ingest, ledger.write.record
+import ledger.remote.client, ledger.remote.outbox, ledger.write.artifacts
 from ledger.cli import main
 print("serve", main(["serve", "--db", "sqlite:////nonexistent/x.db"]))
 print("show", main(["show", "ab" * 32, "--server", "http://127.0.0.1:9"]))

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from ledger.keys import KeyDir
+from ledger.evidence.keys import KeyDir
 from ledger.store.store import Store, resolve_url
 from ledger.transparency.witness import Witness, parse_logs
 from ledger.transparency.witness_http import WitnessServer

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from ledger.canonical import receipt_id
-from ledger.dsse import decode_payload, parse_envelope
-from ledger.ingest import register_key
-from ledger.keys import KeyDir, public_pem
-from ledger.statement import build_review, sign_statement
+from ledger.evidence.canonical import receipt_id
+from ledger.evidence.dsse import decode_payload, parse_envelope
+from ledger.evidence.keys import KeyDir, public_pem
+from ledger.evidence.statement import build_review, sign_statement
+from ledger.write.ingest import register_key
 from tests.ledger.factories import envelope
 from tests.ledger.helpers import run
 from tests.ledger.transparency.conftest import Ledger, ok

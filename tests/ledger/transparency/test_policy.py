@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from ledger.errors import InputError, VerificationError
+from ledger.evidence.errors import InputError, VerificationError
 from ledger.transparency.policy import parse_policy
 from ledger.transparency.proof import parse_proof
 from ledger.transparency.vkey import LOG_ED25519, WITNESS_ED25519, VKey

@@ -107,7 +107,7 @@ def test_add_checkpoint_answers_by_the_spec(ledger: Ledger, witnesses: Witnesses
 
 
 def _ledger_key(ledger: Ledger) -> Ed25519PrivateKey:
-    from ledger.keys import KeyDir
+    from ledger.evidence.keys import KeyDir
 
     return KeyDir(ledger.keys).load("ledger").private
 
@@ -208,8 +208,8 @@ def test_serve_has_each_checkpoint_it_signs_cosigned_and_serves_it(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from ledger import client
-    from ledger.keys import KeyDir
+    from ledger.evidence.keys import KeyDir
+    from ledger.remote import client
     from ledger.service.auth import new_token
     from ledger.service.run import start
     from ledger.store.store import resolve_url

@@ -1,0 +1,383 @@
+"""Source identity read from a real git repository: commit, tree, parents,
+merge-base, PR head, dirty flag, package identity, and the plan that governs.
+
+`identify` is the one way a revision's identity is built, for a new
+statement and for a status question alike.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import git
+
+from ledger.evidence.canonical import canonical_bytes
+from ledger.evidence.errors import InputError, UsageError
+from ledger.evidence.models import PackageIdentity
+from ledger.identity.repoid import canonical_repo
+from ledger.identity.revision import Revision
+from ledger.qualification.plan import PLAN_FILE, Plan, load_plan, parse_plan
+
+if TYPE_CHECKING:
+    from ledger.plans.entry import PlanEvidence
+
+__all__ = [
+    "Identity",
+    "base_commit",
+    "glob_regex",
+    "identify",
+    "open_repo",
+    "package_identity",
+    "plan_at",
+    "repo_name",
+    "root_id",
+]
+
+PR_REFS = ("refs/pull/{n}/head", "refs/merge-requests/{n}/head")
+
+
+@dataclass(frozen=True, slots=True)
+class Identity:
+    """A revision and the plan that governs it (None: no plan committed there).
+
+    `notes` say, in words, which head was judged and which plan governs, so
+    an answer never leaves a person guessing what it was about.
+    """
+
+    revision: Revision
+    plan: Plan | None
+    notes: tuple[str, ...] = ()
+    governing: PlanEvidence | None = None
+    """The committed plan's git objects (for a new statement only): recorded in the
+    ledger beside the receipts, so a reader without a checkout can prove the plan."""
+
+
+def open_repo(path: str | Path | None) -> git.Repo:
+    where = Path(path or ".").resolve()
+    try:
+        return git.Repo(where, search_parent_directories=path is None)
+    except (git.InvalidGitRepositoryError, git.NoSuchPathError):
+        raise UsageError(f"{where} is not a git repository") from None
+
+
+def _remote(repo: git.Repo) -> git.Remote | None:
+    """The remote that speaks for the repository: origin, else the only/first one."""
+    remotes = list(repo.remotes)
+    return next((r for r in remotes if r.name == "origin"), remotes[0] if remotes else None)
+
+
+FETCH_TIMEOUT_S = 120
+"""A fetch that has not finished by then is stopped: a hung remote fails the
+question instead of holding it forever."""
+
+
+def repo_name(repo: git.Repo, plan: Plan | None = None) -> str:
+    """The repository's canonical id (see `ledger.identity.repoid`): its remote's URL
+    normalised, else the plan's `[project] repo`, else its root commit. Never
+    the folder name: two unrelated checkouts called `repo` are not one
+    repository, and one repository cloned into two folders is."""
+    remote = _remote(repo)
+    if remote is not None:
+        return canonical_repo(remote.url, Path(repo.working_tree_dir or repo.git_dir))
+    if plan is not None and plan.project is not None:
+        return plan.project.repo
+    return root_id(repo)
+
+
+def root_id(repo: git.Repo) -> str:
+    """`root-commit/<sha>`: the id of a repository without a remote (its first
+    root commit, the same in every clone; several roots: the smallest)."""
+    try:
+        roots = str(repo.git.rev_list("--max-parents=0", "HEAD")).split()
+    except git.GitCommandError:
+        raise UsageError("the repository has no commit to identify it by") from None
+    return f"root-commit/{min(roots)}"
+
+
+def _fetch(repo: git.Repo, remote: git.Remote, refspecs: Sequence[str]) -> str | None:
+    """Fetch refspecs; None when done, else git's one-line reason."""
+    try:
+        # `--` ends the options: a remote *named* `--upload-pack=CMD` is a name,
+        # never an option that runs a command.
+        repo.git.fetch(
+            "--no-tags",
+            "--quiet",
+            "--",
+            remote.name,
+            *refspecs,
+            kill_after_timeout=FETCH_TIMEOUT_S,
+        )
+    except git.GitCommandError as e:
+        lines = [x.strip() for x in str(e.stderr or e).splitlines() if x.strip()]
+        return (lines[0] if lines else str(e)).removeprefix("stderr: ").strip("'")
+    return None
+
+
+def _pr_commit(repo: git.Repo, pr: int, offline: bool) -> tuple[git.Commit, str]:
+    """The PR's head and how it was read. Asked of the remote every time:
+    a force-push there must never go unseen behind a stale local ref."""
+    remote = _remote(repo)
+    if remote is None or offline:
+        why = "--offline: not fetched" if remote is not None else "no remote"
+        for pattern in PR_REFS:
+            ref = pattern.format(n=pr)
+            try:
+                return repo.commit(ref), f"judged the local ref {ref} ({why})"
+            except (git.BadName, ValueError):
+                pass
+        raise UsageError(f"unknown PR {pr}: no refs/pull/{pr}/head locally ({why})")
+    reasons = []
+    for pattern in PR_REFS:
+        ref = pattern.format(n=pr)
+        problem = _fetch(repo, remote, [f"+{ref}:{ref}"])
+        if problem is None:
+            return repo.commit(ref), f"fetched {ref} from {remote.name} just now"
+        reasons.append(problem)
+    if all("couldn't find remote ref" in r for r in reasons):
+        raise UsageError(f"unknown PR {pr}: {remote.name} has no refs/pull/{pr}/head")
+    raise UsageError(f"fetching PR {pr} from {remote.name} failed: {reasons[0]}")
+
+
+def _default_branch(repo: git.Repo) -> str:
+    remote = _remote(repo)
+    if remote is not None:
+        try:
+            head = repo.git.symbolic_ref(f"refs/remotes/{remote.name}/HEAD")
+            return str(head).removeprefix(f"refs/remotes/{remote.name}/")
+        except git.GitCommandError:
+            pass
+    return "main"
+
+
+def _base_commit(repo: git.Repo, branch: str, offline: bool) -> git.Commit:
+    """The base branch's commit: the remote's (fetched unless offline), else local."""
+    remote = _remote(repo)
+    names = [f"refs/heads/{branch}"]
+    if remote is not None:
+        tracking = f"refs/remotes/{remote.name}/{branch}"
+        if not offline:
+            problem = _fetch(repo, remote, [f"+refs/heads/{branch}:{tracking}"])
+            if problem is not None and "couldn't find remote ref" not in problem:
+                raise UsageError(f"fetching base branch {branch} failed: {problem}")
+        names.insert(0, tracking)
+    for name in names:
+        try:
+            return repo.commit(name)
+        except (git.BadName, ValueError):
+            continue
+    raise UsageError(f"base branch {branch!r} not found (pass --base BRANCH)")
+
+
+def base_commit(repo: git.Repo, base: str | None, offline: bool) -> str:
+    """The base branch's commit whose plan governs a PR (`identify`'s choice)."""
+    return _base_commit(repo, base or _default_branch(repo), offline).hexsha
+
+
+def _base(repo: git.Repo, commit: git.Commit) -> str | None:
+    for name in (
+        "refs/remotes/origin/HEAD",
+        "refs/remotes/origin/main",
+        "refs/heads/main",
+        "refs/remotes/origin/master",
+        "refs/heads/master",
+    ):
+        try:
+            other = repo.commit(name)
+        except (git.BadName, ValueError):
+            continue
+        bases = repo.merge_base(commit, other)
+        if bases and isinstance(bases[0], git.Commit):
+            return bases[0].hexsha
+    return None
+
+
+def _commit(
+    repo: git.Repo, rev: str | None, pr: int | None, offline: bool
+) -> tuple[git.Commit, str]:
+    if (rev is None) == (pr is None):
+        raise UsageError("give exactly one of --rev or --pr")
+    if pr is not None:
+        return _pr_commit(repo, pr, offline)
+    try:
+        c = repo.commit(rev)
+    except (git.BadName, ValueError, KeyError):
+        # KeyError: a `REV:path` naming no blob (e.g. HEAD:../../etc/passwd).
+        raise UsageError(f"unknown revision {rev!r}") from None
+    return c, f"commit {c.hexsha[:12]} ({rev})"
+
+
+def identify(
+    repo: git.Repo,
+    *,
+    rev: str | None = None,
+    pr: int | None = None,
+    plan_file: Path | None = None,
+    for_statement: bool = False,
+    offline: bool = False,
+    base: str | None = None,
+) -> Identity:
+    """Identity of --rev REV or --pr N (its current head), with its governing plan.
+
+    For a PR the plan on its base branch governs (`base`, default: the
+    remote's default branch, else main), never the PR's own: a PR must not
+    relax its own gate. For a commit it is the plan committed there; an
+    explicit `plan_file` overrides both. The package identity is the one that
+    plan defines. `for_statement` adds what only a new statement needs
+    (merge-base, dirty flag): each costs a git process, and queries never use them.
+    """
+    commit, head_note = _commit(repo, rev, pr, offline)
+    notes = [head_note]
+    plan_base: str | None = None
+    if plan_file is not None:
+        plan = plan_at(repo, commit.hexsha, plan_file)
+        notes.append(f"plan: explicit --plan {plan_file} (not the governing plan)")
+    elif pr is not None:
+        branch = base or _default_branch(repo)
+        base_commit = _base_commit(repo, branch, offline)
+        plan = plan_at(repo, base_commit.hexsha, None)
+        plan_base = base_commit.hexsha
+        notes.append(
+            f"plan: {PLAN_FILE} on base branch {branch} ({base_commit.hexsha[:12]}"
+            f"{_blob_note(repo, plan_base)})"
+        )
+        proposed = _plan_text(repo, commit.hexsha)
+        if proposed != _plan_text(repo, base_commit.hexsha):
+            notes.append(f"the PR changes {PLAN_FILE}: proposed, not applied")
+    else:
+        plan = plan_at(repo, commit.hexsha, None)
+        plan_base = commit.hexsha
+        notes.append(
+            f"plan: {PLAN_FILE} as committed at {commit.hexsha[:12]}{_blob_note(repo, plan_base)}"
+            if plan is not None
+            else f"plan: none committed at {commit.hexsha[:12]}"
+        )
+    governing = None
+    if for_statement and plan is not None and plan_base is not None:
+        from ledger.plans.entry import collect
+
+        governing = collect(repo, plan_base, PLAN_FILE)
+    paths = tuple(plan.package.paths) if plan is not None and plan.package else ()
+    spec = plan.package if plan is not None else None
+    package = (
+        package_identity(commit, paths, lock=spec.lock, distributions=spec.distributions)
+        if paths and spec is not None
+        else None
+    )
+    # The dirty flag speaks of the work tree, so it only applies when the work
+    # tree is the revision being attested.
+    dirty = False
+    at_head = not repo.bare and repo.head.is_valid() and repo.head.commit.hexsha == commit.hexsha
+    if for_statement and at_head:
+        dirty = repo.is_dirty(index=True, working_tree=True, untracked_files=True)
+    revision = Revision(
+        repo=repo_name(repo, plan),
+        commit=commit.hexsha,
+        tree=commit.tree.hexsha,
+        package_digest=package.digest if package else None,
+        pr=pr,
+        package_paths=paths,
+        package_parts=tuple(sorted((package.parts or {}).items())) if package else (),
+        parents=tuple(p.hexsha for p in commit.parents),
+        base=_base(repo, commit) if for_statement else None,
+        dirty=dirty,
+    )
+    return Identity(revision, plan, tuple(notes), governing)
+
+
+def _blob_note(repo: git.Repo, commit: str) -> str:
+    try:
+        return f", blob {(repo.commit(commit).tree / PLAN_FILE).hexsha[:12]}"
+    except KeyError:
+        return ""
+
+
+def _plan_text(repo: git.Repo, commit: str) -> bytes | None:
+    try:
+        return bytes(repo.commit(commit).tree[PLAN_FILE].data_stream.read())
+    except KeyError:
+        return None
+
+
+def plan_at(repo: git.Repo, commit: str, override: Path | None) -> Plan | None:
+    """The plan as committed at the revision (or --plan FILE); None when there is none."""
+    # A plan that cannot be read is the environment's fault, not a negative
+    # answer about the revision: exit 2, never "not qualified".
+    if override is not None:
+        try:
+            return load_plan(override)
+        except InputError as e:
+            raise UsageError(e.reason()) from None
+    try:
+        blob = repo.commit(commit).tree / PLAN_FILE
+    except KeyError:
+        return None
+    where = f"{PLAN_FILE} at {commit[:12]}"
+    try:
+        text = blob.data_stream.read().decode("utf-8")
+    except UnicodeDecodeError:
+        raise UsageError(f"{where}: not UTF-8 text") from None
+    try:
+        return parse_plan(text, where)
+    except InputError as e:
+        raise UsageError(e.reason()) from None
+
+
+@lru_cache(maxsize=256)
+def glob_regex(pattern: str) -> re.Pattern[str]:
+    """Git-style glob: `**/` spans zero or more folders, `*` and `?` stay in one."""
+    out = []
+    i = 0
+    while i < len(pattern):
+        if pattern.startswith("**/", i):
+            out.append("(?:.*/)?")
+            i += 3
+        elif pattern.startswith("**", i):
+            out.append(".*")
+            i += 2
+        elif pattern[i] == "*":
+            out.append("[^/]*")
+            i += 1
+        elif pattern[i] == "?":
+            out.append("[^/]")
+            i += 1
+        else:
+            out.append(re.escape(pattern[i]))
+            i += 1
+    return re.compile("".join(out) + r"\Z")
+
+
+def _matches(path: str, globs: Sequence[str]) -> bool:
+    return any(glob_regex(g).match(path) for g in globs)
+
+
+def _digest(pairs: Iterable[tuple[str, str]]) -> str:
+    return hashlib.sha256(canonical_bytes(sorted([p, b] for p, b in pairs))).hexdigest()
+
+
+def package_identity(
+    commit: git.Commit,
+    globs: Sequence[str],
+    *,
+    lock: Sequence[str] = (),
+    distributions: Sequence[str] = (),
+) -> PackageIdentity:
+    """sha256 over the sorted (path, git blob id) of the files the globs select; with
+    lock files or distributions, over those parts too (`ledger.identity.environment_identity`)."""
+    pairs = [
+        (str(item.path), item.hexsha)
+        for item in commit.tree.traverse()
+        if isinstance(item, git.Blob) and _matches(str(item.path), globs)
+    ]
+    files = _digest(pairs)
+    if not lock and not distributions:
+        return PackageIdentity(paths=list(globs), digest=files)
+    from ledger.identity.environment_identity import identity_parts, parts_digest
+
+    parts = {"files": files, **identity_parts(commit, lock, distributions)}
+    return PackageIdentity(paths=list(globs), digest=parts_digest(parts), parts=parts)

@@ -1,0 +1,239 @@
+"""The read side: `status`, `history` and `show` answered from the store.
+
+Only the asked repository's receipts are read (the index holds each
+receipt's canonical repository id). Entries are parsed once per process
+(`ledger.store.cache`) and judged by the key table as it stands
+(`ledger.verify.logged.standing`): signatures were verified at ingest and
+are re-checked by `audit` and `verify`, not by every question. An entry the
+index names but whose body no longer reads is a problem of the answer.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ledger.evidence.entry import LoggedEntry
+from ledger.evidence.errors import Error
+from ledger.evidence.keys import KeyInfo
+from ledger.identity.repoid import canonical_repo
+from ledger.identity.revision import Revision
+from ledger.identity.source import Identity
+from ledger.qualification import (
+    HistoryItem,
+    ReceiptEvidence,
+    ReviewEvidence,
+    StatusReport,
+    evaluate,
+    history,
+)
+from ledger.qualification.plan import Plan
+from ledger.store.store import Store
+from ledger.verify.logged import standing
+
+__all__ = [
+    "Evidence",
+    "history_answer",
+    "history_document",
+    "load_evidence",
+    "quarantined_gpus",
+    "query_history",
+    "query_status",
+    "read_evidence",
+    "show_document",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Evidence:
+    """What the ledger holds on a revision, and the entries it could not read."""
+
+    receipts: list[ReceiptEvidence]
+    reviews: list[ReviewEvidence]
+    unreadable: list[str] = field(default_factory=list)
+    """One line per entry the index names that does not parse (`ledger audit` says why)."""
+
+
+def _unreadable(e: LoggedEntry, err: Error) -> str:
+    return (
+        f"entry {e.seq} ({e.entry_id[:19]}) cannot be read: {err.reason()};"
+        " it counts for nothing here: run `ledger audit`"
+    )
+
+
+def read_evidence(
+    store: Store, revision: Revision, claims: Sequence[str] | None = None
+) -> Evidence:
+    """The receipts (and their reviews) of the revision's repository that bear on it."""
+    # The asked id is canonical already; normalising again is idempotent and covers a
+    # question posted with a raw URL. Ids the operator aliased to it count as it.
+    entries: list[LoggedEntry] = []
+    for repo_id in repo_ids(store, revision.repo):
+        entries += store.receipt_entries(
+            repo_id,
+            # With the environment in the package identity, an upgrade changes the
+            # digest: the parents' receipts are read too, so status can name the part
+            # that differed instead of finding no evidence.
+            commits=[revision.commit, *(revision.parents if revision.package_parts else ())],
+            trees=[revision.tree],
+            packages=[revision.package_digest] if revision.package_digest else [],
+            pr=revision.pr,
+            claims=claims or None,
+        )
+    entries.sort(key=lambda e: e.seq)
+    keys = store.keys()
+
+    def signed(e: LoggedEntry) -> dict[str, Any]:
+        """What both kinds of evidence say about an entry's signature."""
+        info: KeyInfo | None = keys.get(e.signer)
+        return {
+            "id": e.entry_id,
+            "seq": e.seq,
+            "signer": e.signer,
+            "signer_role": info.role if info else "unknown",
+            "signer_revoked_seq": info.revoked_seq if info else None,
+            "signer_registered_by": info.registered_by if info else None,
+            "problem": standing(e, keys),
+        }
+
+    unreadable: list[str] = []
+    receipts: list[ReceiptEvidence] = []
+    for e in entries:
+        try:
+            receipts.append(ReceiptEvidence(statement=e.receipt, **signed(e)))
+        except Error as err:
+            unreadable.append(_unreadable(e, err))
+    reviews: list[ReviewEvidence] = []
+    for e in store.review_entries([r.id for r in receipts]):
+        try:
+            p = e.review.predicate
+            reviews.append(
+                ReviewEvidence(receipt=p.receipt, verdict=p.verdict, note=p.note, **signed(e))
+            )
+        except Error as err:
+            unreadable.append(_unreadable(e, err))
+    return Evidence(receipts, reviews, unreadable)
+
+
+def repo_ids(store: Store, repo: str) -> list[str]:
+    """The repository's canonical id, then the earlier ids aliased to it."""
+    from ledger.identity.aliases import aliases_of
+
+    want = canonical_repo(repo)
+    return [want, *aliases_of(store, want)]
+
+
+def _elsewhere_notes(store: Store, revision: Revision, claims: Sequence[str]) -> tuple[str, ...]:
+    """Receipts of the asked claims for this exact commit under another repository id,
+    and how to count them (one (claim, commit) index lookup per claim)."""
+    from ledger.identity.aliases import elsewhere
+
+    if not claims:
+        return ()
+    want = canonical_repo(revision.repo)
+    return tuple(
+        f"{n} receipt{'' if n == 1 else 's'} for this exact commit "
+        f"{'is' if n == 1 else 'are'} recorded under repository {other}: "
+        f"`ledger repo alias {other} {want} --reason TEXT` on the ledger's host counts them here"
+        for other, n in elsewhere(store, revision.commit, repo_ids(store, want), claims)
+    )
+
+
+def load_evidence(
+    store: Store, revision: Revision, claims: Sequence[str] | None = None
+) -> tuple[list[ReceiptEvidence], list[ReviewEvidence]]:
+    ev = read_evidence(store, revision, claims)
+    return ev.receipts, ev.reviews
+
+
+def quarantined_gpus(store: Store, plan: Plan | None) -> frozenset[str]:
+    """The GPUs the fleet quarantines under the plan's ``quarantine_above`` (none without
+    it): read from every receipt of the ledger, so only a plan that asks pays for it."""
+    if plan is None or plan.quarantine_above is None:
+        return frozenset()
+    from ledger.fleet.report import fleet_report, quarantined, store_predicates
+
+    return frozenset(quarantined(fleet_report(store_predicates(store)), plan.quarantine_above))
+
+
+def query_status(
+    store: Store,
+    q: Identity,
+    *,
+    claims: Sequence[str] | None,
+    scope: Mapping[str, str | int],
+) -> StatusReport:
+    ev = read_evidence(store, q.revision)
+    sick = quarantined_gpus(store, q.plan)
+    # No plan governs and no claim was named: nothing is required, and default rules
+    # would be a guess. The answer judges nothing and says so (not qualified).
+    unplanned = q.plan is None and not claims
+    report = evaluate(
+        plan=q.plan,
+        revision=q.revision,
+        receipts=ev.receipts,
+        reviews=ev.reviews,
+        claims=list(claims) if claims else None,
+        query_scope=dict(scope),
+        quarantined=sick,
+    )
+    # An entry that should bear on the answer but cannot be read leaves the
+    # answer open: it is named, and the revision is not qualified while it stands.
+    if unplanned:
+        report = dataclasses.replace(report, claims=(), qualified=False)
+    return dataclasses.replace(
+        report,
+        notes=q.notes
+        + _elsewhere_notes(store, q.revision, sorted({row.claim for row in report.claims})),
+        problems=tuple(ev.unreadable),
+        qualified=report.qualified and not ev.unreadable,
+        governed=not unplanned,
+    )
+
+
+def query_history(store: Store, q: Identity) -> list[HistoryItem]:
+    receipts, reviews = load_evidence(store, q.revision)
+    return history(receipts, reviews)
+
+
+def history_answer(store: Store, q: Identity) -> dict[str, Any]:
+    """What `ledger history --json` prints: the history document, with the
+    entries that bear on it but cannot be read named under `problems`."""
+    ev = read_evidence(store, q.revision)
+    doc = history_document(q, history(ev.receipts, ev.reviews))
+    doc["problems"] = list(ev.unreadable)
+    return doc
+
+
+def history_document(q: Identity, items: Sequence[HistoryItem]) -> dict[str, Any]:
+    """What `ledger history --json` prints."""
+    return {
+        "subject": q.revision.to_json(),
+        "judged": list(q.notes),
+        "entries": [i.to_json() for i in items],
+    }
+
+
+def show_document(store: Store, ref: str) -> dict[str, Any]:
+    """What `ledger show --json` prints (and the server's GET /v1/entries/ID returns)."""
+    e = store.resolve(ref)
+    info = store.keys().get(e.signer)
+    reviews = [
+        {"id": r.entry_id, **r.payload_document["predicate"]}
+        for r in store.review_entries([e.entry_id])
+    ]
+    return {
+        "id": e.entry_id,
+        "kind": e.kind,
+        "seq": e.seq,
+        "logged_at": e.logged_at,
+        "signer": {
+            "keyid": e.signer,
+            "name": info.name if info else None,
+            "role": info.role if info else None,
+        },
+        "statement": e.payload_document,
+        "reviews": reviews,
+    }

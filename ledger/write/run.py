@@ -1,0 +1,354 @@
+"""`ledger run -- CMD ...`: run any harness's command and describe what happened.
+
+The command runs in its own process group, with a marker in its environment
+that its descendants inherit, in the directory it is given (`ledger run`
+gives it a fresh worktree of the revision). Around it: the machine's
+fingerprint and the command's own interpreter (`ledger.identity.interpreter`), NVML
+device memory before and after (where NVML answers), wall-clock start and
+finish, the exit status. Afterwards every process still in the group, or
+still carrying the marker (a child that left the group with setsid), is named
+as leaked, then ended; the cleanup proof says what was found and that the
+group is gone. The outcome comes from the exit status, or from the result
+file the command wrote (`RESULT_SCHEMA`, documented in docs/import.md).
+
+What the command leaves (artifacts, the result file) is read as data beneath
+the folder it was declared in, never through a link (`ledger.outputs`): a
+symbolic link, hard link, FIFO, device or oversized file is named in the
+receipt's ``refused_outputs`` and never read, and the outcome still stands.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, get_args
+
+from ledger.evidence.dsse import MAX_ENVELOPE_BYTES
+from ledger.evidence.errors import UsageError
+from ledger.evidence.models import Outcome
+from ledger.evidence.statement import ArtifactFile, Facts, timestamp
+from ledger.identity.environment import gpu_used_bytes, host_environment
+from ledger.identity.interpreter import NONE, probe, scope_of
+from ledger.outputs.beneath import Refused
+from ledger.outputs.declared import Declared, collect, declare, refusal
+from ledger.sandbox import SandboxedPopen
+from ledger.write.artifacts import MAX_ARTIFACT_BYTES
+
+__all__ = ["CHECK", "RESULT_SCHEMA", "CommandRun", "run_command", "spawn"]
+
+CHECK = "command"
+VERSION = "1"
+MARKER = "LEDGER_RUN_ID"
+GRACE_S = 5.0
+MAX_RESULT_BYTES = MAX_ENVELOPE_BYTES
+"""A result file larger than a whole receipt could not be in one: refused unread."""
+RESULT_SCHEMA = {
+    "outcome": "passed | failed | inconclusive | refused | infra-error (required)",
+    "reason": "one sentence; required for anything but passed",
+    "measurements": "a JSON object (optional)",
+}
+# A process that dies of one of these crashed by itself: evidence against the code.
+# Any other signal came from outside (the OOM killer, an operator, a timeout).
+_CRASHES = {signal.SIGSEGV, signal.SIGABRT, signal.SIGBUS, signal.SIGFPE, signal.SIGILL}
+_OUTCOMES: tuple[str, ...] = get_args(Outcome)
+
+
+@dataclass
+class CommandRun:
+    """What `run_command` observed; `facts` turns it into a receipt's facts."""
+
+    argv: list[str]
+    returncode: int | None
+    timed_out: bool
+    started_ns: int
+    finished_ns: int
+    outcome: Outcome
+    reason: str | None
+    measurements: dict[str, Any]
+    resources: list[dict[str, Any]]
+    files: list[ArtifactFile] = field(default_factory=list)
+    """The artifacts read (beneath their folders); refused ones are in `measurements`."""
+    interpreter: dict[str, Any] = field(default_factory=dict)
+    """What `python` on the command's PATH is (`ledger.identity.interpreter.probe`)."""
+
+    def facts(self, claim: str) -> Facts:
+        env = host_environment()
+        # The machine is Ledger's; the Python and its packages are the command's.
+        scope = {**env.scope, **scope_of(self.interpreter)}
+        return Facts(
+            claim=claim,
+            check=CHECK,
+            check_version=VERSION,
+            parameters={"command": list(self.argv)},
+            scope=scope,
+            outcome=self.outcome,
+            reason=self.reason,
+            measurements=self.measurements,
+            observer="off",
+            cleanup={
+                "complete": all(r["released"] for r in self.resources),
+                "resources": self.resources,
+                "tolerance_bytes": 0,
+            },
+            artifacts=[],
+            supersedes=[],
+            host=env.host,
+            gpu_uuids=env.gpu_uuids,
+            started=timestamp(self.started_ns),
+            finished=timestamp(self.finished_ns),
+            environment={"interpreter": str(self.interpreter.get("path", NONE))},
+        )
+
+
+def _strays(marker: str, pgid: int) -> dict[int, str]:
+    """Live processes in the group ``pgid`` or whose environment carries ``marker``
+    (inherited by every descendant, also one that left the group): pid -> name."""
+    found: dict[int, str] = {}
+    needle = f"{MARKER}={marker}".encode()
+    for entry in Path("/proc").glob("[0-9]*"):
+        with contextlib.suppress(OSError):
+            stat = (entry / "stat").read_text()
+            fields = stat.rpartition(")")[2].split()
+            if fields[0] == "Z":
+                continue
+            if int(fields[3]) == pgid or needle in (entry / "environ").read_bytes().split(b"\0"):
+                found[int(entry.name)] = stat.partition("(")[2].rpartition(")")[0]
+    return found
+
+
+def _exe(pid: int) -> str | None:
+    try:
+        return os.readlink(f"/proc/{pid}/exe")
+    except OSError:
+        return None
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _end(pgid: int, pids: Sequence[int]) -> tuple[bool, str]:
+    """SIGTERM, a grace period, SIGKILL to the group and to the strays; prove them gone."""
+    sent: list[str] = []
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        alive = [p for p in pids if _alive(p)]
+        if not _group_alive(pgid) and not alive:
+            break
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pgid, sig)
+        for p in alive:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(p, sig)
+        sent.append(signal.Signals(sig).name)
+        deadline = time.monotonic() + GRACE_S
+        while time.monotonic() < deadline and (_group_alive(pgid) or any(_alive(p) for p in pids)):
+            time.sleep(0.02)
+    gone = not _group_alive(pgid) and not any(_alive(p) for p in pids)
+    did = f"sent {', '.join(sent)}; " if sent else ""
+    return gone, f"{did}os.killpg({pgid}, 0) {'raised ProcessLookupError' if gone else 'succeeded'}"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rpartition(")")[2].split()[0] != "Z"
+
+
+Wrap = Callable[[list[str], dict[str, str]], tuple[list[str], dict[str, str]]]
+"""(command line, environment) -> the same inside a sandbox (`ledger.sandbox`)."""
+
+
+def spawn(
+    argv: Sequence[str], env: dict[str, str], cwd: Path | None, wrap: Wrap | None = None
+) -> subprocess.Popen[bytes]:
+    """Start the command in its own process group; the one place it is started
+    (inside the sandbox ``wrap`` builds, where there is one)."""
+    cmd, env = (list(argv), env) if wrap is None else wrap(list(argv), env)
+    popen = subprocess.Popen if wrap is None else SandboxedPopen
+    # stdout to our stderr: the receipt id is the only thing on stdout.
+    return popen(cmd, env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=2, process_group=0)
+
+
+def run_command(
+    argv: Sequence[str],
+    *,
+    timeout_s: float | None,
+    result_file: Path | None,
+    artifact_globs: Sequence[str],
+    cwd: Path | None = None,
+    sandbox: Wrap | None = None,
+) -> CommandRun:
+    """Run `argv` in `cwd`; relative `result_file` and artifact globs are read beneath it,
+    absolute ones beneath their folder (`ledger.outputs.declared`)."""
+    if not argv:
+        raise UsageError("ledger run needs a command after --")
+    marker = uuid.uuid4().hex
+    env = {**os.environ, MARKER: marker}
+    # Their folders are fixed now, before the command can plant anything.
+    declared = [declare(g, cwd) for g in artifact_globs]
+    result = None if result_file is None else declare(result_file, cwd)
+    if result is not None:
+        result.remove()  # only what this run writes counts
+    interpreter = probe(env)
+    before = gpu_used_bytes()
+    started = time.time_ns()
+    t0 = time.monotonic()
+    try:
+        proc = spawn(argv, env, cwd, sandbox)
+    except OSError as e:
+        raise UsageError(f"cannot run {argv[0]}: {e.strerror}") from None
+    timed_out = False
+    try:
+        rc: int | None = proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        timed_out, rc = True, None
+    finally:
+        if proc.poll() is None and not timed_out:
+            # Ctrl-C or an error in this process: the command goes with it.
+            _end(proc.pid, [])
+    duration = time.monotonic() - t0
+    # The sandbox's own init may still be exiting after its parent returned: not a
+    # leak (and nothing inside outlives it: the pid namespace ends with it).
+    own = os.path.realpath(str(proc.args[0])) if sandbox is not None else None  # type: ignore[index]
+    strays = {
+        p: n
+        for p, n in _strays(marker, proc.pid).items()
+        if p != proc.pid and (own is None or _exe(p) != own)
+    }
+    gone, why = _end(proc.pid, list(strays))
+    if timed_out:
+        rc = proc.wait()
+    finished = time.time_ns()
+    after = gpu_used_bytes()
+    leaked = ", ".join(f"pid {p} ({n})" for p, n in sorted(strays.items()))
+    resources = [
+        {
+            "kind": "process",
+            "id": str(proc.pid),
+            "released": proc.returncode is not None,
+            "proof": f"reaped by waitpid (returncode {proc.returncode})",
+        },
+        {
+            "kind": "process-group",
+            "id": str(proc.pid),
+            "released": gone and not strays,
+            "proof": (f"left behind after the command exited: {leaked}; " if strays else "") + why,
+        },
+    ]
+    m: dict[str, Any] = {
+        "interpreter": interpreter,
+        "exit_status": rc,
+        "duration_ns": int(duration * 1e9),
+        "timeout_s": timeout_s,
+        "leaked_processes": [{"pid": p, "comm": n} for p, n in sorted(strays.items())],
+    }
+    if before is not None and after is not None:
+        m["nvml_used_before_bytes"] = before
+        m["nvml_used_after_bytes"] = after
+        m["nvml_used_delta_bytes"] = {u: after.get(u, 0) - b for u, b in before.items()}
+    refused: list[Refused] = []
+    outcome, reason = _outcome(rc, timed_out, timeout_s, result, m, refused)
+    got = collect(declared, MAX_ARTIFACT_BYTES)
+    refused.extend(got.refused)
+    if refused:
+        m["refused_outputs"] = [refusal(r) for r in refused]
+    if got.unmatched:
+        m["artifact_globs_unmatched"] = got.unmatched
+    # A pass whose declared outputs could not all be kept is not a pass; any other
+    # outcome stands (a failure is recorded as one, whatever it left behind).
+    if outcome == "passed" and got.refused:
+        r = got.refused[0]
+        outcome, reason = "inconclusive", f"declared artifact {r.path} was refused: {r.why}"
+    elif outcome == "passed" and got.unmatched:
+        outcome, reason = "inconclusive", f"declared artifact {got.unmatched[0]!r} matched no file"
+    return CommandRun(
+        argv=list(argv),
+        returncode=rc,
+        timed_out=timed_out,
+        started_ns=started,
+        finished_ns=finished,
+        outcome=outcome,
+        reason=reason,
+        measurements=m,
+        resources=resources,
+        files=got.files,
+        interpreter=interpreter,
+    )
+
+
+def _outcome(
+    rc: int | None,
+    timed_out: bool,
+    timeout_s: float | None,
+    result: Declared | None,
+    m: dict[str, Any],
+    refused: list[Refused],
+) -> tuple[Outcome, str | None]:
+    """The outcome: a timeout or an outside signal is no evidence (infra-error); a crash
+    is a failure; otherwise the result file when declared, else the exit status. A
+    result file refused unread (appended to ``refused``) leaves the exit status alone:
+    a failure stays one, a zero status cannot pass (inconclusive)."""
+    if timed_out:
+        return "infra-error", f"timed out after {timeout_s:g} s; its process group was killed"
+    assert rc is not None
+    if rc < 0:
+        sig = signal.Signals(-rc)
+        m["signal"] = sig.name
+        if sig in _CRASHES:
+            return "failed", f"the command crashed: killed by {sig.name}"
+        return "infra-error", f"the command was killed by {sig.name} from outside"
+    if result is None:
+        return ("passed", None) if rc == 0 else ("failed", f"the command exited with status {rc}")
+    try:
+        raw = result.read(MAX_RESULT_BYTES)
+    except FileNotFoundError:
+        return "infra-error", f"the command exited with status {rc} without writing {result.text}"
+    except Refused as r:
+        refused.append(r)
+        why = f"result file refused ({r.path}: {r.why})"
+        if rc != 0:
+            return "failed", f"the command exited with status {rc}; its {why}"
+        return "inconclusive", f"{why}: the exit status alone cannot pass a run that declares one"
+    try:
+        doc = json.loads(raw)
+    except ValueError as e:
+        return "infra-error", f"result file {result.text} is not JSON: {e}"
+    problem = _result_problem(doc)
+    if problem:
+        return "infra-error", f"result file {result.text}: {problem}"
+    m["result"] = doc.get("measurements", {})
+    outcome: Outcome = doc["outcome"]
+    if outcome == "passed" and rc != 0:
+        return "failed", f"the result file says passed but the command exited with status {rc}"
+    return outcome, doc.get("reason") if outcome != "passed" else None
+
+
+def _result_problem(doc: Any) -> str | None:
+    if not isinstance(doc, dict):
+        return "must hold a JSON object"
+    extra = sorted(set(doc) - set(RESULT_SCHEMA))
+    if extra:
+        return f"unknown keys {extra} (known: {sorted(RESULT_SCHEMA)})"
+    if doc.get("outcome") not in _OUTCOMES:
+        return f"outcome must be one of {', '.join(_OUTCOMES)}, got {doc.get('outcome')!r}"
+    if doc["outcome"] != "passed" and not isinstance(doc.get("reason"), str):
+        return f"outcome {doc['outcome']} needs a reason"
+    if not isinstance(doc.get("measurements", {}), dict):
+        return "measurements must be a JSON object"
+    return None
