@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
-from ledger.humanize import iec, number
-from ledger.keys import key_id, load_public_pem
+from ledger.evidence.keys import key_id, load_public_pem
+from ledger.read.humanize import iec, number
 from ledger.trend import figure_of
 from ledger.verify import verify_bundle
 from tests.ledger.helpers import run
