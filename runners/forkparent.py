@@ -13,6 +13,7 @@ import os
 import subprocess
 import sys
 import tempfile
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -58,6 +59,7 @@ class ForkServer:
         *,
         modules: Sequence[str] = (),
         prepare: Sequence[Prepared] = (),
+        prebuild: Sequence[Prepared] = (),
         wrap: Wrap | None = None,
         sock_dir: Path | None = None,
         learn: bool = True,
@@ -92,6 +94,7 @@ class ForkServer:
             "workloads": [list(x) for x in preload],
             "modules": list(modules),
             "prepare": [[r, ref, dict(p)] for r, ref, p in prepare],
+            "prebuild": [[r, ref, dict(p)] for r, ref, p in prebuild],
             "learn": learn,
             "confine": dict(confine or {}),
         }
@@ -152,6 +155,9 @@ class Spec:
     preload: list[tuple[str, str]]
     modules: Sequence[str] = ()
     prepare: Sequence[Prepared] = ()
+    prebuild: Sequence[Prepared] = ()
+    """Of ``prepare``, those without ``prepare()`` the server builds once itself
+    (`runners.workloads.prebuilt`)."""
 
     @classmethod
     def of(
@@ -162,13 +168,14 @@ class Spec:
     ) -> Spec:
         """The server of the tree at ``root``: each ``(entry point, parameters)`` workload's
         module imported, and each built and prepared once (an empty entry point: none)."""
-        prepare = {
-            (ref, json.dumps(dict(params), sort_keys=True)): (str(root), ref, dict(params))
-            for ref, params in workloads
-            if ref
-        }
+        listed = [(ref, dict(params)) for ref, params in workloads if ref]
+        counts = Counter((ref, json.dumps(p, sort_keys=True)) for ref, p in listed)
+        prepare = {(ref, json.dumps(p, sort_keys=True)): (str(root), ref, p) for ref, p in listed}
         refs = sorted({ref for ref, _ in prepare})
-        return cls([(str(root), ref) for ref in refs], list(modules), list(prepare.values()))
+        # Building once pays only where the server will set the workload up twice or more
+        # (a workload listed once per setup it will make).
+        twice = [prepare[k] for k, n in counts.items() if n >= 2]
+        return cls([(str(root), ref) for ref in refs], list(modules), list(prepare.values()), twice)
 
 
 class Launched:
@@ -201,6 +208,7 @@ class Launched:
                         env,
                         modules=spec.modules,
                         prepare=spec.prepare,
+                        prebuild=spec.prebuild,
                         wrap=wrap,
                         sock_dir=sock_dir,
                         confine=confine,

@@ -35,3 +35,11 @@ REGRESSION_24VIEW: Final = "regression-24view"
 
 NEEDS_BASE: Final = frozenset({GRADIENT_COMPARE})
 """Checks that compare the candidate against a checkout of the base revision."""
+
+SETUPS_PER_CLAIM: Final = {
+    GRADIENT_COMPARE: 2,  # on each tree: base, reference, repeat / candidate, its reference
+    "regression-24view": 2,  # the configured dtype and the reference one
+    "observer-off-control": 4,  # the wrapped check twice
+}
+"""How many times a claim of each check sets its workload up in one tree's processes (1
+when not listed): what a fork server's one build saves (`runners.workloads.prebuilt`)."""

@@ -97,8 +97,13 @@ def _spec(root: Path, plan: Plan, claims: Sequence[ClaimSpec], modules: Sequence
     """What ``root``'s fork server imports and prepares before the first claim: each
     workload's module, and each workload (with its parameters) built and prepared once."""
     from runners.forkparent import Spec
+    from runners.names import SETUPS_PER_CLAIM
 
-    workloads = [(plan.workload_for(c) or "", plan.workload_params_for(c)) for c in claims]
+    workloads = [
+        (plan.workload_for(c) or "", plan.workload_params_for(c))
+        for c in claims
+        for _ in range(SETUPS_PER_CLAIM.get(c.check, 1))
+    ]
     return Spec.of(root, workloads, modules)
 
 

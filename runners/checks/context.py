@@ -145,7 +145,7 @@ class Session:
         for this workload: workspaces, lazy kernels), later ones warm."""
         self.phases_ns: dict[str, int] = {}
         """Nanoseconds spent loading the workload (import, factory, digest) and in its
-        setups: recorded as ``harness_phases_ns``."""
+        setups: recorded as ``harness_phase_times``."""
         self.phases_run: set[str] = set()
         """Phases that have run a measured step in this process (see `cold`)."""
 

@@ -151,7 +151,7 @@ def execute(
         if isinstance(probe, CpuProbe):
             probe.close()
     run.common.update(_harness_measurements(probe, caught))
-    run.common["harness_phases_ns"] = dict[str, Json](phases)
+    run.common["harness_phase_times"] = dict[str, Json](phases)
     setups = prebuilt.routes()
     if setups:
         # How the workload was built: its own setup, its prepare(), or the fork server's

@@ -130,10 +130,21 @@ def _steal(where):
 _steal("import")
 
 
+_FORWARDS = []
+
+
 class _Attacking(MoEWorkload):
     def setup(self, *args, **kwargs):
         _steal("setup")
         super().setup(*args, **kwargs)
+
+    def forward(self, *args, **kwargs):
+        # Once per process: code that runs in every claim and arm, however the
+        # workload was set up (a fork server may have built it once for all).
+        if not _FORWARDS:
+            _FORWARDS.append(1)
+            _steal("forward")
+        return super().forward(*args, **kwargs)
 
 
 def make_workload(**params):

@@ -73,7 +73,7 @@ def test_an_attacking_pull_request_reaches_nothing_and_honest_claims_pass(
     claims = [a for c in CLAIMS for a in ("--claim", c)]
     r = run(capfd, "qualify", "--pr", "2", "--repo", str(example), *claims, "--json")
     doc = json.loads(r.out)
-    assert [x["outcome"] for x in doc["receipts"]] == ["passed"] * 3, r.err
+    assert [x["outcome"] for x in doc["receipts"]] == ["passed"] * 3, r.err[-3000:]
     assert r.code == 1  # three of the plan's six claims ran: the whole plan decides
     # The attack ran where the pull request's code runs, and found nothing.
     assert "attack import:forkserver.py" in r.err

@@ -201,3 +201,21 @@ def test_gradient_arms_share_a_gpu_only_when_the_base_arms_footprint_fits() -> N
     assert side_by_side_fits(4 * gib, 20 * gib, names)  # 16 GiB within 80 % of 20
     assert not side_by_side_fits(4 * gib, 19 * gib, names)
     assert not side_by_side_fits(0, 100 * gib, names)  # an unknown footprint: in turn
+
+
+def test_the_server_builds_only_what_it_will_set_up_twice() -> None:
+    from runners.forkparent import Spec
+
+    once, twice = ("m:once", {"a": 1}), ("m:twice", {"a": 2})
+    spec = Spec.of(Path("/r"), [once, twice, twice])
+    assert [ref for _, ref, _ in spec.prepare] == ["m:once", "m:twice"]
+    assert [ref for _, ref, _ in spec.prebuild] == ["m:twice"]
+
+
+def test_a_setup_that_never_returns_cannot_hold_the_server() -> None:
+    import threading
+
+    from runners.forkserver import _deadline
+
+    with pytest.raises(TimeoutError, match="LEDGER_PREBUILD_TIMEOUT_S"), _deadline(0.2):
+        threading.Event().wait()  # what a blocking setup does; the alarm ends it
