@@ -44,7 +44,7 @@ import socket
 import sys
 import time
 import traceback
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -115,27 +115,6 @@ def _threads() -> list[str]:
     return names
 
 
-PREBUILD_TIMEOUT_S = float(os.environ.get("LEDGER_PREBUILD_TIMEOUT_S", "600"))
-"""How long the server's one build of a workload may take (its ``setup`` on CPU): a
-setup that never returns must not keep every claim from starting."""
-
-
-@contextlib.contextmanager
-def _deadline(seconds: float) -> Iterator[None]:
-    """Raise `TimeoutError` in the code running here once ``seconds`` have passed."""
-
-    def expired(signum: int, frame: object) -> None:
-        raise TimeoutError(f"took over {seconds:g} s (LEDGER_PREBUILD_TIMEOUT_S)")
-
-    before = signal.signal(signal.SIGALRM, expired)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, before)
-
-
 def _preload(doc: Any) -> dict[str, Any]:
     global _THREADS
     t0 = time.monotonic()
@@ -184,8 +163,7 @@ def _preload(doc: Any) -> dict[str, Any]:
         if json.dumps([root, ref, params], sort_keys=True) not in twice:
             continue  # set up once at most: nothing to save
         try:
-            with _deadline(PREBUILD_TIMEOUT_S):
-                why = prebuild_workload(Path(root), ref, params)
+            why = prebuild_workload(Path(root), ref, params)
         except Exception as e:  # the claim's own setup will say what is wrong
             why = f"setup on CPU: {type(e).__name__}: {e}"
         (not_prebuilt.append(f"{ref}: {why}") if why else prebuilt.append(ref))

@@ -11,7 +11,9 @@ import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
+
+import torch
 
 from ledger.outputs.beneath import Folder, Refused
 from runners.checks.context import Session
@@ -19,7 +21,7 @@ from runners.forkparent import client_argv
 from runners.harness import child
 from runners.result import Json
 
-__all__ = ["Arm", "finish_arm", "start_arm"]
+__all__ = ["Arm", "Schedule", "finish_arm", "run_arms", "side_by_side_fits", "start_arm"]
 
 
 @dataclass(slots=True)
@@ -109,3 +111,64 @@ def finish_arm(arm: Arm, deadline: float) -> dict[str, Any]:
         info["status"] = "no-result"
         info["log_tail"] = (arm.out_dir / "arm.log").read_text(errors="replace")[-2000:]
     return info
+
+
+Schedule = Literal["in-turn", "side-by-side", "by-room"]
+"""How a check's arms share a device: one after the other; all at once (the
+candidate's reference arm after the reference arm, whose routing it replays); or
+the base arm alone, then the others at once when its footprint says they fit
+(`side_by_side_fits`), else in turn."""
+
+Planned = tuple[str, Path, dict[str, Json]]
+"""(arm, tree, workload parameters)."""
+
+
+def run_arms(
+    sess: Session,
+    plan: list[Planned],
+    told: dict[str, Json],
+    work: Path,
+    specs: dict[str, dict[str, Json]],
+    deadline: float,
+    mode: Schedule,
+) -> tuple[dict[str, dict[str, Any]], list[list[str]]]:
+    """Run ``plan``'s arms as ``mode`` says; what each reported, and the waves run (the
+    arms started together, in order)."""
+    arms: dict[str, dict[str, Any]] = {}
+    waves: list[list[str]] = []
+
+    def wave(group: list[Planned]) -> None:
+        started = [start_arm(sess, n, r, wp, told, work, specs.get(n)) for n, r, wp in group]
+        arms.update({a.name: finish_arm(a, deadline) for a in started})
+        waves.append([n for n, _, _ in group])
+
+    if mode == "in-turn":
+        for x in plan:
+            wave([x])
+        return arms, waves
+    now = [x for x in plan if x[0] != "candidate_reference"]
+    later = [x for x in plan if x[0] == "candidate_reference"]
+    if mode == "by-room":
+        wave(now[:1])
+        now, base = now[1:], arms[now[0][0]]
+        held = int(base.get("reserved_after_setup_bytes") or 0) + int(
+            base.get("forward_backward_increment_bytes") or 0
+        )
+        free = torch.cuda.mem_get_info(sess.device)[0] if held else 0
+        if base.get("status") != "ok" or not side_by_side_fits(held, free, [x[0] for x in now]):
+            for x in now:
+                wave([x])
+            now = []
+    if now:
+        wave(now)
+    for x in later:
+        wave([x])
+    return arms, waves
+
+
+def side_by_side_fits(held: int, free: int, names: list[str]) -> bool:
+    """Whether arms ``names`` fit beside each other in ``free`` bytes, each holding what
+    the base arm held (``held``; a reference arm, computing in float32, twice that),
+    within 80 % of it; never on an unknown footprint."""
+    need = sum(held * (2 if "reference" in n else 1) for n in names)
+    return held > 0 and need * 5 <= free * 4

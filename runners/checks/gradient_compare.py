@@ -41,7 +41,7 @@ from typing import Any, Literal
 import torch
 
 from runners.checks import noise, precision, routing
-from runners.checks.arms import finish_arm, start_arm
+from runners.checks.arms import Schedule, run_arms
 from runners.checks.context import CheckContext, Session, Verdict
 from runners.checks.execute import execute
 from runners.checks.params import CheckParams
@@ -189,50 +189,6 @@ _ARM_KEYS = (
 """What each arm reports that the result records, as ``{arm}_{key}``."""
 
 
-def side_by_side_fits(held: int, free: int, names: list[str]) -> bool:
-    """Whether arms ``names`` fit beside each other in ``free`` bytes, each holding what
-    the base arm held (``held``; a reference arm, computing in float32, twice that),
-    within 80 % of it; never on an unknown footprint."""
-    need = sum(held * (2 if "reference" in n else 1) for n in names)
-    return held > 0 and need * 5 <= free * 4
-
-
-def _in_waves(
-    sess: Session,
-    plan: list[tuple[str, Path, dict[str, Json]]],
-    told: dict[str, Json],
-    work: Path,
-    specs: dict[str, dict[str, Json]],
-    deadline: float,
-    arms: dict[str, dict[str, Any]],
-) -> list[list[str]]:
-    """On CUDA: the base arm alone, then the arms that need nothing from another side by
-    side when they fit (`Params.parallel_arms`), then the candidate's reference arm
-    (it replays the reference arm's routing). Fills ``arms``; returns the waves run."""
-    first, *rest = plan
-    arms[first[0]] = finish_arm(start_arm(sess, *first, told, work, specs.get(first[0])), deadline)
-    waves = [[first[0]]]
-    now = [x for x in rest if x[0] != "candidate_reference"]
-    later = [x for x in rest if x[0] == "candidate_reference"]
-    base = arms[first[0]]
-    held = int(base.get("reserved_after_setup_bytes") or 0) + int(
-        base.get("forward_backward_increment_bytes") or 0
-    )
-    free = torch.cuda.mem_get_info(sess.device)[0] if held else 0
-    if base.get("status") == "ok" and side_by_side_fits(held, free, [n for n, _, _ in now]):
-        started = [start_arm(sess, n, r, wp, told, work, specs.get(n)) for n, r, wp in now]
-        arms.update({a.name: finish_arm(a, deadline) for a in started})
-        waves.append([n for n, _, _ in now])
-    else:
-        for n, r, wp in now:
-            arms[n] = finish_arm(start_arm(sess, n, r, wp, told, work, specs.get(n)), deadline)
-            waves.append([n])
-    for n, r, wp in later:
-        arms[n] = finish_arm(start_arm(sess, n, r, wp, told, work, specs.get(n)), deadline)
-        waves.append([n])
-    return waves
-
-
 def _settings(p: Params) -> dict[str, Json]:
     """What every arm is told besides its tree and workload."""
     return {"warn_only": p.deterministic_warn_only, "batch": p.batch, "seq": p.seq}
@@ -246,10 +202,12 @@ def _body(sess: Session, p: Params) -> Verdict:
     base_root = ctx.base_root or ctx.repo_root
     # CPU arms share nothing that changes their gradients and may overlap; on a GPU the
     # base arm's footprint decides whether the others fit beside each other.
-    parallel = sess.device.type == "cpu" if p.parallel_arms is None else p.parallel_arms
-    waves_by_room = p.parallel_arms is None and sess.device.type == "cuda"
+    mode: Schedule = (
+        ("side-by-side" if sess.device.type == "cpu" else "by-room")
+        if p.parallel_arms is None
+        else ("side-by-side" if p.parallel_arms else "in-turn")
+    )
     deadline = time.monotonic() + p.arm_timeout_s
-    arms: dict[str, dict[str, Any]] = {}
     plan = [("base", base_root, base_params), ("candidate", ctx.repo_root, cand_params)]
     if p.rule == "reference":
         plan.append(("reference", base_root, base_params))
@@ -269,19 +227,7 @@ def _body(sess: Session, p: Params) -> Verdict:
         },
     }
     told = _settings(p)
-    waves: list[list[str]] = []
-    if waves_by_room:
-        waves = _in_waves(sess, plan, told, work, specs, deadline, arms)
-    elif parallel:
-        # The candidate's reference arm replays the reference arm's routing: after it.
-        now = [x for x in plan if x[0] != "candidate_reference"]
-        started = [start_arm(sess, n, r, wp, told, work, specs.get(n)) for n, r, wp in now]
-        arms = {a.name: finish_arm(a, deadline) for a in started}
-        for n, r, wp in (x for x in plan if x[0] == "candidate_reference"):
-            arms[n] = finish_arm(start_arm(sess, n, r, wp, told, work, specs.get(n)), deadline)
-    else:
-        for n, r, wp in plan:
-            arms[n] = finish_arm(start_arm(sess, n, r, wp, told, work, specs.get(n)), deadline)
+    arms, waves = run_arms(sess, plan, told, work, specs, deadline, mode)
     skipped = arms.get("candidate_reference", {}).get("status") == "skipped"
     if skipped:
         # A float32 workload: the function part adds nothing the precision part misses.
@@ -291,9 +237,9 @@ def _body(sess: Session, p: Params) -> Verdict:
     m: dict[str, Json] = {
         "rule": p.rule,
         "base_root": str(base_root),
-        "arms_in_parallel": parallel or any(len(w) > 1 for w in waves),
+        "arms_in_parallel": any(len(w) > 1 for w in waves),
     }
-    if waves:
+    if mode == "by-room":
         m["arms_waves"] = [list[Json](w) for w in waves]
     if p.rule == "threshold":
         m.update(threshold=threshold, noise_margin=p.noise_margin)

@@ -36,10 +36,12 @@ import contextlib
 import copy
 import os
 import secrets
+import signal
+import threading
 import types
 import weakref
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -62,13 +64,8 @@ class Snapshot:
     """The last seed ``setup`` gave ``torch.manual_seed`` (it seeds CUDA too)."""
 
 
-@dataclass(slots=True)
-class _Built:
-    snapshots: dict[int, Snapshot] = field(default_factory=dict)
-    refused: str | None = None
-
-
-_BUILT: dict[tuple[str, str, str], _Built] = {}
+_BUILT: dict[tuple[str, str, str], dict[int, Snapshot]] = {}
+"""The snapshots by the loader's key, then by seed."""
 _ORIGIN: weakref.WeakKeyDictionary[object, tuple[str, str, str]] = weakref.WeakKeyDictionary()
 _ROUTES: list[str] = []
 
@@ -84,11 +81,39 @@ def note_origin(w: Workload, key: tuple[str, str, str]) -> None:
         _ORIGIN[w] = key
 
 
+PREBUILD_TIMEOUT_S = float(os.environ.get("LEDGER_PREBUILD_TIMEOUT_S", "600"))
+"""How long the server's one build of a workload may take (its ``setup`` on CPU): a
+setup that never returns must not keep every claim from starting."""
+
+
+@contextlib.contextmanager
+def _deadline(seconds: float) -> Iterator[None]:
+    """Raise `TimeoutError` in the code running here once ``seconds`` have passed."""
+
+    def expired(signum: int, frame: object) -> None:
+        raise TimeoutError(f"took over {seconds:g} s (LEDGER_PREBUILD_TIMEOUT_S)")
+
+    if threading.current_thread() is not threading.main_thread():
+        yield  # signals reach the main thread only; a fork server builds there
+        return
+    before = signal.signal(signal.SIGALRM, expired)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, before)
+
+
 def prebuild(w: Workload, key: tuple[str, str, str], seed: int = SEEDS[0]) -> str:
     """In the fork server: ``w.setup(cpu, seed)`` on a freshly loaded workload that
     is never handed to a claim, kept as the snapshot of ``(key, seed)``. Returns ``""``
     when kept, else why not (then every claim calls ``setup`` itself)."""
-    built = _BUILT.setdefault(key, _Built())
+    with _deadline(PREBUILD_TIMEOUT_S):
+        return _prebuild(w, key, seed)
+
+
+def _prebuild(w: Workload, key: tuple[str, str, str], seed: int) -> str:
     seen_seeds: list[int] = []
     saved = torch.get_rng_state()
     # A state no setup can arrive at by chance: equal after setup only when setup left
@@ -103,9 +128,8 @@ def prebuild(w: Workload, key: tuple[str, str, str], seed: int = SEEDS[0]) -> st
         torch.set_rng_state(saved)  # the fork server's own state, unchanged for claims
     why = refusal(w)
     if why:
-        built.refused = why
         return why
-    built.snapshots[seed] = Snapshot(
+    _BUILT.setdefault(key, {})[seed] = Snapshot(
         workload=w,
         # Seeded and changed: the state is setup's, and the claim gets it. Changed
         # without a seed: setup drew from whatever state it found, which no copy repeats.
@@ -138,11 +162,6 @@ def routes() -> list[str]:
     return out
 
 
-def refused(key: tuple[str, str, str]) -> str | None:
-    b = _BUILT.get(key)
-    return None if b is None else b.refused
-
-
 def _snapshot_for(w: Workload, seed: int) -> Snapshot | None:
     if not enabled():
         return None
@@ -150,8 +169,7 @@ def _snapshot_for(w: Workload, seed: int) -> Snapshot | None:
         key = _ORIGIN.get(w)
     except TypeError:
         return None
-    built = _BUILT.get(key) if key is not None else None
-    snap = built.snapshots.get(seed) if built is not None else None
+    snap = _BUILT.get(key, {}).get(seed) if key is not None else None
     if snap is None or snap.workload is w or type(snap.workload) is not type(w):
         return None
     if not hasattr(w, "__dict__"):
@@ -292,6 +310,3 @@ def _children(o: object) -> Iterator[object]:
         for name in getattr(type(o), "__slots__", ()):
             if isinstance(name, str) and hasattr(o, name):
                 yield getattr(o, name)
-        if isinstance(o, torch.optim.Optimizer):
-            yield o.state
-            yield o.param_groups

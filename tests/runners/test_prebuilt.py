@@ -64,7 +64,7 @@ def test_the_frozen_trainer_copied_computes_what_its_own_setup_gives() -> None:
     # The optimizer trains the copy's own parameters, never the snapshot's.
     held = {id(p) for g in copied.optimizer.param_groups for p in g["params"]}
     assert held and held <= {id(p) for p in copied.model.parameters()}
-    snap = prebuilt._BUILT[next(iter(prebuilt._BUILT))].snapshots[0].workload
+    snap = prebuilt._BUILT[next(iter(prebuilt._BUILT))][0].workload
     before = {n: p.detach().clone() for n, p in snap.model.named_parameters()}
     (loss_a, grads_a), (loss_b, grads_b) = _train_once(copied), _train_once(native)
     assert loss_a == loss_b and grads_a.keys() == grads_b.keys()
@@ -194,7 +194,7 @@ def test_a_forked_child_copies_the_servers_snapshot(tmp_path: Path) -> None:
 
 
 def test_gradient_arms_share_a_gpu_only_when_the_base_arms_footprint_fits() -> None:
-    from runners.checks.gradient_compare import side_by_side_fits
+    from runners.checks.arms import side_by_side_fits
 
     names = ["candidate", "reference", "base_repeat"]  # 1 + 2 + 1 base footprints
     gib = 1 << 30
@@ -215,7 +215,7 @@ def test_the_server_builds_only_what_it_will_set_up_twice() -> None:
 def test_a_setup_that_never_returns_cannot_hold_the_server() -> None:
     import threading
 
-    from runners.forkserver import _deadline
+    from runners.workloads.prebuilt import _deadline
 
     with pytest.raises(TimeoutError, match="LEDGER_PREBUILD_TIMEOUT_S"), _deadline(0.2):
         threading.Event().wait()  # what a blocking setup does; the alarm ends it
