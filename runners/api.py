@@ -18,6 +18,7 @@ import torch
 
 from runners.checks.catalog import CHECKS, describe, get_check, params_error
 from runners.checks.context import CheckContext, infra_result
+from runners.harness import timeline
 from runners.harness.fingerprint import fingerprint
 from runners.names import NEEDS_BASE, OBSERVER_OFF_CONTROL, Device
 from runners.result import CheckResult, Json, Observer
@@ -96,14 +97,17 @@ def run_claim(
     )
     artifacts.mkdir(parents=True, exist_ok=True)
     dev = resolve_device(device)
+    timeline.mark("device_ready")
     fp_device = dev if dev is not None else torch.device("cpu")
+    fp = fingerprint(fp_device)
+    timeline.mark("fingerprinted")
     ctx = CheckContext(
         claim=claim,
         repo_root=Path(repo_root),
         workload_ref=workload_ref,
         workload_params=dict(workload_params),
         device=fp_device,
-        fingerprint=fingerprint(fp_device),
+        fingerprint=fp,
         artifact_dir=artifacts,
         observer=observer,
         base_root=None if base_root is None else Path(base_root),

@@ -243,7 +243,13 @@ def _worker(
     """In the forked child: become the claim process and never return. It waits for
     its client's word (``go``: the client has placed it in the claim's cgroup and
     learnt its host pid) before any of the claim's code runs."""
+    # Imported here, not at the top: the harness package imports torch, which must wait
+    # for `_single_threaded` (the server's preload has imported it by now).
+    from runners.harness import timeline
+
     code = 1
+    timeline.reset()
+    timeline.mark("forked")
     before = set(sys.modules)
     try:
         with contextlib.suppress(OSError):
@@ -258,6 +264,7 @@ def _worker(
         os.close(go)
         if not word:
             os._exit(1)  # the client went away before the claim started
+        timeline.mark("go")
         _confined(word, msg, confine)
         if isinstance(msg.get("env"), dict):
             _fresh_environment(msg["env"])

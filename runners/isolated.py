@@ -36,7 +36,7 @@ from runners.claim_exit import (
 )
 from runners.forkclient import CGROUP_VAR
 from runners.forkparent import ForkServer
-from runners.harness import child, nvml
+from runners.harness import child, nvml, timeline
 from runners.harness.cgroup import ClaimCgroup
 from runners.harness.launch import RankGroup
 from runners.harness.outside import REPORTED, OutsideView, bound, read_note
@@ -237,6 +237,7 @@ def run_claim_isolated(
         try:
             group.wait(timeout_s=timeout_s, died=ended, cancel=cancel)
         finally:
+            exited = time.time_ns()
             view.stop()
             # Also on Ctrl-C: no rank outlives the claim.
             stopped = group.stop()
@@ -313,9 +314,15 @@ def run_claim_isolated(
                 results = merged(
                     per_rank, cuda=backend == "nccl", grouped=grouped, at_exit=at_exit, lead=bad
                 )
+        stamps = {"launched": started, "exited": exited, "proved": time.time_ns()}
         for r in results:
             r.cleanup = with_exit_proof(r.cleanup, stopped, at_exit)
             cleanup_verdict(r)
+            r.measurements[timeline.MEASUREMENT] = dict[str, Json](
+                timeline.placed(
+                    r.measurements.get(timeline.MEASUREMENT), stamps, (r.started_ns, r.finished_ns)
+                )
+            )
         for path in results_of:
             note_learned(path.with_name(path.name + ".modules"))
         return results
@@ -411,6 +418,8 @@ def _malformed(got: list[Any], artifact_dir: Path | None) -> str | None:
 def _serve(req: dict[str, Json]) -> list[dict[str, Any]]:
     from runners.api import run_claim
 
+    timeline.mark("serving")
+
     base = req.pop("base_root", None)
     art = req.pop("artifact_dir", None)
     ranked = req.pop("rank_session", None)
@@ -440,8 +449,10 @@ def _serve(req: dict[str, Json]) -> list[dict[str, Any]]:
     # NVML's per-process memory) from the parent's note, written once it saw it.
     adopt_note(sys.argv[2] + ".host")
     peak = selfview.peak_bytes()
+    stamps = timeline.stamps()
     for r in results:
         r.measurements[REPORTED] = peak
+        r.measurements[timeline.MEASUREMENT] = dict[str, Json](stamps)
     return [dataclasses.asdict(r) for r in results]
 
 

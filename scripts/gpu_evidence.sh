@@ -76,11 +76,15 @@ if [ "$MODE" = thirdparty ]; then
       "$D/doctor.json" > "$D/doctor.txt" 2>> "$D/doctor.log"
     # The whole plan; qualify probes again before its first claim (a CUDA run).
     T0=$(date +%s%N)
+    # Each progress line stamped with the host's clock as it arrives (qualify.log).
     LEDGER_QUALIFY_PROBE=${THIRDPARTY_PROBE:-} \
-      timeout 420 python3 -m ledger qualify --rev HEAD --repo "$R" --profile h200 --device cuda \
-      --gpus all --key "h200-tp-$NAME" --sandbox "${THIRDPARTY_SANDBOX:-auto}" --json \
-      > "$D/qualify.json" 2> "$D/qualify.log"
-    RC=$?
+      timeout "${THIRDPARTY_TIMEOUT:-420}" python3 -m ledger qualify --rev HEAD --repo "$R" \
+      --profile h200 --device cuda --gpus all --key "h200-tp-$NAME" \
+      --sandbox "${THIRDPARTY_SANDBOX:-auto}" --json 2>&1 > "$D/qualify.json" \
+      | python3 -u -c 'import sys, time
+for line in sys.stdin:
+    sys.stdout.write(f"{time.time():.3f} {line}")' > "$D/qualify.log"
+    RC=${PIPESTATUS[0]}
     echo "{\"exit\": $RC, \"wall_ns\": $(( $(date +%s%N) - T0 ))}" > "$D/qualify_wall.json"
     set -e
     cat "$D/doctor.txt"; tail -3 "$D/qualify.log"

@@ -55,6 +55,14 @@ def test_a_forked_claim_passes_with_a_complete_proof(server: ForkServer) -> None
     assert again.outcome == "passed", again.reason
     # Each claim is its own process: the server itself ran no check.
     assert os.path.exists(f"/proc/{server.proc.pid}")
+    # Where the claim's time went outside its check, in order, from the parent's launch.
+    line = r.measurements["claim_timeline_ns"]
+    assert list(line) == [
+        "launched", "forked", "go", "serving", "device_ready", "fingerprinted",
+        "check_started", "check_finished", "exited", "proved",
+    ]  # fmt: skip
+    assert line["launched"] == 0
+    assert list(line.values()) == sorted(line.values())
 
 
 def test_a_forked_claim_is_killed_on_timeout_and_the_server_serves_on(
