@@ -44,7 +44,7 @@ import socket
 import sys
 import time
 import traceback
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -115,6 +115,52 @@ def _threads() -> list[str]:
     return names
 
 
+def _caller() -> str:
+    """The innermost frame of the current stack that is neither torch's, threading's
+    nor this server's: who asked (``path:line in function``)."""
+    import traceback
+
+    ours = ("/torch/", "/threading.py", "/runners/forkserver.py", "/runners/workloads/")
+    for f in reversed(traceback.extract_stack()[:-2]):
+        if not any(part in f.filename for part in ours):
+            return f"{f.filename}:{f.lineno} in {f.name}"
+    return "the server's own preload"
+
+
+def _witness(torch: Any) -> tuple[list[str], list[str], Callable[[], None]]:
+    """Until the returned undo: where CUDA was first initialised in this process (every
+    path to it goes through ``torch._C._cuda_init``) and who started each Python
+    thread. Undone before any claim forks: a claim's code runs on plain torch."""
+    import threading
+
+    cuda_by: list[str] = []
+    threads_by: list[str] = []
+    init = getattr(torch._C, "_cuda_init", None)  # absent from CPU-only builds
+
+    def cuda_init() -> Any:
+        if not cuda_by:
+            cuda_by.append(_caller())
+        assert init is not None
+        return init()
+
+    if init is not None:
+        torch._C._cuda_init = cuda_init
+    start = threading.Thread.start
+
+    def started(self: threading.Thread) -> None:
+        threads_by.append(f"{self.name}: {_caller()}")
+        start(self)
+
+    threading.Thread.start = started  # type: ignore[method-assign]
+
+    def undo() -> None:
+        if init is not None:
+            torch._C._cuda_init = init
+        threading.Thread.start = start  # type: ignore[method-assign]
+
+    return cuda_by, threads_by, undo
+
+
 def _preload(doc: Any) -> dict[str, Any]:
     global _THREADS
     t0 = time.monotonic()
@@ -124,6 +170,9 @@ def _preload(doc: Any) -> dict[str, Any]:
     # Belt and braces: computing on one thread even where OpenMP ignored the variable
     # (building a model in `prepare` included: torch's random init is serial anyway).
     torch.set_num_threads(1)
+    # Either makes every fork refused (each claim then starts a fresh interpreter and
+    # pays every import and build again): who did it is named, not guessed.
+    cuda_by, threads_by, undo = _witness(torch)
 
     import runners.api
     import runners.isolated  # noqa: F401
@@ -167,6 +216,7 @@ def _preload(doc: Any) -> dict[str, Any]:
         except Exception as e:  # the claim's own setup will say what is wrong
             why = f"setup on CPU: {type(e).__name__}: {e}"
         (not_prebuilt.append(f"{ref}: {why}") if why else prebuilt.append(ref))
+    undo()
     return {
         "seconds": round(time.monotonic() - t0, 3),
         "preloaded": loaded,
@@ -177,6 +227,8 @@ def _preload(doc: Any) -> dict[str, Any]:
         "prebuilt": prebuilt,
         "not_prebuilt": not_prebuilt,
         "cuda_initialized": bool(torch.cuda.is_initialized()),  # type: ignore[no-untyped-call]
+        "cuda_initialized_by": cuda_by[0] if cuda_by else None,
+        "threads_started_by": threads_by[:8],
         "learn": learn,
         "threads": _threads(),
         "claim_threads": _THREADS,

@@ -33,7 +33,8 @@
 #     (h200-thirdparty/{frozen,adapter}/); THIRDPARTY_PROBE=0: qualify judges from the
 #     plan instead of probing the workload before its first claim; THIRDPARTY_ONLY=frozen
 #     or adapter runs one of the two (one call each stays within a 10-minute limit);
-#     THIRDPARTY_DOCTOR=0 skips the separate doctor run
+#     THIRDPARTY_DOCTOR=0 skips the separate doctor run; THIRDPARTY_CLAIM=NAME qualifies
+#     that claim only
 set -euo pipefail
 MODE=${1:-single}
 cd "$(dirname "$0")/.."
@@ -80,7 +81,8 @@ if [ "$MODE" = thirdparty ]; then
     LEDGER_QUALIFY_PROBE=${THIRDPARTY_PROBE:-} \
       timeout "${THIRDPARTY_TIMEOUT:-420}" python3 -m ledger qualify --rev HEAD --repo "$R" \
       --profile h200 --device cuda --gpus all --key "h200-tp-$NAME" \
-      --sandbox "${THIRDPARTY_SANDBOX:-auto}" --json 2>&1 > "$D/qualify.json" \
+      --sandbox "${THIRDPARTY_SANDBOX:-auto}" ${THIRDPARTY_CLAIM:+--claim "$THIRDPARTY_CLAIM"} \
+      --json 2>&1 > "$D/qualify.json" \
       | python3 -u -c 'import sys, time
 for line in sys.stdin:
     sys.stdout.write(f"{time.time():.3f} {line}")' > "$D/qualify.log"

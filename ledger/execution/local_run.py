@@ -151,6 +151,18 @@ def _prefixed(progress: Callable[[str], None], prefix: str) -> Callable[[str], N
     return say
 
 
+def unforkable(ready: dict[str, Any]) -> str | None:
+    """Why a fork server that said ready will refuse every fork, or None: CUDA initialised
+    in it, or more threads than its own (`runners.forkserver` names who did either)."""
+    if ready.get("cuda_initialized"):
+        return f"CUDA was initialised in it by {ready.get('cuda_initialized_by') or 'its preload'}"
+    threads = ready.get("threads") or []
+    if len(threads) > 1:
+        by = "; ".join(ready.get("threads_started_by") or []) or ", ".join(threads)
+        return f"it runs {len(threads)} threads ({by})"
+    return None
+
+
 def run(
     st: Started,
     runs: Sequence[ClaimRun],
@@ -188,6 +200,13 @@ def run(
             f"{len(r.get('modules', []))} more module(s) imported once{extra} "
             f"({r['seconds']:.1f} s)"
         )
+    for server in servers:
+        refused = None if server is None else unforkable(server.ready)
+        if refused:
+            say(
+                f"fork server: claims cannot be forked from it ({refused}): each claim "
+                "starts a fresh interpreter and imports and builds again"
+            )
     if explicit and pool.size > 1:
         say(f"{n} claim(s) on {pool.size} device(s) side by side")
     sockets = {str(st.root): str(fork.sock)} if fork is not None else {}
