@@ -42,6 +42,7 @@ import selectors
 import signal
 import socket
 import sys
+import threading
 import time
 import traceback
 from collections.abc import Callable, Mapping, Sequence
@@ -107,12 +108,49 @@ def _physical_cores() -> int:
 
 def _threads() -> list[str]:
     """This process's threads by name (``/proc/self/task``), the calling one included."""
-    names = []
+    return [name for _, name in _tasks()]
+
+
+def _tasks() -> list[tuple[int, str]]:
+    out = []
     with contextlib.suppress(OSError):
-        for tid in sorted(os.listdir("/proc/self/task")):
+        for tid in sorted(os.listdir("/proc/self/task"), key=int):
             with contextlib.suppress(OSError), open(f"/proc/self/task/{tid}/comm") as f:
-                names.append(f.read().strip())
-    return names
+                out.append((int(tid), f.read().strip()))
+    return out
+
+
+FORK_SAFE_THREADS: Mapping[str, str] = {
+    "jemalloc_bg_thd": (
+        "jemalloc's background purger (a Python preloaded or linked with jemalloc, "
+        "background_thread:true): the only locks it takes are jemalloc's own, and "
+        "jemalloc's pthread_atfork handlers acquire every one of them before the fork "
+        "and reinitialise them (and the background thread's state) in the child"
+    ),
+}
+"""Threads a fork may leave behind, by name, and why none holds a lock the child needs."""
+
+
+def refusal() -> str | None:
+    """Why this process must not fork a claim now, or None: CUDA initialised here (a
+    context is never forked), or a thread besides this one that is not `FORK_SAFE_THREADS`
+    (another thread's held lock would be the child's forever)."""
+    import torch
+
+    if torch.cuda.is_initialized():  # type: ignore[no-untyped-call]
+        by = _WITNESSED["cuda"]
+        return f"CUDA initialised in the fork server{f' by {by[0]}' if by else ''}"
+    me = threading.get_native_id()
+    others = [name for tid, name in _tasks() if tid != me and name not in FORK_SAFE_THREADS]
+    if not others:
+        return None
+    started = _WITNESSED["threads"]
+    by = f"; started: {'; '.join(started[:4])}" if started else ""
+    return f"the fork server runs {len(others) + 1} threads ({', '.join(others)}{by})"
+
+
+_WITNESSED: dict[str, list[str]] = {"cuda": [], "threads": []}
+"""Who initialised CUDA here and who started Python threads (`_witness`)."""
 
 
 def _caller() -> str:
@@ -133,8 +171,8 @@ def _witness(torch: Any) -> tuple[list[str], list[str], Callable[[], None]]:
     thread. Undone before any claim forks: a claim's code runs on plain torch."""
     import threading
 
-    cuda_by: list[str] = []
-    threads_by: list[str] = []
+    cuda_by = _WITNESSED["cuda"]
+    threads_by = _WITNESSED["threads"]
     init = getattr(torch._C, "_cuda_init", None)  # absent from CPU-only builds
 
     def cuda_init() -> Any:
@@ -231,6 +269,7 @@ def _preload(doc: Any) -> dict[str, Any]:
         "threads_started_by": threads_by[:8],
         "learn": learn,
         "threads": _threads(),
+        "fork_refused": refusal(),
         "claim_threads": _THREADS,
     }
 
@@ -406,16 +445,7 @@ def _accept(
     except (OSError, ValueError):
         conn.close()
         return
-    import torch
-
-    threads = _threads()
-    refused = (
-        "CUDA initialised in the fork server"
-        if torch.cuda.is_initialized()  # type: ignore[no-untyped-call]
-        else f"the fork server runs {len(threads)} threads ({', '.join(threads)})"
-        if len(threads) > 1
-        else None
-    )
+    refused = refusal()
     if refused:
         # Never fork a CUDA context, nor from a threaded process (another thread's held
         # lock would be the child's forever): tell the client to fall back.

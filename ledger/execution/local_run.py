@@ -152,15 +152,10 @@ def _prefixed(progress: Callable[[str], None], prefix: str) -> Callable[[str], N
 
 
 def unforkable(ready: dict[str, Any]) -> str | None:
-    """Why a fork server that said ready will refuse every fork, or None: CUDA initialised
-    in it, or more threads than its own (`runners.forkserver` names who did either)."""
-    if ready.get("cuda_initialized"):
-        return f"CUDA was initialised in it by {ready.get('cuda_initialized_by') or 'its preload'}"
-    threads = ready.get("threads") or []
-    if len(threads) > 1:
-        by = "; ".join(ready.get("threads_started_by") or []) or ", ".join(threads)
-        return f"it runs {len(threads)} threads ({by})"
-    return None
+    """Why a fork server that said ready will refuse every fork, or None (its own
+    `runners.forkserver.refusal` at ready: who initialised CUDA in it, which threads)."""
+    refused = ready.get("fork_refused")
+    return str(refused) if refused else None
 
 
 def run(
