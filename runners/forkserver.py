@@ -145,8 +145,8 @@ def refusal() -> str | None:
     if not others:
         return None
     started = _WITNESSED["threads"]
-    by = f"; started: {'; '.join(started[:4])}" if started else ""
-    return f"the fork server runs {len(others) + 1} threads ({', '.join(others)}{by})"
+    who = f"; started: {'; '.join(started[:4])}" if started else ""
+    return f"the fork server runs {len(others) + 1} threads ({', '.join(others)}{who})"
 
 
 _WITNESSED: dict[str, list[str]] = {"cuda": [], "threads": []}
