@@ -30,6 +30,21 @@ install_bubblewrap() {
   command -v bwrap >/dev/null 2>&1 || echo "bubblewrap could not be installed: qualify tests will fail"
 }
 
+# GPU hosts run Python with jemalloc preloaded (its background purger thread beside
+# the fork server's own): the fork server's test of that needs Debian's libjemalloc2.
+install_jemalloc() {
+  if ldconfig -p 2>/dev/null | grep -q libjemalloc.so.2; then
+    return 0
+  fi
+  if command -v apt-get >/dev/null 2>&1; then
+    apt-get install -y -q libjemalloc2 >/dev/null 2>&1 \
+      || { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q libjemalloc2 >/dev/null; } \
+      || true
+  fi
+  ldconfig -p 2>/dev/null | grep -q libjemalloc.so.2 \
+    || echo "libjemalloc2 could not be installed: its fork server test is skipped"
+}
+
 # LEDGER_TEST_PG_URL, when set, names the test database and is used as it is;
 # otherwise the local server's ledger_test database is made ready and named.
 prepare_postgres() {

@@ -45,6 +45,7 @@ import sys
 import threading
 import time
 import traceback
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -457,7 +458,11 @@ def _accept(
         conn.close()
         return
     r, w = os.pipe()
-    pid = os.fork()
+    with warnings.catch_warnings():
+        # Python warns at any fork beside another thread; `refusal` has just shown that
+        # each one is in FORK_SAFE_THREADS.
+        warnings.filterwarnings("ignore", "This process .* is multi-threaded", DeprecationWarning)
+        pid = os.fork()
     if pid == 0:
         listener.close()
         os.close(w)

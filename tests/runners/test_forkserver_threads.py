@@ -1,7 +1,10 @@
 """The fork server never forks from a threaded process: torch is imported with one
 OpenMP thread (no idle pool whose state or held lock a child would inherit), so the
 server is one thread when it forks, with transformers and peft loaded and a model
-prepared; each claim still computes on the machine's threads."""
+prepared; each claim still computes on the machine's threads. The one thread a fork
+may leave behind is jemalloc's background purger (`FORK_SAFE_THREADS`: jemalloc's own
+atfork handlers hold every lock it takes across the fork); any other thread refuses
+every fork, and the server names who started it."""
 
 from __future__ import annotations
 
@@ -10,12 +13,26 @@ from pathlib import Path
 
 import pytest
 
+from ledger.execution.local_run import unforkable
 from runners.forkparent import ForkServer
+from runners.forkserver import FORK_SAFE_THREADS
 from runners.harness.child import env
 from runners.isolated import run_claim_isolated
 
 ROOT = Path(__file__).resolve().parents[2]
 OMP = "tests.runners.omp_workload:make_workload"
+THREAD = "tests.runners.thread_workload:make_workload"
+JEMALLOC = next(
+    (
+        p
+        for p in (
+            "/lib/x86_64-linux-gnu/libjemalloc.so.2",
+            "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2",
+        )
+        if os.path.exists(p)
+    ),
+    None,
+)
 TINY = {"d_model": 32, "n_layers": 1, "n_experts": 4, "d_ff": 32, "vocab": 64}
 
 
@@ -59,6 +76,62 @@ def test_the_server_is_one_thread_when_it_forks() -> None:
         )
         assert r.outcome == "passed", r.reason
         assert len(_tasks(s.proc.pid)) == 1  # a claim's threads stay in the claim
+    finally:
+        s.close()
+
+
+def _claim(s: ForkServer, ref: str) -> tuple[str, dict[str, int]]:
+    [r] = run_claim_isolated(
+        claim="t.cleanup",
+        check="cleanup",
+        params={"batch": 1, "seq": 8},
+        repo_root=ROOT,
+        workload_ref=ref,
+        workload_params=TINY,
+        device="cpu",
+        observer_off_required=False,
+        base_root=None,
+        progress=lambda _m: None,
+        artifact_dir=None,
+        fork_server=s,
+        timeout_s=120,
+    )
+    assert r.outcome == "passed", r.reason
+    return r.outcome, r.measurements["claim_timeline_ns"]
+
+
+@pytest.mark.skipif(
+    JEMALLOC is None, reason="libjemalloc2 is not installed (.ci/lib.sh installs it)"
+)
+def test_jemallocs_background_thread_does_not_refuse_forks() -> None:
+    # A Python preloaded with jemalloc and background_thread:true, as on the H200 hosts:
+    # its purger thread runs from the first allocation, before torch is imported.
+    assert JEMALLOC is not None
+    jemalloc = {"LD_PRELOAD": JEMALLOC, "MALLOC_CONF": "background_thread:true"}
+    s = ForkServer.launch([(str(ROOT), OMP)], {**env(), **jemalloc}).wait()
+    try:
+        assert "jemalloc_bg_thd" in s.ready["threads"], s.ready["threads"]
+        assert "jemalloc_bg_thd" in FORK_SAFE_THREADS
+        assert s.ready["fork_refused"] is None
+        assert unforkable(s.ready) is None
+        _, line = _claim(s, OMP)
+        assert "forked" in line  # forked from the server, not a fresh interpreter
+    finally:
+        s.close()
+
+
+def test_any_other_thread_refuses_every_fork_and_is_named() -> None:
+    s = ForkServer.launch([(str(ROOT), THREAD)], env()).wait()
+    try:
+        why = unforkable(s.ready)
+        assert why is not None
+        assert "poller" in why
+        source = (ROOT / "tests/runners/thread_workload.py").read_text().splitlines()
+        at = next(i for i, ln in enumerate(source, 1) if ln.startswith("threading.Thread("))
+        assert f"thread_workload.py:{at} in <module>" in why  # who started it, and where
+        # Still judged: the claim runs in a fresh interpreter instead.
+        _, line = _claim(s, THREAD)
+        assert "forked" not in line
     finally:
         s.close()
 
