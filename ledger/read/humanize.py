@@ -250,6 +250,12 @@ def short_digest(v: Any) -> str:
     return prefix + text.removeprefix("sha256:")[:12] + "…"
 
 
+def _unit_key(parent: str, child: str) -> str:
+    if is_ns_key(child) or is_bytes_key(child) or not (is_ns_key(parent) or is_bytes_key(parent)):
+        return child
+    return parent
+
+
 def value(key: str, v: Any) -> str:
     """One scalar for people; the key says whether an integer counts bytes."""
     if v is None:
@@ -257,7 +263,10 @@ def value(key: str, v: Any) -> str:
     if isinstance(v, list):
         return "[" + ", ".join(value(key, x) for x in v) + "]"
     if isinstance(v, dict):
-        return "{" + ", ".join(f"{k}: {value(str(k), x)}" for k, x in v.items()) + "}"
+        # A map named for its unit (`claim_timeline_ns`) gives it to names that carry none.
+        return (
+            "{" + ", ".join(f"{k}: {value(_unit_key(key, str(k)), x)}" for k, x in v.items()) + "}"
+        )
     if isinstance(v, bool):
         return "yes" if v else "no"
     if isinstance(v, int | float) and is_bytes_key(key):

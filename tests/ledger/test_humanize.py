@@ -16,6 +16,12 @@ def test_values_read_without_python_reprs() -> None:
     assert value("phases", ["a", True, None]) == "[a, yes, –]"
     assert value("arm", {"ok": False, "peak_bytes": 1 << 30}) == "{ok: no, peak_bytes: 1.00 GiB}"
     assert value("duration_ns", 632234928) == duration(632234928) == "632.2 ms"
+    # A map named for its unit: each stamp in it is a duration, not a raw integer.
+    line = {"launched": 0, "forked": 92579315, "check_started": 2568362301}
+    assert (
+        value("claim_timeline_ns", line)
+        == "{launched: 0 ns, forked: 92.6 ms, check_started: 2.6 s}"
+    )
     assert value("workload_digest", "ab" * 32) == "abababababab…"
 
 
