@@ -157,8 +157,6 @@ _WITNESSED: dict[str, list[str]] = {"cuda": [], "threads": []}
 def _caller() -> str:
     """The innermost frame of the current stack that is neither torch's, threading's
     nor this server's: who asked (``path:line in function``)."""
-    import traceback
-
     ours = ("/torch/", "/threading.py", "/runners/forkserver.py", "/runners/workloads/")
     for f in reversed(traceback.extract_stack()[:-2]):
         if not any(part in f.filename for part in ours):
@@ -170,8 +168,6 @@ def _witness(torch: Any) -> tuple[list[str], list[str], Callable[[], None]]:
     """Until the returned undo: where CUDA was first initialised in this process (every
     path to it goes through ``torch._C._cuda_init``) and who started each Python
     thread. Undone before any claim forks: a claim's code runs on plain torch."""
-    import threading
-
     cuda_by = _WITNESSED["cuda"]
     threads_by = _WITNESSED["threads"]
     init = getattr(torch._C, "_cuda_init", None)  # absent from CPU-only builds

@@ -2,8 +2,9 @@
 
 The fork server stamps ``forked`` (the child exists) and ``go`` (its client placed it
 and said start); `runners.isolated` stamps ``serving`` (the request read), and
-`runners.api.run_claim` ``device_ready`` (CUDA resolved: the first CUDA call of a
-fresh process pays the driver's start here) and ``fingerprinted``. The check's own
+`runners.api.run_claim` ``device_ready`` (the device resolved: torch's lazy CUDA
+init) and ``fingerprinted``; the CUDA context itself is made as the check's harness
+starts (``harness_phase_times``). The check's own
 ``started_ns`` / ``finished_ns`` follow. The parent adds what it saw
 (`runners.isolated`: ``launched``, ``exited``, ``proved``), and the receipt carries
 them all as offsets from ``launched`` (``claim_timeline_ns``), so that the time a
