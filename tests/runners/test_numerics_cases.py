@@ -1,16 +1,26 @@
 """The reference rule on real cases, on CPU: each case its own commit of a real git
 repository, compared with ``main`` by gradient-compare (float32 against a float64
 reference; Qwen3 also in bfloat16 against float32). Benign changes pass, planted
-defects fail."""
+defects fail.
+
+As `ledger qualify` runs them, each arm forks from a fork server preloaded from its
+own tree (torch, and for Qwen3 transformers and peft, imported once per tree instead
+of once per arm); the servers only import, so every arm still builds its own workload.
+tests/runners/test_checks.py keeps the arms started as fresh interpreters."""
 
 from __future__ import annotations
 
+import json
+import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from runners.api import run_claim
+from runners.childenv import env
+from runners.forkparent import ForkServer, Starting
 from runners.numerics_cases import CASES, CasesRepo, checkout, make_cases_repo
 from runners.result import CheckResult, Json
 
@@ -41,7 +51,8 @@ PARAMS: dict[str, Json] = {"batch": 2, "seq": 16, "noise_floor": False}
 
 
 class Checkouts:
-    """A cases repository and a worktree per commit, made once per workload."""
+    """A cases repository and a worktree per commit, made once per workload, and the
+    base tree's fork server, started once per workload."""
 
     def __init__(self, root: Path, workload: str) -> None:
         self.repo: CasesRepo = make_cases_repo(root / "repo", workload)  # type: ignore[arg-type]
@@ -49,34 +60,59 @@ class Checkouts:
         self.trees = {
             name: checkout(self.repo, sha, root / name) for name, sha in self.repo.commits.items()
         }
+        self.base_server = self._server(self.base).wait()
+
+    def _server(self, tree: Path) -> Starting:
+        return ForkServer.launch([(str(tree), self.repo.workload_ref)], env())
 
     def compare(self, case: str, tmp: Path, **workload_params: Json) -> CheckResult:
         wl = "qwen3" if "qwen3" in self.repo.workload_ref else "moe"
-        [r] = run_claim(
-            claim="numerics.gradient-compare",
-            check="gradient-compare",
-            params=PARAMS,
-            repo_root=self.trees[case],
-            base_root=self.base,
-            workload_ref=self.repo.workload_ref,
-            workload_params={**TINY[wl], **workload_params},
-            device="cpu",
-            observer_off_required=False,
-            progress=lambda _m: None,
-            artifact_dir=tmp,
-        )
+        server = self._server(self.trees[case]).wait()
+        sockets = {
+            str(self.base): str(self.base_server.sock),
+            str(self.trees[case]): str(server.sock),
+        }
+        before = os.environ.get("LEDGER_FORK_SERVERS")
+        os.environ["LEDGER_FORK_SERVERS"] = json.dumps(sockets)
+        try:
+            [r] = run_claim(
+                claim="numerics.gradient-compare",
+                check="gradient-compare",
+                params=PARAMS,
+                repo_root=self.trees[case],
+                base_root=self.base,
+                workload_ref=self.repo.workload_ref,
+                workload_params={**TINY[wl], **workload_params},
+                device="cpu",
+                observer_off_required=False,
+                progress=lambda _m: None,
+                artifact_dir=tmp,
+            )
+        finally:
+            if before is None:
+                os.environ.pop("LEDGER_FORK_SERVERS", None)
+            else:
+                os.environ["LEDGER_FORK_SERVERS"] = before
+            server.close()
         return r
+
+    def close(self) -> None:
+        self.base_server.close()
 
 
 @pytest.fixture(scope="module")
-def cases(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Checkouts]:
-    out = {}
-    for wl in ("moe", "qwen3"):
-        if wl == "qwen3":
-            pytest.importorskip("transformers")
-            pytest.importorskip("peft")
-        out[wl] = Checkouts(tmp_path_factory.mktemp(wl), wl)
-    return out
+def cases(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Checkouts]]:
+    out: dict[str, Checkouts] = {}
+    try:
+        for wl in ("moe", "qwen3"):
+            if wl == "qwen3":
+                pytest.importorskip("transformers")
+                pytest.importorskip("peft")
+            out[wl] = Checkouts(tmp_path_factory.mktemp(wl), wl)
+        yield out
+    finally:
+        for c in out.values():
+            c.close()
 
 
 def _worst(r: CheckResult) -> dict[str, Any]:
