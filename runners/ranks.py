@@ -44,11 +44,21 @@ def merge_ranks(
     # Ranks that agree on why are named together.
     reasons = [f"rank {', '.join(sorted(ranks))}: {why}" for why, ranks in by_reason.items()]
     resources = [_named(i, res) for i, r in enumerate(per_rank) for res in r.cleanup.resources]
+    # Each rank's clock stamps (`runners.harness.timeline`) are absolute: the claim's
+    # timeline is the first rank's, placed from the parent's launch by the caller.
+    from runners.harness import timeline
+
+    stamps = first.measurements.get(timeline.MEASUREMENT)
     measurements: dict[str, Json] = {
         "world_size": world,
-        "ranks": [{"rank": i, **r.measurements} for i, r in enumerate(per_rank)],
+        "ranks": [
+            {"rank": i, **{k: v for k, v in r.measurements.items() if k != timeline.MEASUREMENT}}
+            for i, r in enumerate(per_rank)
+        ],
         "rank_outcomes": [r.outcome for r in per_rank],
     }
+    if stamps is not None:
+        measurements[timeline.MEASUREMENT] = stamps
     scope: dict[str, str | int] = {**first.scope, "world_size": world}
     if cuda:
         # One GPU per rank: the receipt is about N GPUs, whatever else the host has.

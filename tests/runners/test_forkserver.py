@@ -91,3 +91,17 @@ def test_a_claim_computes_on_threads_after_the_server_did() -> None:
     finally:
         s.close()
     assert r.outcome == "passed", r.reason
+
+
+def test_a_claims_timeline_keeps_only_its_own_stamps() -> None:
+    from runners.harness.timeline import placed
+
+    launched = 1_796_330_919_435_049_836
+    parent = {"launched": launched, "exited": launched + 5, "proved": launched + 6}
+    reported = {"forked": launched + 1, "bogus": 2**62, "text": "x", "flag": True, "go": 0}
+    line = placed(reported, parent, (launched + 2, launched + 4))
+    # Only what belongs to this claim, as small offsets a receipt can sign.
+    assert line == {
+        "launched": 0, "forked": 1, "check_started": 2,
+        "check_finished": 4, "exited": 5, "proved": 6,
+    }  # fmt: skip
