@@ -42,15 +42,15 @@ import selectors
 import signal
 import socket
 import sys
-import threading
 import time
 import traceback
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from runners.forkparent import ALWAYS, READY
+from runners.forksafety import refusal, threads, witness
 
 __all__: list[str] = []
 
@@ -107,95 +107,6 @@ def _physical_cores() -> int:
     return max(1, len(cores))
 
 
-def _threads() -> list[str]:
-    """This process's threads by name (``/proc/self/task``), the calling one included."""
-    return [name for _, name in _tasks()]
-
-
-def _tasks() -> list[tuple[int, str]]:
-    out = []
-    with contextlib.suppress(OSError):
-        for tid in sorted(os.listdir("/proc/self/task"), key=int):
-            with contextlib.suppress(OSError), open(f"/proc/self/task/{tid}/comm") as f:
-                out.append((int(tid), f.read().strip()))
-    return out
-
-
-FORK_SAFE_THREADS: Mapping[str, str] = {
-    "jemalloc_bg_thd": (
-        "jemalloc's background purger (a Python preloaded or linked with jemalloc, "
-        "background_thread:true): the only locks it takes are jemalloc's own, and "
-        "jemalloc's pthread_atfork handlers acquire every one of them before the fork "
-        "and reinitialise them (and the background thread's state) in the child"
-    ),
-}
-"""Threads a fork may leave behind, by name, and why none holds a lock the child needs."""
-
-
-def refusal() -> str | None:
-    """Why this process must not fork a claim now, or None: CUDA initialised here (a
-    context is never forked), or a thread besides this one that is not `FORK_SAFE_THREADS`
-    (another thread's held lock would be the child's forever)."""
-    import torch
-
-    if torch.cuda.is_initialized():  # type: ignore[no-untyped-call]
-        by = _WITNESSED["cuda"]
-        return f"CUDA initialised in the fork server{f' by {by[0]}' if by else ''}"
-    me = threading.get_native_id()
-    others = [name for tid, name in _tasks() if tid != me and name not in FORK_SAFE_THREADS]
-    if not others:
-        return None
-    started = _WITNESSED["threads"]
-    who = f"; started: {'; '.join(started[:4])}" if started else ""
-    return f"the fork server runs {len(others) + 1} threads ({', '.join(others)}{who})"
-
-
-_WITNESSED: dict[str, list[str]] = {"cuda": [], "threads": []}
-"""Who initialised CUDA here and who started Python threads (`_witness`)."""
-
-
-def _caller() -> str:
-    """The innermost frame of the current stack that is neither torch's, threading's
-    nor this server's: who asked (``path:line in function``)."""
-    ours = ("/torch/", "/threading.py", "/runners/forkserver.py", "/runners/workloads/")
-    for f in reversed(traceback.extract_stack()[:-2]):
-        if not any(part in f.filename for part in ours):
-            return f"{f.filename}:{f.lineno} in {f.name}"
-    return "the server's own preload"
-
-
-def _witness(torch: Any) -> tuple[list[str], list[str], Callable[[], None]]:
-    """Until the returned undo: where CUDA was first initialised in this process (every
-    path to it goes through ``torch._C._cuda_init``) and who started each Python
-    thread. Undone before any claim forks: a claim's code runs on plain torch."""
-    cuda_by = _WITNESSED["cuda"]
-    threads_by = _WITNESSED["threads"]
-    init = getattr(torch._C, "_cuda_init", None)  # absent from CPU-only builds
-
-    def cuda_init() -> Any:
-        if not cuda_by:
-            cuda_by.append(_caller())
-        assert init is not None
-        return init()
-
-    if init is not None:
-        torch._C._cuda_init = cuda_init
-    start = threading.Thread.start
-
-    def started(self: threading.Thread) -> None:
-        threads_by.append(f"{self.name}: {_caller()}")
-        start(self)
-
-    threading.Thread.start = started  # type: ignore[method-assign]
-
-    def undo() -> None:
-        if init is not None:
-            torch._C._cuda_init = init
-        threading.Thread.start = start  # type: ignore[method-assign]
-
-    return cuda_by, threads_by, undo
-
-
 def _preload(doc: Any) -> dict[str, Any]:
     global _THREADS
     t0 = time.monotonic()
@@ -207,7 +118,7 @@ def _preload(doc: Any) -> dict[str, Any]:
     torch.set_num_threads(1)
     # Either makes every fork refused (each claim then starts a fresh interpreter and
     # pays every import and build again): who did it is named, not guessed.
-    cuda_by, threads_by, undo = _witness(torch)
+    cuda_by, threads_by, undo = witness(torch)
 
     import runners.api
     import runners.isolated  # noqa: F401
@@ -265,7 +176,7 @@ def _preload(doc: Any) -> dict[str, Any]:
         "cuda_initialized_by": cuda_by[0] if cuda_by else None,
         "threads_started_by": threads_by[:8],
         "learn": learn,
-        "threads": _threads(),
+        "threads": threads(),
         "fork_refused": refusal(),
         "claim_threads": _THREADS,
     }

@@ -49,7 +49,10 @@ if [ "$MODE" = numerics ]; then
 fi
 if [ "$MODE" = thirdparty ]; then
   F=/tmp/h200-thirdparty
-  rm -rf "$F" /tmp/keys-tp /tmp/tp-frozen /tmp/tp-adapter && mkdir -p "$F"
+  # Only this call's plans are made afresh: a second call (THIRDPARTY_ONLY) keeps and
+  # packs the first one's folder.
+  rm -rf /tmp/keys-tp && mkdir -p "$F"
+  for NAME in ${THIRDPARTY_ONLY:-frozen adapter}; do rm -rf "$F/$NAME" "/tmp/tp-$NAME"; done
   export LEDGER_KEYS=/tmp/keys-tp LEDGER_CACHE=/tmp/cache-tp
   nvidia-smi --query-gpu=name,uuid,driver_version,memory.total --format=csv > "$F/nvidia-smi.csv"
   for NAME in ${THIRDPARTY_ONLY:-frozen adapter}; do

@@ -153,7 +153,7 @@ def _prefixed(progress: Callable[[str], None], prefix: str) -> Callable[[str], N
 
 def unforkable(ready: dict[str, Any]) -> str | None:
     """Why a fork server that said ready will refuse every fork, or None (its own
-    `runners.forkserver.refusal` at ready: who initialised CUDA in it, which threads)."""
+    `runners.forksafety.refusal` at ready: who initialised CUDA in it, which threads)."""
     refused = ready.get("fork_refused")
     return str(refused) if refused else None
 

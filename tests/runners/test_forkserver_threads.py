@@ -15,7 +15,7 @@ import pytest
 
 from ledger.execution.local_run import unforkable
 from runners.forkparent import ForkServer
-from runners.forkserver import FORK_SAFE_THREADS
+from runners.forksafety import FORK_SAFE_THREADS
 from runners.harness.child import env
 from runners.isolated import run_claim_isolated
 
@@ -59,28 +59,15 @@ def test_the_server_is_one_thread_when_it_forks() -> None:
         assert len(_tasks(s.proc.pid)) == 1, _tasks(s.proc.pid)
         assert len(s.ready["threads"]) == 1, s.ready["threads"]
         assert s.ready["claim_threads"] >= 1
-        [r] = run_claim_isolated(
-            claim="t.cleanup",
-            check="cleanup",
-            params={"batch": 1, "seq": 8},
-            repo_root=ROOT,
-            workload_ref=OMP,
-            workload_params=TINY,
-            device="cpu",
-            observer_off_required=False,
-            base_root=None,
-            progress=lambda _m: None,
-            artifact_dir=None,
-            fork_server=s,
-            timeout_s=120,
-        )
-        assert r.outcome == "passed", r.reason
+        _claim(s, OMP)  # passes (asserted there)
         assert len(_tasks(s.proc.pid)) == 1  # a claim's threads stay in the claim
     finally:
         s.close()
 
 
 def _claim(s: ForkServer, ref: str) -> tuple[str, dict[str, int]]:
+    """The cleanup claim on ``ref`` through server ``s``: its outcome (asserted passed)
+    and its timeline."""
     [r] = run_claim_isolated(
         claim="t.cleanup",
         check="cleanup",
