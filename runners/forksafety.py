@@ -13,6 +13,7 @@ imports this before torch, which must wait for its single-thread setting.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import threading
 import traceback
@@ -55,12 +56,24 @@ def refusal() -> str | None:
         by = _WITNESSED["cuda"]
         return f"CUDA initialised in the fork server{f' by {by[0]}' if by else ''}"
     me = threading.get_native_id()
-    others = [name for tid, name in _tasks() if tid != me and name not in FORK_SAFE_THREADS]
+    others = [name for tid, name in _tasks() if tid != me and not _fork_safe(name)]
     if not others:
         return None
     started = _WITNESSED["threads"]
     who = f"; started: {'; '.join(started[:4])}" if started else ""
     return f"the fork server runs {len(others) + 1} threads ({', '.join(others)}{who})"
+
+
+@functools.cache
+def _fork_safe(name: str) -> bool:
+    """A thread's name is a claim anyone can make (``prctl(PR_SET_NAME)``): it counts
+    only where the library it names is mapped into this process."""
+    lib = {"jemalloc_bg_thd": "libjemalloc"}.get(name)
+    if lib is None or name not in FORK_SAFE_THREADS:
+        return False
+    with contextlib.suppress(OSError), open("/proc/self/maps") as f:
+        return any(lib in line for line in f)
+    return False
 
 
 _WITNESSED: dict[str, list[str]] = {"cuda": [], "threads": []}

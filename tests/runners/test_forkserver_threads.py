@@ -127,3 +127,13 @@ def _importable(name: str) -> bool:
     import importlib.util
 
     return importlib.util.find_spec(name) is not None
+
+
+def test_a_thread_named_like_jemallocs_counts_only_beside_jemalloc() -> None:
+    # Without jemalloc mapped (this interpreter), the name alone allows nothing.
+    from runners.forksafety import _fork_safe
+
+    with open("/proc/self/maps") as f:
+        mapped = "libjemalloc" in f.read()
+    assert _fork_safe("jemalloc_bg_thd") is mapped
+    assert _fork_safe("poller") is False
