@@ -13,7 +13,6 @@ them through `agree`.
 from __future__ import annotations
 
 import datetime as dt
-import gc
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,6 +20,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from runners.harness.collect import collect
 from runners.harness.probe import CudaProbe
 from runners.harness.proofs import CUDA_TOLERANCE_BYTES
 from runners.protocol import AdmissionDecision
@@ -153,7 +153,7 @@ class RankSession:
         """Destroy the group; the proofs that it and its communicator memory are gone."""
         if is_distributed():
             dist.destroy_process_group()
-        gc.collect()
+        collect(final=True)
         if self.probe is not None:
             torch.cuda.empty_cache()
         self.samples["after_destroy"] = self._outside_pool()

@@ -460,6 +460,11 @@ def _serve(path: str) -> int:
     _adopt_orphans()
     doc = json.loads(sys.stdin.read() or "[]")
     ready = _preload(doc)
+    # Every claim forked from here collects only what it made (after torch: the harness
+    # package imports it).
+    from runners.harness.collect import freeze
+
+    freeze()
     confine = doc.get("confine", {}) if isinstance(doc, dict) else {}
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(path)

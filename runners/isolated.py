@@ -430,8 +430,11 @@ def _serve(req: dict[str, Json]) -> list[dict[str, Any]]:
         sess = RankSession.from_request(ranked)
         sess.start()
     from runners.harness import selfview
+    from runners.harness.collect import freeze
 
     selfview.install()
+    # What the process imported stays out of the claim's collections.
+    freeze()
     results = run_claim(
         progress=child.say,
         repo_root=Path(str(req.pop("repo_root"))),

@@ -25,7 +25,6 @@ inconclusive: there is no allocator pool to measure).
 
 from __future__ import annotations
 
-import gc
 import hashlib
 import json
 import os
@@ -45,6 +44,7 @@ from runners.checks.execute import execute
 from runners.checks.params import CheckParams, ParamError
 from runners.distributed import is_distributed
 from runners.harness import child
+from runners.harness.collect import collect
 from runners.harness.probe import CudaProbe, MiB
 from runners.names import MESH_HANDOFF
 from runners.result import CheckResult, Json
@@ -187,7 +187,7 @@ def handoff(
     samples["after_second_allgather"] = _sample(device, probe)
     del replica, expected, eval_weight, shard
     info["dist_initialized_after_destroy"] = destroy()
-    gc.collect()
+    collect(final=True)
     if cuda:
         torch.cuda.empty_cache()
     samples["after_destroy"] = _sample(device, probe)

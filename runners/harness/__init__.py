@@ -6,7 +6,8 @@ counting), `steps` (measured steps, cold/warm), `oom` (failures as outcomes),
 `determinism` (settings applied and recorded), `processes` (observing and
 stopping processes), `registry` (owned resources and their proven release),
 `proofs` (memory back to baseline, proofs merged), `child` (how runners start a
-Python child), `nvml` (optional NVML access).
+Python child), `nvml` (optional NVML access), `collect` (garbage collection that
+leaves out what was imported before the claim).
 """
 
 from runners.harness.determinism import apply_determinism

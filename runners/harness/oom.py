@@ -8,7 +8,6 @@ the workload becomes ``failed``. `KeyboardInterrupt` and `SystemExit` are not
 
 from __future__ import annotations
 
-import gc
 import time
 import traceback
 from collections.abc import Callable
@@ -17,6 +16,7 @@ from typing import Generic, Literal, TypeVar
 
 import torch
 
+from runners.harness.collect import collect
 from runners.result import Json
 
 T = TypeVar("T")
@@ -144,7 +144,7 @@ def capture(
         # The traceback's frames hold the failed step's tensors: drop them now.
         e.__traceback__ = None
         del e
-        gc.collect()
+        collect()
         return Captured(value=None, outcome=out)
     except Exception as e:
         oom = _is_device_oom(e)
@@ -162,7 +162,7 @@ def capture(
         )
         e.__traceback__ = None
         del e
-        gc.collect()
+        collect()
         return Captured(value=None, outcome=out)
     return Captured(
         value=value,

@@ -11,7 +11,6 @@ GiB is 1024**3 bytes; every figure here is an exact int of bytes or ns.
 from __future__ import annotations
 
 import contextlib
-import gc
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
@@ -21,6 +20,7 @@ from typing import Any, Literal
 import torch
 
 from runners.harness import nvml
+from runners.harness.collect import collect
 from runners.harness.tracker import LiveStorageTracker
 from runners.result import Json
 
@@ -132,7 +132,7 @@ class MemoryProbe(ABC):
         library workspaces kept for the process), before budget decisions and
         cleanup proofs."""
         if final:
-            gc.collect()
+            collect(final=True)
 
     def _at_reset_final(self, at_reset: int) -> int:
         """The level the window's increment is measured from, read at its end."""
@@ -188,7 +188,7 @@ class CudaProbe(MemoryProbe):
         torch.cuda.synchronize(self.device)
 
     def release_cached(self, *, final: bool = False) -> None:
-        gc.collect()
+        collect(final=final)
         torch.cuda.synchronize(self.device)
         if final:
             # cuBLAS keeps its per-handle workspace allocated in the pool for the process;

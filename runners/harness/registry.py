@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import gc
 import getpass
 import os
 import re
@@ -32,6 +31,7 @@ from typing import Any
 
 import torch
 
+from runners.harness.collect import collect
 from runners.harness.probe import CpuProbe, CudaProbe, MemoryProbe, MemorySample
 from runners.harness.processes import descendants, proc_table, stop_group, stop_pid, stop_popen
 from runners.harness.proofs import CUDA_TOLERANCE_BYTES, memory_proofs
@@ -217,7 +217,9 @@ class ResourceRegistry:
         def release() -> list[ReleasedResource]:
             owned_box[0].payload = None
             if ref() is not None:
-                gc.collect()  # a reference cycle may be all that keeps it
+                collect()  # a reference cycle may be all that keeps it
+            if ref() is not None:
+                collect(final=True)  # ... or one among objects frozen before the claim
             gone = ref() is None
             why = (
                 f"weakref to its {nbytes}-byte storage is dead after the registry's reference "
