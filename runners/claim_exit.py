@@ -38,11 +38,19 @@ GpuState = tuple[dict[str, int], set[int]]
 
 
 def exit_release(
-    before: GpuState | None, pids: list[int], uuids: Sequence[str] | None = None
+    before: GpuState | None,
+    pids: list[int],
+    uuids: Sequence[str] | None = None,
+    *,
+    shared: bool = False,
+    shown: bool = True,
 ) -> tuple[bool, str] | None:
     """Whether the claim processes' GPU memory was returned when they exited, and the
     observation; on ``uuids`` only (the claim's own GPUs) when given, since claims on
-    the other GPUs of the host run meanwhile.
+    the other GPUs of the host run meanwhile. ``shared``: other claims ran on its
+    device too, so the device's used memory is recorded but proves nothing: the claim's
+    processes gone from NVML's compute processes is the proof, and only where NVML
+    ``shown`` them while they ran (in some containers it lists no process at all).
 
     Read from the parent, which never creates a CUDA context, so NVML shows the
     children's memory and then its absence."""
@@ -56,13 +64,20 @@ def exit_release(
     used1, seen_pids = after
     deltas = {u: used1.get(u, 0) - used0.get(u, 0) for u in used0}
     left = [p for p in pids if p in seen_pids]
-    ok = not left and all(d <= CUDA_TOLERANCE_BYTES for d in deltas.values())
+    judged = shown if shared else all(d <= CUDA_TOLERANCE_BYTES for d in deltas.values())
+    ok = not left and judged
     seen = ", ".join(f"{u}: {d:+d} bytes" for u, d in sorted(deltas.items()))
     who = ", ".join(map(str, pids))
     where = f"pid {', '.join(map(str, left))} still in" if left else "absent from"
     return ok, (
         f"after the claim runner (pid {who}) exited: {where} NVML's compute processes; "
-        f"device used vs before it started: {seen} (tolerance {CUDA_TOLERANCE_BYTES})"
+        + (
+            f"device used vs before it started: {seen} (not judged: the device was shared "
+            "with other claims)"
+            + ("" if shown else "; NVML never listed its processes: their absence proves nothing")
+            if shared
+            else f"device used vs before it started: {seen} (tolerance {CUDA_TOLERANCE_BYTES})"
+        )
     )
 
 

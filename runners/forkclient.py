@@ -18,7 +18,12 @@ import socket
 import struct
 import sys
 
-FORWARDED = ("CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS", "LEDGER_FORK_SERVERS")
+FORWARDED = (
+    "CUDA_VISIBLE_DEVICES",
+    "OMP_NUM_THREADS",
+    "LEDGER_FORK_SERVERS",
+    "LEDGER_DEVICE_SHARED",
+)
 """The client's variables a forked worker takes."""
 
 

@@ -49,6 +49,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from runners.forkclient import FORWARDED
 from runners.forkparent import ALWAYS, READY
 from runners.forksafety import refusal, threads, witness
 
@@ -187,7 +188,7 @@ def _fresh_environment(env: Mapping[str, str]) -> None:
     ``OMP_NUM_THREADS``: `runners.forkclient.FORWARDED`) from the client; torch's cached
     device count (read without CUDA in the server) is dropped, so ``CUDA_VISIBLE_DEVICES``
     decides which GPUs the claim sees."""
-    for k in ("CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS", "LEDGER_FORK_SERVERS"):
+    for k in FORWARDED:
         if k in env:
             os.environ[k] = str(env[k])
         else:

@@ -159,6 +159,7 @@ def run_claim_isolated(
     env: Mapping[str, str] | None = None,
     gpu_uuids: Sequence[str] | None = None,
     cancel: threading.Event | None = None,
+    shared: bool = False,
     **kwargs: Any,
 ) -> list[CheckResult]:
     """`runners.api.run_claim` in fresh child processes, one per rank; same results.
@@ -177,7 +178,9 @@ def run_claim_isolated(
     claim's folder goes (one the fork server's sandbox can write).
     ``env`` is added to every rank's environment (``CUDA_VISIBLE_DEVICES``: the claim's
     GPUs, whose ``gpu_uuids`` alone the exit proof reads); ``cancel`` set stops the claim
-    (`runners.harness.launch.Cancelled` after its processes are ended).
+    (`runners.harness.launch.Cancelled` after its processes are ended). ``shared``: other
+    claims may run on its GPUs meanwhile (`runners.names.DEVICE_SHARED_VAR`), so the
+    devices' used memory proves nothing of this claim's.
     """
     grouped = world_size > 1 if distributed is None else distributed
     work = Path(tempfile.mkdtemp(prefix="ledger-claim-", dir=work_root))
@@ -216,7 +219,7 @@ def run_claim_isolated(
         # From outside, while the claim runs: what its processes really hold.
         notes = [p.with_name(p.name + ".host") for p in results_of]
         view = OutsideView(
-            [p.pid for p in group.procs], markers, cgroup=cgroup, notes=notes
+            [p.pid for p in group.procs], markers, cgroup=cgroup, notes=notes, shared=shared
         ).start()
         seen: dict[int, Any] = {}
 
@@ -255,7 +258,8 @@ def run_claim_isolated(
                 pids[rank] = int(noted)
             else:
                 pids[rank] = view.claim_pids[rank] or pids[rank]
-        at_exit = exit_release(gpu_before, pids, gpu_uuids)
+        shown = any(g for g in view.gpu) or view.cgroup_gpu > 0
+        at_exit = exit_release(gpu_before, pids, gpu_uuids, shared=shared, shown=shown)
         got = [
             child.read_result(p) if e.rc == 0 else None
             for p, e in zip(results_of, exits, strict=True)

@@ -33,6 +33,10 @@ MESH_HANDOFF: Final = "mesh-handoff"
 OBSERVER_OFF_CONTROL: Final = "observer-off-control"
 REGRESSION_24VIEW: Final = "regression-24view"
 
+DEVICE_SHARED_VAR: Final = "LEDGER_DEVICE_SHARED"
+"""``1`` in a claim process whose GPU may hold other claims' processes meanwhile
+(`ledger.execution.sharing`): the device's used memory is then not the claim's."""
+
 NEEDS_BASE: Final = frozenset({GRADIENT_COMPARE})
 """Checks that compare the candidate against a checkout of the base revision."""
 

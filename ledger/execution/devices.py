@@ -85,27 +85,50 @@ def parse_gpus(text: str, gpus: Sequence[Device] | None = None) -> list[Device]:
 
 
 class DevicePool:
-    """Devices handed out whole, never two claims on one."""
+    """Devices handed out whole (never two claims on one), or, to claims that may share
+    one (`ledger.execution.sharing`), to at most ``share`` such claims at once."""
 
-    def __init__(self, devices: Sequence[Device]) -> None:
+    def __init__(self, devices: Sequence[Device], share: int = 1) -> None:
         self.devices = list(devices)
+        self.share = max(1, share)
         self._free = list(devices)
+        self._shared: dict[str, int] = {}
+        """Claims on each device handed out shared."""
         self._lock = threading.Lock()
 
     @property
     def size(self) -> int:
         return len(self.devices)
 
-    def take(self, n: int) -> list[Device] | None:
-        """``n`` free devices (lowest indices first), or None when fewer are free."""
+    def take(self, n: int, *, shared: bool = False) -> list[Device] | None:
+        """``n`` free devices (lowest indices first), or None when fewer are free. A
+        ``shared`` claim of one device takes a free one first, else joins the least
+        shared device that has room."""
         with self._lock:
+            if shared and n == 1 and self.share > 1:
+                if self._free:
+                    got = self._free.pop(0)
+                    self._shared[got.index] = 1
+                    return [got]
+                room = [d for d in self.devices if 0 < self._shared.get(d.index, 0) < self.share]
+                if not room:
+                    return None
+                got = min(room, key=lambda d: self._shared[d.index])
+                self._shared[got.index] += 1
+                return [got]
             if n > len(self._free):
                 return None
-            got, self._free = self._free[:n], self._free[n:]
-            return got
+            taken, self._free = self._free[:n], self._free[n:]
+            return taken
 
     def give_back(self, devices: Sequence[Device]) -> None:
         with self._lock:
-            self._free.extend(devices)
+            for d in devices:
+                left = self._shared.get(d.index, 0) - 1
+                if left > 0:
+                    self._shared[d.index] = left
+                    continue
+                self._shared.pop(d.index, None)
+                self._free.append(d)
             order = {d.index: i for i, d in enumerate(self.devices)}
             self._free.sort(key=lambda d: order[d.index])

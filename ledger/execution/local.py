@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from ledger.execution.claimrun import ClaimRun, Finished
 from ledger.execution.devices import Device, visible_gpus
+from ledger.execution.sharing import CHILD_VAR
 from ledger.fleet.health import Watch
 
 if TYPE_CHECKING:
@@ -53,13 +54,21 @@ class LocalExecutor:
         self.cancel = threading.Event()
         self._pool = cf.ThreadPoolExecutor(max_workers=max(1, self.slots))
 
-    def submit(self, run: ClaimRun, devices: list[Device], explicit: bool) -> cf.Future[Finished]:
-        return self._pool.submit(self._run, run, devices, explicit)
+    def submit(
+        self, run: ClaimRun, devices: list[Device], explicit: bool, shared: bool = False
+    ) -> cf.Future[Finished]:
+        """Run ``run`` on ``devices`` (``shared``: beside other claims that may share them,
+        `ledger.execution.sharing`)."""
+        return self._pool.submit(self._run, run, devices, explicit, shared)
 
-    def _run(self, run: ClaimRun, devices: list[Device], explicit: bool) -> Finished:
+    def _run(
+        self, run: ClaimRun, devices: list[Device], explicit: bool, shared: bool = False
+    ) -> Finished:
         from runners.isolated import run_claim_isolated
 
         env: dict[str, str] = {}
+        if shared:
+            env[CHILD_VAR] = "1"
         if explicit:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(d.index for d in devices)
             if not any(d.uuid for d in devices):
@@ -98,6 +107,7 @@ class LocalExecutor:
             env=env,
             gpu_uuids=uuids or None,
             cancel=self.cancel,
+            shared=shared,
         )
         health = None
         if watch is not None:

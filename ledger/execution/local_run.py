@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 import git
 
 from ledger.evidence.keys import LocalKey
+from ledger.execution import sharing
 from ledger.execution.claimrun import ClaimRun, Finished
 from ledger.execution.devices import Device as GpuDevice
 from ledger.execution.devices import DevicePool, visible_gpus
@@ -178,7 +179,10 @@ def run(
         devices = skip_quarantined(
             devices, visible_gpus(), recorder, bound(os.environ) or st.quarantine_above, say
         )
-    pool = DevicePool(devices if devices is not None else [GpuDevice("default")])
+    on_gpu = all(d.uuid for d in devices) if devices else bool(visible_gpus())
+    pool = DevicePool(
+        devices if devices is not None else [GpuDevice("default")], share=sharing.limit(on_gpu)
+    )
     n = len(runs)
     servers = st.servers.wait()
     fork = servers[0]
@@ -204,6 +208,12 @@ def run(
             )
     if explicit and pool.size > 1:
         say(f"{n} claim(s) on {pool.size} device(s) side by side")
+    beside = [r.claim for r in runs if sharing.shares(r.check, r.params)]
+    if pool.share > 1 and len(beside) > 1:
+        say(
+            f"{len(beside)} claim(s) that judge no memory may share a device, up to "
+            f"{pool.share} at once: {', '.join(beside)}"
+        )
     sockets = {str(st.root): str(fork.sock)} if fork is not None else {}
     if base_fork is not None and st.base_root is not None:
         sockets[str(st.base_root)] = str(base_fork.sock)
@@ -214,7 +224,7 @@ def run(
         fork=fork,
         progress_for=lambda run: _prefixed(say, f"{_tag(run, n)}  "),
         fork_servers=sockets or None,
-        slots=pool.size,
+        slots=pool.size * pool.share,
         sandbox=None if box.mode == "none" else box,
         work_root=st.run_dir,
     )
@@ -247,6 +257,16 @@ def _tag(run: ClaimRun, n: int) -> str:
     return f"[{run.index}/{n}]"
 
 
+@dataclass
+class _Running:
+    run: ClaimRun
+    devices: list[GpuDevice]
+    t0: float
+    shared: bool
+    beside: set[int]
+    """The indices of the claims that ran on one of its devices while it did."""
+
+
 def _schedule(
     ex: LocalExecutor,
     pool: DevicePool,
@@ -256,11 +276,17 @@ def _schedule(
     say: Callable[[str], None],
 ) -> None:
     """Start each claim as soon as devices of its own are free (plan order, a later
-    claim may pass one that waits for more devices); record each as it finishes."""
+    claim may pass one that waits for more devices), or, for a claim that may share
+    one (`ledger.execution.sharing`), a device with room; record each as it finishes.
+    A shared run that did not pass runs again alone before anything is recorded."""
     import concurrent.futures as cf
 
     n = len(runs)
+    by_index = {r.index: r for r in runs}
     pending: list[ClaimRun] = []
+    rerun_why: dict[int, str] = {}
+    """The claims that run alone because a shared run of each did not pass (by index), and
+    why, for their receipts."""
     for run in runs:
         if explicit and run.gpus > pool.size:
             say(
@@ -269,24 +295,31 @@ def _schedule(
             )
         else:
             pending.append(run)
-    running: dict[cf.Future[Finished], tuple[ClaimRun, list[GpuDevice], float]] = {}
+    running: dict[cf.Future[Finished], _Running] = {}
     waited: dict[int, int] = {}
     """Nanoseconds each claim waited for devices of its own (by index), with --gpus."""
     queued = time.monotonic_ns()
 
     def side_by_side() -> None:
-        if explicit and len(running) > 1:
+        if (explicit or pool.share > 1) and len(running) > 1:
             now = time.monotonic()
             cells = [
-                f"{_tag(r, n)} {r.claim} ({', '.join(d.label for d in ds)}, {now - t:.0f} s)"
-                for r, ds, t in sorted(running.values(), key=lambda x: x[0].index)
+                f"{_tag(r.run, n)} {r.run.claim} ({', '.join(d.label for d in r.devices)}, "
+                f"{now - r.t0:.0f} s)"
+                for r in sorted(running.values(), key=lambda x: x.run.index)
             ]
             say("running: " + " | ".join(cells))
 
     try:
         while pending or running:
             for run in list(pending):
-                got = pool.take(run.gpus if explicit else 1)
+                shared = (
+                    pool.share > 1
+                    and run.index not in rerun_why
+                    and run.device != "cpu"
+                    and sharing.shares(run.check, run.params)
+                )
+                got = pool.take(run.gpus if explicit else 1, shared=shared)
                 if got is None:
                     continue
                 pending.remove(run)
@@ -294,14 +327,33 @@ def _schedule(
                     waited[run.index] = time.monotonic_ns() - queued
                 ranks = f", {run.world_size} ranks" if run.world_size > 1 else ""
                 where = f" on {', '.join(d.label for d in got)}" if explicit else ""
-                say(f"{_tag(run, n)} {run.claim} ({run.check}{ranks}){where} ...")
-                running[ex.submit(run, got, explicit)] = (run, got, time.monotonic())
+                mine = {d.index for d in got}
+                entry = _Running(run, got, time.monotonic(), shared, set())
+                for other in running.values():
+                    if mine & {d.index for d in other.devices}:
+                        other.beside.add(run.index)
+                        entry.beside.add(other.run.index)
+                how = " (sharing the device)" if shared and entry.beside else ""
+                say(f"{_tag(run, n)} {run.claim} ({run.check}{ranks}){where}{how} ...")
+                running[ex.submit(run, got, explicit, shared)] = entry
                 side_by_side()
             finished, _ = cf.wait(list(running), timeout=0.25, return_when=cf.FIRST_COMPLETED)
             for fut in finished:
-                run, got, t0 = running.pop(fut)
-                pool.give_back(got)
-                recording.finished(fut, run, t0, n, say, waited.get(run.index))
+                r = running.pop(fut)
+                pool.give_back(r.devices)
+                names = sorted(by_index[i].claim for i in r.beside)
+                why = _shared_failed(fut, r)
+                if why is not None:
+                    # Nothing of this run is recorded: alone, the claim is judged again.
+                    who = f" ({', '.join(names)})" if names else ""
+                    say(f"{_tag(r.run, n)} {r.run.claim}: {why}{who}: running it again alone")
+                    rerun_why[r.run.index] = f"{why}{who}"
+                    pending.insert(0, r.run)
+                    continue
+                extra = {"device_shared_with": ",".join(names)} if r.shared and names else {}
+                if r.run.index in rerun_why:
+                    extra["device_alone_after"] = rerun_why[r.run.index]
+                recording.finished(fut, r.run, r.t0, n, say, waited.get(r.run.index), extra)
             if finished:
                 side_by_side()
     except BaseException:
@@ -310,6 +362,16 @@ def _schedule(
         ex.cancel.set()
         cf.wait(list(running))
         raise
+
+
+def _shared_failed(fut: Any, r: _Running) -> str | None:
+    """Why a run that may have shared its device is run again alone, or None (it did
+    not share, it passed with a complete proof, or its runner failed: that is recorded
+    as it is)."""
+    if not r.shared or fut.exception() is not None:
+        return None
+    fin: Finished = fut.result()
+    return sharing.rerun_why(fin.results or [])
 
 
 @dataclass
@@ -330,6 +392,7 @@ class _Recording:
         n: int,
         say: Callable[[str], None],
         wait_ns: int | None = None,
+        extra: dict[str, str] | None = None,
     ) -> None:
         tag = _tag(run, n)
         try:
@@ -348,6 +411,8 @@ class _Recording:
         if wait_ns is not None:
             # queued (the run's start) -> started (devices of its own were free)
             environment["device_wait_ns"] = str(wait_ns)
+        # Which claims ran on its device meanwhile (`ledger.execution.sharing`).
+        environment.update(extra or {})
         recs = record_results(
             self.recorder,
             self.key,

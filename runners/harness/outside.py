@@ -99,6 +99,9 @@ class OutsideView:
     cgroup: ClaimCgroup | None = None
     """The claim's cgroup, where one could be made: every process of the claim."""
     notes: Sequence[Path] = ()
+    shared: bool = False
+    """The claim's device may hold other claims (`runners.names.DEVICE_SHARED_VAR`): the
+    device's used memory is not read as the claim's."""
     """Per rank, where to note the claim process's host pid once seen (a process
     started afresh in the sandbox cannot know it: `runners.harness.hostpid`)."""
     rss: list[int] = field(default_factory=list)
@@ -156,7 +159,12 @@ class OutsideView:
             return max(self.cgroup_gpu, self.gpu[rank] or 0), what
         if self.gpu[rank]:
             return self.gpu[rank] or 0, "NVML per-process GPU memory of the claim process"
-        if len(self.launched) == 1 and self.device_before is not None and self.device_peak:
+        if (
+            not self.shared
+            and len(self.launched) == 1
+            and self.device_before is not None
+            and self.device_peak
+        ):
             seen = self.device_peak - self.device_before
             return seen, "NVML device used memory above its level before the claim"
         return None

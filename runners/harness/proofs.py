@@ -7,7 +7,10 @@ use; on CPU the tracked live storage bytes.
 
 from __future__ import annotations
 
+import os
+
 from runners.harness.probe import CudaProbe, MemoryProbe, MemorySample
+from runners.names import DEVICE_SHARED_VAR
 from runners.result import CleanupProof, ReleasedResource
 
 MiB = 1024**2
@@ -41,9 +44,16 @@ def memory_proofs(
 
     if isinstance(probe, CudaProbe):
         u = probe.uuid
+        # On a device shared with other claims its used memory moves with theirs: only
+        # this process's own figures prove anything of it.
+        shared = os.environ.get(DEVICE_SHARED_VAR) == "1"
         figures = (
             ("allocated", "allocator allocated bytes", "allocated_bytes"),
-            ("outside-pool", "device used - reserved", "outside_pool_bytes"),
+            *(
+                ()
+                if shared
+                else (("outside-pool", "device used - reserved", "outside_pool_bytes"),)
+            ),
             ("nvml-process-used", "NVML per-process used", "process_used_bytes"),
             (
                 "nvml-process-outside-pool",
