@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import mmap
 import os
 import threading
 import traceback
@@ -37,8 +38,9 @@ def _tasks() -> list[tuple[int, str]]:
 
 FORK_SAFE_THREADS: Mapping[str, str] = {
     "jemalloc_bg_thd": (
-        "jemalloc's background purger (a Python preloaded or linked with jemalloc, "
-        "background_thread:true): the only locks it takes are jemalloc's own, and "
+        "jemalloc's background purger (jemalloc preloaded, or linked into a library "
+        "such as a Rust extension, with background_thread:true): the only locks it "
+        "takes are jemalloc's own, and "
         "jemalloc's pthread_atfork handlers acquire every one of them before the fork "
         "and reinitialise them (and the background thread's state) in the child"
     ),
@@ -64,15 +66,46 @@ def refusal() -> str | None:
     return f"the fork server runs {len(others) + 1} threads ({', '.join(others)}{who})"
 
 
+_MARKERS: Mapping[str, bytes] = {"jemalloc_bg_thd": b"jemalloc_bg_thd"}
+"""The bytes a library that starts each allowed thread holds: the name jemalloc gives
+its thread (``pthread_setname_np``), which is in its code however it is linked."""
+
+
 @functools.cache
 def _fork_safe(name: str) -> bool:
     """A thread's name is a claim anyone can make (``prctl(PR_SET_NAME)``): it counts
-    only where the library it names is mapped into this process."""
-    lib = {"jemalloc_bg_thd": "libjemalloc"}.get(name)
-    if lib is None or name not in FORK_SAFE_THREADS:
+    only where a file mapped into this process holds the code that names it so. jemalloc
+    comes preloaded or inside another library (a Rust extension that links it
+    statically: on the H200 hosts `import transformers` starts its thread), so the
+    mapped files are searched for its marker, smallest first."""
+    marker = _MARKERS.get(name)
+    if marker is None or name not in FORK_SAFE_THREADS:
         return False
+    return any(_holds(path, marker) for path in _mapped_files())
+
+
+def _mapped_files() -> list[str]:
+    """The files mapped into this process, smallest first."""
+    paths = set()
     with contextlib.suppress(OSError), open("/proc/self/maps") as f:
-        return any(lib in line for line in f)
+        for line in f:
+            parts = line.split(maxsplit=5)
+            if len(parts) == 6 and parts[5].startswith("/"):
+                paths.add(parts[5].strip())
+    sized = []
+    for path in paths:
+        with contextlib.suppress(OSError):
+            sized.append((os.stat(path).st_size, path))
+    return [p for _, p in sorted(sized)]
+
+
+def _holds(path: str, marker: bytes) -> bool:
+    with (
+        contextlib.suppress(OSError, ValueError),
+        open(path, "rb") as f,
+        mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m,
+    ):
+        return m.find(marker) >= 0
     return False
 
 
