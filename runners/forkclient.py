@@ -4,7 +4,11 @@ Imports nothing heavy (no torch): it hands its stdin, stdout and stderr, the
 variables that place the claim (`FORWARDED`) and its process group to the fork
 server, writes the worker's pid to
 ``RES.pid``, waits, and exits with the worker's status (negative: the
-signal, as a spawned child would; a refusal runs the module here instead).
+signal, as a spawned child would). A refusal runs the module here instead, where this
+client runs inside the sandbox already (a gradient arm started by its claim); a client
+started outside it (`STRICT_VAR`, a claim of `runners.isolated`) must not run the
+claim's code itself: it writes why to ``RES.refused`` and exits `REFUSED`, and its
+caller starts the claim afresh inside the sandbox.
 """
 
 from __future__ import annotations
@@ -26,6 +30,12 @@ FORWARDED = (
 )
 """The client's variables a forked worker takes."""
 
+STRICT_VAR = "LEDGER_FORK_STRICT"
+"""``1``: this client runs outside the sandbox, so a refusal is never run here."""
+
+REFUSED = 75
+"""The exit status of a strict client whose fork was refused (EX_TEMPFAIL)."""
+
 
 def main(argv: list[str]) -> int:
     path, module, request, result = argv
@@ -46,6 +56,11 @@ def main(argv: list[str]) -> int:
     reader = conn.makefile("r")
     first = json.loads(reader.readline() or "{}")
     if "pid" not in first:
+        if os.environ.get(STRICT_VAR) == "1":
+            # Outside the sandbox: the claim's code must not run in this process.
+            with open(result + ".refused", "w") as f:
+                f.write(str(first.get("refused") or "the fork server did not fork"))
+            return REFUSED
         # The server would not fork (or died): run the claim in this interpreter.
         sys.argv = [module, request, result]
         runpy.run_module(module, run_name="__main__", alter_sys=True)

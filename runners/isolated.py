@@ -34,7 +34,7 @@ from runners.claim_exit import (
     timed_out,
     with_exit_proof,
 )
-from runners.forkclient import CGROUP_VAR
+from runners.forkclient import CGROUP_VAR, REFUSED, STRICT_VAR
 from runners.forkparent import ForkServer
 from runners.harness import child, nvml, timeline
 from runners.harness.cgroup import ClaimCgroup
@@ -183,6 +183,10 @@ def run_claim_isolated(
     devices' used memory proves nothing of this claim's.
     """
     grouped = world_size > 1 if distributed is None else distributed
+    if fork_server is not None and fork_server.ready.get("fork_refused"):
+        # It said at ready that it will not fork (`runners.forksafety`): its client runs
+        # outside the sandbox and never runs a claim itself, so start afresh inside it.
+        fork_server = None
     work = Path(tempfile.mkdtemp(prefix="ledger-claim-", dir=work_root))
     backend = _backend(device)
     body: dict[str, Any] = {"device": device, "claim": claim, "check": check, **kwargs}
@@ -199,7 +203,8 @@ def run_claim_isolated(
     else:
         # The client places the forked worker in the cgroup before it starts.
         placed = {} if cgroup is None else {CGROUP_VAR: str(cgroup.path)}
-        envs = [{**child.env(), **extra, **placed} for _ in argvs]
+        # Outside the sandbox: a refused fork is reported, never run in the client.
+        envs = [{**child.env(), **extra, **placed, STRICT_VAR: "1"} for _ in argvs]
     started = time.time_ns()
     gpu_before = nvml.devices_used()
     results_of = [work / f"result{rank}.json" for rank in range(world_size)]
@@ -244,6 +249,13 @@ def run_claim_isolated(
             view.stop()
             # Also on Ctrl-C: no rank outlives the claim.
             stopped = group.stop()
+        refused = Path(f"{results_of[0]}.refused")
+        if forked and group.procs[0].returncode == REFUSED and refused.is_file():
+            # Refused after it said ready; never retried (a claim's own code could
+            # exit so): the claim did not run.
+            late = read_note(refused) or "no reason given"
+        else:
+            late = None
         if forked:
             stopped.append(_ended_by_server(fork_server, results_of[0], cgroup))
         if cgroup is not None:
@@ -273,7 +285,20 @@ def run_claim_isolated(
         params = kwargs.get("params")
         art = kwargs.get("artifact_dir")
         malformed = _malformed(got, None if art is None else Path(art))
-        if malformed is not None:
+        if late is not None:
+            results = [
+                infra_error(
+                    claim=claim,
+                    check=check,
+                    version="unknown",
+                    params=dict(params or {}),
+                    scope={"device_kind": device},
+                    reason=f"the fork server refused the claim after it was ready: {late}"[:2000],
+                    started_ns=started,
+                    finished_ns=time.time_ns(),
+                )
+            ]
+        elif malformed is not None:
             results = [
                 infra_error(
                     claim=claim,

@@ -1,0 +1,152 @@
+"""A pull request that makes the fork server refuse to fork must not get its code run
+outside the sandbox.
+
+The fork client runs beside the qualifier, outside the sandbox; the fork server
+inside it forks each claim. A workload module that starts a thread when imported (in
+the server, which imports it once) makes every fork unsafe, so the server refuses.
+The client once ran the claim itself then, unsandboxed: the pull request's `setup`
+read the runner's private key. Now a server that said at ready it will not fork is
+not asked, and each claim starts afresh inside the sandbox; a server that refuses
+after ready makes the claim an infra-error, and its client never runs it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import git
+import pytest
+
+from ledger.sandbox import find_bwrap
+from runners import forkclient
+from tests.ledger.helpers import run
+
+pytestmark = pytest.mark.skipif(
+    find_bwrap() is None and os.environ.get("CI") != "true", reason="no bubblewrap"
+)
+
+ATTACK = """
+import glob, json, os, sys, threading
+
+# Started at import: the fork server that imports this module may not fork.
+threading.Thread(target=threading.Event().wait, name="poller", daemon=True).start()
+
+from runners.workloads.moe import make_workload as _make
+
+KEYS = {keys!r}
+
+
+class Attack:
+    def __init__(self):
+        self.inner = _make(d_model=32, n_layers=1, n_experts=4, d_ff=32, vocab=64)
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    @property
+    def name(self):
+        return self.inner.name
+
+    @property
+    def dtype(self):
+        return self.inner.dtype
+
+    def setup(self, device, seed):
+        stolen = []
+        for path in glob.glob(KEYS + "/*.pem"):
+            try:
+                stolen.append(open(path).read().splitlines()[0])
+            except OSError:
+                pass
+        procs = len([p for p in os.listdir("/proc") if p.isdigit()])
+        print("\\x1eprogress attack " + json.dumps({{"stolen": stolen, "procs": procs}}),
+              file=sys.stderr, flush=True)
+        self.inner.setup(device, seed)
+
+
+def make_workload():
+    return Attack()
+"""
+
+
+def _repo(path: Path, keys: Path) -> Path:
+    path.mkdir(parents=True)
+    (path / "attack_wl.py").write_text(ATTACK.format(keys=str(keys)))
+    (path / "qualification.toml").write_text(
+        'workload = "attack_wl:make_workload"\n\n[[claims]]\nname = "cleanup.all-released"\n'
+        'check = "cleanup"\nparams = { batch = 1, seq = 8 }\n'
+    )
+    repo = git.Repo.init(path, initial_branch="main")
+    repo.index.add(["attack_wl.py", "qualification.toml"])
+    actor = git.Actor("Attacker", "attacker@ledger.invalid")
+    repo.index.commit("a workload that starts a thread at import", author=actor, committer=actor)
+    return path
+
+
+def _seen(err: str) -> list[dict[str, object]]:
+    return [json.loads(x.split("attack ", 1)[1]) for x in err.splitlines() if "attack {" in x]
+
+
+def test_a_refused_fork_never_runs_the_claim_outside_the_sandbox(
+    tmp_path: Path,
+    key_dir: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setenv("LEDGER_DB", str(tmp_path / "l.db"))
+    assert run(capsys, "init").code == 0
+    assert run(capsys, "keys", "new", "runner", "--role", "runner").code == 0
+    assert list(key_dir.glob("*.pem"))
+    repo = _repo(tmp_path / "repo", key_dir)
+    r = run(capsys, "qualify", "--rev", "HEAD", "--repo", str(repo), "--json")
+    assert "claims cannot be forked from it" in r.err and "poller" in r.err, r.err
+    seen = _seen(r.err)
+    assert seen, r.err  # the workload's setup ran ...
+    assert all(s["stolen"] == [] for s in seen), seen  # ... and read no key
+    assert all(isinstance(s["procs"], int) and s["procs"] < 10 for s in seen), seen
+    [rec] = json.loads(r.out)["receipts"]
+    assert rec["outcome"] == "passed"
+    # The control: unsandboxed, the same setup reads the key (the probe works).
+    r = run(capsys, "qualify", "--rev", "HEAD", "--repo", str(repo), "--sandbox", "none")
+    assert any(s["stolen"] for s in _seen(r.err)), r.err
+
+
+def test_a_strict_client_that_is_refused_says_so_and_runs_nothing(tmp_path: Path) -> None:
+    # A server socket that refuses every fork, as a fork server does after ready when
+    # a thread appeared in it.
+    import socket
+    import subprocess
+    import sys
+    import threading
+
+    sock_path = tmp_path / "s"
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(str(sock_path))
+    server.listen(1)
+
+    def refuse() -> None:
+        conn, _ = server.accept()
+        _, fds, _, _ = socket.recv_fds(conn, 1 << 20, 3)
+        conn.sendall(b'{"refused": "the fork server runs 2 threads (poller)"}\n')
+        for fd in fds:
+            os.close(fd)
+        conn.close()
+
+    t = threading.Thread(target=refuse)
+    t.start()
+    marker = tmp_path / "ran"
+    module = tmp_path / "would_run.py"
+    module.write_text(f"open({str(marker)!r}, 'w').write('ran')\n")
+    result = tmp_path / "result.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "runners.forkclient", str(sock_path), "would_run", "req",
+         str(result)],
+        env={**os.environ, forkclient.STRICT_VAR: "1", "PYTHONPATH": f"{tmp_path}:{os.getcwd()}"},
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    t.join()
+    assert done.returncode == forkclient.REFUSED, done.stderr
+    assert not marker.exists()
+    assert "poller" in Path(f"{result}.refused").read_text()
