@@ -8,11 +8,14 @@ import sys
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ledger.evidence.errors import InputError, UsageError
 from ledger.qualification.plan import ClaimSpec, Plan
 from ledger.sandbox import Sandbox
+
+if TYPE_CHECKING:
+    from runners.forkparent import ForkServer
 
 CANNOT = ("inconclusive", "broken")
 """Judgements that leave a claim without a verdict."""
@@ -39,20 +42,40 @@ def plan_claims(plan: Plan, claims: Sequence[ClaimSpec] | Sequence[str]) -> list
     ]
 
 
-def probe(root: Path, claims: list[dict[str, Any]], box: Sandbox) -> dict[str, Any]:
+def probe(
+    root: Path,
+    claims: list[dict[str, Any]],
+    box: Sandbox,
+    fork: ForkServer | None = None,
+    work_root: Path | None = None,
+) -> dict[str, Any]:
     """`runners.doctor` on the checkout at ``root`` under ``box``; its report, or
-    `UsageError` when it wrote none."""
+    `UsageError` when it wrote none. With ``fork`` (``root``'s fork server, ready and
+    forking) the doctor is forked from it inside its sandbox, in a folder of
+    ``work_root`` (the run's): the libraries are imported and the model built already
+    (a copy, `runners.workloads.prebuilt`), where a fresh interpreter paid both again
+    beside the server's own start."""
     from runners.childenv import env as child_env
+    from runners.forkclient import REFUSED, STRICT_VAR
 
-    with tempfile.TemporaryDirectory(prefix="ledger-doctor-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="ledger-doctor-", dir=work_root) as tmp:
         work = Path(tmp)
         req, res = work / "request.json", work / "result.json"
         req.write_text(json.dumps({"root": str(root), "claims": claims}, default=str))
-        policy = box.policy(read_only=[root], writable=[work], chdir=work, scratch=work)
-        argv, env = box.launch(
-            policy, [sys.executable, "-m", "runners.doctor", str(req), str(res)], child_env()
-        )
-        done = subprocess.run(argv, env=env, cwd=work, capture_output=True, text=True)
+        done = None
+        if fork is not None and work_root is not None:
+            # The client runs here, outside the sandbox: refused, it runs nothing.
+            env = {**child_env(), STRICT_VAR: "1"}
+            argv = fork.argv("runners.doctor", req, res)
+            done = subprocess.run(argv, env=env, cwd=work, capture_output=True, text=True)
+            if done.returncode == REFUSED:
+                done = None
+        if done is None:
+            policy = box.policy(read_only=[root], writable=[work], chdir=work, scratch=work)
+            argv, env = box.launch(
+                policy, [sys.executable, "-m", "runners.doctor", str(req), str(res)], child_env()
+            )
+            done = subprocess.run(argv, env=env, cwd=work, capture_output=True, text=True)
         if not res.is_file():
             tail = (done.stderr or done.stdout).strip().splitlines()[-1:]
             raise UsageError(f"the doctor's probe wrote no report: {' '.join(tail)}")

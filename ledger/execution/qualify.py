@@ -317,8 +317,12 @@ def _conformance(
         return
     want = os.environ.get(PROBE_VAR, "")
     if st is not None and box is not None and (want == "1" or (cuda and want != "0")):
-        say("doctor: probing the workload at a tiny shape on CPU before the first claim")
-        report = probe(st.root, claims, box)
+        fork = st.servers.wait()[0]
+        if fork is not None and local_run.unforkable(fork.ready):
+            fork = None
+        how = "forked from the fork server" if fork is not None else "in a fresh interpreter"
+        say(f"doctor: probing the workload at a tiny shape on CPU before the first claim ({how})")
+        report = probe(st.root, claims, box, fork, st.run_dir)
     else:
         report = judge_from_plan(claims)
     say(report["summary"])

@@ -121,7 +121,8 @@ def _call(caps: dict[str, Capability], what: str, fn: Callable[[], Any]) -> tupl
 def _steps(w: Workload, caps: dict[str, Capability]) -> list[tuple[str, torch.nn.Module]] | None:
     """Setup, a forward of each kind, backward, gradients and an optimizer step, the
     workload left set up; the modules it holds (None when a step broke)."""
-    ok, _ = _call(caps, "setup", lambda: w.setup(CPU, 0))
+    # Forked from a fork server, a copy of the model it built once (`prebuilt`).
+    ok, _ = _call(caps, "setup", lambda: prebuilt.setup(w, CPU, 0))
     if not ok:
         return None
     # What a fork server would keep to copy (runners.workloads.prebuilt), before any step.

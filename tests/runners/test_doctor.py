@@ -217,3 +217,10 @@ def test_qualify_probes_before_the_first_claim_and_refuses_what_it_cannot_judge(
     assert r.code == 0, r.err
     said = r.err.index("doctor: 2 claim(s): 1 judged, 1 through a fallback")
     assert said < r.err.index("[1/2]")
+    # Forked from the run's fork server (its imports and model already there); without
+    # a fork server, a fresh interpreter judges the same.
+    assert "before the first claim (forked from the fork server)" in r.err
+    monkeypatch.setenv("LEDGER_FORK_SERVER", "0")
+    r = run(capsys, *args, "--repo", str(bad))
+    assert r.code == 2 and "before the first claim (in a fresh interpreter)" in r.err
+    assert "doctor: 2 claim(s): 1 judged, 0 through a fallback, 1 will be inconclusive" in r.err
