@@ -40,6 +40,7 @@ from runners.harness import child, nvml, timeline
 from runners.harness.cgroup import ClaimCgroup
 from runners.harness.launch import RankGroup
 from runners.harness.outside import REPORTED, OutsideView, bound, read_note
+from runners.names import DEVICE_SHARED_VAR
 from runners.preload import note_learned
 from runners.result import (
     CheckResult,
@@ -139,6 +140,9 @@ def _launches(
         shm=shm if len(argvs) > 1 else None,
         scratch=scratch,
     ).with_(joined=shared)
+    if (extra or {}).get(DEVICE_SHARED_VAR) == "1":
+        # Not a secret, and the sandbox passes no LEDGER_* variable of its own accord.
+        policy = policy.with_(env=(*policy.env, (DEVICE_SHARED_VAR, "1")))
     out = [sandbox.launch(policy, a, e) for a, e in zip(argvs, envs, strict=True)]
     return [a for a, _ in out], [e for _, e in out]
 

@@ -7,6 +7,7 @@ devices are logical slots and `LEDGER_SHARE_DEVICE` turns sharing on."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,7 @@ import pytest
 from ledger.evidence.errors import UsageError
 from ledger.execution import sharing
 from ledger.execution.devices import Device, DevicePool
+from ledger.sandbox import find_bwrap, resolve
 from runners import claim_exit
 from runners.api import check_names
 from runners.harness import nvml
@@ -220,3 +222,20 @@ def test_a_shared_run_that_fails_is_judged_again_alone_and_recorded_once(
     assert envs["a.fails"]["device_alone_after"] == "failed on a shared device (b.passes)"
     assert "device_shared_with" not in envs["a.fails"]
     assert envs["b.passes"]["device_shared_with"] == "a.fails"
+
+
+@pytest.mark.skipif(find_bwrap() is None and os.environ.get("CI") != "true", reason="no bwrap")
+def test_a_claim_started_afresh_in_the_sandbox_knows_its_device_is_shared(tmp_path: Path) -> None:
+    # The sandbox passes no LEDGER_* variable of its own accord: this one is handed in.
+    from runners.isolated import _launches
+
+    box = resolve("bwrap")
+    (tmp_path / "w").mkdir()
+    for extra, want in (({DEVICE_SHARED_VAR: "1"}, "1"), ({}, None)):
+        work = tmp_path / "w" / str(bool(extra))
+        work.mkdir()
+        _, envs = _launches(
+            [["python3", "-c", "pass"]], sandbox=box, network=False, work=work, kwargs={},
+            extra=extra,
+        )  # fmt: skip
+        assert envs[0].get(DEVICE_SHARED_VAR) == want
