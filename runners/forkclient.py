@@ -7,8 +7,8 @@ server, writes the worker's pid to
 signal, as a spawned child would). A refusal runs the module here instead, where this
 client runs inside the sandbox already (a gradient arm started by its claim); a client
 started outside it (`STRICT_VAR`, a claim of `runners.isolated`) must not run the
-claim's code itself: it writes why to ``RES.refused`` and exits `REFUSED`, and its
-caller starts the claim afresh inside the sandbox.
+claim's code itself: it writes why to ``RES.refused`` and exits `REFUSED` (a claim's
+caller records an infra-error; the doctor's starts a fresh sandboxed interpreter).
 """
 
 from __future__ import annotations
