@@ -289,7 +289,14 @@ def run_claim_isolated(
         params = kwargs.get("params")
         art = kwargs.get("artifact_dir")
         malformed = _malformed(got, None if art is None else Path(art))
-        if late is not None:
+        broken = (
+            f"the fork server refused the claim after it was ready: {late}"
+            if late is not None
+            else f"the claim process returned an invalid result: {malformed}"
+            if malformed is not None
+            else None
+        )
+        if broken is not None:
             results = [
                 infra_error(
                     claim=claim,
@@ -297,20 +304,7 @@ def run_claim_isolated(
                     version="unknown",
                     params=dict(params or {}),
                     scope={"device_kind": device},
-                    reason=f"the fork server refused the claim after it was ready: {late}"[:2000],
-                    started_ns=started,
-                    finished_ns=time.time_ns(),
-                )
-            ]
-        elif malformed is not None:
-            results = [
-                infra_error(
-                    claim=claim,
-                    check=check,
-                    version="unknown",
-                    params=dict(params or {}),
-                    scope={"device_kind": device},
-                    reason=f"the claim process returned an invalid result: {malformed}"[:2000],
+                    reason=broken[:2000],
                     started_ns=started,
                     finished_ns=time.time_ns(),
                 )

@@ -95,10 +95,11 @@ def claim(name: str, mode: str = "plain", **extra: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def make_probe_repo(path: Path, claims: str, head: str = "") -> Path:
-    """A git repository at ``path`` with the probe workload and the plan ``claims``."""
+def make_probe_repo(path: Path, claims: str, head: str = "", source: str = PROBE) -> Path:
+    """A git repository at ``path`` with the probe workload (``source``: `PROBE` or one
+    built on it) and the plan ``claims``."""
     path.mkdir(parents=True)
-    (path / "probe_wl.py").write_text(PROBE)
+    (path / "probe_wl.py").write_text(source)
     (path / "qualification.toml").write_text(
         head + 'workload = "probe_wl:make_workload"\n\n' + claims
     )

@@ -140,18 +140,10 @@ def _claim(name: str, check: str, mode: str = "plain", params: str = "") -> str:
 
 
 @pytest.fixture
-def ledger_env(
-    tmp_path: Path,
-    key_dir: Path,
-    monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture[str],
-) -> Path:
-    monkeypatch.setenv("LEDGER_DB", str(tmp_path / "l.db"))
-    monkeypatch.setenv("LEDGER_CACHE", str(tmp_path / "cache"))
+def sharing_env(ledger_env: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A ledger, and up to 3 claims on one logical device."""
     monkeypatch.setenv(sharing.VAR, "3")
-    assert run(capsys, "init").code == 0
-    assert run(capsys, "keys", "new", "runner", "--role", "runner").code == 0
-    return tmp_path
+    return ledger_env
 
 
 def _environments(capsys: pytest.CaptureFixture[str], out: str) -> dict[str, dict[str, str]]:
@@ -167,7 +159,7 @@ def _line(lines: list[str], claim: str, what: str) -> int:
 
 
 def test_claims_that_judge_no_memory_share_one_device_and_memory_claims_keep_it_alone(
-    tmp_path: Path, ledger_env: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, sharing_env: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     plan = (
         _claim("a.cleanup", "cleanup")
@@ -199,7 +191,7 @@ def test_claims_that_judge_no_memory_share_one_device_and_memory_claims_keep_it_
 
 
 def test_a_shared_run_that_fails_is_judged_again_alone_and_recorded_once(
-    tmp_path: Path, ledger_env: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, sharing_env: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     plan = _claim("a.fails", "regression-24view", mode="oom") + _claim(
         "b.passes", "regression-24view"

@@ -20,20 +20,6 @@ from tests.ledger.helpers import run
 from tests.ledger.probe_repo import claim, make_probe_repo, notes
 
 
-@pytest.fixture
-def ledger_env(
-    tmp_path: Path,
-    key_dir: Path,
-    monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture[str],
-) -> Path:
-    monkeypatch.setenv("LEDGER_DB", str(tmp_path / "l.db"))
-    monkeypatch.setenv("LEDGER_CACHE", str(tmp_path / "cache"))
-    assert run(capsys, "init").code == 0
-    assert run(capsys, "keys", "new", "runner", "--role", "runner").code == 0
-    return tmp_path
-
-
 def _runner(capsys: pytest.CaptureFixture[str], rid: str) -> dict[str, object]:
     shown = json.loads(run(capsys, "show", rid, "--json").out)
     return dict(shown["statement"]["predicate"]["runner"])

@@ -16,73 +16,45 @@ import json
 import os
 from pathlib import Path
 
-import git
 import pytest
 
 from ledger.sandbox import find_bwrap
 from runners import forkclient
 from tests.ledger.helpers import run
+from tests.ledger.probe_repo import PROBE, claim, make_probe_repo
 
 pytestmark = pytest.mark.skipif(
     find_bwrap() is None and os.environ.get("CI") != "true", reason="no bubblewrap"
 )
 
-ATTACK = """
-import glob, json, os, sys, threading
+ATTACK = (
+    PROBE
+    + """
+import glob
+import threading
 
 # Started at import: the fork server that imports this module may not fork.
 threading.Thread(target=threading.Event().wait, name="poller", daemon=True).start()
 
-from runners.workloads.moe import make_workload as _make
 
-KEYS = {keys!r}
-
-
-class Attack:
-    def __init__(self):
-        self.inner = _make(d_model=32, n_layers=1, n_experts=4, d_ff=32, vocab=64)
-
-    def __getattr__(self, name):
-        return getattr(self.inner, name)
-
-    @property
-    def name(self):
-        return self.inner.name
-
-    @property
-    def dtype(self):
-        return self.inner.dtype
-
+class Attack(Probe):
     def setup(self, device, seed):
         stolen = []
-        for path in glob.glob(KEYS + "/*.pem"):
+        for path in glob.glob(@KEYS@ + "/*.pem"):
             try:
                 stolen.append(open(path).read().splitlines()[0])
             except OSError:
                 pass
         procs = len([p for p in os.listdir("/proc") if p.isdigit()])
-        print("\\x1eprogress attack " + json.dumps({{"stolen": stolen, "procs": procs}}),
+        print("\\x1eprogress attack " + json.dumps({"stolen": stolen, "procs": procs}),
               file=sys.stderr, flush=True)
-        self.inner.setup(device, seed)
+        super().setup(device, seed)
 
 
-def make_workload():
-    return Attack()
+def make_workload(mode="plain"):
+    return Attack(mode)
 """
-
-
-def _repo(path: Path, keys: Path) -> Path:
-    path.mkdir(parents=True)
-    (path / "attack_wl.py").write_text(ATTACK.format(keys=str(keys)))
-    (path / "qualification.toml").write_text(
-        'workload = "attack_wl:make_workload"\n\n[[claims]]\nname = "cleanup.all-released"\n'
-        'check = "cleanup"\nparams = { batch = 1, seq = 8 }\n'
-    )
-    repo = git.Repo.init(path, initial_branch="main")
-    repo.index.add(["attack_wl.py", "qualification.toml"])
-    actor = git.Actor("Attacker", "attacker@ledger.invalid")
-    repo.index.commit("a workload that starts a thread at import", author=actor, committer=actor)
-    return path
+)
 
 
 def _seen(err: str) -> list[dict[str, object]]:
@@ -90,16 +62,11 @@ def _seen(err: str) -> list[dict[str, object]]:
 
 
 def test_a_refused_fork_never_runs_the_claim_outside_the_sandbox(
-    tmp_path: Path,
-    key_dir: Path,
-    monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path, ledger_env: Path, key_dir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setenv("LEDGER_DB", str(tmp_path / "l.db"))
-    assert run(capsys, "init").code == 0
-    assert run(capsys, "keys", "new", "runner", "--role", "runner").code == 0
     assert list(key_dir.glob("*.pem"))
-    repo = _repo(tmp_path / "repo", key_dir)
+    attack = ATTACK.replace("@KEYS@", repr(str(key_dir)))
+    repo = make_probe_repo(tmp_path / "repo", claim("cleanup.all-released"), source=attack)
     r = run(capsys, "qualify", "--rev", "HEAD", "--repo", str(repo), "--json")
     assert "claims cannot be forked from it" in r.err and "poller" in r.err, r.err
     seen = _seen(r.err)

@@ -17,20 +17,6 @@ GPU_B = "GPU-bbbbbbbb-0000-0000-0000-000000000000"
 
 
 @pytest.fixture
-def ledger_env(
-    tmp_path: Path,
-    key_dir: Path,
-    monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture[str],
-) -> Path:
-    monkeypatch.setenv("LEDGER_DB", str(tmp_path / "l.db"))
-    monkeypatch.setenv("LEDGER_CACHE", str(tmp_path / "cache"))
-    assert run(capsys, "init").code == 0
-    assert run(capsys, "keys", "new", "runner", "--role", "runner").code == 0
-    return tmp_path
-
-
-@pytest.fixture
 def gpus(monkeypatch: pytest.MonkeyPatch) -> list[FakeDevice]:
     """Two H200s as NVML describes them, in this process only (the claim processes,
     which would need a real CUDA device, run on the CPU)."""
