@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -17,6 +18,9 @@ from ledger.cli._common import (
     server_option,
 )
 from ledger.evidence.errors import UsageError
+
+if TYPE_CHECKING:
+    from ledger.transparency.policy import Policy
 
 
 @click.command()
@@ -105,17 +109,31 @@ _WITNESSES = click.option(
 )
 
 
-def _cosign(db: str | None, witnesses: Path) -> bytes:
-    """Ask the policy's witnesses; one stderr line each; the cosigned note."""
-    from ledger.transparency.collect import cosign, cosigned_note
+def _policy(witnesses: Path) -> Policy:
     from ledger.transparency.policy import parse_policy
 
+    return parse_policy(read_file(witnesses))
+
+
+def _cosign(db: str | None, policy: Policy) -> bytes:
+    """Ask the policy's witnesses; one stderr line each; the cosigned note.
+
+    VerificationError (exit 1) naming the witnesses when their refusals leave the
+    quorum out of reach: a script must not take such a checkpoint for witnessed.
+    Witnesses that were only unreachable leave exit 0 (`ledger log cosign` asks
+    them again)."""
+    from ledger.evidence.errors import VerificationError
+    from ledger.transparency.collect import cosign, cosigned_note, quorum_refused
+
     store = open_store(db)
-    policy = parse_policy(read_file(witnesses))
-    for r in cosign(store, policy):
+    results = cosign(store, policy)
+    for r in results:
         click.echo(f"witness {r.witness}: {r.detail}", err=True)
     latest = store.latest_checkpoint()
     assert latest is not None
+    refused = quorum_refused(policy, latest.size, results)
+    if refused is not None:
+        raise VerificationError(refused)
     return cosigned_note(store, latest.size)
 
 
@@ -136,9 +154,11 @@ def log_checkpoint(
 
         click.echo(sign_checkpoint(server, token).decode(), nl=False)
         return
+    # The policy is read first: a malformed one refuses before anything is signed.
+    policy = _policy(witnesses) if witnesses is not None else None
     note = checkpoint(open_store(db), keydir())
-    if witnesses is not None:
-        note = _cosign(db, witnesses)
+    if policy is not None:
+        note = _cosign(db, policy)
     click.echo(note.decode(), nl=False)
 
 
@@ -154,7 +174,7 @@ def log_checkpoint(
 def log_cosign(witnesses: Path, db: str | None) -> None:
     """Ask the witnesses to cosign the newest checkpoint (one that was down is asked
     again); print the cosigned note."""
-    click.echo(_cosign(db, witnesses).decode(), nl=False)
+    click.echo(_cosign(db, _policy(witnesses)).decode(), nl=False)
 
 
 @log.command("vkey")

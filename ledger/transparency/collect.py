@@ -23,7 +23,7 @@ from ledger.transparency.cosignature import cosigned_by
 from ledger.transparency.policy import Policy, Witness
 from ledger.transparency.witness import SIZE_TYPE
 
-__all__ = ["Submitted", "cosign", "cosigned_note"]
+__all__ = ["FORK_STATUSES", "Submitted", "cosign", "cosigned_note", "quorum_refused"]
 
 # One witness answers one small request; more than this is a witness down.
 TIMEOUT_S = 10.0
@@ -34,11 +34,23 @@ _MAX_PARALLEL = 16
 
 
 class Submitted(NamedTuple):
-    """What one witness answered: its policy name, whether it cosigned, and why not."""
+    """What one witness answered: its policy name, whether it cosigned, and why not.
+
+    `refused`: the witness answered and said no (a 4xx, or a 200 without a valid
+    cosignature), as opposed to one that was unreachable or failing (5xx), which
+    may cosign when asked again. `status`: the HTTP status of its last answer."""
 
     witness: str
     cosigned: bool
     detail: str
+    refused: bool = False
+    status: int | None = None
+
+
+# A witness answers these when the log does not extend what it cosigned before:
+# 409 for another root at its stored size (tlog-witness v1.0) or a size beyond the
+# checkpoint, 422 for a consistency proof that fails (and, in v1.1, another root).
+FORK_STATUSES = (409, 422)
 
 
 def cosigned_note(store: Store, size: int) -> bytes:
@@ -81,14 +93,14 @@ def _submit(store: Store, w: Witness, note: bytes, leaves: list[bytes], timeout:
             try:
                 held = int(answer.decode("ascii").strip())
             except ValueError:
-                raise _Refused("409 with a malformed size") from None
+                raise _Refused("409 with a malformed size", 409) from None
             if held > cp.size:
-                raise _Refused(f"the witness holds size {held}, beyond this checkpoint")
+                raise _Refused(f"HTTP 409: the witness holds size {held}, beyond this one", 409)
             old = held
             continue
         if status != 200:
             reason = answer.decode("utf-8", "replace").strip().splitlines()[:1]
-            raise _Refused(f"HTTP {status}{': ' + reason[0] if reason else ''}")
+            raise _Refused(f"HTTP {status}{': ' + reason[0] if reason else ''}", status)
         for line in answer.decode("utf-8", "replace").splitlines(keepends=True):
             if not line.startswith("— ") or not line.endswith("\n"):
                 continue
@@ -98,12 +110,20 @@ def _submit(store: Store, w: Witness, note: bytes, leaves: list[bytes], timeout:
                 continue
             if cosigned_by(with_line, w.vkey) is not None:
                 return line
-        raise _Refused("no valid cosignature by its key in the answer")
+        raise _Refused("no valid cosignature by its key in the answer", 200)
     raise _Refused(f"the witness's size kept changing (last {old})")
 
 
 class _Refused(Exception):
-    pass
+    def __init__(self, reason: str, status: int | None = None) -> None:
+        super().__init__(reason)
+        self.status = status
+
+    @property
+    def final(self) -> bool:
+        """The witness answered no; asking again as things stand gets no cosignature
+        (a 5xx or 429 is the witness's own trouble, and passes)."""
+        return self.status is not None and self.status != 429 and self.status < 500
 
 
 def cosign(
@@ -133,7 +153,7 @@ def cosign(
             try:
                 line = _submit(store, w, note, leaves, timeout)
             except _Refused as e:
-                return Submitted(name, False, str(e))
+                return Submitted(name, False, str(e), e.final, e.status)
             store.add_cosignature(cp.size, w.vkey.text(), line)
             return Submitted(name, True, "cosigned")
 
@@ -142,3 +162,24 @@ def cosign(
             for r in pool.map(lambda nw: ask(*nw), asked):
                 results[r.witness] = r
     return [results[n] for n in policy.witnesses if n in results]
+
+
+def quorum_refused(policy: Policy, size: int, results: list[Submitted]) -> str | None:
+    """One line naming the witnesses that refused, once their refusals leave the
+    policy's quorum out of reach whatever the others (unreachable ones included)
+    do; None while the quorum is met or may still be. A 409 or 422 is said to
+    suggest a fork: the witness holds a checkpoint this log does not extend."""
+    cosigned = {r.witness for r in results if r.cosigned}
+    if policy.witnessed(policy.quorum, cosigned):
+        return None
+    refused = [r for r in results if r.refused]
+    if policy.witnessed(policy.quorum, set(policy.witnesses) - {r.witness for r in refused}):
+        return None
+    named = ", ".join(f"{r.witness} ({r.detail})" for r in refused)
+    line = f"the witnesses refused the quorum {policy.quorum!r} at size {size}: {named}"
+    if any(r.status in FORK_STATUSES for r in refused):
+        line += (
+            "; a 409 or 422 suggests a fork: the witness holds a checkpoint of this "
+            "log that this one does not extend"
+        )
+    return line

@@ -91,8 +91,13 @@ def test_a_forked_log_is_refused_under_a_2_of_2_policy(
     ok(ledger(*cosign))
     # The operator shows another history to another reviewer: same size, another entry.
     [forged] = fork.record(1)
-    refused = ok(fork(*cosign))
+    refused = fork(*cosign)
     assert "witness w1: HTTP 409" in refused.err and "witness w2: HTTP 409" in refused.err
+    # Both refused: the command fails, naming them, and prints no note to take for witnessed.
+    assert refused.code == 1 and refused.out == "", refused.err
+    last = refused.err.strip().splitlines()[-1]
+    assert "refused the quorum 'both' at size 5: w1 (HTTP 409" in last and "w2 (HTTP 409" in last
+    assert "suggests a fork" in last
     for lg, rid, name in ((ledger, honest, "honest"), (fork, forged, "forged")):
         ok(lg("export", rid, "-o", str(tmp_path / f"{name}.json")))
 
