@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import json
 import os
 import re
 import shutil
@@ -32,10 +33,17 @@ import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from ledger.evidence.errors import UsageError
 from ledger.sandbox.mounts import system_mounts
+
+if TYPE_CHECKING:
+    from ledger.sandbox.proof import SelfTest
+
+ROUTE_VAR = "LEDGER_SANDBOX_ROUTE"
+"""Names the route (`ROUTES`) the sandbox must take on this host; unset: the first
+that works (the operator's choice, and how the tests exercise both)."""
 
 PID_NAMESPACE_VAR = "SANDBOX_PID_NAMESPACE"
 """Set inside every sandbox (`runners.harness.hostpid` reads the same name)."""
@@ -56,6 +64,13 @@ __all__ = [
 
 Mode = Literal["auto", "bwrap", "none"]
 MODES: tuple[str, ...] = get_args(Mode)
+Route = Literal["userns", "rootmap"]
+ROUTES: tuple[str, ...] = get_args(Route)
+
+NOBODY = 65534
+"""The uid and gid of every sandbox, inside its user namespace and as the host sees it."""
+
+LAUNCHER = Path(__file__).with_name("launcher.py")
 
 # The variables a training process needs from its host (locale, the CUDA and NCCL
 # stacks, thread counts), by exact name or by prefix ending in "_".
@@ -143,11 +158,28 @@ class SandboxPolicy:
     processes are there. False only where this host refuses the mount (`resolve`
     probes it); /proc is then absent."""
     user: bool = True
-    """A user namespace of its own (uid and gid 65534 inside); False where this host
-    refuses one (`resolve` probes it) or the pid namespace is joined."""
+    """A user namespace of its own, always: a policy without one is refused
+    (`render`), never run with the host's."""
     joined: bool = False
-    """The pid, ipc and network namespaces are the caller's to provide (the ranks of
-    one claim share them: `shared_namespaces`); else each sandbox has its own."""
+    """The user, pid, ipc and network namespaces are ``holder``'s (the ranks of one
+    claim share them: `shared_namespaces`); else each sandbox has its own."""
+    holder: int | None = None
+    """With ``joined``: the host pid of the process whose namespaces the ranks join
+    (bubblewrap's ``--userns``/``--pidns``, with a procfs of their own)."""
+    host_uid: int = NOBODY
+    """The unprivileged uid (and ``host_gid``) the host sees the sandbox's processes as
+    (`ledger.sandbox.launcher`): never 0."""
+    host_gid: int = NOBODY
+    route: Route = "userns"
+    """How the user namespace is made: by bubblewrap, unprivileged (``userns``), or by
+    the launcher as root with a map onto ``host_uid`` where the host refuses
+    unprivileged ones (``rootmap``)."""
+    owned: tuple[str, ...] = ()
+    """Folders Ledger made for the sandbox, handed to ``host_uid`` before it starts
+    (never a path a user named)."""
+    mapped: tuple[tuple[str, str], ...] = ()
+    """(folder Ledger made, path inside): writable folders bound at another path, so
+    that a path a user named is written through a folder of Ledger's and copied out."""
 
     def with_(self, **changes: object) -> SandboxPolicy:
         return replace(self, **changes)  # type: ignore[arg-type]
@@ -170,8 +202,12 @@ def render(policy: SandboxPolicy, argv: Sequence[str], *, bwrap: str) -> list[st
     a new session (no terminal to inject input into), no capabilities, and
     ``--die-with-parent``: when the sandbox's first process ends, everything it
     started ends with it (the kernel kills a pid namespace with its init)."""
+    if not policy.user:
+        raise UsageError("a sandbox without a user namespace of its own is refused")
+    if policy.joined and policy.holder is None:
+        raise UsageError("a joined sandbox names the process whose namespaces it joins")
     out = [bwrap, "--die-with-parent", "--new-session", "--cap-drop", "ALL"]
-    if policy.user and not policy.joined:
+    if policy.route == "userns" and not policy.joined:
         out += ["--unshare-user", "--uid", str(NOBODY), "--gid", str(NOBODY)]
     if not policy.joined:
         out += ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
@@ -191,7 +227,9 @@ def render(policy: SandboxPolicy, argv: Sequence[str], *, bwrap: str) -> list[st
         out += ["--ro-bind", p, p]
     for p in policy.writable:
         out += ["--bind", p, p]
-    exposed = bound + list(policy.writable)
+    for src, inside in policy.mapped:
+        out += ["--bind", src, inside]
+    exposed = bound + list(policy.writable) + [inside for _, inside in policy.mapped]
     for h in policy.hidden:
         if os.path.lexists(h) and any(_inside(h, b) and h != b for b in exposed):
             out += _hide(h)
@@ -203,11 +241,38 @@ def render(policy: SandboxPolicy, argv: Sequence[str], *, bwrap: str) -> list[st
     out += ["--setenv", PID_NAMESPACE_VAR, "1"]
     if policy.chdir is not None:
         out += ["--chdir", policy.chdir]
-    return [*out, "--", *argv]
+    return [*launcher_argv(policy, bwrap, bound), *out, "--", *argv]
 
 
-NOBODY = 65534
-"""The uid and gid inside a sandbox's user namespace."""
+def launcher_argv(policy: SandboxPolicy, bwrap: str, bound: Sequence[str] = ()) -> list[str]:
+    """The launcher in front of bubblewrap (`ledger.sandbox.launcher`): as root it
+    reaches the bound paths, hands over Ledger's folders, drops to the policy's
+    unprivileged uid and execs bubblewrap; run as a file in isolated mode, importing
+    nothing of this project or of the environment."""
+    reach = [bwrap, *bound, *policy.writable, *(src for src, _ in policy.mapped)]
+    if policy.shm is not None:
+        reach.append(policy.shm)
+    spec: dict[str, object] = {
+        "uid": policy.host_uid,
+        "gid": policy.host_gid,
+        "route": policy.route,
+        "reach": reach,
+        "hand": list(policy.owned),
+    }
+    if policy.joined:
+        spec["holder"] = policy.holder
+    return [sys.executable, "-I", "-S", str(LAUNCHER), json.dumps(spec), "--"]
+
+
+def _keys(policy: SandboxPolicy) -> list[str]:
+    """The hidden paths the self-test tries to read: each that exists and holds no bound
+    path (the home folder holding the interpreter is listed inside, by design)."""
+    exposed = [*policy.read_only, *policy.writable, *(i for _, i in policy.mapped)]
+    return [
+        h
+        for h in policy.hidden
+        if os.path.lexists(h) and not any(_inside(b, h) for b in exposed)
+    ]
 
 
 def _hide(path: str) -> list[str]:
@@ -286,9 +351,9 @@ def find_bwrap() -> str | None:
 
 
 @functools.cache
-def _works(bwrap: str, proc: bool = True, user: bool = True) -> str | None:
+def _works(bwrap: str, proc: bool = True, route: Route = "userns") -> str | None:
     """None when bubblewrap can build our sandbox here, else why not."""
-    policy = SandboxPolicy(proc=proc, user=user)
+    policy = SandboxPolicy(proc=proc, route=route)
     probe = render(policy, ["/bin/sh", "-c", "exit 0"], bwrap=bwrap)
     try:
         done = subprocess.run(probe, capture_output=True, text=True, timeout=30, check=False)
@@ -307,6 +372,9 @@ class Sandbox:
     bwrap: str | None = None
     base: SandboxPolicy = field(default_factory=SandboxPolicy)
     """The run-wide part of every policy: what is read-only, hidden, passed."""
+    proofs: dict[str, SelfTest] = field(default_factory=dict, compare=False)
+    """Each policy's self-test (`ledger.sandbox.proof`), by the policy's digest: run
+    once, before the first process under it starts."""
 
     def policy(
         self,
@@ -347,7 +415,37 @@ class Sandbox:
         inner = {k: v for k, v in passed_env(env).items() if k != "PYTHONPATH"}
         inner.update(policy.env)
         policy = policy.with_(env=tuple(sorted(inner.items())))
+        self.prove(policy)
         return render(policy, argv, bwrap=self.bwrap), inner
+
+    def prove(self, policy: SandboxPolicy) -> SelfTest:
+        """``policy``'s self-test, run once (`ledger.sandbox.proof`); `SandboxBreach`,
+        naming what was reachable, where anything was: nothing runs under it."""
+        from ledger.sandbox.proof import SandboxBreach, policy_digest, prove
+
+        assert self.bwrap is not None
+        digest = policy_digest(policy)
+        found = self.proofs.get(digest)
+        if found is None:
+            found = self.proofs[digest] = prove(policy, self.bwrap, keys=_keys(policy))
+        if not found.ok:
+            raise SandboxBreach(
+                f"the sandbox failed its self-test, so none of the pull request's code ran: "
+                f"{found.summary}"
+            )
+        return found
+
+    def facts(self) -> dict[str, str]:
+        """The sandbox facts for a receipt whose code ran under this sandbox: every
+        self-test made (each passed, or nothing ran), as one line, and the policies'
+        digests."""
+        if self.mode == "none" or not self.proofs:
+            return {}
+        proofs = list(self.proofs.values())
+        facts = proofs[0].facts()
+        if len(proofs) > 1:
+            facts["sandbox_policy"] = ",".join(p.policy for p in proofs)
+        return facts
 
     @property
     def facet(self) -> str:
@@ -377,13 +475,18 @@ def resolve(
             "wheel); install bubblewrap, or pass --sandbox none to run the pull request's "
             "code unsandboxed (recorded as sandbox=none)"
         )
-    # The most isolated form this host allows: a user namespace and a fresh procfs of
-    # the sandbox's own pid namespace; without either, what stands is still an
-    # allow-list in pid, ipc and mount namespaces of its own (docs/security.md).
-    forms = [(True, True), (True, False), (False, True), (False, False)]
+    # The most isolated form this host allows: always a user namespace of its own
+    # (made by bubblewrap, unprivileged, or by the launcher where the host refuses
+    # that: `ledger.sandbox.launcher`), with a fresh procfs of the sandbox's own pid
+    # namespace where the host lets one be mounted. Never a form without a user
+    # namespace: the host uid would be the caller's (docs/security.md).
+    forced = environ.get(ROUTE_VAR)
+    routes = [r for r in ROUTES if forced in (None, "", r)]
+    forms = [(proc, route) for route in routes for proc in (True, False)]
     why = None
-    for proc, user in forms:
-        why = _works(bwrap, proc, user)
+    proc, route = True, routes[0] if routes else "userns"
+    for proc, route in forms:
+        why = _works(bwrap, proc, route)
         if why is None:
             break
     if why is not None:
@@ -399,7 +502,7 @@ def resolve(
         env=tuple(sorted(passed_env(environ, allowed_env, python_path=py_path).items())),
         devices=gpu_devices(),
         proc=proc,
-        user=user,
+        route=route,
     )
     return Sandbox("bwrap", bwrap, base)
 

@@ -1,0 +1,296 @@
+"""The one launcher every sandboxed process starts through: never host root.
+
+`ledger.sandbox.render` puts it in front of every bubblewrap command line, so
+each kind of process that runs or imports a pull request's code (fork servers,
+fresh claims, every rank, the namespace holder of a claim's ranks, the doctor,
+`ledger run` commands, the sandbox's self-test) starts the same way. Started by
+root, in this order:
+
+1. (the caller's ``preexec_fn`` has already joined the claim's cgroup: a join
+   after the drop would fail);
+2. a private mount namespace in which every folder on the way to a bound path
+   that the unprivileged uid could not traverse (``/root`` at mode 0700, a
+   0700 temporary folder) is covered by a tmpfs holding only the bound paths,
+   at the **same** paths they have outside (request files, ``pyvenv.cfg``'s
+   ``home =`` and artifact paths are absolute);
+3. the folders Ledger made for the sandbox handed to the uid (never one a user
+   named; never through a link or a hard link);
+4. for the ranks of one claim, the holder's network and ipc namespaces entered;
+5. the drop: no supplementary groups, then the gid, then the uid, all three of
+   each set, checked;
+6. exec bubblewrap, unprivileged: it makes the user namespace itself (route
+   ``userns``), or joins the holder's with its own ``--userns``/``--pidns``.
+
+Where the host refuses unprivileged user namespaces (an AppArmor restriction, a
+gVisor host), route ``rootmap``: the launcher creates the user namespace itself
+with a ``uid_map`` onto the unprivileged uid, and starts bubblewrap inside it.
+
+Host uid 0 is refused outright, whatever the caller asks: the kernel lets a
+global euid 0 write most sysctls (``kernel.core_pattern``) whatever the
+capability sets say.
+
+Standard library only, and run as a file (``python -I -S launcher.py SPEC --
+BWRAP ...``): nothing of this project, nor of the environment, is imported.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import signal
+import stat
+import sys
+from collections.abc import Iterable, Sequence
+
+CLONE_NEWNS = 0x00020000
+CLONE_NEWUSER = 0x10000000
+CLONE_NEWNET = 0x40000000
+CLONE_NEWIPC = 0x08000000
+MS_NOSUID = 0x2
+MS_NODEV = 0x4
+MS_BIND = 0x1000
+MS_REC = 0x4000
+MS_PRIVATE = 1 << 18
+PR_SET_PDEATHSIG = 1
+
+REFUSED = 125
+"""The launcher's own exit status when it will not start the sandbox (a reason on
+stderr); bubblewrap's own failures exit 1."""
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+class LaunchError(Exception):
+    """Why the sandbox was not started."""
+
+
+def _check(rc: int, what: str) -> None:
+    if rc != 0:
+        e = ctypes.get_errno()
+        raise LaunchError(f"{what}: {os.strerror(e)}")
+
+
+def _mount(src: str | None, dst: str, fstype: str | None, flags: int, data: str | None) -> None:
+    rc = _libc.mount(
+        None if src is None else src.encode(),
+        dst.encode(),
+        None if fstype is None else fstype.encode(),
+        ctypes.c_ulong(flags),
+        None if data is None else data.encode(),
+    )
+    _check(rc, f"mount {dst}")
+
+
+def traversable(path: str, uid: int, gid: int) -> bool:
+    """Whether ``uid``/``gid`` (no supplementary groups) may search the folder."""
+    st = os.stat(path)
+    if st.st_uid == uid:
+        return bool(st.st_mode & stat.S_IXUSR)
+    if st.st_gid == gid:
+        return bool(st.st_mode & stat.S_IXGRP)
+    return bool(st.st_mode & stat.S_IXOTH)
+
+
+def _ancestors(path: str) -> list[str]:
+    parts = path.strip("/").split("/")[:-1]
+    return ["/" + "/".join(parts[: i + 1]) for i in range(len(parts))]
+
+
+def blocked(paths: Iterable[str], uid: int, gid: int) -> dict[str, list[str]]:
+    """For each topmost folder the uid cannot traverse, the bound paths below it
+    (none below another: binding a folder brings what is inside it)."""
+    tops: dict[str, list[str]] = {}
+    for p in paths:
+        if not p.startswith("/") or not os.path.lexists(p):
+            continue
+        for a in _ancestors(os.path.normpath(p)):
+            if not traversable(a, uid, gid):
+                tops.setdefault(a, []).append(os.path.normpath(p))
+                break
+    for top, below in tops.items():
+        below.sort(key=len)
+        kept: list[str] = []
+        for p in below:
+            if not any(p == k or p.startswith(k + "/") for k in kept):
+                kept.append(p)
+        tops[top] = kept
+    return tops
+
+
+def reach(paths: Iterable[str], uid: int, gid: int) -> list[str]:
+    """In this (private) mount namespace, cover each folder the uid cannot traverse
+    with a tmpfs that holds only the bound paths below it, bound back at the same
+    paths. Returns the covered folders."""
+    tops = blocked(paths, uid, gid)
+    for top, below in tops.items():
+        # Held open across the cover: once the tmpfs is mounted the originals are
+        # reachable only through these descriptors.
+        fds = {p: os.open(p, os.O_PATH | os.O_CLOEXEC) for p in below}
+        _mount("tmpfs", top, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755")
+        for p, fd in fds.items():
+            os.makedirs(os.path.dirname(p), mode=0o755, exist_ok=True)
+            if stat.S_ISDIR(os.fstat(fd).st_mode):
+                os.makedirs(p, mode=0o755, exist_ok=True)
+            else:
+                with open(p, "a"):
+                    pass
+            _mount(f"/proc/self/fd/{fd}", p, None, MS_BIND | MS_REC, None)
+            os.close(fd)
+    return sorted(tops)
+
+
+def hand_over(paths: Iterable[str], uid: int, gid: int) -> None:
+    """Give the folders Ledger made for the sandbox to the uid, with what is in them.
+    Never through a symbolic link, never a file with another name elsewhere (a hard
+    link a previous sandbox planted to a host file), never the folder's parents."""
+    for top in paths:
+        try:
+            st = os.lstat(top)
+        except FileNotFoundError:
+            continue
+        if not stat.S_ISDIR(st.st_mode):
+            continue
+        for here, dirs, files in os.walk(top, followlinks=False):
+            for name in [*dirs, *files]:
+                _give(os.path.join(here, name), uid, gid)
+        _give(top, uid, gid)
+
+
+def _give(path: str, uid: int, gid: int) -> None:
+    st = os.lstat(path)
+    if st.st_uid == uid and st.st_gid == gid:
+        return
+    if not stat.S_ISDIR(st.st_mode) and st.st_nlink > 1:
+        return
+    os.chown(path, uid, gid, follow_symlinks=False)
+
+
+def _join(holder: int) -> dict[str, int]:
+    """The holder's namespaces, opened; its network and ipc entered here (as root,
+    before the drop), its user and pid namespaces left to bubblewrap."""
+    fds = {ns: os.open(f"/proc/{holder}/ns/{ns}", os.O_RDONLY) for ns in ("user", "pid")}
+    for ns, flag in (("net", CLONE_NEWNET), ("ipc", CLONE_NEWIPC)):
+        fd = os.open(f"/proc/{holder}/ns/{ns}", os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            _check(_libc.setns(fd, flag), f"setns {ns}")
+        finally:
+            os.close(fd)
+    for fd in fds.values():
+        os.set_inheritable(fd, True)
+    return fds
+
+
+def drop(uid: int, gid: int) -> None:
+    """No supplementary groups, then every gid, then every uid; checked."""
+    os.setgroups([])
+    os.setresgid(gid, gid, gid)
+    os.setresuid(uid, uid, uid)
+    if os.getresuid() != (uid, uid, uid) or os.getresgid() != (gid, gid, gid) or os.getgroups():
+        raise LaunchError("the drop to the unprivileged uid did not hold")
+    try:
+        os.setuid(0)
+    except PermissionError:
+        return
+    raise LaunchError("uid 0 could be regained after the drop")
+
+
+def _rootmap(cmd: Sequence[str], uid: int, gid: int, userns: int | None) -> int:
+    """Route ``rootmap``: a child in a user namespace this process maps onto ``uid``
+    (root inside, ``uid`` as the host sees it), bubblewrap started there; its exit
+    status is this process's."""
+    to_child_r, to_child_w = os.pipe()
+    to_parent_r, to_parent_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+            os.close(to_child_w)
+            os.close(to_parent_r)
+            if userns is not None:
+                _check(_libc.setns(userns, CLONE_NEWUSER), "setns user")
+            else:
+                _check(_libc.unshare(CLONE_NEWUSER), "unshare user")
+            os.write(to_parent_w, b"1")
+            if os.read(to_child_r, 1) != b"1":
+                os._exit(REFUSED)
+            os.setresgid(0, 0, 0)
+            os.setresuid(0, 0, 0)
+            os.execv(cmd[0], list(cmd))
+        except BaseException as e:
+            os.write(2, f"ledger launcher: {e}\n".encode())
+        os._exit(REFUSED)
+    os.close(to_child_r)
+    os.close(to_parent_w)
+    if os.read(to_parent_r, 1) != b"1":
+        os.waitpid(pid, 0)
+        raise LaunchError("the user namespace could not be made")
+    if userns is None:
+        with open(f"/proc/{pid}/setgroups", "w") as f:
+            f.write("deny")
+        with open(f"/proc/{pid}/uid_map", "w") as f:
+            f.write(f"0 {uid} 1\n")
+        with open(f"/proc/{pid}/gid_map", "w") as f:
+            f.write(f"0 {gid} 1\n")
+    # This process stays (the map's writer must outlive the child's setup): it holds
+    # nothing of the host a signal could not end, and forwards the polite ones.
+    drop(uid, gid)
+    for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(s, lambda n, _f: os.kill(pid, n))
+    os.write(to_child_w, b"1")
+    os.close(to_child_w)
+    while True:
+        try:
+            _, status = os.waitpid(pid, 0)
+            break
+        except InterruptedError:
+            continue
+    if os.WIFSIGNALED(status):
+        return 128 + os.WTERMSIG(status)
+    return os.WEXITSTATUS(status)
+
+
+def launch(spec: dict[str, object], cmd: list[str]) -> int:
+    """Start ``cmd`` (a bubblewrap command line) as ``spec`` says; returns only on the
+    ``rootmap`` route or a refusal (the ``userns`` route execs)."""
+    uid, gid = int(str(spec["uid"])), int(str(spec["gid"]))
+    route = str(spec.get("route", "userns"))
+    holder = spec.get("holder")
+    if uid == 0 or gid == 0:
+        raise LaunchError("the sandbox's host uid and gid must not be 0")
+    if os.geteuid() != 0:
+        # Already unprivileged: nothing to drop, nothing to reach or hand over.
+        if holder is not None:
+            raise LaunchError("a claim's ranks share namespaces only where Ledger runs as root")
+        os.execv(cmd[0], cmd)
+    _check(_libc.unshare(CLONE_NEWNS), "unshare mount")
+    _mount(None, "/", None, MS_REC | MS_PRIVATE, None)
+    reach([str(p) for p in spec.get("reach", []) or []], uid, gid)  # type: ignore[attr-defined]
+    hand_over([str(p) for p in spec.get("hand", []) or []], uid, gid)  # type: ignore[attr-defined]
+    fds = _join(int(str(holder))) if holder is not None else {}
+    if route == "rootmap":
+        if fds:
+            cmd = [cmd[0], "--pidns", str(fds["pid"]), *cmd[1:]]
+        return _rootmap(cmd, uid, gid, fds.get("user"))
+    if route != "userns":
+        raise LaunchError(f"unknown route {route!r}")
+    drop(uid, gid)
+    if fds:
+        cmd = [cmd[0], "--userns", str(fds["user"]), "--pidns", str(fds["pid"]), *cmd[1:]]
+    os.execv(cmd[0], cmd)
+    return REFUSED  # not reached
+
+
+def main(argv: Sequence[str]) -> int:
+    if len(argv) < 4 or argv[2] != "--":
+        os.write(2, b"usage: launcher.py SPEC -- BWRAP ARGS...\n")
+        return REFUSED
+    try:
+        return launch(json.loads(argv[1]), list(argv[3:]))
+    except (LaunchError, OSError, ValueError, KeyError) as e:
+        os.write(2, f"ledger launcher: {e}\n".encode())
+        return REFUSED
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,240 @@
+"""The sandbox proves itself: its self-test, run and read, before any pull-request code.
+
+`prove` starts `ledger.sandbox.selftest` under a policy exactly as that policy's
+pull-request process will start (the same launcher, the same bubblewrap command
+line but for the command), hands it a door of each kind to try, and reads its
+processes from outside while they wait: the host uid and gid (never 0), the
+capability sets (empty), ``NSpid`` (a pid namespace of its own), the user
+namespace (never the host's). A sandbox through which anything was reachable
+runs no pull-request code (`SandboxBreach`). The verdict goes into every
+receipt the sandbox's code produced (`SelfTest.facts`).
+
+Standard library only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from ledger.evidence.errors import Error
+from ledger.sandbox.launcher import hand_over
+
+__all__ = ["SandboxBreach", "SelfTest", "policy_digest", "prove"]
+
+SELFTEST = Path(__file__).with_name("selftest.py")
+TIMEOUT_S = 120
+"""Bound on the self-test (CUDA's initialisation inside it is the slow part)."""
+
+
+class SandboxBreach(Error):
+    """The self-test reached something: nothing of the pull request runs there."""
+
+
+@dataclass(frozen=True, slots=True)
+class SelfTest:
+    """What a sandbox's self-test found, read from inside and from outside."""
+
+    policy: str
+    """``sha256:`` of the policy it tested (`policy_digest`)."""
+    refused: int
+    probes: int
+    reached: tuple[str, ...]
+    """``name: what got through``, for each probe that was not refused."""
+    devices: str
+    """The positive control: ``devices as given`` or what differed."""
+    host_uid: int
+    outside: tuple[str, ...]
+    """What the parent read from outside that must not be (uid 0, a capability, the
+    host's pid or user namespace)."""
+
+    @property
+    def ok(self) -> bool:
+        return not self.reached and not self.outside and self.devices.endswith("as given")
+
+    @property
+    def summary(self) -> str:
+        """One line, as every surface shows it."""
+        head = f"self-test {self.refused} of {self.probes} refused, {self.devices}"
+        bad = [*self.reached, *self.outside]
+        return head if not bad else f"{head}; reached: {'; '.join(bad)}"
+
+    def facts(self, mode: str = "bwrap") -> dict[str, str]:
+        """The receipt's sandbox facts (the runner's environment, which every earlier
+        release's verifier accepts with any key)."""
+        return {
+            "sandbox_selftest": f"{mode}, {self.summary}",
+            "sandbox_policy": self.policy,
+            "sandbox_host_uid": str(self.host_uid),
+        }
+
+
+def policy_digest(policy: Any) -> str:
+    doc = json.dumps(asdict(policy), sort_keys=True, separators=(",", ":"), default=str)
+    return "sha256:" + hashlib.sha256(doc.encode()).hexdigest()
+
+
+@contextlib.contextmanager
+def _doors(uid: int, gid: int) -> Iterator[dict[str, Any]]:
+    """A door of each kind, on the host, for the self-test to try: a Unix socket in a
+    folder of the host's, an abstract one, a port on the host's loopback, a sibling
+    folder the sandbox's uid owns (only the allow-list keeps it out)."""
+    home = Path(tempfile.mkdtemp(prefix="ledger-selftest-"))
+    sibling = home / "sibling-claim"
+    sibling.mkdir()
+    if os.geteuid() == 0:
+        hand_over([str(sibling)], uid, gid)
+    os.chmod(home, 0o755)
+    path = str(home / "host.sock")
+    abstract = f"ledger-selftest-{os.getpid()}-{os.urandom(6).hex()}"
+    with (
+        socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as unix,
+        socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as hidden,
+        socket.socket(socket.AF_INET, socket.SOCK_STREAM) as tcp,
+    ):
+        unix.bind(path)
+        unix.listen(8)
+        hidden.bind("\0" + abstract)
+        hidden.listen(8)
+        tcp.bind(("127.0.0.1", 0))
+        tcp.listen(8)
+        try:
+            yield {
+                "socket": path,
+                "abstract": abstract,
+                "port": tcp.getsockname()[1],
+                "sibling": str(sibling),
+                "pids": [[p, t] for p in (os.getpid(), 1) if (t := _start_time(p)) is not None],
+            }
+        finally:
+            shutil.rmtree(home, ignore_errors=True)
+
+
+def _start_time(pid: int) -> int | None:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _below(pid: int) -> list[int]:
+    """``pid`` and every process below it."""
+    kids: dict[int, list[int]] = {}
+    for entry in Path("/proc").glob("[0-9]*"):
+        with contextlib.suppress(OSError, IndexError, ValueError):
+            ppid = int((entry / "stat").read_text().rpartition(")")[2].split()[1])
+            kids.setdefault(ppid, []).append(int(entry.name))
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        todo += kids.get(p, [])
+    return out
+
+
+def read_outside(pid: int, bwrap: str) -> tuple[list[str], int | None]:
+    """What must not be, read from the host for ``pid``'s sandboxed processes (those in
+    a user namespace other than the host's), and their host uid. bubblewrap's own
+    outer process (its binary, in the host's pid namespace) is bubblewrap's, not the
+    sandbox's."""
+    outer = os.path.realpath(bwrap)
+    host_ns = os.readlink("/proc/self/ns/user")
+    bad: list[str] = []
+    uid = None
+    for p in _below(pid):
+        try:
+            status = dict(
+                (k, v.strip())
+                for k, _, v in (
+                    line.partition(":") for line in Path(f"/proc/{p}/status").read_text().splitlines()
+                )
+            )
+            ns = os.readlink(f"/proc/{p}/ns/user")
+        except OSError:
+            continue
+        uids = status["Uid"].split()
+        if "0" in uids or "0" in status["Gid"].split():
+            bad.append(f"pid {p} runs as host uid/gid 0")
+        if ns == host_ns:
+            # The launcher's or bubblewrap's own process, before or beside the sandbox.
+            continue
+        uid = int(uids[0])
+        for cap in ("CapInh", "CapPrm", "CapEff", "CapAmb"):
+            if int(status[cap], 16) != 0:
+                bad.append(f"pid {p} holds capabilities ({cap} {status[cap]})")
+        if len(status.get("NSpid", "").split()) < 2:
+            with contextlib.suppress(OSError):
+                if os.readlink(f"/proc/{p}/exe") == outer:
+                    continue
+            bad.append(f"pid {p} is in the host's pid namespace")
+    return bad, uid
+
+
+def _devices(found: Mapping[str, Any], given: Sequence[str]) -> str:
+    want = sorted(d for d in given if d.rpartition("/")[2].removeprefix("nvidia").isdigit())
+    seen = list(found.get("seen", []))
+    if seen != want:
+        return f"devices {seen or 'none'} where {want or 'none'} were given"
+    if found.get("unopened"):
+        return f"devices that do not open: {', '.join(found['unopened'])}"
+    if want and not found.get("nvml"):
+        return "NVML sees no device where devices were given"
+    if want and not found.get("cuda"):
+        return "CUDA sees no device where devices were given"
+    return "no devices, as given" if not want else f"{len(want)} devices as given"
+
+
+def prove(policy: Any, bwrap: str, keys: Sequence[str] = ()) -> SelfTest:
+    """Run the self-test under ``policy`` (a `ledger.sandbox.SandboxPolicy`); its
+    verdict. ``keys``: host secret paths the sandbox must not read."""
+    from ledger.sandbox import render
+
+    digest = policy_digest(policy)
+    with _doors(policy.host_uid, policy.host_gid) as doors:
+        spec = {**doors, "keys": list(keys), "network": policy.network}
+        spec["devices"] = list(policy.devices)
+        argv = [sys.executable, "-I", "-S", str(SELFTEST), json.dumps(spec)]
+        proc = subprocess.Popen(
+            render(policy, argv, bwrap=bwrap),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        assert proc.stdin is not None and proc.stdout is not None
+        try:
+            line = proc.stdout.readline()
+            outside, uid = read_outside(proc.pid, bwrap)
+        finally:
+            try:
+                _, err = proc.communicate(timeout=TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                _, err = proc.communicate()
+    try:
+        report = json.loads(line)
+    except ValueError:
+        why = (err or "").strip().splitlines()[-1:] or [f"exit status {proc.returncode}"]
+        raise SandboxBreach(f"the sandbox's self-test did not run: {why[0]}") from None
+    probes: dict[str, str | None] = report["probes"]
+    reached = tuple(f"{k}: {v}" for k, v in probes.items() if v is not None)
+    return SelfTest(
+        policy=digest,
+        refused=len(probes) - len(reached),
+        probes=len(probes),
+        reached=reached,
+        devices=_devices(report.get("devices", {}), policy.devices),
+        host_uid=-1 if uid is None else uid,
+        outside=tuple(outside) if uid is not None else ("no sandboxed process was seen",),
+    )

@@ -1,0 +1,201 @@
+"""The sandbox's self-test, run inside a sandbox before any pull-request code.
+
+Each probe tries one door the sandbox must keep shut, with what the parent handed
+it (a host key path, a host socket, the parent's pid and start time, a sibling
+folder, a port on the host's loopback), and says whether it got through. One
+positive control: the GPU device nodes it sees are exactly the ones it was
+given, each opens, and where any was given NVML and CUDA count them (no silent
+fall back to the CPU). It prints one JSON line, then waits for the parent to
+read it from outside (the host uid, the capability sets, ``NSpid``) before it
+exits: the parent closes its stdin.
+
+Nothing here writes what a probe opened: a sysctl is opened for writing and
+closed untouched, a folder gets an empty file that is removed again.
+
+Standard library only, run as a file (``python -I -S selftest.py SPEC``).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import json
+import os
+import re
+import socket
+import sys
+from collections.abc import Callable
+from typing import Any
+
+SYSCTLS = ("/proc/sys/kernel/core_pattern", "/proc/sys/vm/drop_caches")
+"""Two host-global sysctls: writable only by the host's root (the first runs a program
+of its choice as root at the next crash, the second stalls every process)."""
+
+
+def _opened_for_write(path: str) -> str | None:
+    """Why ``path`` could be opened for writing (nothing is written), or None."""
+    try:
+        fd = os.open(path, os.O_WRONLY)
+    except OSError:
+        return None
+    os.close(fd)
+    return f"{path} opened for writing"
+
+
+def _host_key(paths: list[str]) -> str | None:
+    for p in paths:
+        try:
+            if os.path.isdir(p):
+                if os.listdir(p):
+                    return f"host secret folder {p} is listed"
+            elif os.path.getsize(p) > 0:
+                with open(p, "rb") as f:
+                    if f.read(1):
+                        return f"host secret {p} is readable"
+        except OSError:
+            continue
+    return None
+
+
+def _host_socket(path: str, abstract: str) -> str | None:
+    for name, address in ((path, path), ("@" + abstract, "\0" + abstract)):
+        if not address.strip("\0"):
+            continue
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            s.settimeout(5)
+            try:
+                s.connect(address)
+            except OSError:
+                continue
+            return f"host socket {name} accepted a connection"
+    return None
+
+
+def _start_time(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rpartition(")")[2].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _host_pid(pids: list[list[int]]) -> str | None:
+    """A host process (the qualifier, the host's init) seen here: same pid, same start
+    time, which a pid namespace of its own never shows."""
+    for pid, started in pids:
+        if _start_time(pid) == started:
+            return f"host pid {pid} is visible"
+    return None
+
+
+def _sibling(folder: str) -> str | None:
+    probe = os.path.join(folder, f".selftest-{os.getpid()}")
+    try:
+        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except OSError:
+        return None
+    os.close(fd)
+    os.unlink(probe)
+    return f"sibling folder {folder} is writable"
+
+
+def _root() -> str | None:
+    """uid 0 gained by ``setuid``, or held with a capability. Whether this uid is the
+    host's uid 0 only the host can say (`ledger.sandbox.proof.read_outside` reads it):
+    from inside, a user namespace hides it by design."""
+    before = os.getuid()
+    if before != 0:
+        try:
+            os.setuid(0)
+        except OSError:
+            return None
+        return f"setuid(0) succeeded from uid {before}"
+    with open("/proc/self/status") as f:
+        caps = [line.split()[1] for line in f if line.startswith("CapEff:")]
+    if caps and int(caps[0], 16) != 0:
+        return f"uid 0 with capabilities {caps[0]}"
+    return None
+
+
+def _network(port: int) -> str | None:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.settimeout(5)
+        try:
+            s.connect(("127.0.0.1", port))
+        except OSError:
+            return None
+        return f"the host's loopback port {port} accepted a connection"
+
+
+def _count(lib: str, init: str, count: str) -> int | None:
+    try:
+        so = ctypes.CDLL(lib)
+        if getattr(so, init)(*([0] if init == "cuInit" else [])) != 0:
+            return None
+        n = ctypes.c_int() if count == "cuDeviceGetCount" else ctypes.c_uint()
+        if getattr(so, count)(ctypes.byref(n)) != 0:
+            return None
+        return int(n.value)
+    except (OSError, AttributeError):
+        return None
+
+
+def devices(given: list[str]) -> dict[str, Any]:
+    """The positive control: which GPU device nodes are here, whether they open, and
+    what NVML and CUDA count (only where any was given: loading CUDA costs time)."""
+    here = sorted(
+        f"/dev/{n}" for n in _listdir("/dev") if re.fullmatch(r"nvidia\d+", n)
+    )
+    unopened = []
+    for d in here + ([] if not here else ["/dev/nvidiactl"]):
+        try:
+            os.close(os.open(d, os.O_RDWR))
+        except OSError as e:
+            unopened.append(f"{d}: {errno.errorcode.get(e.errno or 0, e.errno)}")
+    out: dict[str, Any] = {"seen": here, "unopened": unopened}
+    if given:
+        out["nvml"] = _count("libnvidia-ml.so.1", "nvmlInit_v2", "nvmlDeviceGetCount_v2")
+        out["cuda"] = _count("libcuda.so.1", "cuInit", "cuDeviceGetCount")
+    return out
+
+
+def _listdir(path: str) -> list[str]:
+    try:
+        return os.listdir(path)
+    except OSError:
+        return []
+
+
+def run(spec: dict[str, Any]) -> dict[str, Any]:
+    """Every probe, in a fixed order: name -> what got through (None: refused)."""
+    probes: list[tuple[str, Callable[[], str | None]]] = [
+        ("sysctl:" + SYSCTLS[0].rsplit("/", 1)[1], lambda: _opened_for_write(SYSCTLS[0])),
+        ("sysctl:" + SYSCTLS[1].rsplit("/", 1)[1], lambda: _opened_for_write(SYSCTLS[1])),
+        ("host-key", lambda: _host_key(list(spec.get("keys", [])))),
+        ("host-socket", lambda: _host_socket(spec["socket"], spec.get("abstract", ""))),
+        ("host-pid", lambda: _host_pid(list(spec.get("pids", [])))),
+        ("sibling-folder", lambda: _sibling(spec["sibling"])),
+        ("uid-0", _root),
+    ]
+    if not spec.get("network", False):
+        probes.append(("network", lambda: _network(int(spec["port"]))))
+    reached: dict[str, str | None] = {}
+    for name, probe in probes:
+        try:
+            reached[name] = probe()
+        except Exception as e:  # a probe that breaks says so; it proves nothing shut
+            reached[name] = f"the probe failed: {type(e).__name__}: {e}"
+    return {"probes": reached, "devices": devices(list(spec.get("devices", [])))}
+
+
+def main(argv: list[str]) -> int:
+    report = run(json.loads(argv[1]))
+    sys.stdout.write(json.dumps(report) + "\n")
+    sys.stdout.flush()
+    # Alive until the parent has read this process's status from outside.
+    sys.stdin.read()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
