@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -83,6 +84,7 @@ def serve(
         ) from None
     from ledger.store.store import resolve_url
 
+    _say_mirrors(mirrors)
     run_server(
         resolve_url(db),
         host,
@@ -93,6 +95,17 @@ def serve(
         deadline_s=deadline,
         mirrors=mirrors,
     )
+
+
+def _say_mirrors(mirrors: Sequence[Path]) -> None:
+    """Each checkout's repository id, before serving: the pages answer from a checkout
+    only for receipts under its id (or an id `ledger repo alias` links to it), so an
+    operator sees at once which id that is. A folder that is no repository is refused."""
+    from ledger.identity import source
+
+    for path in mirrors:
+        rid = source.repo_name(source.open_repo(path))
+        click.echo(f"ledger serve: --repo {path}: repository id {rid}", err=True)
 
 
 @click.group()

@@ -96,9 +96,10 @@ _tokens_file = click.option(
     "--role",
     "roles",
     multiple=True,
-    type=click.Choice(["runner", "keys", "operator"]),
+    type=click.Choice(["runner", "keys", "operator", "plans"]),
     help="What the token may do (repeatable; default runner): runner uploads artifacts, "
-    "keys registers/revokes runner and reviewer keys, operator signs checkpoints and audits.",
+    "keys registers/revokes runner and reviewer keys, operator signs checkpoints and audits, "
+    "plans records the base branch's plan (its post-merge job, never a pull request's).",
 )
 @_tokens_file
 def token_new(holder: str, roles: Sequence[str], tokens: Path) -> None:

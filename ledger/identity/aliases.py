@@ -14,7 +14,14 @@ from ledger.evidence.errors import Error, RefusedError, UsageError
 from ledger.identity.repoid import canonical_repo
 from ledger.store.store import RECEIPT, Store
 
-__all__ = ["add_alias", "alias_body", "aliases_of", "elsewhere", "read_alias"]
+__all__ = [
+    "add_alias",
+    "alias_body",
+    "aliases_of",
+    "current_id",
+    "elsewhere",
+    "read_alias",
+]
 
 
 def alias_body(old: str, new: str, reason: str) -> bytes:
@@ -56,6 +63,19 @@ def aliases_of(store: Store, repo: str) -> list[str]:
                 found.append(old)
                 todo.append(old)
     return found
+
+
+def current_id(store: Store, repo: str) -> str:
+    """The id `repo`'s receipts count under now: followed through `ledger repo alias`
+    from an earlier id to the newest (itself where nothing aliases it), so every page
+    files receipts under the id the operator chose."""
+    at = canonical_repo(repo)
+    links = dict(_all(store))
+    seen = {at}
+    while at in links and links[at] not in seen:
+        at = links[at]
+        seen.add(at)
+    return at
 
 
 def add_alias(store: Store, old: str, new: str, reason: str) -> tuple[str, bool]:

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 __all__ = [
     "Identity",
     "base_commit",
+    "default_branch",
     "glob_regex",
     "identify",
     "open_repo",
@@ -56,6 +57,11 @@ class Identity:
     governing: PlanEvidence | None = None
     """The committed plan's git objects (for a new statement only): recorded in the
     ledger beside the receipts, so a reader without a checkout can prove the plan."""
+    branch: str | None = None
+    """For a PR: the base branch whose plan governs."""
+    problems: tuple[str, ...] = ()
+    """What keeps the plan from being known (conflicting plan entries): named by the
+    answer, which is not qualified while one stands."""
 
 
 def open_repo(path: str | Path | None) -> git.Repo:
@@ -155,6 +161,11 @@ def _default_branch(repo: git.Repo) -> str:
     return "main"
 
 
+def default_branch(repo: git.Repo) -> str:
+    """The branch whose plan governs a PR when none is named (`identify`'s default)."""
+    return _default_branch(repo)
+
+
 def _base_commit(repo: git.Repo, branch: str, offline: bool) -> git.Commit:
     """The base branch's commit: the remote's (fetched unless offline), else local."""
     remote = _remote(repo)
@@ -234,6 +245,7 @@ def identify(
     commit, head_note = _commit(repo, rev, pr, offline)
     notes = [head_note]
     plan_base: str | None = None
+    branch: str | None = None
     if plan_file is not None:
         plan = plan_at(repo, commit.hexsha, plan_file)
         notes.append(f"plan: explicit --plan {plan_file} (not the governing plan)")
@@ -287,7 +299,7 @@ def identify(
         base=_base(repo, commit) if for_statement else None,
         dirty=dirty,
     )
-    return Identity(revision, plan, tuple(notes), governing)
+    return Identity(revision, plan, tuple(notes), governing, branch)
 
 
 def _blob_note(repo: git.Repo, commit: str) -> str:

@@ -15,6 +15,7 @@ from ledger.plans.objects import GitObject, object_id, raw_objects, walk
 from ledger.qualification.plan import Plan, parse_plan
 
 __all__ = [
+    "PLAN_ROLE",
     "PlanEvidence",
     "RecordedPlan",
     "asserted",
@@ -62,12 +63,30 @@ def collect(repo: Any, base: str, path: str) -> PlanEvidence:
     return PlanEvidence(base, path, blob, objects)
 
 
+PLAN_ROLE = "plans"
+"""The token role whose holder may say which plan governs (`ledger.service.auth`):
+the job that runs on the base branch after a merge, never a pull request's."""
+
+
 def plan_body(
-    repo: str, pr: int | None, commit: str, ev: PlanEvidence, recorded_by: str | None = None
+    repo: str,
+    pr: int | None,
+    commit: str,
+    ev: PlanEvidence,
+    recorded_by: str | None = None,
+    *,
+    branch: str | None = None,
+    role: str | None = None,
 ) -> bytes:
-    """The entry: `ev` governs `commit` (PR `pr`'s head, or a revision) of `repo`;
-    `recorded_by`: the token holder who sent it to a server (absent on the ledger's host)."""
-    extra = {} if recorded_by is None else {"recorded_by": recorded_by}
+    """The entry: `ev` governs `commit` (PR `pr`'s head, or a revision; with `branch`
+    and no `pr`, the base branch's tip) of `repo`; `recorded_by`: the token holder who
+    sent it to a server (absent on the ledger's host) and `role`, the role it was
+    recorded under. Fields left out when absent, so an earlier entry keeps its id."""
+    extra: dict[str, Any] = {} if recorded_by is None else {"recorded_by": recorded_by}
+    if branch is not None:
+        extra["branch"] = branch
+    if role is not None:
+        extra["recorded_as"] = role
     return canonical_bytes(
         {
             **extra,
@@ -97,11 +116,34 @@ class RecordedPlan:
     recorded_by: str | None = None
     """The token holder who recorded it through a server (the reader relies on them
     for which base governs; the objects still prove the plan is the one committed there)."""
+    branch: str | None = None
+    """The base branch whose plan it is (entries of earlier releases name none)."""
+    recorded_as: str | None = None
+    """The role the token holder recorded it under (`PLAN_ROLE`; earlier entries sent
+    through a server were recorded under a runner token and name none)."""
+
+    @property
+    def authorised(self) -> bool:
+        """Recorded on the ledger's host, or by a token holder with the plan role: a
+        runner token (a pull request's job, running the pull request's code) never
+        says which plan governs."""
+        return self.recorded_by is None or self.recorded_as == PLAN_ROLE
+
+    @property
+    def key(self) -> str:
+        """The commit the plan speaks for: the base commit that proves it, or (asserted)
+        the commit it was asserted for. Two plans for one key are a conflict."""
+        return self.evidence.base or self.commit
 
     @property
     def text(self) -> str:
-        by = f" by token holder {self.recorded_by}" if self.recorded_by else ""
-        return f"{self.evidence.text}, recorded in the ledger{by} (entry {self.seq})"
+        by = (
+            f" by token holder {self.recorded_by} ({self.recorded_as or 'runner'} role)"
+            if self.recorded_by
+            else ""
+        )
+        on = f" for branch {self.branch}" if self.branch else ""
+        return f"{self.evidence.text}{on}, recorded in the ledger{by} (entry {self.seq})"
 
 
 def read_plan_entry(seq: int, entry_id: str, doc: Any) -> RecordedPlan:
@@ -143,8 +185,12 @@ def read_plan_entry(seq: int, entry_id: str, doc: Any) -> RecordedPlan:
     except (UnicodeDecodeError, Error) as e:
         why = e.reason() if isinstance(e, Error) else "not UTF-8"
         raise RefusedError(f"plan entry: the plan does not read: {why}") from None
-    by = doc.get("recorded_by")
+    by, branch, role = doc.get("recorded_by"), doc.get("branch"), doc.get("recorded_as")
     if by is not None and not isinstance(by, str):
         raise RefusedError("plan entry: recorded_by must be a name")
+    if branch is not None and (not isinstance(branch, str) or not branch):
+        raise RefusedError("plan entry: branch must be a branch name")
+    if role is not None and not isinstance(role, str):
+        raise RefusedError("plan entry: recorded_as must be a role")
     ev = PlanEvidence(base, path, blob, tuple(objects))
-    return RecordedPlan(seq, entry_id, repo, pr, commit, ev, plan, by)
+    return RecordedPlan(seq, entry_id, repo, pr, commit, ev, plan, by, branch, role)

@@ -5,17 +5,26 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import select
 
 from ledger.evidence.canonical import receipt_id
-from ledger.evidence.errors import Error
+from ledger.evidence.errors import Error, RefusedError
 from ledger.identity.repoid import canonical_repo
-from ledger.plans.entry import PlanEvidence, RecordedPlan, plan_body, read_plan_entry
+from ledger.plans.entry import (
+    PLAN_ROLE,
+    PlanEvidence,
+    RecordedPlan,
+    plan_body,
+    read_plan_entry,
+)
+from ledger.qualification.plan import PLAN_FILE
 from ledger.store.store import LOG, Store
 
-__all__ = ["governing_plan", "record_governing", "record_plan", "record_sent"]
+__all__ = ["Governing", "governing_plan", "record_governing", "record_plan", "record_sent"]
 
 
 def record_plan(
@@ -25,10 +34,13 @@ def record_plan(
     commit: str,
     ev: PlanEvidence,
     recorded_by: str | None = None,
+    *,
+    branch: str | None = None,
+    role: str | None = None,
 ) -> tuple[str, bool]:
     """Log that `ev` governs `commit` of `repo` (once: the same body is one entry).
     Returns (entry id, newly added). The objects are proved before anything is written."""
-    body = plan_body(canonical_repo(repo), pr, commit, ev, recorded_by)
+    body = plan_body(canonical_repo(repo), pr, commit, ev, recorded_by, branch=branch, role=role)
     eid = receipt_id(body)
     read_plan_entry(0, eid, _json(body))
     if store.entry(eid) is not None:
@@ -44,39 +56,117 @@ def _json(body: bytes) -> object:
     return json.loads(body)
 
 
+@dataclass(frozen=True, slots=True)
+class Governing:
+    """The plan entry that governs a question, what else was considered, and a
+    conflict: two different plans recorded for the commit the chosen one speaks for."""
+
+    found: RecordedPlan | None
+    problems: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+    conflict: tuple[RecordedPlan, ...] = ()
+
+    @property
+    def conflict_text(self) -> str | None:
+        if not self.conflict:
+            return None
+        first = self.conflict[0]
+        which = ", ".join(
+            f"entry {c.seq} (blob {c.evidence.blob[:12]}{_by(c)})" for c in self.conflict
+        )
+        return (
+            f"conflicting governing plans: {which} record different plans for "
+            f"{first.key[:12]}, so no claim is judged until the ledger's host resolves it"
+        )
+
+
+def _by(p: RecordedPlan) -> str:
+    return f", by {p.recorded_by}" if p.recorded_by else ", on the ledger's host"
+
+
 def governing_plan(
-    store: Store, repo: str, pr: int | None, commit: str
-) -> tuple[RecordedPlan | None, list[str]]:
-    """The newest plan entry for `commit` (PR `pr`'s head, or the revision) of `repo`
-    whose objects prove it, and one line per plan entry that does not."""
-    want = canonical_repo(repo)
-    found: RecordedPlan | None = None
+    store: Store, repo: str, pr: int | None, commit: str, *, aliases: Sequence[str] = ()
+) -> Governing:
+    """The plan entry that governs `commit` of `repo` (or of an earlier id in `aliases`).
+
+    For PR `pr` it is the base branch's: the newest authorised entry for that branch
+    (named by the PR's newest entry, else by the newest branch entry the base
+    branch's job recorded), whichever head it was recorded with, so every head of
+    the PR, one delivered from an outbox included, gets the same answer; entries of
+    earlier releases name no branch and count for the PR's base branch. For a
+    revision it is the plan committed there. Entries recorded under a runner token
+    never govern (named in `notes`); two different plans for the commit the chosen
+    entry speaks for are a `conflict`, never one silently replacing the other."""
+    ids = {canonical_repo(repo), *aliases}
     problems: list[str] = []
+    notes: list[str] = []
+    entries: list[RecordedPlan] = []
     for seq, entry_id, doc in _entries(store):
         if doc is None:
             problems.append(f"plan entry {seq} is not JSON: run `ledger audit`")
             continue
-        if not isinstance(doc, dict) or doc.get("repo") != want or doc.get("commit") != commit:
-            continue
-        if doc.get("pr") != pr:
-            # A PR's plan is its base's; a revision's is its own: never one for the other.
+        if not isinstance(doc, dict) or doc.get("repo") not in ids:
             continue
         try:
             got = read_plan_entry(seq, entry_id, doc)
         except Error as err:
             problems.append(f"plan entry {seq} does not hold: {err.reason()}")
             continue
-        if pr is None and not got.evidence.asserted and got.evidence.base != commit:
-            continue  # a revision's governing plan is the one committed there
-        found = got
-    return found, problems
+        if got.evidence.path != PLAN_FILE:
+            # The plan is the file at the root; another path at the same commit is
+            # another file, chosen by whoever recorded it.
+            notes.append(f"plan entry {seq} proves {got.evidence.path}, not {PLAN_FILE}: ignored")
+            continue
+        if not got.authorised:
+            if _bears(got, pr, commit):
+                notes.append(
+                    f"plan entry {seq} was recorded by token holder {got.recorded_by} under "
+                    "a runner token and does not govern (the ledger's host re-records it: "
+                    "`ledger plan record`)"
+                )
+            continue
+        entries.append(got)
+    if pr is None:
+        cands = [
+            e
+            for e in entries
+            if e.pr is None
+            and e.commit == commit
+            and (e.evidence.asserted or e.evidence.base == commit)
+        ]
+    else:
+        own = [e for e in entries if e.pr == pr]
+        branch = next((e.branch for e in reversed(own) if e.branch), None) or next(
+            (e.branch for e in reversed(entries) if e.pr is None and e.branch), None
+        )
+        cands = [
+            e
+            for e in entries
+            if (e.branch is not None and e.branch == branch)
+            or (e.branch is None and e.pr is not None and not e.evidence.asserted)
+            or (e.evidence.asserted and e.pr == pr and e.commit == commit)
+        ]
+    if not cands:
+        return Governing(None, tuple(problems), tuple(notes))
+    found = cands[-1]
+    same = [e for e in cands if e.key == found.key]
+    blobs = {e.evidence.blob for e in same}
+    if len(blobs) > 1:
+        firsts = [next(e for e in same if e.evidence.blob == b) for b in sorted(blobs)]
+        return Governing(None, tuple(problems), tuple(notes), tuple(firsts))
+    return Governing(found, tuple(problems), tuple(notes))
+
+
+def _bears(p: RecordedPlan, pr: int | None, commit: str) -> bool:
+    """Whether an entry would have been considered for the question."""
+    return (p.pr == pr and pr is not None) or p.commit == commit
 
 
 def record_governing(recorder: object, ident: object) -> str | None:
     """Record the governing plan of a writer's question (`ledger.identity.source.Identity`)
     in a local ledger, beside the receipts it is about to record; the entry id, or
     None where there is nothing to record (no committed plan: --plan FILE, or none)
-    or the ledger is a server's (which records plans given by its host's operator)."""
+    or the ledger is a server's (the base branch's job records its plans there)."""
     from ledger.identity.source import Identity
     from ledger.write.record import LocalRecorder, RemoteRecorder
 
@@ -85,30 +175,42 @@ def record_governing(recorder: object, ident: object) -> str | None:
         return None
     r = ident.revision
     if isinstance(recorder, RemoteRecorder):
-        import sys
-
-        from ledger.remote.client import post_plan
-
-        doc = json.loads(plan_body(canonical_repo(r.repo), r.pr, r.commit, ident.governing))
-        try:
-            return str(post_plan(recorder.url, doc, recorder.token)["id"])
-        except Error as e:
-            # The receipts still go (the outbox keeps them); the plan can be recorded later.
-            sys.stderr.write(
-                f"ledger: note: the governing plan was not recorded at {recorder.where}: "
-                f"{e.reason()}; `ledger plan record` on the ledger's host records it\n"
-            )
-            return None
+        # A writer through a server holds a runner token and runs a pull request's code:
+        # which plan governs is said by the base branch's job (a token with the plan
+        # role) or the ledger's host, never by the writer (`POST /v1/plans` answers 403).
+        return None
     if not isinstance(recorder, LocalRecorder):
         return None
-    eid, _ = record_plan(recorder.store, r.repo, r.pr, r.commit, ident.governing)
+    eid, _ = record_plan(
+        recorder.store, r.repo, r.pr, r.commit, ident.governing, branch=ident.branch
+    )
     return eid
 
 
 def record_sent(store: Store, doc: object, holder: str) -> tuple[str, bool]:
-    """A plan entry a token holder sent to the server: proved, then logged as theirs."""
+    """A plan entry a token holder with the plan role sent to the server: proved, then
+    logged as theirs, under that role. An asserted entry (no commit proves it) comes
+    only from the ledger's host; a plan at another path than the root's is another file."""
+    from ledger.service.auth import ForbiddenError
+
     got = read_plan_entry(0, "", doc)
-    return record_plan(store, got.repo, got.pr, got.commit, got.evidence, holder)
+    if got.evidence.asserted:
+        raise ForbiddenError(
+            "an asserted plan (no base commit proves it) is recorded only on the ledger's "
+            "host (`ledger plan assert`)"
+        )
+    if got.evidence.path != PLAN_FILE:
+        raise RefusedError(f"plan entry: path {got.evidence.path!r}: the plan is {PLAN_FILE}")
+    return record_plan(
+        store,
+        got.repo,
+        got.pr,
+        got.commit,
+        got.evidence,
+        holder,
+        branch=got.branch,
+        role=PLAN_ROLE,
+    )
 
 
 # Plan entries read once per process and ledger, then only the new ones: a server

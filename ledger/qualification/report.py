@@ -29,6 +29,8 @@ class StatusReport:
     """Logged entries that bear on the answer but cannot be read (named, never skipped)."""
     governed: bool = True
     """False where no governing plan is known and no claim was named: nothing was judged."""
+    ungoverned: str = "no governing plan recorded"
+    """Why no plan governs, where none does (the verdict's headline says it)."""
 
     def at_required_scope(self, claim: str) -> ClaimStatus:
         """The row that decides `claim`; KeyError if it was not asked."""

@@ -211,11 +211,13 @@ class Verdict:
     """The required scopes asked (the columns of a matrix), in first-asked order."""
     governed: bool = True
     """False: no governing plan is known (and no claim was named), nothing was judged."""
+    ungoverned: str = "no governing plan recorded"
+    """Why none is known, as the headline says it (a conflict between plan entries)."""
 
     @property
     def headline(self) -> str:
         if not self.governed:
-            return "not qualified: no governing plan recorded"
+            return f"not qualified: {self.ungoverned}"
         word = "qualified" if self.qualified else "not qualified"
         return f"{word}: {self.qualified_required} of {self.required} required claims qualified"
 
@@ -300,6 +302,7 @@ def verdict_of(report: Answer) -> Verdict:
         claims=tuple(claims),
         scopes=tuple(dict.fromkeys(c.scope_text for c in claims)),
         governed=report.governed,
+        ungoverned=getattr(report, "ungoverned", "no governing plan recorded"),
     )
 
 

@@ -187,9 +187,14 @@ def query_status(
         report,
         notes=q.notes
         + _elsewhere_notes(store, q.revision, sorted({row.claim for row in report.claims})),
-        problems=tuple(ev.unreadable),
-        qualified=report.qualified and not ev.unreadable,
+        problems=(*q.problems, *ev.unreadable),
+        qualified=report.qualified and not ev.unreadable and not q.problems,
         governed=not unplanned,
+        ungoverned=(
+            "conflicting governing plans recorded"
+            if any(p.startswith("conflicting governing plans") for p in q.problems)
+            else "no governing plan recorded"
+        ),
     )
 
 

@@ -412,11 +412,13 @@ async def add_key(request: Request) -> Response:
 
 
 async def add_plan(request: Request) -> Response:
-    """A governing plan entry with its git objects: proved, then logged as the holder's."""
+    """A governing plan entry with its git objects: proved, then logged as the holder's.
+    Only a token with the `plans` role (the base branch's job) says which plan governs:
+    a runner token runs a pull request's code, which must never choose its own gate."""
     from ledger.plans.ledger import record_sent
 
     led = _ledger(request)
-    holder = led.holder(request, "runner")
+    holder = led.holder(request, "plans")
     doc = await _doc(request)
     eid, new = await run_in_threadpool(lambda: record_sent(led.store(), doc, holder))
     if new:

@@ -3,7 +3,10 @@ holder and the roles it may use (least authority):
 
 - `runner`: upload artifacts (and push an outbox, whose receipts are signed);
 - `keys`: register and revoke runner and reviewer keys;
-- `operator`: sign checkpoints, run the audit.
+- `operator`: sign checkpoints, run the audit;
+- `plans`: record which plan governs a base branch (`POST /v1/plans`): the job that
+  runs on the base branch after a merge (trusted code), never a pull request's job,
+  whose runner token runs the pull request's code.
 
 No token registers, revokes or renames the ledger key: that is the operator's,
 on the ledger's own host (`ledger init`, `ledger keys ...` with --db).
@@ -46,7 +49,7 @@ __all__ = [
     "revoke_token",
 ]
 
-TokenRole = Literal["runner", "keys", "operator"]
+TokenRole = Literal["runner", "keys", "operator", "plans"]
 ROLES: tuple[TokenRole, ...] = get_args(TokenRole)
 
 _HOLDER = re.compile(r"[A-Za-z0-9._@-]{1,64}")
@@ -83,7 +86,7 @@ def _roles(text: str | None, where: str) -> frozenset[TokenRole]:
     out: set[TokenRole] = set()
     for r in text.split(","):
         if r not in ROLES:
-            raise UsageError(f"{where}: unknown role {r!r} (runner, keys, operator)")
+            raise UsageError(f"{where}: unknown role {r!r} ({', '.join(ROLES)})")
         out.add(r)
     return frozenset(out)
 

@@ -190,7 +190,7 @@ def test_plan_objects_are_proved_offline(repo: git.Repo) -> None:
         read_plan_entry(1, "id", forged)
 
 
-def test_a_writer_through_a_server_records_the_plan_as_the_token_holders(
+def test_a_writer_through_a_server_records_no_plan_the_base_branch_job_does(
     repo: git.Repo,
     ledger: str,
     key_dir: Path,
@@ -201,7 +201,9 @@ def test_a_writer_through_a_server_records_the_plan_as_the_token_holders(
     from ledger.service.auth import new_token
 
     tokens = tmp_path / "tokens"
-    monkeypatch.setenv("LEDGER_TOKEN", new_token("gpu-host", tokens))
+    runner = new_token("gpu-host", tokens)
+    plans = new_token("ci-main", tokens, ("plans",))
+    monkeypatch.setenv("LEDGER_TOKEN", runner)
     monkeypatch.setenv("LEDGER_OUTBOX", str(tmp_path / "outbox"))
     srv = start(ledger, KeyDir(key_dir), tokens=tokens)  # no mirror
     try:
@@ -212,8 +214,15 @@ def test_a_writer_through_a_server_records_the_plan_as_the_token_holders(
         assert res.code == 0, res.err
         cli = _cli(capsys, repo)
         q = urlencode({"repo": cli["subject"]["repo"], "pr": 7})
+        # The runner's job runs the PR's code: it says nothing of which plan governs.
+        assert _get(srv, f"/v1/status?{q}")["verdict"]["governed"] is False
+        rec = run(
+            capsys, "plan", "record", "--branch", "main", "--offline", "--repo",
+            str(repo.working_tree_dir), "--server", srv.url, "--token", plans,
+        )  # fmt: skip
+        assert rec.code == 0, rec.err
         api = _get(srv, f"/v1/status?{q}")
     finally:
         srv.stop()
     assert _states(api["verdict"]) == _states(cli["verdict"])
-    assert any("by token holder gpu-host" in n for n in api["judged"]), api["judged"]
+    assert any("by token holder ci-main (plans role)" in n for n in api["judged"]), api["judged"]

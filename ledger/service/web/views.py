@@ -51,14 +51,20 @@ def index(store: Store, mirrors: Sequence[Path] = ()) -> list[dict[str, Any]]:
     q = select(
         RECEIPT.c.repo, RECEIPT.c.pr, RECEIPT.c.commit, func.count(), func.max(RECEIPT.c.seq)
     ).group_by(RECEIPT.c.repo, RECEIPT.c.pr, RECEIPT.c.commit)
+    from ledger.identity.aliases import current_id
+
     repos: dict[str, dict[str, Any]] = {}
     with store.engine.connect() as conn:
         rows = conn.execute(q).all()
+    names: dict[str, str] = {}
     for repo, pr, commit, n, last in rows:
-        try:
-            name = canonical_repo(repo)
-        except Error:
-            name = repo
+        if repo not in names:
+            try:
+                # Filed under the id `ledger repo alias` made current, as status asks it.
+                names[repo] = current_id(store, canonical_repo(repo))
+            except Error:
+                names[repo] = repo
+        name = names[repo]
         r = repos.setdefault(name, {"repo": name, "prs": {}, "revisions": {}, "receipts": 0})
         r["receipts"] += n
         if pr is not None:
