@@ -109,6 +109,22 @@ def _envelope(
     raise InputError(f"{where}: no signature verifies with {what}; nothing written")
 
 
+def _unnamed(stmts: Sequence[_Signed], want: object) -> str | None:
+    """Why the statements are not all signed by identity `want` (None: they are, or the
+    plan names no identity). Only a certificate verified up to a trusted root names one."""
+    if want is None:
+        return None
+    for s in stmts:
+        if s.verified is not True or s.identity is None:
+            return (
+                f"{s.where}: signer identity not verified (a Sigstore bundle verified with "
+                "--trusted-root names it)"
+            )
+        if want not in s.identity:
+            return f"{s.where}: signed by {', '.join(s.identity) or 'no identity'}"
+    return None
+
+
 def _unwrap(doc: Any, where: str, ctx: Context) -> _Signed:
     if isinstance(doc, dict) and str(doc.get("mediaType", "")).startswith(_SIGSTORE):
         env = doc.get("dsseEnvelope")
@@ -280,6 +296,14 @@ def read(path: Path, claims: ClaimMap, ctx: Context) -> dict[str, Finding]:
             what = ", ".join(sel["warnedTests"][:5]) or "no test named"
             out[claim] = Finding(
                 "inconclusive", f"test result WARNED (not a pass): {what}", m, parameters=params
+            )
+        elif (who := _unnamed(stmts, params.get("signer_identity"))) is not None:
+            out[claim] = Finding(
+                "inconclusive",
+                f"{who}; the plan requires a signature by {params['signer_identity']} "
+                "(signer_identity)",
+                m,
+                parameters=params,
             )
         elif unverified and params["require_signature"] is True:
             out[claim] = Finding(

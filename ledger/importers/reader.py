@@ -100,7 +100,16 @@ CHECKS: dict[str, tuple[str, dict[str, _Param]]] = {
                 (),
                 "true: only a statement whose signature verified with --trusted-key or "
                 "--trusted-root can pass (unsigned or unverified: inconclusive)",
-            )
+            ),
+            "signer_identity": (
+                "str",
+                None,
+                (),
+                "an identity (a Sigstore certificate's subject alternative name, e.g. the "
+                "workflow `https://github.com/ORG/REPO/.github/workflows/ci.yml@refs/heads/main`): "
+                "only statements whose signature verified up to --trusted-root with a "
+                "certificate naming it can pass (else inconclusive)",
+            ),
         },
     ),
     "import-admission-events": (
@@ -120,15 +129,21 @@ def params_error(check: str, params: Mapping[str, JsonValue]) -> str | None:
         allowed = known[k][2]
         if known[k][0] == "bool" and not isinstance(v, bool):
             return f"{check} parameter {k} must be true or false, got {v!r}"
+        if known[k][0] == "str" and (not isinstance(v, str) or not v):
+            return f"{check} parameter {k} must be a non-empty string, got {v!r}"
         if allowed and v not in allowed:
             return f"{check} parameter {k} must be one of {', '.join(allowed)}, got {v!r}"
     return None
 
 
 def planned(check: str, params: Mapping[str, JsonValue]) -> dict[str, JsonValue]:
-    """The check's parameters as the receipt records them: the plan's, else the defaults."""
+    """The check's parameters as the receipt records them: the plan's, else the defaults
+    (a parameter without a default, such as `signer_identity`, only where the plan gives it,
+    so receipts recorded without it read as before)."""
     _, known = CHECKS[check]
-    return {k: params.get(k, spec[1]) for k, spec in known.items()}
+    return {
+        k: params.get(k, spec[1]) for k, spec in known.items() if k in params or spec[1] is not None
+    }
 
 
 def source_files(path: Path) -> list[Path]:
