@@ -14,6 +14,11 @@ low precision. So the route is confirmed on what the arm produced: every
 gradient in the reference dtype and every floating output at least as precise
 (a scalar loss may be float32, as libraries reduce it there). Unconfirmed, the
 arm is `PrecisionUnsupported` with what was seen.
+
+A kernel can also lack the reference dtype altogether (transformers' experts on
+``torch._grouped_mm`` take no float64). The arm then takes an equivalent path the
+library offers (`ReferenceArm.try_equivalent`, `runners.adapt.equivalent`) and
+records it; only when none exists does the caller give up, inconclusive.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from typing import Literal
 
 import torch
 
+from runners.adapt.equivalent import Equivalent, switch
 from runners.adapt.held import modules_held
 from runners.protocol import Batch, ForwardOutputs, PrecisionUnsupported, Workload, supports_dtype
 from runners.result import Json
@@ -47,6 +53,16 @@ class ReferenceArm:
     modules: list[str] = field(default_factory=list)
     """Upcast route: the attribute paths of the modules cast."""
     seen: dict[str, Json] = field(default_factory=dict)
+    equivalent: Equivalent | None = None
+    """The library's equivalent path that computed the reference (`try_equivalent`)."""
+
+    def try_equivalent(self, w: Workload, because: str) -> bool:
+        """After the arm's step failed with ``because``: switch the modules ``w`` holds to
+        an equivalent path the library offers (once); whether there was one to take."""
+        if self.equivalent is not None:
+            return False  # taken already, and it failed too
+        self.equivalent = switch(modules_held(w), because)
+        return self.equivalent is not None
 
     def batch(self, batch: Batch) -> Batch:
         """Upcast route: floating inputs in the reference dtype too (token ids unchanged)."""
@@ -88,6 +104,8 @@ class ReferenceArm:
             m["precision_route_modules"] = list[Json](self.modules)
         if self.seen:
             m["precision_route_seen"] = dict(self.seen)
+        if self.equivalent is not None:
+            m["precision_route_equivalent"] = self.equivalent.to_json()
         return m
 
 

@@ -180,6 +180,7 @@ _ARM_KEYS = (
     "precision_route",
     "precision_route_modules",
     "precision_route_seen",
+    "precision_route_equivalent",
     "routing_route",
     "routing_unseen",
     "routers_found",

@@ -224,12 +224,29 @@ def _precision(w: Workload) -> Capability:
             arm = upcast_held(w, getattr(torch, ref))
         batch = arm.batch(w.make_batch(TINY, 0))
         w.zero_grad()
-        out = _fb(w, batch)
+        try:
+            out = _fb(w, batch)
+        except Exception as e:
+            # As the checks do: a kernel without the reference dtype is tried once more on
+            # the library's equivalent path (`runners.adapt.equivalent`).
+            if not arm.try_equivalent(w, _err(e)):
+                raise
+            w.zero_grad()
+            out = _fb(w, batch)
         arm.confirm(out, w.gradients())
     except PrecisionUnsupported as e:
         return Capability("missing", str(e), add)
     except Exception as e:
-        return Capability("broken", f"in {ref}: {_err(e)}", add)
-    if arm.route == "setup-dtype":
+        # No path computes the reference: the claims that need it will be inconclusive.
+        return Capability(
+            "broken",
+            f"in {ref}: {_err(e)}",
+            f"{add} on kernels that compute in {ref}, or the claim's params: "
+            'rule = "threshold" (judges without a reference)',
+        )
+    via = "" if arm.equivalent is None else f", {arm.equivalent.sentence()}"
+    if arm.route == "setup-dtype" and not via:
         return Capability("native", f"setup(dtype={ref})")
-    return Capability("fallback", f"upcast-modules to {ref} ({', '.join(arm.modules)})")
+    if arm.route == "setup-dtype":
+        return Capability("fallback", f"setup(dtype={ref}){via}")
+    return Capability("fallback", f"upcast-modules to {ref} ({', '.join(arm.modules)}){via}")
