@@ -137,7 +137,9 @@ def run(
     stdout carries the receipt id. Exits 0 passed, 1 failed, inconclusive or
     refused, 2 infra-error. The command is the pull request's code too: it runs
     sandboxed (--sandbox, docs/security.md), writing only its worktree and the
-    --result folder. Put `--` before COMMAND.
+    --result folder (a folder of Ledger's bound there, copied out after: the
+    command runs as an unprivileged uid, never the host's root). Put `--` before
+    COMMAND.
     """
     from ledger.execution.trees import worktree
     from ledger.identity import source
@@ -179,30 +181,46 @@ def run(
         tempfile.TemporaryDirectory(prefix="ledger-run-scratch-") as scratch,
     ):
         # What the command is declared to write: its worktree, the --result folder and
-        # the folders of absolute --artifact globs.
+        # the folders of absolute --artifact globs. Those a user named are never handed
+        # to the sandbox's uid: the command writes a folder of Ledger's bound at the same
+        # path, and what it wrote there is copied out once it ended.
         declared = [str(result_file)] if result_file is not None else []
-        writable = [root, *_folders([*declared, *artifacts])]
+        named = _folders([*declared, *artifacts])
+        staged = {f: Path(scratch) / f"out{i}" for i, f in enumerate(named)}
+        for folder in staged.values():
+            folder.mkdir()
+        Path(scratch, "home").mkdir()
 
         def wrap(argv: list[str], env: dict[str, str]) -> tuple[list[str], dict[str, str]]:
             # The run's marker (a random id, no secret) names its processes.
             marker = {MARKER: env[MARKER]}
-            policy = box.policy(writable=writable, network=network, scratch=scratch, env=marker)
+            policy = box.policy(
+                writable=[root],
+                network=network,
+                scratch=Path(scratch, "home"),
+                env=marker,
+                mapped=[(mine, theirs) for theirs, mine in staged.items()],
+            )
             return box.launch(policy, argv, env)
 
+        sandboxed = box.mode != "none"
         done = run_command(
             command,
             timeout_s=timeout_s,
             result_file=result_file,
             artifact_globs=artifacts,
             cwd=root,
-            sandbox=None if box.mode == "none" else wrap,
+            sandbox=wrap if sandboxed else None,
+            staged=staged if sandboxed else None,
         )
         # Read before the worktree goes (beneath their folders, never through a link):
         # the receipt names them, the store keeps them.
         files = done.files
     facts = done.facts(claim)
     scope = {**facts.scope, "sandbox": box.facet, "network": "on" if network else "off"}
-    facts = dataclasses.replace(facts, scope=scope)
+    # The host's own observations of the sandbox: its self-test, policy, uid.
+    environment = {**facts.environment, **box.facts()}
+    facts = dataclasses.replace(facts, scope=scope, environment=environment)
     [rec] = record_all(recorder, key, tgt, [facts], artifact_files=files)
     note = "" if done.outcome == "passed" else f": {done.reason}"
     click.echo(f"{claim}: {done.outcome}{note}", err=True)

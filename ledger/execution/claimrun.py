@@ -77,6 +77,9 @@ class Finished:
     host: str = ""
     sandbox: str = ""
     """The receipts' ``sandbox`` facet: the mode the claim ran under."""
+    sandbox_facts: dict[str, str] = field(default_factory=dict)
+    """The self-tests of the sandboxes the claim's code ran in, the policies' digests
+    and the host uid (`ledger.sandbox.Sandbox.facts`): the host's observations."""
     artifacts: Path | None = None
     """The folder the results' artifacts must lie in (read only inside it)."""
     health: dict[str, Any] | None = None

@@ -123,6 +123,7 @@ class LocalExecutor:
             results=results,
             host=socket.gethostname(),
             sandbox=self.sandbox.facet if self.sandbox is not None else "none",
+            sandbox_facts=self.sandbox.facts() if self.sandbox is not None else {},
             artifacts=self.artifacts,
             health=health,
         )

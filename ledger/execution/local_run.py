@@ -413,6 +413,8 @@ class _Recording:
             environment["device_wait_ns"] = str(wait_ns)
         # Which claims ran on its device meanwhile (`ledger.execution.sharing`).
         environment.update(extra or {})
+        # The sandbox proved itself before the claim's code ran (`ledger.sandbox.proof`).
+        environment.update(fin.sandbox_facts)
         recs = record_results(
             self.recorder,
             self.key,

@@ -32,6 +32,7 @@ def render_verification(doc: dict[str, Any]) -> str:
         f"  claim: {doc['claim']}",
         f"  outcome: {doc['outcome']}",
         "  scope: " + (", ".join(f"{k}={v}" for k, v in scope.items()) or "(any)"),
+        *([f"  sandbox: {doc['sandbox']}"] if doc.get("sandbox") else []),
         f"  signer: {s['name']} ({s['keyid'][:12]}, {s['role']})",
         f"  anchor: {doc['anchor']}",
         f"  log: entry {log['index']} of {log['size']}"

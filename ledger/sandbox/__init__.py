@@ -269,9 +269,7 @@ def _keys(policy: SandboxPolicy) -> list[str]:
     path (the home folder holding the interpreter is listed inside, by design)."""
     exposed = [*policy.read_only, *policy.writable, *(i for _, i in policy.mapped)]
     return [
-        h
-        for h in policy.hidden
-        if os.path.lexists(h) and not any(_inside(b, h) for b in exposed)
+        h for h in policy.hidden if os.path.lexists(h) and not any(_inside(b, h) for b in exposed)
     ]
 
 
@@ -386,18 +384,26 @@ class Sandbox:
         env: Mapping[str, str] | None = None,
         chdir: str | Path | None = None,
         scratch: str | Path | None = None,
+        mapped: Sequence[tuple[str | Path, str | Path]] = (),
     ) -> SandboxPolicy:
         """The base policy with this process's folders and network; ``scratch`` is its
-        private writable folder, also its HOME and TMPDIR."""
+        private writable folder, also its HOME and TMPDIR. The ``writable`` folders and
+        ``scratch`` are Ledger's own, handed to the sandbox's uid; a folder a user named
+        is never among them: it is ``mapped`` (folder Ledger made, the user's path), and
+        the caller copies out what the sandbox wrote there."""
         pe = self.base.environment()
         if env:
             pe.update(env)
         extra = [] if scratch is None else [str(scratch)]
         if scratch is not None:
             pe["HOME"] = pe["TMPDIR"] = str(scratch)
+        pairs = tuple((str(a), str(b)) for a, b in mapped)
+        mine = (*map(str, writable), *extra)
         return self.base.with_(
+            owned=(*self.base.owned, *mine, *(a for a, _ in pairs)),
+            mapped=(*self.base.mapped, *pairs),
             read_only=(*self.base.read_only, *map(str, read_only)),
-            writable=(*self.base.writable, *map(str, writable), *extra),
+            writable=(*self.base.writable, *mine),
             network=network,
             shm=None if shm is None else str(shm),
             env=tuple(sorted(pe.items())),
@@ -434,6 +440,14 @@ class Sandbox:
                 f"{found.summary}"
             )
         return found
+
+    def hand_over(self, folder: str | Path) -> None:
+        """Give a folder Ledger made, later than the sandbox started (a forked claim's
+        own), to the sandbox's unprivileged uid; a no-op unless this runs as root."""
+        from ledger.sandbox.launcher import hand_over
+
+        if self.mode != "none" and os.geteuid() == 0:
+            hand_over([str(folder)], self.base.host_uid, self.base.host_gid)
 
     def facts(self) -> dict[str, str]:
         """The sandbox facts for a receipt whose code ran under this sandbox: every

@@ -15,11 +15,16 @@ root, in this order:
    ``home =`` and artifact paths are absolute);
 3. the folders Ledger made for the sandbox handed to the uid (never one a user
    named; never through a link or a hard link);
-4. for the ranks of one claim, the holder's network and ipc namespaces entered;
-5. the drop: no supplementary groups, then the gid, then the uid, all three of
+4. the drop: no supplementary groups, then the gid, then the uid, all three of
    each set, checked;
-6. exec bubblewrap, unprivileged: it makes the user namespace itself (route
-   ``userns``), or joins the holder's with its own ``--userns``/``--pidns``.
+5. exec bubblewrap, unprivileged: it makes the user namespace itself (route
+   ``userns``).
+
+The ranks of one claim join one holder's user, pid, network and ipc namespaces
+instead (`enter`): the holder is started on the ``rootmap`` route, so that root
+of its user namespace is the unprivileged host uid, and each rank enters as that
+root, never as the host's, before bubblewrap mounts a procfs of the joined pid
+namespace and drops every capability.
 
 Where the host refuses unprivileged user namespaces (an AppArmor restriction, a
 gVisor host), route ``rootmap``: the launcher creates the user namespace itself
@@ -166,19 +171,31 @@ def _give(path: str, uid: int, gid: int) -> None:
     os.chown(path, uid, gid, follow_symlinks=False)
 
 
-def _join(holder: int) -> dict[str, int]:
-    """The holder's namespaces, opened; its network and ipc entered here (as root,
-    before the drop), its user and pid namespaces left to bubblewrap."""
-    fds = {ns: os.open(f"/proc/{holder}/ns/{ns}", os.O_RDONLY) for ns in ("user", "pid")}
-    for ns, flag in (("net", CLONE_NEWNET), ("ipc", CLONE_NEWIPC)):
-        fd = os.open(f"/proc/{holder}/ns/{ns}", os.O_RDONLY | os.O_CLOEXEC)
+def enter(holder: int) -> int:
+    """Join ``holder``'s user, network and ipc namespaces, as root of its user
+    namespace: no supplementary groups (dropped while still the host's root), then uid
+    and gid 0 there, which the holder's map makes the unprivileged host uid (the holder
+    is started on the ``rootmap`` route). Returns a descriptor of its pid namespace,
+    for bubblewrap's ``--pidns``: bubblewrap mounts a procfs of the pid namespace it
+    joins itself (without one it binds the host's), with what root of the joined user
+    namespace holds there, then drops every capability."""
+    pidns = os.open(f"/proc/{holder}/ns/pid", os.O_RDONLY)
+    fds = [
+        (os.open(f"/proc/{holder}/ns/{ns}", os.O_RDONLY | os.O_CLOEXEC), flag)
+        for ns, flag in (("user", CLONE_NEWUSER), ("net", CLONE_NEWNET), ("ipc", CLONE_NEWIPC))
+    ]
+    os.setgroups([])
+    for fd, flag in fds:
         try:
-            _check(_libc.setns(fd, flag), f"setns {ns}")
+            _check(_libc.setns(fd, flag), f"setns {flag:#x}")
         finally:
             os.close(fd)
-    for fd in fds.values():
-        os.set_inheritable(fd, True)
-    return fds
+    os.setresgid(0, 0, 0)
+    os.setresuid(0, 0, 0)
+    if os.getresuid() != (0, 0, 0) or os.getgroups():
+        raise LaunchError("the holder's namespaces were not entered as their root")
+    os.set_inheritable(pidns, True)
+    return pidns
 
 
 def drop(uid: int, gid: int) -> None:
@@ -195,7 +212,7 @@ def drop(uid: int, gid: int) -> None:
     raise LaunchError("uid 0 could be regained after the drop")
 
 
-def _rootmap(cmd: Sequence[str], uid: int, gid: int, userns: int | None) -> int:
+def _rootmap(cmd: Sequence[str], uid: int, gid: int) -> int:
     """Route ``rootmap``: a child in a user namespace this process maps onto ``uid``
     (root inside, ``uid`` as the host sees it), bubblewrap started there; its exit
     status is this process's."""
@@ -207,10 +224,7 @@ def _rootmap(cmd: Sequence[str], uid: int, gid: int, userns: int | None) -> int:
             _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
             os.close(to_child_w)
             os.close(to_parent_r)
-            if userns is not None:
-                _check(_libc.setns(userns, CLONE_NEWUSER), "setns user")
-            else:
-                _check(_libc.unshare(CLONE_NEWUSER), "unshare user")
+            _check(_libc.unshare(CLONE_NEWUSER), "unshare user")
             os.write(to_parent_w, b"1")
             if os.read(to_child_r, 1) != b"1":
                 os._exit(REFUSED)
@@ -225,13 +239,12 @@ def _rootmap(cmd: Sequence[str], uid: int, gid: int, userns: int | None) -> int:
     if os.read(to_parent_r, 1) != b"1":
         os.waitpid(pid, 0)
         raise LaunchError("the user namespace could not be made")
-    if userns is None:
-        with open(f"/proc/{pid}/setgroups", "w") as f:
-            f.write("deny")
-        with open(f"/proc/{pid}/uid_map", "w") as f:
-            f.write(f"0 {uid} 1\n")
-        with open(f"/proc/{pid}/gid_map", "w") as f:
-            f.write(f"0 {gid} 1\n")
+    with open(f"/proc/{pid}/setgroups", "w") as f:
+        f.write("deny")
+    with open(f"/proc/{pid}/uid_map", "w") as f:
+        f.write(f"0 {uid} 1\n")
+    with open(f"/proc/{pid}/gid_map", "w") as f:
+        f.write(f"0 {gid} 1\n")
     # This process stays (the map's writer must outlive the child's setup): it holds
     # nothing of the host a signal could not end, and forwards the polite ones.
     drop(uid, gid)
@@ -267,16 +280,14 @@ def launch(spec: dict[str, object], cmd: list[str]) -> int:
     _mount(None, "/", None, MS_REC | MS_PRIVATE, None)
     reach([str(p) for p in spec.get("reach", []) or []], uid, gid)  # type: ignore[attr-defined]
     hand_over([str(p) for p in spec.get("hand", []) or []], uid, gid)  # type: ignore[attr-defined]
-    fds = _join(int(str(holder))) if holder is not None else {}
-    if route == "rootmap":
-        if fds:
-            cmd = [cmd[0], "--pidns", str(fds["pid"]), *cmd[1:]]
-        return _rootmap(cmd, uid, gid, fds.get("user"))
-    if route != "userns":
+    if holder is not None:
+        cmd = [cmd[0], "--pidns", str(enter(int(str(holder)))), *cmd[1:]]
+    elif route == "rootmap":
+        return _rootmap(cmd, uid, gid)
+    elif route == "userns":
+        drop(uid, gid)
+    else:
         raise LaunchError(f"unknown route {route!r}")
-    drop(uid, gid)
-    if fds:
-        cmd = [cmd[0], "--userns", str(fds["user"]), "--pidns", str(fds["pid"]), *cmd[1:]]
     os.execv(cmd[0], cmd)
     return REFUSED  # not reached
 

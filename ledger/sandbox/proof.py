@@ -143,6 +143,11 @@ def _below(pid: int) -> list[int]:
     return out
 
 
+def _status(pid: int) -> dict[str, str]:
+    lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+    return {k: v.strip() for k, _, v in (line.partition(":") for line in lines)}
+
+
 def read_outside(pid: int, bwrap: str) -> tuple[list[str], int | None]:
     """What must not be, read from the host for ``pid``'s sandboxed processes (those in
     a user namespace other than the host's), and their host uid. bubblewrap's own
@@ -154,12 +159,7 @@ def read_outside(pid: int, bwrap: str) -> tuple[list[str], int | None]:
     uid = None
     for p in _below(pid):
         try:
-            status = dict(
-                (k, v.strip())
-                for k, _, v in (
-                    line.partition(":") for line in Path(f"/proc/{p}/status").read_text().splitlines()
-                )
-            )
+            status = _status(p)
             ns = os.readlink(f"/proc/{p}/ns/user")
         except OSError:
             continue

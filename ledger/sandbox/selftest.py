@@ -143,9 +143,7 @@ def _count(lib: str, init: str, count: str) -> int | None:
 def devices(given: list[str]) -> dict[str, Any]:
     """The positive control: which GPU device nodes are here, whether they open, and
     what NVML and CUDA count (only where any was given: loading CUDA costs time)."""
-    here = sorted(
-        f"/dev/{n}" for n in _listdir("/dev") if re.fullmatch(r"nvidia\d+", n)
-    )
+    here = sorted(f"/dev/{n}" for n in _listdir("/dev") if re.fullmatch(r"nvidia\d+", n))
     unopened = []
     for d in here + ([] if not here else ["/dev/nvidiactl"]):
         try:

@@ -72,6 +72,9 @@ class VerificationReport(NamedTuple):
             "claim": p.get("claim"),
             "outcome": p.get("outcome"),
             "scope": p.get("scope"),
+            # The host's word on the sandbox the code ran in (its self-test), where the
+            # receipt carries one: receipts of earlier releases do not.
+            "sandbox": sandbox_line(p),
             "signer": {"keyid": self.signer, "name": self.signer_name, "role": self.signer_role},
             "anchor": self.anchor,
             "log": {
@@ -85,6 +88,20 @@ class VerificationReport(NamedTuple):
             "unanchored_reviews": self.unanchored_reviews,
             "steps": self.steps(),
         }
+
+
+def sandbox_line(predicate: Mapping[str, Any]) -> str | None:
+    """``bwrap, self-test 8 of 8 refused, ...`` (the sandbox's self-test, as the host
+    signed it), ``none`` for an unsandboxed run, or None where the receipt says neither."""
+    runner = predicate.get("runner") or {}
+    env = runner.get("environment") or {} if isinstance(runner, dict) else {}
+    said = env.get("sandbox_selftest") if isinstance(env, dict) else None
+    if isinstance(said, str) and said:
+        return said
+    scope = predicate.get("scope") or {}
+    return (
+        "none (unsandboxed)" if isinstance(scope, dict) and scope.get("sandbox") == "none" else None
+    )
 
 
 def review_item(rv: Verified, keys: Mapping[str, KeyInfo]) -> dict[str, Any]:

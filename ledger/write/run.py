@@ -22,13 +22,15 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from stat import S_ISREG
 from typing import Any, get_args
 
 from ledger.evidence.dsse import MAX_ENVELOPE_BYTES
@@ -39,7 +41,7 @@ from ledger.identity.environment import gpu_used_bytes, host_environment
 from ledger.identity.interpreter import NONE, probe, scope_of
 from ledger.outputs.beneath import Refused
 from ledger.outputs.declared import Declared, collect, declare, refusal
-from ledger.sandbox import SandboxedPopen
+from ledger.sandbox import SandboxedPopen, find_bwrap
 from ledger.write.artifacts import MAX_ARTIFACT_BYTES
 
 __all__ = ["CHECK", "RESULT_SCHEMA", "CommandRun", "run_command", "spawn"]
@@ -185,6 +187,39 @@ def spawn(
     return popen(cmd, env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=2, process_group=0)
 
 
+def copy_out(src: Path, dst: Path) -> None:
+    """The regular files the sandboxed command wrote in ``src`` (a folder of Ledger's,
+    owned by the sandbox's uid), copied beneath ``dst`` (the folder the user named):
+    never through a link, never out of ``dst``, nothing else (the reading beneath
+    ``dst`` that follows judges what arrived)."""
+    for here, dirs, files in os.walk(src, followlinks=False):
+        rel = Path(here).relative_to(src)
+        for name in files:
+            path = Path(here, name)
+            try:
+                fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+            except OSError:
+                continue
+            with os.fdopen(fd, "rb") as f:
+                if not S_ISREG(os.fstat(f.fileno()).st_mode):
+                    continue
+                target = dst / rel / name
+                if not _beneath(target, dst):
+                    continue
+                target.parent.mkdir(parents=True, exist_ok=True)
+                if target.is_symlink():
+                    target.unlink()
+                with open(target, "wb") as out:
+                    shutil.copyfileobj(f, out)
+        dirs[:] = [d for d in dirs if not Path(here, d).is_symlink()]
+
+
+def _beneath(path: Path, folder: Path) -> bool:
+    real = os.path.realpath(path.parent)
+    top = os.path.realpath(folder)
+    return real == top or real.startswith(top + "/")
+
+
 def run_command(
     argv: Sequence[str],
     *,
@@ -193,9 +228,12 @@ def run_command(
     artifact_globs: Sequence[str],
     cwd: Path | None = None,
     sandbox: Wrap | None = None,
+    staged: Mapping[Path, Path] | None = None,
 ) -> CommandRun:
     """Run `argv` in `cwd`; relative `result_file` and artifact globs are read beneath it,
-    absolute ones beneath their folder (`ledger.outputs.declared`)."""
+    absolute ones beneath their folder (`ledger.outputs.declared`). ``staged``: (a
+    folder a user named -> the folder of Ledger's the sandboxed command wrote in its
+    place); what it wrote is copied out before anything is read."""
     if not argv:
         raise UsageError("ledger run needs a command after --")
     marker = uuid.uuid4().hex
@@ -225,7 +263,8 @@ def run_command(
     duration = time.monotonic() - t0
     # The sandbox's own init may still be exiting after its parent returned: not a
     # leak (and nothing inside outlives it: the pid namespace ends with it).
-    own = os.path.realpath(str(proc.args[0])) if sandbox is not None else None  # type: ignore[index]
+    bwrap = find_bwrap() if sandbox is not None else None
+    own = os.path.realpath(bwrap) if bwrap is not None else None
     strays = {
         p: n
         for p, n in _strays(marker, proc.pid).items()
@@ -262,6 +301,8 @@ def run_command(
         m["nvml_used_before_bytes"] = before
         m["nvml_used_after_bytes"] = after
         m["nvml_used_delta_bytes"] = {u: after.get(u, 0) - b for u, b in before.items()}
+    for theirs, mine in (staged or {}).items():
+        copy_out(mine, theirs)
     refused: list[Refused] = []
     outcome, reason = _outcome(rc, timed_out, timeout_s, result, m, refused)
     got = collect(declared, MAX_ARTIFACT_BYTES)

@@ -104,8 +104,15 @@ def test_render_binds_only_the_allow_list_and_hides_secrets_inside_it(tmp_path: 
         assert flag in argv
     assert "--clearenv" in argv and argv[argv.index("--cap-drop") + 1] == "ALL"
     assert "--unshare-net" not in render(policy.with_(network=True), ["cmd"], bwrap="bwrap")
-    joined = render(policy.with_(joined=True), ["cmd"], bwrap="bwrap")
+    joined = render(policy.with_(joined=True, holder=4321), ["cmd"], bwrap="bwrap")
+    # The ranks join the holder's user and pid namespaces through bubblewrap's own
+    # --userns/--pidns (the launcher adds them, with the descriptors it opened).
     assert "--unshare-pid" not in joined and "--unshare-user" not in joined
+    assert '"holder": 4321' in joined[joined.index("--") - 1]
+    with pytest.raises(UsageError, match="names the process"):
+        render(policy.with_(joined=True), ["cmd"], bwrap="bwrap")
+    with pytest.raises(UsageError, match="without a user namespace"):
+        render(policy.with_(user=False), ["cmd"], bwrap="bwrap")
 
 
 @needs_bwrap
