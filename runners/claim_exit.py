@@ -3,9 +3,12 @@
 The claim's process measures and proves its own releases, but only the
 parent sees it exit: GPU memory the process held until then (its CUDA
 context) is proven returned by NVML after the exit, and the process itself
-joins the cleanup proof. A claim that dies, runs out of time or is stopped
-because a peer rank failed ends with no evidence of its own: an
-`infra-error` result that says how.
+joins the cleanup proof. A claim that dies or runs out of time ends with no
+evidence of its own, but that is its own outcome (its code can crash, exit or
+hang at will): a `failed` result that says how; only the parent's reading of a
+device fault makes it an `infra-error` (`ledger.fleet.faults.judge`). A rank
+stopped because a peer failed contributes no evidence (the merge leads with
+the peer's failure).
 """
 
 from __future__ import annotations
@@ -120,7 +123,9 @@ def cleanup_verdict(r: CheckResult) -> None:
 def died(
     *, claim: str, check: str, device: str, params: Any, pid: int, how: str, tail: str, started: int
 ) -> CheckResult:
-    return infra_error(
+    """A claim process that ended without a result: failed, with how it ended and the
+    tail of what it wrote (its own text, escaped where shown)."""
+    return _failed(
         claim=claim,
         check=check,
         version="unknown",
@@ -153,8 +158,10 @@ def timed_out(
     started: int,
     ranks: list[int],
 ) -> CheckResult:
+    """A claim that outran its time limit: a hang is the claim's own outcome (failed),
+    unless the parent reads a device fault meanwhile."""
     which = f" (still running: rank {', '.join(map(str, ranks))})" if len(ranks) > 0 else ""
-    return infra_error(
+    return _failed(
         claim=claim,
         check=check,
         version="unknown",
@@ -164,6 +171,12 @@ def timed_out(
         started_ns=started,
         finished_ns=time.time_ns(),
     )
+
+
+def _failed(**kw: Any) -> CheckResult:
+    r = infra_error(**kw)
+    r.outcome = "failed"
+    return r
 
 
 def stopped_after_peer(like: CheckResult, e: RankExit, culprit: int) -> CheckResult:

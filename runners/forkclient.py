@@ -7,8 +7,9 @@ server, writes the worker's pid to
 signal, as a spawned child would). A refusal runs the module here instead, where this
 client runs inside the sandbox already (a gradient arm started by its claim); a client
 started outside it (`STRICT_VAR`, a claim of `runners.isolated`) must not run the
-claim's code itself: it writes why to ``RES.refused`` and exits `REFUSED` (a claim's
-caller records an infra-error; the doctor's starts a fresh sandboxed interpreter).
+claim's code itself: it writes why where `REFUSAL_VAR` says (else ``RES.refused``) and
+exits `REFUSED` (a claim's caller starts the claim afresh in its own sandbox, as does
+the doctor's).
 """
 
 from __future__ import annotations
@@ -32,6 +33,10 @@ FORWARDED = (
 
 STRICT_VAR = "LEDGER_FORK_STRICT"
 """``1``: this client runs outside the sandbox, so a refusal is never run here."""
+
+REFUSAL_VAR = "LEDGER_FORK_REFUSAL_NOTE"
+"""Where a strict client writes why it was refused (else ``RES.refused``): a path only
+the parent, outside the sandbox, can write, read by it as its own observation."""
 
 REFUSED = 75
 """The exit status of a strict client whose fork was refused (EX_TEMPFAIL)."""
@@ -58,7 +63,9 @@ def main(argv: list[str]) -> int:
     if "pid" not in first:
         if os.environ.get(STRICT_VAR) == "1":
             # Outside the sandbox: the claim's code must not run in this process.
-            with open(result + ".refused", "w") as f:
+            # Where the parent asked (a folder no sandboxed process can write), so that
+            # only this client's word counts as a refusal, never a claim's own exit.
+            with open(os.environ.get(REFUSAL_VAR) or result + ".refused", "w") as f:
                 f.write(str(first.get("refused") or "the fork server did not fork"))
             return REFUSED
         # The server would not fork (or died): run the claim in this interpreter.

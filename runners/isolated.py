@@ -25,6 +25,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from runners.authors import Observed, authored, observe
 from runners.claim_exit import (
     cleanup_verdict,
     died,
@@ -34,7 +35,7 @@ from runners.claim_exit import (
     timed_out,
     with_exit_proof,
 )
-from runners.forkclient import CGROUP_VAR, REFUSED, STRICT_VAR
+from runners.forkclient import CGROUP_VAR, REFUSAL_VAR, REFUSED, STRICT_VAR
 from runners.forkparent import ForkServer
 from runners.harness import child, nvml, timeline
 from runners.harness.cgroup import ClaimCgroup
@@ -49,6 +50,7 @@ from runners.result import (
     ResultError,
     check_result,
     infra_error,
+    untrusted,
 )
 from runners.result import result_from_dict as _result_from
 
@@ -192,6 +194,22 @@ def run_claim_isolated(
         # outside the sandbox and never runs a claim itself, so start afresh inside it.
         fork_server = None
     work = Path(tempfile.mkdtemp(prefix="ledger-claim-", dir=work_root))
+    full = _disk_full(work)
+    if full is not None:
+        # Observed here before the claim started: its code cannot have caused it.
+        shutil.rmtree(work, ignore_errors=True)
+        r = infra_error(
+            claim=claim,
+            check=check,
+            version="unknown",
+            params=dict(kwargs.get("params") or {}),
+            scope={"device_kind": device},
+            reason=full,
+            started_ns=time.time_ns(),
+            finished_ns=time.time_ns(),
+        )
+        authored([r], _observed(device, gpu_uuids, env, kwargs, world_size, distributed))
+        return [r]
     backend = _backend(device)
     body: dict[str, Any] = {"device": device, "claim": claim, "check": check, **kwargs}
     argvs = _requests(work, body, world_size, backend if grouped else None, timeout_s, fork_server)
@@ -200,6 +218,7 @@ def run_claim_isolated(
     # Every process of the claim in a cgroup of its own: the kernel's peak over all of
     # them, however briefly each lived (none here: the view is sampled, and says so).
     cgroup = ClaimCgroup.make()
+    private: Path | None = None
     if not forked:
         argvs, envs = _launches(
             argvs, sandbox=sandbox, network=network, work=work, kwargs=kwargs, extra=extra
@@ -207,7 +226,11 @@ def run_claim_isolated(
     else:
         # The client places the forked worker in the cgroup before it starts.
         placed = {} if cgroup is None else {CGROUP_VAR: str(cgroup.path)}
-        # Outside the sandbox: a refused fork is reported, never run in the client.
+        # Outside the sandbox: a refused fork is reported, never run in the client. It
+        # writes why where no sandboxed process can (a private folder of this process's),
+        # so that a claim that exits `REFUSED` itself is not taken for a refusal.
+        private = Path(tempfile.mkdtemp(prefix="ledger-refusal-"))
+        placed[REFUSAL_VAR] = str(private / "refused")
         envs = [{**child.env(), **extra, **placed, STRICT_VAR: "1"} for _ in argvs]
     started = time.time_ns()
     gpu_before = nvml.devices_used()
@@ -253,13 +276,35 @@ def run_claim_isolated(
             view.stop()
             # Also on Ctrl-C: no rank outlives the claim.
             stopped = group.stop()
-        refused = Path(f"{results_of[0]}.refused")
-        if forked and group.procs[0].returncode == REFUSED and refused.is_file():
-            # Refused after it said ready; never retried (a claim's own code could
-            # exit so): the claim did not run.
-            late = read_note(refused) or "no reason given"
-        else:
-            late = None
+        late = None
+        if forked:
+            refused = Path(placed[REFUSAL_VAR])
+            if group.procs[0].returncode == REFUSED and refused.is_file():
+                # The client was refused before the server forked: the claim's code never
+                # ran in this attempt, so it starts afresh in a sandbox of its own, as
+                # after a refusal at ready. A claim that exits `REFUSED` (or writes
+                # ``RESULT.refused``) itself has no note here: its exit is its outcome.
+                late = read_note(refused) or "no reason given"
+        if late is not None:
+            progress(f"the fork server refused the claim ({untrusted(late)}): started afresh")
+            return run_claim_isolated(
+                progress=progress,
+                device=device,
+                claim=claim,
+                check=check,
+                world_size=world_size,
+                timeout_s=timeout_s,
+                distributed=distributed,
+                fork_server=None,
+                sandbox=sandbox,
+                network=network,
+                work_root=work_root,
+                env=env,
+                gpu_uuids=gpu_uuids,
+                cancel=cancel,
+                shared=shared,
+                **kwargs,
+            )
         if forked:
             stopped.append(_ended_by_server(fork_server, results_of[0], cgroup))
         if cgroup is not None:
@@ -289,26 +334,22 @@ def run_claim_isolated(
         params = kwargs.get("params")
         art = kwargs.get("artifact_dir")
         malformed = _malformed(got, None if art is None else Path(art))
-        broken = (
-            f"the fork server refused the claim after it was ready: {late}"
-            if late is not None
-            else f"the claim process returned an invalid result: {malformed}"
-            if malformed is not None
-            else None
-        )
-        if broken is not None:
-            results = [
-                infra_error(
-                    claim=claim,
-                    check=check,
-                    version="unknown",
-                    params=dict(params or {}),
-                    scope={"device_kind": device},
-                    reason=broken[:2000],
-                    started_ns=started,
-                    finished_ns=time.time_ns(),
-                )
-            ]
+        if malformed is not None:
+            # The claim's report is its own: a malformed one fails the claim, its
+            # problem quoted as the code's text.
+            wrong = infra_error(
+                claim=claim,
+                check=check,
+                version="unknown",
+                params=dict(params or {}),
+                scope={"device_kind": device},
+                reason="the claim process returned a malformed result (its own text, "
+                f"quoted): {untrusted(malformed, 1500)}",
+                started_ns=started,
+                finished_ns=time.time_ns(),
+            )
+            wrong.outcome = "failed"
+            results = [wrong]
         elif group.timed_out:
             running = [e.rank for e in exits if e.rc is None or e.rc < 0]
             results = [timed_out(**common, params=params, timeout_s=timeout_s, ranks=running)]
@@ -326,10 +367,10 @@ def run_claim_isolated(
             bad = bad if bad is not None else next(i for i, g in enumerate(got) if g is None)
             first = got[bad]
             if first is None:
-                e = exits[bad]
+                gone = exits[bad]
                 who = f"rank {bad} of {world_size} " if world_size > 1 else ""
-                how = f"{who}claim runner process {e.how()}"
-                results = [died(**common, params=params, pid=e.pid, how=how, tail=e.tail)]
+                how = f"{who}claim runner process {gone.how()}"
+                results = [died(**common, params=params, pid=gone.pid, how=how, tail=gone.tail)]
             else:
                 # A rank came back with a failure; peers still waiting on it were stopped.
                 per_rank = [
@@ -350,14 +391,60 @@ def run_claim_isolated(
                     r.measurements.get(timeline.MEASUREMENT), stamps, (r.started_ns, r.finished_ns)
                 )
             )
+        # Each fact by its author: the host's own readings, the plan's facets; the
+        # claim's own word on an infrastructure error is a failure (`runners.authors`).
+        authored(
+            results,
+            _observed(device, gpu_uuids, env, kwargs, world_size, distributed),
+            world_size=world_size if grouped else None,
+        )
         for path in results_of:
-            note_learned(path.with_name(path.name + ".modules"))
+            note_learned(path.with_name(path.name + ".modules"), kwargs.get("repo_root"))
         return results
     finally:
         stack.close()
         if cgroup is not None:
             cgroup.close()
         shutil.rmtree(work, ignore_errors=True)
+        if private is not None:
+            shutil.rmtree(private, ignore_errors=True)
+
+
+_MIN_FREE_BYTES = 64 * 1024 * 1024
+"""Less free disk than this where the claim's folder lies, before it starts: the host
+is out of disk (an infrastructure error, observed before any of the claim's code ran)."""
+
+
+def _disk_full(work: Path) -> str | None:
+    try:
+        free = shutil.disk_usage(work).free
+    except OSError:
+        return None
+    if free >= _MIN_FREE_BYTES:
+        return None
+    return (
+        f"the host is out of disk: {free} bytes free where the claim's folder lies "
+        f"({work.parent}), observed before the claim started"
+    )
+
+
+def _observed(
+    device: str,
+    gpu_uuids: Sequence[str] | None,
+    env: Mapping[str, str] | None,
+    kwargs: Mapping[str, Any],
+    world_size: int,
+    distributed: bool | None,
+) -> Observed:
+    grouped = world_size > 1 if distributed is None else distributed
+    trees = [Path(str(kwargs[k])) for k in ("repo_root", "base_root") if kwargs.get(k)]
+    return observe(
+        device,
+        gpu_uuids,
+        env=env or {},
+        outside=trees,
+        ranks=world_size if grouped and device != "cpu" else None,
+    )
 
 
 def _preexec(

@@ -8,6 +8,7 @@ cosine, measured/predicted) may be floats.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
@@ -27,6 +28,7 @@ __all__ = [
     "check_result",
     "infra_error",
     "result_from_dict",
+    "untrusted",
 ]
 
 Scalar = int | float | str | bool | None
@@ -134,15 +136,69 @@ def _fail(where: str, what: str) -> NoReturn:
     raise ResultError(f"{where}: {what}")
 
 
+def untrusted(text: str, limit: int = 300) -> str:
+    """``text`` from the code under test, quoted as such: every unprintable character
+    shown as an escape (never sent to a terminal or a page), at most ``limit`` long."""
+    shown = "".join(
+        c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text
+    )
+    return repr(shown[:limit] + ("..." if len(shown) > limit else ""))
+
+
+_MAX_NAME = 256
+_INT64 = 1 << 63
+_PHASE_KEY = re.compile(r"^[a-z][a-z0-9_]{0,62}$")
+_MAX_PHASE_NS = 7 * 24 * 3600 * 10**9
+"""A phase or clock stamp a claim reports: no phase lasts a week (its timeout ends it)."""
+_MAX_STAMP_NS = 1 << 62
+
+CHILD_FACETS = frozenset(
+    {
+        # Read again by the parent, which overrides them (`runners.authors`).
+        "device_kind",
+        "gpu_model",
+        "gpu_count",
+        "gpu_memory_bytes",
+        "driver",
+        "cuda",
+        "torch",
+        "nccl",
+        "python",
+        "packages_digest",
+        # Set by the plan, or the harness's reading of the workload it names.
+        "workload",
+        "workload_digest",
+        "dtype",
+        "world_size",
+        "backend",
+    }
+)
+"""The scope facets a claim's result may carry; any other is a malformed report (the
+runner's own facets, ``sandbox``, ``network``, ``profile``, are set after it)."""
+
+
+def _name(v: Any, where: str, limit: int = _MAX_NAME) -> None:
+    """A name the receipt shows: a printable string (no control, no bidi override)."""
+    if not isinstance(v, str):
+        _fail(where, "must be a string")
+    if not v.isprintable():
+        _fail(where, f"{untrusted(v, 80)} is not printable")
+    if len(v) > limit:
+        _fail(where, f"longer than {limit} characters")
+
+
 def _json(v: Any, where: str, depth: int = 0) -> None:
     if depth > 64:
         _fail(where, "nested too deeply")
     if isinstance(v, float) and not math.isfinite(v):
         _fail(where, f"{v} is not a JSON number")
+    if isinstance(v, int) and not isinstance(v, bool) and not -_INT64 <= v < _INT64:
+        _fail(where, "out of the signed 64-bit range")
     if isinstance(v, dict):
         for k, x in v.items():
             if not isinstance(k, str):
                 _fail(where, "keys must be strings")
+            _name(k, f"{where} key", 128)
             _json(x, f"{where}.{k}", depth + 1)
     elif isinstance(v, list):
         for i, x in enumerate(v):
@@ -193,6 +249,27 @@ def _inside(path: str, folder: Path, where: str) -> None:
         _fail(where, f"{path} is not a file inside the artifact folder {folder}")
 
 
+def _reported(m: dict[str, Any]) -> None:
+    """The figures the harness reports in a known shape (read by the parent and the
+    surfaces): phase times and clock stamps as non-negative integers of nanoseconds
+    under plain names, the process's own peak as a byte count."""
+    for key, most in (("harness_phase_times", _MAX_PHASE_NS), ("claim_timeline_ns", _MAX_STAMP_NS)):
+        if key not in m:
+            continue
+        got = m[key]
+        if not isinstance(got, dict):
+            _fail(f"result.measurements.{key}", "must be an object")
+        for k, v in got.items():
+            where = f"result.measurements.{key}"
+            if not _PHASE_KEY.match(k):
+                _fail(where, f"{untrusted(k, 80)} is not a phase name")
+            if not _is(v, int) or not 0 <= v <= most:
+                _fail(f"{where}.{k}", f"{untrusted(str(v), 40)} is out of range")
+    peak = m.get("process_peak_bytes")
+    if peak is not None and (not _is(peak, int) or not 0 <= peak < _INT64):
+        _fail("result.measurements.process_peak_bytes", "must be a byte count")
+
+
 def check_result(d: Any, *, artifact_dir: Path | None = None) -> CheckResult:
     """`result_from_dict` after checking that ``d`` is exactly a result document: the
     keys, the types, JSON values, an outcome and observer the ledger knows, and (with
@@ -221,14 +298,23 @@ def check_result(d: Any, *, artifact_dir: Path | None = None) -> CheckResult:
         _fail("result.outcome", f"must be one of {', '.join(get_args(Outcome))}")
     if d["observer"] not in get_args(Observer):
         _fail("result.observer", "must be on or off")
+    for name in ("claim", "check", "check_version"):
+        _name(d[name], f"result.{name}")
+    _name(d.get("host", ""), "result.host", 253)
     _json(d["params"], "result.params")
     _json(d["measurements"], "result.measurements")
+    _reported(d["measurements"])
     for k, v in d["scope"].items():
+        if k not in CHILD_FACETS:
+            _fail("result.scope", f"unknown facet {untrusted(str(k), 80)}")
         if not (_is(v, (str, int))):
             _fail(f"result.scope.{k}", "must be a string or an integer")
+        if isinstance(v, str):
+            _name(v, f"result.scope.{k}")
+        elif not 0 <= v < _INT64:
+            _fail(f"result.scope.{k}", "out of range")
     for i, u in enumerate(d.get("gpu_uuids", [])):
-        if not isinstance(u, str):
-            _fail(f"result.gpu_uuids[{i}]", "must be a string")
+        _name(u, f"result.gpu_uuids[{i}]", 96)
     c = d["cleanup"]
     _fields(c, CleanupProof, "result.cleanup")
     _check(c, {"complete": bool, "resources": list, "tolerance_bytes": int}, "result.cleanup")
@@ -236,10 +322,14 @@ def check_result(d: Any, *, artifact_dir: Path | None = None) -> CheckResult:
         where = f"result.cleanup.resources[{i}]"
         _fields(r, ReleasedResource, where)
         _check(r, {"kind": str, "id": str, "released": bool, "proof": str}, where)
+        _name(r["kind"], f"{where}.kind", 64)
+        _name(r["id"], f"{where}.id", 4096)
     for i, a in enumerate(d.get("artifacts", [])):
         where = f"result.artifacts[{i}]"
         _fields(a, Artifact, where)
         _check(a, {"name": str, "path": str, "media_type": str}, where)
+        _name(a["name"], f"{where}.name")
+        _name(a.get("media_type", ""), f"{where}.media_type")
         if artifact_dir is not None:
             _inside(a["path"], artifact_dir, f"{where}.path")
     return result_from_dict(d)

@@ -21,6 +21,13 @@ def _predicates(db: str | None) -> list[dict[str, Any]]:
 
 def _render(doc: dict[str, Any], above: float | None) -> str:
     from ledger.read.humanize import number
+    from ledger.read.inert import inert
+
+    def shown(x: object) -> str:
+        # Host names, UUIDs and claim names as receipts signed them: an earlier
+        # release took the host and UUIDs from the claim's own result, so a receipt
+        # may carry control sequences there; they are shown escaped, never sent.
+        return inert(str(x), newlines=False)
 
     def rate(x: float) -> str:
         return f"{number(100 * x)} %"
@@ -33,14 +40,15 @@ def _render(doc: dict[str, Any], above: float | None) -> str:
         ("per claim", doc["claims"], "claim"),
     ):
         lines.append(f"{title}:")
-        width = max([len(str(r[key])) for r in rows] + [len(key)])
+        width = max([len(shown(r[key])) for r in rows] + [len(key)])
         lines.append(f"  {key:<{width}}  {cols}")
         for r in rows:
             mark = ""
             if key == "uuid" and r["uuid"] in doc.get("quarantined", {}):
                 mark = "  QUARANTINED"
             lines.append(
-                f"  {r[key]:<{width}}  {r['runs']:>4}  {r['failures']:>6}  {r['infra_errors']:>5}"
+                f"  {shown(r[key]):<{width}}  {r['runs']:>4}  {r['failures']:>6}"
+                f"  {r['infra_errors']:>5}"
                 f"  {r['health_faults']:>6}  {rate(r['failure_rate_lower']):>6}"
                 f"  {rate(r['fault_rate_lower']):>7}{mark}"
             )
@@ -53,7 +61,7 @@ def _render(doc: dict[str, Any], above: float | None) -> str:
     if above is not None:
         lines.append(
             f"quarantine: fault>= above {rate(above)}: "
-            + (", ".join(doc["quarantined"]) or "no device")
+            + (", ".join(map(shown, doc["quarantined"])) or "no device")
         )
     return "\n".join(lines) + "\n"
 

@@ -58,9 +58,12 @@ class CommitServers:
         its claims start afresh; that does not change by launching again)."""
         return all(s is None or s.proc.poll() is None for s in self.servers.values())
 
-    def ensure(self, roots: Sequence[Path], run: ClaimRun, preload: Sequence[str]) -> None:
+    def ensure(
+        self, roots: Sequence[Path], run: ClaimRun, preload: Sequence[str], tree: str = ""
+    ) -> None:
         """Launch the servers of ``roots`` not launched yet, together, and wait for them:
-        each imports and prepares ``run``'s workload as its tree has it."""
+        each imports and prepares ``run``'s workload as its tree has it, and what earlier
+        runs of the head's ``tree`` (its git tree id) learned it imports."""
         from ledger.execution.local_run import server_sandbox
         from runners.childenv import env
         from runners.forkparent import Launched, Spec
@@ -70,7 +73,7 @@ class CommitServers:
         if not missing:
             return
         ref = run.workload_ref
-        modules = [*preload, *(recorded_modules([ref]) if ref else [])]
+        modules = [*preload, *(recorded_modules([ref], tree) if ref else [])]
         specs = [Spec.of(r, [(ref, run.workload_params)], modules) for r in missing]
         wrap = server_sandbox(self.box, self.work, [self.code])
         confine = None if wrap is None else {"run_dir": str(self.work)}

@@ -131,7 +131,9 @@ def started(
     run_dir = Path(tempfile.mkdtemp(prefix="ledger-run-"))
     with removed(run_dir), worktree(repo, revision.commit, "rev") as root, base_ctx as base:
         (run_dir / "artifacts").mkdir()
-        modules = [*plan.preload, *recorded_modules(_refs(plan, claims))]
+        # What earlier runs of this very tree learned: another tree's claims never
+        # choose what this server imports (`runners.preload`).
+        modules = [*plan.preload, *recorded_modules(_refs(plan, claims), revision.tree)]
         specs = [_spec(root, plan, claims, modules)]
         if base is not None:
             # The base tree's arms reuse a model built once, like the head's.
@@ -234,7 +236,12 @@ def run(
     finally:
         ex.close()
     # What the claims imported beyond the preloads: the next run's server has it.
-    remember_modules([r.workload_ref for r in runs], learned())
+    remember_modules(
+        [r.workload_ref for r in runs],
+        learned(st.root),
+        revision.tree,
+        [p for p in (st.root, st.base_root) if p is not None],
+    )
 
 
 def _diagnose(ex: LocalExecutor, devices: Sequence[GpuDevice], say: Callable[[str], None]) -> None:
@@ -413,6 +420,8 @@ class _Recording:
             environment["device_wait_ns"] = str(wait_ns)
         # Which claims ran on its device meanwhile (`ledger.execution.sharing`).
         environment.update(extra or {})
+        # Which plans defined the claim: the gate the base's, the workload the head's.
+        environment.update(run.sources)
         # The sandbox proved itself before the claim's code ran (`ledger.sandbox.proof`).
         environment.update(fin.sandbox_facts)
         recs = record_results(

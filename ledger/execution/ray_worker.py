@@ -94,7 +94,7 @@ class _Worker:
     commit: CommitServers | None = None
 
     def servers_for(
-        self, roots: list[Path], run: ClaimRun, preload: list[str], box: Sandbox
+        self, roots: list[Path], run: ClaimRun, preload: list[str], box: Sandbox, tree: str = ""
     ) -> tuple[CommitServers, bool]:
         """The fork servers for a claim on ``roots`` (its commit's checkout first), and
         whether this call launched any: those of another commit are stopped first."""
@@ -105,7 +105,7 @@ class _Worker:
             code, work = self.base / "code", self.base / "work"
             c = self.commit = CommitServers.new(roots[0], work, box, code)
         before = len(c.servers)
-        c.ensure(roots, run, preload)
+        c.ensure(roots, run, preload, tree)
         return c, len(c.servers) > before
 
     def close(self) -> None:
@@ -301,7 +301,7 @@ def _place(task: _Task, bundle: bytes) -> _Placed:
     roots = [shipped.roots[c] for c in commits]
     t0 = time.monotonic()
     servers, launched = worker.servers_for(
-        roots, run, list(task.payload.get("preload") or ()), task.box
+        roots, run, list(task.payload.get("preload") or ()), task.box, str(source["tree"])
     )
     if launched:
         r = servers.facts()
@@ -367,12 +367,17 @@ def _run_claim(
             # in its sandbox.
             fork_server=None if run.network else servers.of(root),
             env=servers.env(),
+            # The claim's GPUs as Ray placed them: the receipt names these (the host's
+            # reading), never what the claim says it ran on.
+            gpu_uuids=gpus or None,
             cancel=cancel,
         )
         health = watch.finish().to_json() if watch is not None else None
         # What the claim imported beyond the preloads: this host's next server has it.
         if run.workload_ref:
-            remember_modules([run.workload_ref], learned())
+            remember_modules(
+                [run.workload_ref], learned(root), str(source["tree"]), list(roots.values())
+            )
         run.stamp(results, box.facet)
         recorder = RemoteRecorder(payload["server"])
         job_id = out["job_id"]

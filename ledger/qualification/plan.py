@@ -291,7 +291,8 @@ class ClaimSpec(_Frozen):
     world_size: Annotated[int, Field(strict=True, ge=1, le=64)] = 1
     """Ranks the claim's workload runs on (one process each; on CUDA one GPU each)."""
     timeout_s: Annotated[int, Field(strict=True, ge=1)] = DEFAULT_TIMEOUT_S
-    """Seconds the claim may run, all ranks together, before it is killed (infra-error)."""
+    """Seconds the claim may run, all ranks together, before it is killed (failed: a hang
+    is the claim's own outcome)."""
     workload_params: JsonTable = Field(default_factory=dict)
     """Factory arguments for this claim: the plan's `workload_params`, updated by these."""
     network: StrictBool = False

@@ -308,7 +308,8 @@ def state_breakdown(verdict: dict[str, Any]) -> str:
 
 def environment_line(env: dict[str, Any]) -> str:
     """`NVIDIA H200 x1 (140 GiB), driver 580.159.04, cuda 13.0, torch 2.11.0+cu130,
-    bfloat16`; a host without a GPU reads `CPU (no GPU), torch 2.13.0+cpu`."""
+    bfloat16`; a host without a GPU reads `CPU (no GPU), torch 2.13.0+cpu` (with a CUDA
+    build of torch: `CPU (no GPU), CUDA build 13.0, no device, torch 2.13.0+cu130`)."""
     parts: list[str] = []
     gpu = env.get("gpu_model")
     if gpu and gpu != _NONE:
@@ -322,9 +323,14 @@ def environment_line(env: dict[str, Any]) -> str:
         parts.append("CPU (no GPU)")
     elif env.get("device_kind"):
         parts.append(str(env["device_kind"]))
+    gpu_less = gpu == _NONE or env.get("device_kind") == "cpu" or env.get("gpu_count") == 0
     for k in ("driver", "cuda", "torch", "nccl"):
         if env.get(k) and env[k] != _NONE:
-            parts.append(f"{k} {env[k]}")
+            if k == "cuda" and gpu_less:
+                # The facet is the CUDA version torch was built for, not a device's.
+                parts.append(f"CUDA build {env[k]}, no device")
+            else:
+                parts.append(f"{k} {env[k]}")
     for k in ("dtype", "workload", "profile"):
         if env.get(k):
             parts.append(str(env[k]))

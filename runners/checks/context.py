@@ -80,13 +80,15 @@ class WorkloadFailed(Exception):
 def verdict_of_failure(
     outcome: StepOutcome, measurements: dict[str, Json] | None = None
 ) -> Verdict:
-    """``failed`` for a workload error or OOM, ``infra-error`` for an environment one."""
+    """``failed`` for a workload error, an OOM or an environment error alike: inside the
+    claim process the code under test can raise whatever an environment raises, so only
+    the parent's own readings of a device fault make an ``infra-error``
+    (`ledger.fleet.faults.judge`); the failure's class stays in its measurements."""
     m = dict(measurements or {})
     m["failure"] = outcome.measurements()
     if outcome.error_type == EstimatorMissing.__name__:
         return Verdict(outcome="inconclusive", reason=outcome.message, measurements=m)
-    kind: Outcome = "infra-error" if outcome.status == "infra-error" else "failed"
-    return Verdict(outcome=kind, reason=outcome.sentence(), measurements=m)
+    return Verdict(outcome="failed", reason=outcome.sentence(), measurements=m)
 
 
 def load_preserving(root: Path, ref: str, params: Mapping[str, Any]) -> Workload:
@@ -229,7 +231,9 @@ def base_scope(ctx: CheckContext) -> dict[str, str | int]:
 def infra_result(
     ctx: CheckContext, *, check: str, version: str, params: Mapping[str, Json], reason: str
 ) -> CheckResult:
-    """A result for a check that could not run at all (no device, bad parameters)."""
+    """A result for a check that could not run at all (no device). Said by the claim
+    process, so the parent records it as a failure unless its own readings show the
+    device gone (`runners.authors`)."""
     now = time.time_ns()
     return infra_error(
         claim=ctx.claim,

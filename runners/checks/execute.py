@@ -3,8 +3,11 @@
 `execute` runs a check body inside the harness: memory probe session,
 determinism settings, a resource registry (released and proven also on
 KeyboardInterrupt, which is then re-raised), and the observer. A failure in
-the workload becomes a ``failed`` verdict, an environment or harness problem
-an ``infra-error``; neither escapes as an exception.
+the workload, the harness or the environment becomes a ``failed`` verdict (a
+bad parameter an ``inconclusive`` one); none escapes as an exception. This
+process imported the pull request's code, which can raise what an environment
+raises, so it never says ``infra-error``: only the parent's own readings (a
+device fault through NVML, the host's disk) do.
 """
 
 from __future__ import annotations
@@ -118,7 +121,7 @@ def execute(
             budget_bytes=budget_bytes,
         )
     except Exception as e:
-        v = Verdict(outcome="infra-error", reason=f"harness setup: {type(e).__name__}: {e}")
+        v = Verdict(outcome="failed", reason=f"harness setup: {type(e).__name__}: {e}")
         return run.result(v, empty_proof, ctx.observer)
 
     run.common["probe"] = probe.name
@@ -141,9 +144,10 @@ def execute(
                 sess.phases_ns = phases
                 verdict = _run_body(ctx, check, body, sess, run.scope)
     except Exception as e:
-        # The harness itself failed (registry, observer, probe): not evidence either way.
+        # The harness failed (registry, observer, probe) in a process the code under
+        # test shares: its failure, unless the parent reads a device fault.
         verdict = Verdict(
-            outcome="infra-error",
+            outcome="failed",
             reason=f"harness: {type(e).__name__}: {e}{capture_where(e)}",
         )
         caught = []
@@ -191,14 +195,15 @@ def _run_body(
     except WorkloadFailed as wf:
         return verdict_of_failure(wf.outcome)
     except WorkloadLoadError as e:
-        return Verdict(outcome="infra-error", reason=f"workload load: {e}")
+        return Verdict(outcome="failed", reason=f"workload load: {e}")
     except ParamError as e:
-        return Verdict(outcome="infra-error", reason=f"bad parameter: {e}")
+        # The plan's parameters, not the code: nothing found either way.
+        return Verdict(outcome="inconclusive", reason=f"bad parameter: {e}")
     except EstimatorMissing as e:
         return Verdict(outcome="inconclusive", reason=str(e))
     except Exception as e:
         return Verdict(
-            outcome="infra-error",
+            outcome="failed",
             reason=f"check {check} raised {type(e).__name__}: {e}{capture_where(e)}",
         )
     finally:

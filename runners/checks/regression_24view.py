@@ -145,8 +145,10 @@ def _body(sess: Session, p: Params) -> Verdict:
         sess.ran("forward_nograd")
         m.update(rec.measurements(f"forward{i + 1}_{run_name}_"))
         if not rec.ok:
+            # The claim process cannot tell an infrastructure error (its own code can
+            # raise the same): a failure; the parent's device readings decide infra.
             return Verdict(
-                outcome="infra-error" if rec.outcome.status == "infra-error" else "failed",
+                outcome="failed",
                 reason=f"forward run {i + 1}: {rec.outcome.sentence()}",
                 measurements=m,
             )

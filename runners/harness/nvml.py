@@ -123,3 +123,26 @@ def pids_used() -> dict[int, int] | None:
     except Exception:
         return None
     return out
+
+
+def devices() -> list[tuple[str, str, int]] | None:
+    """(UUID, model name, total memory in bytes) of each device, in NVML's index order,
+    as the parent reads them without a CUDA context; None without NVML."""
+    nv = _nvml()
+    if nv is None:
+        return None
+    out: list[tuple[str, str, int]] = []
+    try:
+        for i in range(nv.nvmlDeviceGetCount()):
+            h = nv.nvmlDeviceGetHandleByIndex(i)
+            uuid, name = nv.nvmlDeviceGetUUID(h), nv.nvmlDeviceGetName(h)
+            out.append(
+                (
+                    uuid.decode() if isinstance(uuid, bytes) else str(uuid),
+                    name.decode() if isinstance(name, bytes) else str(name),
+                    int(nv.nvmlDeviceGetMemoryInfo(h).total),
+                )
+            )
+    except Exception:
+        return None
+    return out

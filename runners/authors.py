@@ -1,0 +1,245 @@
+"""Who wrote each fact of a claim's result, decided by the parent once the claim ended.
+
+A receipt is signed by the host, and a claim's result document is written by a
+process that imported the pull request's code: whatever it says is the code's
+word. So each fact has one author:
+
+- *observed by the host* from outside the sandbox, here: the host name, the
+  claim's GPU UUIDs, model, count and memory (NVML), the driver, the
+  interpreter's python, torch and CUDA build, NCCL, the packages digest
+  (`observe`);
+- *set by the plan or the harness's reading of it*: ``workload``,
+  ``workload_digest``, ``dtype``, ``world_size``, ``backend`` (taken from the
+  result after `runners.result.check_result` bounded them; the parent cannot
+  import the workload to read its digest itself);
+- *reported by the code under test*: the check's own figures, phase times,
+  module lists, kept in the measurements, bounded and validated.
+
+`authored` sets the host's facts over whatever the result said (a claim that said
+otherwise has its words kept, as reported, under ``reported_facts``), and makes
+the claim's own ``infra-error`` a ``failed``: only the parent's evidence (a device
+fault read through NVML, `ledger.fleet.faults.judge`; a fork refused before the
+claim started; the host's disk full before it started) makes an infrastructure
+error. Imports no torch at module import (the parent has it loaded already).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import importlib.metadata
+import os
+import platform
+import socket
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from runners.result import CheckResult, Json, untrusted
+
+__all__ = [
+    "HOST_FACETS",
+    "PLAN_FACETS",
+    "REPORTED_FACTS",
+    "Observed",
+    "authored",
+    "observe",
+    "packages_digest",
+]
+
+HOST_FACETS = (
+    "device_kind",
+    "gpu_model",
+    "gpu_count",
+    "gpu_memory_bytes",
+    "driver",
+    "cuda",
+    "torch",
+    "nccl",
+    "python",
+    "packages_digest",
+)
+"""Scope facets the host observes itself (`observe`)."""
+
+PLAN_FACETS = ("workload", "workload_digest", "dtype", "world_size", "backend")
+"""Scope facets set by the plan or the harness's reading of the workload it names."""
+
+REPORTED_FACTS = "reported_facts"
+"""The measurement naming the host facts a claim said otherwise than the host saw."""
+
+NONE = "none"
+
+
+@dataclass(frozen=True, slots=True)
+class Observed:
+    """What the host saw of a claim's environment, from outside its sandbox."""
+
+    host: str
+    gpu_uuids: tuple[str, ...]
+    scope: dict[str, str | int]
+
+
+@functools.cache
+def _digest(paths: tuple[str, ...]) -> str:
+    lines = sorted(
+        {
+            f"{(d.metadata['Name'] or '').lower()}=={d.version}"
+            for d in importlib.metadata.distributions(path=list(paths))
+        }
+    )
+    return hashlib.sha256("\n".join(lines).encode()).hexdigest()
+
+
+def _under(path: str, roots: Sequence[Path]) -> bool:
+    p = Path(path).resolve()
+    return any(p == r or p.is_relative_to(r) for r in roots)
+
+
+def packages_digest(outside: Sequence[Path] = ()) -> str:
+    """The digest `runners.harness.fingerprint.packages_digest` computes in the claim
+    process, computed here over the same path: this project's packages (first on the
+    claim's ``PYTHONPATH``) and this interpreter's path, less any entry below a tree
+    under qualification (``outside``: a tree's ``*.dist-info`` would be the code's
+    word) and less the working directory."""
+    import runners
+
+    here = str(Path(runners.__file__).resolve().parent.parent)
+    roots = [Path(r).resolve() for r in outside]
+    entries = [here, *os.environ.get("PYTHONPATH", "").split(os.pathsep), *sys.path]
+    seen: list[str] = []
+    for e in entries:
+        if not e or not os.path.isdir(e):
+            continue
+        a = os.path.abspath(e)
+        if a not in seen and not _under(a, roots):
+            seen.append(a)
+    return _digest(tuple(seen))
+
+
+def _visible(env: Mapping[str, str]) -> list[tuple[str, str, int]]:
+    """The devices a claim with ``env`` sees, in its index order (NVML's order where
+    ``CUDA_VISIBLE_DEVICES`` is unset)."""
+    from runners.harness import nvml
+
+    found = nvml.devices() or []
+    chosen = env.get("CUDA_VISIBLE_DEVICES", os.environ.get("CUDA_VISIBLE_DEVICES"))
+    if chosen is None:
+        return found
+    out: list[tuple[str, str, int]] = []
+    for item in (x.strip() for x in chosen.split(",")):
+        if item.isdigit():
+            if int(item) < len(found):
+                out.append(found[int(item)])
+            continue
+        match = [
+            d for d in found if d[0].removeprefix("GPU-").startswith(item.removeprefix("GPU-"))
+        ]
+        if not item or len(match) != 1:
+            break  # CUDA stops at the first entry it cannot use
+        out.append(match[0])
+    return out
+
+
+def _nccl() -> str:
+    import torch
+
+    try:
+        ver = torch.cuda.nccl.version()  # type: ignore[no-untyped-call]
+    except Exception:
+        return NONE
+    parts = ver if isinstance(ver, tuple) else (ver,)
+    return ".".join(str(p) for p in parts)
+
+
+def observe(
+    device: str,
+    gpu_uuids: Sequence[str] | None = None,
+    *,
+    env: Mapping[str, str] | None = None,
+    outside: Sequence[Path] = (),
+    ranks: int | None = None,
+) -> Observed:
+    """The host's facts about a claim on ``device`` (cpu, cuda, auto), on ``gpu_uuids``
+    (its own GPUs; None: the ones its ``env`` makes visible), read through NVML and this
+    interpreter, never from the claim. ``ranks``: the claim's ranks, one GPU each, when
+    they ran as a group (its receipt is about that many GPUs)."""
+    import torch
+
+    from runners.harness import nvml
+
+    common: dict[str, str | int] = {
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "packages_digest": packages_digest(outside),
+    }
+    if device == "cpu":
+        gpus: list[tuple[str, str, int]] = []
+    elif gpu_uuids:
+        by = {nvml.normalise_uuid(d[0]): d for d in nvml.devices() or []}
+        gpus = [by[u] for u in map(nvml.normalise_uuid, gpu_uuids) if u in by]
+    else:
+        gpus = _visible(env or {})
+    host = socket.gethostname()
+    if not gpus:
+        # No GPU seen here: the CPU's facets, with the CUDA build torch carries (shown
+        # as "CUDA build X, no device"), and "cuda" as the device kind where the plan
+        # asked for one.
+        scope: dict[str, str | int] = {
+            "device_kind": "cuda" if device == "cuda" else "cpu",
+            "gpu_model": NONE,
+            "gpu_count": 0,
+            "gpu_memory_bytes": 0,
+            "driver": NONE,
+            "cuda": str(torch.version.cuda or NONE),
+            "nccl": NONE,
+            **common,
+        }
+        return Observed(host, (), scope)
+    uuids = tuple(nvml.normalise_uuid(d[0]) for d in gpus)
+    scope = {
+        "device_kind": "cuda",
+        "gpu_model": gpus[0][1],
+        "gpu_count": ranks if ranks is not None else len(gpus),
+        "gpu_memory_bytes": gpus[0][2],
+        "driver": nvml.driver_version() or "unknown",
+        "cuda": str(torch.version.cuda or "unknown"),
+        "nccl": _nccl(),
+        **common,
+    }
+    return Observed(host, uuids, scope)
+
+
+_INFRA_SAID = (
+    "the claim process reported an infrastructure error, which only the host's own "
+    "evidence establishes (a device fault it reads through NVML): "
+)
+
+
+def authored(
+    results: Sequence[CheckResult], seen: Observed, *, world_size: int | None = None
+) -> None:
+    """Each result's host facts and scope as the host observed them (``seen``), the plan's
+    facets as the result gave them, and the claim's own ``infra-error`` a ``failed``.
+    Where the claim said otherwise of a host fact, its words stay in the measurements
+    under `REPORTED_FACTS`, as reported."""
+    for r in results:
+        said: dict[str, Json] = {}
+        for k in HOST_FACETS:
+            if k in r.scope and r.scope[k] != seen.scope[k]:
+                said[k] = r.scope[k]
+        if r.host and r.host != seen.host:
+            said["host"] = r.host
+        if r.gpu_uuids and tuple(r.gpu_uuids) != seen.gpu_uuids:
+            said["gpu_uuids"] = list[Json](r.gpu_uuids)
+        plan = {k: r.scope[k] for k in PLAN_FACETS if k in r.scope}
+        if world_size is not None and "world_size" in plan:
+            plan["world_size"] = world_size
+        r.scope = {**seen.scope, **plan}
+        r.host = seen.host
+        r.gpu_uuids = list(seen.gpu_uuids)
+        if said:
+            r.measurements[REPORTED_FACTS] = said
+        if r.outcome == "infra-error":
+            r.outcome = "failed"
+            r.reason = _INFRA_SAID + untrusted(r.reason or "no reason given", 2000)
