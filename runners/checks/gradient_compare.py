@@ -268,7 +268,9 @@ def _body(sess: Session, p: Params) -> Verdict:
             return Verdict(
                 outcome="inconclusive",
                 reason=f"the {name.replace('_', ' ')} arm could not run ({ref.get('status')}: "
-                f"{why}); the reference rule needs it (rule = 'threshold' judges without one)",
+                f"{why}); the reference rule needs it; what would fix it: a setup(device, seed, "
+                "*, dtype) on kernels that compute in the reference dtype (runners.protocol, "
+                "Precision), or rule = 'threshold' (judges without one)",
                 measurements=m,
             )
     return _compared(work, arms, threshold, p, m)
@@ -294,7 +296,8 @@ def _bad_arms(arms: dict[str, dict[str, Any]], m: dict[str, Json]) -> Verdict | 
         return Verdict(outcome="failed", reason=sentence, measurements=m)
     return Verdict(
         outcome="inconclusive",
-        reason=f"baseline arm failed, nothing to compare against: {sentence}",
+        reason=f"baseline arm failed, nothing to compare against: {sentence}; what would fix "
+        "it: a base revision whose workload runs with these parameters (base_workload_params)",
         measurements=m,
     )
 
