@@ -35,6 +35,10 @@ class ClaimRun:
     profile: str | None = None
     network: bool = False
     """The claim runs with a network (the plan allows it); else none, in its sandbox."""
+    sources: dict[str, str] = field(default_factory=dict)
+    """Where its definition came from, as each receipt's `runner.environment` names it:
+    the governing plan (claims, checks, parameters) and the head's plan (the workload),
+    and how the head's workload definition differs from the base's."""
 
     @property
     def gpus(self) -> int:

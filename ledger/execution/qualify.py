@@ -30,6 +30,7 @@ from ledger.identity import source as src
 from ledger.identity.revision import Revision
 from ledger.identity.source import Identity
 from ledger.qualification.plan import PLAN_FILE, ClaimSpec, Plan
+from ledger.qualification.workload_source import differences
 from ledger.sandbox import Sandbox
 from ledger.sandbox import resolve as resolve_sandbox
 from ledger.write.record import Recorder
@@ -153,28 +154,100 @@ class _Say:
 
 
 def _runs(
-    run_plan: Plan, asked: Sequence[ClaimSpec], device: Device, profile: str | None
+    run_plan: Plan,
+    asked: Sequence[ClaimSpec],
+    device: Device,
+    profile: str | None,
+    base_plan: Plan | None = None,
+    sources: dict[str, str] | None = None,
 ) -> list[ClaimRun]:
+    """The claims as runs: the workload definition `run_plan`'s (the head's), the base's
+    arms built with `base_plan`'s (the base tree's) where it differs, and `sources`
+    naming both plans in each receipt."""
     from runners.api import needs_base
 
-    return [
-        ClaimRun(
-            index=i,
-            claim=c.name,
-            check=c.check,
-            params=dict(c.params),
-            workload_ref=run_plan.workload_for(c) or "",
-            workload_params=dict(run_plan.workload_params_for(c)),
-            observer_off=c.observer_off,
-            world_size=c.world_size,
-            timeout_s=c.timeout_s,
-            device=device,
-            needs_base=needs_base(c.check),
-            profile=profile,
-            network=c.network,
+    out = []
+    for i, c in enumerate(asked, 1):
+        params = dict(c.params)
+        base = needs_base(c.check)
+        differs = (
+            differences(base_plan, run_plan, base_plan.claim(c.name) or c)
+            if base_plan is not None
+            else []
         )
-        for i, c in enumerate(asked, 1)
-    ]
+        if base and differs and "base_workload_params" not in params and base_plan is not None:
+            # The base's arms run the base tree's model as the base's plan defines it: a
+            # comparison of the head's definition with itself would test nothing.
+            params["base_workload_params"] = dict(
+                base_plan.workload_params_for(base_plan.claim(c.name) or c)
+            )
+        said = dict(sources or {})
+        if differs:
+            said["workload_differs"] = "; ".join(differs)
+        out.append(
+            ClaimRun(
+                index=i,
+                claim=c.name,
+                check=c.check,
+                params=params,
+                workload_ref=run_plan.workload_for(c) or "",
+                workload_params=dict(run_plan.workload_params_for(c)),
+                observer_off=c.observer_off,
+                world_size=c.world_size,
+                timeout_s=c.timeout_s,
+                device=device,
+                needs_base=base,
+                profile=profile,
+                network=c.network,
+                sources=said,
+            )
+        )
+    return out
+
+
+def _definitions(
+    repo: git.Repo, ident: Identity, gate: Plan, pr: int | None, plan_file: Path | None
+) -> tuple[Plan, Plan | None, dict[str, str], list[str]]:
+    """The plan to run (the governing plan's claims with the head's workload definition),
+    the base tree's definition for the base's arms, what each receipt names of both
+    sources, and notes where they differ. With --plan FILE or --rev, the one plan."""
+    from ledger.qualification.workload_source import workload_from
+
+    if pr is None or plan_file is not None:
+        return gate, None, {}, []
+    r = ident.revision
+    head = _plan_in(repo, r.commit, "the PR's head")
+    base_tree = _plan_in(repo, r.base, "the base tree") if r.base else None
+    run_plan = workload_from(gate, head)
+    base_plan = workload_from(gate, base_tree)
+    plan_note = next((n for n in ident.notes if n.startswith("plan: ")), "plan: the base's")
+    sources = {
+        "plan_source": plan_note.removeprefix("plan: ")
+        + ": claims, checks, parameters, thresholds, scopes",
+        "workload_source": f"{PLAN_FILE} at head {r.commit}"
+        + ("" if head is not None else " (none there: the base's)")
+        + ": workload, workload_params, preload",
+    }
+    if r.base:
+        sources["base_workload_source"] = f"{PLAN_FILE} at base tree {r.base}"
+    notes = []
+    for c in gate.claims:
+        d = differences(base_plan, run_plan, c)
+        if d:
+            notes.append(
+                f"{c.name}: the head's workload definition differs from the base's "
+                f"({'; '.join(d)}): the head's is run, the base's arms run the base's"
+            )
+    return run_plan, base_plan, sources, notes
+
+
+def _plan_in(repo: git.Repo, commit: str, what: str) -> Plan | None:
+    """The plan committed at `commit` (None: none there); one that does not read is the
+    head's own definition broken: refused (exit 2), naming it."""
+    try:
+        return src.plan_at(repo, commit, None)
+    except UsageError as e:
+        raise UsageError(f"{what}'s workload definition: {e.reason()}") from None
 
 
 def qualify(
@@ -222,6 +295,9 @@ def qualify(
     plan = ident.plan
     if plan is None:
         raise InputError(f"no {PLAN_FILE} at {ident.revision.commit[:12]}; pass --plan FILE")
+    # What is judged comes from the head (its workload definition is code under test);
+    # how it is judged, from the governing plan (`ledger.qualification.workload_source`).
+    head_plan, base_plan, sources, differ = _definitions(repo, ident, plan, pr, plan_file)
     # Before anything is checked out or measured: `auto` refuses rather than run the
     # pull request's code unsandboxed (with Ray, each worker resolves it where it runs).
     box = (
@@ -231,7 +307,9 @@ def qualify(
     )
     # The profile sizes the run; status judges each receipt against the profile its
     # scope names, so the plan kept for the question stays the unprofiled one.
-    run_plan = plan if profile is None else plan.with_profile(profile)
+    run_plan = head_plan if profile is None else head_plan.with_profile(profile)
+    if base_plan is not None and profile is not None:
+        base_plan = base_plan.with_profile(profile)
     # The checks run on a fresh worktree of the commit: clean by construction,
     # whatever state the caller's own work tree is in.
     revision = dataclasses.replace(ident.revision, dirty=False)
@@ -249,6 +327,8 @@ def qualify(
             else "loading the runners (torch)"
         )
     )
+    for note in differ:
+        say(f"note: {note}")
     if ((box is None and sandbox == "none") or (box is not None and box.mode == "none")) and (
         plan.runner.sandbox == "required"
     ):
@@ -270,7 +350,7 @@ def qualify(
         asked, skipped = _asked(run_plan, claims, check_names(), params_error)
         for c, fed in skipped:
             say(f"{c.name}: skipped ({c.check} receipts are recorded by `{fed}`, not by qualify)")
-        runs = _runs(run_plan, asked, device, profile)
+        runs = _runs(run_plan, asked, device, profile, base_plan, sources)
         for c, r in zip(asked, runs, strict=True):
             for note in _scope_notes(c, device, visible):
                 say(f"[{r.index}/{len(runs)}] {c.name}: note: {note}: its receipt will not count")
@@ -283,7 +363,16 @@ def qualify(
         try:
             if st is None:
                 _run_on_ray(
-                    repo, revision, plan, runs, ray_address, server, key_name, sandbox, say, done
+                    repo,
+                    revision,
+                    run_plan,
+                    runs,
+                    ray_address,
+                    server,
+                    key_name,
+                    sandbox,
+                    say,
+                    done,
                 )
                 return done
             assert recorder is not None and key is not None and box is not None

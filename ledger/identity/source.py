@@ -260,7 +260,7 @@ def identify(
         )
         proposed = _plan_text(repo, commit.hexsha)
         if proposed != _plan_text(repo, base_commit.hexsha):
-            notes.append(f"the PR changes {PLAN_FILE}: proposed, not applied")
+            notes.extend(_proposed(plan, proposed))
     else:
         plan = plan_at(repo, commit.hexsha, None)
         plan_base = commit.hexsha
@@ -300,6 +300,28 @@ def identify(
         dirty=dirty,
     )
     return Identity(revision, plan, tuple(notes), governing, branch)
+
+
+def _proposed(plan: Plan | None, proposed: bytes | None) -> list[str]:
+    """What the PR's change to the plan does: its workload definition is the head's code
+    under test (judged); everything else in it is proposed, not applied."""
+    from ledger.qualification.workload_source import gate_changed, workload_changed
+
+    head = None
+    if proposed is not None:
+        try:
+            head = parse_plan(proposed.decode("utf-8"), f"{PLAN_FILE} at the PR's head")
+        except (UnicodeDecodeError, InputError):
+            head = None
+    out = []
+    if workload_changed(plan, head):
+        out.append(
+            f"the PR changes the workload definition in {PLAN_FILE} (workload, "
+            "workload_params, preload): the head's is what qualify runs, as its code is"
+        )
+    if head is None or gate_changed(plan, head) or not out:
+        out.append(f"the PR changes {PLAN_FILE}: proposed, not applied")
+    return out
 
 
 def _blob_note(repo: git.Repo, commit: str) -> str:
