@@ -318,9 +318,11 @@ def test_after_a_ledger_key_rotation_both_keys_are_followed(
     new_vkey = ok(ledger("log", "vkey")).out.strip()
     assert parse_vkey(new_vkey).name == parse_vkey(old_vkey).name  # the origin stays
     ledger.record(1)
-    # Witnesses that know only the old key refuse the new checkpoint (403).
-    r = ok(ledger("log", "checkpoint", "--witnesses", str(policy_file)))
+    # Witnesses that know only the old key refuse the new checkpoint (403): the quorum
+    # is refused, exit 1, and nothing suggests a fork.
+    r = ledger("log", "checkpoint", "--witnesses", str(policy_file))
     assert "witness w1: HTTP 403" in r.err
+    assert r.code == 1 and "refused the quorum 'both'" in r.err and "fork" not in r.err
     witnesses.logs += f"log {new_vkey}\n".encode()
     for n in witnesses.names:
         witnesses.stop(n)
