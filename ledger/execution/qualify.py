@@ -160,10 +160,12 @@ def _runs(
     profile: str | None,
     base_plan: Plan | None = None,
     sources: dict[str, str] | None = None,
+    files: dict[str, str] | None = None,
 ) -> list[ClaimRun]:
     """The claims as runs: the workload definition `run_plan`'s (the head's), the base's
     arms built with `base_plan`'s (the base tree's) where it differs, and `sources`
-    naming both plans in each receipt."""
+    naming both plans in each receipt, with how the workload's parameters and its file
+    (`files`, by entry point) differ between head and base."""
     from runners.api import needs_base
 
     out = []
@@ -182,8 +184,12 @@ def _runs(
                 base_plan.workload_params_for(base_plan.claim(c.name) or c)
             )
         said = dict(sources or {})
-        if differs:
-            said["workload_differs"] = "; ".join(differs)
+        changed = [
+            *differs,
+            *([f] if (f := (files or {}).get(run_plan.workload_for(c) or "")) else []),
+        ]
+        if changed:
+            said["workload_differs"] = "; ".join(changed)
         out.append(
             ClaimRun(
                 index=i,
@@ -207,14 +213,15 @@ def _runs(
 
 def _definitions(
     repo: git.Repo, ident: Identity, gate: Plan, pr: int | None, plan_file: Path | None
-) -> tuple[Plan, Plan | None, dict[str, str], list[str]]:
+) -> tuple[Plan, Plan | None, dict[str, str], list[str], dict[str, str]]:
     """The plan to run (the governing plan's claims with the head's workload definition),
     the base tree's definition for the base's arms, what each receipt names of both
-    sources, and notes where they differ. With --plan FILE or --rev, the one plan."""
+    sources, notes where they differ, and which workload files differ between the base
+    tree and the head (by entry point). With --plan FILE or --rev, the one plan."""
     from ledger.qualification.workload_source import workload_from
 
     if pr is None or plan_file is not None:
-        return gate, None, {}, []
+        return gate, None, {}, [], {}
     r = ident.revision
     head = _plan_in(repo, r.commit, "the PR's head")
     base_tree = _plan_in(repo, r.base, "the base tree") if r.base else None
@@ -238,7 +245,33 @@ def _definitions(
                 f"{c.name}: the head's workload definition differs from the base's "
                 f"({'; '.join(d)}): the head's is run, the base's arms run the base's"
             )
-    return run_plan, base_plan, sources, notes
+    files = {}
+    if r.base:
+        for ref in {run_plan.workload_for(c) or "" for c in run_plan.claims} - {""}:
+            said = _file_differs(repo, r.base, r.commit, ref)
+            if said is not None:
+                files[ref] = said
+    return run_plan, base_plan, sources, notes, files
+
+
+def _file_differs(repo: git.Repo, base: str, head: str, ref: str) -> str | None:
+    """How the file of entry point `ref` (`package.module:attr`) differs between the base
+    tree and the head, or None (the same, or not a file of the repository: a library)."""
+    mod = ref.split(":", 1)[0].replace(".", "/")
+    for path in (f"{mod}.py", f"{mod}/__init__.py"):
+        blobs: list[str | None] = []
+        for commit in (base, head):
+            try:
+                blobs.append((repo.commit(commit).tree / path).hexsha)
+            except KeyError:
+                blobs.append(None)
+        if blobs == [None, None]:
+            continue
+        if blobs[0] == blobs[1]:
+            return None
+        b, h = (x[:12] if x else "(none)" for x in blobs)
+        return f"workload file {path}: {b} -> {h}"
+    return None
 
 
 def _plan_in(repo: git.Repo, commit: str, what: str) -> Plan | None:
@@ -297,7 +330,7 @@ def qualify(
         raise InputError(f"no {PLAN_FILE} at {ident.revision.commit[:12]}; pass --plan FILE")
     # What is judged comes from the head (its workload definition is code under test);
     # how it is judged, from the governing plan (`ledger.qualification.workload_source`).
-    head_plan, base_plan, sources, differ = _definitions(repo, ident, plan, pr, plan_file)
+    head_plan, base_plan, sources, differ, files = _definitions(repo, ident, plan, pr, plan_file)
     # Before anything is checked out or measured: `auto` refuses rather than run the
     # pull request's code unsandboxed (with Ray, each worker resolves it where it runs).
     box = (
@@ -350,7 +383,7 @@ def qualify(
         asked, skipped = _asked(run_plan, claims, check_names(), params_error)
         for c, fed in skipped:
             say(f"{c.name}: skipped ({c.check} receipts are recorded by `{fed}`, not by qualify)")
-        runs = _runs(run_plan, asked, device, profile, base_plan, sources)
+        runs = _runs(run_plan, asked, device, profile, base_plan, sources, files)
         for c, r in zip(asked, runs, strict=True):
             for note in _scope_notes(c, device, visible):
                 say(f"[{r.index}/{len(runs)}] {c.name}: note: {note}: its receipt will not count")
