@@ -45,6 +45,27 @@ install_jemalloc() {
     || echo "libjemalloc2 could not be installed: its fork server test is skipped"
 }
 
+# tests/ledger/transparency/test_second_witness.py runs the ledger against a second
+# implementation of the C2SP specs (aics-witness, aics-tlog; pinned as in pyproject's
+# test extra). They need Python >= 3.12 and the project's venv is 3.11, so they get
+# a venv of their own, made afresh from the first Python 3.12 or newer found.
+install_second_c2sp() {
+  local venv=${C2SP_VENV:-.c2sp-venv} py="" cand
+  for cand in python3.13 python3.12 "$(pyenv root 2>/dev/null)"/versions/3.1[2-9]*/bin/python3; do
+    if "$cand" -c 'import sys; assert sys.version_info >= (3, 12)' >/dev/null 2>&1; then
+      py=$cand
+      break
+    fi
+  done
+  if [ -z "$py" ]; then
+    echo "no Python 3.12 or newer: the second-implementation tests will fail"
+    return 0
+  fi
+  rm -rf "$venv"
+  { "$py" -m venv "$venv" && "$venv/bin/python" -m pip install -q aics-witness==0.1.0 aics-tlog==0.2.1; } \
+    || echo "aics-witness could not be installed: the second-implementation tests will fail"
+}
+
 # LEDGER_TEST_PG_URL, when set, names the test database and is used as it is;
 # otherwise the local server's ledger_test database is made ready and named.
 prepare_postgres() {
