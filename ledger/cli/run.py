@@ -212,6 +212,7 @@ def run(
             cwd=root,
             sandbox=wrap if sandboxed else None,
             staged=staged if sandboxed else None,
+            hidden=box.base.hidden,
         )
         # Read before the worktree goes (beneath their folders, never through a link):
         # the receipt names them, the store keeps them.

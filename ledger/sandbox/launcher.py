@@ -8,13 +8,14 @@ root, in this order:
 
 1. (the caller's ``preexec_fn`` has already joined the claim's cgroup: a join
    after the drop would fail);
-2. a private mount namespace in which every folder on the way to a bound path
-   that the unprivileged uid could not traverse (``/root`` at mode 0700, a
-   0700 temporary folder) is covered by a tmpfs holding only the bound paths,
-   at the **same** paths they have outside (request files, ``pyvenv.cfg``'s
-   ``home =`` and artifact paths are absolute);
-3. the folders Ledger made for the sandbox handed to the uid (never one a user
-   named; never through a link or a hard link);
+2. a private mount namespace, in which the folders Ledger made for the sandbox
+   are handed to the uid (never one a user named; never through a link or a hard
+   link), and then every folder on the way to a bound path that the uid still
+   could not traverse (``/root`` at mode 0700) is covered by a tmpfs holding only
+   the bound paths, at the **same** paths they have outside (request files,
+   ``pyvenv.cfg``'s ``home =`` and artifact paths are absolute); a bound folder
+   is never covered;
+3. for the ranks of one claim, the holder's namespaces entered (below);
 4. the drop: no supplementary groups, then the gid, then the uid, all three of
    each set, checked;
 5. exec bubblewrap, unprivileged: it makes the user namespace itself (route
@@ -58,6 +59,7 @@ MS_BIND = 0x1000
 MS_REC = 0x4000
 MS_PRIVATE = 1 << 18
 PR_SET_PDEATHSIG = 1
+PR_SET_NAME = 15
 
 REFUSED = 125
 """The launcher's own exit status when it will not start the sandbox (a reason on
@@ -106,12 +108,18 @@ def blocked(paths: Iterable[str], uid: int, gid: int) -> dict[str, list[str]]:
     """For each topmost folder the uid cannot traverse, the bound paths below it
     (none below another: binding a folder brings what is inside it)."""
     tops: dict[str, list[str]] = {}
-    for p in paths:
-        if not p.startswith("/") or not os.path.lexists(p):
+    listed = [os.path.normpath(p) for p in paths if p.startswith("/")]
+    for p in listed:
+        if not os.path.lexists(p):
             continue
-        for a in _ancestors(os.path.normpath(p)):
+        for a in _ancestors(p):
+            if a in listed:
+                # A bound folder is never covered (what is in it would be hidden): the
+                # uid must be able to read it itself, and where it cannot, the sandbox
+                # fails to start (its self-test says so).
+                break
             if not traversable(a, uid, gid):
-                tops.setdefault(a, []).append(os.path.normpath(p))
+                tops.setdefault(a, []).append(p)
                 break
     for top, below in tops.items():
         below.sort(key=len)
@@ -246,8 +254,11 @@ def _rootmap(cmd: Sequence[str], uid: int, gid: int) -> int:
     with open(f"/proc/{pid}/gid_map", "w") as f:
         f.write(f"0 {gid} 1\n")
     # This process stays (the map's writer must outlive the child's setup): it holds
-    # nothing of the host a signal could not end, and forwards the polite ones.
+    # nothing of the host a signal could not end, and forwards the polite ones. Named,
+    # so that a reading from outside passes over it to the sandbox below
+    # (`runners.harness.outside.LAUNCHER_NAME`).
     drop(uid, gid)
+    _libc.prctl(PR_SET_NAME, b"ledger-launch")
     for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(s, lambda n, _f: os.kill(pid, n))
     os.write(to_child_w, b"1")
@@ -278,8 +289,10 @@ def launch(spec: dict[str, object], cmd: list[str]) -> int:
         os.execv(cmd[0], cmd)
     _check(_libc.unshare(CLONE_NEWNS), "unshare mount")
     _mount(None, "/", None, MS_REC | MS_PRIVATE, None)
-    reach([str(p) for p in spec.get("reach", []) or []], uid, gid)  # type: ignore[attr-defined]
+    # Handed over first: a folder of Ledger's is then the uid's to traverse, and only
+    # what no one handed over is reached through a cover.
     hand_over([str(p) for p in spec.get("hand", []) or []], uid, gid)  # type: ignore[attr-defined]
+    reach([str(p) for p in spec.get("reach", []) or []], uid, gid)  # type: ignore[attr-defined]
     if holder is not None:
         cmd = [cmd[0], "--pidns", str(enter(int(str(holder)))), *cmd[1:]]
     elif route == "rootmap":

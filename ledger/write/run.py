@@ -20,6 +20,7 @@ receipt's ``refused_outputs`` and never read, and the outcome still stands.
 from __future__ import annotations
 
 import contextlib
+import fnmatch
 import json
 import os
 import shutil
@@ -126,11 +127,14 @@ def _strays(marker: str, pgid: int) -> dict[int, str]:
     return found
 
 
-def _exe(pid: int) -> str | None:
+def _exe(pid: int) -> tuple[int, int] | None:
+    """The file a process runs, as (device, inode): a path would be the one seen from
+    the process's own mount namespace (the sandbox's launcher makes a private one)."""
     try:
-        return os.readlink(f"/proc/{pid}/exe")
+        st = os.stat(f"/proc/{pid}/exe")
     except OSError:
         return None
+    return st.st_dev, st.st_ino
 
 
 def _group_alive(pgid: int) -> bool:
@@ -187,15 +191,20 @@ def spawn(
     return popen(cmd, env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=2, process_group=0)
 
 
-def copy_out(src: Path, dst: Path) -> None:
+def copy_out(src: Path, dst: Path, declared: Sequence[str], never: Sequence[str] = ()) -> None:
     """The regular files the sandboxed command wrote in ``src`` (a folder of Ledger's,
-    owned by the sandbox's uid), copied beneath ``dst`` (the folder the user named):
-    never through a link, never out of ``dst``, nothing else (the reading beneath
-    ``dst`` that follows judges what arrived)."""
+    owned by the sandbox's uid) that it was declared to write (``declared``: the
+    --result path and absolute --artifact globs), copied beneath ``dst`` (the folder
+    the user named): never through a link, never out of ``dst``, never onto a path the
+    sandbox hid (``never``: the empty files bubblewrap leaves where it covered one),
+    nothing else (the reading beneath ``dst`` that follows judges what arrived)."""
     for here, dirs, files in os.walk(src, followlinks=False):
         rel = Path(here).relative_to(src)
         for name in files:
             path = Path(here, name)
+            wanted = str(dst / rel / name)
+            if wanted in never or not any(fnmatch.fnmatchcase(wanted, d) for d in declared):
+                continue
             try:
                 fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
             except OSError:
@@ -229,11 +238,13 @@ def run_command(
     cwd: Path | None = None,
     sandbox: Wrap | None = None,
     staged: Mapping[Path, Path] | None = None,
+    hidden: Sequence[str] = (),
 ) -> CommandRun:
     """Run `argv` in `cwd`; relative `result_file` and artifact globs are read beneath it,
     absolute ones beneath their folder (`ledger.outputs.declared`). ``staged``: (a
     folder a user named -> the folder of Ledger's the sandboxed command wrote in its
-    place); what it wrote is copied out before anything is read."""
+    place); what it was declared to write there is copied out before anything is read
+    (never onto a ``hidden`` path)."""
     if not argv:
         raise UsageError("ledger run needs a command after --")
     marker = uuid.uuid4().hex
@@ -264,7 +275,7 @@ def run_command(
     # The sandbox's own init may still be exiting after its parent returned: not a
     # leak (and nothing inside outlives it: the pid namespace ends with it).
     bwrap = find_bwrap() if sandbox is not None else None
-    own = os.path.realpath(bwrap) if bwrap is not None else None
+    own = (os.stat(bwrap).st_dev, os.stat(bwrap).st_ino) if bwrap is not None else None
     strays = {
         p: n
         for p, n in _strays(marker, proc.pid).items()
@@ -301,8 +312,9 @@ def run_command(
         m["nvml_used_before_bytes"] = before
         m["nvml_used_after_bytes"] = after
         m["nvml_used_delta_bytes"] = {u: after.get(u, 0) - b for u, b in before.items()}
+    wrote = [str(p) for p in [result_file, *artifact_globs] if p is not None]
     for theirs, mine in (staged or {}).items():
-        copy_out(mine, theirs)
+        copy_out(mine, theirs, [w for w in wrote if w.startswith("/")], hidden)
     refused: list[Refused] = []
     outcome, reason = _outcome(rc, timed_out, timeout_s, result, m, refused)
     got = collect(declared, MAX_ARTIFACT_BYTES)

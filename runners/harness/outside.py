@@ -69,6 +69,10 @@ def read_note(path: Path, limit: int = 1 << 16) -> str | None:
         return None
 
 
+LAUNCHER_NAME = "ledger-launch"
+"""The name the sandbox's launcher gives itself where it stays (`ledger.sandbox.launcher`)."""
+
+
 def claim_pid(launched: int, marker: Path) -> int | None:
     """The claim process of a rank started as ``launched``: the forked worker named
     in ``marker``, else the first process below the sandbox's launcher."""
@@ -82,7 +86,9 @@ def claim_pid(launched: int, marker: Path) -> int | None:
     if table is None or launched not in table:
         return None
     pid = launched
-    while table[pid].comm == "bwrap":
+    # bubblewrap's own processes, and the sandbox's launcher where it waits for one
+    # (`ledger.sandbox.launcher`, route rootmap), hold none of the claim's memory.
+    while table[pid].comm in ("bwrap", LAUNCHER_NAME):
         kids = sorted(p for p, i in descendants(pid, table).items() if i.ppid == pid)
         if not kids:
             return None

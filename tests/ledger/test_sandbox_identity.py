@@ -320,3 +320,24 @@ def test_the_rootmap_route_maps_the_sandbox_onto_an_unprivileged_uid(tmp_path: P
     assert bad == [] and uid == 65534
     [proof] = box.proofs.values()
     assert proof.ok and proof.host_uid == 65534
+
+
+def test_every_sandboxed_process_starts_through_the_one_launcher() -> None:
+    """No module outside `ledger.sandbox` builds a bubblewrap command line or starts
+    bubblewrap itself: each kind of process that runs the pull request's code goes
+    through `Sandbox.launch` (self-test first) and `render` (the launcher first)."""
+    root = Path(__file__).resolve().parents[2]
+    found = []
+    for folder in ("ledger", "runners"):
+        for path in (root / folder).rglob("*.py"):
+            if path.parent.name == "sandbox" and path.parent.parent.name == "ledger":
+                continue
+            text = path.read_text()
+            for pattern in (r"\brender\([^)]*bwrap=", r"[\"']--unshare-", r"\bbwrap_path\(\)"):
+                if re.search(pattern, text):
+                    found.append(f"{path.relative_to(root)}: {pattern}")
+    assert found == []
+    from ledger.sandbox import LAUNCHER, SandboxPolicy, render
+
+    argv = render(SandboxPolicy(), ["true"], bwrap="/usr/bin/bwrap")
+    assert argv[:4] == [sys.executable, "-I", "-S", str(LAUNCHER)]
