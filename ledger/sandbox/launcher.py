@@ -113,14 +113,14 @@ def blocked(paths: Iterable[str], uid: int, gid: int) -> dict[str, list[str]]:
         if not os.path.lexists(p):
             continue
         for a in _ancestors(p):
-            if a in listed:
-                # A bound folder is never covered (what is in it would be hidden): the
-                # uid must be able to read it itself, and where it cannot, the sandbox
-                # fails to start (its self-test says so).
-                break
-            if not traversable(a, uid, gid):
+            if traversable(a, uid, gid):
+                continue
+            if a not in listed:
                 tops.setdefault(a, []).append(p)
-                break
+            # else: a bound folder is never covered (what is in it would be hidden):
+            # the uid must be able to read it itself, and where it cannot, the sandbox
+            # fails to start (its self-test says so).
+            break
     for top, below in tops.items():
         below.sort(key=len)
         kept: list[str] = []
