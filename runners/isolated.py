@@ -25,6 +25,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ledger.sandbox.proof import SandboxBreach
 from runners.authors import Observed, authored, observe
 from runners.claim_exit import (
     cleanup_verdict,
@@ -115,6 +116,7 @@ def _launches(
     work: Path,
     kwargs: dict[str, Any],
     extra: Mapping[str, str] | None = None,
+    holder: int | None = None,
 ) -> tuple[list[list[str]], list[dict[str, str]]]:
     """Each rank's command line and environment, inside the sandbox where there is one.
 
@@ -123,10 +125,10 @@ def _launches(
     envs = [{**child.env(), **(extra or {})} for _ in argvs]
     if sandbox is None:
         return argvs, envs
-    # Several ranks share one pid, ipc and network namespace (entered before their
-    # sandboxes start: `ledger.sandbox.namespaces`), so they rendezvous over
-    # loopback and NCCL reaches its peers, and still reach nothing else.
-    shared = len(argvs) > 1
+    # Several ranks share one user, pid, ipc and network namespace (``holder``'s:
+    # `ledger.sandbox.namespaces`), so they rendezvous over loopback and NCCL reaches
+    # its peers, and still reach nothing else.
+    shared = holder is not None
     scratch = work / "scratch"
     shm = work / "shm"
     scratch.mkdir()
@@ -141,7 +143,7 @@ def _launches(
         network=network,
         shm=shm if len(argvs) > 1 else None,
         scratch=scratch,
-    ).with_(joined=shared)
+    ).with_(joined=shared, holder=holder)
     if (extra or {}).get(DEVICE_SHARED_VAR) == "1":
         # Not a secret, and the sandbox passes no LEDGER_* variable of its own accord.
         policy = policy.with_(env=(*policy.env, (DEVICE_SHARED_VAR, "1")))
@@ -219,10 +221,47 @@ def run_claim_isolated(
     # them, however briefly each lived (none here: the view is sampled, and says so).
     cgroup = ClaimCgroup.make()
     private: Path | None = None
+    stack = contextlib.ExitStack()
+    if sandbox is not None and sandbox.mode != "none":
+        # The claim's folder is Ledger's, written by the sandbox's unprivileged uid.
+        sandbox.hand_over(work)
     if not forked:
-        argvs, envs = _launches(
-            argvs, sandbox=sandbox, network=network, work=work, kwargs=kwargs, extra=extra
-        )
+        try:
+            if sandbox is not None and sandbox.bwrap and len(argvs) > 1:
+                from ledger.sandbox.namespaces import shared_namespaces
+
+                holder = stack.enter_context(
+                    shared_namespaces(sandbox.bwrap, sandbox.base, network=network)
+                )
+            else:
+                holder = None
+            argvs, envs = _launches(
+                argvs,
+                sandbox=sandbox,
+                network=network,
+                work=work,
+                kwargs=kwargs,
+                extra=extra,
+                holder=holder,
+            )
+        except SandboxBreach as e:
+            # Its self-test reached something: none of the pull request's code ran.
+            stack.close()
+            if cgroup is not None:
+                cgroup.close()
+            shutil.rmtree(work, ignore_errors=True)
+            r = infra_error(
+                claim=claim,
+                check=check,
+                version="unknown",
+                params=dict(kwargs.get("params") or {}),
+                scope={"device_kind": device},
+                reason=str(e)[:2000],
+                started_ns=time.time_ns(),
+                finished_ns=time.time_ns(),
+            )
+            authored([r], _observed(device, gpu_uuids, env, kwargs, world_size, distributed))
+            return [r]
     else:
         # The client places the forked worker in the cgroup before it starts.
         placed = {} if cgroup is None else {CGROUP_VAR: str(cgroup.path)}
@@ -235,17 +274,9 @@ def run_claim_isolated(
     started = time.time_ns()
     gpu_before = nvml.devices_used()
     results_of = [work / f"result{rank}.json" for rank in range(world_size)]
-    stack = contextlib.ExitStack()
     try:
-        enter: Callable[[], None] | None = None
-        if sandbox is not None and sandbox.bwrap and len(argvs) > 1:
-            from ledger.sandbox.namespaces import shared_namespaces
-
-            enter = stack.enter_context(
-                shared_namespaces(sandbox.bwrap, sandbox.base, network=network)
-            )
         group = RankGroup.start(
-            argvs, progress=progress, envs=envs, preexec=_preexec(enter, cgroup, forked)
+            argvs, progress=progress, envs=envs, preexec=_preexec(cgroup, forked)
         )
         markers = [p.with_name(p.name + ".pid") for p in results_of]
         # From outside, while the claim runs: what its processes really hold.
@@ -447,20 +478,16 @@ def _observed(
     )
 
 
-def _preexec(
-    enter: Callable[[], None] | None, cgroup: ClaimCgroup | None, forked: bool
-) -> Callable[[], None] | None:
+def _preexec(cgroup: ClaimCgroup | None, forked: bool) -> Callable[[], None] | None:
     """What each spawned rank does before its command: join the claim's cgroup (a
-    forked worker is placed there by its client instead), enter the shared namespaces."""
-    if (cgroup is None or forked) and enter is None:
+    forked worker is placed there by its client instead). It runs as root before the
+    sandbox's launcher drops the uid (a join after the drop would fail), and a failed
+    join fails the start: the claim's outside view would miss the rank."""
+    if cgroup is None or forked:
         return None
 
     def run() -> None:
-        if cgroup is not None and not forked:
-            with contextlib.suppress(OSError):
-                cgroup.join()
-        if enter is not None:
-            enter()
+        cgroup.join()
 
     return run
 
