@@ -261,6 +261,9 @@ def run_claim_isolated(
                 finished_ns=time.time_ns(),
             )
             authored([r], _observed(device, gpu_uuids, env, kwargs, world_size, distributed))
+            # The host's own evidence (its self-test, read by this process), not a
+            # claim's word: it stays an infrastructure error.
+            r.outcome, r.reason = "infra-error", str(e)[:2000]
             return [r]
     else:
         # The client places the forked worker in the cgroup before it starts.

@@ -341,3 +341,37 @@ def test_every_sandboxed_process_starts_through_the_one_launcher() -> None:
 
     argv = render(SandboxPolicy(), ["true"], bwrap="/usr/bin/bwrap")
     assert argv[:4] == [sys.executable, "-I", "-S", str(LAUNCHER)]
+
+
+def test_a_claim_whose_sandbox_fails_its_self_test_is_an_infra_error_and_runs_nothing(
+    tmp_path: Path,
+) -> None:
+    from runners.isolated import run_claim_isolated
+
+    box = resolve("auto")
+    broken = Sandbox(box.mode, box.bwrap, box.base.with_(writable=("/tmp",)))
+    root = tmp_path / "pr"
+    root.mkdir()
+    marker = tmp_path / "imported"
+    (root / "wl.py").write_text(
+        f"open({str(marker)!r}, 'w').write('pull request code ran')\n"
+        "from runners.workloads.moe_ep import make_workload\n"
+    )
+    [r] = run_claim_isolated(
+        progress=lambda _m: None,
+        device="cpu",
+        claim="c.cleanup",
+        check="cleanup",
+        params={},
+        repo_root=root,
+        workload_ref="wl:make_workload",
+        workload_params={},
+        observer_off_required=False,
+        base_root=None,
+        artifact_dir=None,
+        timeout_s=120,
+        sandbox=broken,
+    )
+    assert r.outcome == "infra-error", r.reason
+    assert r.reason is not None and "self-test" in r.reason and "sibling-folder" in r.reason
+    assert not marker.exists()
