@@ -495,10 +495,12 @@ def resolve(
     # namespace where the host lets one be mounted. Never a form without a user
     # namespace: the host uid would be the caller's (docs/security.md).
     forced = environ.get(ROUTE_VAR)
-    routes = [r for r in ROUTES if forced in (None, "", r)]
+    if forced and forced not in ROUTES:
+        raise UsageError(f"{ROUTE_VAR} must be one of {', '.join(ROUTES)}, got {forced!r}")
+    routes: list[Route] = [r for r in get_args(Route) if forced in (None, "", r)]
     forms = [(proc, route) for route in routes for proc in (True, False)]
     why = None
-    proc, route = True, routes[0] if routes else "userns"
+    proc, route = True, routes[0]
     for proc, route in forms:
         why = _works(bwrap, proc, route)
         if why is None:
