@@ -90,6 +90,21 @@ def _identity(doc: dict[str, Any]) -> Identity:
     return Identity(revision, plan, tuple(notes))
 
 
+def _current(store: Store, q: Identity) -> Identity:
+    """The question about the id its repository's receipts count under now: a checkout
+    still named by an earlier id (`ledger repo alias OLD NEW`) gets the answer under NEW,
+    with the receipts of both."""
+    from ledger.identity.aliases import current_id
+
+    try:
+        now = current_id(store, q.revision.repo)
+    except Error:
+        return q  # an id that does not read: the answer says what it finds under it
+    if now == q.revision.repo:
+        return q
+    return dataclasses.replace(q, revision=dataclasses.replace(q.revision, repo=now))
+
+
 def _claims_scope(doc: dict[str, Any]) -> tuple[list[str], dict[str, str | int]]:
     claims = doc.get("claims") or []
     scope = doc.get("scope") or {}
@@ -149,7 +164,9 @@ def status_from_question(
 ) -> dict[str, Any]:
     def compute() -> dict[str, Any]:
         claims, scope = _claims_scope(doc)
-        return query_status(store, _identity(doc), claims=claims, scope=scope).to_json()
+        return query_status(
+            store, _current(store, _identity(doc)), claims=claims, scope=scope
+        ).to_json()
 
     return _answer(store, answers, ("status", _key(doc)), compute)
 
@@ -158,7 +175,7 @@ def history_from_question(
     store: Store, doc: dict[str, Any], answers: Answers | None = None
 ) -> dict[str, Any]:
     def compute() -> dict[str, Any]:
-        return history_answer(store, _identity(doc))
+        return history_answer(store, _current(store, _identity(doc)))
 
     return _answer(store, answers, ("history", _key(doc)), compute)
 

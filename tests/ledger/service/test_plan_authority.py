@@ -348,6 +348,26 @@ def test_two_plans_for_one_commit_are_a_conflict(
     assert page.status_code == 200 and "conflicting governing plans" in page.text
 
 
+def test_two_plans_for_one_base_branch_commit_are_a_conflict(
+    repo: git.Repo, server: Running, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    w = str(repo.working_tree_dir)
+    assert _attest(capsys, repo).code == 0
+    repo_id = _cli(capsys, repo)["subject"]["repo"]
+    tip = repo.commit("main").hexsha
+    assert run(capsys, "plan", "record", "--branch", "main", "--repo", w, "--offline").code == 0
+    lax = tmp_path / "lax.toml"
+    lax.write_text(LAX)
+    res = run(capsys, "plan", "assert", str(lax), "--repository", repo_id, "--commit", tip,
+              "--branch", "main")  # fmt: skip
+    assert res.code == 0, res.err
+    for name, v in _surfaces(server, repo_id).items():
+        assert v["headline"] == "not qualified: conflicting governing plans recorded", (name, v)
+    api = _get(server, "/v1/status?" + urlencode({"repo": repo_id, "pr": 7}))
+    [problem] = [p for p in api["problems"] if "conflicting governing plans" in p]
+    assert tip[:12] in problem and "on the ledger's host" in problem
+
+
 def test_an_alias_moves_receipts_and_plans_on_every_surface(
     repo: git.Repo, server: Running, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -373,3 +393,7 @@ def test_an_alias_moves_receipts_and_plans_on_every_surface(
             assert v["headline"] == want, (asked, name)
         api = _get(server, "/v1/status?" + urlencode({"repo": asked, "pr": 7}))
         assert api["verdict"]["headline"] == want and api["subject"]["repo"] == new
+    # A checkout still named by the old id asks the server: answered under the new one.
+    repo.delete_remote(repo.remote("origin"))
+    asked = _cli(capsys, repo, "--server", server.url)
+    assert asked["subject"]["repo"] == new and asked["verdict"]["headline"] == want
