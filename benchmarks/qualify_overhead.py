@@ -20,7 +20,11 @@ the model built on CPU, copied by each claim); its saving shows in the wall
 time (the check's own time includes the workload's setup).
 
     python benchmarks/qualify_overhead.py [--claims 5] [--workload qwen3|moe]
-        [--size tiny|h200] [--device cpu|cuda] [--json]
+        [--size tiny|h200] [--device cpu|cuda] [--json] [--learned]
+
+``--learned``: only the fork server's start and its first claim, for a tree run for
+the first time and for the same tree again; what one run's claims learned to import
+reaches only the next run of the same tree (`runners.preload`).
 """
 
 from __future__ import annotations
@@ -83,6 +87,35 @@ def _claim(
             "overhead_s": (wall - inner) / 1e9}  # fmt: skip
 
 
+def learned_effect(
+    root: Path, ref: str, wparams: dict[str, Any], device: str, modules: list[str]
+) -> dict[str, Any]:
+    """The fork server's start and its first claim, for a tree qualified for the first
+    time (the plan's list only: what another tree's claims learned is never imported)
+    and for the same tree again (with what its first run's claims learned). Before the
+    learned list was keyed by tree, every pull request's server started the second way."""
+    from runners.preload import installed_only, learned
+
+    out: dict[str, Any] = {}
+    extra: list[str] = []
+    for way in ("new_tree", "same_tree_again"):
+        preload = {"modules": [*modules, *extra], "prepare": [(str(root), ref, wparams)]}
+        t0 = time.perf_counter()
+        server = ForkServer.launch([(str(root), ref)], child_env(), **preload).wait()  # type: ignore[arg-type]
+        start = time.perf_counter() - t0
+        try:
+            first = _claim(root, ref, wparams, device, server)
+        finally:
+            server.close()
+        if way == "new_tree":
+            extra = installed_only(learned(root))
+        out[way] = {"fork_server_start_s": start, "first_claim_wall_s": first["wall_s"],
+                    "modules_preloaded": len(server.ready.get("modules", [])),
+                    "outcome": first["outcome"]}  # fmt: skip
+    out["learned_modules"] = len(extra)
+    return out
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--claims", type=int, default=5)
@@ -90,6 +123,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--size", choices=("tiny", "h200"), default="tiny")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument(
+        "--learned",
+        action="store_true",
+        help="Only the fork server's start and first claim, for a new tree and the same tree "
+        "again (what a run learns reaches only runs of its own tree).",
+    )
     a = ap.parse_args(argv)
     root, ref, wparams = WORKLOADS[a.workload]
     modules: list[str] = []
@@ -100,6 +139,19 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         modules = list(plan.get("preload", []))
         if a.size == "h200":
             wparams = {**plan["workload_params"], **plan["profiles"]["h200"]["workload_params"]}
+    if a.learned:
+        got = learned_effect(root, ref, wparams, a.device, modules)
+        if a.json:
+            print(json.dumps(got, indent=2))
+        else:
+            print(f"{ref} ({a.size}) on {a.device}: fork server start and its first claim")
+            for way in ("new_tree", "same_tree_again"):
+                x = got[way]
+                print(f"  {way:16} server start {x['fork_server_start_s']:6.2f} s "
+                      f"({x['modules_preloaded']} modules preloaded), first claim "
+                      f"{x['first_claim_wall_s']:6.2f} s, {x['outcome']}")  # fmt: skip
+            print(f"  learned by the first run's claim: {got['learned_modules']} module(s)")
+        return got
     box = resolve("bwrap")
     run_dir = Path(tempfile.mkdtemp(prefix="ledger-bench-"))
     try:

@@ -173,7 +173,9 @@ def observe(
         "python": platform.python_version(),
         "packages_digest": packages_digest(outside),
     }
-    if device == "cpu":
+    if device == "cpu" or torch.version.cuda is None:
+        # A torch without a CUDA build runs every claim on the CPU ("auto"), or none
+        # at all ("cuda"), whatever GPUs the host has.
         gpus: list[tuple[str, str, int]] = []
     elif gpu_uuids:
         by = {nvml.normalise_uuid(d[0]): d for d in nvml.devices() or []}
@@ -217,14 +219,23 @@ _INFRA_SAID = (
 
 
 def authored(
-    results: Sequence[CheckResult], seen: Observed, *, world_size: int | None = None
+    results: Sequence[CheckResult],
+    seen: Observed,
+    *,
+    world_size: int | None = None,
+    window: tuple[int, int] | None = None,
 ) -> None:
     """Each result's host facts and scope as the host observed them (``seen``), the plan's
     facets as the result gave them, and the claim's own ``infra-error`` a ``failed``.
     Where the claim said otherwise of a host fact, its words stay in the measurements
-    under `REPORTED_FACTS`, as reported."""
+    under `REPORTED_FACTS`, as reported. ``window``: when the parent launched the claim
+    and saw it exit (ns since the epoch); a claim's start and finish outside it are
+    replaced by those."""
     for r in results:
         said: dict[str, Json] = {}
+        if window is not None and not (window[0] <= r.started_ns <= r.finished_ns <= window[1]):
+            said["started_ns"], said["finished_ns"] = r.started_ns, r.finished_ns
+            r.started_ns, r.finished_ns = window
         for k in HOST_FACETS:
             if k in r.scope and r.scope[k] != seen.scope[k]:
                 said[k] = r.scope[k]
@@ -241,5 +252,13 @@ def authored(
         if said:
             r.measurements[REPORTED_FACTS] = said
         if r.outcome == "infra-error":
-            r.outcome = "failed"
-            r.reason = _INFRA_SAID + untrusted(r.reason or "no reason given", 2000)
+            if seen.scope["device_kind"] == "cuda" and not seen.gpu_uuids:
+                # The host's own reading: a CUDA claim, and no GPU it could run on here.
+                r.reason = (
+                    "the host has no GPU for a CUDA claim (none through NVML, or a torch "
+                    "without a CUDA build); the claim process said: "
+                    f"{untrusted(r.reason or 'no reason given', 2000)}"
+                )
+            else:
+                r.outcome = "failed"
+                r.reason = _INFRA_SAID + untrusted(r.reason or "no reason given", 2000)

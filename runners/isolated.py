@@ -367,7 +367,7 @@ def run_claim_isolated(
         }
         params = kwargs.get("params")
         art = kwargs.get("artifact_dir")
-        malformed = _malformed(got, None if art is None else Path(art))
+        malformed = _malformed(got, None if art is None else Path(art), claim)
         if malformed is not None:
             # The claim's report is its own: a malformed one fails the claim, its
             # problem quoted as the code's text.
@@ -431,6 +431,7 @@ def run_claim_isolated(
             results,
             _observed(device, gpu_uuids, env, kwargs, world_size, distributed),
             world_size=world_size if grouped else None,
+            window=(started, time.time_ns()),
         )
         for path in results_of:
             note_learned(path.with_name(path.name + ".modules"), kwargs.get("repo_root"))
@@ -542,9 +543,10 @@ def _bounded(
     return results
 
 
-def _malformed(got: list[Any], artifact_dir: Path | None) -> str | None:
-    """The first reason a rank's result document is not exactly a list of results, or
-    None. The parent reads only artifacts inside the artifact folder."""
+def _malformed(got: list[Any], artifact_dir: Path | None, claim: str) -> str | None:
+    """The first reason a rank's result document is not exactly a list of results for
+    ``claim`` (a claim never speaks for another), or None. The parent reads only
+    artifacts inside the artifact folder."""
     for rank, g in enumerate(got):
         if g is None:
             continue
@@ -556,6 +558,8 @@ def _malformed(got: list[Any], artifact_dir: Path | None) -> str | None:
                 check_result(d, artifact_dir=artifact_dir)
             except ResultError as e:
                 return f"{where}{e}"
+            if d["claim"] != claim:
+                return f"{where}result.claim: names another claim, {untrusted(d['claim'], 80)}"
     return None
 
 

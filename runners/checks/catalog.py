@@ -35,17 +35,19 @@ class CheckSpec:
         return self.params.defaults()
 
     def run(self, ctx: CheckContext, given: Mapping[str, Json]) -> list[CheckResult]:
-        """Run the check with the parameters a plan gave; a bad one is an infra-error."""
+        """Run the check with the parameters a plan gave; a bad one is inconclusive (the
+        plan's, not the code's: nothing found either way, and no infrastructure error,
+        which only the parent's evidence makes)."""
         recorded = self.params.recorded(given)
         try:
             p = self.params.parse(given)
         except ParamError as e:
             reason = f"bad parameter for {self.name}: {e}"
-            return [
-                infra_result(
-                    ctx, check=self.name, version=self.version, params=recorded, reason=reason
-                )
-            ]
+            r = infra_result(
+                ctx, check=self.name, version=self.version, params=recorded, reason=reason
+            )
+            r.outcome = "inconclusive"
+            return [r]
         return self.runner(ctx, p, recorded)
 
 

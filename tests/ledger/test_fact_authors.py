@@ -25,6 +25,7 @@ import os
 import platform
 import socket
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -32,6 +33,7 @@ import torch
 
 from ledger.cli import main
 from ledger.sandbox import find_bwrap
+from tests.ledger.helpers import run
 from tests.ledger.probe_repo import PROBE, claim, make_probe_repo
 
 pytestmark = pytest.mark.skipif(
@@ -186,3 +188,27 @@ def test_an_honest_claim_keeps_the_scope_it_computed_itself(
     assert "reported_facts" not in honest["measurements"], honest["measurements"]
     assert honest["runner"]["host"] == socket.gethostname()
     assert len(honest["scope"]["packages_digest"]) == 64
+
+
+def test_fleet_shows_the_host_strings_of_earlier_receipts_escaped(
+    tmp_path: Path, ledger_env: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # An earlier release signed the host and GPU UUIDs a claim's result named; such a
+    # receipt, signed here the same way, keeps its bytes, and `ledger fleet` shows them
+    # escaped, never sent to the terminal.
+    repo = make_probe_repo(tmp_path / "repo", claim("a.old"))
+    evil = "<b>h</b>\x1b]52;c;cm0gLXJmIH4K\x07\x1b[2J"
+    r = run(
+        capsys,
+        "attest", "--unplanned", "--claim", "a.old", "--rev", "HEAD", "--repo", str(repo),
+        "--outcome", "failed", "--reason", "r", "--key", "runner",
+        "--host", evil, "--gpu-uuid", "GPU-1\x1b[31m",
+    )  # fmt: skip
+    assert r.code == 0, r.err
+    r = run(capsys, "fleet")
+    assert r.code == 0, r.err
+    assert "\x1b" not in r.out and "\x07" not in r.out
+    assert "<b>h</b>\\x1b]52;c;cm0gLXJmIH4K\\x07\\x1b[2J" in r.out
+    assert "GPU-1\\x1b[31m" in r.out
+    # The JSON form carries the bytes, escaped by JSON itself.
+    assert "\x1b" not in run(capsys, "fleet", "--json").out
