@@ -188,7 +188,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         start_sb_s = time.perf_counter() - t0
         try:
             after_sb = [
-                _claim(root, ref, wparams, a.device, server_sb, None, run_dir)
+                # As `ledger qualify` runs it: the sandbox named, whose uid the claim's
+                # folder is handed to.
+                _claim(root, ref, wparams, a.device, server_sb, box, run_dir)
                 for _ in range(a.claims)
             ]
         finally:
