@@ -389,6 +389,8 @@ def _run_claim(
         environment.update(health_evidence(results, health, Path(d) / "artifacts", "0"))
         if out["devices"]:
             environment["executor_devices"] = out["devices"]
+        # Which plans defined the claim: the gate the base's, the workload the head's.
+        environment.update(run.sources)
         recs = record_results(
             recorder, task.key, revision, results, Path(d) / "artifacts", environment
         )
