@@ -189,10 +189,13 @@ def test_the_top_level_of_ledger_holds_only_entry_points_and_packages() -> None:
 MAY_IMPORT: dict[str, tuple[str, ...]] = {
     # `ledger` itself for `__version__`; signing notes what it signed in this host's journal.
     "ledger.evidence": ("ledger", "ledger.monitor.journal"),
-    # `source` reads the plan that says what a package is; `aliases` lives in the store.
+    # `source` reads the plan that says what a package is, and which part of a PR's change
+    # to it is its workload (`workload_source`, over the plan alone); `aliases` lives in
+    # the store.
     "ledger.identity": (
         "ledger.evidence",
         "ledger.qualification.plan",
+        "ledger.qualification.workload_source",
         "ledger.plans.entry",
         "ledger.store",
     ),
