@@ -53,9 +53,7 @@ def differences(base: Plan, head: Plan, claim: ClaimSpec) -> list[str]:
     b_ref, h_ref = base.workload_for(claim), head.workload_for(hc)
     if b_ref != h_ref:
         out.append(f"workload: {b_ref} -> {h_ref}")
-    _diff(
-        "workload_params", base.workload_params_for(claim), head.workload_params_for(hc), out
-    )
+    _diff("workload_params", base.workload_params_for(claim), head.workload_params_for(hc), out)
     if tuple(base.preload) != tuple(head.preload):
         out.append(f"preload: {list(base.preload)} -> {list(head.preload)}")
     return out
