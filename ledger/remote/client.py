@@ -201,7 +201,8 @@ def post_envelopes(url: str, raws: Sequence[bytes], timeout: float = 30) -> list
 
 
 def post_plan(url: str, doc: Any, token: str | None = None, timeout: float = 30) -> dict[str, Any]:
-    """Record a governing plan entry (`ledger.plans`) through the server (runner token)."""
+    """Record a governing plan entry (`ledger.plans`) through the server (a token with the
+    plans role: the base branch's job; a runner token is refused)."""
     return dict(_post(url, "/v1/plans", doc, _token(token), timeout))
 
 

@@ -114,8 +114,10 @@ def document() -> dict[str, Any]:
             },
             "/v1/plans": {
                 "post": _op(
-                    "record the governing plan of a revision with the git objects that "
-                    "prove it (a runner token; the entry names its holder)",
+                    "record the governing plan of a base branch (or a revision) with the "
+                    "git objects that prove it (a token with the plans role, the base "
+                    "branch's post-merge job; a runner token gets 403; the entry names "
+                    "its holder)",
                     201,
                     _OBJECT,
                     security=_BEARER,
