@@ -458,8 +458,9 @@ def _conformance(
 
 
 def _record_plan(recorder: Recorder | None, ident: Identity, say: Callable[[str], None]) -> None:
-    """The governing plan into the ledger the receipts go to; through a server without
-    a runner token it is said, not fatal (`ledger plan record` on its host records it)."""
+    """The governing plan into a local ledger the receipts go to. Through a server nothing
+    is sent: which plan governs is said there by the base branch's job (a `plans` token)
+    or the ledger's host, never by a runner token running the pull request's code."""
     from ledger.evidence.errors import Error
     from ledger.plans.ledger import record_governing
 
