@@ -51,10 +51,6 @@ cleanup = false
 """
 
 
-SANDBOX: tuple[str, ...] = ("--sandbox", "none")
-"""The plan's sources are the question here, not the sandbox (its own tests)."""
-
-
 @pytest.fixture
 def repo(
     tmp_path: Path,
@@ -85,7 +81,7 @@ def repo(
 def _qualify(capsys: pytest.CaptureFixture[str], r: git.Repo, pr: int) -> tuple[Any, Any]:
     res = run(
         capsys, "qualify", "--pr", str(pr), "--offline", "--repo", str(r.working_tree_dir),
-        "--device", "cpu", "--json", *SANDBOX,
+        "--device", "cpu", "--json",
     )  # fmt: skip
     doc = json.loads(res.out)
     [rec] = doc["receipts"]
