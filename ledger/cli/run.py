@@ -103,7 +103,7 @@ def exit_for(outcomes: Sequence[str]) -> None:
     "--timeout",
     "timeout_s",
     type=click.FloatRange(min=0, min_open=True),
-    help="Seconds before the command's process group is killed (infra-error).",
+    help="Seconds before the command's process group is killed (failed).",
 )
 @sandbox_option
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)

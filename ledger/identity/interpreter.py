@@ -19,17 +19,22 @@ __all__ = ["PROBE", "probe"]
 
 NONE = "none"
 
-# Runs under the command's interpreter: the standard library only, the same
-# lines as ledger.identity.environment's packages_digest, _version and _nccl.
+# Runs under the command's interpreter, in isolated mode (``-I``): neither the working
+# directory (a pull request's checkout, whose ``json.py`` or ``hashlib.py`` would run
+# here, outside the sandbox, beside the runner's environment) nor ``PYTHONPATH`` (its
+# ``sitecustomize``) is on the path it imports from. The distributions are still read
+# where the command would find them, the working directory and ``PYTHONPATH`` first,
+# as metadata only (nothing of them runs), so the digest is the one earlier releases
+# computed without ``-I``: the same lines as ledger.identity.environment's
+# packages_digest, _version and _nccl.
 PROBE = r"""
-import hashlib, importlib.metadata as md, json, platform, sys
-dists = list(md.distributions())
+import hashlib, importlib.metadata as md, json, os, platform, sys
+where = ["", *(p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p), *sys.path]
+dists = list(md.distributions(path=where))
 names = sorted({f"{(d.metadata['Name'] or '').lower()}=={d.version}" for d in dists})
 def version(name):
-    try:
-        return md.version(name)
-    except md.PackageNotFoundError:
-        return "none"
+    found = next(md.distributions(name=name, path=where), None)
+    return "none" if found is None else found.version
 nccl = next((d.version for d in dists
              if (d.metadata["Name"] or "").lower().startswith("nvidia-nccl")), "none")
 print(json.dumps({
@@ -54,7 +59,7 @@ def probe(env: Mapping[str, str]) -> dict[str, Any]:
         return {"found": False, "why": "no python or python3 on the command's PATH"}
     try:
         out = subprocess.run(
-            [exe, "-c", PROBE],
+            [exe, "-I", "-c", PROBE],
             env=dict(env),
             stdin=subprocess.DEVNULL,
             capture_output=True,

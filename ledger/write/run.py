@@ -353,25 +353,28 @@ def _outcome(
     m: dict[str, Any],
     refused: list[Refused],
 ) -> tuple[Outcome, str | None]:
-    """The outcome: a timeout or an outside signal is no evidence (infra-error); a crash
-    is a failure; otherwise the result file when declared, else the exit status. A
-    result file refused unread (appended to ``refused``) leaves the exit status alone:
-    a failure stays one, a zero status cannot pass (inconclusive)."""
+    """The outcome, the command's own whatever it did: a hang past the timeout, a
+    signal (it can send itself any), a crash, no result file or a malformed one are
+    failures (never an infra-error, which only the host's own evidence makes: the
+    command could hide a failure behind one); otherwise the result file when declared,
+    else the exit status. A result file refused unread (appended to ``refused``) leaves
+    the exit status alone: a failure stays one, a zero status cannot pass
+    (inconclusive)."""
     if timed_out:
-        return "infra-error", f"timed out after {timeout_s:g} s; its process group was killed"
+        return "failed", f"timed out after {timeout_s:g} s; its process group was killed"
     assert rc is not None
     if rc < 0:
         sig = signal.Signals(-rc)
         m["signal"] = sig.name
         if sig in _CRASHES:
             return "failed", f"the command crashed: killed by {sig.name}"
-        return "infra-error", f"the command was killed by {sig.name} from outside"
+        return "failed", f"the command was killed by {sig.name} (not by this runner)"
     if result is None:
         return ("passed", None) if rc == 0 else ("failed", f"the command exited with status {rc}")
     try:
         raw = result.read(MAX_RESULT_BYTES)
     except FileNotFoundError:
-        return "infra-error", f"the command exited with status {rc} without writing {result.text}"
+        return "failed", f"the command exited with status {rc} without writing {result.text}"
     except Refused as r:
         refused.append(r)
         why = f"result file refused ({r.path}: {r.why})"
@@ -381,12 +384,15 @@ def _outcome(
     try:
         doc = json.loads(raw)
     except ValueError as e:
-        return "infra-error", f"result file {result.text} is not JSON: {e}"
+        return "failed", f"result file {result.text} is not JSON: {e}"
     problem = _result_problem(doc)
     if problem:
-        return "infra-error", f"result file {result.text}: {problem}"
+        return "failed", f"result file {result.text}: {problem}"
     m["result"] = doc.get("measurements", {})
     outcome: Outcome = doc["outcome"]
+    if outcome == "infra-error":
+        # The command's word, not the host's evidence.
+        return "failed", f"the result file says infra-error (the command's word): {doc['reason']}"
     if outcome == "passed" and rc != 0:
         return "failed", f"the result file says passed but the command exited with status {rc}"
     return outcome, doc.get("reason") if outcome != "passed" else None

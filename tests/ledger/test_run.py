@@ -101,7 +101,7 @@ def test_a_failing_command_is_failed_with_its_status(
     assert p["measurements"]["exit_status"] == 3
 
 
-def test_a_crash_by_signal_is_failed_and_an_outside_kill_is_infra_error(
+def test_a_crash_by_signal_and_a_kill_it_sent_itself_are_failed(
     ready: git.Repo, capsys: pytest.CaptureFixture[str]
 ) -> None:
     crash = _ledger_run(
@@ -111,7 +111,8 @@ def test_a_crash_by_signal_is_failed_and_an_outside_kill_is_infra_error(
     killed = _ledger_run(
         capsys, ready, cmd=_py("import os, signal; os.kill(os.getpid(), signal.SIGKILL)")
     )
-    assert killed["outcome"] == "infra-error" and "SIGKILL" in killed["reason"]
+    # It sent itself the kill: its own outcome, never an infra-error it could hide behind.
+    assert killed["outcome"] == "failed" and "SIGKILL" in killed["reason"]
     assert killed["measurements"]["signal"] == "SIGKILL"
 
 
@@ -125,7 +126,7 @@ def test_a_command_hanging_past_its_timeout_is_killed(
     )
     p = _ledger_run(capsys, ready, "--timeout", "1", cmd=_py(code))
     assert time.monotonic() - t0 < 30
-    assert p["outcome"] == "infra-error" and p["reason"].startswith("timed out after 1 s")
+    assert p["outcome"] == "failed" and p["reason"].startswith("timed out after 1 s")
     group = p["cleanup"]["resources"][1]
     assert group["kind"] == "process-group" and "SIGTERM" in group["proof"]
 
@@ -200,11 +201,11 @@ def test_the_result_file_decides_when_given(
     p = _ledger_run(capsys, ready, "--result", str(res), cmd=_py(code))
     assert p["outcome"] == "failed" and "says passed" in p["reason"]
     p = _ledger_run(capsys, ready, "--result", str(res), cmd=_py("pass"))
-    assert p["outcome"] == "infra-error" and "without writing" in p["reason"]
+    assert p["outcome"] == "failed" and "without writing" in p["reason"]
     bad = {"outcome": "failed"}
     code = f"open({str(res)!r}, 'w').write({json.dumps(json.dumps(bad))})"
     p = _ledger_run(capsys, ready, "--result", str(res), cmd=_py(code))
-    assert p["outcome"] == "infra-error" and "needs a reason" in p["reason"]
+    assert p["outcome"] == "failed" and "needs a reason" in p["reason"]
 
 
 def test_a_declared_artifact_that_is_missing_is_not_a_pass(

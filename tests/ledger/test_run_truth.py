@@ -45,7 +45,7 @@ def test_the_exit_code_follows_the_outcome(
     assert failed.code == 1 and _shown(capsys, failed)["outcome"] == "failed"
     code = "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"
     killed = _run(capsys, ready, *common, sys.executable, "-c", code)
-    assert killed.code == 2 and _shown(capsys, killed)["outcome"] == "infra-error"
+    assert killed.code == 1 and _shown(capsys, killed)["outcome"] == "failed"
 
 
 def test_rev_runs_in_a_fresh_checkout_of_that_commit(
