@@ -194,6 +194,11 @@ def test_a_runner_token_never_chooses_the_plan(
     got = _post(server, asserted, plans)
     assert got.status_code == 403 and "ledger's host" in got.json()["error"], got.text
     assert _post(server, asserted, runner).status_code == 403
+    # The CLI with a runner token: one line, nothing written.
+    res = run(capsys, "plan", "record", "--branch", "main", "--repo", str(repo.working_tree_dir),
+              "--offline", "--server", server.url, "--token", runner)  # fmt: skip
+    assert res.code in (1, 2) and res.out == "" and "lacks the 'plans' role" in res.err
+    assert len(res.err.strip().splitlines()) == 1, res.err
     assert _surfaces(server, repo_id) == before
     # The plans role records a proved plan of the base branch (its tip's), once.
     ok = json.loads(
