@@ -27,6 +27,9 @@ def test_the_empty_scope_and_a_cpu_host_read_as_words() -> None:
     assert environment_line(CPU) == "CPU (no GPU), torch 2.13.0+cpu"
     h200 = {"gpu_model": "NVIDIA H200", "gpu_count": 1, "gpu_memory_bytes": 150121545728}
     assert environment_line(h200) == "NVIDIA H200 x1 (140 GiB)"
+    # A CPU run on a CUDA build of torch: the facet is the build's, no device's.
+    built = {**CPU, "cuda": "13.0", "torch": "2.13.0+cu130"}
+    assert environment_line(built) == "CPU (no GPU), CUDA build 13.0, no device, torch 2.13.0+cu130"
 
 
 def test_a_verdict_counts_its_required_claims_by_state() -> None:
