@@ -79,16 +79,24 @@ def trend(
 ) -> Trend:
     """The claim's figure on `base_commits` (newest first, as `git log` lists them)
     and on PR `pr`'s heads, from the receipts the store holds."""
+    from ledger.identity.aliases import aliases_of
+
+    # Receipts under the id and every earlier id `ledger repo alias` linked to it, in log
+    # order, as status reads them.
+    ids = [repo_id, *aliases_of(store, repo_id)]
+
+    def entries(**key: Any) -> list[Any]:
+        got = [e for i in ids for e in store.receipt_entries(i, claims=[claim], **key)]
+        return sorted(got, key=lambda e: e.seq)
+
     out = Trend(claim, base_asked=len(base_commits))
     if base_commits:
-        found = _newest_per_commit(
-            store.receipt_entries(repo_id, commits=list(base_commits), claims=[claim])
-        )
+        found = _newest_per_commit(entries(commits=list(base_commits)))
         for c in reversed(base_commits):
             if c in found:
                 out.points.append(_point(found[c], "base"))
     if pr is not None:
-        heads = _newest_per_commit(store.receipt_entries(repo_id, pr=pr, claims=[claim]))
+        heads = _newest_per_commit(entries(pr=pr))
         for i, e in enumerate(heads.values(), 1):
             out.points.append(_point(e, f"PR #{pr} head {i}"))
     return out
