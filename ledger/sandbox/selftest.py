@@ -43,18 +43,33 @@ def _opened_for_write(path: str) -> str | None:
 
 
 def _host_key(paths: list[str]) -> str | None:
+    """A byte of any file under a secret path the policy hides. Where such a path lies
+    inside a bound folder it is covered by an empty tmpfs (or /dev/null), which may hold
+    the mount points of other covers: only a file's content counts as reached."""
     for p in paths:
-        try:
-            if os.path.isdir(p):
-                if os.listdir(p):
-                    return f"host secret folder {p} is listed"
-            elif os.path.getsize(p) > 0:
-                with open(p, "rb") as f:
-                    if f.read(1):
-                        return f"host secret {p} is readable"
-        except OSError:
-            continue
+        for f in _files(p):
+            try:
+                with open(f, "rb") as fh:
+                    if fh.read(1):
+                        return f"host secret {f} is readable"
+            except OSError:
+                continue
     return None
+
+
+def _files(path: str, limit: int = 2000) -> list[str]:
+    """The regular files at or below ``path`` (at most ``limit``), never through a link."""
+    if os.path.isfile(path) and not os.path.islink(path):
+        return [path]
+    out: list[str] = []
+    for here, _dirs, files in os.walk(path, followlinks=False):
+        for name in files:
+            f = os.path.join(here, name)
+            if os.path.isfile(f) and not os.path.islink(f):
+                out.append(f)
+                if len(out) >= limit:
+                    return out
+    return out
 
 
 def _host_socket(path: str, abstract: str) -> str | None:

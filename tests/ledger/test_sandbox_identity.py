@@ -375,3 +375,26 @@ def test_a_claim_whose_sandbox_fails_its_self_test_is_an_infra_error_and_runs_no
     assert r.outcome == "infra-error", r.reason
     assert r.reason is not None and "self-test" in r.reason and "sibling-folder" in r.reason
     assert not marker.exists()
+
+
+def test_the_self_test_reads_a_hidden_key_folder_and_reaches_nothing_through_its_covers(
+    tmp_path: Path,
+) -> None:
+    """A ledger folder inside a bound one (a demo's `.ledger-demo` in the project), with
+    the key folder inside it also hidden: bubblewrap's covers leave mount points, and
+    only a key's content would count. Unhidden, the key is read: the probe can fail."""
+    project = tmp_path / "project"
+    keys = project / ".ledger" / "keys"
+    keys.mkdir(parents=True)
+    (keys / "runner.pem").write_text("-----BEGIN PRIVATE KEY-----\nsecret\n")
+    env = {**os.environ, "LEDGER_DB": str(project / ".ledger" / "l.db"), "LEDGER_KEYS": str(keys)}
+    box = resolve("auto", environ=env, read_only=[project])
+    scratch = tmp_path / "s"
+    scratch.mkdir()
+    proof = box.prove(box.policy(scratch=scratch))
+    assert proof.ok, proof.summary
+    open_box = Sandbox(box.mode, box.bwrap, box.base.with_(hidden=()))
+    from ledger.sandbox.proof import prove
+
+    leaky = prove(open_box.policy(scratch=scratch), str(box.bwrap), keys=[str(keys)])
+    assert not leaky.ok and any(r.startswith("host-key:") for r in leaky.reached)
