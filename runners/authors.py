@@ -32,6 +32,7 @@ import os
 import platform
 import socket
 import sys
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -141,6 +142,56 @@ def _visible(env: Mapping[str, str]) -> list[tuple[str, str, int]]:
     return out
 
 
+_cuda_lock = threading.Lock()
+
+
+@functools.cache
+def _cuda_devices() -> dict[str, tuple[str, int]]:
+    """Name and total memory of each GPU by UUID, as the CUDA driver gives them to torch
+    (``cudaDeviceProp.name`` and ``totalGlobalMem`` are ``cuDeviceGetName`` and
+    ``cuDeviceTotalMem``), read with ``cuInit`` alone: no context is created, so the
+    parent holds no GPU memory and NVML's view of the claim's processes is untouched.
+    NVML's total counts memory the driver reserves, so a claim process's figure (what
+    earlier receipts carry) is this one. Empty where the driver cannot be read here."""
+    import ctypes
+
+    try:
+        lib = ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return {}
+    out: dict[str, tuple[str, int]] = {}
+    count = ctypes.c_int()
+    if lib.cuInit(0) != 0 or lib.cuDeviceGetCount(ctypes.byref(count)) != 0:
+        return {}
+    get_uuid = getattr(lib, "cuDeviceGetUuid_v2", None) or getattr(lib, "cuDeviceGetUuid", None)
+    if get_uuid is None:
+        return {}
+    for i in range(count.value):
+        dev = ctypes.c_int()
+        name = ctypes.create_string_buffer(256)
+        total = ctypes.c_size_t()
+        raw = (ctypes.c_ubyte * 16)()
+        if (
+            lib.cuDeviceGet(ctypes.byref(dev), i) != 0
+            or lib.cuDeviceGetName(name, 256, dev) != 0
+            or lib.cuDeviceTotalMem_v2(ctypes.byref(total), dev) != 0
+            or get_uuid(raw, dev) != 0
+        ):
+            return {}
+        h = bytes(raw).hex()
+        uuid = f"GPU-{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+        out[uuid] = (name.value.decode(errors="replace"), int(total.value))
+    return out
+
+
+def _as_torch_sees(gpus: list[tuple[str, str, int]]) -> list[tuple[str, str, int]]:
+    """Each GPU's name and total memory as the CUDA driver reports them (where it can
+    be read here), NVML's otherwise."""
+    with _cuda_lock:
+        cuda = _cuda_devices()
+    return [(u, *cuda.get(u, (name, total))) for u, name, total in gpus]
+
+
 def _nccl() -> str:
     import torch
 
@@ -198,6 +249,7 @@ def observe(
             **common,
         }
         return Observed(host, (), scope)
+    gpus = _as_torch_sees(gpus)
     uuids = tuple(nvml.normalise_uuid(d[0]) for d in gpus)
     scope = {
         "device_kind": "cuda",
