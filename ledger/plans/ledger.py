@@ -107,10 +107,9 @@ def governing_plan(
             continue
         if not isinstance(doc, dict) or doc.get("repo") not in ids:
             continue
-        try:
-            got = read_plan_entry(seq, entry_id, doc)
-        except Error as err:
-            problems.append(f"plan entry {seq} does not hold: {err.reason()}")
+        got = _proved(seq, entry_id, doc)
+        if isinstance(got, str):
+            problems.append(f"plan entry {seq} does not hold: {got}")
             continue
         if got.evidence.path != PLAN_FILE:
             # The plan is the file at the root; another path at the same commit is
@@ -155,6 +154,32 @@ def governing_plan(
         firsts = [next(e for e in same if e.evidence.blob == b) for b in sorted(blobs)]
         return Governing(None, tuple(problems), tuple(notes), tuple(firsts))
     return Governing(found, tuple(problems), tuple(notes))
+
+
+_PROVED: dict[tuple[int, str, str], RecordedPlan | str] = {}
+"""Plan entries proved once per process, keyed by what they say (position, id and a
+digest of the body as read): the proof (objects walked, plan parsed) of the same bytes
+never changes, and an index page asks for many PRs' plans from the same entries."""
+
+
+def _proved(seq: int, entry_id: str, doc: Any) -> RecordedPlan | str:
+    """The entry proved, or why it does not hold."""
+    import hashlib
+
+    said = json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
+    key = (seq, entry_id, hashlib.sha256(said).hexdigest())
+    with _LOCK:
+        got = _PROVED.get(key)
+    if got is None:
+        try:
+            got = read_plan_entry(seq, entry_id, doc)
+        except Error as err:
+            got = err.reason()
+        with _LOCK:
+            if len(_PROVED) > 4096:
+                _PROVED.clear()
+            _PROVED[key] = got
+    return got
 
 
 def _bears(p: RecordedPlan, pr: int | None, commit: str) -> bool:
