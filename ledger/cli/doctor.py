@@ -51,7 +51,14 @@ def doctor(
     ident = src.identify(r, rev=rev, pr=pr, plan_file=plan, offline=offline, base=base)
     if ident.plan is None:
         raise InputError(f"no {PLAN_FILE} at {ident.revision.commit[:12]}; pass --plan FILE")
-    run_plan = ident.plan if profile is None else ident.plan.with_profile(profile)
+    gate = ident.plan
+    if pr is not None and plan is None:
+        from ledger.qualification.workload_source import workload_from
+
+        # The head's workload definition is code under test, as qualify runs it; the
+        # claims stay the base's.
+        gate = workload_from(gate, src.plan_at(r, ident.revision.commit, None))
+    run_plan = gate if profile is None else gate.with_profile(profile)
     asked = plan_claims(run_plan, list(claims))
     click.echo(
         f"doctor: {ident.revision.commit[:12]} of {ident.revision.repo}: probing "

@@ -130,3 +130,19 @@ def test_a_comparison_names_a_workload_file_that_differs(tmp_path: Path) -> None
     assert _file_differs(r, head, head, "model.workload:make_workload") is None
     # A library's entry point is no file of the repository.
     assert _file_differs(r, base, head, "runners.adapt.library:causal_lm") is None
+
+
+def test_the_doctor_probes_the_heads_workload_definition(
+    repo: git.Repo, capsys: pytest.CaptureFixture[str]
+) -> None:
+    repo.git.checkout("-b", "pr3", "main")
+    commit_file(
+        repo,
+        "qualification.toml",
+        LLAMA.replace("runners.adapt.library:causal_lm", "model.missing:make"),
+        "a workload the head does not have",
+    )
+    repo.git.update_ref("refs/pull/3/head", repo.head.commit.hexsha)
+    repo.git.checkout("main")
+    res = run(capsys, "doctor", "--pr", "3", "--offline", "--repo", str(repo.working_tree_dir))
+    assert res.code == 1 and "model.missing" in res.out + res.err, (res.out, res.err)
