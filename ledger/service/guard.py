@@ -7,16 +7,24 @@ sockets, or trickling one header byte every 25 s, made every other client get
 per address. This protocol adds, per connection:
 
 - a key for the client that cannot multiply cheaply: the bearer token once a
-  request shows a known one, else the address's /24 (IPv4; all of 127.0.0.0/8
-  is one) or /64 (IPv6) prefix;
+  request shows a known one, else the address's /24 (IPv4) or /64 (IPv6)
+  prefix, and a loopback address as itself (below);
 - a cap on the connections one key holds: past it, a new connection takes the
-  place of that key's oldest idle one (closed), or is closed at once when none
-  is idle, so a client's own flood never shuts out a newcomer from its prefix;
-- a cap on idle connections across the server: past it, the oldest idle
-  connection of the key holding the most is closed, so `/healthz` and
-  token-holding clients stay answered whatever addresses a flood comes from;
+  place of that key's least recently active idle one (closed), or is closed at
+  once when none is idle, so a client's own flood never shuts out a newcomer
+  from its prefix;
+- a cap on idle connections across the server: past it, the least recently
+  active idle connection of the keys holding the most is closed, so `/healthz`
+  and token-holding clients stay answered whatever addresses a flood comes from;
 - a deadline for the headers of each request (a connection still without
   them is closed).
+
+Loopback addresses are each their own client. Any local process can bind any
+of 127.0.0.0/8, so no prefix of it bounds a local flood: the idle cap across
+the server does, where a flood is always the heaviest. Counting all of
+loopback as one client put every local client (a reverse proxy, the CLI beside
+a flood) in the flooder's 32 places: while nine loopback addresses kept
+connecting, 7 of 49 requests of another loopback client failed.
 
 The body and the request as a whole are bounded by `ledger.service.limits`.
 """
@@ -37,7 +45,7 @@ HEADER_TIMEOUT_S = 10.0
 """A request's headers must arrive within this from the connection (or the last reply)."""
 MAX_PER_CLIENT = 32
 """Open connections one client (token, else address prefix) may hold."""
-MAX_IDLE = 128
+MAX_IDLE = 64
 """Idle connections across the server (below uvicorn's `limit_concurrency`)."""
 
 _END = b"\r\n\r\n"
@@ -46,8 +54,8 @@ _order = itertools.count()
 
 
 def client_key(host: str | None) -> str:
-    """The prefix an anonymous client is counted by: its /24 (all of 127.0.0.0/8 as
-    one), or /64 for IPv6 (an IPv4-mapped address as IPv4)."""
+    """The prefix an anonymous client is counted by: its /24, or /64 for IPv6 (an
+    IPv4-mapped address as IPv4); a loopback address is its own."""
     if host is None:
         return "?"
     try:
@@ -57,7 +65,7 @@ def client_key(host: str | None) -> str:
     if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
         ip = ip.ipv4_mapped
     if ip.is_loopback:
-        return "loopback"
+        return str(ip)
     bits = 24 if ip.version == 4 else 64
     return str(ipaddress.ip_network(f"{ip}/{bits}", strict=False))
 
@@ -85,15 +93,17 @@ def guarded_protocol(
             mine = [c for c in self._others() if c._key == self._key]
             if len(mine) >= max_per_client and not self._evict(mine):
                 # Closed before a byte is read: this client's share is busy.
-                transport.abort()
+                self._drop()
                 return
             idle = [c for c in self._others() if c._idle()]
             if len(idle) >= max_idle:
                 counts: dict[str, int] = {}
                 for c in idle:
                     counts[c._key] = counts.get(c._key, 0) + 1
-                heaviest = max(counts, key=lambda k: counts[k])
-                self._evict([c for c in idle if c._key == heaviest])
+                most = max(counts.values())
+                # Of all the keys holding the most (a flood of one connection an
+                # address ties with a client's one), the least recently active.
+                self._evict([c for c in idle if counts[c._key] == most])
             self._arm()
 
         def _others(self) -> list[Any]:
@@ -108,12 +118,20 @@ def guarded_protocol(
 
         @staticmethod
         def _evict(group: list[Any]) -> bool:
-            """Close the oldest idle connection of `group`; False when none is idle."""
+            """Close the least recently active idle connection of `group` (opened or
+            answered longest ago); False when none is idle."""
             idle = [c for c in group if c._idle()]
             if not idle:
                 return False
-            min(idle, key=lambda c: c._since).transport.abort()
+            min(idle, key=lambda c: c._since)._drop()
             return True
+
+        def _drop(self) -> None:
+            """Close this connection, and stop counting it at once: uvicorn counts it
+            against `limit_concurrency` until its connection_lost, a loop turn later,
+            and a burst of accepts in one turn then answered every request 503."""
+            self.transport.abort()
+            self.connections.discard(self)
 
         def _by_token(self, head: bytes) -> None:
             """Count this connection by its token, once a request shows a known one."""
@@ -162,6 +180,9 @@ def guarded_protocol(
 
         def on_response_complete(self) -> None:
             super().on_response_complete()
+            # Active just now: a keep-alive client's connection is not taken for a
+            # stale one when a newcomer needs its place.
+            self._since = next(_order)
             if not self.transport.is_closing():
                 self._arm()
 

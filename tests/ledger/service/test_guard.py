@@ -86,8 +86,8 @@ def test_300_idle_sockets_from_one_client_leave_others_served(server: Running) -
 def test_nine_loopback_addresses_with_32_idle_sockets_each_leave_healthz_answered(
     server: Running,
 ) -> None:
-    """All of 127.0.0.0/8 is one client: nine addresses multiply nothing, and a
-    tenth address's /healthz requests are all answered."""
+    """Nine addresses of 32 idle sockets each pass the server-wide idle cap, whose
+    evictions fall on them: a tenth address's /healthz requests are all answered."""
     held = [s for i in range(2, 11) for s in _sockets(_port(server), 32, f"127.0.0.{i}")]
     try:
         with httpx.Client(
@@ -105,10 +105,84 @@ def test_nine_loopback_addresses_with_32_idle_sockets_each_leave_healthz_answere
             s.close()
 
 
+# Nine loopback addresses that keep connecting, each holding at most 40 sockets of its
+# own, until stdin closes (or a bound on connects): a process of its own, as a flood is.
+_FLOOD = """
+import collections, socket, sys, threading
+port, n = int(sys.argv[1]), int(sys.argv[2])
+done = threading.Event()
+def flood(src):
+    ring = collections.deque()
+    for i in range(n):
+        if done.is_set():
+            break
+        s = socket.socket()
+        s.settimeout(10)
+        try:
+            s.bind((src, 0))
+            s.connect(("127.0.0.1", port))
+            ring.append(s)
+        except OSError:
+            s.close()
+        while len(ring) > 40:
+            ring.popleft().close()
+        if i == 40 and src.endswith(".2"):
+            print("flooding", flush=True)
+    for s in ring:
+        s.close()
+threads = [threading.Thread(target=flood, args=(f"127.0.0.{i}",)) for i in range(2, 11)]
+for t in threads:
+    t.start()
+sys.stdin.read()
+on = all(t.is_alive() for t in threads)
+done.set()
+for t in threads:
+    t.join()
+print("still flooding" if on else "flood over", flush=True)
+"""
+
+
+def test_another_loopback_client_is_served_while_nine_addresses_keep_connecting(
+    server: Running,
+) -> None:
+    """Each loopback address is a client of its own: nine addresses that keep opening
+    connections hold their own places and the server-wide idle cap's, never those of
+    a tenth address making 49 requests meanwhile (7 of 49 failed while all of
+    loopback was one client)."""
+    import subprocess
+    import sys
+
+    flood = subprocess.Popen(
+        [sys.executable, "-c", _FLOOD, str(_port(server)), "100000"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert flood.stdin is not None and flood.stdout is not None
+    try:
+        assert flood.stdout.readline() == "flooding\n"
+        codes: list[object] = []
+        with httpx.Client(
+            transport=httpx.HTTPTransport(local_address="127.0.0.1"), timeout=30
+        ) as c:
+            for _ in range(49):  # a keep-alive connection, reused while it lasts
+                try:
+                    codes.append(c.get(server.url + "/healthz").status_code)
+                except httpx.TransportError as e:
+                    codes.append(repr(e))
+    finally:
+        flood.stdin.close()
+        flood.wait(60)
+    assert flood.stdout.read() == "still flooding\n"  # it went on through all 49
+    assert codes == [200] * 49
+
+
 def test_client_keys_are_prefixes() -> None:
     from ledger.service.guard import client_key
 
-    assert client_key("127.0.0.1") == client_key("127.9.8.7") == "loopback"
+    # Each loopback address its own: any local process can bind any of 127.0.0.0/8.
+    assert client_key("127.0.0.1") == "127.0.0.1" != client_key("127.0.0.2")
+    assert client_key("::1") == "::1" and client_key("::ffff:127.0.0.1") == "127.0.0.1"
     assert client_key("10.1.2.3") == client_key("10.1.2.250") == "10.1.2.0/24"
     assert client_key("10.1.3.3") != client_key("10.1.2.3")
     assert (
@@ -257,7 +331,7 @@ def test_a_token_clients_connection_is_counted_by_its_token(
         mine = socket.create_connection(("127.0.0.1", _port(srv)), timeout=10)
         mine.sendall(ask.encode())
         assert _response(mine).startswith(b"HTTP/1.1 200")
-        flood = _sockets(_port(srv), 40)  # same prefix (loopback), anonymous, idle
+        flood = _sockets(_port(srv), 40, "127.0.0.1")  # its own address, anonymous, idle
         try:
             assert _closed_by_server(flood[0], 10)  # the flood gives way to itself
             mine.sendall(ask.encode())
