@@ -7,9 +7,10 @@ A thread serves each open connection, so what a client can hold is bounded as
 `ledger serve` bounds it (`ledger.service.guard`): a connection must deliver
 each whole request (headers and body) within `timeout_s` of its opening or of
 the previous answer, or it is cut, idle or trickling alike; one client (its
-address's /24, all of loopback one, or /64) holds at most `max_per_client`
-connections, the server at most `max_connections`. Past either cap a newcomer
-takes the place of the oldest idle connection (of its own client first), or is
+address's /24 or /64, each loopback address its own: `client_key`) holds at
+most `max_per_client` connections, the server at most `max_connections`. Past
+either cap a newcomer takes the place of the least recently active idle
+connection of its own client, else of the clients holding the most, or is
 closed at once when none is idle. Without this, 300 idle sockets held 301
 threads for good.
 """
@@ -48,6 +49,7 @@ class _Conn:
     sock: socket.socket
     key: str
     since: int
+    """Order of its last activity (opened, or answered)."""
     deadline: float | None
     """When the connection is cut unless a whole request came; None while one is answered."""
 
@@ -158,11 +160,11 @@ class _Server(ThreadingHTTPServer):
         counts: dict[str, int] = {}
         for c in idle:
             counts[c.key] = counts.get(c.key, 0) + 1
-        heaviest = max(counts, key=lambda k: counts[k])
-        return self._evict([c for c in idle if c.key == heaviest])
+        most = max(counts.values())
+        return self._evict([c for c in idle if counts[c.key] == most])
 
     def _evict(self, group: list[_Conn]) -> bool:
-        """Cut the oldest idle connection of `group`; False when none is idle."""
+        """Cut the least recently active idle connection of `group`; False when none is."""
         idle = [c for c in group if c.deadline is not None]
         if not idle:
             return False
@@ -187,6 +189,7 @@ class _Server(ThreadingHTTPServer):
             c = self._conns.get(sock)
             if c is not None:
                 c.deadline = time.monotonic() + self.timeout_s
+                c.since = next(_order)  # active just now: not the first to give way
                 self._cond.notify()
 
     def _reap(self) -> None:
