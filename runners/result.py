@@ -187,6 +187,12 @@ def _name(v: Any, where: str, limit: int = _MAX_NAME) -> None:
         _fail(where, f"longer than {limit} characters")
 
 
+_EXACT_KEY = re.compile(r"(^|_)(bytes|ns)$")
+"""Figures named in bytes or nanoseconds are exact integers (the statement's rule,
+`ledger.evidence.shape.inexact_figure`): checked here, so that a claim's float there
+fails the claim instead of leaving a statement that cannot be built."""
+
+
 def _json(v: Any, where: str, depth: int = 0) -> None:
     if depth > 64:
         _fail(where, "nested too deeply")
@@ -199,6 +205,8 @@ def _json(v: Any, where: str, depth: int = 0) -> None:
             if not isinstance(k, str):
                 _fail(where, "keys must be strings")
             _name(k, f"{where} key", 128)
+            if _EXACT_KEY.search(k) and isinstance(x, float):
+                _fail(f"{where}.{k}", "must be an exact integer (bytes and ns are never floats)")
             _json(x, f"{where}.{k}", depth + 1)
     elif isinstance(v, list):
         for i, x in enumerate(v):
@@ -300,6 +308,10 @@ def check_result(d: Any, *, artifact_dir: Path | None = None) -> CheckResult:
         _fail("result.observer", "must be on or off")
     for name in ("claim", "check", "check_version"):
         _name(d[name], f"result.{name}")
+        if not d[name]:
+            _fail(f"result.{name}", "must not be empty")
+    if d["outcome"] != "passed" and not (d["reason"] or "").strip():
+        _fail("result.reason", f"outcome {d['outcome']} needs a reason")
     _name(d.get("host", ""), "result.host", 253)
     _json(d["params"], "result.params")
     _json(d["measurements"], "result.measurements")
@@ -324,11 +336,17 @@ def check_result(d: Any, *, artifact_dir: Path | None = None) -> CheckResult:
         _check(r, {"kind": str, "id": str, "released": bool, "proof": str}, where)
         _name(r["kind"], f"{where}.kind", 64)
         _name(r["id"], f"{where}.id", 4096)
+        if not r["kind"] or not r["id"]:
+            _fail(where, "kind and id must not be empty")
+    if c["complete"] and not all(r["released"] for r in c.get("resources", [])):
+        _fail("result.cleanup.complete", "true while a resource is not released")
     for i, a in enumerate(d.get("artifacts", [])):
         where = f"result.artifacts[{i}]"
         _fields(a, Artifact, where)
         _check(a, {"name": str, "path": str, "media_type": str}, where)
         _name(a["name"], f"{where}.name")
+        if not a["name"]:
+            _fail(f"{where}.name", "must not be empty")
         _name(a.get("media_type", ""), f"{where}.media_type")
         if artifact_dir is not None:
             _inside(a["path"], artifact_dir, f"{where}.path")

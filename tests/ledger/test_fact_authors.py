@@ -13,7 +13,9 @@ SQLite ledger:
   an escape-sequence name: malformed, so the claim failed, the problem quoted;
 - a claim that writes ``RESULT.refused`` and exits 75 (a fork refusal's status), one
   that adds an unknown key to its result, one that hangs: each is failed, none an
-  infra-error (only the parent's own evidence makes one).
+  infra-error (only the parent's own evidence makes one);
+- a float nanosecond figure or a failure without a reason, which no statement can
+  carry: failed, where the whole run once recorded nothing.
 """
 
 from __future__ import annotations
@@ -65,6 +67,10 @@ def _forged(obj, *a, **k):
                 r["measurements"]["harness_phase_times"] = {"\\x1b[2J": 1e300}
             elif MODE["mode"] == "unknown-key":
                 r["verdict_by"] = "the pull request"
+            elif MODE["mode"] == "float-ns":
+                r["measurements"]["steps"] = {"warm_ns": 1.5}
+            elif MODE["mode"] == "no-reason":
+                r["outcome"], r["reason"] = "failed", None
     return _dumps(obj, *a, **k)
 
 
@@ -94,6 +100,8 @@ _CLAIMS: tuple[tuple[str, str, dict[str, str]], ...] = (
     ("d.unknown", "unknown-key", {}),
     ("e.hangs", "hang", {"timeout_s": "8"}),
     ("f.honest", "plain", {}),
+    ("g.float_ns", "float-ns", {}),
+    ("h.no_reason", "no-reason", {}),
 )
 CLAIMS = "".join(claim(name, mode, **extra) for name, mode, extra in _CLAIMS)
 
@@ -176,6 +184,17 @@ def test_a_hang_is_the_claims_own_failure(signed: dict[str, dict[str, Any]]) -> 
     p = signed["e.hangs"]
     assert p["outcome"] == "failed", p["reason"]
     assert "timed out after 8 s" in p["reason"]
+
+
+def test_a_report_no_statement_can_carry_fails_its_claim_alone(
+    signed: dict[str, dict[str, Any]],
+) -> None:
+    # A float nanosecond figure, a failure without a reason: once the statement of such
+    # a result could not be built, and the whole run recorded nothing, its other claims'
+    # receipts (the fixture's six others) included.
+    for name, what in (("g.float_ns", "exact integer"), ("h.no_reason", "needs a reason")):
+        p = signed[name]
+        assert p["outcome"] == "failed" and what in p["reason"], p["reason"]
 
 
 def test_an_honest_claim_keeps_the_scope_it_computed_itself(

@@ -43,7 +43,10 @@ def test_a_well_formed_result_is_accepted() -> None:
         # The runner's own facets are never the claim's to set.
         ({"scope": {"sandbox": "none"}}, "unknown facet 'sandbox'"),
         ({"host": "evil\x1b]52;c;eA==\x07"}, "result.host"),
-        ({"measurements": {"harness_phase_times": {"load_ns": 1e300}}}, "out of range"),
+        ({"measurements": {"harness_phase_times": {"load_ns": 1e300}}}, "exact integer"),
+        ({"measurements": {"harness_phase_times": {"load": 1e300}}}, "out of range"),
+        ({"measurements": {"harness_phase_times": {"load_ns": -1}}}, "out of range"),
+        ({"outcome": "failed", "reason": None}, "needs a reason"),
         ({"measurements": {"n": 1 << 64}}, "64-bit"),
         ({"measurements": {"\u202eevil": 1}}, "not printable"),
         ({"measurements": {"peak": float("nan")}}, "result.measurements.peak"),
