@@ -49,6 +49,18 @@ doc = json.load(open(sys.argv[1]))
 for r in doc["receipts"]:
     print(f"{r['id'][:19]}  {r['claim']:<32} {r['outcome']}")
 PY
+# Every receipt says how its sandbox proved itself before the pull request's code ran
+# (docs/security.md, "The self-test"): none may lack it.
+for id in $(python -c "import json,sys; print(' '.join(r['id'] for r in json.load(open(sys.argv[1]))['receipts']))" "$DEMO/qualify.json"); do
+  ledger show "$id" --json | python -c '
+import json, sys
+env = json.load(sys.stdin)["statement"]["predicate"]["runner"]["environment"]
+said = env.get("sandbox_selftest", "")
+assert said.startswith("bwrap, self-test ") and " refused, " in said, f"no self-test: {said!r}"
+uid = env.get("sandbox_host_uid")
+print(f"{sys.argv[1][:19]}  sandbox: {said} (host uid {uid})")
+' "$id"
+done
 
 step "ledger status --pr 1"
 ledger status --pr 1 --repo "$DEMO/repo" || true
