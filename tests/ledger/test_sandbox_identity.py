@@ -398,3 +398,53 @@ def test_the_self_test_reads_a_hidden_key_folder_and_reaches_nothing_through_its
 
     leaky = prove(open_box.policy(scratch=scratch), str(box.bwrap), keys=[str(keys)])
     assert not leaky.ok and any(r.startswith("host-key:") for r in leaky.reached)
+
+
+def test_a_folder_the_user_named_is_never_handed_to_the_sandbox(
+    tmp_path: Path,
+    key_dir: Path,
+    repo: git.Repo,
+    monkeypatch: pytest.MonkeyPatch,
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    """`ledger run --artifact /abs/*.txt`: the command writes a folder of Ledger's bound
+    at that path; the user's folder keeps its owner and mode, and gets only what was
+    declared, copied out after the command ended."""
+    from tests.conftest import commit_file
+
+    monkeypatch.setenv("LEDGER_DB", str(tmp_path / "l.db"))
+    monkeypatch.chdir(tmp_path)
+    commit_file(repo, "qualification.toml", '[[claims]]\nname = "suite"\ncheck = "command"\n', "p")
+    assert run(capfd, "init").code == 0
+    assert run(capfd, "keys", "new", "runner", "--role", "runner").code == 0
+    out = tmp_path / "reports"
+    out.mkdir(mode=0o755)
+    (out / "keep.log").write_text("the user's own file")
+    code = (
+        "import os; d = " + repr(str(out)) + "\n"
+        "open(os.path.join(d, 'r.txt'), 'w').write('ok')\n"
+        "open(os.path.join(d, 'undeclared.bin'), 'w').write('x')\n"
+        "print('uid', os.getuid(), 'sees', sorted(os.listdir(d)))\n"
+    )
+    args = ("run", "--claim", "suite", "--rev", "main", "--repo", str(repo.working_tree_dir))
+    r = run(
+        capfd,
+        *args,
+        "--artifact",
+        str(out / "*.txt"),
+        "--key",
+        "runner",
+        "--",
+        sys.executable,
+        "-c",
+        code,
+    )
+    assert r.code == 0, r.err
+    # Inside, the folder of Ledger's: empty but for what the command wrote.
+    assert "uid 65534 sees ['r.txt', 'undeclared.bin']" in r.err, r.err
+    st = out.stat()
+    assert (st.st_uid, st.st_gid, st.st_mode & 0o777) == (0, 0, 0o755)
+    assert sorted(p.name for p in out.iterdir()) == ["keep.log", "r.txt"]
+    assert (out / "r.txt").read_text() == "ok" and (out / "r.txt").stat().st_uid == 0
+    shown = json.loads(run(capfd, "show", r.out.strip(), "--json").out)
+    assert [a["name"] for a in shown["statement"]["predicate"]["artifacts"]] == ["r.txt"]
