@@ -121,9 +121,7 @@ def packages_digest(outside: Sequence[Path] = ()) -> str:
 def _visible(env: Mapping[str, str]) -> list[tuple[str, str, int]]:
     """The devices a claim with ``env`` sees, in its index order (NVML's order where
     ``CUDA_VISIBLE_DEVICES`` is unset)."""
-    from runners.harness import nvml
-
-    found = nvml.devices() or []
+    found = _devices()
     chosen = env.get("CUDA_VISIBLE_DEVICES", os.environ.get("CUDA_VISIBLE_DEVICES"))
     if chosen is None:
         return found
@@ -184,6 +182,18 @@ def _cuda_devices() -> dict[str, tuple[str, int]]:
     return out
 
 
+def _devices() -> list[tuple[str, str, int]]:
+    """(UUID, name, total memory) of each GPU here: NVML's list, else the CUDA
+    driver's (where NVML cannot be read, the GPUs are still this host's to name)."""
+    from runners.harness import nvml
+
+    found = nvml.devices()
+    if found:
+        return found
+    with _cuda_lock:
+        return [(u, name, total) for u, (name, total) in _cuda_devices().items()]
+
+
 def _as_torch_sees(gpus: list[tuple[str, str, int]]) -> list[tuple[str, str, int]]:
     """Each GPU's name and total memory as the CUDA driver reports them (where it can
     be read here), NVML's otherwise."""
@@ -229,7 +239,7 @@ def observe(
         # at all ("cuda"), whatever GPUs the host has.
         gpus: list[tuple[str, str, int]] = []
     elif gpu_uuids:
-        by = {nvml.normalise_uuid(d[0]): d for d in nvml.devices() or []}
+        by = {nvml.normalise_uuid(d[0]): d for d in _devices()}
         gpus = [by[u] for u in map(nvml.normalise_uuid, gpu_uuids) if u in by]
     else:
         gpus = _visible(env or {})
