@@ -223,7 +223,11 @@ def run_claim_isolated(
     private: Path | None = None
     stack = contextlib.ExitStack()
     if sandbox is not None and sandbox.mode != "none":
-        # The claim's folder is Ledger's, written by the sandbox's unprivileged uid.
+        # The claim's folder is Ledger's, written by the sandbox's unprivileged uid, and
+        # so is the folder it lies in (made for this claim by the caller, e.g. a Ray
+        # task's, after the fork server's sandbox was handed the folder above it).
+        if work_root is not None:
+            sandbox.hand_over(work_root, recursive=False)
         sandbox.hand_over(work)
     if not forked:
         try:

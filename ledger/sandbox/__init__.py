@@ -28,6 +28,7 @@ import os
 import re
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 from collections.abc import Iterable, Mapping, Sequence
@@ -441,13 +442,20 @@ class Sandbox:
             )
         return found
 
-    def hand_over(self, folder: str | Path) -> None:
+    def hand_over(self, folder: str | Path, *, recursive: bool = True) -> None:
         """Give a folder Ledger made, later than the sandbox started (a forked claim's
-        own), to the sandbox's unprivileged uid; a no-op unless this runs as root."""
+        own), to the sandbox's unprivileged uid (with what is in it, unless not
+        ``recursive``); a no-op unless this runs as root."""
         from ledger.sandbox.launcher import hand_over
 
-        if self.mode != "none" and os.geteuid() == 0:
+        if self.mode == "none" or os.geteuid() != 0:
+            return
+        if recursive:
             hand_over([str(folder)], self.base.host_uid, self.base.host_gid)
+        else:
+            st = os.lstat(folder)
+            if stat.S_ISDIR(st.st_mode) and st.st_uid != self.base.host_uid:
+                os.chown(folder, self.base.host_uid, self.base.host_gid, follow_symlinks=False)
 
     def facts(self) -> dict[str, str]:
         """The sandbox facts for a receipt whose code ran under this sandbox: every
