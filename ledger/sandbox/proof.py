@@ -181,18 +181,38 @@ def read_outside(pid: int, bwrap: str) -> tuple[list[str], int | None]:
     return bad, uid
 
 
-def _devices(found: Mapping[str, Any], given: Sequence[str]) -> str:
+def _visible(env: Mapping[str, str]) -> int | None:
+    """How many devices ``CUDA_VISIBLE_DEVICES`` leaves CUDA (None: not set, all)."""
+    value = env.get("CUDA_VISIBLE_DEVICES")
+    if value is None:
+        return None
+    n = 0
+    for part in value.split(","):
+        part = part.strip()
+        if not part or part.startswith("-"):
+            break  # CUDA stops at the first entry that names no device
+        n += 1
+    return n
+
+
+def _devices(found: Mapping[str, Any], given: Sequence[str], env: Mapping[str, str]) -> str:
     want = sorted(d for d in given if d.rpartition("/")[2].removeprefix("nvidia").isdigit())
     seen = list(found.get("seen", []))
     if seen != want:
         return f"devices {seen or 'none'} where {want or 'none'} were given"
     if found.get("unopened"):
         return f"devices that do not open: {', '.join(found['unopened'])}"
-    if want and not found.get("nvml"):
-        return "NVML sees no device where devices were given"
-    if want and not found.get("cuda"):
+    if not want:
+        return "no devices, as given"
+    if found.get("nvml") != len(want):
+        return f"NVML sees {found.get('nvml') or 'no'} device(s) where {len(want)} were given"
+    visible = _visible(env)
+    cuda = found.get("cuda") or 0
+    if visible is None and cuda == 0:
         return "CUDA sees no device where devices were given"
-    return "no devices, as given" if not want else f"{len(want)} devices as given"
+    if visible is not None and cuda != min(visible, len(want)):
+        return f"CUDA sees {cuda} device(s) where CUDA_VISIBLE_DEVICES leaves {visible}"
+    return f"{len(want)} devices as given"
 
 
 def prove(policy: Any, bwrap: str, keys: Sequence[str] = ()) -> SelfTest:
@@ -234,7 +254,7 @@ def prove(policy: Any, bwrap: str, keys: Sequence[str] = ()) -> SelfTest:
         refused=len(probes) - len(reached),
         probes=len(probes),
         reached=reached,
-        devices=_devices(report.get("devices", {}), policy.devices),
+        devices=_devices(report.get("devices", {}), policy.devices, dict(policy.env)),
         host_uid=-1 if uid is None else uid,
         outside=tuple(outside) if uid is not None else ("no sandboxed process was seen",),
     )

@@ -448,3 +448,21 @@ def test_a_folder_the_user_named_is_never_handed_to_the_sandbox(
     assert (out / "r.txt").read_text() == "ok" and (out / "r.txt").stat().st_uid == 0
     shown = json.loads(run(capfd, "show", r.out.strip(), "--json").out)
     assert [a["name"] for a in shown["statement"]["predicate"]["artifacts"]] == ["r.txt"]
+
+
+def test_the_positive_control_compares_what_cuda_and_nvml_see_with_what_was_given() -> None:
+    from ledger.sandbox.proof import _devices
+
+    given = ("/dev/nvidia0", "/dev/nvidia1", "/dev/nvidiactl", "/dev/nvidia-uvm")
+    seen = {"seen": ["/dev/nvidia0", "/dev/nvidia1"], "unopened": [], "nvml": 2, "cuda": 2}
+    assert _devices(seen, given, {}) == "2 devices as given"
+    # A claim's own GPU (CUDA_VISIBLE_DEVICES) and a CPU claim on a GPU host (none).
+    assert _devices({**seen, "cuda": 1}, given, {"CUDA_VISIBLE_DEVICES": "1"}).endswith("as given")
+    assert _devices({**seen, "cuda": 0}, given, {"CUDA_VISIBLE_DEVICES": ""}).endswith("as given")
+    # A silent fall back to the CPU, a node that does not open, one missing or extra.
+    assert "CUDA sees no device" in _devices({**seen, "cuda": None}, given, {})
+    assert "CUDA sees 0" in _devices({**seen, "cuda": 0}, given, {"CUDA_VISIBLE_DEVICES": "0"})
+    assert "do not open" in _devices({**seen, "unopened": ["/dev/nvidia1: EACCES"]}, given, {})
+    assert "where" in _devices({**seen, "seen": ["/dev/nvidia0"]}, given, {})
+    assert "NVML sees no" in _devices({**seen, "nvml": None}, given, {})
+    assert _devices({"seen": [], "unopened": []}, (), {}) == "no devices, as given"
