@@ -39,11 +39,11 @@ from tests.ledger.factories import envelope  # noqa: E402
 MANIFEST = HERE / "manifest.json"
 
 
-def ledger(*args: str) -> str:
+def ledger(*args: str, expect: int = 0) -> str:
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         code = main(list(args))
-    if code != 0:
+    if code != expect:
         raise SystemExit(f"ledger {' '.join(args)}: exit {code}: {err.getvalue()}")
     return out.getvalue()
 
@@ -96,7 +96,9 @@ def today(name: str) -> list[dict[str, Any]]:
         record(db, tmp, envelope(runner, claim="admission.honest"), 4)
         ledger("log", "checkpoint", "--witnesses", str(policy), "--db", db)
         forged = record(fork_db, tmp, envelope(runner, claim="admission.forged"), 5)
-        forked = ledger("log", "checkpoint", "--witnesses", str(policy), "--db", fork_db)
+        # Both refuse (exit 1): the fork's checkpoint stays signed, uncosigned.
+        ledger("log", "checkpoint", "--witnesses", str(policy), "--db", fork_db, expect=1)
+        forked = ledger("log", "checkpoint", "--db", fork_db)
         later = record(db, tmp, envelope(runner, claim="admission.later"), 6)
         ledger("log", "checkpoint", "--db", db)
         ledger("export", later, "-o", str(out / "bundle-uncosigned.json"), "--db", db)
