@@ -110,7 +110,7 @@ def import_(
     is checked first, and the claims are recorded together or not at all.
     docs/import.md gives each format's mapping. Prints one receipt id per line;
     exits 0 when every receipt passed, 1 when one failed, was inconclusive or
-    refused, 2 on an infra-error.
+    refused, 3 when every one that did not pass is an infra-error.
     """
     from ledger.importers import Context, import_source
     from ledger.importers.intoto import load_trusted_key

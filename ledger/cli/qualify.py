@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -21,7 +21,42 @@ from ledger.cli._common import (
     sandbox_option,
     server_option,
 )
-from ledger.evidence.errors import EXIT_NEGATIVE, UsageError
+from ledger.evidence.errors import EXIT_INFRA, EXIT_NEGATIVE, EXIT_OK, UsageError
+
+if TYPE_CHECKING:
+    from ledger.qualification.report import StatusReport
+
+
+def qualify_exit(ran: Sequence[tuple[str, str, str]], report: StatusReport | None) -> int:
+    """The exit status of a qualify run: 0 qualified; 3 not qualified only because of
+    infrastructure (every blocking claim has nothing but this run's infra-error
+    receipts: the code was not judged, and a CI retry may run it again); else 1.
+
+    ``ran`` is this run's (receipt id, claim, outcome); ``report`` the whole plan's
+    status, None through a server (whose client judges only what it just recorded).
+    """
+    if report is None:
+        bad = [o for _, _, o in ran if o != "passed"]
+        if not bad:
+            return EXIT_OK
+        return EXIT_INFRA if all(o == "infra-error" for o in bad) else EXIT_NEGATIVE
+    if report.qualified:
+        return EXIT_OK
+    if not report.governed or report.problems:
+        return EXIT_NEGATIVE
+    infra = {c for _, c, o in ran if o == "infra-error"}
+    blocking = [
+        c
+        for c in report.claims
+        if c.required and c.scope_role == "required" and c.state != "qualified"
+    ]
+    # Not run for want of evidence (or only an earlier head's), and this run's try
+    # was an infra-error: a retry can qualify it. A failure, a dispute, a review
+    # still owed or a claim this run did not try is a verdict no retry changes.
+    only_infra = bool(blocking) and all(
+        c.state in ("not-run", "stale") and c.claim in infra for c in blocking
+    )
+    return EXIT_INFRA if only_infra else EXIT_NEGATIVE
 
 
 def _headline(report: Any, subset: Sequence[str]) -> str:
@@ -167,7 +202,7 @@ def qualify(
         raise SystemExit(130) from None
     receipts = [{"id": i, "claim": c, "outcome": o} for i, c, o in result.receipts]
     # Every check ending in infra-error measured nothing: an environment
-    # failure (exit 2), never a verdict about the code.
+    # failure (exit 3), never a verdict about the code.
     nothing_measured = bool(receipts) and all(o == "infra-error" for _, _, o in result.receipts)
     report = None
     if isinstance(recorder, LocalRecorder):
@@ -189,8 +224,17 @@ def qualify(
         click.echo(render_qualify(receipts, report), nl=False)
     if report is not None:
         progress(_headline(report, subset))
+    code = qualify_exit(result.receipts, report)
     if nothing_measured:
-        raise UsageError("nothing was measured: every check ended in infra-error")
+        # Qualified on earlier evidence alone, this run still measured nothing: never green.
+        code = EXIT_NEGATIVE if code == EXIT_NEGATIVE else EXIT_INFRA
+        click.echo("ledger: nothing was measured: every check ended in infra-error", err=True)
+    elif code == EXIT_INFRA:
+        click.echo(
+            "ledger: not qualified only because of infrastructure: "
+            "every blocking claim's receipt here is an infra-error (exit 3)",
+            err=True,
+        )
     kept(recorder)
     if report is None:
         # A server client has only the receipts it just recorded, so it reports
@@ -199,8 +243,5 @@ def qualify(
             f"recorded at {server}; whether the claims qualify: `ledger status` on that ledger",
             err=True,
         )
-        if any(o != "passed" for _, _, o in result.receipts):
-            raise SystemExit(EXIT_NEGATIVE)
-        return
-    if not report.qualified:
-        raise SystemExit(EXIT_NEGATIVE)
+    if code != EXIT_OK:
+        raise SystemExit(code)

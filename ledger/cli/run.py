@@ -18,7 +18,12 @@ from ledger.cli._common import (
     sandbox_option,
     server_option,
 )
-from ledger.evidence.errors import EXIT_NEGATIVE, EXIT_OK, EXIT_USAGE, InputError, UsageError
+from ledger.evidence.errors import (
+    EXIT_INFRA,
+    EXIT_NEGATIVE,
+    InputError,
+    UsageError,
+)
 
 
 def target_options(f: F) -> F:
@@ -57,9 +62,6 @@ def _check_target(pr: int | None, rev: str | None) -> None:
         raise click.UsageError("give exactly one of --pr N or --rev R")
 
 
-_EXIT = {"passed": EXIT_OK, "infra-error": EXIT_USAGE}
-
-
 def _folders(paths: Sequence[str]) -> list[Path]:
     """The folder each absolute path or glob is read beneath (`ledger.outputs.declared`:
     the nearest real folder above it); relative ones are in the worktree."""
@@ -76,11 +78,14 @@ def _folders(paths: Sequence[str]) -> list[Path]:
 
 
 def exit_for(outcomes: Sequence[str]) -> None:
-    """Exit as the receipts say: 0 all passed, 2 any infra-error, else 1 (a failure,
-    an inconclusive or refused result: a CI step must not turn green on them)."""
-    code = max((_EXIT.get(o, EXIT_NEGATIVE) for o in outcomes), default=EXIT_OK)
-    if code != EXIT_OK:
-        raise SystemExit(code)
+    """Exit as the receipts say: 0 all passed, 3 when every one that did not pass is an
+    infra-error (the code was not judged: the one status a CI retry policy retries),
+    else 1 (a failure, an inconclusive or refused result: a CI step must not turn green
+    on them, and a retry must not wash them out)."""
+    bad = [o for o in outcomes if o != "passed"]
+    if not bad:
+        return
+    raise SystemExit(EXIT_INFRA if all(o == "infra-error" for o in bad) else EXIT_NEGATIVE)
 
 
 # Unknown options are refused, not taken as the command: the command comes after `--`.
@@ -135,7 +140,7 @@ def run(
     line, --artifact digests and a cleanup proof. The outcome is the exit
     status's, or the --result file's. The command's output goes to stderr;
     stdout carries the receipt id. Exits 0 passed, 1 failed, inconclusive or
-    refused, 2 infra-error. The command is the pull request's code too: it runs
+    refused, 3 infra-error. The command is the pull request's code too: it runs
     sandboxed (--sandbox, docs/security.md), writing only its worktree and the
     --result folder (a folder of Ledger's bound there, copied out after: the
     command runs as an unprivileged uid, never the host's root). Put `--` before

@@ -9,6 +9,7 @@ if TYPE_CHECKING:  # pydantic stays out of the import path of the HTTP client
     from pydantic import ValidationError
 
 __all__ = [
+    "EXIT_INFRA",
     "EXIT_NEGATIVE",
     "EXIT_OK",
     "EXIT_USAGE",
@@ -24,6 +25,9 @@ __all__ = [
 ]
 
 EXIT_OK, EXIT_NEGATIVE, EXIT_USAGE = 0, 1, 2
+EXIT_INFRA = 3
+"""Not passed only because of infrastructure (every receipt that did not pass is an
+infra-error): the one status a CI retry policy may retry; the code was not judged."""
 
 
 class Error(Exception):

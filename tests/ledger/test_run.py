@@ -63,7 +63,7 @@ def _ledger_run(
     assert shown.code == 0, shown.err
     pred: dict[str, Any] = json.loads(shown.out)["statement"]["predicate"]
     # The exit code follows the outcome: a failing CI step never turns green.
-    assert r.code == {"passed": 0, "infra-error": 2}.get(pred["outcome"], 1), r.err
+    assert r.code == {"passed": 0, "infra-error": 3}.get(pred["outcome"], 1), r.err
     return pred
 
 
