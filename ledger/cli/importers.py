@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import os
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -112,6 +114,7 @@ def import_(
     exits 0 when every receipt passed, 1 when one failed, was inconclusive or
     refused, 3 when every one that did not pass is an infra-error.
     """
+    from ledger.fleet.ci import ci_job
     from ledger.importers import Context, import_source
     from ledger.importers.intoto import load_trusted_key
     from ledger.importers.sigstore import load_roots
@@ -152,20 +155,24 @@ def import_(
     params = {n: dict(s.params) for n, s in tgt.specs.items() if s is not None}
     ctx = Context(tgt.revision, params, admitted=count, trusted_keys=keys, trusted_roots=root_certs)
     found = import_source(fmt, file, claims, ctx)
+    # The importer's job, never the one that produced the file (whose word, where the
+    # format carries it, stays in the measurements): `ledger.fleet.ci`.
+    job = ci_job(os.environ)
+    facts = [dataclasses.replace(f, environment={**f.environment, **job}) for f in found.facts]
     # A server stores no artifact contents: the digest is then in the measurements.
     recs = record_all(
         recorder,
         key,
         tgt,
-        found.facts,
+        facts,
         artifact_paths=found.files if recorder.stores_artifacts else [],
     )
-    for facts, rec in zip(found.facts, recs, strict=True):
+    for one, rec in zip(facts, recs, strict=True):
         # One line per claim: the detail (a failure's diff) is in the measurements.
-        note = "" if facts.outcome == "passed" else f": {_one_line(facts.reason)}"
-        click.echo(f"{facts.claim}: {facts.outcome} (imported from {fmt}){note}", err=True)
+        note = "" if one.outcome == "passed" else f": {_one_line(one.reason)}"
+        click.echo(f"{one.claim}: {one.outcome} (imported from {fmt}){note}", err=True)
         click.echo(rec.id)
-    exit_for([f.outcome for f in found.facts])
+    exit_for([f.outcome for f in facts])
 
 
 def _one_line(reason: str | None) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -147,6 +148,7 @@ def run(
     COMMAND.
     """
     from ledger.execution.trees import worktree
+    from ledger.fleet.ci import ci_job
     from ledger.identity import source
     from ledger.sandbox import resolve as resolve_sandbox
     from ledger.write.attest import record_all, target
@@ -224,8 +226,9 @@ def run(
         files = done.files
     facts = done.facts(claim)
     scope = {**facts.scope, "sandbox": box.facet, "network": "on" if network else "off"}
-    # The host's own observations of the sandbox: its self-test, policy, uid.
-    environment = {**facts.environment, **box.facts()}
+    # The host's own observations of the sandbox: its self-test, policy, uid; and the
+    # CI job this run is part of (`ledger.fleet.ci`).
+    environment = {**facts.environment, **box.facts(), **ci_job(os.environ)}
     facts = dataclasses.replace(facts, scope=scope, environment=environment)
     [rec] = record_all(recorder, key, tgt, [facts], artifact_files=files)
     note = "" if done.outcome == "passed" else f": {done.reason}"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -119,6 +120,7 @@ def attest(
     read from the repository; the rest comes from the options. Prints the id.
     """
     from ledger.evidence.statement import Facts
+    from ledger.fleet.ci import ci_job
     from ledger.identity.environment import fingerprint
     from ledger.write.attest import attest as do_attest
     from ledger.write.attest import rfc3339
@@ -151,7 +153,8 @@ def attest(
         gpu_uuids=list(gpu_uuids),
         started=rfc3339(started, "--started") if started else None,
         finished=rfc3339(finished, "--finished") if finished else None,
-        environment=fingerprint(),
+        # The job that attests, whoever produced the result (`ledger.fleet.ci`).
+        environment={**fingerprint(), **ci_job(os.environ)},
     )
     done = do_attest(
         recorder,

@@ -6,7 +6,11 @@ not tell the runner's labels (GitHub Actions), ``LEDGER_RUNNER_LABELS`` set in
 the workflow stands in; ``NODE_NAME`` (the Kubernetes downward API's usual name
 for the node a runner pod is on) names the node, else the host name does.
 
-Every value lands in the receipt's ``runner.environment`` under a ``ci_`` key.
+Every value lands in the receipt's ``runner.environment`` under a ``ci_`` key, in
+the receipts of every writer (``qualify``, ``run``, ``attest``, ``import``): the job
+that wrote the receipt, which for an import is the importer's, not the job that
+produced the file. ``ci_retry`` counts the retries before this attempt, so a retried
+infrastructure failure (exit 3) is told from a first one.
 """
 
 from __future__ import annotations
@@ -52,6 +56,13 @@ def _github(env: Mapping[str, str]) -> dict[str, str]:
         if repo:
             url = f"{server}/{repo}/actions/runs/{run}"
             out["ci_job_url"] = url + (f"/attempts/{attempt}" if attempt else "")
+        # GITHUB_RUN_ATTEMPT starts at 1; a value that is no count is left out.
+        if attempt.isdigit() and int(attempt) >= 1:
+            out["ci_retry"] = str(int(attempt) - 1)
+    out["ci_pipeline_id"] = run
+    out["ci_job_name"] = env.get("GITHUB_JOB", "")
+    out["ci_workflow"] = env.get("GITHUB_WORKFLOW", "")
+    out["ci_repository"] = repo
     out["ci_runner"] = env.get("RUNNER_NAME", "")
     out["ci_labels"] = env.get("LEDGER_RUNNER_LABELS", "")
     return out
@@ -65,6 +76,10 @@ def _buildkite(env: Mapping[str, str]) -> dict[str, str]:
         "ci_job_id": job,
         # A job's page is its build's page at the job's anchor.
         "ci_job_url": f"{build}#{job}" if build and job else build,
+        "ci_pipeline_id": env.get("BUILDKITE_BUILD_ID", ""),
+        "ci_job_name": env.get("BUILDKITE_LABEL", ""),
+        "ci_workflow": env.get("BUILDKITE_PIPELINE_SLUG", ""),
+        "ci_retry": env.get("BUILDKITE_RETRY_COUNT", ""),
         "ci_runner": env.get("BUILDKITE_AGENT_NAME", ""),
         "ci_queue": env.get("BUILDKITE_AGENT_META_DATA_QUEUE", ""),
         "ci_labels": env.get("LEDGER_RUNNER_LABELS", ""),
@@ -76,6 +91,9 @@ def _gitlab(env: Mapping[str, str]) -> dict[str, str]:
         "ci_provider": "gitlab-ci",
         "ci_job_id": env.get("CI_JOB_ID", ""),
         "ci_job_url": env.get("CI_JOB_URL", ""),
+        "ci_pipeline_id": env.get("CI_PIPELINE_ID", ""),
+        "ci_job_name": env.get("CI_JOB_NAME", ""),
+        "ci_repository": env.get("CI_PROJECT_PATH", ""),
         "ci_runner": env.get("CI_RUNNER_DESCRIPTION", ""),
         "ci_labels": _gitlab_tags(env.get("CI_RUNNER_TAGS", "")),
         "ci_job_started": env.get("CI_JOB_STARTED_AT", ""),
