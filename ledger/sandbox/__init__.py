@@ -258,6 +258,7 @@ def launcher_argv(policy: SandboxPolicy, bwrap: str, bound: Sequence[str] = ()) 
         "gid": policy.host_gid,
         "route": policy.route,
         "reach": reach,
+        "open": [p for p in bound if p not in policy.owned],
         "hand": list(policy.owned),
     }
     if policy.joined:

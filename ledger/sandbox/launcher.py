@@ -14,7 +14,8 @@ root, in this order:
    could not traverse (``/root`` at mode 0700) is covered by a tmpfs holding only
    the bound paths, at the **same** paths they have outside (request files,
    ``pyvenv.cfg``'s ``home =`` and artifact paths are absolute); a bound folder
-   is never covered;
+   is never covered, but one bound read-only that the uid cannot list (a 0700
+   checkout) is opened up: a tmpfs over it with its entries bound back;
 3. for the ranks of one claim, the holder's namespaces entered (below);
 4. the drop: no supplementary groups, then the gid, then the uid, all three of
    each set, checked;
@@ -143,14 +144,53 @@ def reach(paths: Iterable[str], uid: int, gid: int) -> list[str]:
         _mount("tmpfs", top, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755")
         for p, fd in fds.items():
             os.makedirs(os.path.dirname(p), mode=0o755, exist_ok=True)
-            if stat.S_ISDIR(os.fstat(fd).st_mode):
-                os.makedirs(p, mode=0o755, exist_ok=True)
-            else:
-                with open(p, "a"):
-                    pass
-            _mount(f"/proc/self/fd/{fd}", p, None, MS_BIND | MS_REC, None)
-            os.close(fd)
+            _bind_back(p, fd)
     return sorted(tops)
+
+
+def readable(path: str, uid: int, gid: int) -> bool:
+    """Whether ``uid``/``gid`` may list and search the folder (read and execute)."""
+    st = os.stat(path)
+    if st.st_uid == uid:
+        bits = stat.S_IRUSR | stat.S_IXUSR
+    elif st.st_gid == gid:
+        bits = stat.S_IRGRP | stat.S_IXGRP
+    else:
+        bits = stat.S_IROTH | stat.S_IXOTH
+    return st.st_mode & bits == bits
+
+
+def open_up(paths: Iterable[str], uid: int, gid: int) -> list[str]:
+    """In this (private) mount namespace, make each read-only bound folder the uid
+    cannot list (a checkout at mode 0700, a script's folder on ``sys.path``) listable:
+    a tmpfs over it with each of its entries bound back at the same path, each entry
+    keeping its own mode. Only for what is bound read-only: nothing written there
+    could land in the folder. Returns the folders opened."""
+    done = []
+    for p in paths:
+        p = os.path.normpath(p)
+        if not os.path.isdir(p) or os.path.islink(p) or readable(p, uid, gid):
+            continue
+        fds = {
+            os.path.join(p, name): os.open(os.path.join(p, name), os.O_PATH | os.O_CLOEXEC)
+            for name in os.listdir(p)
+        }
+        _mount("tmpfs", p, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755")
+        for q, fd in fds.items():
+            _bind_back(q, fd)
+        done.append(p)
+    return done
+
+
+def _bind_back(path: str, fd: int) -> None:
+    """Bind what ``fd`` holds (opened before a cover) at ``path`` again."""
+    if stat.S_ISDIR(os.fstat(fd).st_mode):
+        os.makedirs(path, mode=0o755, exist_ok=True)
+    else:
+        with open(path, "a"):
+            pass
+    _mount(f"/proc/self/fd/{fd}", path, None, MS_BIND | MS_REC, None)
+    os.close(fd)
 
 
 def hand_over(paths: Iterable[str], uid: int, gid: int) -> None:
@@ -293,6 +333,7 @@ def launch(spec: dict[str, object], cmd: list[str]) -> int:
     # what no one handed over is reached through a cover.
     hand_over([str(p) for p in spec.get("hand", []) or []], uid, gid)  # type: ignore[attr-defined]
     reach([str(p) for p in spec.get("reach", []) or []], uid, gid)  # type: ignore[attr-defined]
+    open_up([str(p) for p in spec.get("open", []) or []], uid, gid)  # type: ignore[attr-defined]
     if holder is not None:
         cmd = [cmd[0], "--pidns", str(enter(int(str(holder)))), *cmd[1:]]
     elif route == "rootmap":

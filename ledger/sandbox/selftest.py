@@ -185,7 +185,14 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
         ("sysctl:" + SYSCTLS[0].rsplit("/", 1)[1], lambda: _opened_for_write(SYSCTLS[0])),
         ("sysctl:" + SYSCTLS[1].rsplit("/", 1)[1], lambda: _opened_for_write(SYSCTLS[1])),
         ("host-key", lambda: _host_key(list(spec.get("keys", [])))),
-        ("host-socket", lambda: _host_socket(spec["socket"], spec.get("abstract", ""))),
+        # An abstract socket lives in a network namespace: a claim the plan gives the
+        # host's network shares the host's, so only a socket path is tried there.
+        (
+            "host-socket",
+            lambda: _host_socket(
+                spec["socket"], "" if spec.get("network") else spec.get("abstract", "")
+            ),
+        ),
         ("host-pid", lambda: _host_pid(list(spec.get("pids", [])))),
         ("sibling-folder", lambda: _sibling(spec["sibling"])),
         ("uid-0", _root),
