@@ -63,6 +63,8 @@ def _render(doc: dict[str, Any], above: float | None) -> str:
             f"quarantine: fault>= above {rate(above)}: "
             + (", ".join(map(shown, doc["quarantined"])) or "no device")
         )
+    if "dcgm_diag_none" in doc:
+        lines.append(f"DCGM diagnostic: nothing diagnosed: {doc['dcgm_diag_none']}")
     return "\n".join(lines) + "\n"
 
 
@@ -87,20 +89,35 @@ def fleet(db: str | None, quarantine_above: float | None, diagnose: bool, as_jso
     from ledger.fleet.report import fleet_report, quarantined
 
     diag: dict[str, Any] = {}
+    none: str | None = None
     if diagnose:
+        import shutil
+
         from ledger.execution.devices import visible_gpus
         from ledger.fleet.dcgm import diagnose as run_diag
 
-        for d in visible_gpus():
-            click.echo(f"dcgmi diag -r 2 on {d.label} ({d.uuid}) ...", err=True)
-            diag[str(d.uuid)] = got = run_diag(d.index, level=2)
-            click.echo(f"  {got['result']}", err=True)
+        devices = visible_gpus()
+        # Said once, before anything: a per-device "not installed", or no line at all
+        # without a GPU, read as if the devices had been looked at.
+        if shutil.which("dcgmi") is None:
+            none = "dcgmi is not installed on this host (not on PATH)"
+        elif not devices:
+            none = "no GPU is visible on this host"
+        else:
+            for d in devices:
+                click.echo(f"dcgmi diag -r 2 on {d.label} ({d.uuid}) ...", err=True)
+                diag[str(d.uuid)] = got = run_diag(d.index, level=2)
+                click.echo(f"  {got['result']}", err=True)
+        if none is not None:
+            click.echo(f"ledger: --diagnose: {none}: nothing was diagnosed", err=True)
     doc = fleet_report(_predicates(db))
     if quarantine_above is not None:
         doc["quarantined"] = quarantined(doc, quarantine_above)
         doc["quarantine_above"] = quarantine_above
-    if diag:
+    if diagnose:
         doc["dcgm_diag"] = diag
+        if none is not None:
+            doc["dcgm_diag_none"] = none
     if as_json:
         emit_json(doc)
     else:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, ParamSpec
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeGuard
 
 from ledger.read.humanize import columns, environment_line, figures, sorted_rows, value
 from ledger.read.inert import inert
@@ -184,9 +184,15 @@ def _flat(prefix: str, v: Any) -> list[tuple[str, Any]]:
     return [(prefix, v)]
 
 
-def _table(name: str, rows: list[dict[str, Any]], width: int) -> list[str]:
+def _table(
+    name: str,
+    rows: list[dict[str, Any]],
+    width: int,
+    mark: Callable[[dict[str, Any]], str] | None = None,
+) -> list[str]:
     """A list of records as an aligned text table, key columns first; columns
-    that do not fit `width` are named beneath (`--json` has them all)."""
+    that do not fit `width` are named beneath (`--json` has them all). ``mark``
+    gives a row a one-letter mark in its indent."""
     cols = columns(name, rows)
     rows = sorted_rows(name, rows)
     cells = [[_one_line(value(c, r.get(c)), 24) for c in cols] for r in rows]
@@ -198,7 +204,10 @@ def _table(name: str, rows: list[dict[str, Any]], width: int) -> list[str]:
     shown = max(shown, 1)
     fmt = "    " + "  ".join(f"{{:<{w}}}" for w in widths[:shown])
     out = [fmt.format(*cols[:shown]).rstrip()]
-    out += [fmt.format(*row[:shown]).rstrip()[:width] for row in cells]
+    for r, row in zip(rows, cells, strict=True):
+        line = fmt.format(*row[:shown]).rstrip()[:width]
+        m = mark(r) if mark else ""
+        out.append(f"  {m} {line[4:]}" if m else line)
     if shown < len(cols):
         out += _wrap(f"also: {', '.join(cols[shown:])} (ledger show --json)", width, "    ")
     return out
@@ -266,7 +275,9 @@ def render_show(doc: dict[str, Any], *, width: int = 80) -> str:
     if m:
         lines.append("measurements")
         for k, v in m.items():
-            if isinstance(v, list) and v and all(isinstance(x, dict) for x in v):
+            if k == "shapes" and isinstance(v, list) and v and all(isinstance(x, dict) for x in v):
+                lines += _shapes(v, width)
+            elif isinstance(v, list) and v and all(isinstance(x, dict) for x in v):
                 lines.append(f"  {k} ({len(v)} rows)")
                 lines += _table(k, v, width)
             else:
@@ -286,6 +297,70 @@ def render_show(doc: dict[str, Any], *, width: int = 80) -> str:
             f"review     {short(r['id'])} {r['verdict']}: {r.get('note', '')}", width, ""
         )
     return "\n".join(lines) + "\n"
+
+
+def _num(v: object) -> TypeGuard[int | float]:
+    return isinstance(v, int | float) and not isinstance(v, bool)
+
+
+def _shape_mark(r: dict[str, Any]) -> str:
+    """X a counterexample (admitted, then over its prediction or out of memory), R a
+    refused shape; an admitted shape that fit is not marked."""
+    if r.get("counterexample") is True:
+        return "X"
+    return "R" if r.get("admitted") is False else ""
+
+
+def _shape_said(r: dict[str, Any]) -> str:
+    """A marked shape in one line, with its ratio: measured over predicted for a
+    counterexample; predicted over usable (why it was refused) for a refusal, and
+    measured over predicted where the refused shape was measured too."""
+    where = " ".join(str(r[k]) for k in ("shape", "phase") if r.get(k) is not None)
+    pred, meas, ratio = (
+        r.get("predicted_bytes"),
+        r.get("measured_bytes"),
+        r.get("measured_over_predicted"),
+    )
+    status = r.get("status")
+    note = f" (status {status})" if status not in (None, "ok") else ""
+    if _shape_mark(r) == "X":
+        what = f"X counterexample: {where}"
+        if r.get("run"):
+            what += f" ({r['run']})"
+        if _num(meas) and _num(pred) and _num(ratio):
+            what += (
+                f": measured {value('measured_bytes', meas)} / predicted "
+                f"{value('predicted_bytes', pred)} = {value('ratio', float(ratio))}"
+            )
+        return what + note
+    usable = r.get("usable_bytes")
+    what = f"R refused: {where}"
+    if _num(pred) and _num(usable) and usable > 0:
+        what += (
+            f": predicted {value('predicted_bytes', pred)} / usable "
+            f"{value('usable_bytes', usable)} = {value('ratio', pred / usable)}"
+        )
+    if _num(ratio):
+        what += f"; measured/predicted {value('ratio', float(ratio))}"
+    if r.get("over_refused") is True:
+        what += "; it fit: an over-refusal"
+    return what + note
+
+
+def _shapes(rows: list[dict[str, Any]], width: int) -> list[str]:
+    """An admission receipt's shapes: the table, its counterexample and refused rows
+    marked (X, R) and each said beneath with its ratio, which the table's 80 columns
+    leave out."""
+    marked = [r for r in rows if _shape_mark(r)]
+    cx = sum(_shape_mark(r) == "X" for r in rows)
+    counts = [f"{cx} counterexample{'s' if cx != 1 else ''}"] if cx else []
+    if len(marked) > cx:
+        counts.append(f"{len(marked) - cx} refused")
+    head = f"  shapes ({len(rows)} rows" + (f": {', '.join(counts)})" if counts else ")")
+    out = [head, *_table("shapes", rows, width, _shape_mark)]
+    for r in marked:
+        out += _wrap(_shape_said(r), width, "    ", "      ")
+    return out
 
 
 def _when(iso: Any) -> str:

@@ -122,3 +122,44 @@ def test_fleet_diagnose_runs_dcgmi_level_2_on_each_gpu_of_this_host(
     doc = json.loads(r.out)
     assert {u: d["result"] for u, d in doc["dcgm_diag"].items()} == {GPU_A: "pass", GPU_B: "pass"}
     assert (bin_dir / "calls").read_text().splitlines() == ["diag -r 2 -i 0", "diag -r 2 -i 1"]
+
+
+def test_fleet_diagnose_without_dcgmi_says_nothing_was_diagnosed(
+    tmp_path: Path,
+    ledger_env: Path,
+    gpus: list[FakeDevice],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    empty = tmp_path / "empty-bin"
+    empty.mkdir()
+    monkeypatch.setenv("PATH", str(empty))
+    r = run(capsys, "fleet", "--diagnose", "--json")
+    assert r.code == 0, r.err
+    assert "dcgmi is not installed on this host" in r.err and "nothing was diagnosed" in r.err
+    doc = json.loads(r.out)
+    assert doc["dcgm_diag"] == {}
+    assert doc["dcgm_diag_none"].startswith("dcgmi is not installed")
+    text = run(capsys, "fleet", "--diagnose")
+    assert text.code == 0 and "DCGM diagnostic: nothing diagnosed: dcgmi is not" in text.out
+
+
+def test_fleet_diagnose_without_a_gpu_says_nothing_was_diagnosed(
+    tmp_path: Path,
+    ledger_env: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from ledger.execution.devices import visible_gpus
+
+    if visible_gpus():
+        pytest.skip("a GPU is present")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "dcgmi").write_text('#!/bin/sh\necho "$@" >> "$(dirname "$0")/calls"\n')
+    (bin_dir / "dcgmi").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    r = run(capsys, "fleet", "--diagnose", "--json")
+    assert r.code == 0, r.err
+    assert "no GPU is visible on this host" in r.err and "nothing was diagnosed" in r.err
+    assert json.loads(r.out)["dcgm_diag"] == {} and not (bin_dir / "calls").exists()
