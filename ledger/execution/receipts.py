@@ -99,6 +99,8 @@ def _facts(
         cleanup=asdict(r.cleanup),
         artifacts=[f.artifact for f in files],
         supersedes=[],
+        # The host's readings, set over the claim's word by the parent once the claim
+        # ended (`runners.authors`); the executor's devices where none was used.
         host=r.host,
         gpu_uuids=r.gpu_uuids or list(uuids),
         started=timestamp(r.started_ns) if r.started_ns else None,
