@@ -474,7 +474,15 @@ def render_trend(repo: str, pr: int | None, trends: list[Trend], *, width: int =
         out += _wrap(f"{head} ({where}; last {t.base_asked} base commits)", width, "")
         if not t.points:
             out += _wrap("no receipt of this claim on these revisions", width, "  ")
-        for p in t.points:
+        elif t.base_asked and not t.base_with_receipts:
+            # Said, or the heads' figures read as if the base had been compared.
+            out += _wrap(
+                f"no receipt of this claim on the last {t.base_asked} base commits",
+                width,
+                "  ",
+            )
+        # A superseded receipt beneath its revision's point, with the figure it measured.
+        for p in (q for point in t.points for q in (point, *point.superseded)):
             fig = p.figure.text if p.figure else "-"
             out += _wrap(
                 f"{p.where:<14} {p.commit[:12]}  {fig:>10}  {p.outcome:<12} {short(p.receipt)}",

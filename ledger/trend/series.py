@@ -1,11 +1,14 @@
 """A claim's figure per revision: the base branch's commits (oldest first), then
 the PR's heads in the order they were recorded, one point per revision (its
-newest receipt of the claim)."""
+newest receipt of the claim). A receipt a later receipt of the revision names as
+superseded stays beside the point with its figure: a supersession measures
+nothing, and the figure it replaced is evidence still (whether the supersession
+lifts it is `ledger status`'s to say)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ledger.store.store import Store
@@ -23,9 +26,13 @@ class Point:
     outcome: str
     recorded: str
     figure: Figure | None
+    superseded: tuple[Point, ...] = ()
+    """Earlier receipts of the revision that a later one names as superseded, oldest first."""
+    superseded_by: str | None = None
+    """On a superseded receipt: the receipt that named it."""
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "commit": self.commit,
             "where": self.where,
             "receipt": self.receipt,
@@ -33,6 +40,11 @@ class Point:
             "recorded": self.recorded,
             "figure": self.figure.to_json() if self.figure else None,
         }
+        if self.superseded_by is not None:
+            out["superseded_by"] = self.superseded_by
+        else:
+            out["superseded"] = [p.to_json() for p in self.superseded]
+        return out
 
 
 @dataclass
@@ -44,25 +56,33 @@ class Trend:
 
     @property
     def name(self) -> str | None:
-        return next((p.figure.name for p in self.points if p.figure), None)
+        every = [q for p in self.points for q in (p, *p.superseded)]
+        return next((p.figure.name for p in every if p.figure), None)
+
+    @property
+    def base_with_receipts(self) -> int:
+        """Base commits with a receipt of the claim (each has one point)."""
+        return sum(p.where == "base" for p in self.points)
 
     def to_json(self) -> dict[str, Any]:
         return {
             "claim": self.claim,
             "figure": self.name,
             "base_commits_asked": self.base_asked,
+            "base_commits_with_receipts": self.base_with_receipts,
             "points": [p.to_json() for p in self.points],
         }
 
 
-def _newest_per_commit(entries: list[Any]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for e in entries:  # log order: a later receipt of a revision replaces an earlier one
-        out[e.payload_document["predicate"]["source"]["commit"]] = e
+def _per_commit(entries: list[Any]) -> dict[str, list[Any]]:
+    """Each commit's receipts in log order (the dict in the order commits first appear)."""
+    out: dict[str, list[Any]] = {}
+    for e in entries:
+        out.setdefault(e.payload_document["predicate"]["source"]["commit"], []).append(e)
     return out
 
 
-def _point(e: Any, where: str) -> Point:
+def _point(e: Any, where: str, superseded_by: str | None = None) -> Point:
     p = e.payload_document["predicate"]
     return Point(
         commit=p["source"]["commit"],
@@ -71,7 +91,21 @@ def _point(e: Any, where: str) -> Point:
         outcome=p["outcome"],
         recorded=str((p.get("runner") or {}).get("finished") or ""),
         figure=figure_of(p),
+        superseded_by=superseded_by,
     )
+
+
+def _revision(receipts: list[Any], where: str) -> Point:
+    """The revision's point: its newest receipt (a later receipt of a revision replaces
+    an earlier one), with the earlier ones that a later one names as superseded."""
+    by: dict[str, str] = {}
+    for e in receipts:
+        for s in e.payload_document["predicate"].get("supersedes") or []:
+            if isinstance(s, dict) and isinstance(s.get("id"), str):
+                by.setdefault(s["id"], e.entry_id)
+    newest = receipts[-1]
+    gone = tuple(_point(e, "superseded", by[e.entry_id]) for e in receipts[:-1] if e.entry_id in by)
+    return replace(_point(newest, where), superseded=gone)
 
 
 def trend(
@@ -91,12 +125,12 @@ def trend(
 
     out = Trend(claim, base_asked=len(base_commits))
     if base_commits:
-        found = _newest_per_commit(entries(commits=list(base_commits)))
+        found = _per_commit(entries(commits=list(base_commits)))
         for c in reversed(base_commits):
             if c in found:
-                out.points.append(_point(found[c], "base"))
+                out.points.append(_revision(found[c], "base"))
     if pr is not None:
-        heads = _newest_per_commit(entries(pr=pr))
-        for i, e in enumerate(heads.values(), 1):
-            out.points.append(_point(e, f"PR #{pr} head {i}"))
+        heads = _per_commit(entries(pr=pr))
+        for i, es in enumerate(heads.values(), 1):
+            out.points.append(_revision(es, f"PR #{pr} head {i}"))
     return out

@@ -126,3 +126,68 @@ def test_each_check_has_its_figure() -> None:
     peak = {"check": {"name": "cleanup"}, "measurements": {"process_peak_bytes": 543162368}}
     assert (f := figure_of(peak)) is not None and f.text == "518 MiB" and f.unit == "bytes"
     assert figure_of({"check": {"name": "command"}, "measurements": {}}) is None
+
+
+def _ledger(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> tuple[git.Repo, Path]:
+    for args in (("init",), ("keys", "new", "h200", "--role", "runner")):
+        assert run(capsys, *args).code == 0
+    r = git.Repo.init(tmp_path / "up", initial_branch="main")
+    commit_file(r, "qualification.toml", PLAN, "plan")
+    commit_file(r, "model.py", "x = 1\n", "base 1")
+    return r, Path(str(r.working_tree_dir))
+
+
+def test_a_superseded_receipt_is_shown_superseded_with_its_figure(
+    tmp_path: Path,
+    key_dir: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setenv("LEDGER_DB", f"sqlite:///{tmp_path / 'l.db'}")
+    r, repo = _ledger(tmp_path, capsys)
+    _attest(capsys, repo, tmp_path, 0.91, "--rev", "HEAD")
+    r.git.checkout("-b", "feature")
+    head = commit_file(r, "model.py", "x = 2\n", "pr head 1")
+    r.git.update_ref("refs/pull/4/head", head)
+    r.git.checkout("main")
+    measured = _attest(capsys, repo, tmp_path, 1.28, "--pr", "4")
+    sup = run(capsys, "supersede", measured, "--reason", "a noisy neighbour", "--key", "h200")
+    assert sup.code == 0, sup.err
+    newer = sup.out.strip()
+    args = ("trend", "--repo", str(repo), "--pr", "4", "--offline", "--claim", CLAIM)
+    [t] = json.loads(run(capsys, *args, "--json").out)["trends"]
+    point = t["points"][-1]
+    # The head's point is still its newest receipt (the supersession, which measured
+    # nothing), and the receipt it replaced stays beside it with its figure.
+    assert (point["where"], point["receipt"], point["figure"]) == ("PR #4 head 1", newer, None)
+    [old] = point["superseded"]
+    assert old["receipt"] == measured and old["outcome"] == "failed"
+    assert old["figure"]["value"] == 1.28 and old["superseded_by"] == newer
+    assert t["points"][0]["superseded"] == []
+    text = run(capsys, *args).out.splitlines()
+    at = next(i for i, line in enumerate(text) if "PR #4 head 1" in line)
+    assert "passed" in text[at] and "1.28x" not in text[at]
+    assert text[at + 1].split()[:4] == ["superseded", head[:12], "1.28x", "failed"]
+    assert max(len(line) for line in text) <= 80
+
+
+def test_a_base_without_receipts_is_said(
+    tmp_path: Path,
+    key_dir: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setenv("LEDGER_DB", f"sqlite:///{tmp_path / 'l.db'}")
+    r, repo = _ledger(tmp_path, capsys)
+    r.git.checkout("-b", "feature")
+    head = commit_file(r, "model.py", "x = 2\n", "pr head 1")
+    r.git.update_ref("refs/pull/4/head", head)
+    r.git.checkout("main")
+    _attest(capsys, repo, tmp_path, 0.95, "--pr", "4")
+    args = ("trend", "--repo", str(repo), "--pr", "4", "--offline", "--claim", CLAIM)
+    [t] = json.loads(run(capsys, *args, "--json").out)["trends"]
+    assert [p["where"] for p in t["points"]] == ["PR #4 head 1"]
+    assert t["base_commits_asked"] == 2 and t["base_commits_with_receipts"] == 0
+    text = run(capsys, *args).out
+    assert "no receipt of this claim on the last 2 base commits" in text
+    assert "0.95x" in text
