@@ -435,7 +435,10 @@ class Sandbox:
         digest = policy_digest(policy)
         found = self.proofs.get(digest)
         if found is None:
-            found = self.proofs[digest] = prove(policy, self.bwrap, keys=_keys(policy))
+            bwrap = self.bwrap
+            found = self.proofs[digest] = prove(
+                policy, bwrap, lambda argv: render(policy, argv, bwrap=bwrap), keys=_keys(policy)
+            )
         if not found.ok:
             raise SandboxBreach(
                 f"the sandbox failed its self-test, so none of the pull request's code ran: "

@@ -23,7 +23,7 @@ import socket
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -215,18 +215,23 @@ def _devices(found: Mapping[str, Any], given: Sequence[str], env: Mapping[str, s
     return f"{len(want)} devices as given"
 
 
-def prove(policy: Any, bwrap: str, keys: Sequence[str] = ()) -> SelfTest:
-    """Run the self-test under ``policy`` (a `ledger.sandbox.SandboxPolicy`); its
-    verdict. ``keys``: host secret paths the sandbox must not read."""
-    from ledger.sandbox import render
-
+def prove(
+    policy: Any,
+    bwrap: str,
+    render: Callable[[list[str]], list[str]],
+    keys: Sequence[str] = (),
+) -> SelfTest:
+    """Run the self-test under ``policy`` (a `ledger.sandbox.SandboxPolicy`), started by
+    ``render`` (argv -> the command line that starts it under the policy, exactly as the
+    pull request's process will start); its verdict. ``keys``: host secret paths the
+    sandbox must not read."""
     digest = policy_digest(policy)
     with _doors(policy.host_uid, policy.host_gid) as doors:
         spec = {**doors, "keys": list(keys), "network": policy.network}
         spec["devices"] = list(policy.devices)
         argv = [sys.executable, "-I", "-S", str(SELFTEST), json.dumps(spec)]
         proc = subprocess.Popen(
-            render(policy, argv, bwrap=bwrap),
+            render(argv),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
