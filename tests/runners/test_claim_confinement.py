@@ -146,6 +146,8 @@ def test_the_forked_claim_process_knows_its_host_pid_and_nothing_else(
     claim.mkdir()
     req, res = claim / "request.json", claim / "result.json"
     req.write_text(json.dumps({}))
+    # Made after the server started, as a claim's folder is: handed to its uid.
+    box.hand_over(claim)
     try:
         client = subprocess.Popen(
             client_argv(server.sock, "tests.runners.hostpid_probe", req, res),
