@@ -90,7 +90,9 @@ def _doors(uid: int, gid: int) -> Iterator[dict[str, Any]]:
     """A door of each kind, on the host, for the self-test to try: a Unix socket in a
     folder of the host's, an abstract one, a port on the host's loopback, a sibling
     folder the sandbox's uid owns (only the allow-list keeps it out)."""
-    home = Path(tempfile.mkdtemp(prefix="ledger-selftest-"))
+    # In /tmp itself where there is one: a Unix socket's path has at most 107 bytes, and
+    # TMPDIR may lie deep (a test's folder).
+    home = Path(tempfile.mkdtemp(prefix="ledger-selftest-", dir=_short_tmp()))
     sibling = home / "sibling-claim"
     sibling.mkdir()
     if os.geteuid() == 0:
@@ -119,6 +121,10 @@ def _doors(uid: int, gid: int) -> Iterator[dict[str, Any]]:
             }
         finally:
             shutil.rmtree(home, ignore_errors=True)
+
+
+def _short_tmp() -> str | None:
+    return "/tmp" if os.path.isdir("/tmp") and os.access("/tmp", os.W_OK) else None
 
 
 def _start_time(pid: int) -> int | None:
@@ -226,6 +232,20 @@ def prove(
     pull request's process will start); its verdict. ``keys``: host secret paths the
     sandbox must not read."""
     digest = policy_digest(policy)
+    try:
+        return _prove(policy, digest, bwrap, render, keys)
+    except OSError as e:
+        # Not run is not passed: nothing of the pull request runs under the policy.
+        raise SandboxBreach(f"the sandbox's self-test could not start: {e}") from None
+
+
+def _prove(
+    policy: Any,
+    digest: str,
+    bwrap: str,
+    render: Callable[[list[str]], list[str]],
+    keys: Sequence[str],
+) -> SelfTest:
     with _doors(policy.host_uid, policy.host_gid) as doors:
         spec = {**doors, "keys": list(keys), "network": policy.network}
         spec["devices"] = list(policy.devices)
