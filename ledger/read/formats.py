@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote, urlencode
 
-from ledger.read.humanize import figures, state_breakdown
+from ledger.read.humanize import blocker_reason, figures, state_breakdown
 from ledger.read.inert import inert, markdown_cell, xml_text
 
 __all__ = ["FORMATS", "Links", "github_check", "junit", "markdown", "repo_label"]
@@ -126,9 +126,11 @@ def markdown(doc: dict[str, Any], links: Links | None = None) -> str:
     if v["blockers"]:
         lines += ["", "**Blocking**", ""]
         for i, b in enumerate(v["blockers"], 1):
+            why = blocker_reason(b.get("reasons", []))
             lines.append(
-                f"{i}. **{_cell(b['claim'])}**: {b['state']} at {_cell(b['scope_text'])}; "
-                f"next: {_commands(b['next'] or '-')}"
+                f"{i}. **{_cell(b['claim'])}**: {b['state']} (scope: {_cell(b['scope_text'])})"
+                + (f": {_cell(why)}" if why else "")
+                + f"; next: {_commands(b['next'] or '-')}"
             )
     lines += ["", "| claim | scope | state | receipts | why |", "|---|---|---|---|---|"]
     for c in v["claims"]:
@@ -173,14 +175,19 @@ def junit(doc: dict[str, Any], links: Links | None = None) -> str:
             ET.SubElement(case, "system-out").text = x("\n".join(lines))
         if c["state"] == "qualified":
             continue
-        why = _reasons(c) or c["state"]
+        lead = blocker_reason(c["reasons"])
+        why = lead or c["state"]
         if c["next"]:
             why += f"\nnext: {c['next']}"
+        if len(c["reasons"]) > 1:
+            why += f"\n{_reasons(c)}"
         if links is not None and lines:
             why += "\n" + "\n".join(lines)
+        # The message is what a CI page shows in one line: the state and its reason.
+        message = f"{c['state']}: {lead}" if lead else c["state"]
         if c["required"]:
             failures += 1
-            ET.SubElement(case, "failure", message=c["state"], type=c["state"]).text = x(why)
+            ET.SubElement(case, "failure", message=x(message), type=c["state"]).text = x(why)
         else:
             skipped += 1
             ET.SubElement(case, "skipped", message=x(f"{c['state']}: {why}"))
@@ -208,8 +215,9 @@ def github_check(doc: dict[str, Any], links: Links | None = None) -> dict[str, A
             "end_line": 1,
             "annotation_level": "failure" if c["required"] else "warning",
             "title": f"{c['claim']}: {c['state']}",
-            "message": _reasons(c)
+            "message": blocker_reason(c["reasons"])
             + (f"\nnext: {c['next']}" if c["next"] else "")
+            + (f"\n{_reasons(c)}" if len(c["reasons"]) > 1 else "")
             + "".join(f"\n{line}" for line in (_receipt_lines(c, links) if links else [])),
         }
         for c in v["claims"]

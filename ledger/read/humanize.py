@@ -339,3 +339,20 @@ def environment_line(env: dict[str, Any]) -> str:
 
 _NONE = "none"
 """What the environment's facets say where a host has no GPU, driver or CUDA."""
+
+
+_LEAD_MAX = 240
+"""How much of a blocker's first reason leads it: the clause and its deciding
+figure fit; a longer reason is read in full under its claim."""
+
+
+def blocker_reason(reasons: list[str] | tuple[str, ...]) -> str:
+    """The reason a blocker leads with: its first deciding reason as people read
+    it, cut at a word near `_LEAD_MAX` characters (the figure comes early)."""
+    if not reasons:
+        return ""
+    text = " ".join(figures(str(reasons[0])).split())
+    if len(text) <= _LEAD_MAX:
+        return text
+    cut = text[:_LEAD_MAX].rsplit(" ", 1)[0]
+    return cut.rstrip(",;:") + " …"

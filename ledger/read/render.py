@@ -11,7 +11,14 @@ import json
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeGuard
 
-from ledger.read.humanize import columns, environment_line, figures, sorted_rows, value
+from ledger.read.humanize import (
+    blocker_reason,
+    columns,
+    environment_line,
+    figures,
+    sorted_rows,
+    value,
+)
 from ledger.read.inert import inert
 from ledger.read.render_verification import render_verification
 
@@ -112,8 +119,11 @@ def render_status(doc: dict[str, Any], *, width: int = 80) -> str:
         out += ["", "Blocking:"]
         for i, b in enumerate(v["blockers"], 1):
             out += _wrap(
-                f"{i}. {b['claim']}: {b['state']} at {b['scope_text']}", width, "  ", "   "
+                f"{i}. {b['claim']}: {b['state']} (scope: {b['scope_text']})", width, "  ", "   "
             )
+            # The reason first, so the next command reads as its answer.
+            if why := blocker_reason(b.get("reasons", [])):
+                out += _wrap(f"why: {why}", width, "     ", "       ")
             out += _wrap(f"next: {b['next']}", width, "     ")
     # Where the evidence ran, once: a receipt line repeats it only where it differs.
     envs = [environment_line(r["environment"]) for c in v["claims"] for r in c["receipts"]]
