@@ -397,14 +397,21 @@ def _measurements(check: str, m: dict[str, Any]) -> dict[str, Any]:
 
 
 def _worst_ratio(m: dict[str, Any]) -> dict[str, Any] | None:
-    """Admission's worst measured/predicted: the ratio, where, and both figures."""
+    """Admission's deciding measured/predicted: the ratio, where, and both figures.
+
+    The worst counterexample's where there is one, else the worst admitted
+    shape's: a refused shape decides nothing (its ratio says only that it would
+    have fit), and the check's `max_measured_over_predicted` is over admitted
+    shapes, so the headline and the table beneath it say the same figure."""
     rows = [
         r
         for r in m.get("shapes") or []
         if isinstance(r, dict)
         and isinstance(r.get("measured_over_predicted"), int | float)
         and not isinstance(r.get("measured_over_predicted"), bool)
+        and r.get("admitted") is not False
     ]
+    rows = [r for r in rows if r.get("counterexample") is True] or rows
     if not rows:
         return None
     r = max(rows, key=lambda r: float(r["measured_over_predicted"]))
