@@ -16,6 +16,7 @@ from ledger.read.humanize import (
     columns,
     environment_line,
     figures,
+    number,
     sorted_rows,
     value,
 )
@@ -25,6 +26,7 @@ from ledger.read.render_verification import render_verification
 if TYPE_CHECKING:
     from ledger.qualification import StatusReport
     from ledger.trend import Trend
+    from ledger.trend.figures import Figure
 
 __all__ = [
     "render_checks",
@@ -473,6 +475,19 @@ def render_checks(catalog: list[dict[str, Any]], *, width: int = 80) -> str:
     return "\n".join(out)
 
 
+def _least_change(head: Figure, base: Figure | None) -> str:
+    said = f"{head.name} {head.text}"
+    if base is None:
+        return f"{said} (no base receipt to compare)"
+    if head.value <= 0 or base.value <= 0 or head.value == base.value:
+        return f"{said}, base {base.text}"
+    ratio = base.value / head.value
+    # Lower is a looser estimate; higher is tighter only up to 1 (above it, the worst
+    # figure and the verdict say the estimate fell short), so only the direction is said.
+    change = f"{number(ratio)}x lower (looser)" if ratio > 1 else f"{number(1 / ratio)}x higher"
+    return f"{said}, base {base.text}: {change}"
+
+
 @_inert
 def render_trend(repo: str, pr: int | None, trends: list[Trend], *, width: int = 80) -> str:
     """`ledger trend`: per claim, its figure on each revision (base commits oldest
@@ -500,5 +515,9 @@ def render_trend(repo: str, pr: int | None, trends: list[Trend], *, width: int =
                 "  ",
                 "    ",
             )
+            # A head's tightness against the base: a looser estimate passes admission
+            # (it stays safe) unless a plan bounds it, so its change is said here.
+            if p.least is not None and p.where.startswith("PR "):
+                out += _wrap(_least_change(p.least, t.base_least), width, "    ", "      ")
         out.append("")
     return "\n".join(out)

@@ -9,7 +9,7 @@ from typing import Any, Literal
 
 from ledger.read.humanize import iec, number
 
-__all__ = ["Figure", "figure_of"]
+__all__ = ["Figure", "figure_of", "least_of"]
 
 
 @dataclass(frozen=True)
@@ -67,3 +67,24 @@ def figure_of(predicate: dict[str, Any]) -> Figure | None:
             return Figure("peak bytes", peak, "bytes")
     peak = _most([_num(r.get("measured_bytes")) for r in _rows(m, "shapes")])
     return Figure("peak bytes", peak, "bytes") if peak is not None else None
+
+
+def least_of(predicate: dict[str, Any]) -> Figure | None:
+    """Admission's least measured/predicted over its admitted steps (how loose the
+    estimate is where it was loosest), or None for other checks and where no admitted
+    step was measured. Receipts made before the figure was recorded give it from their
+    rows, so a base measured then still compares with a head measured now."""
+    check = str((predicate.get("check") or {}).get("name", ""))
+    m = predicate.get("measurements") or {}
+    if check != "admission" or not isinstance(m, dict):
+        return None
+    least = _num(m.get("min_measured_over_predicted"))
+    if least is None:
+        found = [
+            v
+            for r in _rows(m, "shapes")
+            if r.get("admitted") is True
+            and (v := _num(r.get("measured_over_predicted"))) is not None
+        ]
+        least = min(found) if found else None
+    return None if least is None else Figure("least measured/predicted", least, "ratio")

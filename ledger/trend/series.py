@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ledger.store.store import Store
-from ledger.trend.figures import Figure, figure_of
+from ledger.trend.figures import Figure, figure_of, least_of
 
 __all__ = ["Point", "Trend", "trend"]
 
@@ -30,6 +30,9 @@ class Point:
     """Earlier receipts of the revision that a later one names as superseded, oldest first."""
     superseded_by: str | None = None
     """On a superseded receipt: the receipt that named it."""
+    least: Figure | None = None
+    """Admission's least measured/predicted (how loose the estimate is), beside its
+    worst; None for other checks."""
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -40,6 +43,8 @@ class Point:
             "recorded": self.recorded,
             "figure": self.figure.to_json() if self.figure else None,
         }
+        if self.least is not None:
+            out["least"] = self.least.to_json()
         if self.superseded_by is not None:
             out["superseded_by"] = self.superseded_by
         else:
@@ -58,6 +63,12 @@ class Trend:
     def name(self) -> str | None:
         every = [q for p in self.points for q in (p, *p.superseded)]
         return next((p.figure.name for p in every if p.figure), None)
+
+    @property
+    def base_least(self) -> Figure | None:
+        """The newest base commit's least measured/predicted: what a head's is compared
+        with."""
+        return next((p.least for p in reversed(self.points) if p.where == "base"), None)
 
     @property
     def base_with_receipts(self) -> int:
@@ -92,6 +103,7 @@ def _point(e: Any, where: str, superseded_by: str | None = None) -> Point:
         recorded=str((p.get("runner") or {}).get("finished") or ""),
         figure=figure_of(p),
         superseded_by=superseded_by,
+        least=least_of(p),
     )
 
 

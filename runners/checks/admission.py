@@ -70,6 +70,33 @@ class Params(CheckParams):
     refuse."""
     seed: int = 0
     """Seed of every generator and of the workload's inputs."""
+    min_measured_over_predicted: float | None = None
+    """Tightness a plan requires: the least measured/predicted over the admitted steps
+    that ran must be at least this, or the check fails naming the step (an estimate
+    that admits safely by predicting many times what a step uses wastes the device).
+    None: not judged; the figure is recorded all the same."""
+    max_over_refused: int | None = None
+    """Tightness a plan requires: at most this many refused steps may have fit (needs
+    ``measure_refused``). None: not judged; the count is recorded all the same."""
+
+    def constrain(self) -> None:
+        if self.min_measured_over_predicted is not None and not (
+            0 < self.min_measured_over_predicted <= 1
+        ):
+            raise ParamError(
+                "parameter 'min_measured_over_predicted' must be in (0, 1], got "
+                f"{self.min_measured_over_predicted!r}"
+            )
+        if self.max_over_refused is not None:
+            if self.max_over_refused < 0:
+                raise ParamError(
+                    f"parameter 'max_over_refused' must be >= 0, got {self.max_over_refused!r}"
+                )
+            if not self.measure_refused:
+                raise ParamError(
+                    "parameter 'max_over_refused' needs measure_refused = true (over-refusal "
+                    "is only known for a refused step run anyway)"
+                )
 
 
 _CUDA_EDGE_MARGIN = 2 * MiB
@@ -184,15 +211,24 @@ def _body(sess: Session, p: Params) -> Verdict:
     admitted = [r for r in rows if r["admitted"]]
     refused = [r for r in rows if not r["admitted"]]
     ratios = [r["measured_over_predicted"] for r in admitted if r["measured_bytes"] is not None]
+    loosest = min(
+        (r for r in admitted if isinstance(r["measured_over_predicted"], float)),
+        key=lambda r: float(r["measured_over_predicted"]),  # type: ignore[arg-type]
+        default=None,
+    )
+    over_refused = sum(1 for r in refused if r.get("over_refused") is True)
     m.update(
         {
             "attempts": len(rows),
             "admitted_count": len(admitted),
             "refused_count": len(refused),
             "counterexample_count": len(counterexamples),
-            "over_refused_count": sum(1 for r in refused if r.get("over_refused") is True),
+            "over_refused_count": over_refused,
             "max_measured_over_predicted": max(
                 (float(x) for x in ratios if isinstance(x, float)), default=None
+            ),
+            "min_measured_over_predicted": (
+                None if loosest is None else loosest["measured_over_predicted"]
             ),
             "shapes": rows,  # type: ignore[dict-item]
         }
@@ -218,7 +254,31 @@ def _body(sess: Session, p: Params) -> Verdict:
             f"{refused[0]['predicted_bytes']} > usable {refused[0]['usable_bytes']}",
             measurements=m,
         )
+    loose = _too_loose(p, loosest, over_refused)
+    if loose:
+        return Verdict(outcome="failed", reason=loose, measurements=m)
     return Verdict(outcome="passed", reason=None, measurements=m)
+
+
+def _too_loose(p: Params, loosest: dict[str, Json] | None, over_refused: int) -> str | None:
+    """Why the admissions were looser than the plan's bounds allow, or None (judged
+    after safety: a counterexample is the worse news and is reported first)."""
+    bound = p.min_measured_over_predicted
+    if bound is not None and loosest is not None:
+        ratio = loosest["measured_over_predicted"]
+        if isinstance(ratio, float) and ratio < bound:
+            return (
+                f"too loose: least measured/predicted {ratio:g} < bound "
+                f"min_measured_over_predicted {bound:g} ({loosest['phase']} at shape "
+                f"{loosest['shape']} ({loosest['run']}): measured {loosest['measured_bytes']} "
+                f"of predicted {loosest['predicted_bytes']})"
+            )
+    if p.max_over_refused is not None and over_refused > p.max_over_refused:
+        return (
+            f"too loose: over-refused {over_refused} > bound max_over_refused "
+            f"{p.max_over_refused} (refused steps that fit when run anyway)"
+        )
+    return None
 
 
 def _shape(

@@ -32,6 +32,23 @@ class UnderPredicting(MoEWorkload):
         return MemoryEstimate(predicted_bytes=sum(terms.values()), terms=terms)
 
 
+OVER_PREDICTION_MARGIN = 1000
+"""`over_predicting` adds this multiple of the true estimate as a margin term."""
+
+
+class OverPredicting(MoEWorkload):
+    """Adds a margin of 1000x the real estimate: every admitted step fits (admission's
+    safety holds) while the prediction is three orders of magnitude too loose."""
+
+    name = "moe-lora-over-predicting"
+
+    def estimate(self, shape: Shape, phase: Phase, *, cold: bool = False) -> MemoryEstimate:
+        true = super().estimate(shape, phase, cold=cold)
+        margin = true.terms.get("margin", 0) + true.predicted_bytes * OVER_PREDICTION_MARGIN
+        terms = {**true.terms, "margin": margin}
+        return MemoryEstimate(predicted_bytes=sum(terms.values()), terms=terms)
+
+
 class Nondeterministic(MoEWorkload):
     """Adds noise from an OS-entropy-seeded generator to the pooled hidden states, so
     repeated forwards differ even under a fixed global seed."""
@@ -90,6 +107,11 @@ class RaisesInForward(MoEWorkload):
 def under_predicting(**params: Any) -> UnderPredicting:
     """Factory for `UnderPredicting`."""
     return UnderPredicting(MoEConfig(**params))
+
+
+def over_predicting(**params: Any) -> OverPredicting:
+    """Factory for `OverPredicting`."""
+    return OverPredicting(MoEConfig(**params))
 
 
 def nondeterministic(**params: Any) -> Nondeterministic:

@@ -106,6 +106,13 @@ def test_trend_follows_each_claim_over_two_base_commits_and_three_pr_heads(
         assert t.pop("base_commits_with_receipts") == 2
         for p in t["points"]:
             assert p.pop("superseded") == []
+            # Admission's least measured/predicted, from the rows of receipts made
+            # before it was recorded as a figure of its own.
+            least = p.pop("least", None)
+            assert (least is not None) == (t["claim"] == ADMISSION)
+            if least is not None:
+                assert least["name"] == "least measured/predicted"
+                assert 0 < least["value"] <= p["figure"]["value"]
     assert doc == json.loads((RUN / "trend.json").read_text())
 
 
@@ -140,7 +147,11 @@ def test_the_terminal_output_reads_in_units(
     aside: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     text = _trend(capsys, aside)
-    assert text == (RUN / "trend.txt").read_text()
+    # Less the lines added since: each head's least measured/predicted against the base.
+    added = [x for x in text.splitlines() if x.startswith("    least measured/predicted ")]
+    assert len(added) == 3 and all(", base " in x for x in added), added
+    kept = [x for x in text.splitlines(keepends=True) if x.rstrip("\n") not in added]
+    assert "".join(kept) == (RUN / "trend.txt").read_text()
     doc = json.loads(_trend(capsys, aside, "--json"))
     lines = text.splitlines()
     assert max(len(line) for line in lines) <= 80
