@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any, Literal
 
 import click
 
@@ -226,10 +227,43 @@ def review(
 
     if concur == dispute:
         raise UsageError("give exactly one of --concur or --dispute")
-    recorder: Recorder = open_recorder(db, server) if server else LocalRecorder(open_store(db))
+    store = None if server else open_store(db)
+    recorder: Recorder = open_recorder(db, server) if store is None else LocalRecorder(store)
     key = keydir().load(key_name)
-    rec = do_review(recorder, receipt, "dispute" if dispute else "concur", note, key)
+    verdict: Literal["concur", "dispute"] = "dispute" if dispute else "concur"
+    rec = do_review(recorder, receipt, verdict, note, key)
+    # The id alone for scripts; what was recorded, about what, for people.
     click.echo(rec.id)
+    click.echo(_reviewed(rec.id, verdict, receipt, server, store), err=True)
+
+
+def _reviewed(rid: str, verdict: str, ref: str, server: str | None, store: Any) -> str:
+    """What a recorded review says: its verdict, the receipt and its claim."""
+    from ledger.evidence.errors import Error
+    from ledger.read.inert import inert
+
+    try:
+        if server:
+            from ledger.remote.client import fetch_entry
+
+            shown = fetch_entry(server, ref)
+        else:
+            from ledger.read.query import show_document
+
+            shown = show_document(store, ref)
+        target = str(shown["id"])
+        claim = shown["statement"]["predicate"].get("claim")
+    except (Error, KeyError, TypeError):
+        target, claim = ref, None
+    about = f"receipt {target.removeprefix('sha256:')[:12]}" + (
+        f" (claim {claim})" if claim else ""
+    )
+    effect = (
+        "its claim stops qualifying on it while the dispute stands"
+        if verdict == "dispute"
+        else "it counts as independently reviewed"
+    )
+    return inert(f"recorded review {rid}: {verdict} of {about}; {effect}")
 
 
 @click.command()
@@ -257,7 +291,8 @@ def supersede(
 ) -> None:
     """Replace RECEIPT with a new receipt of the same claim, scope and revision.
 
-    Before signing it says what it will and will not lift: a counterexample is
+    It says what it lifted and did not once recorded (with --dry-run, what it
+    would, signing nothing): a counterexample is
     lifted only by its own signer, or once an independent reviewer concurs
     with the new receipt (until then: supersession pending review).
     """
@@ -276,8 +311,12 @@ def supersede(
 
         shown = show_document(open_store(db), receipt)
     planned = plan_supersession(shown, key, reason, "failed" if outcome == "failed" else "passed")
-    click.echo(inert(planned.describe()), err=True, nl=False)
     if dry_run:
-        click.echo("dry run: nothing signed", err=True)
+        click.echo(
+            "dry run: nothing signed; " + inert(planned.describe("would")), err=True, nl=False
+        )
         return
-    click.echo(do_supersede(open_recorder(db, server), key, planned))
+    new = do_supersede(open_recorder(db, server), key, planned)
+    click.echo(new)
+    # Said once it is signed and recorded, so in the past tense.
+    click.echo(f"recorded {new}; " + inert(planned.describe("did")), err=True, nl=False)

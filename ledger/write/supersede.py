@@ -36,8 +36,10 @@ class Supersession:
     will: tuple[str, ...]
     will_not: tuple[str, ...]
 
-    def describe(self) -> str:
-        lines = ["it will:", *(f"  - {w}" for w in self.will), "it will not:"]
+    def describe(self, tense: str = "will") -> str:
+        """What it does, as `tense` says it: `will` before signing, `would` for a
+        dry run, `did` once recorded."""
+        lines = [f"it {tense}:", *(f"  - {w}" for w in self.will), f"it {tense} not:"]
         lines += [f"  - {w}" for w in self.will_not]
         return "\n".join(lines) + "\n"
 

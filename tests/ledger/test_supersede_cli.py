@@ -42,7 +42,7 @@ def test_supersede_by_another_runner_is_pending_and_by_the_signer_lifts(
     fid = failed.out.strip()
     dry = run(capsys, "supersede", fid, "--reason", "flaky", "--key", "host-b", "--dry-run", *db)
     assert dry.code == 0 and "nothing signed" in dry.err
-    assert SUPERSESSION_PENDING in dry.err and "it will not:" in dry.err
+    assert SUPERSESSION_PENDING in dry.err and "it would not:" in dry.err
     other = run(capsys, "supersede", fid, "--reason", "flaky", "--key", "host-b", *db)
     assert other.code == 0, other.err
     shown = json.loads(run(capsys, "show", other.out.strip(), "--json", *db).out)
