@@ -17,6 +17,7 @@ from .conftest import MOE, make_runner
 
 LATTICE: dict[str, Json] = {"batches": [1, 2], "seqs": [8, 16]}
 LOOSE = "runners.workloads.broken:over_predicting"
+_BOUNDS = ("min_measured_over_predicted", "max_over_refused")
 
 
 def _run(tmp: Path, params: dict[str, Json], ref: str) -> CheckResult:
@@ -123,3 +124,29 @@ def test_trend_shows_the_least_ratio_against_the_base(
     assert f"least measured/predicted {head.least.text}, base {base.least.text}: " in line
     assert line.endswith("x lower (looser)")
     assert t.to_json()["points"][1]["least"]["value"] == head.least.value
+
+
+def test_a_plan_and_receipts_from_before_the_bounds_keep_their_verdicts(
+    unbounded: dict[str, CheckResult],
+) -> None:
+    from tests.ledger.qualification.factories import receipt
+    from tests.ledger.qualification.helpers import status, why
+
+    old_plan = dict(LATTICE)
+    # A receipt recorded before the bounds existed: its parameters lack them.
+    before = {k: v for k, v in unbounded[MOE].params.items() if k not in _BOUNDS}
+    now = dict(unbounded[MOE].params)
+    assert set(now) - set(before) == set(_BOUNDS)
+    for params in (before, now):
+        row = status([receipt(seq=1, params=params)], params=old_plan)
+        assert row.state == "qualified", why(row)
+    # A plan that sets a bound counts only a receipt whose run judged it.
+    bounded = {**old_plan, "min_measured_over_predicted": 0.1}
+    row = status([receipt(seq=1, params=before)], params=bounded)
+    assert row.state == "unverified"
+    assert "min_measured_over_predicted=nothing" in why(row)
+    row = status([receipt(seq=1, params={**before, **bounded})], params=bounded)
+    assert row.state == "qualified", why(row)
+    # An old receipt's failure stands as it did: the bounds judge nothing after the fact.
+    row = status([receipt(seq=1, params=before, outcome="failed")], params=old_plan)
+    assert row.state == "failed"

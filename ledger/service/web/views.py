@@ -296,6 +296,7 @@ _KEY_SCALARS: dict[str, tuple[str, ...]] = {
         "refused_count",
         "over_refused_count",
         "max_measured_over_predicted",
+        "min_measured_over_predicted",
         "attempts",
     ),
     "gradient-compare": (
