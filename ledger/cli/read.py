@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -35,6 +36,26 @@ def _identity(  # type: ignore[no-untyped-def]
     return source.identify(
         source.open_repo(repo), rev=rev, pr=pr, plan_file=plan, offline=offline, base=base
     )
+
+
+def _plan_file(repo: Path | None, ident: Any, override: Path | None) -> Any:
+    """The plan as it stands in the checked revision (or --plan FILE), for the
+    annotations' lines; line 1 of qualification.toml where it cannot be read."""
+    from ledger.identity import source
+    from ledger.qualification.plan import PLAN_FILE
+    from ledger.read.formats import PlanFile, plan_lines
+
+    try:
+        r = source.open_repo(repo)
+        if override is not None:
+            root = Path(r.working_tree_dir or ".").resolve()
+            where = override.resolve()
+            path = str(where.relative_to(root)) if where.is_relative_to(root) else override.name
+            return PlanFile(path, plan_lines(where.read_text(encoding="utf-8")))
+        blob = r.commit(ident.revision.commit).tree / PLAN_FILE
+        return PlanFile(PLAN_FILE, plan_lines(blob.data_stream.read().decode("utf-8")))
+    except (KeyError, OSError, UnicodeDecodeError, ValueError, UsageError):
+        return PlanFile()
 
 
 @click.command()
@@ -127,7 +148,7 @@ def status(
     if fmt == "json":
         emit_json(doc)
     elif fmt == "github-check":
-        emit_json(formats.github_check(doc, links))
+        emit_json(formats.github_check(doc, links, _plan_file(repo, ident, plan)))
     elif fmt == "junit":
         click.echo(formats.junit(doc, links), nl=False)
     elif fmt == "markdown":

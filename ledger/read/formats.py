@@ -9,6 +9,7 @@ its own and never says more than the answer itself.
 
 from __future__ import annotations
 
+import re
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from typing import Any
@@ -201,18 +202,50 @@ def junit(doc: dict[str, Any], links: Links | None = None) -> str:
     return ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"
 
 
-def github_check(doc: dict[str, Any], links: Links | None = None) -> dict[str, Any]:
+_CLAIM_NAME = re.compile(r"""^\s*name\s*=\s*(?:"([^"]*)"|'([^']*)')""")
+
+
+def plan_lines(text: str) -> dict[str, int]:
+    """Each claim's line in a plan's text (1-based): its `name = ...` under `[[claims]]`."""
+    out: dict[str, int] = {}
+    in_claim = False
+    for n, line in enumerate(text.splitlines(), 1):
+        head = line.strip()
+        if head.startswith("["):
+            in_claim = head.replace(" ", "") == "[[claims]]"
+        elif in_claim and (m := _CLAIM_NAME.match(line)):
+            out.setdefault(m.group(1) if m.group(1) is not None else m.group(2), n)
+    return out
+
+
+@dataclass(frozen=True)
+class PlanFile:
+    """Where annotations point: the plan's path in the repository and each claim's line."""
+
+    path: str = "qualification.toml"
+    lines: dict[str, int] | None = None
+
+    def line(self, claim: str) -> int:
+        # A claim the plan does not name (asked by --claim) has no line of its own.
+        return (self.lines or {}).get(claim, 1)
+
+
+def github_check(
+    doc: dict[str, Any], links: Links | None = None, plan: PlanFile | None = None
+) -> dict[str, Any]:
     """A check-run payload (POST /repos/{owner}/{repo}/check-runs): the conclusion,
     the headline as title, the Markdown summary, one annotation per claim that is
-    not qualified (with the next command); with `links`, the PR page as the
-    details URL and each receipt's page and bundle in the summary and annotations."""
+    not qualified (with the next command) on the plan line of that claim; with
+    `links`, the PR page as the details URL and each receipt's page and bundle in
+    the summary and annotations."""
     s = doc["subject"]
     v = doc["verdict"]
+    plan = plan or PlanFile()
     annotations = [
         {
-            "path": "qualification.toml",
-            "start_line": 1,
-            "end_line": 1,
+            "path": plan.path,
+            "start_line": plan.line(c["claim"]),
+            "end_line": plan.line(c["claim"]),
             "annotation_level": "failure" if c["required"] else "warning",
             "title": f"{c['claim']}: {c['state']}",
             "message": blocker_reason(c["reasons"])
