@@ -213,6 +213,9 @@ class Verdict:
     """False: no governing plan is known (and no claim was named), nothing was judged."""
     ungoverned: str = "no governing plan recorded"
     """Why none is known, as the headline says it (a conflict between plan entries)."""
+    run_once: tuple[str, tuple[str, ...]] | None = None
+    """One `ledger qualify` that records evidence for several blockers at once (the
+    command, the claims it serves), where each would otherwise get its own."""
 
     @property
     def headline(self) -> str:
@@ -255,6 +258,11 @@ class Verdict:
                 for c in self.blockers
             ],
             "claims": [c.to_json() for c in self.claims],
+            "run_once": (
+                None
+                if self.run_once is None
+                else {"command": self.run_once[0], "claims": list(self.run_once[1])}
+            ),
         }
 
 
@@ -303,7 +311,35 @@ def verdict_of(report: Answer) -> Verdict:
         scopes=tuple(dict.fromkeys(c.scope_text for c in claims)),
         governed=report.governed,
         ungoverned=getattr(report, "ungoverned", "no governing plan recorded"),
+        run_once=_run_once(report.claims, claims, target),
     )
+
+
+def _run_once(
+    rows: Sequence[ClaimStatus], claims: Sequence[ClaimVerdict], target: str
+) -> tuple[str, tuple[str, ...]] | None:
+    """One `ledger qualify` for the required claims whose next step is just a
+    qualify run, where there are two or more: without --claim where that runs
+    nothing else that already qualifies, else naming each."""
+    check = {r.claim: r.check for r in rows if r.scope_role == "required"}
+
+    def by_qualify(claim: str) -> bool:
+        c = check.get(claim)
+        return c is not None and c not in _RECORDED_BY
+
+    todo = [
+        c.claim
+        for c in claims
+        if c.required
+        and by_qualify(c.claim)
+        and c.next == f"`{record_command(c.claim, check[c.claim], target)}`"
+    ]
+    if len(todo) < 2:
+        return None
+    rest = [c for c in claims if by_qualify(c.claim) and c.claim not in todo]
+    if not rest:
+        return f"ledger qualify {target}", tuple(todo)
+    return f"ledger qualify {target} " + " ".join(f"--claim {c}" for c in todo), tuple(todo)
 
 
 def _target(report: Answer) -> str:

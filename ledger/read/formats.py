@@ -126,13 +126,17 @@ def markdown(doc: dict[str, Any], links: Links | None = None) -> str:
     ]
     if v["blockers"]:
         lines += ["", "**Blocking**", ""]
+        once = v.get("run_once") or {"claims": []}
         for i, b in enumerate(v["blockers"], 1):
             why = blocker_reason(b.get("reasons", []))
+            nxt = "" if b["claim"] in once["claims"] else f"; next: {_commands(b['next'] or '-')}"
             lines.append(
                 f"{i}. **{_cell(b['claim'])}**: {b['state']} (scope: {_cell(b['scope_text'])})"
                 + (f": {_cell(why)}" if why else "")
-                + f"; next: {_commands(b['next'] or '-')}"
+                + nxt
             )
+        if once["claims"]:
+            lines += ["", f"Next, for {len(once['claims'])} of them: `{_cell(once['command'])}`"]
     lines += ["", "| claim | scope | state | receipts | why |", "|---|---|---|---|---|"]
     for c in v["claims"]:
         claim = c["claim"] if c["required"] else f"{c['claim']} (optional)"

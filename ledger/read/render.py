@@ -119,6 +119,7 @@ def render_status(doc: dict[str, Any], *, width: int = 80) -> str:
         out += _wrap(f"asked at scope {asked}", width, "  ")
     if v["blockers"]:
         out += ["", "Blocking:"]
+        once = v.get("run_once") or {"claims": []}
         for i, b in enumerate(v["blockers"], 1):
             out += _wrap(
                 f"{i}. {b['claim']}: {b['state']} (scope: {b['scope_text']})", width, "  ", "   "
@@ -126,7 +127,13 @@ def render_status(doc: dict[str, Any], *, width: int = 80) -> str:
             # The reason first, so the next command reads as its answer.
             if why := blocker_reason(b.get("reasons", [])):
                 out += _wrap(f"why: {why}", width, "     ", "       ")
-            out += _wrap(f"next: {b['next']}", width, "     ")
+            if b["claim"] not in once["claims"]:
+                out += _wrap(f"next: {b['next']}", width, "     ")
+        if once["claims"]:
+            # One run records evidence for all of them: one command, not one each.
+            out += _wrap(
+                f"next, for {len(once['claims'])} of them: `{once['command']}`", width, "  ", "    "
+            )
     # Where the evidence ran, once: a receipt line repeats it only where it differs.
     envs = [environment_line(r["environment"]) for c in v["claims"] for r in c["receipts"]]
     common = envs[0] if envs and all(e == envs[0] for e in envs) else None
