@@ -6,11 +6,19 @@ the plan's ``quarantine_above`` (which also makes status count a quarantined GPU
 receipts only with a clean health snapshot). The fleet's receipts
 are read from the ledger the run records into; a run that records through a
 server reads none and says that quarantine was not applied.
+
+A circuit breaker (as NVIDIA's NVSentinel has for cordoning nodes): quarantine
+never takes more than a share of a host's devices, or of the fleet's, at once
+(``LEDGER_QUARANTINE_MAX_SHARE``, default 0.5). Past it, what looks like sick
+devices is more likely a fault of the fleet's (a driver, a rack, a bad release of
+the health reader), and skipping them would stop the qualification for no device's
+fault: the run then reports the devices above the bound and skips none.
 """
 
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
@@ -20,7 +28,10 @@ from ledger.fleet.report import QUARANTINE_ENV, fleet_report, quarantined, store
 if TYPE_CHECKING:
     from ledger.execution.devices import Device
 
-__all__ = ["bound", "skip_quarantined"]
+__all__ = ["MAX_SHARE_ENV", "bound", "max_share", "skip_quarantined"]
+
+MAX_SHARE_ENV = "LEDGER_QUARANTINE_MAX_SHARE"
+DEFAULT_MAX_SHARE = 0.5
 
 
 def bound(env: Mapping[str, str]) -> float | None:
@@ -34,6 +45,21 @@ def bound(env: Mapping[str, str]) -> float | None:
         x = math.nan
     if not 0 < x < 1:
         raise UsageError(f"{QUARANTINE_ENV}={raw!r}: want a rate between 0 and 1, e.g. 0.05")
+    return x
+
+
+def max_share(env: Mapping[str, str]) -> float:
+    """The circuit breaker's share: the most of a host's or the fleet's devices that
+    quarantine takes at once."""
+    raw = env.get(MAX_SHARE_ENV, "").strip()
+    if not raw:
+        return DEFAULT_MAX_SHARE
+    try:
+        x = float(raw)
+    except ValueError:
+        x = math.nan
+    if not 0 < x <= 1:
+        raise UsageError(f"{MAX_SHARE_ENV}={raw!r}: want a share above 0 and at most 1, e.g. 0.5")
     return x
 
 
@@ -53,9 +79,31 @@ def skip_quarantined(
     if store is None:
         say("quarantine: the ledger is a server's; not applied")
         return list(devices)
-    sick = quarantined(fleet_report(store_predicates(store)), above)
+    share = max_share(os.environ)
+    report = fleet_report(store_predicates(store))
+    sick = quarantined(report, above)
     if not sick:
         return list(devices)
+    here = [d for d in every if d.uuid in sick]
+    fleet_n = len(report.get("devices") or [])
+    for what, n, of in (
+        ("this host's", len(here), len(every)),
+        ("the fleet's", len(sick), fleet_n),
+    ):
+        if of and n / of > share:
+            # Tripped: report, skip nothing (see the module's docstring).
+            for d in devices:
+                if d.uuid in sick:
+                    say(
+                        f"{d.label} ({d.uuid}) above the quarantine bound: fault rate >= "
+                        f"{sick[d.uuid]:.3g} > {above:.3g}: runs"
+                    )
+            say(
+                f"quarantine: circuit breaker: {n} of {of} of {what} devices are above the "
+                f"bound, more than the share {share:.3g} ({MAX_SHARE_ENV}) quarantine may "
+                "take at once: reported, none skipped"
+            )
+            return list(devices)
     whole = {d.uuid for d in devices} == {d.uuid for d in every}
     kept = []
     for d in devices:
