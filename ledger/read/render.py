@@ -270,7 +270,8 @@ def render_show(doc: dict[str, Any], *, width: int = 80) -> str:
     runner = p.get("runner") or {}
     lines += _wrap(
         f"ran        {_when(runner.get('started'))} to {_when(runner.get('finished'))} UTC"
-        f" on {runner.get('host') or '?'}",
+        # A supersession or an import records no host: said in words, not "?".
+        f" on {runner.get('host') or 'a host not recorded'}",
         width,
         "",
     )
