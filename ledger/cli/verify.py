@@ -60,6 +60,42 @@ def _witnessed_bundle(policy: Path | None, raw: bytes) -> str | None:
     return witnessed_bundle(raw, read_file(policy))
 
 
+def _refuse_test_result(target: str, raw: bytes) -> None:
+    """A test-result export given for a bundle: said as what it is, with the receipt
+    it stands for, where "not a bundle" alone left the reader guessing."""
+    import json
+
+    if b'"predicateType"' not in raw:
+        return  # a bundle's statement is inside its envelope: no second parse of one
+    try:
+        doc = json.loads(raw)
+    except ValueError:
+        return  # the bundle verifier says what is wrong with it
+    if not isinstance(doc, dict) or "predicateType" not in doc:
+        return  # a bundle has none: verifying one loads no more than it did
+    from ledger.read.standard import TEST_RESULT
+
+    if doc["predicateType"] != TEST_RESULT:
+        return
+    config = (doc.get("predicate") or {}).get("configuration") or []
+    digests = [
+        c.get("digest", {}).get("sha256")
+        for c in config
+        if isinstance(c, dict) and str(c.get("name", "")).startswith("ledger receipt")
+    ]
+    rid = f"sha256:{digests[0]}" if digests and isinstance(digests[0], str) else None
+    instead = (
+        f"; verify receipt {rid} in its ledger (`ledger verify {rid}`), or offline its "
+        f"bundle (`ledger export {rid} -o FILE`, then `ledger verify FILE --trust PEM`)"
+        if rid
+        else "; verify the receipt's bundle (`ledger export ID -o FILE`) instead"
+    )
+    raise VerificationError(
+        f"{target}: a test-result Statement (`ledger export --format test-result`), not "
+        f"a bundle: unsigned and without log proofs, it proves nothing by itself{instead}"
+    )
+
+
 def run_verify(req: VerifyRequest) -> None:
     """Verify, print the report (or one JSON document), and exit 1 through
     SystemExit when the receipt is not the one expected."""
@@ -95,6 +131,7 @@ def run_verify(req: VerifyRequest) -> None:
             anchors = [load_public_pem(read_file(Path(t)), str(t)) for t in trust]
             anchors += _policy_logs(req.policy)
             raw = read_file(path)
+            _refuse_test_result(target, raw)
             report = verify_bundle(raw, anchors)
             witnessed = _witnessed_bundle(req.policy, raw)
             from ledger.write.artifacts import check_bundle_artifacts
