@@ -179,6 +179,11 @@ def read_outside(pid: int, bwrap: str) -> tuple[list[str], int | None]:
         for cap in ("CapInh", "CapPrm", "CapEff", "CapAmb"):
             if int(status[cap], 16) != 0:
                 bad.append(f"pid {p} holds capabilities ({cap} {status[cap]})")
+        # Nothing regained at an exec: on the rootmap route the sandbox is root of its
+        # namespace with its bounding set kept by bubblewrap, and no_new_privs is what
+        # keeps an exec from handing that root its capabilities again.
+        if status.get("NoNewPrivs") != "1":
+            bad.append(f"pid {p} may gain privileges at exec (no_new_privs unset)")
         if len(status.get("NSpid", "").split()) < 2:
             with contextlib.suppress(OSError):
                 if os.readlink(f"/proc/{p}/exe") == outer:

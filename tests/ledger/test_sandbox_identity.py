@@ -469,3 +469,22 @@ def test_the_positive_control_compares_what_cuda_and_nvml_see_with_what_was_give
     assert "where" in _devices({**seen, "seen": ["/dev/nvidia0"]}, given, {})
     assert "NVML sees no" in _devices({**seen, "nvml": None}, given, {})
     assert _devices({"seen": [], "unopened": []}, (), {}) == "no devices, as given"
+
+
+def test_on_the_rootmap_route_an_exec_regains_no_capability(tmp_path: Path) -> None:
+    """Root of its own user namespace there: a program it execs gets no capability
+    (no_new_privs), which the parent reads from outside too."""
+    box = resolve("auto", environ={**os.environ, "LEDGER_SANDBOX_ROUTE": "rootmap"})
+    scratch = tmp_path / "s"
+    scratch.mkdir()
+    argv, env = box.launch(
+        box.policy(scratch=scratch),
+        ["/bin/sh", "-c", "grep -E '^(Uid|Cap|NoNewPrivs)' /proc/self/status"],
+        {},
+    )
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120)
+    seen = dict(line.split(":\t", 1) for line in done.stdout.splitlines())
+    assert seen["Uid"].split() == ["0"] * 4, done.stdout
+    for cap in ("CapInh", "CapPrm", "CapEff", "CapAmb"):
+        assert int(seen[cap], 16) == 0, done.stdout
+    assert seen["NoNewPrivs"].strip() == "1"
