@@ -6,7 +6,7 @@ from typing import Any
 
 import click
 
-from ledger.cli._common import db_option, emit_json, json_option, open_store
+from ledger.cli._common import db_option, emit_json, json_option, open_store, server_option
 
 
 def _predicates(db: str | None) -> list[dict[str, Any]]:
@@ -81,8 +81,20 @@ def _render(doc: dict[str, Any], above: float | None) -> str:
     is_flag=True,
     help="First run `dcgmi diag -r 2` on each GPU of this host (minutes each) and print it.",
 )
+@server_option(
+    "Ask a `ledger serve` at URL for its ledger's fleet instead of --db (a token with "
+    "the read role: --token or $LEDGER_TOKEN)."
+)
+@click.option("--token", help="The server token (else $LEDGER_TOKEN); with --server.")
 @json_option
-def fleet(db: str | None, quarantine_above: float | None, diagnose: bool, as_json: bool) -> None:
+def fleet(
+    db: str | None,
+    quarantine_above: float | None,
+    diagnose: bool,
+    server: str | None,
+    token: str | None,
+    as_json: bool,
+) -> None:
     """Flaky devices told from flaky claims: per GPU UUID, per host and per claim, the
     claims run, failures, infra errors, receipts whose GPU health showed a fault, and
     Wilson lower bounds of the failure and device-fault rates."""
@@ -110,10 +122,17 @@ def fleet(db: str | None, quarantine_above: float | None, diagnose: bool, as_jso
                 click.echo(f"  {got['result']}", err=True)
         if none is not None:
             click.echo(f"ledger: --diagnose: {none}: nothing was diagnosed", err=True)
-    doc = fleet_report(_predicates(db))
-    if quarantine_above is not None:
-        doc["quarantined"] = quarantined(doc, quarantine_above)
-        doc["quarantine_above"] = quarantine_above
+    if server is not None:
+        from ledger.remote.client import fetch_fleet
+
+        # The server's ledger, reported by the same code: the same document as
+        # `ledger fleet` on that ledger.
+        doc = fetch_fleet(server, quarantine_above, token)
+    else:
+        doc = fleet_report(_predicates(db))
+        if quarantine_above is not None:
+            doc["quarantined"] = quarantined(doc, quarantine_above)
+            doc["quarantine_above"] = quarantine_above
     if diagnose:
         doc["dcgm_diag"] = diag
         if none is not None:

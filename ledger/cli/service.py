@@ -96,8 +96,9 @@ _tokens_file = click.option(
     "--role",
     "roles",
     multiple=True,
-    type=click.Choice(["runner", "keys", "operator", "plans"]),
+    type=click.Choice(["runner", "keys", "operator", "plans", "read"]),
     help="What the token may do (repeatable; default runner): runner uploads artifacts, "
+    "read reads the fleet's device health and quarantine (GET /v1/fleet), "
     "keys registers/revokes runner and reviewer keys, operator signs checkpoints and audits, "
     "plans records the base branch's plan (its post-merge job, never a pull request's).",
 )

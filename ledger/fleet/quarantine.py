@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ledger.evidence.errors import UsageError
 from ledger.fleet.report import QUARANTINE_ENV, fleet_report, quarantined, store_predicates
@@ -63,6 +63,27 @@ def max_share(env: Mapping[str, str]) -> float:
     return x
 
 
+def _fleet(recorder: object, above: float, say: Callable[[str], None]) -> dict[str, Any] | None:
+    """The fleet report of the ledger the run records into, read once: the local
+    store's, or the server's (`GET /v1/fleet`, a token with the read role)."""
+    store = getattr(recorder, "store", None)
+    if store is not None:
+        return fleet_report(store_predicates(store))
+    url = getattr(recorder, "url", None)
+    if not isinstance(url, str):
+        say("quarantine: the run records into no ledger with a fleet; not applied")
+        return None
+    from ledger.evidence.errors import Error
+    from ledger.remote.client import fetch_fleet
+
+    try:
+        return fetch_fleet(url, above, getattr(recorder, "token", None))
+    except Error as e:
+        # Said, never silent: a GPU host without the read role runs on every device.
+        say(f"quarantine: the server's fleet could not be read ({e}); not applied")
+        return None
+
+
 def skip_quarantined(
     devices: Sequence[Device],
     every: Sequence[Device],
@@ -75,12 +96,10 @@ def skip_quarantined(
     to be quarantined."""
     if above is None or not any(d.uuid for d in devices):
         return list(devices)
-    store = getattr(recorder, "store", None)
-    if store is None:
-        say("quarantine: the ledger is a server's; not applied")
-        return list(devices)
     share = max_share(os.environ)
-    report = fleet_report(store_predicates(store))
+    report = _fleet(recorder, above, say)
+    if report is None:
+        return list(devices)
     sick = quarantined(report, above)
     if not sick:
         return list(devices)

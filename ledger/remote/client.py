@@ -247,6 +247,17 @@ def fetch_verification(url: str, ref: str, timeout: float = 60) -> dict[str, Any
     return dict(_get(url, "/v1/verify/" + _quoted(ref), timeout))
 
 
+def fetch_fleet(
+    url: str, quarantine_above: float | None = None, token: str | None = None, timeout: float = 60
+) -> dict[str, Any]:
+    """The server's `ledger fleet` document (a token with the read role)."""
+    path = "/v1/fleet" + (
+        "" if quarantine_above is None else f"?quarantine_above={quarantine_above!r}"
+    )
+    _, data, _ = _request(url, path, token=_token(token), timeout=timeout)
+    return _json(url, data)  # type: ignore[no-any-return]
+
+
 def fetch_keys(url: str, timeout: float = 30) -> list[dict[str, Any]]:
     return list(_get(url, "/v1/keys", timeout, list))
 

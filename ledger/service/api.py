@@ -10,6 +10,7 @@ mapping from the ledger's errors to statuses is theirs (`http_status`).
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 import traceback
@@ -510,6 +511,33 @@ async def audit(request: Request) -> Response:
     return json_response(rep.to_json())
 
 
+async def fleet(request: Request) -> Response:
+    """`ledger fleet` of the server's ledger. The read role: which devices of the
+    team are sick, and where they run, is not for everyone the server answers."""
+    from ledger.fleet.report import fleet_report, quarantined, store_predicates
+
+    led = _ledger(request)
+    led.holder(request, "read")
+    above = _rate(request.query_params.get("quarantine_above"))
+    doc = await run_in_threadpool(lambda: fleet_report(store_predicates(led.store())))
+    if above is not None:
+        doc["quarantined"] = quarantined(doc, above)
+        doc["quarantine_above"] = above
+    return json_response(doc)
+
+
+def _rate(text: str | None) -> float | None:
+    if text is None:
+        return None
+    try:
+        x = float(text)
+    except ValueError:
+        x = math.nan
+    if not 0 < x < 1:
+        raise RefusedError(f"quarantine_above={text!r}: want a rate between 0 and 1, e.g. 0.05")
+    return x
+
+
 async def openapi(request: Request) -> Response:
     from ledger.service.openapi import document
 
@@ -542,6 +570,7 @@ def _routes() -> list[tuple[str, Handler, list[str]]]:
         ("/v1/artifacts/{digest}", g(put_artifact), ["PUT"]),
         ("/v1/artifacts/{digest}", g(get_artifact), ["GET"]),
         ("/v1/audit", g(audit), ["GET"]),
+        ("/v1/fleet", g(fleet), ["GET"]),
     ]
 
 

@@ -49,7 +49,7 @@ __all__ = [
     "revoke_token",
 ]
 
-TokenRole = Literal["runner", "keys", "operator", "plans"]
+TokenRole = Literal["runner", "keys", "operator", "plans", "read"]
 ROLES: tuple[TokenRole, ...] = get_args(TokenRole)
 
 _HOLDER = re.compile(r"[A-Za-z0-9._@-]{1,64}")

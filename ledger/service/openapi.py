@@ -141,6 +141,14 @@ def document() -> dict[str, Any]:
                 ),
             },
             "/v1/audit": {"get": _op("audit the whole ledger", security=_BEARER)},
+            "/v1/fleet": {
+                "get": _op(
+                    "per GPU, host and claim, what the receipts say of the fleet "
+                    "(`ledger fleet`; the read role)",
+                    parameters=_query("quarantine_above"),
+                    security=_BEARER,
+                )
+            },
         },
         "components": {
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
