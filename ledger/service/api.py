@@ -9,9 +9,11 @@ mapping from the ledger's errors to statuses is theirs (`http_status`).
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
+import re
 import sys
 import traceback
 from collections.abc import Awaitable, Callable
@@ -72,9 +74,23 @@ def public_reason(led: Ledger, reason: str) -> str:
         if "://" in p:
             paths.add(p.split("://", 1)[1].lstrip("/"))
             paths.add("/" + p.split("://", 1)[1].lstrip("/"))
-    for p in sorted((p for p in paths if len(p) > 1), key=len, reverse=True):
-        reason = reason.replace(p, "the server's storage")
-    return reason
+        elif p:
+            # A relative folder is also named resolved (an OS error names it so).
+            paths.add(os.path.abspath(p))
+    return _redact(reason, tuple(sorted(p.rstrip("/") for p in paths if len(p) > 1)))
+
+
+@functools.lru_cache(maxsize=64)
+def _server_paths(paths: tuple[str, ...]) -> re.Pattern[str]:
+    """Whole paths only: not a repository id or a word that merely contains one
+    (`example.org/srv/m-fork`, `artifact` beside a folder `art`), and with any path
+    beneath, so no part of where the server keeps things is named."""
+    alts = "|".join(re.escape(p) for p in sorted(paths, key=len, reverse=True))
+    return re.compile(rf"(?<![\w.~/-])(?:{alts})(?:/[^\s'\"`),;]*)?(?![\w.~-])")
+
+
+def _redact(reason: str, paths: tuple[str, ...]) -> str:
+    return _server_paths(paths).sub("the server's storage", reason) if paths else reason
 
 
 def _ledger(request: Request) -> Ledger:

@@ -435,7 +435,10 @@ def receipt_page(store: Store, ref: str, led: Any) -> dict[str, Any]:
     try:
         verification: dict[str, Any] = verify_in_ledger(store, doc["id"]).to_json()
     except Error as e:
-        verification = {"verified": False, "reason": e.reason()}
+        from ledger.service.api import public_reason
+
+        # Shown to any client: without the server's paths, as every error is.
+        verification = {"verified": False, "reason": public_reason(led, e.reason())}
     p = doc["statement"].get("predicate", {})
     keys = store.keys()
     for r in doc.get("reviews", []):
