@@ -15,7 +15,7 @@ import os
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -177,9 +177,15 @@ def run(
     from runners.preload import learned, remember_modules
 
     explicit = devices is not None
+    quarantine: dict[str, str] = {}
     if devices is not None:
         devices = skip_quarantined(
-            devices, visible_gpus(), recorder, bound(os.environ) or st.quarantine_above, say
+            devices,
+            visible_gpus(),
+            recorder,
+            bound(os.environ) or st.quarantine_above,
+            say,
+            quarantine,
         )
     on_gpu = all(d.uuid for d in devices) if devices else bool(visible_gpus())
     pool = DevicePool(
@@ -232,7 +238,8 @@ def run(
     )
     _diagnose(ex, pool.devices if explicit else visible_gpus(), say)
     try:
-        _schedule(ex, pool, explicit, runs, _Recording(recorder, key, revision, done), say)
+        recording = _Recording(recorder, key, revision, done, quarantine)
+        _schedule(ex, pool, explicit, runs, recording, say)
     finally:
         ex.close()
     # What the claims imported beyond the preloads: the next run's server has it.
@@ -390,6 +397,8 @@ class _Recording:
     key: LocalKey
     revision: Revision
     done: Recorded
+    run_facts: dict[str, str] = field(default_factory=dict)
+    """Facts of the whole run every receipt carries: what quarantine did."""
 
     def finished(
         self,
@@ -420,6 +429,8 @@ class _Recording:
             environment["device_wait_ns"] = str(wait_ns)
         # Which claims ran on its device meanwhile (`ledger.execution.sharing`).
         environment.update(extra or {})
+        # Which devices quarantine left out, or reported, and by what figure and bound.
+        environment.update(self.run_facts)
         # Which plans defined the claim: the gate the base's, the workload the head's.
         environment.update(run.sources)
         # The sandbox proved itself before the claim's code ran (`ledger.sandbox.proof`).

@@ -63,25 +63,24 @@ def max_share(env: Mapping[str, str]) -> float:
     return x
 
 
-def _fleet(recorder: object, above: float, say: Callable[[str], None]) -> dict[str, Any] | None:
+def _fleet(recorder: object, above: float) -> tuple[dict[str, Any] | None, str | None]:
     """The fleet report of the ledger the run records into, read once: the local
-    store's, or the server's (`GET /v1/fleet`, a token with the read role)."""
+    store's, or the server's (`GET /v1/fleet`, a token with the read role); else None
+    and why."""
     store = getattr(recorder, "store", None)
     if store is not None:
-        return fleet_report(store_predicates(store))
+        return fleet_report(store_predicates(store)), None
     url = getattr(recorder, "url", None)
     if not isinstance(url, str):
-        say("quarantine: the run records into no ledger with a fleet; not applied")
-        return None
+        return None, "the run records into no ledger with a fleet"
     from ledger.evidence.errors import Error
     from ledger.remote.client import fetch_fleet
 
     try:
-        return fetch_fleet(url, above, getattr(recorder, "token", None))
+        return fetch_fleet(url, above, getattr(recorder, "token", None)), None
     except Error as e:
         # Said, never silent: a GPU host without the read role runs on every device.
-        say(f"quarantine: the server's fleet could not be read ({e}); not applied")
-        return None
+        return None, f"the server's fleet could not be read ({e})"
 
 
 def skip_quarantined(
@@ -90,15 +89,25 @@ def skip_quarantined(
     recorder: object,
     above: float | None,
     say: Callable[[str], None],
+    facts: dict[str, str] | None = None,
 ) -> list[Device]:
     """``devices`` less those whose fault-rate lower bound exceeds ``above`` where they
     are ``every`` GPU of the host (``--gpus all``); devices named one by one run, said
-    to be quarantined."""
+    to be quarantined. What quarantine did (each device with its figure and the bound,
+    the breaker, or why it was not applied) is said and, in ``facts``, kept for the
+    run's receipts (`quarantine_*` keys of their environment)."""
+    got: dict[str, str] = {} if facts is None else facts
+
+    def note(key: str, line: str) -> None:
+        say(line)
+        got[key] = f"{got[key]}; {line}" if key in got else line
+
     if above is None or not any(d.uuid for d in devices):
         return list(devices)
     share = max_share(os.environ)
-    report = _fleet(recorder, above, say)
+    report, why_not = _fleet(recorder, above)
     if report is None:
+        note("quarantine_not_applied", f"quarantine: {why_not}; not applied")
         return list(devices)
     sick = quarantined(report, above)
     if not sick:
@@ -113,14 +122,16 @@ def skip_quarantined(
             # Tripped: report, skip nothing (see the module's docstring).
             for d in devices:
                 if d.uuid in sick:
-                    say(
+                    note(
+                        "quarantine_reported",
                         f"{d.label} ({d.uuid}) above the quarantine bound: fault rate >= "
-                        f"{sick[d.uuid]:.3g} > {above:.3g}: runs"
+                        f"{sick[d.uuid]:.3g} > {above:.3g}: runs",
                     )
-            say(
+            note(
+                "quarantine_breaker",
                 f"quarantine: circuit breaker: {n} of {of} of {what} devices are above the "
                 f"bound, more than the share {share:.3g} ({MAX_SHARE_ENV}) quarantine may "
-                "take at once: reported, none skipped"
+                "take at once: reported, none skipped",
             )
             return list(devices)
     whole = {d.uuid for d in devices} == {d.uuid for d in every}
@@ -131,10 +142,13 @@ def skip_quarantined(
             continue
         why = f"fault rate >= {sick[d.uuid]:.3g} > {above:.3g}"
         if whole:
-            say(f"{d.label} ({d.uuid}) quarantined: {why}: skipped")
+            note("quarantine_skipped", f"{d.label} ({d.uuid}) quarantined: {why}: skipped")
         else:
             kept.append(d)
-            say(f"{d.label} ({d.uuid}) quarantined: {why}: runs, as --gpus names it")
+            note(
+                "quarantine_reported",
+                f"{d.label} ({d.uuid}) quarantined: {why}: runs, as --gpus names it",
+            )
     if not kept:
         raise UsageError("--gpus all: every GPU of this host is quarantined (ledger fleet)")
     return kept

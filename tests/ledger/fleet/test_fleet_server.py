@@ -74,6 +74,11 @@ def test_qualify_through_the_server_skips_a_device_the_servers_fleet_quarantines
             entry = client.fetch_entry(srv.url, rid)
             pred = entry["statement"]["predicate"] if "statement" in entry else entry
             assert pred["runner"]["gpu_uuids"] == [GPU_A], pred["runner"]
+            # Recorded in every receipt of the run, as it was said.
+            env = pred["runner"]["environment"]
+            assert env["quarantine_skipped"] == (
+                f"gpu 1 ({GPU_B}) quarantined: fault rate >= 0.342 > 0.3: skipped"
+            )
 
         # A token without the read role: the run says quarantine was not applied.
         monkeypatch.setenv("LEDGER_TOKEN", runner_only)
@@ -81,5 +86,9 @@ def test_qualify_through_the_server_skips_a_device_the_servers_fleet_quarantines
         assert r.code == 0, r.err
         assert "quarantine: the server's fleet could not be read" in r.err
         assert "lacks the 'read' role" in r.err and "not applied" in r.err
+        [rid] = [x["id"] for x in json.loads(r.out)["receipts"]]
+        entry = client.fetch_entry(srv.url, rid)
+        pred = entry["statement"]["predicate"] if "statement" in entry else entry
+        assert "not applied" in pred["runner"]["environment"]["quarantine_not_applied"]
     finally:
         srv.stop()

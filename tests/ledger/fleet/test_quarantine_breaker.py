@@ -53,6 +53,11 @@ def test_the_breaker_reports_instead_of_skipping_past_its_share(
     for uuid in (GPU_A, GPU_B):
         assert f"({uuid}) above the quarantine bound: fault rate >= " in r.err
     assert _ran_on(capsys, r.out) == {(GPU_A,), (GPU_B,)}
+    for x in json.loads(r.out)["receipts"]:
+        pred = json.loads(run(capsys, "show", x["id"], "--json").out)["statement"]["predicate"]
+        env = pred["runner"]["environment"]
+        assert env["quarantine_breaker"].startswith("quarantine: circuit breaker: 2 of 2")
+        assert env["quarantine_reported"].count("above the quarantine bound") == 2
 
     # A runner that lets quarantine take the whole host gets the refusal it had before.
     monkeypatch.setenv("LEDGER_QUARANTINE_MAX_SHARE", "1")
