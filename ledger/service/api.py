@@ -534,7 +534,7 @@ async def fleet(request: Request) -> Response:
 
     led = _ledger(request)
     led.holder(request, "read")
-    above = _rate(request.query_params.get("quarantine_above"))
+    above = quarantine_rate(request.query_params.get("quarantine_above"))
     doc = await run_in_threadpool(lambda: fleet_report(store_predicates(led.store())))
     if above is not None:
         doc["quarantined"] = quarantined(doc, above)
@@ -542,7 +542,8 @@ async def fleet(request: Request) -> Response:
     return json_response(doc)
 
 
-def _rate(text: str | None) -> float | None:
+def quarantine_rate(text: str | None) -> float | None:
+    """A `quarantine_above` query parameter: a rate strictly between 0 and 1."""
     if text is None:
         return None
     try:

@@ -150,6 +150,21 @@ def _memory(led: Any, request: Request) -> dict[str, Any]:
     return views.memory_page(led, str(request.path_params["digest"]))
 
 
+def _fleet(led: Any, request: Request) -> dict[str, Any]:
+    """`ledger fleet` of the server's ledger, for a token with the read role (as the
+    JSON route `/v1/fleet`)."""
+    from ledger.fleet.report import fleet_report, quarantined, store_predicates
+    from ledger.service.api import quarantine_rate
+
+    led.holder(request, "read")
+    above = quarantine_rate(request.query_params.get("quarantine_above"))
+    doc = fleet_report(store_predicates(led.store()))
+    if above is not None:
+        doc["quarantined"] = quarantined(doc, above)
+        doc["quarantine_above"] = above
+    return {"doc": doc, "above": above}
+
+
 async def _anchor(request: Request) -> Response:
     """The ledger's public key (PEM): the trust anchor `ledger verify --trust` takes."""
     from ledger.evidence.keys import active_ledger_key, public_pem
@@ -175,5 +190,6 @@ ROUTES: list[tuple[str, Page]] = [
     ("/pr", _page(_pr, "pr.html", "report")),
     ("/receipt/{ref}", _page(_receipt, "receipt.html", "doc")),
     ("/artifact/{digest}/memory", _page(_memory, "memory.html")),
+    ("/fleet", _page(_fleet, "fleet.html", "doc")),
     ("/ledger.pub.pem", _anchor),
 ]

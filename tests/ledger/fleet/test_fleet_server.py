@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import httpx
 import pytest
 
 from ledger.evidence.errors import UsageError
@@ -60,6 +61,20 @@ def test_qualify_through_the_server_skips_a_device_the_servers_fleet_quarantines
         assert run(capsys, *on).out == local_text
         r = run(capsys, *on[:3], "--json", "--token", runner_only)
         assert r.code != 0 and "lacks the 'read' role" in r.err
+        # Its page, for a person: the same figures, the quarantined device marked; the
+        # read role as for the route.
+        page = f"{srv.url}/fleet?quarantine_above=0.3"
+        html = {"Accept": "text/html"}
+        got = httpx.get(page, headers={**html, "Authorization": f"Bearer {host}"})
+        assert got.status_code == 200, got.text
+        assert (
+            f'<tr data-state="quarantined">\n<td data-label="uuid"><code>{GPU_B}</code>' in got.text
+        )
+        assert got.text.count("<strong>quarantined</strong>") == 1
+        bare = httpx.get(page, headers=html)
+        assert bare.status_code == 401 and "bearer token" in bare.text
+        other = httpx.get(page, headers={**html, "Authorization": f"Bearer {runner_only}"})
+        assert other.status_code == 403 and "lacks the &#39;read&#39; role" in other.text
 
         # qualify --server reads the server's fleet once and skips GPU 1, naming it
         # with the figure and the bound that decided.
