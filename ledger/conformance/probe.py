@@ -62,6 +62,9 @@ def probe(
         work = Path(tmp)
         req, res = work / "request.json", work / "result.json"
         req.write_text(json.dumps({"root": str(root), "claims": claims}, default=str))
+        # Ledger's folder, made after the fork server's sandbox started: the doctor
+        # forked there runs as the sandbox's uid.
+        box.hand_over(work)
         done = None
         if fork is not None and work_root is not None:
             # The client runs here, outside the sandbox: refused, it runs nothing.

@@ -488,3 +488,25 @@ def test_on_the_rootmap_route_an_exec_regains_no_capability(tmp_path: Path) -> N
     for cap in ("CapInh", "CapPrm", "CapEff", "CapAmb"):
         assert int(seen[cap], 16) == 0, done.stdout
     assert seen["NoNewPrivs"].strip() == "1"
+
+
+def test_the_doctor_forked_in_the_sandbox_writes_its_report(
+    tmp_path: Path,
+    key_dir: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    """qualify's probe before the first claim (as on a GPU host), forked from the fork
+    server: its folder, made after the server's sandbox started, is handed to the
+    sandbox's uid (it was not, and the probe could not read its request)."""
+    monkeypatch.setenv("LEDGER_DB", str(tmp_path / "l.db"))
+    monkeypatch.setenv("LEDGER_QUALIFY_PROBE", "1")
+    assert run(capfd, "init").code == 0
+    assert run(capfd, "keys", "new", "runner", "--role", "runner").code == 0
+    example = make_example_repo(tmp_path / "repo").path
+    r = run(
+        capfd, "qualify", "--pr", "1", "--repo", str(example), "--claim", "cleanup.all-released"
+    )
+    assert "forked from the fork server" in r.err, r.err[-2000:]
+    assert "wrote no report" not in r.err, r.err[-2000:]
+    assert "cleanup.all-released passed" in r.err, r.err[-2000:]
