@@ -68,7 +68,9 @@ def test_every_receipt_verifies_offline_against_the_ledger_key(run_dir: Path) ->
         assert rep.anchor.startswith("ledger key ") and rep.signer == runner_id
         st = rep.statement["predicate"]
         assert recorded[rep.id]["outcome"] == st["outcome"]
-        assert st["scope"]["device_kind"] == "cuda" and st["scope"]["gpu_model"] == "NVIDIA H200"
+        # Each run on the GPU its folder names (the later ones on an H100 host).
+        model = "NVIDIA H100 80GB HBM3" if run_dir.name.startswith("h100-") else "NVIDIA H200"
+        assert st["scope"]["device_kind"] == "cuda" and st["scope"]["gpu_model"] == model
         assert st["runner"]["gpu_uuids"], "GPU UUIDs recorded"
         tampered = bytearray(path.read_bytes())
         tampered[len(tampered) // 2] ^= 1
