@@ -165,8 +165,9 @@ class SandboxPolicy:
     """The user, pid, ipc and network namespaces are ``holder``'s (the ranks of one
     claim share them: `shared_namespaces`); else each sandbox has its own."""
     holder: int | None = None
-    """With ``joined``: the host pid of the process whose namespaces the ranks join
-    (bubblewrap's ``--userns``/``--pidns``, with a procfs of their own)."""
+    """With ``joined``: the host pid of the process whose namespaces the ranks join (the
+    launcher enters them as root of the holder's user namespace, bubblewrap joins its
+    pid namespace with ``--pidns`` and a procfs of its own)."""
     host_uid: int = NOBODY
     """The unprivileged uid (and ``host_gid``) the host sees the sandbox's processes as
     (`ledger.sandbox.launcher`): never 0."""
@@ -465,9 +466,10 @@ class Sandbox:
         """The sandbox facts for a receipt whose code ran under this sandbox: every
         self-test made (each passed, or nothing ran), as one line, and the policies'
         digests."""
-        if self.mode == "none" or not self.proofs:
+        # A failed self-test ran nothing: it speaks for no receipt.
+        proofs = [p for p in self.proofs.values() if p.ok]
+        if self.mode == "none" or not proofs:
             return {}
-        proofs = list(self.proofs.values())
         facts = proofs[0].facts()
         if len(proofs) > 1:
             facts["sandbox_policy"] = ",".join(p.policy for p in proofs)
