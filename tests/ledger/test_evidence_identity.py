@@ -77,3 +77,16 @@ def test_both_routes_work_on_the_gpu_host_and_see_the_gpu_as_given() -> None:
         got = doc["routes"][route]
         assert got["ok"] and got["host_uid"] == 65534 and got["proc"], got
         assert got["summary"] == "self-test 8 of 8 refused, 1 devices as given"
+
+
+@pytest.mark.parametrize("run", RUNS, ids=lambda p: p.name)
+def test_on_the_gpu_the_hosts_readings_equal_what_the_honest_claim_computed(run: Path) -> None:
+    """The parent reads every host fact itself (GPU model, count, memory, driver, CUDA,
+    torch, NCCL, python, packages digest); where the claim's own result said otherwise
+    its words are kept under ``reported_facts``. On a real GPU, for an honest plan,
+    there are none: an earlier release's receipts, whose scope the claim computed, keep
+    matching."""
+    for p in _predicates(run):
+        assert "reported_facts" not in p["measurements"], p["claim"]
+        assert p["scope"]["gpu_count"] == 1 and p["scope"]["gpu_memory_bytes"] == 85017493504
+        assert p["scope"]["torch"] == "2.11.0+cu130" and p["scope"]["cuda"] == "13.0"
