@@ -31,7 +31,6 @@ import importlib.metadata
 import os
 import platform
 import socket
-import sys
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -97,6 +96,17 @@ def _under(path: str, roots: Sequence[Path]) -> bool:
     return any(p == r or p.is_relative_to(r) for r in roots)
 
 
+def _start_path() -> list[str]:
+    """The standard library and site-packages of this interpreter: the path a fresh
+    interpreter of it starts with, less its script's folder and ``PYTHONPATH``."""
+    import site
+    import sysconfig
+
+    std = [sysconfig.get_path(k) for k in ("stdlib", "platstdlib")]
+    dynload = os.path.join(sysconfig.get_path("platstdlib"), "lib-dynload")
+    return [*std, dynload, *site.getsitepackages()]
+
+
 def packages_digest(outside: Sequence[Path] = ()) -> str:
     """The digest `runners.harness.fingerprint.packages_digest` computes in the claim
     process, computed here over the same path: this project's packages (first on the
@@ -107,7 +117,10 @@ def packages_digest(outside: Sequence[Path] = ()) -> str:
 
     here = str(Path(runners.__file__).resolve().parent.parent)
     roots = [Path(r).resolve() for r in outside]
-    entries = [here, *os.environ.get("PYTHONPATH", "").split(os.pathsep), *sys.path]
+    # The path a claim process of this interpreter starts with, not this process's
+    # sys.path: what a long-lived parent added to its own (a workload's folder, a
+    # test's) is on no claim's path.
+    entries = [here, *os.environ.get("PYTHONPATH", "").split(os.pathsep), *_start_path()]
     seen: list[str] = []
     for e in entries:
         if not e or not os.path.isdir(e):

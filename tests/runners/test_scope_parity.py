@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from runners.device_scripts import scope_parity
 
 
@@ -18,3 +20,18 @@ def test_the_parent_observes_the_scope_the_claim_process_computes_on_cpu(
     assert doc["differ"] == {} and doc["uuids_agree"] and doc["host_agrees"]
     assert doc["parent"]["scope"]["packages_digest"] == doc["claim"]["scope"]["packages_digest"]
     assert not doc["parent_cuda_initialized"]
+
+
+def test_what_the_parent_added_to_its_own_path_is_not_in_the_claims_digest(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A long-lived parent (a test worker, a service) may carry path entries no claim
+    process starts with; the digest it computes for a claim must not count them."""
+    from runners.authors import packages_digest
+
+    before = packages_digest()
+    info = tmp_path / "planted-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: planted\nVersion: 1.0\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert packages_digest() == before
