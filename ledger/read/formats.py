@@ -149,6 +149,14 @@ def markdown(doc: dict[str, Any], links: Links | None = None) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _nexts(v: dict[str, Any]) -> dict[str, str]:
+    """Each claim's next command: the one shared run (`run_once`) for the claims
+    it records evidence for, so several claims name one command, not one each."""
+    once = v.get("run_once") or {"claims": []}
+    out = {c["claim"]: c["next"] for c in v["claims"] if c["next"]}
+    return out | {claim: once["command"] for claim in once["claims"]}
+
+
 def _receipt_lines(c: dict[str, Any], links: Links | None) -> list[str]:
     """Each receipt of a claim, one line: what it means here, its page and bundle."""
     out = []
@@ -171,6 +179,7 @@ def junit(doc: dict[str, Any], links: Links | None = None) -> str:
         props = ET.SubElement(suite, "properties")
         ET.SubElement(props, "property", name="page", value=x(links.page(doc)))
     failures = skipped = 0
+    nexts = _nexts(v)
     for c in v["claims"]:
         case = ET.SubElement(
             suite, "testcase", classname=x(c["claim"]), name=x(f"required: {c['scope_text']}")
@@ -182,8 +191,8 @@ def junit(doc: dict[str, Any], links: Links | None = None) -> str:
             continue
         lead = blocker_reason(c["reasons"])
         why = lead or c["state"]
-        if c["next"]:
-            why += f"\nnext: {c['next']}"
+        if nexts.get(c["claim"]):
+            why += f"\nnext: {nexts[c['claim']]}"
         if len(c["reasons"]) > 1:
             why += f"\n{_reasons(c)}"
         if links is not None and lines:
@@ -245,6 +254,7 @@ def github_check(
     s = doc["subject"]
     v = doc["verdict"]
     plan = plan or PlanFile()
+    nexts = _nexts(v)
     annotations = [
         {
             "path": plan.path,
@@ -253,7 +263,7 @@ def github_check(
             "annotation_level": "failure" if c["required"] else "warning",
             "title": f"{c['claim']}: {c['state']}",
             "message": blocker_reason(c["reasons"])
-            + (f"\nnext: {c['next']}" if c["next"] else "")
+            + (f"\nnext: {nexts[c['claim']]}" if nexts.get(c["claim"]) else "")
             + (f"\n{_reasons(c)}" if len(c["reasons"]) > 1 else "")
             + "".join(f"\n{line}" for line in (_receipt_lines(c, links) if links else [])),
         }
