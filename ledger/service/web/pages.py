@@ -132,7 +132,16 @@ def _page(
 
 
 def _index(led: Any, request: Request) -> dict[str, Any]:
-    return {"repos": views.index(led.store(), led.mirrors)}
+    from ledger.service.api import public_reason
+
+    repos = views.index(led.store(), led.mirrors)
+    # Each PR's or revision's error is shown to any client: without the server's
+    # paths, as every other public error is.
+    for r in repos:
+        for row in (*r["prs"], *r["revisions"]):
+            if row.get("error"):
+                row["error"] = public_reason(led, row["error"])
+    return {"repos": repos}
 
 
 def _pr(led: Any, request: Request) -> dict[str, Any]:

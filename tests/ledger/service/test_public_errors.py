@@ -6,6 +6,8 @@ relative, or resolved)."""
 
 from __future__ import annotations
 
+import html
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -13,12 +15,16 @@ from pathlib import Path
 import httpx
 import pytest
 
+from ledger.evidence.keys import KeyDir
 from ledger.service.api import public_reason
-from ledger.service.auth import Tokens
+from ledger.service.auth import Tokens, new_token
 from ledger.service.run import start
 from ledger.service.state import Ledger
 from ledger.store.store import Store
 from ledger.write.artifacts import ArtifactStore
+from ledger.write.record import RemoteRecorder
+from tests.ledger.factories import TREE, envelope
+from tests.ledger.helpers import run
 
 
 @pytest.fixture
@@ -63,3 +69,30 @@ def test_the_artifact_folder_is_never_named(
         assert public_reason(led, "no artifact sha256:abc") == "no artifact sha256:abc"
     finally:
         store.dispose()
+
+
+def test_the_index_names_no_server_path_in_a_pr_error(
+    db: str, key_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A PR the index cannot judge shows its error as every public error: the
+    receipt names its repository by a path that resolves, by the time the index
+    reads it, into the server's mirror folder, so the lookup fails naming it."""
+    assert run(capsys, "keys", "new", "runner", "--role", "runner", "--db", db).code == 0
+    mirror = tmp_path / "m"
+    mirror.mkdir()
+    token = new_token("gpu-host", tmp_path / "tokens")
+    keys = KeyDir(key_dir)
+    srv = start(db, keys, tokens=tmp_path / "tokens", mirrors=[mirror])
+    try:
+        src = {"repo": f"file://{mirror}/link", "commit": "ab" * 20, "tree": TREE, "pr": 1}
+        rec = envelope(keys.load("runner"), source={**src, "dirty": False})
+        [got] = RemoteRecorder(srv.url, token).record([rec])
+        assert got.seq is not None
+        (mirror / "target").mkdir()
+        (mirror / "link").symlink_to(mirror / "target")
+        page = httpx.get(f"{srv.url}/", headers={"Accept": "text/html"})
+    finally:
+        srv.stop()
+    assert page.status_code == 200
+    [cell] = re.findall(r'<td data-label="verdict">(.*?)</td>', page.text, re.S)
+    assert html.unescape(cell) == "no receipt for PR #1 of the server's storage"
