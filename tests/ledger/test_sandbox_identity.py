@@ -146,7 +146,7 @@ def test_a_ledger_run_command_cannot_open_a_host_sysctl(
 
 
 RANK_PROBE = """
-import errno, glob, json, os, sys, time
+import errno, glob, json, os, sys
 import torch.distributed as dist
 from runners.workloads.moe_ep import make_workload as _make
 
@@ -170,10 +170,12 @@ def make_workload(**params):
         "through_proc": through,
         "home": os.environ["HOME"],
     }}
-    print("\\x1eprogress rank-probe " + json.dumps(report), file=sys.stderr, flush=True)
     go = os.path.join(os.environ["HOME"], f"go{{rank}}")
-    while not os.path.exists(go):  # until the parent has read this process from outside
-        time.sleep(0.01)
+    os.mkfifo(go, 0o600)
+    print("\\x1eprogress rank-probe " + json.dumps(report), file=sys.stderr, flush=True)
+    # Blocks until the parent, having read this process from outside, opens it.
+    with open(go, "rb") as f:
+        f.read()
     return _make(**params)
 """
 
@@ -225,7 +227,8 @@ def test_each_rank_of_a_two_rank_claim_is_unprivileged_and_sees_only_its_claim(
         with lock:
             reports.append(doc)
             seen.append(view)
-        Path(doc["home"], f"go{doc['rank']}").write_text("")
+        with open(Path(doc["home"], f"go{doc['rank']}"), "wb"):
+            pass  # the rank goes on once its pipe is opened and closed
 
     try:
         [r] = run_claim_isolated(
