@@ -10,34 +10,22 @@ import os
 import subprocess
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 from ledger.evidence.errors import UsageError
 from ledger.sandbox import SandboxPolicy, render
+from ledger.sandbox.proof import below
 
 __all__ = ["shared_namespaces"]
-
-
-def _children(pid: int) -> list[int]:
-    out = []
-    for entry in Path("/proc").glob("[0-9]*"):
-        with contextlib.suppress(OSError, IndexError, ValueError):
-            if int((entry / "stat").read_text().rpartition(")")[2].split()[1]) == pid:
-                out.append(int(entry.name))
-    return out
 
 
 def _inside(pid: int) -> int | None:
     """The first process below ``pid`` in a pid namespace other than this one's: the
     holder's sandbox (below the launcher's, or bubblewrap's own, outer process)."""
     mine = os.readlink("/proc/self/ns/pid")
-    todo = [pid]
-    while todo:
-        p = todo.pop(0)
+    for p in below(pid):
         with contextlib.suppress(OSError):
             if os.readlink(f"/proc/{p}/ns/pid") != mine:
                 return p
-        todo += _children(p)
     return None
 
 

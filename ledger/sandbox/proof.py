@@ -31,7 +31,7 @@ from typing import Any
 from ledger.evidence.errors import Error
 from ledger.sandbox.launcher import hand_over
 
-__all__ = ["SandboxBreach", "SelfTest", "policy_digest", "prove"]
+__all__ = ["SandboxBreach", "SelfTest", "below", "policy_digest", "prove", "read_outside"]
 
 SELFTEST = Path(__file__).with_name("selftest.py")
 TIMEOUT_S = 120
@@ -134,7 +134,7 @@ def _start_time(pid: int) -> int | None:
         return None
 
 
-def _below(pid: int) -> list[int]:
+def below(pid: int) -> list[int]:
     """``pid`` and every process below it."""
     kids: dict[int, list[int]] = {}
     for entry in Path("/proc").glob("[0-9]*"):
@@ -163,7 +163,7 @@ def read_outside(pid: int, bwrap: str) -> tuple[list[str], int | None]:
     host_ns = os.readlink("/proc/self/ns/user")
     bad: list[str] = []
     uid = None
-    for p in _below(pid):
+    for p in below(pid):
         try:
             status = _status(p)
             ns = os.readlink(f"/proc/{p}/ns/user")
