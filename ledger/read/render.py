@@ -11,6 +11,7 @@ import json
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeGuard
 
+from ledger.read.findings import COUNTEREXAMPLE, REFUSED, findings, table_lines
 from ledger.read.humanize import (
     blocker_reason,
     columns,
@@ -257,6 +258,7 @@ def render_show(doc: dict[str, Any], *, width: int = 80) -> str:
         lines += _wrap(
             f"reason     {_one_line(figures(p['reason']), 2000)}", width, "", "           "
         )
+    lines += _found(p, width)
     lines += _wrap(
         f"repo       {src['repo']}" + (f" PR #{src['pr']}" if src.get("pr") else ""), width, ""
     )
@@ -319,16 +321,32 @@ def render_show(doc: dict[str, Any], *, width: int = 80) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _found(p: dict[str, Any], width: int) -> list[str]:
+    """What the check found, as the receipt page says it (`ledger.read.findings`):
+    its sentences, then the rows behind them, marked ✘ and ⊘."""
+    f = findings(p)
+    out: list[str] = []
+    for i, sentence in enumerate(f.sentences):
+        out += _wrap(
+            ("found      " if i == 0 else "           ") + sentence, width, "", "           "
+        )
+    out += table_lines(f, width)
+    if f.table is not None and f.table.more:
+        out.append(f"    and {f.table.more} more rows (beneath, under measurements)")
+    return out
+
+
 def _num(v: object) -> TypeGuard[int | float]:
     return isinstance(v, int | float) and not isinstance(v, bool)
 
 
 def _shape_mark(r: dict[str, Any]) -> str:
-    """X a counterexample (admitted, then over its prediction or out of memory), R a
-    refused shape; an admitted shape that fit is not marked."""
+    """✘ a counterexample (admitted, then over its prediction or out of memory), ⊘ a
+    refused shape, as the receipt page marks them; an admitted shape that fit is not
+    marked."""
     if r.get("counterexample") is True:
-        return "X"
-    return "R" if r.get("admitted") is False else ""
+        return COUNTEREXAMPLE
+    return REFUSED if r.get("admitted") is False else ""
 
 
 def _shape_said(r: dict[str, Any]) -> str:
@@ -343,8 +361,8 @@ def _shape_said(r: dict[str, Any]) -> str:
     )
     status = r.get("status")
     note = f" (status {status})" if status not in (None, "ok") else ""
-    if _shape_mark(r) == "X":
-        what = f"X counterexample: {where}"
+    if _shape_mark(r) == COUNTEREXAMPLE:
+        what = f"{COUNTEREXAMPLE} counterexample: {where}"
         if r.get("run"):
             what += f" ({r['run']})"
         if _num(meas) and _num(pred) and _num(ratio):
@@ -354,7 +372,7 @@ def _shape_said(r: dict[str, Any]) -> str:
             )
         return what + note
     usable = r.get("usable_bytes")
-    what = f"R refused: {where}"
+    what = f"{REFUSED} refused: {where}"
     if _num(pred) and _num(usable) and usable > 0:
         what += (
             f": predicted {value('predicted_bytes', pred)} / usable "
@@ -369,10 +387,10 @@ def _shape_said(r: dict[str, Any]) -> str:
 
 def _shapes(rows: list[dict[str, Any]], width: int) -> list[str]:
     """An admission receipt's shapes: the table, its counterexample and refused rows
-    marked (X, R) and each said beneath with its ratio, which the table's 80 columns
+    marked (✘, ⊘) and each said beneath with its ratio, which the table's 80 columns
     leave out."""
     marked = [r for r in rows if _shape_mark(r)]
-    cx = sum(_shape_mark(r) == "X" for r in rows)
+    cx = sum(_shape_mark(r) == COUNTEREXAMPLE for r in rows)
     counts = [f"{cx} counterexample{'s' if cx != 1 else ''}"] if cx else []
     if len(marked) > cx:
         counts.append(f"{len(marked) - cx} refused")

@@ -12,6 +12,7 @@ from sqlalchemy import func, select
 from ledger.evidence.errors import Error, InputError
 from ledger.identity.repoid import canonical_repo
 from ledger.read import humanize
+from ledger.read.findings import findings
 from ledger.read.query import query_history, query_status, show_document
 from ledger.service.questions import identity_from_log
 from ledger.service.web import charts
@@ -497,6 +498,8 @@ def receipt_page(store: Store, ref: str, led: Any) -> dict[str, Any]:
     runner_env = (p.get("runner") or {}).get("environment") or {}
     ctx["runner_environment"] = [(k, _cell(k, v)) for k, v in runner_env.items()]
     ctx["m"] = _measurements(p.get("check", {}).get("name", ""), p.get("measurements") or {})
+    # The deciding figures first, in the words `ledger show` prints.
+    ctx["found"] = findings(p)
     ctx["charts"] = _charts(p.get("measurements") or {})
     ctx["digests"] = [
         ("commit", src.get("commit")),
