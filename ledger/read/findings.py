@@ -45,7 +45,8 @@ class Findings:
     over: bool | None = None
     """Whether the deciding figure is past its bound (None: no bound was read)."""
     by: str = "check"
-    """Who read the figures: ``check`` (Ledger's own), ``importer`` or ``command``."""
+    """Who read the figures: ``check`` (Ledger's own), ``importer``, ``command``
+    (`ledger run`) or ``harness`` (another harness's, attested)."""
 
 
 def _num(v: Any) -> TypeGuard[int | float]:
@@ -77,6 +78,16 @@ def findings(predicate: dict[str, Any]) -> Findings:
     return found or _recorded(check, m, predicate)
 
 
+def _by(check: str) -> str:
+    """Who read a receipt's figures: Ledger's own check, an importer, `ledger run`'s
+    watch over a command, or (`ledger attest`) the harness that signed them."""
+    if check.startswith("import-"):
+        return "importer"
+    if check == "command":
+        return "command"
+    return "check" if check in _KINDS else "harness"
+
+
 def _recorded(check: str, m: Any, p: dict[str, Any]) -> Findings:
     """What a receipt records where it holds no figure its kind decides by (another
     harness's attested result, an infra-error before any measurement): its own scalars,
@@ -93,7 +104,8 @@ def _recorded(check: str, m: Any, p: dict[str, Any]) -> Findings:
             (
                 f"The check {name} records no measured figures: its outcome, "
                 f"{p.get('outcome', '?')}, is all it says{said}.",
-            )
+            ),
+            by=_by(name),
         )
     table = Table(("figure", "value"), tuple((k, value(k, v)) for k, v in scalars[:_ROWS]))
     more = max(0, len(scalars) - _ROWS)
@@ -104,12 +116,12 @@ def _recorded(check: str, m: Any, p: dict[str, Any]) -> Findings:
             f"The check {name} recorded measured {iec(meas)} against predicted {iec(pred)}, "
             f"measured/predicted {number(ratio)} (as its signer recorded them)."
         )
-        return Findings((lead,), Table(table.columns, table.rows, (), more), ratio > 1)
+        return Findings((lead,), Table(table.columns, table.rows, (), more), ratio > 1, _by(name))
     lead = (
         f"The check {name} has no deciding figure Ledger knows; the first of its "
         f"{len(m)} recorded measurement{'s' if len(m) != 1 else ''} are beneath."
     )
-    return Findings((lead,), Table(table.columns, table.rows, (), more))
+    return Findings((lead,), Table(table.columns, table.rows, (), more), by=_by(name))
 
 
 def _shape_rows(m: dict[str, Any]) -> list[dict[str, Any]]:
@@ -176,7 +188,7 @@ def _admission(m: dict[str, Any], _: dict[str, Any], __: dict[str, Any]) -> Find
         tuple(_mark(r) for r in chosen[:_ROWS]),
         max(0, len(chosen) - _ROWS),
     )
-    return Findings((lead, counts), table, over)
+    return Findings((lead, counts), table if chosen else None, over)
 
 
 _STEP = re.compile(r"^(prefix\d+|optimizer_step|target)_status$")

@@ -135,8 +135,9 @@ def test_the_page_leads_with_the_deciding_figure(
     assert doc["statement"]["predicate"]["check"]["name"] == check
     page = httpx.get(f"{servers[name].url}/receipt/{doc['id']}", timeout=60)
     assert page.status_code == 200
-    text, _ = found_text(page.text)
+    text, markup = found_text(page.text)
     assert said in text, text
+    assert 'data-by="check"' in markup  # measured by Ledger's own check
     # First in the section: the sentences come straight after the heading.
     first = text.removeprefix("What the check found").strip()
     assert first.startswith(findings(doc["statement"]["predicate"]).sentences[0]), first[:200]

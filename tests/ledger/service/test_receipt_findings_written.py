@@ -218,8 +218,8 @@ def test_imports_and_runs_lead_with_what_they_carry(
         for line in lines:
             assert line in text, (k, text)
             assert line in shown[k], (k, shown[k])
-        if k in ("junit", "in-toto", "events"):
-            assert 'data-by="importer"' in markup
+        by = {"run": "command", "attested": "harness", "bare": "harness"}.get(k, "importer")
+        assert f'data-by="{by}"' in markup, (k, markup[:200])
     # The failing test is marked in the findings' table on both surfaces.
     _, markup = found_text(pages["junit"])
     assert 'data-state="counterexample"' in markup
