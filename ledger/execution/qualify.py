@@ -510,5 +510,6 @@ def _run_on_ray(
         sandbox=sandbox,
         allowed_env=list(plan.runner.env),
         preload=list(plan.preload),
+        quarantine_above=plan.quarantine_above,
     ):
         done.receipts.append(row)

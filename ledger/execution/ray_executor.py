@@ -12,7 +12,9 @@ the ledger schedules nothing across hosts. Each task
 (`ledger.execution.ray_worker.run_claim_task`) runs on a worker host that
 holds its own runner key, checks the bundle's tree against the revision's,
 runs the claim there and records through the ledger server (`--server`), by
-way of the worker's outbox.
+way of the worker's outbox. Quarantine (the server's fleet, read once here) holds
+the quarantined GPUs for the run, so Ray gives them to no claim
+(`ledger.execution.ray_quarantine`).
 
 Ray is an optional extra: ``pip install 'ledger-qualify[ray]'``.
 """
@@ -32,6 +34,7 @@ import git
 
 from ledger.evidence.errors import UsageError
 from ledger.execution.claimrun import ClaimRun, ReceiptRow
+from ledger.execution.ray_quarantine import Quarantine, apply
 from ledger.fleet.ci import ci_job
 from ledger.identity.revision import Revision
 
@@ -79,9 +82,11 @@ def run_on_ray(
     sandbox: str = "auto",
     allowed_env: Sequence[str] = (),
     preload: Sequence[str] = (),
+    quarantine_above: float | None = None,
 ) -> Iterator[ReceiptRow]:
     """Run every claim as a Ray task; yield the receipts each recorded, as they finish.
-    ``preload``: the plan's modules for each worker's fork servers to import."""
+    ``preload``: the plan's modules for each worker's fork servers to import;
+    ``quarantine_above``: the plan's quarantine bound (`ray_quarantine`)."""
     ray = _ray()
     from ledger.execution.ray_worker import run_claim_task
 
@@ -91,6 +96,37 @@ def run_on_ray(
             log_to_driver=False,
             logging_level=40,  # logging.ERROR
         )
+    # Before any claim is submitted: every receipt carries what quarantine did.
+    quarantine = apply(ray, server, quarantine_above, say)
+    holders = quarantine.holders
+    try:
+        yield from _submit_and_wait(
+            ray, run_claim_task, repo, revision, runs, quarantine,
+            address=address, server=server, key_name=key_name, say=say, package=package,
+            sandbox=sandbox, allowed_env=allowed_env, preload=preload,
+        )  # fmt: skip
+    finally:
+        # The quarantined GPUs go back to Ray once the run is over.
+        _stop(ray, holders)
+
+
+def _submit_and_wait(
+    ray: Any,
+    run_claim_task: Callable[..., Any],
+    repo: git.Repo,
+    revision: Revision,
+    runs: Sequence[ClaimRun],
+    quarantine: Quarantine,
+    *,
+    address: str | None,
+    server: str,
+    key_name: str,
+    say: Callable[[str], None],
+    package: dict[str, Any] | None,
+    sandbox: str,
+    allowed_env: Sequence[str],
+    preload: Sequence[str],
+) -> Iterator[ReceiptRow]:
     commits = [revision.commit]
     if revision.base and revision.base != revision.commit and any(r.needs_base for r in runs):
         commits.append(revision.base)
@@ -111,36 +147,57 @@ def run_on_ray(
     n = len(runs)
     for line in too_wide(runs, ray.nodes()):
         say(line)
+    not_run = quarantine.unplaceable(runs, say)
+    placed: dict[int, int] = {}
+
+    def submit(run: ClaimRun) -> None:
+        # No retry: a claim that ran (and may have recorded) is not run a second time.
+        gen = task.options(
+            num_gpus=run.gpus, num_cpus=1, max_retries=0, name=f"ledger {run.claim}"
+        ).remote(
+            bundle,
+            {
+                "run": run.to_json(),
+                "source": source,
+                "server": server,
+                "key": key_name,
+                "total": n,
+                "sandbox": sandbox,
+                "allowed_env": list(allowed_env),
+                "preload": list(preload),
+                # The CI job that submitted the claim (the worker is not in it).
+                "ci": ci_job(os.environ),
+                "quarantine": quarantine.payload(),
+            },
+        )
+        pending[gen] = run
+        placed[run.index] = placed.get(run.index, 0) + 1
+
+    def again(gen: Any, run: ClaimRun, why: str) -> None:
+        """The task ``gen`` found itself on quarantined GPUs: it holds them for the run
+        and the claim is placed again, at most once per quarantined device."""
+        quarantine.holders.append(gen)
+        tag = f"[{run.index}/{n}] {run.claim}"
+        if placed[run.index] > len(quarantine.avoid):
+            say(f"{tag}: not run: placed on quarantined GPUs {placed[run.index]} time(s): {why}")
+            return
+        say(f"{tag}: not run where Ray placed it: {why}; placed again")
+        submit(run)
+
     try:
         # Every claim is submitted before any is waited on: Ray runs as many at once as
         # it has GPUs for.
         for run in runs:
-            # No retry: a claim that ran (and may have recorded) is not run a second time.
-            gen = task.options(
-                num_gpus=run.gpus, num_cpus=1, max_retries=0, name=f"ledger {run.claim}"
-            ).remote(
-                bundle,
-                {
-                    "run": run.to_json(),
-                    "source": source,
-                    "server": server,
-                    "key": key_name,
-                    "total": n,
-                    "sandbox": sandbox,
-                    "allowed_env": list(allowed_env),
-                    "preload": list(preload),
-                    # The CI job that submitted the claim (the worker is not in it).
-                    "ci": ci_job(os.environ),
-                },
-            )
-            pending[gen] = run
+            if run.index in not_run:
+                continue
+            submit(run)
             say(f"[{run.index}/{n}] {run.claim} ({run.check}) -> Ray task asking for "
                 f"{run.gpus} GPU(s)")  # fmt: skip
         while pending:
             # The timeout only keeps Ctrl-C prompt: wait returns as soon as a task speaks.
             ready, _ = ray.wait(list(pending), num_returns=1, timeout=_WAIT_S)
             for gen in ready:
-                yield from _next(ray, gen, pending, n, say)
+                yield from _next(ray, gen, pending, n, say, again)
     except BaseException:
         _stop(ray, list(pending))
         raise
@@ -169,9 +226,15 @@ their workers."""
 
 
 def _next(
-    ray: Any, gen: Any, pending: dict[Any, ClaimRun], n: int, say: Callable[[str], None]
+    ray: Any,
+    gen: Any,
+    pending: dict[Any, ClaimRun],
+    n: int,
+    say: Callable[[str], None],
+    again: Callable[[Any, ClaimRun, str], None],
 ) -> Iterator[ReceiptRow]:
-    """Take what the task ``gen`` said next: a progress line, or its result."""
+    """Take what the task ``gen`` said next: a progress line, its result, or that it was
+    placed on quarantined GPUs (``again`` places the claim anew)."""
     run = pending[gen]
     tag = f"[{run.index}/{n}]"
     try:
@@ -186,6 +249,10 @@ def _next(
         return
     if "progress" in item:
         say(str(item["progress"]))
+        return
+    if "declined" in item:
+        pending.pop(gen)
+        again(gen, run, str(item["declined"]))
         return
     pending.pop(gen)
     yield from _finished(item["result"], run, n, say)

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 from ledger.execution.checkouts import Checkouts
 from ledger.execution.claimrun import ClaimRun
 from ledger.execution.commit_servers import CommitServers
+from ledger.execution.ray_quarantine import declined, hold
 
 if TYPE_CHECKING:
     from ledger.evidence.keys import LocalKey
@@ -178,6 +179,12 @@ def run_claim_task(bundle: bytes, payload: dict[str, Any]) -> Iterator[dict[str,
     ctx = ray.get_runtime_context()
     job_id = str(ctx.get_task_id() or ctx.get_job_id())
     devices = [str(g) for g in ray.get_gpu_ids()]
+    quarantined = declined(payload, devices)
+    if quarantined:
+        # Not run here: this task holds the quarantined GPUs (so Ray cannot give them
+        # to the claim again) while the driver places the claim anew.
+        yield {"declined": f"GPU(s) {','.join(devices)}: {quarantined}"}
+        hold()
     task = _setup(payload, job_id, devices)
     if isinstance(task, dict):
         yield {"result": task}
@@ -391,8 +398,11 @@ def _run_claim(
             environment["executor_devices"] = out["devices"]
         # Which plans defined the claim: the gate the base's, the workload the head's.
         environment.update(run.sources)
+        # What quarantine did for the run: which devices it held back, by what figure.
+        environment.update((payload.get("quarantine") or {}).get("facts") or {})
+        # The GPUs Ray gave the task, as a local run names its devices'.
         recs = record_results(
-            recorder, task.key, revision, results, Path(d) / "artifacts", environment
+            recorder, task.key, revision, results, Path(d) / "artifacts", environment, gpus
         )
         out["receipts"] = [
             (rec.id, r.claim, r.outcome) for rec, r in zip(recs, results, strict=True)
