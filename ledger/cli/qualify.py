@@ -114,6 +114,13 @@ def _headline(report: Any, subset: Sequence[str]) -> str:
 )
 @click.option("--ray-address", metavar="ADDR", help="The Ray cluster (default: RAY_ADDRESS).")
 @click.option(
+    "--no-baseline",
+    is_flag=True,
+    help="With --pr: do not judge the head's failing or inconclusive claims on the commit "
+    "the PR branched from (by default a receipt of it on the same device is reused, "
+    "else the claim runs there, and every surface says whose failure it is).",
+)
+@click.option(
     "--key",
     "key_name",
     default="runner",
@@ -137,6 +144,7 @@ def qualify(
     gpus: str | None,
     executor: str,
     ray_address: str | None,
+    no_baseline: bool,
     key_name: str,
     server: str | None,
     db: str | None,
@@ -148,6 +156,11 @@ def qualify(
     plan and workload come from it. Progress goes to stderr; the receipt ids and
     the status table (or --json) to stdout. The status is the whole plan's, also
     after a --claim subset: exit 0 only when every required claim is qualified.
+
+    With --pr, a claim that fails or is inconclusive on the head is judged on the
+    commit the PR branched from, on the same device (a receipt of it reused, else
+    run): the status labels it introduced here, failing on the base too, or
+    failing only on one GPU. The label explains; it never unblocks.
     """
     t0 = time.monotonic()
 
@@ -195,6 +208,7 @@ def qualify(
             ray_address=ray_address,
             server=server,
             key_name=key_name,
+            baseline=not no_baseline,
         )
     except Interrupted as e:
         # One line, after every claim process stopped: what the ledger holds now.
@@ -218,6 +232,7 @@ def qualify(
                 "status": report.to_json() if report else None,
                 "ran": subset or "all",
                 "skipped": list(result.skipped),
+                "baseline": [b.to_json() for b in result.baseline],
             }
         )
     else:

@@ -23,6 +23,7 @@ import git
 from ledger.evidence.errors import InputError, UsageError
 from ledger.evidence.keys import LocalKey
 from ledger.execution import local_run
+from ledger.execution.baseline import BaseRow
 from ledger.execution.claimrun import ClaimRun
 from ledger.execution.devices import Device as GpuDevice
 from ledger.execution.devices import gpu_model, parse_gpus, visible_gpus
@@ -49,6 +50,8 @@ class QualifyRun:
     notes: tuple[str, ...] = ()
     skipped: tuple[str, ...] = ()
     """Plan claims asked for that another command feeds (`ledger import`, `ledger run`)."""
+    baseline: list[BaseRow] = dataclasses.field(default_factory=list)
+    """The base commit's receipts the head's blockers were set beside (reused or run)."""
 
     def query(self) -> Identity:
         """The status question about what was just qualified."""
@@ -304,6 +307,7 @@ def qualify(
     ray_address: str | None = None,
     server: str | None = None,
     key_name: str = "runner",
+    baseline: bool = True,
 ) -> QualifyRun:
     """Run the plan's claims on the revision; each receipt is signed outside the sandbox
     that runs the pull request's code (``sandbox``: a mode of `ledger.sandbox`;
@@ -312,7 +316,10 @@ def qualify(
     ``gpus`` (``all`` or ``0,1,...``) runs claims side by side, each on devices of its
     own; without it claims run one after another on the default device.
     ``executor="ray"`` hands each claim to the Ray cluster at ``ray_address``: workers
-    sign with their own key ``key_name`` and record through ``server``."""
+    sign with their own key ``key_name`` and record through ``server``.
+
+    ``baseline``: a PR's claims that fail or are inconclusive on its head are judged
+    on the commit it branched from too (`ledger.execution.baseline`), locally."""
     say = _Say(progress)
     if device == "cuda" and executor == "local" and not visible_gpus():
         # Known before anything runs: refused here rather than signed and recorded
@@ -395,6 +402,8 @@ def qualify(
         _record_plan(recorder, ident, say)
         try:
             if st is None:
+                if baseline and pr is not None:
+                    say("baseline: not run with --executor ray (a local run judges the base)")
                 _run_on_ray(
                     repo,
                     revision,
@@ -410,6 +419,21 @@ def qualify(
                 return done
             assert recorder is not None and key is not None and box is not None
             local_run.run(st, runs, recorder, key, revision, pool_devices, box, say, done.receipts)
+            if baseline and pr is not None:
+                from ledger.execution.baseline import baseline as judge_base
+
+                done.baseline = judge_base(
+                    repo,
+                    revision,
+                    base_plan or run_plan,
+                    runs,
+                    done.receipts,
+                    recorder,
+                    key,
+                    box,
+                    pool_devices is not None,
+                    say,
+                )
         except KeyboardInterrupt:
             # Said once, after the claims' processes and the trees are gone.
             raise Interrupted(done.receipts, [r.claim for r in runs]) from None

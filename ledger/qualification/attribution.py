@@ -22,10 +22,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, TypeAlias
 
+from ledger.evidence.models import QualificationPredicate
 from ledger.qualification.evidence import ReceiptEvidence, short_id
 from ledger.qualification.scope import covers
 
-__all__ = ["BLAMED", "LABELS", "Attribution", "Label", "attribute", "device_of"]
+__all__ = ["BLAMED", "LABELS", "Attribution", "Label", "attribute", "device_of", "where_ran"]
 
 Label: TypeAlias = Literal["introduced", "base-too", "device-only", "base-unjudged", "no-base"]
 LABELS: Mapping[Label, str] = {
@@ -72,15 +73,20 @@ class Attribution:
 
 
 def device_of(r: ReceiptEvidence) -> str:
-    """The device a receipt ran on, as the host observed it: its GPUs' UUIDs, else the
-    host's CPU (a claim on CPU runs on whatever cores its host has)."""
-    runner = r.predicate.runner
-    uuids = sorted(runner.gpu_uuids)
-    return ",".join(uuids) if uuids else f"cpu of {runner.host or 'an unrecorded host'}"
+    """The device a receipt ran on (`where_ran`)."""
+    return where_ran(r.predicate)
+
+
+def where_ran(p: QualificationPredicate) -> str:
+    """The device a receipt's claim ran on, as the host observed it: its GPUs' UUIDs,
+    else the host's CPU (a claim on CPU runs on whatever cores its host has)."""
+    uuids = sorted(p.runner.gpu_uuids)
+    return ",".join(uuids) if uuids else f"cpu of {p.runner.host or 'an unrecorded host'}"
 
 
 def _gpu(device: str) -> str:
-    return device if device.startswith("cpu of ") else f"GPU {device}"
+    """A device as people read it: NVML's UUIDs already say `GPU-`."""
+    return device if device.startswith(("cpu of ", "GPU-", "MIG-")) else f"GPU {device}"
 
 
 def _counts(r: ReceiptEvidence) -> bool:

@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ledger.qualification.attribution import Attribution
 from ledger.qualification.evidence import ReceiptEvidence, Revision
 from ledger.qualification.states import STATES, ClaimStatus, ScopeRole, State
 
@@ -31,6 +32,9 @@ class StatusReport:
     """False where no governing plan is known and no claim was named: nothing was judged."""
     ungoverned: str = "no governing plan recorded"
     """Why no plan governs, where none does (the verdict's headline says it)."""
+    baselines: tuple[Attribution, ...] = ()
+    """Per blocking claim, whose failure it is, beside the commit the head branched from
+    (`ledger.qualification.attribution`): it explains, it never unblocks."""
 
     def at_required_scope(self, claim: str) -> ClaimStatus:
         """The row that decides `claim`; KeyError if it was not asked."""

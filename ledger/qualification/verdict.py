@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, Protocol, TypeAlias
 
 from ledger.qualification import rules
+from ledger.qualification.attribution import Attribution
 from ledger.qualification.evidence import ReceiptEvidence, Revision, short_id
 from ledger.qualification.plan import OBSERVER_OFF_CONTROL_CHECK
 from ledger.qualification.scope import covers, format_scope
@@ -178,6 +179,8 @@ class ClaimVerdict:
     """The command to run next, when the claim is not qualified."""
     receipts: tuple[ReceiptMeaning, ...]
     """Every receipt of the claim the ledger holds for this question, deciding ones first."""
+    attribution: Attribution | None = None
+    """For a blocker: whose failure it is, beside the commit the head branched from."""
 
     @property
     def scope_text(self) -> str:
@@ -194,6 +197,7 @@ class ClaimVerdict:
             "reasons": list(self.reasons),
             "next": self.next,
             "receipts": [r.to_json() for r in self.receipts],
+            "attribution": self.attribution.to_json() if self.attribution else None,
         }
 
 
@@ -254,6 +258,7 @@ class Verdict:
                     "scope_text": c.scope_text,
                     "reasons": list(c.reasons),
                     "next": c.next,
+                    "attribution": c.attribution.to_json() if c.attribution else None,
                 }
                 for c in self.blockers
             ],
@@ -285,6 +290,8 @@ class Answer(Protocol):
 def verdict_of(report: Answer) -> Verdict:
     """The verdict of one status answer (the engine's report and its evidence)."""
     target = _target(report)
+    # Read by name: an answer built before baselines were asked has none.
+    labels = {a.claim: a for a in getattr(report, "baselines", ())}
     claims: list[ClaimVerdict] = []
     for row in report.claims:
         if row.scope_role != "required":
@@ -300,6 +307,8 @@ def verdict_of(report: Answer) -> Verdict:
                 reasons=_deciding_reasons(row),
                 next=_next(row, target),
                 receipts=_meanings(row, evidence),
+                # Only a claim that blocks carries its label.
+                attribution=labels.get(row.claim) if row.state != "qualified" else None,
             )
         )
     required = [c for c in claims if c.required]

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote, urlencode
 
-from ledger.read.humanize import blocker_reason, figures, state_breakdown
+from ledger.read.humanize import baseline, blocker_reason, figures, state_breakdown
 from ledger.read.inert import inert, markdown_cell, xml_text
 
 __all__ = ["FORMATS", "Links", "github_check", "junit", "markdown", "repo_label"]
@@ -134,6 +134,7 @@ def markdown(doc: dict[str, Any], links: Links | None = None) -> str:
                 f"{i}. **{_cell(b['claim'])}**: {b['state']} (scope: {_cell(b['scope_text'])})"
                 + (f": {_cell(why)}" if why else "")
                 + nxt
+                + (f"; baseline: {_cell(a)}" if (a := baseline(b)) else "")
             )
         if once["claims"]:
             lines += ["", f"Next, for {len(once['claims'])} of them: `{_cell(once['command'])}`"]
@@ -193,6 +194,8 @@ def junit(doc: dict[str, Any], links: Links | None = None) -> str:
         why = lead or c["state"]
         if nexts.get(c["claim"]):
             why += f"\nnext: {nexts[c['claim']]}"
+        if a := baseline(c):
+            why += f"\nbaseline: {a}"
         if len(c["reasons"]) > 1:
             why += f"\n{_reasons(c)}"
         if links is not None and lines:
@@ -264,6 +267,7 @@ def github_check(
             "title": f"{c['claim']}: {c['state']}",
             "message": blocker_reason(c["reasons"])
             + (f"\nnext: {nexts[c['claim']]}" if nexts.get(c["claim"]) else "")
+            + (f"\nbaseline: {a}" if (a := baseline(c)) else "")
             + (f"\n{_reasons(c)}" if len(c["reasons"]) > 1 else "")
             + "".join(f"\n{line}" for line in (_receipt_lines(c, links) if links else [])),
         }

@@ -346,6 +346,13 @@ _LEAD_MAX = 240
 figure fit; a longer reason is read in full under its claim."""
 
 
+def baseline(claim: dict[str, Any]) -> str:
+    """A blocker's label beside the commit its head branched from, in one line (empty
+    where there is none, as in an answer from a server that asks none)."""
+    a = claim.get("attribution")
+    return str(a["text"]) if isinstance(a, dict) and a.get("text") else ""
+
+
 def blocker_reason(reasons: list[str] | tuple[str, ...]) -> str:
     """The reason a blocker leads with: its first deciding reason as people read
     it, cut at a word near `_LEAD_MAX` characters (the figure comes early)."""

@@ -29,6 +29,7 @@ from ledger.qualification import (
     evaluate,
     history,
 )
+from ledger.qualification.attribution import BLAMED, Attribution, attribute
 from ledger.qualification.plan import Plan
 from ledger.store.store import Store
 from ledger.verify.logged import standing
@@ -185,6 +186,7 @@ def query_status(
         report = dataclasses.replace(report, claims=(), qualified=False)
     return dataclasses.replace(
         report,
+        baselines=_baselines(store, q.revision, report),
         notes=q.notes
         + _elsewhere_notes(store, q.revision, sorted({row.claim for row in report.claims})),
         problems=(*q.problems, *ev.unreadable),
@@ -196,6 +198,42 @@ def query_status(
             else "no governing plan recorded"
         ),
     )
+
+
+def _baselines(store: Store, revision: Revision, report: StatusReport) -> tuple[Attribution, ...]:
+    """Each blocking claim beside the commit its head branched from, read from the
+    ledger's receipts of that commit (none asked where nothing blocks)."""
+    rows = [r for r in report.claims if r.scope_role == "required" and r.state in BLAMED]
+    head = [r for r in report.evidence if r.predicate.source.commit == revision.commit]
+    bases = sorted(
+        {b for r in head if (b := r.predicate.source.base) is not None and b != revision.commit}
+    )
+    if not rows or not bases:
+        return ()
+    base: list[ReceiptEvidence] = []
+    for commit in bases:
+        at = Revision(repo=revision.repo, commit=commit, tree="")
+        base += read_evidence(store, at, [r.claim for r in rows]).receipts
+    out = [attribute(r.claim, r.check, r.scope, head, base) for r in rows]
+    if any(a is not None and a.label == "device-only" for a in out):
+        # Only a device-only label says what the fleet counts on the device: the whole
+        # ledger is read for it then, never for an answer that needs none.
+        fleet = _fleet_counts(store)
+        out = [attribute(r.claim, r.check, r.scope, head, base, fleet) for r in rows]
+    return tuple(a for a in out if a is not None)
+
+
+def _fleet_counts(store: Store) -> dict[str, str]:
+    """Per GPU, what `ledger fleet` counts there, in words."""
+    from ledger.fleet.report import fleet_report, store_predicates
+
+    out = {}
+    for d in fleet_report(store_predicates(store))["devices"]:
+        out[d["uuid"]] = (
+            f"{d['failures']} failed and {d['infra_errors']} infra-error of {d['runs']} claim "
+            f"runs on it, {d['device_faults']} with a device fault (`ledger fleet`)"
+        )
+    return out
 
 
 def query_history(store: Store, q: Identity) -> list[HistoryItem]:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, ParamSpec, TypeGuard
 
 from ledger.read.findings import COUNTEREXAMPLE, REFUSED, findings, table_lines
 from ledger.read.humanize import (
+    baseline,
     blocker_reason,
     columns,
     environment_line,
@@ -128,6 +129,9 @@ def render_status(doc: dict[str, Any], *, width: int = 80) -> str:
             # The reason first, so the next command reads as its answer.
             if why := blocker_reason(b.get("reasons", [])):
                 out += _wrap(f"why: {why}", width, "     ", "       ")
+            # Whose failure it is: it explains, the state above still decides.
+            if label := baseline(b):
+                out += _wrap(f"baseline: {label}", width, "     ", "       ")
             if b["claim"] not in once["claims"]:
                 out += _wrap(f"next: {b['next']}", width, "     ")
         if once["claims"]:

@@ -1,0 +1,222 @@
+"""The baseline of a pull request's blockers: each claim that failed or was
+inconclusive on the head, judged on the commit the pull request branched from
+(its merge-base with the base branch) on the same device.
+
+A receipt the ledger already holds of that commit, for the same claim, at the
+claim's scope and on the same device, is reused; otherwise the claim runs there,
+by the same machinery as the head's claims (a worktree of the commit, its fork
+server, the same sandbox, the claim's own deadline) and is recorded as a receipt
+of that commit, which a later run then reuses. What the two say together is the
+read side's to label (`ledger.qualification.attribution`); nothing here changes
+a claim's state.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import git
+
+from ledger.evidence.keys import LocalKey
+from ledger.evidence.models import QualificationPredicate
+from ledger.execution import local_run
+from ledger.execution.claimrun import ClaimRun
+from ledger.execution.devices import Device as GpuDevice
+from ledger.execution.devices import visible_gpus
+from ledger.identity.revision import Revision
+from ledger.qualification.attribution import BLAMED, where_ran
+from ledger.qualification.evidence import short_id
+from ledger.qualification.plan import ClaimSpec, Plan
+from ledger.qualification.scope import covers
+from ledger.sandbox import Sandbox
+from ledger.write.record import Recorder
+
+__all__ = ["BaseRow", "baseline"]
+
+
+@dataclass(frozen=True, slots=True)
+class BaseRow:
+    """One claim's baseline: the receipt of the base commit it stands on."""
+
+    receipt: str
+    claim: str
+    outcome: str
+    commit: str
+    reused: bool
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.receipt,
+            "claim": self.claim,
+            "outcome": self.outcome,
+            "commit": self.commit,
+            "reused": self.reused,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class _Held:
+    """A receipt the ledger holds, as a baseline reads it."""
+
+    id: str
+    seq: int
+    predicate: QualificationPredicate
+
+
+def _receipts(recorder: Recorder, repo: str, commit: str, claims: Sequence[str]) -> list[_Held]:
+    """The ledger's standing receipts of ``commit`` for ``claims`` (none through a server:
+    there the claim runs again, as it would on a ledger that holds none)."""
+    store = getattr(recorder, "store", None)
+    if store is None:
+        return []
+    from ledger.evidence.errors import Error
+    from ledger.identity.aliases import aliases_of
+    from ledger.verify.logged import standing
+
+    keys = store.keys()
+    out = []
+    for repo_id in (repo, *aliases_of(store, repo)):
+        for e in store.receipt_entries(repo_id, commits=[commit], claims=list(claims)):
+            try:
+                if standing(e, keys) is None:
+                    out.append(_Held(e.entry_id, e.seq, e.receipt.predicate))
+            except Error:
+                continue  # an entry that does not read counts for nothing (`ledger audit`)
+    return out
+
+
+def _mine(r: _Held, spec: ClaimSpec, device: str) -> bool:
+    p = r.predicate
+    return (
+        p.claim == spec.name
+        and p.check.name == spec.check
+        and covers(p.scope, spec.scope)
+        and where_ran(p) == device
+    )
+
+
+def baseline(
+    repo: git.Repo,
+    head: Revision,
+    plan: Plan,
+    runs: Sequence[ClaimRun],
+    recorded: Sequence[tuple[str, str, str]],
+    recorder: Recorder,
+    key: LocalKey,
+    box: Sandbox,
+    explicit: bool,
+    say: Callable[[str], None],
+) -> list[BaseRow]:
+    """Judge the head's blockers among ``recorded`` on the commit ``head`` branched from:
+    reuse the ledger's receipt there, else run the claim (``runs``, built for the head,
+    with the base tree's workload definition ``plan``) on the device the head's ran on
+    (``explicit``: the run placed claims on named devices)."""
+    blamed = list(dict.fromkeys(c for _, c, o in recorded if o in BLAMED))
+    if not blamed:
+        return []
+    base = head.base
+    if base is None or base == head.commit:
+        say("baseline: the head has no merge-base with the base branch apart from itself: none")
+        return []
+    at = base[:12]
+    mine = _head_receipts(recorder, head, recorded)
+    found = _receipts(recorder, head.repo, base, blamed)
+    out: list[BaseRow] = []
+    todo: dict[str, list[ClaimRun]] = {}
+    for claim in blamed:
+        spec = plan.claim(claim)
+        run = next((r for r in runs if r.claim == claim), None)
+        if spec is None or run is None:
+            continue
+        device = mine.get(claim)
+        if device is None:
+            say(f"baseline: {claim}: its receipt on the head could not be read back: none")
+            continue
+        have = [r for r in found if _mine(r, spec, device)]
+        if have:
+            r = max(have, key=lambda r: r.seq)
+            say(
+                f"baseline: {claim}: the base {at} is {r.predicate.outcome} on the same device "
+                f"(receipt {short_id(r.id)}, reused)"
+            )
+            out.append(BaseRow(r.id, claim, r.predicate.outcome, base, True))
+            continue
+        todo.setdefault(device, []).append(run)
+    if not todo:
+        return out
+    from ledger.identity import source as src
+
+    ident = src.identify(repo, rev=base, for_statement=True, offline=True)
+    # A receipt of the base commit itself, from a clean worktree: it belongs to no PR.
+    revision = dataclasses.replace(ident.revision, dirty=False, pr=None)
+    for device, group in todo.items():
+        names = ", ".join(r.claim for r in group)
+        say(f"baseline: running {names} on the base {at} ({_where(device)})")
+        specs = [s for r in group if (s := plan.claim(r.claim)) is not None]
+        rows: list[tuple[str, str, str]] = []
+        with local_run.started(repo, revision, plan, specs, box) as st:
+            local_run.run(
+                st,
+                [_on_base(r, i, plan, head) for i, r in enumerate(group, 1)],
+                recorder,
+                key,
+                revision,
+                _devices(device) if explicit else None,
+                box,
+                lambda m: say(f"baseline: {m}"),
+                rows,
+            )
+        out += [BaseRow(i, c, o, base, False) for i, c, o in rows]
+    return out
+
+
+def _on_base(run: ClaimRun, index: int, plan: Plan, head: Revision) -> ClaimRun:
+    """The head's claim run as the base's: the base tree's workload definition, and its
+    receipt saying so and which head it was judged for."""
+    spec = plan.claim(run.claim)
+    assert spec is not None  # the caller only passes the plan's claims
+    sources = {k: v for k, v in run.sources.items() if k == "plan_source"} | {
+        "workload_source": f"qualification.toml at base {head.base}: workload, "
+        "workload_params, preload",
+        "baseline_for": f"the head {head.commit}" + (f" of PR #{head.pr}" if head.pr else ""),
+    }
+    return dataclasses.replace(
+        run,
+        index=index,
+        workload_ref=plan.workload_for(spec) or "",
+        workload_params=dict(plan.workload_params_for(spec)),
+        sources=sources,
+    )
+
+
+def _where(device: str) -> str:
+    return "the same device" if device.startswith("cpu of ") else f"the same device, {device}"
+
+
+def _devices(device: str) -> list[GpuDevice] | None:
+    """The host's devices a head receipt ran on, by UUID (None on a CPU: the default)."""
+    if device.startswith("cpu of "):
+        return None
+    want = device.split(",")
+    have = {d.uuid: d for d in visible_gpus()}
+    got = [have[u] for u in want if u in have]
+    return got if len(got) == len(want) else None
+
+
+def _head_receipts(
+    recorder: Recorder, head: Revision, recorded: Sequence[tuple[str, str, str]]
+) -> dict[str, str]:
+    """Per blocked claim, the device its receipt (this run's) ran on, read back from the
+    ledger; through a server, from what the host observed here (its GPUs, else its CPU)."""
+    store = getattr(recorder, "store", None)
+    out: dict[str, str] = {}
+    if store is None:
+        return out
+    ids = {i for i, _, o in recorded if o in BLAMED}
+    for r in _receipts(recorder, head.repo, head.commit, sorted({c for _, c, _ in recorded})):
+        if r.id in ids:
+            out[r.predicate.claim] = where_ran(r.predicate)
+    return out
