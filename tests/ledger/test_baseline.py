@@ -2,19 +2,22 @@
 commit the pull request branched from, on the same device, and every surface labels
 the blocker (introduced here; fails on the base too; fails only on one GPU). Real
 claims on CPU, real git repositories, a real SQLite ledger; the GPUs of the
-device-only case exist only as a fake NVML (outside the product)."""
+device-only case (tests/ledger/fleet/test_baseline_device.py) exist only as a fake
+NVML (outside the product)."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlencode
 
 import git
+import httpx
 import pytest
 
-from tests.ledger.fleet.conftest import GPU_A, GPU_B, gpus  # noqa: F401  (the fixture)
-from tests.ledger.fleet.fake_nvml import FakeDevice
+from ledger.evidence.keys import KeyDir
+from ledger.service.run import start
 from tests.ledger.helpers import run
 from tests.ledger.probe_repo import PROBE, make_probe_repo
 
@@ -66,9 +69,9 @@ def _label(doc: dict[str, Any]) -> dict[str, Any]:
 
 
 def test_a_defect_the_head_introduced_is_labelled_so_and_the_base_receipt_is_reused(
-    tmp_path: Path, ledger_env: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, ledger_env: Path, key_dir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    repo, base, head = _pr_repo(tmp_path / "repo", "plain", "oom")
+    repo, base, _ = _pr_repo(tmp_path / "repo", "plain", "oom")
     r, doc = _qualify(capsys, repo)
     assert r.code == 1, r.err
     # The head failed; the base ran the same claim on the same device and passed.
@@ -105,6 +108,18 @@ def test_a_defect_the_head_introduced_is_labelled_so_and_the_base_receipt_is_reu
     ):
         out = run(capsys, "status", "--pr", str(PR), "--repo", str(repo), "--format", fmt).out
         assert want in out, fmt
+    # ... and the web PR page, with the base's receipt linked.
+    srv = start(f"sqlite:///{ledger_env / 'l.db'}", KeyDir(key_dir))
+    try:
+        q = urlencode({"repo": doc["status"]["subject"]["repo"], "pr": PR})
+        page = httpx.get(f"{srv.url}/pr?{q}", headers={"Accept": "text/html"})
+        assert page.status_code == 200, page.text
+        assert '<div class="baseline" data-label="introduced"><strong>Baseline</strong>: ' in (
+            page.text
+        )
+        assert f'href="/receipt/{ran["id"]}"' in page.text
+    finally:
+        srv.stop()
     # Without a baseline asked, nothing of the base runs and no label is made up.
     r3, doc3 = _qualify(capsys, repo, "--no-baseline")
     assert doc3["baseline"] == [] and "baseline:" not in r3.err
@@ -123,40 +138,3 @@ def test_a_defect_already_on_the_base_is_not_laid_at_the_pull_requests_door(
     assert a["text"].startswith("fails on the base too: not introduced here")
     assert a["base_receipt"] == ran["id"]
     assert doc["status"]["verdict"]["blockers"][0]["state"] == "failed"
-
-
-def test_a_failure_only_one_gpu_shows_is_that_gpus(
-    tmp_path: Path,
-    ledger_env: Path,
-    gpus: list[FakeDevice],
-    capsys: pytest.CaptureFixture[str],
-) -> None:
-    # On GPU 1 the workload's forward fails, on GPU 0 it passes, at the head and at
-    # the base alike. GPU 1 also had a row remap pending once: a fault no code causes,
-    # recorded in the fleet by a run that ended in infra-error.
-    repo, base, _ = _pr_repo(tmp_path / "repo", "oom-on-1", "oom-on-1")
-    r0, doc0 = _qualify(capsys, repo, "--gpus", "0")
-    assert r0.code == 0, r0.err
-    assert doc0["baseline"] == []  # nothing failed: nothing of the base runs
-    gpus[1].readings["remapped"] = (0, 0, 1, 0)
-    sick, _ = _qualify(capsys, repo, "--gpus", "1")
-    assert "GPU fault the code under test cannot cause" in sick.err
-    assert "baseline: running" not in sick.err  # an infra-error blames no code
-    gpus[1].readings["remapped"] = (0, 0, 0, 0)
-    r1, doc1 = _qualify(capsys, repo, "--gpus", "1")
-    assert r1.code == 1, r1.err
-    [ran] = doc1["baseline"]
-    assert ran["outcome"] == "failed" and ran["commit"] == base
-    assert f"baseline: running r on the base {base[:12]} (the same device, {GPU_B})" in r1.err
-    a = _label(doc1)
-    assert a["label"] == "device-only", a
-    assert a["device"] == GPU_B and a["passes_on"] == GPU_A
-    assert a["text"].startswith(f"fails only on {GPU_B}: the base {base[:12]} fails there")
-    # Counted in the fleet: the figures `ledger fleet` keeps for the device.
-    counted = "the fleet counts 2 failed and 1 infra-error of 3 claim runs on it, 1 with a device"
-    assert counted in a["text"], a["text"]
-    fleet = json.loads(run(capsys, "fleet", "--json").out)
-    [dev] = [d for d in fleet["devices"] if d["uuid"] == GPU_B]
-    assert (dev["runs"], dev["failures"], dev["infra_errors"]) == (3, 2, 1)
-    # The label explains; the claim stays failed on the head's evidence.
-    assert doc1["status"]["verdict"]["blockers"][0]["state"] == "failed"
