@@ -199,3 +199,34 @@ def test_on_ray_the_breaker_reports_a_node_whose_every_gpu_is_above_the_bound(
             assert x["environment"]["executor_devices"] in ("0", "1")
             assert x["environment"]["quarantine_breaker"] == breaker
             assert x["environment"]["quarantine_reported"].count("above the quarantine bound") == 2
+
+
+def test_a_task_placed_on_a_quarantined_gpu_declines_it(gpus: list[FakeDevice]) -> None:
+    from ledger.execution.ray_quarantine import declined
+
+    payload = {"quarantine": {"avoid": {GPU_B: "gpu 1 on node n (GPU-b...) quarantined"}}}
+    # Ray's GPU ids are NVML's indices on the task's node: 1 is GPU_B, 0 is GPU_A.
+    assert declined(payload, ["1"]) == "gpu 1 on node n (GPU-b...) quarantined"
+    assert declined(payload, ["0"]) == ""
+    assert declined({"quarantine": {"avoid": {}}}, ["1"]) == ""
+
+
+def test_a_claim_wider_than_every_nodes_gpus_outside_quarantine_is_not_run_and_said() -> None:
+    from ledger.execution.claimrun import ClaimRun
+    from ledger.execution.ray_quarantine import Quarantine
+
+    runs = [
+        ClaimRun(i, f"w{w}", "cleanup", {}, "", {}, False, w, 60, "cpu")
+        for i, w in ((1, 1), (2, 2))
+    ]
+    said: list[str] = []
+    assert Quarantine().unplaceable(runs, said.append) == set()  # nothing held
+    q = Quarantine(avoid={GPU_B: "skipped"}, widest=1)
+    assert q.unplaceable(runs, said.append) == {2}
+    line = (
+        "w2: not run: it needs 2 GPUs on one node and no node has 2 outside quarantine "
+        "(the widest has 1), and quarantined GPUs are held for this run"
+    )
+    assert said == [f"[2/2] {line}"]
+    assert q.facts == {"quarantine_not_run": line}
+    assert q.payload()["facts"] == q.facts  # what every claim's task carries
