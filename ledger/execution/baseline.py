@@ -20,6 +20,7 @@ from typing import Any
 
 import git
 
+from ledger.evidence.errors import Error
 from ledger.evidence.keys import LocalKey
 from ledger.evidence.models import QualificationPredicate
 from ledger.execution import local_run
@@ -67,12 +68,13 @@ class _Held:
 
 
 def _receipts(recorder: Recorder, repo: str, commit: str, claims: Sequence[str]) -> list[_Held]:
-    """The ledger's standing receipts of ``commit`` for ``claims`` (none through a server:
-    there the claim runs again, as it would on a ledger that holds none)."""
+    """The ledger's receipts of ``commit`` for ``claims`` that a runner's key signed: the
+    local store's (standing keys only), or a server's (its history of the commit, each
+    receipt read back)."""
     store = getattr(recorder, "store", None)
     if store is None:
-        return []
-    from ledger.evidence.errors import Error
+        url = getattr(recorder, "url", None)
+        return _served(url, repo, commit, claims) if isinstance(url, str) else []
     from ledger.identity.aliases import aliases_of
     from ledger.verify.logged import standing
 
@@ -85,6 +87,30 @@ def _receipts(recorder: Recorder, repo: str, commit: str, claims: Sequence[str])
                     out.append(_Held(e.entry_id, e.seq, e.receipt.predicate))
             except Error:
                 continue  # an entry that does not read counts for nothing (`ledger audit`)
+    return out
+
+
+def _served(url: str, repo: str, commit: str, claims: Sequence[str]) -> list[_Held]:
+    """A server's receipts of ``commit`` for ``claims`` signed by a runner's key, read
+    back one by one (the server judged each signature at ingest)."""
+    from ledger.remote.client import fetch_entry, fetch_history
+
+    subject = {"repo": repo, "commit": commit, "tree": ""}
+    doc = fetch_history(
+        url, {"subject": subject, "plan": None, "notes": [], "claims": list(claims)}
+    )
+    out = []
+    for item in doc.get("entries") or []:
+        if (
+            item.get("kind") != "receipt"
+            or item.get("claim") not in claims
+            or item.get("signer_role") != "runner"
+        ):
+            continue
+        shown = fetch_entry(url, str(item["id"]))
+        predicate = QualificationPredicate.model_validate(shown["statement"]["predicate"])
+        if predicate.source.commit == commit:
+            out.append(_Held(str(shown["id"]), int(shown["seq"]), predicate))
     return out
 
 
@@ -122,8 +148,13 @@ def baseline(
         say("baseline: the head has no merge-base with the base branch apart from itself: none")
         return []
     at = base[:12]
-    mine = _head_receipts(recorder, head, recorded)
-    found = _receipts(recorder, head.repo, base, blamed)
+    try:
+        mine = _head_receipts(recorder, head, recorded)
+        found = _receipts(recorder, head.repo, base, blamed)
+    except Error as e:
+        # Said, never silent: without the head's receipts read back, no device is known.
+        say(f"baseline: the ledger at {recorder.where} could not be read ({e.reason()}): none")
+        return []
     out: list[BaseRow] = []
     todo: dict[str, list[ClaimRun]] = {}
     for claim in blamed:
@@ -209,14 +240,12 @@ def _devices(device: str) -> list[GpuDevice] | None:
 def _head_receipts(
     recorder: Recorder, head: Revision, recorded: Sequence[tuple[str, str, str]]
 ) -> dict[str, str]:
-    """Per blocked claim, the device its receipt (this run's) ran on, read back from the
-    ledger; through a server, from what the host observed here (its GPUs, else its CPU)."""
-    store = getattr(recorder, "store", None)
-    out: dict[str, str] = {}
-    if store is None:
-        return out
+    """Per blocked claim, the device its receipt (this run's) ran on, as the host
+    observed it, read back from the ledger it was recorded into."""
     ids = {i for i, _, o in recorded if o in BLAMED}
-    for r in _receipts(recorder, head.repo, head.commit, sorted({c for _, c, _ in recorded})):
-        if r.id in ids:
-            out[r.predicate.claim] = where_ran(r.predicate)
-    return out
+    claims = sorted({c for _, c, _ in recorded})
+    return {
+        r.predicate.claim: where_ran(r.predicate)
+        for r in _receipts(recorder, head.repo, head.commit, claims)
+        if r.id in ids
+    }

@@ -17,6 +17,7 @@ import httpx
 import pytest
 
 from ledger.evidence.keys import KeyDir
+from ledger.service.auth import new_token
 from ledger.service.run import start
 from tests.ledger.helpers import run
 from tests.ledger.probe_repo import PROBE, make_probe_repo
@@ -138,3 +139,29 @@ def test_a_defect_already_on_the_base_is_not_laid_at_the_pull_requests_door(
     assert a["text"].startswith("fails on the base too: not introduced here")
     assert a["base_receipt"] == ran["id"]
     assert doc["status"]["verdict"]["blockers"][0]["state"] == "failed"
+
+
+def test_through_a_server_the_base_is_read_back_and_reused_there(
+    tmp_path: Path,
+    ledger_env: Path,
+    key_dir: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # Where CI runners record: through `ledger serve`, with a runner token.
+    repo, base, _ = _pr_repo(tmp_path / "repo", "plain", "oom")
+    monkeypatch.setenv("LEDGER_TOKEN", new_token("gpu-host", tmp_path / "tokens", ["runner"]))
+    srv = start(f"sqlite:///{ledger_env / 'l.db'}", KeyDir(key_dir), tokens=tmp_path / "tokens")
+    try:
+        r, doc = _qualify(capsys, repo, "--server", srv.url)
+        assert r.code == 1, r.err
+        [ran] = doc["baseline"]
+        assert (ran["outcome"], ran["commit"], ran["reused"]) == ("passed", base, False)
+        r2, doc2 = _qualify(capsys, repo, "--server", srv.url)
+        [again] = doc2["baseline"]
+        assert again["reused"] is True and again["id"] == ran["id"], r2.err
+        # The server's answer labels the blocker as the local one does.
+        got = run(capsys, "status", "--pr", str(PR), "--repo", str(repo), "--server", srv.url)
+        assert "baseline: introduced by this pull request" in got.out, got.out + got.err
+    finally:
+        srv.stop()
