@@ -270,14 +270,12 @@ def _where(e: Event) -> str:
 
 
 def _finding(events: list[Event], admitted_given: int | None) -> Finding:
+    """The reports judged: their counts and records as the receipt's measurements,
+    then the outcome they decide."""
     kinds = [(e, _classify(e)) for e in events]
     by: dict[str, list[Event]] = {}
     for e, k in kinds:
         by.setdefault(k, []).append(e)
-
-    def n(k: str) -> int:
-        return len(by.get(k, []))
-
     bad = [
         f"{_where(e)}: out of memory after admission{_figures(e)}"
         if k == "oom-after-admit"
@@ -286,7 +284,27 @@ def _finding(events: list[Event], admitted_given: int | None) -> Finding:
         if k in ("oom-after-admit", "under-prediction")
     ]
     # Plain event lines name admitted steps; ART's spool does not (good steps leave no file).
-    admitted = admitted_given if admitted_given is not None else (n("admitted") or None)
+    admitted = (
+        admitted_given if admitted_given is not None else (len(by.get("admitted", [])) or None)
+    )
+    m = _measurements(events, kinds, by, bad, admitted, admitted_given)
+    return _outcome(len(events), by, bad, admitted, m)
+
+
+def _measurements(
+    events: list[Event],
+    kinds: list[tuple[Event, str]],
+    by: dict[str, list[Event]],
+    bad: list[str],
+    admitted: int | None,
+    admitted_given: int | None,
+) -> dict[str, Any]:
+    """The receipt's measurements: the count of each kind of report, the estimator's
+    tightness, the first records, and the first counterexample's own figures."""
+
+    def n(k: str) -> int:
+        return len(by.get(k, []))
+
     over = by.get("over-prediction", [])
     over_pct = [abs(e.pcts["error_pct"]) for e in over if e.pcts["error_pct"] is not None]
     m: dict[str, Any] = {
@@ -323,7 +341,6 @@ def _finding(events: list[Event], admitted_given: int | None) -> Finding:
         "records": [e.to_json(k) for e, k in kinds][:_MAX_LISTED],
         "records_listed": min(len(kinds), _MAX_LISTED),
     }
-    overrides = f"; {n('user-override')} OOM(s) after {_OVERRIDE}" if n("user-override") else ""
     worst = [e for e, k in kinds if k in ("oom-after-admit", "under-prediction")]
     if worst:
         # The first counterexample's figures, as measurements of the receipt itself
@@ -332,6 +349,23 @@ def _finding(events: list[Event], admitted_given: int | None) -> Finding:
         for k, v in worst[0].figures.items():
             if v is not None:
                 m[k] = v
+    return m
+
+
+def _outcome(
+    events: int,
+    by: dict[str, list[Event]],
+    bad: list[str],
+    admitted: int | None,
+    m: dict[str, Any],
+) -> Finding:
+    """The outcome the reports decide: a counterexample fails; a planning error, a miss
+    of unknown direction or no count of admitted steps is inconclusive."""
+
+    def n(k: str) -> int:
+        return len(by.get(k, []))
+
+    overrides = f"; {n('user-override')} OOM(s) after {_OVERRIDE}" if n("user-override") else ""
     if bad:
         more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
         return Finding("failed", f"counterexample: {bad[0]}{more}{overrides}", m)
@@ -342,7 +376,7 @@ def _finding(events: list[Event], admitted_given: int | None) -> Finding:
         return Finding(
             "inconclusive",
             f"{n('planning-error')} planning error(s): the planner could not decide "
-            f"({_where(first)}); the other {len(events) - n('planning-error')} report(s) "
+            f"({_where(first)}); the other {events - n('planning-error')} report(s) "
             f"hold no counterexample{overrides}",
             m,
         )
