@@ -66,106 +66,120 @@ def document() -> dict[str, Any]:
     return {
         "openapi": "3.1.0",
         "info": {"title": "ledger", "version": __version__},
-        "paths": {
-            "/healthz": {"get": _op("entries in the log")},
-            "/v1/envelopes": {
-                "post": _op("record signed envelopes, all or nothing", 201, _ENVELOPES)
-            },
-            "/v1/reviews": {"post": _op("record signed review envelopes", 201, _ENVELOPES)},
-            "/v1/entries/{ref}": {"get": _op("the `show --json` document", parameters=ref)},
-            "/v1/bundles/{ref}": {
-                "get": _op("the export bundle", parameters=ref + _query("artifacts"))
-            },
-            "/v1/verify/{ref}": {"get": _op("the `verify ID --json` document", parameters=ref)},
-            "/v1/status": {
-                "get": _op(
-                    "status of what the log knows of a PR or commit",
-                    parameters=_query("repo", "rev", "pr", integer=("pr",)),
-                ),
-                "post": _op("the `status --json` document for a question", body=_OBJECT),
-            },
-            "/v1/history": {
-                "get": _op(
-                    "history of a PR or commit",
-                    parameters=_query("repo", "rev", "pr", integer=("pr",)),
-                ),
-                "post": _op("the `history --json` document for a question", body=_OBJECT),
-            },
-            "/v1/checkpoint": {
-                "get": _op("the newest signed checkpoint note (text/plain)"),
-                "post": _op("sign a checkpoint now", security=_BEARER),
-            },
-            "/v1/log/proof/{ref}": {"get": _op("inclusion proof", parameters=ref)},
-            "/v1/log/consistency": {
-                "get": _op(
-                    "consistency proof", parameters=_query("from", "to", integer=("from", "to"))
-                )
-            },
-            "/v1/log/entries": {
-                "get": _op(
-                    "log entries from..to (1000 at most), each with the logging time its "
-                    "leaf commits to",
-                    parameters=_query("from", "to", integer=("from", "to")),
-                )
-            },
-            "/v1/keys": {
-                "get": _op("registered keys"),
-                "post": _op("register a public key", 201, _OBJECT, security=_BEARER),
-            },
-            "/v1/plans": {
-                "post": _op(
-                    "record the governing plan of a base branch (or a revision) with the "
-                    "git objects that prove it (a token with the plans role, the base "
-                    "branch's post-merge job; a runner token gets 403; the entry names "
-                    "its holder)",
-                    201,
-                    _OBJECT,
-                    security=_BEARER,
-                )
-            },
-            "/v1/keys/{ref}/revoke": {
-                "post": _op("revoke a key", body=_OBJECT, parameters=ref, security=_BEARER)
-            },
-            "/v1/artifacts/{digest}": {
-                "get": _op("an artifact's bytes", parameters=_path_param("digest")),
-                "put": _op(
-                    "upload an artifact before its receipt",
-                    201,
-                    {
-                        "application/octet-stream": {
-                            "schema": {"type": "string", "format": "binary"}
-                        }
-                    },
-                    parameters=_path_param("digest"),
-                    security=_BEARER,
-                ),
-            },
-            "/v1/audit": {"get": _op("audit the whole ledger", security=_BEARER)},
-            "/v1/fleet": {
-                "get": _op(
-                    "per GPU, host and claim, what the receipts say of the fleet "
-                    "(`ledger fleet`; the read role)",
-                    parameters=_query("quarantine_above"),
-                    security=_BEARER,
-                )
-            },
+        "paths": {**_answers(ref), **_log(ref), **_administration(ref)},
+        "components": _components(),
+    }
+
+
+def _answers(ref: list[dict[str, Any]]) -> dict[str, Any]:
+    """Recording envelopes and the questions answered from them."""
+    return {
+        "/healthz": {"get": _op("entries in the log")},
+        "/v1/envelopes": {"post": _op("record signed envelopes, all or nothing", 201, _ENVELOPES)},
+        "/v1/reviews": {"post": _op("record signed review envelopes", 201, _ENVELOPES)},
+        "/v1/entries/{ref}": {"get": _op("the `show --json` document", parameters=ref)},
+        "/v1/bundles/{ref}": {
+            "get": _op("the export bundle", parameters=ref + _query("artifacts"))
         },
-        "components": {
-            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
-            "schemas": {
-                "Error": {
-                    "type": "object",
-                    "required": ["error"],
-                    "properties": {"error": {"type": "string"}},
-                },
-                "Envelope": {
-                    "type": "object",
-                    "required": ["payloadType", "payload", "signatures"],
-                    "properties": {
-                        "payloadType": {"type": "string"},
-                        "payload": {"type": "string"},
-                        "signatures": {"type": "array", "items": {"type": "object"}},
-                    },
+        "/v1/verify/{ref}": {"get": _op("the `verify ID --json` document", parameters=ref)},
+        "/v1/status": {
+            "get": _op(
+                "status of what the log knows of a PR or commit",
+                parameters=_query("repo", "rev", "pr", integer=("pr",)),
+            ),
+            "post": _op("the `status --json` document for a question", body=_OBJECT),
+        },
+        "/v1/history": {
+            "get": _op(
+                "history of a PR or commit",
+                parameters=_query("repo", "rev", "pr", integer=("pr",)),
+            ),
+            "post": _op("the `history --json` document for a question", body=_OBJECT),
+        },
+    }
+
+
+def _log(ref: list[dict[str, Any]]) -> dict[str, Any]:
+    """The transparency log: checkpoints, proofs, its entries."""
+    return {
+        "/v1/checkpoint": {
+            "get": _op("the newest signed checkpoint note (text/plain)"),
+            "post": _op("sign a checkpoint now", security=_BEARER),
+        },
+        "/v1/log/proof/{ref}": {"get": _op("inclusion proof", parameters=ref)},
+        "/v1/log/consistency": {
+            "get": _op("consistency proof", parameters=_query("from", "to", integer=("from", "to")))
+        },
+        "/v1/log/entries": {
+            "get": _op(
+                "log entries from..to (1000 at most), each with the logging time its "
+                "leaf commits to",
+                parameters=_query("from", "to", integer=("from", "to")),
+            )
+        },
+    }
+
+
+def _administration(ref: list[dict[str, Any]]) -> dict[str, Any]:
+    """Keys, plans, artifacts, the audit and the fleet."""
+    return {
+        "/v1/keys": {
+            "get": _op("registered keys"),
+            "post": _op("register a public key", 201, _OBJECT, security=_BEARER),
+        },
+        "/v1/plans": {
+            "post": _op(
+                "record the governing plan of a base branch (or a revision) with the "
+                "git objects that prove it (a token with the plans role, the base "
+                "branch's post-merge job; a runner token gets 403; the entry names "
+                "its holder)",
+                201,
+                _OBJECT,
+                security=_BEARER,
+            )
+        },
+        "/v1/keys/{ref}/revoke": {
+            "post": _op("revoke a key", body=_OBJECT, parameters=ref, security=_BEARER)
+        },
+        "/v1/artifacts/{digest}": {
+            "get": _op("an artifact's bytes", parameters=_path_param("digest")),
+            "put": _op(
+                "upload an artifact before its receipt",
+                201,
+                {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}},
+                parameters=_path_param("digest"),
+                security=_BEARER,
+            ),
+        },
+        "/v1/audit": {"get": _op("audit the whole ledger", security=_BEARER)},
+        "/v1/fleet": {
+            "get": _op(
+                "per GPU, host and claim, what the receipts say of the fleet "
+                "(`ledger fleet`; the read role)",
+                parameters=_query("quarantine_above"),
+                security=_BEARER,
+            )
+        },
+    }
+
+
+def _components() -> dict[str, Any]:
+    """The bearer scheme and the shared schemas."""
+    return {
+        "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+        "schemas": {
+            "Error": {
+                "type": "object",
+                "required": ["error"],
+                "properties": {"error": {"type": "string"}},
+            },
+            "Envelope": {
+                "type": "object",
+                "required": ["payloadType", "payload", "signatures"],
+                "properties": {
+                    "payloadType": {"type": "string"},
+                    "payload": {"type": "string"},
+                    "signatures": {"type": "array", "items": {"type": "object"}},
                 },
             },
         },
