@@ -41,7 +41,7 @@ from ledger.evidence.statement import ArtifactFile, Facts, timestamp
 from ledger.identity.environment import gpu_used_bytes, host_environment
 from ledger.identity.interpreter import NONE, probe, scope_of
 from ledger.outputs.beneath import Refused
-from ledger.outputs.declared import Declared, collect, declare, refusal
+from ledger.outputs.declared import Collected, Declared, collect, declare, refusal
 from ledger.sandbox import SandboxedPopen, find_bwrap
 from ledger.write.artifacts import MAX_ARTIFACT_BYTES
 
@@ -258,49 +258,13 @@ def run_command(
     before = gpu_used_bytes()
     started = time.time_ns()
     t0 = time.monotonic()
-    try:
-        proc = spawn(argv, env, cwd, sandbox)
-    except OSError as e:
-        raise UsageError(f"cannot run {argv[0]}: {e.strerror}") from None
-    timed_out = False
-    try:
-        rc: int | None = proc.wait(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        timed_out, rc = True, None
-    finally:
-        if proc.poll() is None and not timed_out:
-            # Ctrl-C or an error in this process: the command goes with it.
-            _end(proc.pid, [])
+    proc, rc, timed_out = _wait(argv, env, cwd, sandbox, timeout_s)
     duration = time.monotonic() - t0
-    # The sandbox's own init may still be exiting after its parent returned: not a
-    # leak (and nothing inside outlives it: the pid namespace ends with it).
-    bwrap = find_bwrap() if sandbox is not None else None
-    own = (os.stat(bwrap).st_dev, os.stat(bwrap).st_ino) if bwrap is not None else None
-    strays = {
-        p: n
-        for p, n in _strays(marker, proc.pid).items()
-        if p != proc.pid and (own is None or _exe(p) != own)
-    }
-    gone, why = _end(proc.pid, list(strays))
+    strays, resources = _reap(proc, marker, sandbox)
     if timed_out:
         rc = proc.wait()
     finished = time.time_ns()
     after = gpu_used_bytes()
-    leaked = ", ".join(f"pid {p} ({n})" for p, n in sorted(strays.items()))
-    resources = [
-        {
-            "kind": "process",
-            "id": str(proc.pid),
-            "released": proc.returncode is not None,
-            "proof": f"reaped by waitpid (returncode {proc.returncode})",
-        },
-        {
-            "kind": "process-group",
-            "id": str(proc.pid),
-            "released": gone and not strays,
-            "proof": (f"left behind after the command exited: {leaked}; " if strays else "") + why,
-        },
-    ]
     m: dict[str, Any] = {
         "interpreter": interpreter,
         "exit_status": rc,
@@ -323,13 +287,7 @@ def run_command(
         m["refused_outputs"] = [refusal(r) for r in refused]
     if got.unmatched:
         m["artifact_globs_unmatched"] = got.unmatched
-    # A pass whose declared outputs could not all be kept is not a pass; any other
-    # outcome stands (a failure is recorded as one, whatever it left behind).
-    if outcome == "passed" and got.refused:
-        r = got.refused[0]
-        outcome, reason = "inconclusive", f"declared artifact {r.path} was refused: {r.why}"
-    elif outcome == "passed" and got.unmatched:
-        outcome, reason = "inconclusive", f"declared artifact {got.unmatched[0]!r} matched no file"
+    outcome, reason = _kept(outcome, reason, got)
     return CommandRun(
         argv=list(argv),
         returncode=rc,
@@ -343,6 +301,75 @@ def run_command(
         files=got.files,
         interpreter=interpreter,
     )
+
+
+def _wait(
+    argv: Sequence[str],
+    env: dict[str, str],
+    cwd: Path | None,
+    sandbox: Wrap | None,
+    timeout_s: float | None,
+) -> tuple[subprocess.Popen[bytes], int | None, bool]:
+    """Start the command and wait for it, within ``timeout_s``: the process, its return
+    code (None where it timed out, still running) and whether it timed out."""
+    try:
+        proc = spawn(argv, env, cwd, sandbox)
+    except OSError as e:
+        raise UsageError(f"cannot run {argv[0]}: {e.strerror}") from None
+    timed_out = False
+    try:
+        rc: int | None = proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        timed_out, rc = True, None
+    finally:
+        if proc.poll() is None and not timed_out:
+            # Ctrl-C or an error in this process: the command goes with it.
+            _end(proc.pid, [])
+    return proc, rc, timed_out
+
+
+def _reap(
+    proc: subprocess.Popen[bytes], marker: str, sandbox: Wrap | None
+) -> tuple[dict[int, str], list[dict[str, Any]]]:
+    """End what the command left behind (its marked processes) and say it: the strays
+    by pid, and the cleanup's resources (the process, its group) with their proof."""
+    # The sandbox's own init may still be exiting after its parent returned: not a
+    # leak (and nothing inside outlives it: the pid namespace ends with it).
+    bwrap = find_bwrap() if sandbox is not None else None
+    own = (os.stat(bwrap).st_dev, os.stat(bwrap).st_ino) if bwrap is not None else None
+    strays = {
+        p: n
+        for p, n in _strays(marker, proc.pid).items()
+        if p != proc.pid and (own is None or _exe(p) != own)
+    }
+    gone, why = _end(proc.pid, list(strays))
+    leaked = ", ".join(f"pid {p} ({n})" for p, n in sorted(strays.items()))
+    resources = [
+        {
+            "kind": "process",
+            "id": str(proc.pid),
+            "released": proc.returncode is not None,
+            "proof": f"reaped by waitpid (returncode {proc.returncode})",
+        },
+        {
+            "kind": "process-group",
+            "id": str(proc.pid),
+            "released": gone and not strays,
+            "proof": (f"left behind after the command exited: {leaked}; " if strays else "") + why,
+        },
+    ]
+    return strays, resources
+
+
+def _kept(outcome: Outcome, reason: str | None, got: Collected) -> tuple[Outcome, str | None]:
+    """A pass whose declared outputs could not all be kept is not a pass; any other
+    outcome stands (a failure is recorded as one, whatever it left behind)."""
+    if outcome == "passed" and got.refused:
+        r = got.refused[0]
+        return "inconclusive", f"declared artifact {r.path} was refused: {r.why}"
+    if outcome == "passed" and got.unmatched:
+        return "inconclusive", f"declared artifact {got.unmatched[0]!r} matched no file"
+    return outcome, reason
 
 
 def _outcome(
