@@ -241,8 +241,7 @@ def _table(
 def render_show(doc: dict[str, Any], *, width: int = 80) -> str:
     """A receipt or review for people: values in units (exact integers beside
     them), nested measurements as tables with the key evidence first."""
-    st = doc["statement"]
-    p = st["predicate"]
+    p = doc["statement"]["predicate"]
     s = doc["signer"]
     lines = [f"{doc['kind']} {doc['id']}"]
     lines += _wrap(f"logged     entry {doc['seq']} at {doc['logged_at']}", width, "")
@@ -251,9 +250,17 @@ def render_show(doc: dict[str, Any], *, width: int = 80) -> str:
         lines += [f"reviews    {p['receipt']}", f"verdict    {p['verdict']}"]
         lines += _wrap(f"note       {p.get('note') or '-'}", width, "", "           ")
         return "\n".join(lines) + "\n"
-    src = p["source"]
-    pkg = (src.get("package") or {}).get("digest")
-    lines += [
+    lines += _show_found(p, width)
+    lines += _show_source(p, width)
+    lines += _show_conditions(p, width)
+    lines += _show_measurements(p.get("measurements") or {}, width)
+    lines += _show_attached(p, doc.get("reviews", []), width)
+    return "\n".join(lines) + "\n"
+
+
+def _show_found(p: dict[str, Any], width: int) -> list[str]:
+    """The claim, its check and outcome with the reason, and what the check found."""
+    lines = [
         f"claim      {p['claim']}",
         f"check      {p['check']['name']} version {p['check']['version']}",
     ]
@@ -262,8 +269,15 @@ def render_show(doc: dict[str, Any], *, width: int = 80) -> str:
         lines += _wrap(
             f"reason     {_one_line(figures(p['reason']), 2000)}", width, "", "           "
         )
-    lines += _found(p, width)
-    lines += _wrap(
+    return lines + _found(p, width)
+
+
+def _show_source(p: dict[str, Any], width: int) -> list[str]:
+    """What was run and where: the repository, commit, tree and package, the observer,
+    and the host and times it ran."""
+    src = p["source"]
+    pkg = (src.get("package") or {}).get("digest")
+    lines = _wrap(
         f"repo       {src['repo']}" + (f" PR #{src['pr']}" if src.get("pr") else ""), width, ""
     )
     lines += [
@@ -281,7 +295,12 @@ def render_show(doc: dict[str, Any], *, width: int = 80) -> str:
         width,
         "",
     )
-    lines.append("scope")
+    return lines
+
+
+def _show_conditions(p: dict[str, Any], width: int) -> list[str]:
+    """The scope it holds for, the check's parameters, and the cleanup's proof."""
+    lines = ["scope"]
     for k, v in (p.get("scope") or {"(any)": ""}).items():
         lines += _wrap(f"{k} = {_exact(k, v)}" if v != "" else k, width, "    ")
     params = _flat("", p["check"].get("parameters") or {})
@@ -297,18 +316,31 @@ def render_show(doc: dict[str, Any], *, width: int = 80) -> str:
         for r in c["resources"]:
             mark = "released" if r["released"] else "LEFT"
             lines += _wrap(f"{r['kind']} {r['id']}: {mark} {r.get('proof', '')}", width, "    ")
-    m = p.get("measurements") or {}
-    if m:
-        lines.append("measurements")
-        for k, v in m.items():
-            if k == "shapes" and isinstance(v, list) and v and all(isinstance(x, dict) for x in v):
-                lines += _shapes(v, width)
-            elif isinstance(v, list) and v and all(isinstance(x, dict) for x in v):
-                lines.append(f"  {k} ({len(v)} rows)")
-                lines += _table(k, v, width)
-            else:
-                for fk, fv in _flat(k, v):
-                    lines += _wrap(f"{fk} = {_one_line(_exact(fk, fv))}", width, "    ", "      ")
+    return lines
+
+
+def _show_measurements(m: dict[str, Any], width: int) -> list[str]:
+    """Every measurement: admission's shapes marked, lists of rows as tables, the
+    rest one exact value a line."""
+    if not m:
+        return []
+    lines = ["measurements"]
+    for k, v in m.items():
+        if k == "shapes" and isinstance(v, list) and v and all(isinstance(x, dict) for x in v):
+            lines += _shapes(v, width)
+        elif isinstance(v, list) and v and all(isinstance(x, dict) for x in v):
+            lines.append(f"  {k} ({len(v)} rows)")
+            lines += _table(k, v, width)
+        else:
+            for fk, fv in _flat(k, v):
+                lines += _wrap(f"{fk} = {_one_line(_exact(fk, fv))}", width, "    ", "      ")
+    return lines
+
+
+def _show_attached(p: dict[str, Any], reviews: list[dict[str, Any]], width: int) -> list[str]:
+    """What the receipt carries and what answers it: artifacts, the receipts it
+    supersedes, its reviews."""
+    lines: list[str] = []
     for a in p.get("artifacts", []):
         lines += _wrap(
             f"artifact   {a['name']} sha256:{a['digest']['sha256'][:16]} "
@@ -318,11 +350,11 @@ def render_show(doc: dict[str, Any], *, width: int = 80) -> str:
         )
     for s2 in p.get("supersedes", []):
         lines += _wrap(f"supersedes {s2['id']}: {s2['reason']}", width, "")
-    for r in doc.get("reviews", []):
+    for r in reviews:
         lines += _wrap(
             f"review     {short(r['id'])} {r['verdict']}: {r.get('note', '')}", width, ""
         )
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 def _found(p: dict[str, Any], width: int) -> list[str]:
