@@ -35,8 +35,8 @@ SOURCE = PROBE.replace(
 
 def _claim(mode: str) -> str:
     return (
-        '[[claims]]\nname = "r"\ncheck = "regression-24view"\n'
-        "params = { views = 2, seq = 8 }\n"
+        '[[claims]]\nname = "r"\ncheck = "cleanup"\n'
+        "params = { batch = 1, seq = 8 }\n"
         f'workload_params = {{ mode = "{mode}" }}\n'
     )
 
