@@ -160,32 +160,7 @@ def _body(sess: Session, p: Params) -> Verdict:
 
     w = sess.load()
     m: dict[str, Json] = {"edge_margin_bytes": margin, "pressure": str(pressure)}
-    if isinstance(sess.probe, CpuProbe):
-        probe = sess.probe
-        m["memory_simulated"] = True
-        m["memory_note"] = (
-            "CPU run: free memory is simulated as budget_bytes less tracked live tensor "
-            "storage; host RAM is not the constraint"
-        )
-        live = probe.sample().allocated_bytes
-        if p.budget_bytes is None:
-            needs = sorted(
-                n
-                for s in shapes
-                for ph in phases
-                if (n := min_admitting_free(w, s, ph)) is not None
-            )
-            if not needs:
-                raise ParamError("no lattice shape is admitted at any budget")
-            probe.budget_bytes = live + needs[len(needs) // 2]
-            m["budget_rule"] = "live after setup + median least-admitting free over the lattice"
-        else:
-            probe.budget_bytes = p.budget_bytes
-            m["budget_rule"] = "parameter"
-        m["live_after_setup_bytes"] = live
-        m["budget_bytes"] = probe.budget_bytes
-    else:
-        m["memory_simulated"] = False
+    m.update(_memory(sess, w, p, shapes, phases))
 
     rows: list[dict[str, Json]] = []
     counterexamples: list[str] = []
@@ -208,6 +183,19 @@ def _body(sess: Session, p: Params) -> Verdict:
                 )
             )
 
+    return _verdict(p, rows, counterexamples, failures, m)
+
+
+def _verdict(
+    p: Params,
+    rows: list[dict[str, Json]],
+    counterexamples: list[str],
+    failures: list[str],
+    m: dict[str, Json],
+) -> Verdict:
+    """The lattice's rows tallied into the measurements, and the outcome: a
+    counterexample or a failed step fails, every step refused is a refusal, and
+    admissions looser than the plan's bounds fail after safety was judged."""
     admitted = [r for r in rows if r["admitted"]]
     refused = [r for r in rows if not r["admitted"]]
     ratios = [r["measured_over_predicted"] for r in admitted if r["measured_bytes"] is not None]
@@ -260,6 +248,42 @@ def _body(sess: Session, p: Params) -> Verdict:
     return Verdict(outcome="passed", reason=None, measurements=m)
 
 
+def _memory(
+    sess: Session, w: Workload, p: Params, shapes: list[Shape], phases: list[Phase]
+) -> dict[str, Json]:
+    """How memory is had: on a GPU the device's own; on the CPU a simulated budget
+    (the parameter, or the live tensors after setup plus the median least free
+    memory that admits a lattice step)."""
+    m: dict[str, Json] = {}
+    if isinstance(sess.probe, CpuProbe):
+        probe = sess.probe
+        m["memory_simulated"] = True
+        m["memory_note"] = (
+            "CPU run: free memory is simulated as budget_bytes less tracked live tensor "
+            "storage; host RAM is not the constraint"
+        )
+        live = probe.sample().allocated_bytes
+        if p.budget_bytes is None:
+            needs = sorted(
+                n
+                for s in shapes
+                for ph in phases
+                if (n := min_admitting_free(w, s, ph)) is not None
+            )
+            if not needs:
+                raise ParamError("no lattice shape is admitted at any budget")
+            probe.budget_bytes = live + needs[len(needs) // 2]
+            m["budget_rule"] = "live after setup + median least-admitting free over the lattice"
+        else:
+            probe.budget_bytes = p.budget_bytes
+            m["budget_rule"] = "parameter"
+        m["live_after_setup_bytes"] = live
+        m["budget_bytes"] = probe.budget_bytes
+    else:
+        m["memory_simulated"] = False
+    return m
+
+
 def _too_loose(p: Params, loosest: dict[str, Json] | None, over_refused: int) -> str | None:
     """Why the admissions were looser than the plan's bounds allow, or None (judged
     after safety: a counterexample is the worse news and is reported first)."""
@@ -293,6 +317,9 @@ def _shape(
     counterexamples: list[str],
     failures: list[str],
 ) -> list[dict[str, Json]]:
+    """One shape in one phase, its first run and its warm repeats: each asked for
+    admission (at the edge of free memory under ``edge``), run where admitted, and
+    judged against its prediction; a refusal ends the repeats."""
     probe = sess.probe
     rows: list[dict[str, Json]] = []
     for i in range(1 + warm_runs):
@@ -300,36 +327,10 @@ def _shape(
         probe.release_cached()
         available0 = probe.available_bytes()
         d0: AdmissionDecision = sess.admit(w, shape, phase, available0)
-        row: dict[str, Json] = {
-            "shape": str(shape),
-            "batch": shape.batch,
-            "seq": shape.seq,
-            "phase": phase,
-            "run": run_name,
-            # Cold: no step of this phase ran in the process yet (what the estimate
-            # was told); first_in_process: the check's very first measured step.
-            "cold": sess.cold(phase),
-            "first_in_process": sess.steps_measured == 0,
-            "available_bytes": available0,
-            "ballast_bytes": 0,
-            "measured_bytes": None,
-            "measured_over_predicted": None,
-            "status": None,
-            "counterexample": False,
-        }
+        row = _row(sess, shape, phase, run_name, available0)
         d0 = agreed_decision(d0, row)
         if not d0.admitted:
-            row.update(_decision(d0))
-            row["over_refused"] = None
-            if measure_refused:
-                rec = _run_phase(sess, w, shape, phase, f"{phase} {shape} (refused, measured)")
-                row["status"] = _status(rec, available0, probe)
-                if rec.ok:
-                    row["measured_bytes"] = rec.increment_bytes
-                    row["measured_over_predicted"] = _ratio(rec.increment_bytes, d0.predicted_bytes)
-                    row["over_refused"] = rec.increment_bytes <= d0.usable_bytes
-                row["duration_ns"] = rec.peak.duration_ns
-            rows.append(row)
+            rows.append(_refused(sess, w, shape, phase, d0, available0, row, measure_refused))
             # A refusal at natural free memory repeats for the warm runs: stop here.
             break
 
@@ -365,32 +366,91 @@ def _shape(
             row["error"] = rec.outcome.measurements()
             rows.append(row)
             break
-        oom = row["status"] in ("oom", "simulated-oom")
-        # Each rank against its own prediction: the agreed one is only the largest.
-        own = row.get("rank_predicted_bytes", decision.predicted_bytes)
-        over = rec.increment_bytes > (own if isinstance(own, int) else decision.predicted_bytes)
-        if oom or over:
-            row["counterexample"] = True
-            what = (
-                "ran out of memory"
-                if row["status"] == "oom"
-                else (
-                    f"measured increment {rec.increment_bytes} > predicted "
-                    f"{decision.predicted_bytes}"
-                    + (" (simulated OOM: peak above the budget)" if oom else "")
-                )
-            )
-            counterexamples.append(
-                f"counterexample: {phase} at shape {shape} ({run_name}) was admitted "
-                f"(predicted {decision.predicted_bytes} <= usable {decision.usable_bytes}, "
-                f"ballast {row['ballast_bytes']}) but {what}"
-            )
-            if row["status"] == "oom":
-                row["error"] = rec.outcome.measurements()
+        said = _counterexample(rec, decision, row, f"{phase} at shape {shape} ({run_name})")
+        if said is not None:
+            counterexamples.append(said)
         rows.append(row)
         if halt:
             break
     return rows
+
+
+def _row(
+    sess: Session, shape: Shape, phase: Phase, run_name: str, available: int
+) -> dict[str, Json]:
+    """One run's row before it is asked for admission."""
+    return {
+        "shape": str(shape),
+        "batch": shape.batch,
+        "seq": shape.seq,
+        "phase": phase,
+        "run": run_name,
+        # Cold: no step of this phase ran in the process yet (what the estimate
+        # was told); first_in_process: the check's very first measured step.
+        "cold": sess.cold(phase),
+        "first_in_process": sess.steps_measured == 0,
+        "available_bytes": available,
+        "ballast_bytes": 0,
+        "measured_bytes": None,
+        "measured_over_predicted": None,
+        "status": None,
+        "counterexample": False,
+    }
+
+
+def _refused(
+    sess: Session,
+    w: Workload,
+    shape: Shape,
+    phase: Phase,
+    d: AdmissionDecision,
+    available: int,
+    row: dict[str, Json],
+    measure_refused: bool,
+) -> dict[str, Json]:
+    """A refused run's row: the decision, and (``measure_refused``) the step run
+    anyway, whether it would have fit."""
+    row.update(_decision(d))
+    row["over_refused"] = None
+    if measure_refused:
+        rec = _run_phase(sess, w, shape, phase, f"{phase} {shape} (refused, measured)")
+        row["status"] = _status(rec, available, sess.probe)
+        if rec.ok:
+            row["measured_bytes"] = rec.increment_bytes
+            row["measured_over_predicted"] = _ratio(rec.increment_bytes, d.predicted_bytes)
+            row["over_refused"] = rec.increment_bytes <= d.usable_bytes
+        row["duration_ns"] = rec.peak.duration_ns
+    return row
+
+
+def _counterexample(
+    rec: StepRecord, decision: AdmissionDecision, row: dict[str, Json], where: str
+) -> str | None:
+    """What makes an admitted run a counterexample (out of memory, or measured above
+    its own rank's prediction), marked on its row; None where it held."""
+    oom = row["status"] in ("oom", "simulated-oom")
+    # Each rank against its own prediction: the agreed one is only the largest.
+    own = row.get("rank_predicted_bytes", decision.predicted_bytes)
+    over = rec.increment_bytes > (own if isinstance(own, int) else decision.predicted_bytes)
+    if not (oom or over):
+        return None
+    row["counterexample"] = True
+    what = (
+        "ran out of memory"
+        if row["status"] == "oom"
+        else (
+            f"measured increment {rec.increment_bytes} > predicted "
+            f"{decision.predicted_bytes}"
+            + (" (simulated OOM: peak above the budget)" if oom else "")
+        )
+    )
+    if row["status"] == "oom":
+        row["error"] = rec.outcome.measurements()
+    return (
+        f"counterexample: {where} was admitted "
+        f"(predicted {decision.predicted_bytes} <= usable {decision.usable_bytes}, "
+        f"ballast {row['ballast_bytes']}) but {what}"
+    )
 
 
 def _status(rec: StepRecord, available: int, probe: Any) -> str:

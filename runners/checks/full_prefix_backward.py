@@ -21,9 +21,9 @@ from runners.checks.context import CheckContext, Session, Verdict, phase_step
 from runners.checks.execute import execute
 from runners.checks.params import CheckParams
 from runners.harness.probe import CpuProbe
-from runners.harness.steps import measure_step
+from runners.harness.steps import StepRecord, measure_step
 from runners.names import FULL_PREFIX_BACKWARD
-from runners.protocol import Shape
+from runners.protocol import AdmissionDecision, Shape, Workload
 from runners.result import CheckResult, Json
 
 NAME = FULL_PREFIX_BACKWARD
@@ -72,37 +72,14 @@ def _body(sess: Session, p: Params) -> Verdict:
         batch=target.batch if p.prefix_batch is None else p.prefix_batch,
         seq=target.seq if p.prefix_seq is None else p.prefix_seq,
     )
-    n = p.prefix_backwards
     w = sess.load()
     probe = sess.probe
     m: dict[str, Json] = {"target_shape": str(target), "prefix_shape": str(prefix)}
     if isinstance(probe, CpuProbe):
         m["memory_simulated"] = probe.budget_bytes is not None
-
-    def fail(rec_sentence: str, status: str) -> Verdict:
-        return Verdict(
-            outcome="infra-error" if status == "infra-error" else "failed",
-            reason=rec_sentence,
-            measurements=m,
-        )
-
-    for i in range(n):
-        sess.progress(f"prefix backward {i + 1}/{n}")
-        batch = sess.call("make_batch prefix", partial(w.make_batch, prefix, sess.seed + 1 + i))
-        step = phase_step(w, batch, grad=True)
-        del batch
-        rec = measure_step(probe, f"prefix forward_backward {i + 1}", step)
-        sess.ran("forward_backward")
-        del step
-        m.update(rec.measurements(f"prefix{i + 1}_"))
-        if not rec.ok:
-            return fail(f"prefix backward {i + 1}: {rec.outcome.sentence()}", rec.outcome.status)
-    if p.optimizer_step:
-        sess.progress("prefix optimizer step")
-        rec = measure_step(probe, "optimizer_step", w.optimizer_step)
-        m.update(rec.measurements("optimizer_step_"))
-        if not rec.ok:
-            return fail(f"optimizer step: {rec.outcome.sentence()}", rec.outcome.status)
+    failed = _prefix(sess, w, p, prefix, m)
+    if failed is not None:
+        return _failed(*failed, m)
     sess.call("zero_grad", w.zero_grad)
 
     batch = sess.call("make_batch target", partial(w.make_batch, target, sess.seed))
@@ -143,6 +120,47 @@ def _body(sess: Session, p: Params) -> Verdict:
     m["target_measured_over_predicted"] = (
         round(measured / decision.predicted_bytes, 6) if decision.predicted_bytes else None
     )
+    return _judged(rec, decision, m)
+
+
+def _prefix(
+    sess: Session, w: Workload, p: Params, prefix: Shape, m: dict[str, Json]
+) -> tuple[str, str] | None:
+    """The prefix: its backward steps (and the optimizer step), measured into ``m``;
+    the first that did not end ok, as (its sentence, its status), or None."""
+    n = p.prefix_backwards
+    for i in range(n):
+        sess.progress(f"prefix backward {i + 1}/{n}")
+        batch = sess.call("make_batch prefix", partial(w.make_batch, prefix, sess.seed + 1 + i))
+        step = phase_step(w, batch, grad=True)
+        del batch
+        rec = measure_step(sess.probe, f"prefix forward_backward {i + 1}", step)
+        sess.ran("forward_backward")
+        del step
+        m.update(rec.measurements(f"prefix{i + 1}_"))
+        if not rec.ok:
+            return f"prefix backward {i + 1}: {rec.outcome.sentence()}", rec.outcome.status
+    if p.optimizer_step:
+        sess.progress("prefix optimizer step")
+        rec = measure_step(sess.probe, "optimizer_step", w.optimizer_step)
+        m.update(rec.measurements("optimizer_step_"))
+        if not rec.ok:
+            return f"optimizer step: {rec.outcome.sentence()}", rec.outcome.status
+    return None
+
+
+def _failed(sentence: str, status: str, m: dict[str, Json]) -> Verdict:
+    return Verdict(
+        outcome="infra-error" if status == "infra-error" else "failed",
+        reason=sentence,
+        measurements=m,
+    )
+
+
+def _judged(rec: StepRecord, decision: AdmissionDecision, m: dict[str, Json]) -> Verdict:
+    """The target step judged: refused yet run, out of memory after admission, or
+    measured above its prediction fail it; within, it passes."""
+    measured = rec.increment_bytes
     if not decision.admitted:
         return Verdict(
             outcome="refused",
@@ -161,7 +179,7 @@ def _body(sess: Session, p: Params) -> Verdict:
             measurements=m,
         )
     if not rec.ok:
-        return fail(f"target: {rec.outcome.sentence()}", rec.outcome.status)
+        return _failed(f"target: {rec.outcome.sentence()}", rec.outcome.status, m)
     if measured > decision.predicted_bytes:
         return Verdict(
             outcome="failed",
