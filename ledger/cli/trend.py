@@ -50,7 +50,9 @@ def trend(
 
     The figure: admission's worst measured/predicted, gradient-compare's worst
     error over its floor, else the peak bytes; on the base branch's last N
-    commits (oldest first), then on each head of --pr N as recorded.
+    commits (oldest first), then on each head of --pr N as recorded, each head
+    with its change in % against the newest base receipt at its scope (or why
+    there is none). The server's page /trend?repo=R&pr=N&claim=C plots it.
     """
     from ledger.identity import source
     from ledger.read.render import render_trend

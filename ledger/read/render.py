@@ -18,7 +18,6 @@ from ledger.read.humanize import (
     columns,
     environment_line,
     figures,
-    number,
     sorted_rows,
     value,
 )
@@ -28,7 +27,6 @@ from ledger.read.render_verification import render_verification
 if TYPE_CHECKING:
     from ledger.qualification import StatusReport
     from ledger.trend import Trend
-    from ledger.trend.figures import Figure
 
 __all__ = [
     "render_checks",
@@ -537,23 +535,14 @@ def render_checks(catalog: list[dict[str, Any]], *, width: int = 80) -> str:
     return "\n".join(out)
 
 
-def _least_change(head: Figure, base: Figure | None) -> str:
-    said = f"{head.name} {head.text}"
-    if base is None:
-        return f"{said} (no base receipt to compare)"
-    if head.value <= 0 or base.value <= 0 or head.value == base.value:
-        return f"{said}, base {base.text}"
-    ratio = base.value / head.value
-    # Lower is a looser estimate; higher is tighter only up to 1 (above it, the worst
-    # figure and the verdict say the estimate fell short), so only the direction is said.
-    change = f"{number(ratio)}x lower (looser)" if ratio > 1 else f"{number(1 / ratio)}x higher"
-    return f"{said}, base {base.text}: {change}"
-
-
 @_inert
 def render_trend(repo: str, pr: int | None, trends: list[Trend], *, width: int = 80) -> str:
     """`ledger trend`: per claim, its figure on each revision (base commits oldest
-    first, then the PR's heads), with the receipt that measured it."""
+    first, then the PR's heads), with the receipt that measured it; under each head
+    its change in % against the newest base receipt of the same scope (or why there
+    is none), and admission's least measured/predicted against the base's."""
+    from ledger.trend.series import compared_scope, scope_text
+
     out: list[str] = []
     for t in trends:
         head = f"{t.claim}: {t.name or 'no figure recorded'}"
@@ -563,13 +552,12 @@ def render_trend(repo: str, pr: int | None, trends: list[Trend], *, width: int =
             out += _wrap("no receipt of this claim on these revisions", width, "  ")
         elif t.base_asked and not t.base_with_receipts:
             # Said, or the heads' figures read as if the base had been compared.
-            out += _wrap(
-                f"no receipt of this claim on the last {t.base_asked} base commits",
-                width,
-                "  ",
-            )
+            out += _wrap(str(t.no_base), width, "  ")
+        rows = [q for point in t.points for q in (point, *point.superseded)]
+        # A head is compared within its scope: said on each row only where they differ.
+        scopes = {scope_text(compared_scope(p.scope)) for p in rows}
         # A superseded receipt beneath its revision's point, with the figure it measured.
-        for p in (q for point in t.points for q in (point, *point.superseded)):
+        for p in rows:
             fig = p.figure.text if p.figure else "-"
             out += _wrap(
                 f"{p.where:<14} {p.commit[:12]}  {fig:>10}  {p.outcome:<12} {short(p.receipt)}",
@@ -577,9 +565,18 @@ def render_trend(repo: str, pr: int | None, trends: list[Trend], *, width: int =
                 "  ",
                 "    ",
             )
+            if len(scopes) > 1:
+                out += _wrap(f"at {scope_text(compared_scope(p.scope))}", width, "    ", "  ")
+            if p.where == "base":
+                continue
+            change = t.change(p)
+            # Where the base has no receipt at all, the line above the rows says so.
+            if change is not None and (change.base is not None or t.no_base is None):
+                out += _wrap(change.text, width, "    ", "  ")
             # A head's tightness against the base: a looser estimate passes admission
             # (it stays safe) unless a plan bounds it, so its change is said here.
-            if p.least is not None and p.where.startswith("PR "):
-                out += _wrap(_least_change(p.least, t.base_least), width, "    ", "      ")
+            least = t.change(p, least=True)
+            if least is not None:
+                out += _wrap(least.least_text, width, "    ", "  ")
         out.append("")
     return "\n".join(out)

@@ -1,9 +1,10 @@
 """A claim's figure per revision: the base branch's commits (oldest first), then
-the PR's heads in the order they were recorded, one point per revision (its
-newest receipt of the claim). A receipt a later receipt of the revision names as
-superseded stays beside the point with its figure: a supersession measures
-nothing, and the figure it replaced is evidence still (whether the supersession
-lifts it is `ledger status`'s to say)."""
+the PR's heads in the order they were recorded, one point per revision and scope
+(its newest receipt of the claim there); each head's change in % against the
+newest base point of its scope (`Trend.change`). A receipt a later receipt of
+the revision names as superseded stays beside the point with its figure: a
+supersession measures nothing, and the figure it replaced is evidence still
+(whether the supersession lifts it is `ledger status`'s to say)."""
 
 from __future__ import annotations
 
@@ -11,10 +12,40 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from ledger.read.humanize import is_digest, number, short_digest
 from ledger.store.store import Store
 from ledger.trend.figures import Figure, figure_of, least_of
 
-__all__ = ["Point", "Trend", "trend"]
+__all__ = ["Change", "Point", "Trend", "compared_scope", "percent_text", "scope_text", "trend"]
+
+CODE_FACETS = ("workload_digest",)
+"""Scope facets that identify the code under test, not where it ran: a PR changes
+them by design, so a head is compared with the base on every other facet."""
+
+
+def compared_scope(scope: dict[str, Any]) -> dict[str, Any]:
+    """The facets a head and a base receipt must share to be compared (by their text,
+    as scopes compare: `gpu_count=2` is `gpu_count="2"`)."""
+    return {k: str(v) for k, v in scope.items() if k not in CODE_FACETS}
+
+
+def scope_text(scope: dict[str, Any]) -> str:
+    """`device_kind=cuda, gpu_model=NVIDIA H200` (digests shortened); `any environment`
+    for a receipt that names no scope."""
+    said = [f"{k}={short_digest(v) if is_digest(v) else v}" for k, v in sorted(scope.items())]
+    return ", ".join(said) or "any environment"
+
+
+def percent_text(percent: float) -> str:
+    """`+12.3 %`, `-99.9 %`, `±0 %`: three significant digits, the sign always shown."""
+    if percent == 0:
+        return "±0 %"
+    return f"{'+' if percent > 0 else '-'}{number(abs(percent))} %"
+
+
+def _three(x: float) -> float:
+    """`x` to three significant digits, as JSON gives it (`12.3`, not 12.299999)."""
+    return float(f"{x:.3g}")
 
 
 @dataclass(frozen=True)
@@ -33,6 +64,9 @@ class Point:
     least: Figure | None = None
     """Admission's least measured/predicted (how loose the estimate is), beside its
     worst; None for other checks."""
+    scope: dict[str, Any] = field(default_factory=dict)
+    """The receipt's `predicate.scope`: a head is compared only with a base receipt of
+    the same scope."""
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -45,10 +79,68 @@ class Point:
         }
         if self.least is not None:
             out["least"] = self.least.to_json()
+        out["scope"] = dict(self.scope)
         if self.superseded_by is not None:
             out["superseded_by"] = self.superseded_by
         else:
             out["superseded"] = [p.to_json() for p in self.superseded]
+        return out
+
+
+@dataclass(frozen=True)
+class Change:
+    """A head's figure against the base's at the same scope: the newest base point of
+    that scope that records the figure. `percent` is None where there is nothing to
+    compare (`base` None) or the base's value is 0; `reason` says which."""
+
+    head: Figure
+    base: Point | None
+    base_figure: Figure | None
+    percent: float | None
+    reason: str | None
+
+    @property
+    def text(self) -> str:
+        """`+12.3 % vs base 0123456789ab (0.92x)`, else the reason."""
+        if self.percent is None or self.base is None or self.base_figure is None:
+            return str(self.reason)
+        base = f"{self.base.commit[:12]} ({self.base_figure.text})"
+        return f"{percent_text(self.percent)} vs base {base}"
+
+    @property
+    def least_text(self) -> str:
+        """Admission's least ratio against the base's: a lower one is a looser estimate
+        (it stays safe, so only a plan's bound fails it), said in words."""
+        said = f"{self.head.name} {self.head.text}"
+        if self.base_figure is None or self.base is None:
+            return f"{said} ({self.reason})"
+        vs = f"{said} vs {self.base_figure.text} on the base"
+        if self.percent is None:
+            return f"{vs} ({self.reason})"
+        vs += f" ({percent_text(self.percent)})"
+        if self.head.value < self.base_figure.value:
+            return f"estimate looser than the base's: {vs}"
+        # Tighter only up to 1: above it, the worst figure and the verdict say the
+        # estimate fell short.
+        if self.head.value > self.base_figure.value and self.head.value <= 1:
+            return f"estimate tighter than the base's: {vs}"
+        return vs
+
+    def to_json(self) -> dict[str, Any] | None:
+        if self.base is None or self.base_figure is None:
+            return None
+        out: dict[str, Any] = {
+            "percent": None if self.percent is None else _three(self.percent),
+            "text": None if self.percent is None else percent_text(self.percent),
+            "value": self.head.value,
+            "base_value": self.base_figure.value,
+            "base_text": self.base_figure.text,
+            "base_receipt": self.base.receipt,
+            "base_commit": self.base.commit,
+            "scope": dict(self.base.scope),
+        }
+        if self.reason is not None:
+            out["reason"] = self.reason
         return out
 
 
@@ -65,15 +157,63 @@ class Trend:
         return next((p.figure.name for p in every if p.figure), None)
 
     @property
-    def base_least(self) -> Figure | None:
-        """The newest base commit's least measured/predicted: what a head's is compared
-        with."""
-        return next((p.least for p in reversed(self.points) if p.where == "base"), None)
+    def base_with_receipts(self) -> int:
+        """Base commits with a receipt of the claim (a point per commit and scope)."""
+        return len({p.commit for p in self.points if p.where == "base"})
 
     @property
-    def base_with_receipts(self) -> int:
-        """Base commits with a receipt of the claim (each has one point)."""
-        return sum(p.where == "base" for p in self.points)
+    def no_base(self) -> str | None:
+        """Why no head is compared with the base at all, or None."""
+        if not self.base_asked:
+            return "no base commit looked at"
+        if not self.base_with_receipts:
+            return f"no receipt of this claim on the last {self.base_asked} base commits"
+        return None
+
+    def change(self, p: Point, least: bool = False) -> Change | None:
+        """`p`'s figure (or least ratio) against the newest base point of its scope that
+        records it; None where `p` records none."""
+        head = p.least if least else p.figure
+        if head is None:
+            return None
+        mine = compared_scope(p.scope)
+        at = [b for b in self.points if b.where == "base" and compared_scope(b.scope) == mine]
+        found = [
+            (b, f) for b in at if (f := b.least if least else b.figure) and f.name == head.name
+        ]
+        if not found:
+            if self.no_base is not None:
+                reason = self.no_base
+            elif not at:
+                reason = f"no base receipt at this scope ({scope_text(mine)})"
+            else:
+                reason = f"no base receipt at this scope records {head.name}"
+            return Change(head, None, None, None, reason)
+        base, fig = found[-1]
+        if fig.value == 0:
+            why = f"the base's {fig.name} is 0: no percentage of 0"
+            return Change(head, base, fig, None, why)
+        return Change(head, base, fig, (head.value - fig.value) / abs(fig.value) * 100, None)
+
+    def _head_json(self, p: Point) -> dict[str, Any]:
+        out = p.to_json()
+        if p.where == "base":
+            return out
+        if "superseded" in out:
+            out["superseded"] = [self._head_json(q) for q in p.superseded]
+        for key, least in (("change_vs_base", False), ("least_change_vs_base", True)):
+            c = self.change(p, least)
+            if c is None:
+                continue
+            out[key] = c.to_json()
+            if c.reason is not None:
+                out[f"{key}_reason"] = c.reason
+            if least:
+                out["least_change_text"] = c.least_text
+        if p.figure is None:
+            out["change_vs_base"] = None
+            out["change_vs_base_reason"] = "this receipt records no figure"
+        return out
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -81,7 +221,8 @@ class Trend:
             "figure": self.name,
             "base_commits_asked": self.base_asked,
             "base_commits_with_receipts": self.base_with_receipts,
-            "points": [p.to_json() for p in self.points],
+            "no_base": self.no_base,
+            "points": [self._head_json(p) for p in self.points],
         }
 
 
@@ -104,20 +245,34 @@ def _point(e: Any, where: str, superseded_by: str | None = None) -> Point:
         figure=figure_of(p),
         superseded_by=superseded_by,
         least=least_of(p),
+        scope=dict(p.get("scope") or {}) if isinstance(p.get("scope"), dict) else {},
     )
 
 
-def _revision(receipts: list[Any], where: str) -> Point:
-    """The revision's point: its newest receipt (a later receipt of a revision replaces
-    an earlier one), with the earlier ones that a later one names as superseded."""
+def _scope_key(e: Any) -> str:
+    scope = e.payload_document["predicate"].get("scope")
+    return repr(sorted(scope.items())) if isinstance(scope, dict) else "[]"
+
+
+def _revision(receipts: list[Any], where: str) -> list[Point]:
+    """The revision's points, one per scope it was measured at (in the order each
+    scope first appears): its newest receipt of that scope (a later receipt replaces
+    an earlier one), with the earlier ones that a later one names as superseded (a
+    supersession inherits the scope of the receipt it replaces)."""
     by: dict[str, str] = {}
     for e in receipts:
         for s in e.payload_document["predicate"].get("supersedes") or []:
             if isinstance(s, dict) and isinstance(s.get("id"), str):
                 by.setdefault(s["id"], e.entry_id)
-    newest = receipts[-1]
-    gone = tuple(_point(e, "superseded", by[e.entry_id]) for e in receipts[:-1] if e.entry_id in by)
-    return replace(_point(newest, where), superseded=gone)
+    scopes: dict[str, list[Any]] = {}
+    for e in receipts:
+        scopes.setdefault(_scope_key(e), []).append(e)
+    out = []
+    for es in scopes.values():
+        newest = es[-1]
+        gone = tuple(_point(e, "superseded", by[e.entry_id]) for e in es[:-1] if e.entry_id in by)
+        out.append(replace(_point(newest, where), superseded=gone))
+    return out
 
 
 def trend(
@@ -140,9 +295,9 @@ def trend(
         found = _per_commit(entries(commits=list(base_commits)))
         for c in reversed(base_commits):
             if c in found:
-                out.points.append(_revision(found[c], "base"))
+                out.points += _revision(found[c], "base")
     if pr is not None:
         heads = _per_commit(entries(pr=pr))
         for i, es in enumerate(heads.values(), 1):
-            out.points.append(_revision(es, f"PR #{pr} head {i}"))
+            out.points += _revision(es, f"PR #{pr} head {i}")
     return out

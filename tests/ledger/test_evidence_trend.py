@@ -104,8 +104,28 @@ def test_trend_follows_each_claim_over_two_base_commits_and_three_pr_heads(
     # keys added since (none of which this ledger gives a value beyond the obvious).
     for t in doc["trends"]:
         assert t.pop("base_commits_with_receipts") == 2
+        assert t.pop("no_base") is None
+        base = t["points"][1]
         for p in t["points"]:
             assert p.pop("superseded") == []
+            # Each head against the newest base receipt at its scope (the base's and the
+            # heads' differ only in workload_digest, the digest of the code changed).
+            assert p.pop("scope")["device_kind"] == "cpu"
+            change = p.pop("change_vs_base", None)
+            assert (change is None) == (p["where"] == "base")
+            if change is not None:
+                assert change["base_receipt"] == base["receipt"]
+                assert change["base_commit"] == base["commit"]
+                pct = (p["figure"]["value"] / base["figure"]["value"] - 1) * 100
+                assert change["percent"] == float(f"{pct:.3g}")
+                assert change["text"] == ("+" if pct > 0 else "-") + f"{number(abs(pct))} %"
+            lc = p.pop("least_change_vs_base", None)
+            said = p.pop("least_change_text", None)
+            assert (lc is not None) == (p["where"] != "base" and t["claim"] == ADMISSION)
+            if lc is not None:
+                assert lc["base_receipt"] == base["receipt"] and said.startswith(
+                    ("least measured/predicted", "estimate tighter than the base's:")
+                )
             # Admission's least measured/predicted, from the rows of receipts made
             # before it was recorded as a figure of its own.
             least = p.pop("least", None)
@@ -147,9 +167,12 @@ def test_the_terminal_output_reads_in_units(
     aside: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     text = _trend(capsys, aside)
-    # Less the lines added since: each head's least measured/predicted against the base.
-    added = [x for x in text.splitlines() if x.startswith("    least measured/predicted ")]
-    assert len(added) == 3 and all(", base " in x for x in added), added
+    # Less the lines added since: each head's change in % against the newest base
+    # receipt at its scope, and its least measured/predicted against the base's.
+    added = [x for x in text.splitlines() if x.startswith("    ")]
+    changes = [x for x in added if " vs base a6f49e187f1d (" in x]
+    assert len(changes) == 6 and all(x.startswith("    +") for x in changes), added
+    assert len([x for x in added if "least measured/predicted" in x]) == 3, added
     kept = [x for x in text.splitlines(keepends=True) if x.rstrip("\n") not in added]
     assert "".join(kept) == (RUN / "trend.txt").read_text()
     doc = json.loads(_trend(capsys, aside, "--json"))
@@ -167,7 +190,8 @@ def test_the_terminal_output_reads_in_units(
                 assert fig.endswith((" KiB", " MiB", " GiB")), fig
     ids = {p["commit"][:12] for t in doc["trends"] for p in t["points"]}
     ids |= {p["receipt"][7:19] for t in doc["trends"] for p in t["points"]}
-    assert FLOAT_REPR.findall(text) == []
+    # A small percentage has leading zeros (`+0.0777 %`), never more than 3 digits.
+    assert [d for d in FLOAT_REPR.findall(text) if len(d.replace(".", "").lstrip("0")) > 3] == []
     assert [n for n in RAW_COUNT.findall(text) if n not in ids] == []
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import git
 import pytest
 
+from ledger.read.render import render_trend
 from ledger.trend import figure_of
 from tests.conftest import commit_file
 from tests.ledger.helpers import run
@@ -24,9 +25,14 @@ CLAIM = "admission.no-oom-after-admit"
 
 
 def _attest(
-    capsys: pytest.CaptureFixture[str], repo: Path, tmp: Path, ratio: float, *rev: str
+    capsys: pytest.CaptureFixture[str],
+    repo: Path,
+    tmp: Path,
+    ratio: float,
+    *rev: str,
+    least: float | None = None,
 ) -> str:
-    m = tmp / f"m{ratio}.json"
+    m = tmp / f"m{ratio}-{least}.json"
     shapes = [
         {
             "shape": "1x64",
@@ -36,7 +42,10 @@ def _attest(
             "measured_over_predicted": ratio,
         }
     ]
-    m.write_text(json.dumps({"max_measured_over_predicted": ratio, "shapes": shapes}))
+    doc: dict[str, object] = {"max_measured_over_predicted": ratio, "shapes": shapes}
+    if least is not None:
+        doc["min_measured_over_predicted"] = least
+    m.write_text(json.dumps(doc))
     res = run(
         capsys,
         "attest",
@@ -188,6 +197,92 @@ def test_a_base_without_receipts_is_said(
     [t] = json.loads(run(capsys, *args, "--json").out)["trends"]
     assert [p["where"] for p in t["points"]] == ["PR #4 head 1"]
     assert t["base_commits_asked"] == 2 and t["base_commits_with_receipts"] == 0
+    assert t["no_base"] == "no receipt of this claim on the last 2 base commits"
+    [head] = t["points"]
+    assert head["change_vs_base"] is None and head["change_vs_base_reason"] == t["no_base"]
     text = run(capsys, *args).out
     assert "no receipt of this claim on the last 2 base commits" in text
     assert "0.95x" in text
+
+
+def _scope(gpu: str) -> tuple[str, ...]:
+    return ("--scope", "device_kind=cuda", "--scope", f"gpu_model={gpu}")
+
+
+def test_each_head_is_compared_with_the_newest_base_receipt_at_its_scope(
+    tmp_path: Path,
+    key_dir: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A head's change in % is against the newest base receipt of the same scope,
+    never one measured elsewhere; a head at a scope the base never measured says so;
+    a looser estimate (admission's least ratio down 1000x) is named against the base's."""
+    monkeypatch.setenv("LEDGER_DB", f"sqlite:///{tmp_path / 'l.db'}")
+    r, repo = _ledger(tmp_path, capsys)
+    b1 = r.head.commit.hexsha
+    _attest(capsys, repo, tmp_path, 0.8, "--rev", b1, *_scope("H200"), least=0.81)
+    h100 = _attest(capsys, repo, tmp_path, 0.5, "--rev", b1, *_scope("H100"))
+    b2 = commit_file(r, "model.py", "x = 2\n", "base 2")
+    h200 = _attest(capsys, repo, tmp_path, 0.9, "--rev", b2, *_scope("H200"), least=0.81)
+    r.git.checkout("-b", "feature")
+    head = commit_file(r, "model.py", "x = 3\n", "pr head 1")
+    r.git.update_ref("refs/pull/4/head", head)
+    r.git.checkout("main")
+    _attest(capsys, repo, tmp_path, 0.99, "--pr", "4", *_scope("H200"), least=0.000837)
+    _attest(capsys, repo, tmp_path, 0.6, "--pr", "4", *_scope("H100"))
+    _attest(capsys, repo, tmp_path, 0.7, "--pr", "4", *_scope("A10"))
+    args = ("trend", "--repo", str(repo), "--pr", "4", "--offline", "--claim", CLAIM)
+    [t] = json.loads(run(capsys, *args, "--json").out)["trends"]
+    heads = [p for p in t["points"] if p["where"] == "PR #4 head 1"]
+    assert [p["scope"]["gpu_model"] for p in heads] == ["H200", "H100", "A10"]
+    at_h200, at_h100, at_a10 = (p["change_vs_base"] for p in heads)
+    assert at_h200["percent"] == 10.0 and at_h200["text"] == "+10 %"
+    assert (at_h200["base_receipt"], at_h200["base_commit"]) == (h200, b2)
+    # The newest base commit has no H100 receipt: the older one's is the base.
+    assert (at_h100["percent"], at_h100["base_receipt"], at_h100["base_commit"]) == (20.0, h100, b1)
+    assert at_a10 is None
+    no_base = "no base receipt at this scope (device_kind=cuda, gpu_model=A10)"
+    assert heads[2]["change_vs_base_reason"] == no_base
+    looser = heads[0]["least_change_vs_base"]
+    assert (looser["percent"], looser["base_receipt"]) == (-99.9, h200)
+    said = (
+        "estimate looser than the base's: least measured/predicted 0.000837x vs 0.81x on the"
+        " base (-99.9 %)"
+    )
+    assert heads[0]["least_change_text"] == said
+    text = run(capsys, *args).out
+    lines = text.splitlines()
+    assert max(len(line) for line in lines) <= 80
+    flat = " ".join(x.strip() for x in lines)
+    assert f"+10 % vs base {b2[:12]} (0.9x)" in flat
+    assert f"+20 % vs base {b1[:12]} (0.5x)" in flat
+    assert no_base in flat and said in flat
+    # Each row says its scope where the rows' scopes differ.
+    assert "at device_kind=cuda, gpu_model=A10" in flat
+
+
+def test_a_percentage_is_three_digits_signed_and_never_of_zero() -> None:
+    from ledger.trend import Figure, Point, Trend
+    from ledger.trend.series import percent_text
+
+    assert [percent_text(x) for x in (12.345, -99.91, 0.0, 1234.5, 0.012345)] == [
+        "+12.3 %",
+        "-99.9 %",
+        "±0 %",
+        "+1234 %",
+        "+0.0123 %",
+    ]
+
+    def point(where: str, value: float) -> Point:
+        fig = Figure("peak bytes", value, "bytes")
+        return Point("c" * 40, where, "sha256:" + "0" * 64, "passed", "", fig)
+
+    head = point("PR #1 head 1", 3 << 30)
+    t = Trend("c", [point("base", 0), head], base_asked=1)
+    change = t.change(head)
+    assert change is not None and change.percent is None
+    got = t.to_json()["points"][1]
+    assert got["change_vs_base"]["percent"] is None
+    assert got["change_vs_base_reason"] == "the base's peak bytes is 0: no percentage of 0"
+    assert "no percentage of 0" in render_trend("r", 1, [t])

@@ -118,12 +118,18 @@ def test_trend_shows_the_least_ratio_against_the_base(
     assert base.least is not None and head.least is not None
     t = Trend("admission.no-oom-after-admit", [base, head], base_asked=1)
     text = render_trend("example/repo", 7, [t])
-    [line] = [x for x in text.splitlines() if x.startswith("    least measured/predicted")]
     change = base.least.value / head.least.value
     assert 500 < change < 2000  # the margin of 1000x, less what the reference already had
-    assert f"least measured/predicted {head.least.text}, base {base.least.text}: " in line
-    assert line.endswith("x lower (looser)")
-    assert t.to_json()["points"][1]["least"]["value"] == head.least.value
+    said = (
+        f"estimate looser than the base's: least measured/predicted {head.least.text}"
+        f" vs {base.least.text} on the base (-99.9 %)"
+    )
+    assert said in " ".join(x.strip() for x in text.splitlines())
+    assert max(len(x) for x in text.splitlines()) <= 80
+    got = t.to_json()["points"][1]
+    assert got["least"]["value"] == head.least.value
+    assert got["least_change_vs_base"]["percent"] == -99.9
+    assert got["least_change_text"] == said
 
 
 def test_a_plan_and_receipts_from_before_the_bounds_keep_their_verdicts(

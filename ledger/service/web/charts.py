@@ -1,5 +1,6 @@
 """Small SVG charts drawn on the server: grouped bars (predicted vs measured
-per shape) and step lines (memory over time). Every text is escaped; the
+per shape), step lines (memory over time) and a claim's figure per revision
+(base commits, then a PR's heads). Every text is escaped; the
 output is a standalone `<svg>` element embedded in the page."""
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from html import escape
 
 from ledger.read import humanize
 
-__all__ = ["bars", "human_bytes", "lines"]
+__all__ = ["bars", "human_bytes", "lines", "trend"]
 
 _W, _H, _PAD = 720, 300, 72
 
@@ -208,5 +209,121 @@ def lines(
             f'<circle cx="{px(mx):.1f}" cy="{py(my):.1f}" r="4" class="peak"/>'
             f'<text x="{px(mx) + 6:.1f}" y="{py(my) - 6:.1f}" class="tick">{escape(label)}</text>'
         )
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def _tick_label(t: float, in_bytes: bool) -> str:
+    return _round_label(t) if in_bytes else humanize.number(t)
+
+
+def trend(
+    title: str,
+    columns: Sequence[tuple[str, str]],
+    points: Sequence[tuple[int, float, str, str, int]],
+    *,
+    in_bytes: bool,
+    y_label: str,
+    x_label: str = "revision: base branch commits (oldest first), then the PR's heads",
+) -> str:
+    """A claim's figure per revision: `columns` are (where, short commit) along x;
+    each point is (column, value, kind, text, line) with kind `base` (a square),
+    `head` (a circle) or `superseded` (a cross labelled so, beside its revision's
+    point); points of one `line` (a scope) are joined in order, superseded ones
+    never. The y axis is ticked in IEC units for bytes, else to three significant
+    digits, logarithmic when the values span more than ~1.7 decades; every point
+    carries its value as text, so the plot reads without colour or hover."""
+    values = [v for _, v, *_ in points]
+    positive = [v for v in values if v > 0]
+    hi = max(values, default=1.0) or 1.0
+    lo = min(positive, default=hi)
+    log = len(positive) == len(values) and hi / lo > 50
+    ticks = _ticks(lo, hi, log, in_bytes)
+    top = ticks[-1] if ticks else hi
+    bottom = ticks[0] if log and ticks else 0.0
+    n = max(len(columns), 1)
+    left, right, head, foot = 86, 16, 40, 112
+    plot_w, plot_h = _W - left - right, _H - head
+
+    def px(i: float) -> float:
+        return left + plot_w * (i + 0.5) / n
+
+    def py(v: float) -> float:
+        if log:
+            span = math.log10(top) - math.log10(bottom) or 1
+            frac = (math.log10(max(v, bottom)) - math.log10(bottom)) / span
+        else:
+            frac = (v - bottom) / ((top - bottom) or 1)
+        return _H - plot_h * frac
+
+    mid = (head + _H) / 2
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {_W} {_H + foot}" '
+        f'role="img" aria-label="{escape(title)}" class="chart trend">',
+        f'<text x="{left}" y="16" class="title">{escape(title)}'
+        f"{' (log scale)' if log else ''}</text>",
+        f'<line x1="{left}" y1="{_H}" x2="{_W - right}" y2="{_H}" class="axis"/>',
+        f'<line x1="{left}" y1="{head}" x2="{left}" y2="{_H}" class="axis"/>',
+        f'<text x="12" y="{mid:.0f}" class="label" transform="rotate(-90 12 {mid:.0f})" '
+        f'text-anchor="middle">{escape(y_label)}{" (log)" if log else ""}</text>',
+    ]
+    for t in ticks:
+        y = py(t)
+        parts.append(
+            f'<line x1="{left - 4}" y1="{y:.1f}" x2="{_W - right}" y2="{y:.1f}" class="grid"/>'
+            f'<text x="{left - 6}" y="{y + 4:.1f}" class="tick" text-anchor="end">'
+            f"{escape(_tick_label(t, in_bytes))}</text>"
+        )
+    for i, (where, commit) in enumerate(columns):
+        x = px(i)
+        parts.append(
+            f'<text x="{x:.1f}" y="{_H + 16}" class="tick" text-anchor="middle">'
+            f"{escape(where)}</text>"
+            f'<text x="{x:.1f}" y="{_H + 30}" class="tick" text-anchor="middle">'
+            f"{escape(commit)}</text>"
+        )
+    lines: dict[int, list[str]] = {}
+    for i, v, kind, _, line in points:
+        if kind != "superseded":
+            lines.setdefault(line, []).append(f"{px(i):.1f},{py(v):.1f}")
+    for pts in lines.values():
+        if len(pts) > 1:
+            parts.append(f'<polyline points="{" ".join(pts)}" class="l0"/>')
+    for i, v, kind, text, _ in points:
+        x, y = px(i), py(v)
+        tip = f"<title>{escape(columns[i][0])} {escape(columns[i][1])}: {escape(text)}</title>"
+        if kind == "base":
+            mark = f'<rect x="{x - 5:.1f}" y="{y - 5:.1f}" width="10" height="10" class="s0">'
+            parts.append(f'<g class="point base" data-kind="base">{mark}{tip}</rect></g>')
+        elif kind == "head":
+            mark = f'<circle cx="{x:.1f}" cy="{y:.1f}" r="5" class="s1">'
+            parts.append(f'<g class="point head" data-kind="head">{mark}{tip}</circle></g>')
+        else:
+            # Beside its revision's point (a little left), so both read.
+            x -= 12
+            parts.append(
+                f'<g class="point superseded" data-kind="superseded">'
+                f'<text x="{x:.1f}" y="{y + 4:.1f}" class="mark" text-anchor="middle">✕'
+                f"{tip}</text></g>"
+            )
+        label = f"{text} (superseded)" if kind == "superseded" else text
+        anchor = "end" if kind == "superseded" else "start"
+        dx = -8 if kind == "superseded" else 8
+        parts.append(
+            f'<text x="{x + dx:.1f}" y="{y - 6:.1f}" class="value" text-anchor="{anchor}">'
+            f"{escape(label)}</text>"
+        )
+    parts.append(
+        f'<text x="{left + plot_w / 2:.0f}" y="{_H + 52}" class="label" '
+        f'text-anchor="middle">{escape(x_label)}</text>'
+    )
+    legend = f'<g class="legend" transform="translate({left} {_H + 78})">'
+    legend += '<rect x="0" y="0" width="10" height="10" class="s0"/>'
+    legend += '<text x="14" y="9" class="tick">base commit</text>'
+    legend += '<circle cx="135" cy="5" r="5" class="s1"/>'
+    legend += '<text x="144" y="9" class="tick">PR head</text>'
+    legend += '<text x="245" y="10" class="mark" text-anchor="middle">✕</text>'
+    legend += '<text x="254" y="9" class="tick">superseded receipt</text></g>'
+    parts.append(legend)
     parts.append("</svg>")
     return "".join(parts)

@@ -1,6 +1,7 @@
-"""The pages: an index, a PR (or revision) page, a receipt page and a memory
-plot of a snapshot artifact. Each state carries `data-state` (and each matrix
-cell `data-claim`/`data-scope`) so tests compare a page with `status --json`.
+"""The pages: an index, a PR (or revision) page, a claim's trend on a PR, a
+receipt page and a memory plot of a snapshot artifact. Each state carries
+`data-state` (and each matrix cell `data-claim`/`data-scope`) so tests compare
+a page with `status --json`.
 
 A page asked for with `Accept: application/json` (and not text/html) answers
 the JSON document it renders; an error answers a page with a heading, the
@@ -151,6 +152,14 @@ def _pr(led: Any, request: Request) -> dict[str, Any]:
     )
 
 
+def _trend(led: Any, request: Request) -> dict[str, Any]:
+    """A claim's trend on a PR (`ledger trend`), public as the PR page is."""
+    q = request.query_params
+    return views.trend_page(
+        led.store(), q.get("repo", ""), q.get("pr"), q.get("claim", ""), led.mirrors
+    )
+
+
 def _receipt(led: Any, request: Request) -> dict[str, Any]:
     return views.receipt_page(led.store(), str(request.path_params["ref"]), led)
 
@@ -197,6 +206,7 @@ async def _anchor(request: Request) -> Response:
 ROUTES: list[tuple[str, Page]] = [
     ("/", _page(_index, "index.html", "repos")),
     ("/pr", _page(_pr, "pr.html", "report")),
+    ("/trend", _page(_trend, "trend.html", "trend")),
     ("/receipt/{ref}", _page(_receipt, "receipt.html", "doc")),
     ("/artifact/{digest}/memory", _page(_memory, "memory.html")),
     ("/fleet", _page(_fleet, "fleet.html", "doc")),
