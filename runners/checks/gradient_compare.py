@@ -31,7 +31,6 @@ The observer, when on, instruments this (parent) process only, not the arms.
 
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import dataclass, field
 from functools import partial
@@ -44,6 +43,8 @@ from runners.checks import noise, precision, routing
 from runners.checks.arms import Schedule, run_arms
 from runners.checks.context import CheckContext, Session, Verdict
 from runners.checks.execute import execute
+from runners.checks.gradient_verdicts import by_reference as _by_reference
+from runners.checks.gradient_verdicts import by_threshold, compare, errors, rel_l2
 from runners.checks.params import CheckParams
 from runners.names import GRADIENT_COMPARE
 from runners.result import CheckResult, Json
@@ -111,48 +112,6 @@ class Params(CheckParams):
     memory: an arm's allocator figures are its own process's either way."""
     seed: int = 0
     """Seed of every generator and of the workload's inputs."""
-
-
-def compare(
-    base: dict[str, torch.Tensor], cand: dict[str, torch.Tensor], threshold: float
-) -> tuple[list[dict[str, Json]], list[str]]:
-    """Per-tensor rows (sorted by name) and the names present in only one arm."""
-    rows: list[dict[str, Json]] = []
-    only = sorted(set(base) ^ set(cand))
-    for name in sorted(set(base) & set(cand)):
-        b = base[name].double().flatten()
-        c = cand[name].double().flatten()
-        if b.shape != c.shape:
-            rows.append(
-                {
-                    "name": name,
-                    "numel": int(b.numel()),
-                    "shape_mismatch": True,
-                    "over_threshold": True,
-                    "rel_l2": None,
-                    "cosine": None,
-                    "max_abs": None,
-                }
-            )
-            continue
-        nb = float(torch.linalg.vector_norm(b))
-        nc = float(torch.linalg.vector_norm(c))
-        nd = float(torch.linalg.vector_norm(c - b))
-        rel: float | None = nd / nb if nb > 0 else (0.0 if nd == 0 else None)
-        cos = float(torch.dot(b, c)) / (nb * nc) if nb > 0 and nc > 0 else None
-        max_abs = float((c - b).abs().max()) if b.numel() else 0.0
-        finite = all(math.isfinite(x) for x in (nb, nc, nd))
-        rows.append(
-            {
-                "name": name,
-                "numel": int(b.numel()),
-                "rel_l2": rel if finite else None,
-                "cosine": cos if finite else None,
-                "max_abs": max_abs if math.isfinite(max_abs) else None,
-                "over_threshold": (not finite) or rel is None or rel > threshold,
-            }
-        )
-    return rows, only
 
 
 def run(ctx: CheckContext, p: Params, recorded: dict[str, Json]) -> list[CheckResult]:
@@ -302,36 +261,12 @@ def _bad_arms(arms: dict[str, dict[str, Any]], m: dict[str, Json]) -> Verdict | 
     )
 
 
-def _rel(rows: list[dict[str, Json]]) -> dict[str, float | None]:
-    return {
-        str(r["name"]): float(r["rel_l2"]) if isinstance(r["rel_l2"], float) else None for r in rows
-    }
-
-
 def _load(work: Path, arm: str, what: str = "grads.pt") -> dict[str, torch.Tensor]:
     path = work / arm / what
     if not path.exists():
         return {}
     got: dict[str, torch.Tensor] = torch.load(path, weights_only=True)
     return got
-
-
-def _errors(x: dict[str, torch.Tensor], ref: dict[str, torch.Tensor]) -> dict[str, float | None]:
-    """``||x - ref|| / ||ref||`` per tensor of ``x`` (None when not finite; inf when the
-    reference is zero and ``x`` is not)."""
-    out: dict[str, float | None] = {}
-    for name, t in x.items():
-        r = ref.get(name)
-        if r is None or r.shape != t.shape:
-            out[name] = None
-            continue
-        nr = float(torch.linalg.vector_norm(r.double()))
-        nd = float(torch.linalg.vector_norm(t.double() - r.double()))
-        if not (math.isfinite(nr) and math.isfinite(nd)):
-            out[name] = None
-        else:
-            out[name] = nd / nr if nr > 0 else (0.0 if nd == 0 else math.inf)
-    return out
 
 
 def _compared(
@@ -345,44 +280,10 @@ def _compared(
     base = _load(work, "base")
     cand = _load(work, "candidate")
     rows, only = compare(base, cand, threshold)
-    noise_rel: dict[str, float | None] = {}
-    if "base_repeat" in arms:
-        again = _load(work, "base_repeat")
-        noise_rows, noise_only = compare(base, again, threshold)
-        del again
-        noise_rel = _rel(noise_rows)
-        m["noise_tensors_only_in_one_arm"] = noise_only  # type: ignore[assignment]
-        m["max_noise_rel_l2"] = max((v for v in noise_rel.values() if v is not None), default=None)
-        for r in rows:
-            r["noise_rel_l2"] = noise_rel.get(str(r["name"]))
+    noise_rel = _noise(work, arms, base, threshold, rows, m)
     verdicts: list[precision.TensorVerdict] = []
     if p.rule == "reference":
-        ref = _load(work, "reference")
-        shared = {n: t for n, t in cand.items() if n in base}
-        function = None
-        if "candidate_reference" in arms:
-            low = str(arms["base"].get("dtype") or "")
-            ref_dtype = str(arms["reference"].get("dtype") or "")
-            function = precision.Function(
-                errors=_errors(_load(work, "candidate_reference"), ref),
-                scale=precision.roundoff_ratio(ref_dtype, low),
-                atol=precision.function_atol_for(ref_dtype, p.function_atol),
-            )
-            m.update(function_scale=function.scale, function_atol=function.atol)
-        verdicts = precision.judge(
-            _errors(shared, ref), _errors(base, ref), noise_rel, p.k, p.atol, function
-        )
-        del ref
-        by_name = {v.name: v for v in verdicts}
-        for r in rows:
-            v = by_name.get(str(r["name"]))
-            if v is not None:
-                j = v.to_json()
-                r.update({key: j[key] for key in ("err_candidate", "err_base", "floor_from")})
-                r.update(multiple=j["multiple"], state=j["state"], failed_by=j["failed_by"])
-                if v.function_ran:
-                    r.update(err_function=j["err_function"])
-                r["over_threshold"] = v.state == "failed"
+        verdicts = _against_reference(work, arms, p, base, cand, noise_rel, rows, m)
     del base, cand
     routed = routing.record({a: _load(work, a, "routing.pt") for a in arms}, m)
     rels = [float(r["rel_l2"]) for r in rows if isinstance(r["rel_l2"], float)]
@@ -395,6 +296,88 @@ def _compared(
             "min_cosine": min(coss, default=None),
         }
     )
+    unlike = _unlike(arms, only, rows, m)
+    if unlike is not None:
+        return unlike
+    if p.rule == "reference":
+        flips = routing.flipped_unreplayed(arms, m)
+        return _by_reference(verdicts, rows, routed, p, m, flips, routing.flipped_low(arms, m))
+    return by_threshold(rows, noise_rel, threshold, p.noise_margin, m)
+
+
+def _noise(
+    work: Path,
+    arms: dict[str, dict[str, Any]],
+    base: dict[str, torch.Tensor],
+    threshold: float,
+    rows: list[dict[str, Json]],
+    m: dict[str, Json],
+) -> dict[str, float | None]:
+    """The repeat noise (base against its repeat, where it ran) per tensor, beside
+    each row; empty without the repeat."""
+    noise_rel: dict[str, float | None] = {}
+    if "base_repeat" in arms:
+        again = _load(work, "base_repeat")
+        noise_rows, noise_only = compare(base, again, threshold)
+        del again
+        noise_rel = rel_l2(noise_rows)
+        m["noise_tensors_only_in_one_arm"] = noise_only  # type: ignore[assignment]
+        m["max_noise_rel_l2"] = max((v for v in noise_rel.values() if v is not None), default=None)
+        for r in rows:
+            r["noise_rel_l2"] = noise_rel.get(str(r["name"]))
+    return noise_rel
+
+
+def _against_reference(
+    work: Path,
+    arms: dict[str, dict[str, Any]],
+    p: Params,
+    base: dict[str, torch.Tensor],
+    cand: dict[str, torch.Tensor],
+    noise_rel: dict[str, float | None],
+    rows: list[dict[str, Json]],
+    m: dict[str, Json],
+) -> list[precision.TensorVerdict]:
+    """The reference rule per tensor: the candidate's error against the reference
+    arm within k floors (and the function part, where the candidate ran in the
+    reference precision too); each verdict's figures beside its row."""
+    ref = _load(work, "reference")
+    shared = {n: t for n, t in cand.items() if n in base}
+    function = None
+    if "candidate_reference" in arms:
+        low = str(arms["base"].get("dtype") or "")
+        ref_dtype = str(arms["reference"].get("dtype") or "")
+        function = precision.Function(
+            errors=errors(_load(work, "candidate_reference"), ref),
+            scale=precision.roundoff_ratio(ref_dtype, low),
+            atol=precision.function_atol_for(ref_dtype, p.function_atol),
+        )
+        m.update(function_scale=function.scale, function_atol=function.atol)
+    verdicts = precision.judge(
+        errors(shared, ref), errors(base, ref), noise_rel, p.k, p.atol, function
+    )
+    del ref
+    by_name = {v.name: v for v in verdicts}
+    for r in rows:
+        v = by_name.get(str(r["name"]))
+        if v is not None:
+            j = v.to_json()
+            r.update({key: j[key] for key in ("err_candidate", "err_base", "floor_from")})
+            r.update(multiple=j["multiple"], state=j["state"], failed_by=j["failed_by"])
+            if v.function_ran:
+                r.update(err_function=j["err_function"])
+            r["over_threshold"] = v.state == "failed"
+    return verdicts
+
+
+def _unlike(
+    arms: dict[str, dict[str, Any]],
+    only: list[str],
+    rows: list[dict[str, Json]],
+    m: dict[str, Json],
+) -> Verdict | None:
+    """The verdict where the arms cannot be compared as they ran: on different GPUs,
+    from different reserved bytes, or with different tensor sets; None otherwise."""
     uuids = {a: i.get("gpu_uuid") for a, i in arms.items()}
     reserved = {a: i.get("reserved_at_start_bytes") for a, i in arms.items()}
     if len(set(uuids.values())) > 1:
@@ -419,132 +402,4 @@ def _compared(
             f"(first: {only[0]})",
             measurements=m,
         )
-    if p.rule == "reference":
-        flips = routing.flipped_unreplayed(arms, m)
-        return _by_reference(verdicts, rows, routed, p, m, flips, routing.flipped_low(arms, m))
-    return _by_threshold(rows, noise_rel, threshold, p.noise_margin, m)
-
-
-_NAMED = 5
-"""Tensors a reason sentence names before saying how many more."""
-
-
-def _by_reference(
-    verdicts: list[precision.TensorVerdict],
-    rows: list[dict[str, Json]],
-    routed: str,
-    p: Params,
-    m: dict[str, Json],
-    flipped: int = 0,
-    flipped_low: int = 0,
-) -> Verdict:
-    families = precision.by_family(verdicts)
-    m["families"] = [f.to_json() for f in families]
-    m["tensors"] = rows  # type: ignore[assignment]
-    failed = sorted(
-        (v for v in verdicts if v.state == "failed"), key=lambda v: v.badness, reverse=True
-    )
-    unjudged = [v for v in verdicts if v.state == "inconclusive"]
-    m["tensors_beyond_rule"] = len(failed)
-    m["failed_tensors"] = [v.name for v in failed]
-    m["tensors_inconclusive"] = len(unjudged)
-    governs = [v.floor_from for v in verdicts]
-    m["floor_from_counts"] = {g: governs.count(g) for g in sorted(set(governs))}
-    rule = f"err(candidate, ref) <= {p.k} x floor + {p.atol}"
-    if any(v.function_ran for v in verdicts):
-        rule += " (and, both in the reference precision, within the floor scaled to it)"
-    tail = f"; {routed}" if routed else ""
-    if failed and flipped and all(v.failed_by == ["function"] for v in failed):
-        return Verdict(
-            outcome="inconclusive",
-            reason=f"{len(failed)} of {len(verdicts)} gradient tensors beyond the function "
-            f"part only, and the two reference-precision arms routed {flipped} token(s) "
-            "differently (a router near a tie; the workload cannot replay routing): the "
-            f"change cannot be told from the flip{tail}",
-            measurements=m,
-        )
-    replayed_clean = all(v.function_ran and v.function_state == "passed" for v in verdicts)
-    if failed and flipped_low and replayed_clean:
-        # Every tensor matches in the reference precision on one routing; what is left
-        # sits beside routings that differ in the low precision, where nothing replays.
-        m["flipped_low_precision_tokens"] = flipped_low
-        return Verdict(
-            outcome="inconclusive",
-            reason=f"{len(failed)} of {len(verdicts)} gradient tensors beyond the low-precision "
-            f"part only, beside {flipped_low} token(s) the candidate routed differently in the "
-            "low precision (flips the harness sees but cannot replay there); in the reference "
-            "precision, on the reference's routing, every tensor is within the rule: the "
-            f"change cannot be told from the flips{tail}",
-            measurements=m,
-        )
-    if failed:
-        named = "; ".join(precision.describe(v) for v in failed[:_NAMED])
-        more = f"; and {len(failed) - _NAMED} more" if len(failed) > _NAMED else ""
-        fams = sum(f.state == "failed" for f in families)
-        return Verdict(
-            outcome="failed",
-            reason=f"{len(failed)} of {len(verdicts)} gradient tensors ({fams} of "
-            f"{len(families)} families) beyond {rule}: {named}{more}{tail}",
-            measurements=m,
-        )
-    if unjudged:
-        return Verdict(
-            outcome="inconclusive",
-            reason=f"{len(unjudged)} of {len(verdicts)} gradient tensors have no finite "
-            f"precision floor (the reference is zero or non-finite where the base is not; "
-            f"first: {unjudged[0].name}){tail}",
-            measurements=m,
-        )
-    if not verdicts:
-        return Verdict(
-            outcome="inconclusive", reason="no gradient tensors to compare", measurements=m
-        )
-    return Verdict(outcome="passed", reason=None, measurements=m)
-
-
-def _by_threshold(
-    rows: list[dict[str, Json]],
-    noise_rel: dict[str, float | None],
-    threshold: float,
-    margin: float,
-    m: dict[str, Json],
-) -> Verdict:
-    families = noise.by_family(noise_rel, _rel(rows), threshold, margin)
-    m["families"] = [f.to_json() for f in families]
-    failed_fams = {f.family for f in families if f.state == "failed"}
-    over = [r for r in rows if r["over_threshold"] and noise.family(str(r["name"])) in failed_fams]
-    m["tensors_over_threshold"] = len(over)
-    m["tensors"] = rows  # type: ignore[assignment]
-    if over:
-        worst = max(
-            over, key=lambda r: float(r["rel_l2"]) if isinstance(r["rel_l2"], float) else math.inf
-        )
-        return Verdict(
-            outcome="failed",
-            reason=f"{len(over)} of {len(rows)} gradient tensors over rel-L2 {threshold} and "
-            f"over {margin}x their family's noise floor; worst {worst['name']} rel-L2 "
-            f"{worst['rel_l2']} (noise {worst.get('noise_rel_l2', 0.0)}) cosine {worst['cosine']}",
-            measurements=m,
-        )
-    if failed_fams:
-        names = ", ".join(sorted(failed_fams))
-        return Verdict(
-            outcome="failed",
-            reason=f"gradient families over threshold {threshold} with non-finite figures: {names}",
-            measurements=m,
-        )
-    noisy = [f for f in families if f.state == "inconclusive"]
-    if noisy:
-        worst_f = max(noisy, key=lambda f: f.noise or 0.0)
-        return Verdict(
-            outcome="inconclusive",
-            reason=f"noise floor over the threshold {threshold} in {len(noisy)} of "
-            f"{len(families)} gradient families (base against base); worst {worst_f.family} "
-            f"noise rel-L2 {worst_f.noise}, difference {worst_f.diff}",
-            measurements=m,
-        )
-    if not rows:
-        return Verdict(
-            outcome="inconclusive", reason="no gradient tensors to compare", measurements=m
-        )
-    return Verdict(outcome="passed", reason=None, measurements=m)
+    return None
