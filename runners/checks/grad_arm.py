@@ -80,16 +80,9 @@ def run_arm(spec: dict[str, Any]) -> dict[str, Any]:
     except WorkloadLoadError as e:
         return finish("infra-error", error=f"workload load: {e}")
     info.update(workload=w.name, workload_digest=w.digest(), dtype=dtype_name(w.dtype))
-    compute: torch.dtype | None = None
-    if spec.get("low_precision_only") and not noise.low_precision(info["dtype"]):
-        return finish("skipped", error=f"a {info['dtype']} workload: wanted for 16-bit only")
-    if spec.get("reference"):
-        ref = precision.reference_dtype_for(info["dtype"], spec.get("reference_dtype"))
-        if not precision.higher(ref, info["dtype"]):
-            why = f"{ref} is no higher than the workload's {info['dtype']}"
-            return finish("unsupported", error=why)
-        compute = getattr(torch, ref)
-        info["dtype"] = ref
+    compute, declined = _compute_dtype(spec, info)
+    if declined is not None:
+        return finish(declined[0], error=declined[1])
     if isinstance(w, DeclaresRouting):
         w.declare_routing(True)
     outs: list[ForwardOutputs] = []
@@ -115,18 +108,7 @@ def run_arm(spec: dict[str, Any]) -> dict[str, Any]:
         assert batch_cap.value is not None
         batch = batch_cap.value if arm is None else arm.batch(batch_cap.value)
         step = phase_step(w, batch, grad=True)
-        outcome = _forward_backward(probe, step, device, info, outs)
-        # The reference is the harness's request: a kernel without its dtype is tried
-        # once more on the library's equivalent path (`runners.adapt.equivalent`).
-        if not outcome.ok and arm is not None and arm.try_equivalent(w, outcome.sentence()):
-            outs.clear()
-            if hooks is not None:  # what the failed step saw is not the arm's
-                hooks.take()
-                hooks.replayed = 0
-            zeroed = capture("zero_grad", w.zero_grad, device=device)
-            if zeroed.outcome.ok:
-                outcome = _forward_backward(probe, step, device, info, outs)
-            info.update(arm.measurements())
+        outcome = _stepped(probe, w, arm, hooks, step, device, info, outs)
         if not outcome.ok:
             return finish(outcome.status, error=outcome.sentence())
         grads_cap = capture("gradients", w.gradients, device=device)
@@ -140,6 +122,67 @@ def run_arm(spec: dict[str, Any]) -> dict[str, Any]:
                 return finish("unsupported", error=str(e))
             info.update(arm.measurements())
         grads = {k: v.detach().to("cpu") for k, v in grads_cap.value.items()}
+    torch.save(grads, Path(spec["out_dir"]) / "grads.pt")
+    routing = _routing(w, hooks, replaying, outs, info)
+    if routing:
+        torch.save(routing, Path(spec["out_dir"]) / "routing.pt")
+    outs.clear()
+    capture("teardown", w.teardown, device=device)
+    return finish("ok", tensors=len(grads), routed_layers=len(routing))
+
+
+def _compute_dtype(
+    spec: dict[str, Any], info: dict[str, Any]
+) -> tuple[torch.dtype | None, tuple[str, str] | None]:
+    """The dtype the arm computes in (None: the workload's own; the reference arm's,
+    said in ``info["dtype"]``), or why this arm does not run (its status, the error)."""
+    if spec.get("low_precision_only") and not noise.low_precision(info["dtype"]):
+        return None, ("skipped", f"a {info['dtype']} workload: wanted for 16-bit only")
+    if spec.get("reference"):
+        ref = precision.reference_dtype_for(info["dtype"], spec.get("reference_dtype"))
+        if not precision.higher(ref, info["dtype"]):
+            return None, ("unsupported", f"{ref} is no higher than the workload's {info['dtype']}")
+        info["dtype"] = ref
+        return getattr(torch, ref), None
+    return None, None
+
+
+def _stepped(
+    probe: object,
+    w: Workload,
+    arm: ReferenceArm | None,
+    hooks: RouterHooks | None,
+    step: Callable[[], ForwardOutputs],
+    device: torch.device,
+    info: dict[str, Any],
+    outs: list[ForwardOutputs],
+) -> StepOutcome:
+    """The arm's forward+backward. The reference is the harness's request: a kernel
+    without its dtype is tried once more on the library's equivalent path
+    (`runners.adapt.equivalent`)."""
+    outcome = _forward_backward(probe, step, device, info, outs)
+    if not outcome.ok and arm is not None and arm.try_equivalent(w, outcome.sentence()):
+        outs.clear()
+        if hooks is not None:  # what the failed step saw is not the arm's
+            hooks.take()
+            hooks.replayed = 0
+        zeroed = capture("zero_grad", w.zero_grad, device=device)
+        if zeroed.outcome.ok:
+            outcome = _forward_backward(probe, step, device, info, outs)
+        info.update(arm.measurements())
+    return outcome
+
+
+def _routing(
+    w: Workload,
+    hooks: RouterHooks | None,
+    replaying: bool,
+    outs: list[ForwardOutputs],
+    info: dict[str, Any],
+) -> dict[str, torch.Tensor]:
+    """What the routers chose in the step (seen by the harness's hooks, else as the
+    workload declared it), on the CPU; whether a saved routing was replayed is said
+    in ``info``."""
     if replaying and hooks is not None:
         info["routing_replayed_layers"] = hooks.replayed
         if hooks.broken:
@@ -150,17 +193,12 @@ def run_arm(spec: dict[str, Any]) -> dict[str, Any]:
     elif replaying:
         assert isinstance(w, ReplaysRouting)
         info["routing_replayed_layers"] = w.replayed_layers()
-    torch.save(grads, Path(spec["out_dir"]) / "grads.pt")
     declared = outs[0].routing if outs else {}
     seen = hooks.take() if hooks is not None else declared
     routing = {k: v.detach().to("cpu") for k, v in seen.items()}
     if hooks is not None:
         hooks.detach()
-    if routing:
-        torch.save(routing, Path(spec["out_dir"]) / "routing.pt")
-    outs.clear()
-    capture("teardown", w.teardown, device=device)
-    return finish("ok", tensors=len(grads), routed_layers=len(routing))
+    return routing
 
 
 def _forward_backward(
