@@ -123,35 +123,10 @@ def _body(sess: Session, p: Params) -> Verdict:
         "chunk_tokens": chunk,
         "nll_rtol": rtol,
     }
-    try:
-        decision = sess.admit(w, shape, "forward_nograd", sess.probe.available_bytes())
-        m.update({f"admission_{k}": v for k, v in decision.measurements().items()})
-    except WorkloadFailed as e:
-        # The decision is recorded, not enforced: without an estimator, say so and go on.
-        if e.outcome.error_type != EstimatorMissing.__name__:
-            raise
-        m["admission_skipped"] = e.outcome.message
-    outs: list[ForwardOutputs] = []
-    keep = outs.append
-
-    for i, run_name in enumerate(("cold", "warm")):
-        sess.progress(f"24-view forward {i + 1}/2 ({run_name})")
-        rec = measure_step(
-            sess.probe,
-            f"forward_nograd {shape} run {i + 1}",
-            phase_step(w, batch, grad=False),
-            keep=keep,
-        )
-        sess.ran("forward_nograd")
-        m.update(rec.measurements(f"forward{i + 1}_{run_name}_"))
-        if not rec.ok:
-            # The claim process cannot tell an infrastructure error (its own code can
-            # raise the same): a failure; the parent's device readings decide infra.
-            return Verdict(
-                outcome="failed",
-                reason=f"forward run {i + 1}: {rec.outcome.sentence()}",
-                measurements=m,
-            )
+    _admission(sess, w, shape, m)
+    outs = _forward_twice(sess, w, batch, shape, m)
+    if isinstance(outs, Verdict):
+        return outs
     problems, base_outputs = _repeats(outs[0], outs[1], atol, m)
     first, second = outs[0].scalar_loss(), outs[1].scalar_loss()
     outs.clear()
@@ -171,24 +146,94 @@ def _body(sess: Session, p: Params) -> Verdict:
         ref, ref_problem = _reference(sess, w, batch, shape, p, m, base_outputs)
     state: noise.FamilyState = "passed"
     if chunked_t is not None and first is not None and second is not None:
-        nll1, nll2 = float(first.double()), float(second.double())
-        if p.rule == "threshold":
-            state = _nll(nll1, nll2, chunked_t, rtol, p, m)
-        else:
-            ref_nll = None if ref is None else ref.scalar_loss()
-            state = _nll_by_reference(nll1, nll2, chunked_t, ref_nll, p, m)
-        if state == "failed" and p.rule == "reference":
-            problems.append(
-                f"NLL chunked {m['nll_chunked']!r}: err against the reference "
-                f"{m['nll_err_chunked']!r} > {p.k} x floor {m['nll_floor']!r} "
-                f"({m['nll_floor_from']}) + {p.atol}"
+        state = _nll_judged(first, second, chunked_t, ref, rtol, p, m, problems)
+    return _verdict(problems, state, ref_problem, rtol, p, m)
+
+
+def _admission(sess: Session, w: Workload, shape: Shape, m: dict[str, Json]) -> None:
+    """The admission decision for the forward, recorded, not enforced: without an
+    estimator, said so."""
+    try:
+        decision = sess.admit(w, shape, "forward_nograd", sess.probe.available_bytes())
+        m.update({f"admission_{k}": v for k, v in decision.measurements().items()})
+    except WorkloadFailed as e:
+        # The decision is recorded, not enforced: without an estimator, say so and go on.
+        if e.outcome.error_type != EstimatorMissing.__name__:
+            raise
+        m["admission_skipped"] = e.outcome.message
+
+
+def _forward_twice(
+    sess: Session, w: Workload, batch: Batch, shape: Shape, m: dict[str, Json]
+) -> list[ForwardOutputs] | Verdict:
+    """The same forward twice (cold, then warm), measured: their outputs, or the
+    verdict where one did not end ok."""
+    outs: list[ForwardOutputs] = []
+    keep = outs.append
+    for i, run_name in enumerate(("cold", "warm")):
+        sess.progress(f"24-view forward {i + 1}/2 ({run_name})")
+        rec = measure_step(
+            sess.probe,
+            f"forward_nograd {shape} run {i + 1}",
+            phase_step(w, batch, grad=False),
+            keep=keep,
+        )
+        sess.ran("forward_nograd")
+        m.update(rec.measurements(f"forward{i + 1}_{run_name}_"))
+        if not rec.ok:
+            # The claim process cannot tell an infrastructure error (its own code can
+            # raise the same): a failure; the parent's device readings decide infra.
+            return Verdict(
+                outcome="failed",
+                reason=f"forward run {i + 1}: {rec.outcome.sentence()}",
+                measurements=m,
             )
-        elif state == "failed":
-            problems.append(
-                f"NLL unchunked {m['nll_unchunked_run1']!r} vs chunked {m['nll_chunked']!r}: "
-                f"rel diff {m['nll_rel_diff']!r} > {rtol!r} and > {p.noise_margin}x the "
-                f"run-to-run noise {m['nll_noise_rel_diff']!r}"
-            )
+    return outs
+
+
+def _nll_judged(
+    first: torch.Tensor,
+    second: torch.Tensor,
+    chunked_t: torch.Tensor,
+    ref: ForwardOutputs | None,
+    rtol: float,
+    p: Params,
+    m: dict[str, Json],
+    problems: list[str],
+) -> noise.FamilyState:
+    """The chunked NLL judged by the plan's rule (against the unchunked runs and their
+    noise, or against the reference arm); a failure said among ``problems``."""
+    nll1, nll2 = float(first.double()), float(second.double())
+    if p.rule == "threshold":
+        state = _nll(nll1, nll2, chunked_t, rtol, p, m)
+    else:
+        ref_nll = None if ref is None else ref.scalar_loss()
+        state = _nll_by_reference(nll1, nll2, chunked_t, ref_nll, p, m)
+    if state == "failed" and p.rule == "reference":
+        problems.append(
+            f"NLL chunked {m['nll_chunked']!r}: err against the reference "
+            f"{m['nll_err_chunked']!r} > {p.k} x floor {m['nll_floor']!r} "
+            f"({m['nll_floor_from']}) + {p.atol}"
+        )
+    elif state == "failed":
+        problems.append(
+            f"NLL unchunked {m['nll_unchunked_run1']!r} vs chunked {m['nll_chunked']!r}: "
+            f"rel diff {m['nll_rel_diff']!r} > {rtol!r} and > {p.noise_margin}x the "
+            f"run-to-run noise {m['nll_noise_rel_diff']!r}"
+        )
+    return state
+
+
+def _verdict(
+    problems: list[str],
+    state: noise.FamilyState,
+    ref_problem: str,
+    rtol: float,
+    p: Params,
+    m: dict[str, Json],
+) -> Verdict:
+    """Any problem fails; an NLL that could not be judged (no finite floor, or noise
+    over the threshold) is inconclusive."""
     if problems:
         return Verdict(outcome="failed", reason="; ".join(problems), measurements=m)
     if state == "inconclusive" and p.rule == "reference":
