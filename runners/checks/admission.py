@@ -5,8 +5,8 @@ available now. A refusal is recorded with its numbers and, with
 ``measure_refused``, the refused step is run anyway (without ballast) to
 measure over-refusal: a refused step whose measured increment fit within the
 usable bytes at refusal time was over-refused. An admitted step is, under
-``pressure="edge"``, re-admitted with ballast allocated so that the available
-memory is just above the least the workload admits at (``edge_margin_bytes``
+``pressure="edge"``, re-admitted with ballast allocated (`runners.checks.edge`) so
+that the available memory is just above the least the workload admits at (``edge_margin_bytes``
 above it; where allocation granularity or the driver prevents that, the step
 runs at the memory available and its row says ``edge_reached: false``), then
 run under a reset-to-peak window, once and ``warm_runs`` more times, each run
@@ -28,17 +28,15 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Literal
 
-import torch
-
 from runners.checks.context import CheckContext, Session, Verdict, phase_step
+from runners.checks.edge import CUDA_EDGE_MARGIN, min_admitting_free, to_edge
 from runners.checks.execute import execute
 from runners.checks.params import CheckParams, ParamError
 from runners.distributed import agreed_decision, any_rank
-from runners.harness.probe import CpuProbe, MiB
-from runners.harness.registry import Owned
+from runners.harness.probe import CpuProbe
 from runners.harness.steps import StepRecord, measure_step
 from runners.names import ADMISSION
-from runners.protocol import PHASES, AdmissionDecision, Phase, Shape, Workload, admit_of
+from runners.protocol import PHASES, AdmissionDecision, Phase, Shape, Workload
 from runners.result import CheckResult, Json
 
 NAME = ADMISSION
@@ -99,30 +97,6 @@ class Params(CheckParams):
                 )
 
 
-_CUDA_EDGE_MARGIN = 2 * MiB
-_MAX_EDGE_TRIES = 4
-
-
-def min_admitting_free(
-    w: Workload, shape: Shape, phase: Phase, *, cold: bool = False
-) -> int | None:
-    """The least ``free_bytes`` at which ``w.admit`` admits (admission is monotone in
-    free memory), or None if it admits at no size up to 2**60."""
-    hi = 1 << 20
-    while not admit_of(w, shape, phase, hi, cold=cold).admitted:
-        hi *= 2
-        if hi > 1 << 60:
-            return None
-    lo = 0
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if admit_of(w, shape, phase, mid, cold=cold).admitted:
-            hi = mid
-        else:
-            lo = mid + 1
-    return lo
-
-
 def _run_phase(sess: Session, w: Workload, shape: Shape, phase: Phase, what: str) -> StepRecord:
     grad = phase == "forward_backward"
     if grad:
@@ -154,7 +128,7 @@ def _body(sess: Session, p: Params) -> Verdict:
     phases = [ph for ph in PHASES if ph in p.phases]
     pressure, warm_runs, measure_refused = p.pressure, p.warm_runs, p.measure_refused
     cpu = isinstance(sess.probe, CpuProbe)
-    margin_default = 0 if cpu else _CUDA_EDGE_MARGIN
+    margin_default = 0 if cpu else CUDA_EDGE_MARGIN
     margin = margin_default if p.edge_margin_bytes is None else p.edge_margin_bytes
     shapes = [Shape(batch=b, seq=s) for b in p.batches for s in p.seqs]
 
@@ -336,7 +310,7 @@ def _shape(
 
         decision, ballast = d0, None
         if edge:
-            decision, ballast, tries, reached = _edge(sess, w, shape, phase, available0, margin)
+            decision, ballast, tries, reached = to_edge(sess, w, shape, phase, available0, margin)
             row["edge_tries"] = tries
             row["edge_reached"] = reached
         try:
@@ -468,55 +442,3 @@ def _status(rec: StepRecord, available: int, probe: Any) -> str:
 
 def _ratio(measured: int, predicted: int) -> float | None:
     return None if predicted <= 0 else round(measured / predicted, 6)
-
-
-def _edge(
-    sess: Session, w: Workload, shape: Shape, phase: Phase, available0: int, margin: int
-) -> tuple[AdmissionDecision, Owned | None, int, bool]:
-    """Allocate ballast so the available memory sits just above the least admitting
-    free. Returns the decision at the memory then available, the ballast (owned; None
-    when the edge was not reached), the tries, and whether the edge was reached."""
-    probe = sess.probe
-    cold = sess.cold(phase)
-    least = sess.call(
-        f"edge search {phase} {shape}", lambda: min_admitting_free(w, shape, phase, cold=cold)
-    )
-    floor = _CUDA_EDGE_MARGIN if probe.device.type == "cuda" else 4096
-    step = margin
-    tries = 0
-    if available0 <= int(least) + margin:
-        # Already at the edge: no ballast needed.
-        here = sess.admit(w, shape, phase, available0)
-        return here, None, 0, True
-    for tries in range(1, _MAX_EDGE_TRIES + 1):
-        size = available0 - (int(least) + step)
-        if size <= 0:
-            break
-        try:
-            tensor = _allocate(size, probe.device)
-        except torch.OutOfMemoryError:
-            # The driver would not hand out all it reported free: leave more room.
-            step = max(4 * step, 32 * floor)
-            continue
-        ballast = sess.registry.own_tensor("ballast", tensor, name=f"ballast-{phase}-{shape}")
-        del tensor
-        decision: AdmissionDecision = sess.admit(w, shape, phase, probe.available_bytes())
-        if decision.admitted:
-            return decision, ballast, tries, True
-        sess.registry.release_now(ballast)
-        # Allocation granularity took more than the margin: leave more room.
-        step = max(2 * step, floor)
-    probe.release_cached()
-    decision = sess.admit(w, shape, phase, probe.available_bytes())
-    return decision, None, tries, False
-
-
-def _allocate(nbytes: int, device: torch.device) -> torch.Tensor:
-    # Deterministic mode fills fresh tensors; ballast is never read, so skip the fill
-    # (on CPU its pages then stay virtual; on CUDA the block is held all the same).
-    flag = torch.utils.deterministic.fill_uninitialized_memory  # type: ignore[attr-defined]
-    torch.utils.deterministic.fill_uninitialized_memory = False  # type: ignore[attr-defined]
-    try:
-        return torch.empty(nbytes, dtype=torch.uint8, device=device)
-    finally:
-        torch.utils.deterministic.fill_uninitialized_memory = flag  # type: ignore[attr-defined]
