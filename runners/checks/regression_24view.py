@@ -33,28 +33,25 @@ from typing import Literal
 
 import torch
 
-from runners.adapt.upcast import ReferenceArm, try_setup_reference
-from runners.checks import noise, precision, routing
+from runners.checks import noise, precision
 from runners.checks.context import (
     CheckContext,
     Session,
     Verdict,
     WorkloadFailed,
     dtype_name,
-    load_preserving,
     phase_step,
 )
-from runners.checks.execute import capture_where, execute
-from runners.checks.outputs import bitwise_equal, host_copy, rel_err, sha256_of
+from runners.checks.execute import execute
+from runners.checks.outputs import bitwise_equal, host_copy, sha256_of
 from runners.checks.params import CheckParams
+from runners.checks.regression_reference import reference
 from runners.harness.steps import measure_step
 from runners.names import REGRESSION_24VIEW
 from runners.protocol import (
     Batch,
-    DeclaresRouting,
     EstimatorMissing,
     ForwardOutputs,
-    PrecisionUnsupported,
     Shape,
     SupportsChunkedNLL,
     Workload,
@@ -143,7 +140,7 @@ def _body(sess: Session, p: Params) -> Verdict:
     ref: ForwardOutputs | None = None
     ref_problem = ""
     if p.rule == "reference":
-        ref, ref_problem = _reference(sess, w, batch, shape, p, m, base_outputs)
+        ref, ref_problem = reference(sess, w, batch, shape, p.reference_dtype, m, base_outputs)
     state: noise.FamilyState = "passed"
     if chunked_t is not None and first is not None and second is not None:
         state = _nll_judged(first, second, chunked_t, ref, rtol, p, m, problems)
@@ -333,117 +330,6 @@ def _nll(
         }
     )
     return state
-
-
-def _reference(
-    sess: Session,
-    w: Workload,
-    batch: Batch,
-    shape: Shape,
-    p: Params,
-    m: dict[str, Json],
-    base: dict[str, torch.Tensor],
-) -> tuple[ForwardOutputs | None, str]:
-    """The base's forward in the reference precision (and, when the workload declares its
-    routing, one more unmeasured forward of the base to count routing differences); the
-    outputs' errors against it recorded. Returns the outputs, or None and why not.
-
-    The reference is the harness's request, not the code's own step: where it cannot
-    compute (a kernel without the reference dtype, after the library's equivalent path
-    was tried; the harness's own error), only what needs it is left undecided."""
-    ctx = sess.ctx
-    low = dtype_name(w.dtype)
-    ref_dtype = precision.reference_dtype_for(low, p.reference_dtype)
-    m["reference_dtype"] = ref_dtype
-    base_routes: dict[str, torch.Tensor] = {}
-    if isinstance(w, DeclaresRouting):
-        w.declare_routing(True)
-        got: ForwardOutputs = sess.call("forward (routing)", lambda: w.forward(batch, grad=False))
-        base_routes = {k: v.to("cpu") for k, v in got.routing.items()}
-        w.declare_routing(False)
-        del got
-    if not precision.higher(ref_dtype, low):
-        why = f"the reference {ref_dtype} is no higher than the workload's {low}"
-        m["reference_skipped"] = why
-        return None, why
-    sess.close()  # the base's memory goes before the reference's is taken
-    ref_w = load_preserving(ctx.repo_root, ctx.workload_ref, dict(ctx.workload_params))
-    sess.workload = ref_w  # torn down with the session
-    sess.progress(f"24-view forward in the reference precision {ref_dtype}")
-    try:
-        computed = _reference_forward(sess, ref_w, shape, ref_dtype, m)
-    except WorkloadFailed as e:
-        # Whatever the class of error (an import, an OOM): the code's own step ran above.
-        computed = _cannot_compute(
-            ref_dtype, f"the workload in {ref_dtype}: {e.outcome.sentence()}"
-        )
-    except Exception as e:
-        # The harness's own fault: it accuses nothing, and decides nothing that needs it.
-        where = capture_where(e)
-        computed = _cannot_compute(ref_dtype, f"the harness: {type(e).__name__}: {e}{where}")
-    if isinstance(computed, str):
-        m["reference_skipped"] = computed
-        return None, computed
-    out, ref_arm = computed
-    try:
-        ref_arm.confirm(out)
-    except PrecisionUnsupported as e:
-        m.update(ref_arm.measurements())
-        m["reference_skipped"] = str(e)
-        return None, str(e)
-    m.update(ref_arm.measurements())
-    refs = out.declared()
-    m["outputs_against_reference"] = [
-        {"name": name, "err_base": rel_err(base[name], refs[name])}
-        for name in sorted(set(base) & set(refs))
-    ]
-    if base_routes and out.routing:
-        routes = {k: v.to("cpu") for k, v in out.routing.items()}
-        m["routing"] = {"base_vs_reference": routing.differing(base_routes, routes)}
-    return out, ""
-
-
-def _reference_forward(
-    sess: Session, ref_w: Workload, shape: Shape, ref_dtype: str, m: dict[str, Json]
-) -> tuple[ForwardOutputs, ReferenceArm] | str:
-    """Set ``ref_w`` up in ``ref_dtype`` and run the forward on the batch of the check's
-    own `Shape` (never read back from the batch: its keys are the workload's own). A
-    forward that fails on the workload's path is tried once more on an equivalent path
-    the library offers (`ReferenceArm.try_equivalent`); its figures are recorded."""
-    arm: ReferenceArm | str = sess.call(
-        "setup (reference)",
-        lambda: try_setup_reference(ref_w, sess.device, sess.seed, getattr(torch, ref_dtype)),
-    )
-    if isinstance(arm, str):
-        return arm
-    if isinstance(ref_w, DeclaresRouting):
-        ref_w.declare_routing(True)
-    made: Batch = sess.call("make_batch (reference)", lambda: ref_w.make_batch(shape, sess.seed))
-    ref_batch = arm.batch(made)
-    try:
-        out: ForwardOutputs = sess.call(
-            "forward (reference)", lambda: ref_w.forward(ref_batch, grad=False)
-        )
-    except WorkloadFailed as e:
-        if not arm.try_equivalent(ref_w, e.outcome.sentence()):
-            raise
-        assert arm.equivalent is not None
-        m.update(arm.measurements())
-        sess.progress(f"reference forward again on {arm.equivalent.sentence()}")
-        out = sess.call(
-            "forward (reference, equivalent)", lambda: ref_w.forward(ref_batch, grad=False)
-        )
-    return out, arm
-
-
-def _cannot_compute(ref_dtype: str, what: str) -> str:
-    """Why the reference was not computed, and what would compute it."""
-    return (
-        f"the reference precision {ref_dtype} could not be computed by {what}; what would "
-        f"fix it: a setup(device, seed, *, dtype) that builds the model on kernels that "
-        f'compute in {ref_dtype} (runners.protocol, Precision), or rule = "threshold" '
-        "(judges without a reference)"
-    )
 
 
 def _nll_by_reference(
