@@ -1,15 +1,17 @@
 """The one figure a receipt's check records that a trend follows: admission's
 worst measured/predicted ratio, gradient-compare's worst error over its floor,
-else the claim process's peak bytes."""
+else the claim process's peak bytes; and how a trend says a scope and a change
+in % (`scope_text`, `percent_text`: the text helpers the trend reads from
+ledger.read, kept here so that series.py stays below the read side)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from ledger.read.humanize import iec, number
+from ledger.read.humanize import iec, is_digest, number, short_digest
 
-__all__ = ["Figure", "figure_of", "least_of"]
+__all__ = ["Figure", "figure_of", "least_of", "percent_text", "scope_text"]
 
 
 @dataclass(frozen=True)
@@ -88,3 +90,17 @@ def least_of(predicate: dict[str, Any]) -> Figure | None:
         ]
         least = min(found) if found else None
     return None if least is None else Figure("least measured/predicted", least, "ratio")
+
+
+def scope_text(scope: dict[str, Any]) -> str:
+    """`device_kind=cuda, gpu_model=NVIDIA H200` (digests shortened); `any environment`
+    for a receipt that names no scope."""
+    said = [f"{k}={short_digest(v) if is_digest(v) else v}" for k, v in sorted(scope.items())]
+    return ", ".join(said) or "any environment"
+
+
+def percent_text(percent: float) -> str:
+    """`+12.3 %`, `-99.9 %`, `±0 %`: three significant digits, the sign always shown."""
+    if percent == 0:
+        return "±0 %"
+    return f"{'+' if percent > 0 else '-'}{number(abs(percent))} %"

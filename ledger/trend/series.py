@@ -12,9 +12,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ledger.read.humanize import is_digest, number, short_digest
 from ledger.store.store import Store
-from ledger.trend.figures import Figure, figure_of, least_of
+from ledger.trend.figures import Figure, figure_of, least_of, percent_text, scope_text
 
 __all__ = ["Change", "Point", "Trend", "compared_scope", "percent_text", "scope_text", "trend"]
 
@@ -27,20 +26,6 @@ def compared_scope(scope: dict[str, Any]) -> dict[str, Any]:
     """The facets a head and a base receipt must share to be compared (by their text,
     as scopes compare: `gpu_count=2` is `gpu_count="2"`)."""
     return {k: str(v) for k, v in scope.items() if k not in CODE_FACETS}
-
-
-def scope_text(scope: dict[str, Any]) -> str:
-    """`device_kind=cuda, gpu_model=NVIDIA H200` (digests shortened); `any environment`
-    for a receipt that names no scope."""
-    said = [f"{k}={short_digest(v) if is_digest(v) else v}" for k, v in sorted(scope.items())]
-    return ", ".join(said) or "any environment"
-
-
-def percent_text(percent: float) -> str:
-    """`+12.3 %`, `-99.9 %`, `±0 %`: three significant digits, the sign always shown."""
-    if percent == 0:
-        return "±0 %"
-    return f"{'+' if percent > 0 else '-'}{number(abs(percent))} %"
 
 
 def _three(x: float) -> float:
