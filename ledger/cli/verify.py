@@ -12,11 +12,9 @@ from typing import Any, NamedTuple
 
 from ledger.cli._io import echo, emit_json, read_file
 from ledger.evidence.errors import EXIT_NEGATIVE, Error, UsageError, VerificationError
+from ledger.read.reader import SERVERS_WORD, open_reader
 
 __all__ = ["SERVERS_WORD", "VerifyRequest", "run_verify"]
-
-SERVERS_WORD = "the server's word only, nothing verified here"
-"""Said by an answer that rests on a server's word (`ledger.read.reader`'s alike)."""
 
 
 class VerifyRequest(NamedTuple):
@@ -142,7 +140,6 @@ def run_verify(req: VerifyRequest) -> None:
             # An id: the ledger here verifies it, or the server's bundle is verified
             # here against --trust, or the answer is the server's word and says so.
             from ledger.evidence.keys import load_public_pem
-            from ledger.read.reader import open_reader
 
             anchors = [load_public_pem(read_file(Path(t)), str(t)) for t in trust]
             policy = read_file(req.policy) if req.policy is not None else None

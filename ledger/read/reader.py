@@ -56,19 +56,15 @@ class Reader(Protocol):
         self, ident: Identity, claims: Sequence[str] = (), scope: Scope | None = None
     ) -> dict[str, Any]:
         """`status --json` for a revision identified in a checkout (or from the log)."""
-        ...
 
     def history(self, ident: Identity) -> dict[str, Any]:
         """`history --json`: every statement and review about the revision."""
-        ...
 
     def show(self, ref: str) -> dict[str, Any]:
         """`show --json`: one receipt or review by full id or a unique prefix."""
-        ...
 
     def bundle(self, ref: str, artifacts: bool = False) -> bytes:
         """The export bundle `verify FILE --trust PEM` checks offline."""
-        ...
 
     def verification(
         self, ref: str, trust: Sequence[Ed25519PublicKey] = (), policy: bytes | None = None
@@ -77,48 +73,37 @@ class Reader(Protocol):
         server's bundle is verified here against `trust` (with the policy's log keys),
         and without `trust` its answer is its word and says so. `policy`: the
         checkpoint must carry that tlog-policy's quorum (`witnesses`)."""
-        ...
 
     def proof(self, ref: str) -> dict[str, Any]:
         """`log proof --json`: an entry's inclusion proof against the newest checkpoint."""
-        ...
 
     def consistency(self, old: int | None, new: int | None) -> dict[str, Any]:
         """A consistency proof between checkpoints of sizes OLD and NEW."""
-        ...
 
     def consistency_from(self, note: bytes) -> dict[str, Any]:
         """A consistency proof from a checkpoint note someone holds to the newest."""
-        ...
 
     def registered_keys(self) -> list[dict[str, Any]]:
         """The registered keys, as `keys list --json` shows them (without this host's)."""
-        ...
 
     def fleet(self, quarantine_above: float | None = None) -> dict[str, Any]:
         """`fleet --json`, with the devices above the rate named where one is given."""
-        ...
 
     def artifact(self, digest: str) -> tuple[bytes, str]:
         """An artifact's bytes, checked against its digest, and its media type."""
-        ...
 
     def audit(self) -> dict[str, Any]:
         """`audit --json`: every entry hash, signature, sequence number and root."""
-        ...
 
     def log_view(self, trust: Sequence[Ed25519PublicKey], policy: Policy | None) -> LogView:
         """The log as the monitor reads it: a server's up to its checkpoint, signed by
         `trust` or meeting `policy`, whose entries must hash to its root."""
-        ...
 
     def witness_source(self, trust: list[Ed25519PublicKey]) -> DbSource | ServerSource:
         """Checkpoints and consistency proofs as a witness reads them."""
-        ...
 
     def close(self) -> None:
         """Let go of what the reader opened (a database's connections)."""
-        ...
 
 
 def key_rows(keys: Iterable[KeyInfo]) -> list[dict[str, Any]]:
