@@ -36,7 +36,6 @@ from ledger.evidence.limits import check_media_type, load_json
 from ledger.service.limits import BodyTooLarge, read_body
 
 if TYPE_CHECKING:
-    from ledger.read.reader import LocalReader
     from ledger.service.questions import How, Which
     from ledger.service.state import Ledger
 
@@ -182,30 +181,25 @@ async def post_reviews(request: Request) -> Response:
     return await post_envelopes(request, reviews_only=True)
 
 
-def _reader(led: Ledger) -> LocalReader:
-    """The read side's local reader over the server's one store; it never signs."""
-    return led.reader()
-
-
 def _ref(request: Request) -> str:
     return str(request.path_params["ref"])
 
 
 async def entry(request: Request) -> Response:
     led = _ledger(request)
-    return json_response(await run_in_threadpool(_reader(led).show, _ref(request)))
+    return json_response(await run_in_threadpool(led.reader().show, _ref(request)))
 
 
 async def bundle(request: Request) -> Response:
     led = _ledger(request)
     with_artifacts = request.query_params.get("artifacts") in ("1", "true")
-    data = await run_in_threadpool(led.bundle, _ref(request), with_artifacts)
+    data = await run_in_threadpool(led.reader().bundle, _ref(request), with_artifacts)
     return Response(data, media_type="application/json")
 
 
 async def verification(request: Request) -> Response:
     led = _ledger(request)
-    return json_response(await run_in_threadpool(_reader(led).verification, _ref(request)))
+    return json_response(await run_in_threadpool(led.reader().verification, _ref(request)))
 
 
 def status_or_history(which: Which, how: How) -> Handler:
@@ -282,9 +276,8 @@ def _cosigned(store: Any, policy_file: Path) -> bytes:
 
 async def proof(request: Request) -> Response:
     led = _ledger(request)
-    # A read never signs (writes) a checkpoint.
-    work = _reader(led).proof
-    return json_response(await run_in_threadpool(work, _ref(request)))
+    # The server's reader never signs: a read writes no checkpoint.
+    return json_response(await run_in_threadpool(led.reader().proof, _ref(request)))
 
 
 def _size(q: Any, name: str) -> int | None:
@@ -500,7 +493,7 @@ async def fleet(request: Request) -> Response:
     led = _ledger(request)
     led.holder(request, "read")
     above = quarantine_rate(request.query_params.get("quarantine_above"))
-    return json_response(await run_in_threadpool(_reader(led).fleet, above))
+    return json_response(await run_in_threadpool(led.reader().fleet, above))
 
 
 def quarantine_rate(text: str | None) -> float | None:

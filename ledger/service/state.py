@@ -111,9 +111,6 @@ class Ledger:
 
         return LocalReader(store=self.store(), signs=False, artifacts=artifact)
 
-    def bundle(self, ref: str, with_artifacts: bool) -> bytes:
-        return self.reader().bundle(ref, with_artifacts)
-
     def artifact(self, digest: str) -> tuple[str, bytes]:
         """(media type, bytes) of an artifact the log names, digest-checked."""
         from sqlalchemy import select
