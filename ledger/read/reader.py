@@ -17,7 +17,6 @@ one store that never signs (a read must not write a checkpoint).
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -123,6 +122,8 @@ def key_rows(keys: Iterable[KeyInfo]) -> list[dict[str, Any]]:
 
 def question_of(q: Identity, claims: list[str], scope: dict[str, str | int]) -> dict[str, Any]:
     """What a remote `status` or `history` posts: the locally identified revision and plan."""
+    import dataclasses  # here: `ledger verify FILE` imports this module, and starts fast
+
     return {
         "subject": dataclasses.asdict(q.revision),
         "plan": q.plan.model_dump(mode="json") if q.plan else None,
