@@ -18,8 +18,8 @@ import httpx
 from ledger.evidence.keys import KeyDir, LocalKey
 from ledger.evidence.statement import sign_statement
 from ledger.read.query import query_status
+from ledger.read.subject import identity_from_log
 from ledger.remote import client
-from ledger.service.questions import identity_from_log
 from ledger.service.run import start
 from ledger.store.store import Store
 from ledger.write.ingest import init_ledger, record, register_key

@@ -13,6 +13,7 @@ from ledger.evidence.errors import EXIT_NEGATIVE, Error, InputError, UsageError
 
 if TYPE_CHECKING:  # the CLI imports its machinery lazily, so `--help` starts fast
     from ledger.evidence.keys import KeyDir
+    from ledger.read.reader import Reader
     from ledger.store.store import Store
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -24,6 +25,7 @@ __all__ = [
     "json_option",
     "keydir",
     "load_json_file",
+    "open_reader",
     "open_store",
     "parse_scope",
     "plan_option",
@@ -86,6 +88,16 @@ def open_store(db: str | None) -> Store:
     from ledger.store.store import Store, resolve_url
 
     return Store.open(resolve_url(db))
+
+
+def open_reader(
+    db: str | None, server: str | None, token: str | None = None, *, one: bool = False
+) -> Reader:
+    """What every command that reads asks: the ledger here, or the server at --server
+    (`ledger.read.reader`); nothing is opened or asked before the first question."""
+    from ledger.read.reader import open_reader as opened
+
+    return opened(db, server, token, one=one)
 
 
 def keydir() -> KeyDir:

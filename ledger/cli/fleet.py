@@ -6,17 +6,7 @@ from typing import Any
 
 import click
 
-from ledger.cli._common import db_option, emit_json, json_option, open_store, server_option
-
-
-def _predicates(db: str | None) -> list[dict[str, Any]]:
-    from ledger.fleet.report import store_predicates
-
-    store = open_store(db)
-    try:
-        return store_predicates(store)
-    finally:
-        store.dispose()
+from ledger.cli._common import db_option, emit_json, json_option, open_reader, server_option
 
 
 def _render(doc: dict[str, Any], above: float | None) -> str:
@@ -98,8 +88,6 @@ def fleet(
     """Flaky devices told from flaky claims: per GPU UUID, per host and per claim, the
     claims run, failures, infra errors, receipts whose GPU health showed a fault, and
     Wilson lower bounds of the failure and device-fault rates."""
-    from ledger.fleet.report import fleet_report, quarantined
-
     diag: dict[str, Any] = {}
     none: str | None = None
     if diagnose:
@@ -122,17 +110,11 @@ def fleet(
                 click.echo(f"  {got['result']}", err=True)
         if none is not None:
             click.echo(f"ledger: --diagnose: {none}: nothing was diagnosed", err=True)
-    if server is not None:
-        from ledger.remote.client import fetch_fleet
-
-        # The server's ledger, reported by the same code: the same document as
-        # `ledger fleet` on that ledger.
-        doc = fetch_fleet(server, quarantine_above, token)
-    else:
-        doc = fleet_report(_predicates(db))
-        if quarantine_above is not None:
-            doc["quarantined"] = quarantined(doc, quarantine_above)
-            doc["quarantine_above"] = quarantine_above
+    reader = open_reader(db, server, token)
+    try:
+        doc = reader.fleet(quarantine_above)
+    finally:
+        reader.close()
     if diagnose:
         doc["dcgm_diag"] = diag
         if none is not None:

@@ -11,6 +11,7 @@ from ledger.cli._common import (
     emit_json,
     json_option,
     keydir,
+    open_reader,
     open_store,
     read_file,
     server_option,
@@ -92,21 +93,9 @@ def keys_list(server: str | None, db: str | None, as_json: bool) -> None:
 
     local = set(keydir().names())
     rows = [
-        {
-            "keyid": k.keyid,
-            "name": k.name,
-            "role": k.role,
-            "revoked": k.revoked_seq is not None,
-            "revoked_reason": k.revoked_reason,
-            "registered_by": k.registered_by,
-            "private_key_here": k.name in local,
-        }
-        for k in ([] if server else open_store(db).keys().values())
+        {**k, "private_key_here": k["name"] in local}
+        for k in open_reader(db, server).registered_keys()
     ]
-    if server:
-        from ledger.remote.client import fetch_keys
-
-        rows = [{**k, "private_key_here": k["name"] in local} for k in fetch_keys(server)]
     if as_json:
         emit_json(rows)
     else:

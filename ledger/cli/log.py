@@ -14,6 +14,7 @@ from ledger.cli._common import (
     emit_json,
     json_option,
     keydir,
+    open_reader,
     open_store,
     read_file,
     server_option,
@@ -211,16 +212,7 @@ def log_vkey(db: str | None) -> None:
 @json_option
 def log_proof(receipt: str, server: str | None, db: str | None, as_json: bool) -> None:
     """Inclusion proof of an entry against the newest checkpoint (verified before printing)."""
-    from ledger.log import inclusion
-
-    if server:
-        from ledger.remote.client import fetch_proof
-
-        doc = fetch_proof(server, receipt)
-    else:
-        store = open_store(db)
-        e = store.resolve(receipt)
-        doc = inclusion(store, e.seq, keydir()).to_json(e.entry_id)
+    doc = open_reader(db, server).proof(receipt)
     if as_json:
         emit_json(doc)
         return
@@ -259,42 +251,18 @@ def log_consistency(
     With --from FILE: between the checkpoint in FILE and the newest one; exit 1
     (both roots printed) when the log has forked or rolled back since FILE.
     """
-    from ledger.log import consistency
-    from ledger.log.witness import consistency_from
-
-    if server:
-        from ledger.remote.client import fetch_consistency
-
-        if old is None or new is None:
-            raise UsageError("with --server: give OLD and NEW sizes")
-        doc = fetch_consistency(server, old, new)
-        if as_json:
-            emit_json(doc)
-        else:
-            click.echo(f"consistent: {old} -> {new}, verified by the server")
-            for h in doc["proof"]:
-                click.echo(f"  {h}")
-        return
-    store = open_store(db)
-    if from_file is not None:
-        if old is not None:
-            raise UsageError("give OLD NEW or --from FILE, not both")
-        doc = consistency_from(store, read_file(from_file), keydir())
-        if as_json:
-            emit_json(doc)
-        else:
-            click.echo(f"consistent: {doc['old']} -> {doc['new']}, verified")
-            for h in doc["proof"]:
-                click.echo(f"  {h}")
-        return
-    if old is None or new is None:
-        raise UsageError("give OLD and NEW sizes, or --from CHECKPOINT_FILE")
-    proof = [h.hex() for h in consistency(store, old, new)]
+    reader = open_reader(db, server)
+    if from_file is not None and old is None:
+        doc = reader.consistency_from(read_file(from_file))
+    elif from_file is not None:
+        raise UsageError("give OLD NEW or --from FILE, not both")
+    else:
+        doc = reader.consistency(old, new)
     if as_json:
-        emit_json({"old": old, "new": new, "proof": proof})
+        emit_json(doc)
         return
-    click.echo(f"consistent: {old} -> {new}, verified")
-    for h in proof:
+    click.echo(f"consistent: {doc['old']} -> {doc['new']}, {reader.verified}")
+    for h in doc["proof"]:
         click.echo(f"  {h}")
 
 
@@ -328,10 +296,9 @@ def log_witness(
     consistency proof) or a rollback (a smaller size, or an older timestamp).
     """
     from ledger.evidence.keys import load_public_pem
-    from ledger.log.witness import DbSource, ServerSource, witness
+    from ledger.log.witness import witness
 
-    if server is not None and db is not None:
-        raise UsageError("give --db or --server, not both")
+    reader = open_reader(db, server, one=True)
     pems = [load_public_pem(read_file(p), str(p)) for p in trust]
     accept = None
     if policy is not None:
@@ -343,5 +310,4 @@ def log_witness(
         def accept(note: bytes) -> str:
             return witnessed_line(rules, note)
 
-    source = ServerSource(server, pems) if server is not None else DbSource(open_store(db), pems)
-    click.echo(witness(state, source, accept))
+    click.echo(witness(state, reader.witness_source(pems), accept))

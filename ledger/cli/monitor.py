@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from ledger.cli._common import db_option, keydir, open_store, read_file, server_option
+from ledger.cli._common import db_option, keydir, open_reader, read_file, server_option
 from ledger.evidence.errors import EXIT_NEGATIVE, UsageError
 
 
@@ -71,30 +71,21 @@ def follow(
     from datetime import UTC, datetime
 
     from ledger.cli.files import write_atomically
-    from ledger.evidence.keys import find_key
+    from ledger.evidence.keys import find_key, load_public_pem
     from ledger.monitor.journal import read_journal
     from ledger.monitor.report import sign_report
-    from ledger.monitor.watch import scan, store_view
+    from ledger.monitor.watch import scan
 
     if not output.absolute().parent.is_dir():
         raise UsageError(f"{output.parent}: no such directory")
-    if server is not None and db is not None:
-        raise UsageError("give --db or --server, not both")
-    if server is not None:
-        from ledger.evidence.keys import load_public_pem
-        from ledger.monitor.remote import remote_view
+    reader = open_reader(db, server, one=True)
+    rules = None
+    if policy is not None:
+        from ledger.transparency.policy import parse_policy
 
-        rules = None
-        if policy is not None:
-            from ledger.transparency.policy import parse_policy
-
-            rules = parse_policy(read_file(policy))
-        pems = [load_public_pem(read_file(p), str(p)) for p in trust]
-        view = remote_view(server, pems, rules)
-    else:
-        if trust or policy is not None:
-            raise UsageError("--trust and --policy go with --server")
-        view = store_view(open_store(db))
+        rules = parse_policy(read_file(policy))
+    pems = [load_public_pem(read_file(p), str(p)) for p in trust]
+    view = reader.log_view(pems, rules)
     log = view.origin
     start = 0
     if state.exists():

@@ -14,8 +14,7 @@ from ledger.cli._common import (
     db_option,
     emit_json,
     json_option,
-    keydir,
-    open_store,
+    open_reader,
     parse_scope,
     plan_option,
     rev_options,
@@ -130,18 +129,7 @@ def status(
             f"no {PLAN_FILE} governs {ident.revision.commit[:12]}: "
             "pass --plan FILE (or --claim NAME to ask about claims by name)"
         )
-    if server:
-        # The question is identified here, in this checkout, as a local status
-        # would; the server answers it from its ledger.
-        from ledger.remote.client import fetch_status
-        from ledger.service.questions import question_of
-
-        doc = fetch_status(server, question_of(ident, list(claims), parse_scope(scope)))
-    else:
-        from ledger.read.query import query_status
-
-        report = query_status(open_store(db), ident, claims=claims, scope=parse_scope(scope))
-        doc = report.to_json()
+    doc = open_reader(db, server).status(ident, claims, parse_scope(scope))
     fmt = "json" if as_json else fmt
     base_url = link or server
     links = formats.Links(base_url) if base_url else None
@@ -177,17 +165,9 @@ def history(
     as_json: bool,
 ) -> None:
     """Every statement and review about a revision, in log order; superseded ones marked."""
-    from ledger.read.query import history_answer
     from ledger.read.render import render_history, terminal_width
 
-    q = _identity(repo, rev, pr, plan, offline, base)
-    if server:
-        from ledger.remote.client import fetch_history
-        from ledger.service.questions import question_of
-
-        doc = fetch_history(server, question_of(q, [], {}))
-    else:
-        doc = history_answer(open_store(db), q)
+    doc = open_reader(db, server).history(_identity(repo, rev, pr, plan, offline, base))
     if as_json:
         emit_json(doc)
     else:
@@ -203,15 +183,9 @@ def history(
 @json_option
 def show(receipt: str, server: str | None, db: str | None, as_json: bool) -> None:
     """Show a receipt or review: its statement, signer and reviews."""
-    from ledger.read.query import show_document
     from ledger.read.render import render_show, terminal_width
 
-    if server:
-        from ledger.remote.client import fetch_entry
-
-        doc = fetch_entry(server, receipt)
-    else:
-        doc = show_document(open_store(db), receipt)
+    doc = open_reader(db, server).show(receipt)
     if as_json:
         emit_json(doc)
     else:
@@ -329,29 +303,10 @@ def export(
             raise UsageError("--proof goes with a bundle, not --format test-result")
         _export_test_result(receipt, output, server, db)
         return
-    from ledger.log import export as do_export
-
     # Before any work: a fresh checkpoint must not be signed for a file that cannot be written.
     if not output.absolute().parent.is_dir():
         raise UsageError(f"{output.parent}: no such directory")
-    if server:
-        from ledger.remote.client import fetch_bundle
-
-        data = fetch_bundle(server, receipt, artifacts=with_artifacts)
-    else:
-        store = open_store(db)
-        data = do_export(store, receipt, keydir())
-        if with_artifacts:
-            from ledger.write.artifacts import bundle_with_artifacts
-            from ledger.write.service_local import artifact_of
-
-            e = store.resolve(receipt)
-            arts = e.receipt.predicate.artifacts if e.kind == "receipt" else []
-            files = []
-            for a in arts:
-                content, media = artifact_of(store, a.digest["sha256"])
-                files.append((a.digest["sha256"], media, content))
-            data = bundle_with_artifacts(data, files)
+    data = open_reader(db, server).bundle(receipt, artifacts=with_artifacts)
     from ledger.cli.files import write_atomically
 
     write_atomically(output, data)
@@ -371,14 +326,7 @@ def _export_test_result(receipt: str, output: Path, server: str | None, db: str 
 
     if not output.absolute().parent.is_dir():
         raise UsageError(f"{output.parent}: no such directory")
-    if server:
-        from ledger.remote.client import fetch_entry
-
-        doc = fetch_entry(server, receipt)
-    else:
-        from ledger.read.query import show_document
-
-        doc = show_document(open_store(db), receipt)
+    doc = open_reader(db, server).show(receipt)
     if doc["kind"] != "receipt":
         raise UsageError(f"{receipt} is a {doc['kind']}, not a receipt")
     pred = QualificationPredicate.model_validate(doc["statement"]["predicate"])
@@ -396,28 +344,16 @@ def _export_test_result(receipt: str, output: Path, server: str | None, db: str 
 @json_option
 def audit(server: str | None, token: str | None, db: str | None, as_json: bool) -> None:
     """Recompute every entry hash, signature, sequence number and checkpoint root."""
-    from ledger.log import audit as do_audit
-
-    if server:
-        from ledger.remote.client import audit as remote_audit
-
-        doc = remote_audit(server, token)
-        if as_json:
-            emit_json(doc)
-        else:
-            click.echo(json.dumps(doc, indent=2))
-        if not doc.get("ok"):
-            raise SystemExit(EXIT_NEGATIVE)
-        return
-    rep = do_audit(open_store(db))
+    doc = open_reader(db, server, token).audit()
     if as_json:
-        emit_json(rep.to_json())
+        emit_json(doc)
     else:
-        for p in rep.problems:
+        problems = doc.get("problems") or []
+        for p in problems:
             click.echo(p)
         click.echo(
-            f"{rep.entries} entries, {rep.checkpoints} checkpoints, root {rep.root}: "
-            + ("ok" if rep.ok else f"{len(rep.problems)} problems")
+            f"{doc.get('entries')} entries, {doc.get('checkpoints')} checkpoints, "
+            f"root {doc.get('root')}: " + ("ok" if doc.get("ok") else f"{len(problems)} problems")
         )
-    if not rep.ok:
+    if not doc.get("ok"):
         raise SystemExit(EXIT_NEGATIVE)

@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from ledger.cli._common import db_option, emit_json, json_option, server_option
+from ledger.cli._common import db_option, emit_json, json_option, open_reader, server_option
 from ledger.evidence.errors import EXIT_NEGATIVE, UsageError
 from ledger.read.inert import inert
 
@@ -66,14 +66,7 @@ def artifact() -> None:
 @db_option
 def artifact_get(digest: str, output: Path, server: str | None, db: str | None) -> None:
     """Write an artifact's bytes to FILE after checking them against DIGEST."""
-    if server:
-        from ledger.remote.client import fetch_artifact
-
-        data, media = fetch_artifact(server, digest)
-    else:
-        from ledger.write.service_local import read_artifact
-
-        data, media = read_artifact(db, digest)
+    data, media = open_reader(db, server).artifact(digest)
     from ledger.cli.files import write_atomically
 
     write_atomically(output, data)

@@ -12,10 +12,9 @@ from typing import Any, NamedTuple
 
 from ledger.cli._io import echo, emit_json, read_file
 from ledger.evidence.errors import EXIT_NEGATIVE, Error, UsageError, VerificationError
+from ledger.read.reader import SERVERS_WORD, open_reader
 
 __all__ = ["SERVERS_WORD", "VerifyRequest", "run_verify"]
-
-SERVERS_WORD = "the server's word only, nothing verified here"
 
 
 class VerifyRequest(NamedTuple):
@@ -33,13 +32,6 @@ class VerifyRequest(NamedTuple):
     as_json: bool = False
     policy: Path | None = None
     """A C2SP tlog-policy: the checkpoint must carry its witnesses' quorum."""
-
-
-def _check_is_asked(got: str, asked: str) -> None:
-    """A server answering with another receipt's bundle is refused."""
-    want = asked.strip().lower().removeprefix("sha256:")
-    if not got.removeprefix("sha256:").startswith(want):
-        raise VerificationError(f"the server sent the bundle of {got[:19]}, not of {asked}")
 
 
 def _policy_logs(policy: Path | None) -> list[Any]:
@@ -118,7 +110,7 @@ def run_verify(req: VerifyRequest) -> None:
     consistent: str | None = None
     witnessed: str | None = None
     report = None
-    remote: dict[str, Any] = {}
+    asked: dict[str, Any] = {}
     artifacts_checked: list[str] = []
     try:
         if looks_like_file and not path.is_file():
@@ -144,38 +136,16 @@ def run_verify(req: VerifyRequest) -> None:
                 consistent = check_bundle_against(raw, read_file(newer), anchors)
         elif newer is not None:
             raise UsageError("--checkpoint applies to a bundle FILE")
-        elif server and trust:
-            # The server only carries bytes: the bundle is verified here, against
-            # --trust alone, and must be the receipt asked for.
+        else:
+            # An id: the ledger here verifies it, or the server's bundle is verified
+            # here against --trust, or the answer is the server's word and says so.
             from ledger.evidence.keys import load_public_pem
-            from ledger.remote.client import fetch_bundle
-            from ledger.verify import verify_bundle
 
             anchors = [load_public_pem(read_file(Path(t)), str(t)) for t in trust]
-            anchors += _policy_logs(req.policy)
-            raw = fetch_bundle(server, target)
-            report = verify_bundle(raw, anchors)
-            _check_is_asked(report.id, target)
-            witnessed = _witnessed_bundle(req.policy, raw)
-        elif server and req.policy is not None:
-            raise UsageError("--policy with --server needs --trust (the bundle is verified here)")
-        elif server:
-            from ledger.remote.client import fetch_verification
-
-            remote = fetch_verification(server, target)
-            remote["anchor"] = f"{SERVERS_WORD} ({server}); give --trust PEM to verify here"
-            remote["trust"] = "server"
-        else:
-            from ledger.cli._common import open_store
-            from ledger.verify.logged import verify_in_ledger
-
-            store = open_store(req.db)
-            report = verify_in_ledger(store, target)
-            if req.policy is not None:
-                from ledger.transparency.enforce import witnessed_in_ledger
-
-                witnessed = witnessed_in_ledger(store, report.id, read_file(req.policy))
-        doc = report.to_json() if report is not None else remote
+            policy = read_file(req.policy) if req.policy is not None else None
+            asked = open_reader(req.db, server).verification(target, anchors, policy)
+            witnessed = asked.pop("witnesses", None)
+        doc = report.to_json() if report is not None else asked
         if artifacts_checked:
             doc["artifacts"] = artifacts_checked
         if consistent is not None:

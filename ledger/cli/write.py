@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 import click
 
@@ -16,6 +16,7 @@ from ledger.cli._common import (
     kept,
     keydir,
     load_json_file,
+    open_reader,
     open_store,
     parse_scope,
     plan_option,
@@ -24,6 +25,9 @@ from ledger.cli._common import (
     server_option,
 )
 from ledger.evidence.errors import InputError, UsageError
+
+if TYPE_CHECKING:
+    from ledger.read.reader import Reader
 
 
 @click.command()
@@ -222,35 +226,27 @@ def review(
     db: str | None,
 ) -> None:
     """Countersign (or dispute) a receipt with a reviewer key other than its signer."""
-    from ledger.write.record import LocalRecorder, Recorder, open_recorder
+    from ledger.write.record import open_recorder
     from ledger.write.record import review as do_review
 
     if concur == dispute:
         raise UsageError("give exactly one of --concur or --dispute")
-    store = None if server else open_store(db)
-    recorder: Recorder = open_recorder(db, server) if store is None else LocalRecorder(store)
+    recorder = open_recorder(db, server)
     key = keydir().load(key_name)
     verdict: Literal["concur", "dispute"] = "dispute" if dispute else "concur"
     rec = do_review(recorder, receipt, verdict, note, key)
     # The id alone for scripts; what was recorded, about what, for people.
     click.echo(rec.id)
-    click.echo(_reviewed(rec.id, verdict, receipt, server, store), err=True)
+    click.echo(_reviewed(rec.id, verdict, receipt, open_reader(db, server)), err=True)
 
 
-def _reviewed(rid: str, verdict: str, ref: str, server: str | None, store: Any) -> str:
+def _reviewed(rid: str, verdict: str, ref: str, reader: Reader) -> str:
     """What a recorded review says: its verdict, the receipt and its claim."""
     from ledger.evidence.errors import Error
     from ledger.read.inert import inert
 
     try:
-        if server:
-            from ledger.remote.client import fetch_entry
-
-            shown = fetch_entry(server, ref)
-        else:
-            from ledger.read.query import show_document
-
-            shown = show_document(store, ref)
+        shown = reader.show(ref)
         target = str(shown["id"])
         claim = shown["statement"]["predicate"].get("claim")
     except (Error, KeyError, TypeError):
@@ -302,14 +298,7 @@ def supersede(
     from ledger.write.supersede import supersede as do_supersede
 
     key = keydir().load(key_name)
-    if server:
-        from ledger.remote.client import fetch_entry
-
-        shown = fetch_entry(server, receipt)
-    else:
-        from ledger.read.query import show_document
-
-        shown = show_document(open_store(db), receipt)
+    shown = open_reader(db, server).show(receipt)
     planned = plan_supersession(shown, key, reason, "failed" if outcome == "failed" else "passed")
     if dry_run:
         click.echo(

@@ -36,6 +36,7 @@ from ledger.evidence.limits import check_media_type, load_json
 from ledger.service.limits import BodyTooLarge, read_body
 
 if TYPE_CHECKING:
+    from ledger.service.questions import How, Which
     from ledger.service.state import Ledger
 
 __all__ = ["ROUTES", "error_response", "json_response"]
@@ -185,71 +186,48 @@ def _ref(request: Request) -> str:
 
 
 async def entry(request: Request) -> Response:
-    from ledger.read.query import show_document
-
     led = _ledger(request)
-    return json_response(await run_in_threadpool(show_document, led.store(), _ref(request)))
+    return json_response(await run_in_threadpool(led.reader().show, _ref(request)))
 
 
 async def bundle(request: Request) -> Response:
     led = _ledger(request)
     with_artifacts = request.query_params.get("artifacts") in ("1", "true")
-    data = await run_in_threadpool(led.bundle, _ref(request), with_artifacts)
+    data = await run_in_threadpool(led.reader().bundle, _ref(request), with_artifacts)
     return Response(data, media_type="application/json")
 
 
 async def verification(request: Request) -> Response:
-    from ledger.verify.logged import verify_in_ledger
-
     led = _ledger(request)
-    report = await run_in_threadpool(verify_in_ledger, led.store(), _ref(request))
-    return json_response(report.to_json())
+    return json_response(await run_in_threadpool(led.reader().verification, _ref(request)))
 
 
-async def status_question(request: Request) -> Response:
-    from ledger.service.questions import kept, status_from_question
+def status_or_history(which: Which, how: How) -> Handler:
+    """The one handler of `/v1/status` and `/v1/history`: `which` answer, and `how` the
+    question arrives (a posted question document, or query parameters)."""
 
-    led = _ledger(request)
-    doc = await _doc(request)
-    answer = kept("status", led.store(), doc, (), led.answers)
-    if answer is None:
-        answer = await run_in_threadpool(status_from_question, led.store(), doc, led.answers)
-    return kept_response(led, answer)
+    async def handle(request: Request) -> Response:
+        from ledger.service.questions import answer, kept
 
+        led = _ledger(request)
+        asked = await _doc(request) if how == "question" else dict(request.query_params)
+        # A posted question names its subject; only query parameters are identified
+        # in a mirror checkout.
+        mirrors = led.mirrors if how == "query" else ()
+        store = led.store()
+        doc = kept(which, how, store, asked, mirrors, led.answers)
+        if doc is None:
 
-async def history_question(request: Request) -> Response:
-    from ledger.service.questions import history_from_question, kept
+            def work() -> dict[str, Any]:
+                return answer(which, how, store, asked, mirrors, led.answers)
 
-    led = _ledger(request)
-    doc = await _doc(request)
-    answer = kept("history", led.store(), doc, (), led.answers)
-    if answer is None:
-        answer = await run_in_threadpool(history_from_question, led.store(), doc, led.answers)
-    return kept_response(led, answer)
+            # Named for what it answers, as the worker thread shows in a trace.
+            work.__name__ = work.__qualname__ = f"{which}_from_{how}"
+            doc = await run_in_threadpool(work)
+        return kept_response(led, doc)
 
-
-async def status_query(request: Request) -> Response:
-    from ledger.service.questions import kept, status_from_query
-
-    led = _ledger(request)
-    q = dict(request.query_params)
-    answer = kept("status-get", led.store(), q, led.mirrors, led.answers)
-    if answer is None:
-        store, mirrors = led.store(), led.mirrors
-        answer = await run_in_threadpool(status_from_query, store, q, mirrors, led.answers)
-    return kept_response(led, answer)
-
-
-async def history_query(request: Request) -> Response:
-    from ledger.service.questions import history_from_query, kept
-
-    led = _ledger(request)
-    q = dict(request.query_params)
-    answer = kept("history-get", led.store(), q, led.mirrors, led.answers)
-    if answer is None:
-        store, mirrors = led.store(), led.mirrors
-        answer = await run_in_threadpool(history_from_query, store, q, mirrors, led.answers)
-    return kept_response(led, answer)
+    handle.__name__ = f"{which}_{how}"
+    return handle
 
 
 async def get_checkpoint(request: Request) -> Response:
@@ -297,17 +275,9 @@ def _cosigned(store: Any, policy_file: Path) -> bytes:
 
 
 async def proof(request: Request) -> Response:
-    from ledger.log import inclusion
-
     led = _ledger(request)
-
-    def work() -> dict[str, object]:
-        store = led.store()
-        e = store.resolve(_ref(request))
-        # No key: a read never signs (writes) a checkpoint.
-        return inclusion(store, e.seq, None).to_json(e.entry_id)
-
-    return json_response(await run_in_threadpool(work))
+    # The server's reader never signs: a read writes no checkpoint.
+    return json_response(await run_in_threadpool(led.reader().proof, _ref(request)))
 
 
 def _size(q: Any, name: str) -> int | None:
@@ -388,21 +358,11 @@ async def consistency(request: Request) -> Response:
 
 
 async def list_keys(request: Request) -> Response:
+    from ledger.read.reader import key_rows
+
     led = _ledger(request)
     keys = await run_in_threadpool(lambda: led.store().keys(fresh=True))
-    return json_response(
-        [
-            {
-                "keyid": k.keyid,
-                "name": k.name,
-                "role": k.role,
-                "revoked": k.revoked_seq is not None,
-                "revoked_reason": k.revoked_reason,
-                "registered_by": k.registered_by,
-            }
-            for k in keys.values()
-        ]
-    )
+    return json_response(key_rows(keys.values()))
 
 
 async def add_key(request: Request) -> Response:
@@ -530,16 +490,10 @@ async def audit(request: Request) -> Response:
 async def fleet(request: Request) -> Response:
     """`ledger fleet` of the server's ledger. The read role: which devices of the
     team are sick, and where they run, is not for everyone the server answers."""
-    from ledger.fleet.report import fleet_report, quarantined, store_predicates
-
     led = _ledger(request)
     led.holder(request, "read")
     above = quarantine_rate(request.query_params.get("quarantine_above"))
-    doc = await run_in_threadpool(lambda: fleet_report(store_predicates(led.store())))
-    if above is not None:
-        doc["quarantined"] = quarantined(doc, above)
-        doc["quarantine_above"] = above
-    return json_response(doc)
+    return json_response(await run_in_threadpool(led.reader().fleet, above))
 
 
 def quarantine_rate(text: str | None) -> float | None:
@@ -571,10 +525,10 @@ def _routes() -> list[tuple[str, Handler, list[str]]]:
         ("/v1/entries/{ref}", g(entry), ["GET"]),
         ("/v1/bundles/{ref}", g(bundle), ["GET"]),
         ("/v1/verify/{ref}", g(verification), ["GET"]),
-        ("/v1/status", g(status_query), ["GET"]),
-        ("/v1/status", g(status_question), ["POST"]),
-        ("/v1/history", g(history_query), ["GET"]),
-        ("/v1/history", g(history_question), ["POST"]),
+        ("/v1/status", g(status_or_history("status", "query")), ["GET"]),
+        ("/v1/status", g(status_or_history("status", "question")), ["POST"]),
+        ("/v1/history", g(status_or_history("history", "query")), ["GET"]),
+        ("/v1/history", g(status_or_history("history", "question")), ["POST"]),
         ("/v1/checkpoint", g(get_checkpoint), ["GET"]),
         ("/v1/checkpoint", g(sign_checkpoint), ["POST"]),
         ("/v1/log/proof/{ref}", g(proof), ["GET"]),

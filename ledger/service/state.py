@@ -13,7 +13,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from starlette.requests import Request
 
@@ -24,6 +24,9 @@ from ledger.service.auth import TokenRole, Tokens
 from ledger.service.limits import MAX_BODY_BYTES
 from ledger.store.store import ARTIFACT, Store
 from ledger.write.artifacts import ArtifactStore
+
+if TYPE_CHECKING:
+    from ledger.read.reader import LocalReader
 
 __all__ = ["Ledger"]
 
@@ -97,23 +100,16 @@ class Ledger:
         except Error as e:
             self.log(f"no checkpoint after the write: {e.reason()}")
 
-    def bundle(self, ref: str, with_artifacts: bool) -> bytes:
-        from ledger.log import export
-        from ledger.write.artifacts import bundle_with_artifacts
+    def reader(self) -> LocalReader:
+        """The read side's local reader over the one store, with this server's artifact
+        store. It never signs: a read serves the checkpoints stored, never a new one."""
+        from ledger.read.reader import LocalReader
 
-        store = self.store()
-        # No key: a read serves the checkpoints stored, and never signs one.
-        data = export(store, ref, None)
-        if not with_artifacts:
-            return data
-        e = store.resolve(ref)
-        arts = e.receipt.predicate.artifacts if e.kind == "receipt" else []
-        files = []
-        for a in arts:
-            d = a.digest["sha256"]
-            media, content = self.artifact(d)
-            files.append((d, media, content))
-        return bundle_with_artifacts(data, files)
+        def artifact(digest: str) -> tuple[bytes, str]:
+            media, content = self.artifact(digest)
+            return content, media
+
+        return LocalReader(store=self.store(), signs=False, artifacts=artifact)
 
     def artifact(self, digest: str) -> tuple[str, bytes]:
         """(media type, bytes) of an artifact the log names, digest-checked."""

@@ -5,10 +5,10 @@ from __future__ import annotations
 from sqlalchemy import select
 
 from ledger.evidence.errors import NotFoundError
-from ledger.store.store import ARTIFACT, Store, resolve_url
+from ledger.store.store import ARTIFACT, Store
 from ledger.write.artifacts import _digest, for_ledger
 
-__all__ = ["artifact_of", "read_artifact"]
+__all__ = ["artifact_of"]
 
 
 def artifact_of(store: Store, digest: str) -> tuple[bytes, str]:
@@ -30,7 +30,3 @@ def artifact_of(store: Store, digest: str) -> tuple[bytes, str]:
             raise VerificationError(f"artifact sha256:{d[:12]} differs from its digest")
         return data, str(row.media_type)
     return for_ledger(store.url).get(d), str(row.media_type)
-
-
-def read_artifact(db: str | None, digest: str) -> tuple[bytes, str]:
-    return artifact_of(Store.open(resolve_url(db)), digest)

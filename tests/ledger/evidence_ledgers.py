@@ -35,7 +35,7 @@ def evidence_ledgers() -> tuple[Ledger, ...]:
 
     from ledger.evidence.errors import Error
     from ledger.read.query import query_status, show_document
-    from ledger.service.questions import identity_from_log
+    from ledger.read.subject import identity_from_log
     from ledger.store.store import RECEIPT, Store
 
     aside = Path(tempfile.mkdtemp(prefix="evidence-ledgers-"))

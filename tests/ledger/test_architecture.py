@@ -213,6 +213,10 @@ MAY_IMPORT: dict[str, tuple[str, ...]] = {
         "ledger.sandbox",
         "ledger.outputs",
     ),
+    # The reader (`read/reader.py`) answers every question a command asks, here or of a
+    # server: the log's proofs, bundles and audit, the log as the monitor and the witness
+    # read it, a policy's quorum, the artifacts a bundle carries, and the governing plan
+    # of a question asked without a checkout (`read/subject.py`).
     "ledger.read": (
         "ledger.evidence",
         "ledger.identity",
@@ -221,6 +225,15 @@ MAY_IMPORT: dict[str, tuple[str, ...]] = {
         "ledger.qualification",
         "ledger.fleet.report",
         "ledger.trend",
+        "ledger.remote.client",
+        "ledger.log",
+        "ledger.monitor.watch",
+        "ledger.monitor.remote",
+        "ledger.transparency.enforce",
+        "ledger.transparency.policy",
+        "ledger.plans.ledger",
+        "ledger.write.artifacts",
+        "ledger.write.service_local",
     ),
 }
 

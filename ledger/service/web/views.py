@@ -14,7 +14,7 @@ from ledger.identity.repoid import canonical_repo
 from ledger.read import humanize
 from ledger.read.findings import findings
 from ledger.read.query import query_history, query_status, show_document
-from ledger.service.questions import identity_from_log
+from ledger.read.subject import identity_from_log
 from ledger.service.web import charts
 from ledger.store.store import RECEIPT, Store
 

@@ -1,0 +1,157 @@
+"""The subject of a question asked without a checkout (`GET /v1/status?repo=R&pr=N`,
+the reviewer's pages): the revision as a mirror checkout identifies it where the server
+has one (`ledger serve --repo PATH`), else as the log knows it, with the plan the ledger
+proves for it. The local side of `ledger.read.reader` answers it
+(`LocalReader.subject`)."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from ledger.evidence.errors import Error, InputError, NotFoundError
+from ledger.identity.repoid import canonical_repo
+from ledger.identity.revision import Revision
+from ledger.identity.source import Identity
+from ledger.qualification.plan import Plan
+from ledger.store.store import Store
+
+__all__ = ["NO_PLAN", "identity_from_log"]
+
+NO_PLAN = "no governing plan recorded"
+
+
+def _from_mirror(
+    mirrors: Sequence[Path], ids: Sequence[str], pr: int | None, rev: str | None
+) -> tuple[Any, Identity | None]:
+    """The question as the CLI would identify it (`--offline`), in a checkout the
+    server was given (`ledger serve --repo PATH`, a mirror the team keeps fetched) whose
+    id is the asked repository's or one aliased to it: (the checkout, its identity),
+    the identity None where the checkout does not hold the head (a head delivered
+    from an outbox before the mirror fetched it), (None, None) without a checkout."""
+    from ledger.identity import source
+
+    for path in mirrors:
+        try:
+            r = source.open_repo(path)
+            if source.repo_name(r) not in ids:
+                continue
+        except Error:
+            continue
+        try:
+            return r, source.identify(r, rev=rev, pr=pr, plan_file=None, offline=True)
+        except Error:
+            return r, None
+    return None, None
+
+
+def identity_from_log(
+    store: Store, repo: str, pr: int | None, rev: str | None, mirrors: Sequence[Path] = ()
+) -> Identity:
+    """The subject: as a mirror checkout identifies it where the server has one,
+    else as the log knows it (a PR's newest recorded head, or a commit).
+
+    The repository is the id the operator aliased the asked one to (`ledger repo
+    alias`), its receipts read under it and every earlier id. The newest receipt of
+    that repository is one step of a (repo_id, key) index per id: receipts of other
+    repositories sharing the PR number are never read, so none can hide the asked
+    one. The subject comes from the index row; a body that no longer reads is named
+    by the answer's problems. The plan is the base branch's (`governing_plan`),
+    proved from git where the server has a checkout of the repository.
+    """
+    from ledger.identity.aliases import current_id
+    from ledger.read.query import repo_ids
+
+    want = current_id(store, canonical_repo(repo))
+    ids = repo_ids(store, want)
+    checkout, mirrored = _from_mirror(mirrors, ids, pr, rev)
+    if mirrored is not None:
+        return dataclasses.replace(
+            mirrored, revision=dataclasses.replace(mirrored.revision, repo=want)
+        )
+    if pr is None and rev is None:
+        raise InputError("give pr=N or rev=COMMIT")
+    if rev is not None and (len(rev) < 7 or not all(c in "0123456789abcdef" for c in rev.lower())):
+        raise InputError(f"rev {rev!r}: expected a commit (7+ hex digits)")
+
+    # The newest receipt under the id or any earlier id the operator aliased to it.
+    rows = [
+        store.newest_receipt(i, pr=pr)
+        if pr is not None
+        else store.newest_receipt(i, commit_prefix=(rev or "").lower())
+        for i in ids
+    ]
+    row = max((r for r in rows if r is not None), key=lambda r: r.seq, default=None)
+    if row is None:
+        what = f"PR #{pr}" if pr is not None else f"revision {rev}"
+        raise NotFoundError(f"no receipt for {what} of {want}")
+    paths: tuple[str, ...] = ()
+    entry = store.entry(row.id)
+    if row.package_digest is not None and entry is not None:
+        try:
+            package = entry.receipt.predicate.source.package
+            paths = tuple(package.paths) if package else ()
+        except Error:
+            pass  # the unreadable body is a problem of the answer (query.read_evidence)
+    from ledger.plans.ledger import governing_plan
+
+    gov = governing_plan(store, want, pr, row.commit, aliases=ids[1:])
+    plan, said, problems = _plan_of(gov, checkout, pr)
+    if plan is not None and plan.package is not None:
+        paths = tuple(plan.package.paths)
+    revision = Revision(
+        repo=want,
+        commit=row.commit,
+        tree=row.tree,
+        package_digest=row.package_digest,
+        pr=pr,
+        package_paths=paths,
+    )
+    what = f"PR #{pr} head {row.commit[:12]}" if pr is not None else row.commit[:12]
+    notes = (
+        f"judged {what}: "
+        + (
+            "the PR's newest head with receipts in this ledger"
+            if pr is not None
+            else "the newest commit with receipts that matches the revision asked"
+        ),
+        said,
+        *gov.notes,
+    )
+    return Identity(revision, plan, notes, problems=problems)
+
+
+def _plan_of(gov: Any, checkout: Any, pr: int | None) -> tuple[Plan | None, str, tuple[str, ...]]:
+    """The plan, the note that says where it came from, and what keeps it unknown: a
+    conflict between plan entries; else, for a PR where the server has a checkout of
+    the repository, the plan at the tip of its base branch there (as the CLI proves
+    it); else the recorded entry; else none."""
+    from ledger.identity import source
+    from ledger.qualification.plan import PLAN_FILE
+
+    if gov.conflict_text is not None:
+        return None, f"{NO_PLAN}: {gov.conflict_text}", (gov.conflict_text,)
+    if checkout is not None and pr is not None:
+        branch = gov.found.branch if gov.found is not None else None
+        try:
+            base = source.base_commit(checkout, branch, offline=True)
+            plan = source.plan_at(checkout, base, None)
+        except Error:
+            plan = None
+        if plan is not None:
+            name = branch or source.default_branch(checkout)
+            said = f"plan: {PLAN_FILE} on base branch {name} ({base[:12]}), the server's checkout"
+            return plan, said, ()
+    if gov.found is not None:
+        return gov.found.plan, f"plan: {gov.found.text}", ()
+    return (
+        None,
+        f"{NO_PLAN}: the ledger holds no plan entry for the base branch of this "
+        + ("PR" if pr is not None else "revision")
+        + " recorded by the ledger's host or a token with the plans role, and the server "
+        "has no checkout of the repository, so no claim is judged (the base branch's job "
+        "records it: `ledger plan record --branch BRANCH`)",
+        (),
+    )
