@@ -274,12 +274,20 @@ def _base_commits(
     where it has one, then the merge-bases the PR's receipts record (`source.base`)."""
     from ledger.identity import source
     from ledger.read.query import repo_ids
-    from ledger.service.questions import _from_mirror
 
     ids = repo_ids(store, repo)
     commits: list[str] = []
     said = []
-    checkout, _ = _from_mirror(mirrors, ids, pr, None)
+    checkout = None
+    for path in mirrors:  # the server's checkout of the repository (`serve --repo`)
+        try:
+            r = source.open_repo(path)
+            if source.repo_name(r) not in ids:
+                continue
+        except Error:
+            continue
+        checkout = r
+        break
     if checkout is not None:
         try:
             tip = source.base_commit(checkout, None, offline=True)
