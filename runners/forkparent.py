@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from runners.forkready import Ready
+
 __all__ = [
     "ALWAYS",
     "READY",
@@ -45,7 +47,7 @@ Wrap = Callable[[list[str], dict[str, str]], tuple[list[str], dict[str, str]]]
 class ForkServer:
     """The parent's handle: the server process and the command line of a client."""
 
-    def __init__(self, proc: subprocess.Popen[str], sock: Path, ready: dict[str, Any]) -> None:
+    def __init__(self, proc: subprocess.Popen[str], sock: Path, ready: Ready) -> None:
         self.proc = proc
         self.sock = sock
         self.ready = ready
@@ -140,7 +142,7 @@ class Starting:
         if not line.startswith(READY):
             self.kill()
             raise RuntimeError(f"fork server did not start: {line.strip() or 'no output'}")
-        return ForkServer(self.proc, self.sock, json.loads(line[len(READY) :]))
+        return ForkServer(self.proc, self.sock, Ready.from_json(json.loads(line[len(READY) :])))
 
     def kill(self) -> None:
         if self.proc.poll() is None:

@@ -51,6 +51,7 @@ from typing import Any
 
 from runners.forkclient import FORWARDED
 from runners.forkparent import ALWAYS, READY
+from runners.forkready import Ready
 from runners.forksafety import refusal, threads, witness
 
 __all__: list[str] = []
@@ -108,7 +109,7 @@ def _physical_cores() -> int:
     return max(1, len(cores))
 
 
-def _preload(doc: Any) -> dict[str, Any]:
+def _preload(doc: Any) -> Ready:
     global _THREADS
     t0 = time.monotonic()
     _THREADS = _single_threaded()
@@ -164,23 +165,23 @@ def _preload(doc: Any) -> dict[str, Any]:
             why = f"setup on CPU: {type(e).__name__}: {e}"
         (not_prebuilt.append(f"{ref}: {why}") if why else prebuilt.append(ref))
     undo()
-    return {
-        "seconds": round(time.monotonic() - t0, 3),
-        "preloaded": loaded,
-        "not_preloaded": failed,
-        "modules": imported,
-        "modules_failed": not_imported,
-        "prepared": prepared,
-        "prebuilt": prebuilt,
-        "not_prebuilt": not_prebuilt,
-        "cuda_initialized": bool(torch.cuda.is_initialized()),  # type: ignore[no-untyped-call]
-        "cuda_initialized_by": cuda_by[0] if cuda_by else None,
-        "threads_started_by": threads_by[:8],
-        "learn": learn,
-        "threads": threads(),
-        "fork_refused": refusal(),
-        "claim_threads": _THREADS,
-    }
+    return Ready(
+        seconds=round(time.monotonic() - t0, 3),
+        preloaded=loaded,
+        not_preloaded=failed,
+        modules=imported,
+        modules_failed=not_imported,
+        prepared=prepared,
+        prebuilt=prebuilt,
+        not_prebuilt=not_prebuilt,
+        cuda_initialized=bool(torch.cuda.is_initialized()),  # type: ignore[no-untyped-call]
+        cuda_initialized_by=cuda_by[0] if cuda_by else None,
+        threads_started_by=threads_by[:8],
+        learn=learn,
+        threads=threads(),
+        fork_refused=refusal(),
+        claim_threads=_THREADS,
+    )
 
 
 def _fresh_environment(env: Mapping[str, str]) -> None:
@@ -470,8 +471,8 @@ def _serve(path: str) -> int:
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(path)
     listener.listen(64)
-    print(READY + json.dumps(ready), flush=True)
-    learn = bool(ready["learn"])
+    print(READY + json.dumps(ready.to_json()), flush=True)
+    learn = ready.learn
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     # Single-threaded (`_single_threaded`; a fork from more threads is refused), yet several
     # claims at once: a worker is reaped by polling while the next request is awaited.

@@ -24,13 +24,14 @@ import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ledger.execution.claimrun import ClaimRun
 
 if TYPE_CHECKING:
     from ledger.sandbox import Sandbox
     from runners.forkparent import ForkServer
+    from runners.forkready import Ready
 
 __all__ = ["CommitServers"]
 
@@ -108,7 +109,8 @@ class CommitServers:
         self.servers.clear()
         shutil.rmtree(self.work, ignore_errors=True)
 
-    def facts(self) -> dict[str, Any]:
-        """What the head tree's server did before its first claim (for the progress line)."""
+    def facts(self) -> Ready | None:
+        """What the head tree's server did before its first claim (for the progress line);
+        None where it could not start."""
         s = self.of(self.head)
-        return dict(s.ready) if s is not None else {}
+        return s.ready if s is not None else None

@@ -85,29 +85,22 @@ class LocalExecutor:
         if run.device == "cpu":
             watched = ()
         watch = Watch(watched).start() if watched else None
-        results = run_claim_isolated(
-            claim=run.claim,
-            check=run.check,
-            params=dict(run.params),
-            repo_root=self.root,
-            workload_ref=run.workload_ref,
-            workload_params=dict(run.workload_params),
-            device=run.device,
-            observer_off_required=run.observer_off,
-            base_root=self.base_root,
-            progress=self.progress_for(run),
-            artifact_dir=self.artifacts,
-            world_size=run.world_size,
-            timeout_s=run.timeout_s,
-            # The fork server has no network: a claim that needs one starts afresh.
-            fork_server=None if run.network else self.fork,
-            sandbox=self.sandbox,
-            network=run.network,
+        request = run.request(
+            self.root,
+            self.base_root,
+            self.artifacts,
             work_root=self.work_root,
             env=env,
             gpu_uuids=uuids or None,
-            cancel=self.cancel,
             shared=shared,
+        )
+        results = run_claim_isolated(
+            request,
+            progress=self.progress_for(run),
+            # The fork server has no network: a claim that needs one starts afresh.
+            fork_server=None if run.network else self.fork,
+            sandbox=self.sandbox,
+            cancel=self.cancel,
         )
         health = None
         if watch is not None:

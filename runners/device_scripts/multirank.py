@@ -26,7 +26,7 @@ from typing import Any
 
 from runners.device_scripts.common import REPO_ROOT, Log, result_dict, write_json
 from runners.example_plans import MULTI_RANK_PLAN
-from runners.isolated import run_claim_isolated
+from runners.isolated import ClaimRequest, run_claim_isolated
 from runners.result import CheckResult, Json
 
 EP = "runners.workloads.moe_ep:make_workload"
@@ -107,20 +107,22 @@ def main(argv: list[str] | None = None) -> int:
             params["world_size"] = world
         t0 = time.monotonic()
         got = run_claim_isolated(
+            ClaimRequest(
+                device=args.device,
+                claim=c["name"],
+                check=c["check"],
+                params=params,
+                repo_root=REPO_ROOT,
+                workload_ref=EP,
+                workload_params=dict(plan.get("workload_params", {})),
+                observer_off_required=False,
+                base_root=None,
+                artifact_dir=out / "artifacts",
+                world_size=world,
+                timeout_s=float(c.get("timeout_s", 600)),
+                distributed=True if args.grouped else None,
+            ),
             progress=log,
-            device=args.device,
-            claim=c["name"],
-            check=c["check"],
-            params=params,
-            repo_root=REPO_ROOT,
-            workload_ref=EP,
-            workload_params=dict(plan.get("workload_params", {})),
-            observer_off_required=False,
-            base_root=None,
-            artifact_dir=out / "artifacts",
-            world_size=world,
-            timeout_s=float(c.get("timeout_s", 600)),
-            distributed=True if args.grouped else None,
         )
         wall = time.monotonic() - t0
         for r in got:

@@ -19,7 +19,7 @@ from ledger.execution.local_run import unforkable
 from runners.forkparent import ForkServer
 from runners.forksafety import FORK_SAFE_THREADS
 from runners.harness.child import env
-from runners.isolated import run_claim_isolated
+from runners.isolated import ClaimRequest, run_claim_isolated
 
 ROOT = Path(__file__).resolve().parents[2]
 OMP = "tests.runners.omp_workload:make_workload"
@@ -71,19 +71,21 @@ def _claim(s: ForkServer, ref: str) -> tuple[str, dict[str, int]]:
     """The cleanup claim on ``ref`` through server ``s``: its outcome (asserted passed)
     and its timeline."""
     [r] = run_claim_isolated(
-        claim="t.cleanup",
-        check="cleanup",
-        params={"batch": 1, "seq": 8},
-        repo_root=ROOT,
-        workload_ref=ref,
-        workload_params=TINY,
-        device="cpu",
-        observer_off_required=False,
-        base_root=None,
+        ClaimRequest(
+            claim="t.cleanup",
+            check="cleanup",
+            params={"batch": 1, "seq": 8},
+            repo_root=ROOT,
+            workload_ref=ref,
+            workload_params=TINY,
+            device="cpu",
+            observer_off_required=False,
+            base_root=None,
+            artifact_dir=None,
+            timeout_s=120,
+        ),
         progress=lambda _m: None,
-        artifact_dir=None,
         fork_server=s,
-        timeout_s=120,
     )
     assert r.outcome == "passed", r.reason
     return r.outcome, r.measurements["claim_timeline_ns"]

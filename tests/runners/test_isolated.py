@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from runners.isolated import run_claim_isolated
+from runners.isolated import ClaimRequest, run_claim_isolated
 
 KILLER = """
 import os, signal
@@ -18,17 +18,19 @@ def make_workload(**params):
 
 def _run(root: Path, ref: str, msgs: list[str]) -> list:  # type: ignore[type-arg]
     return run_claim_isolated(
+        ClaimRequest(
+            device="cpu",
+            claim="cleanup.all-released",
+            check="cleanup",
+            params={"batch": 1, "seq": 8},
+            repo_root=root,
+            workload_ref=ref,
+            workload_params={},
+            observer_off_required=False,
+            base_root=None,
+            artifact_dir=None,
+        ),
         progress=msgs.append,
-        device="cpu",
-        claim="cleanup.all-released",
-        check="cleanup",
-        params={"batch": 1, "seq": 8},
-        repo_root=root,
-        workload_ref=ref,
-        workload_params={},
-        observer_off_required=False,
-        base_root=None,
-        artifact_dir=None,
     )
 
 

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from runners.harness import launch
-from runners.isolated import run_claim_isolated
+from runners.isolated import ClaimRequest, run_claim_isolated
 from runners.ranks import merge_ranks
 from runners.result import CheckResult, CleanupProof, ReleasedResource
 
@@ -53,18 +53,20 @@ def _claim(
     root: Path, ref: str, check: str, params: dict[str, Any], **kw: Any
 ) -> list[CheckResult]:
     return run_claim_isolated(
+        ClaimRequest(
+            device="cpu",
+            claim=f"ep.{check}",
+            check=check,
+            params=params,
+            repo_root=root,
+            workload_ref=ref,
+            workload_params=SMALL,
+            observer_off_required=False,
+            base_root=None,
+            artifact_dir=None,
+            **kw,
+        ),
         progress=lambda _m: None,
-        device="cpu",
-        claim=f"ep.{check}",
-        check=check,
-        params=params,
-        repo_root=root,
-        workload_ref=ref,
-        workload_params=SMALL,
-        observer_off_required=False,
-        base_root=None,
-        artifact_dir=None,
-        **kw,
     )
 
 
