@@ -24,7 +24,7 @@ time (the check's own time includes the workload's setup).
 
 ``--learned``: only the fork server's start and its first claim, for a tree run for
 the first time and for the same tree again; what one run's claims learned to import
-reaches only the next run of the same tree (`runners.preload`).
+reaches only the next run of the same tree (`runners.fork.preload`).
 """
 
 from __future__ import annotations
@@ -45,9 +45,9 @@ import tempfile  # noqa: E402
 
 from ledger.execution.local_run import server_sandbox  # noqa: E402
 from ledger.sandbox import Sandbox, resolve  # noqa: E402
-from runners.forkparent import ForkServer  # noqa: E402
+from runners.claim.isolated import ClaimRequest, run_claim_isolated  # noqa: E402
+from runners.fork.forkparent import ForkServer  # noqa: E402
 from runners.harness.child import env as child_env  # noqa: E402
-from runners.isolated import ClaimRequest, run_claim_isolated  # noqa: E402
 
 WORKLOADS: dict[str, tuple[Path, str, dict[str, Any]]] = {
     "moe": (ROOT, "runners.workloads.moe:make_workload", {"d_model": 32, "n_layers": 1}),
@@ -96,7 +96,7 @@ def learned_effect(
     time (the plan's list only: what another tree's claims learned is never imported)
     and for the same tree again (with what its first run's claims learned). Before the
     learned list was keyed by tree, every pull request's server started the second way."""
-    from runners.preload import installed_only, learned
+    from runners.fork.preload import installed_only, learned
 
     out: dict[str, Any] = {}
     extra: list[str] = []

@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from runners.claimrequest import ClaimRequest
-    from runners.result import CheckResult
+    from runners.claim.request import ClaimRequest
+    from runners.claim.result import CheckResult
 
 __all__ = ["ClaimRun", "Finished", "ReceiptRow"]
 
@@ -68,11 +68,11 @@ class ClaimRun:
         gpu_uuids: Sequence[str] | None,
         shared: bool = False,
     ) -> ClaimRequest:
-        """What `runners.isolated.run_claim_isolated` runs for this claim on the checkout
+        """What `runners.claim.isolated.run_claim_isolated` runs for this claim on the checkout
         at ``repo_root`` (its base's at ``base_root``), its artifacts in ``artifact_dir``,
         its folder under ``work_root``, with ``env`` added (its GPUs: ``gpu_uuids``);
         ``shared``: beside other claims on its devices (`ledger.execution.sharing`)."""
-        from runners.claimrequest import ClaimRequest
+        from runners.claim.request import ClaimRequest
 
         return ClaimRequest(
             claim=self.claim,

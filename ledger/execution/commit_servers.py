@@ -30,8 +30,8 @@ from ledger.execution.claimrun import ClaimRun
 
 if TYPE_CHECKING:
     from ledger.sandbox import Sandbox
-    from runners.forkparent import ForkServer
-    from runners.forkready import Ready
+    from runners.fork.forkparent import ForkServer
+    from runners.fork.forkready import Ready
 
 __all__ = ["CommitServers"]
 
@@ -66,9 +66,9 @@ class CommitServers:
         each imports and prepares ``run``'s workload as its tree has it, and what earlier
         runs of the head's ``tree`` (its git tree id) learned it imports."""
         from ledger.execution.local_run import server_sandbox
-        from runners.childenv import env
-        from runners.forkparent import Launched, Spec
-        from runners.preload import recorded_modules
+        from runners.claim.childenv import env
+        from runners.fork.forkparent import Launched, Spec
+        from runners.fork.preload import recorded_modules
 
         missing = [r for r in roots if str(r) not in self.servers]
         if not missing:

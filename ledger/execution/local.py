@@ -1,7 +1,7 @@
 """The `local` executor: claims side by side on this host, each on devices of its own.
 
 Each claim runs in a thread of its own that starts the claim's processes
-(`runners.isolated.run_claim_isolated`, forked from the fork server) with
+(`runners.claim.isolated.run_claim_isolated`, forked from the fork server) with
 ``CUDA_VISIBLE_DEVICES`` naming its devices; the thread only waits. A claim
 that fails or hangs ends by its own time limit and never holds up another;
 `cancel` (Ctrl-C) stops every claim's process group.
@@ -25,7 +25,7 @@ from ledger.fleet.health import Watch
 
 if TYPE_CHECKING:
     from ledger.sandbox import Sandbox
-    from runners.forkparent import ForkServer
+    from runners.fork.forkparent import ForkServer
 
 __all__ = ["LocalExecutor"]
 
@@ -64,7 +64,7 @@ class LocalExecutor:
     def _run(
         self, run: ClaimRun, devices: list[Device], explicit: bool, shared: bool = False
     ) -> Finished:
-        from runners.isolated import run_claim_isolated
+        from runners.claim.isolated import run_claim_isolated
 
         env: dict[str, str] = {}
         if shared:

@@ -38,8 +38,8 @@ from ledger.sandbox import Sandbox
 from ledger.write.record import Recorder
 
 if TYPE_CHECKING:
-    from runners.forkparent import Launched, Spec
-    from runners.forkready import Ready
+    from runners.fork.forkparent import Launched, Spec
+    from runners.fork.forkready import Ready
 
 __all__ = ["Started", "run", "server_sandbox", "started"]
 
@@ -97,8 +97,8 @@ def _refs(plan: Plan, claims: Sequence[ClaimSpec]) -> list[str]:
 def _spec(root: Path, plan: Plan, claims: Sequence[ClaimSpec], modules: Sequence[str]) -> Spec:
     """What ``root``'s fork server imports and prepares before the first claim: each
     workload's module, and each workload (with its parameters) built and prepared once."""
-    from runners.forkparent import Spec
-    from runners.names import SETUPS_PER_CLAIM
+    from runners.claim.names import SETUPS_PER_CLAIM
+    from runners.fork.forkparent import Spec
 
     workloads = [
         (plan.workload_for(c) or "", plan.workload_params_for(c))
@@ -119,10 +119,10 @@ def started(
     """Check out the revision (and its base, when a claim needs it) and launch their
     fork servers; on the way out, the servers stopped and the trees removed. Imports
     no torch: the caller imports it while the servers do."""
-    from runners.childenv import env
-    from runners.forkparent import Launched
-    from runners.names import NEEDS_BASE
-    from runners.preload import recorded_modules
+    from runners.claim.childenv import env
+    from runners.claim.names import NEEDS_BASE
+    from runners.fork.forkparent import Launched
+    from runners.fork.preload import recorded_modules
 
     on_base = [c for c in claims if c.check in NEEDS_BASE]
     base_ctx: contextlib.AbstractContextManager[Path | None] = contextlib.nullcontext(None)
@@ -132,7 +132,7 @@ def started(
     with removed(run_dir), worktree(repo, revision.commit, "rev") as root, base_ctx as base:
         (run_dir / "artifacts").mkdir()
         # What earlier runs of this very tree learned: another tree's claims never
-        # choose what this server imports (`runners.preload`).
+        # choose what this server imports (`runners.fork.preload`).
         modules = [*plan.preload, *recorded_modules(_refs(plan, claims), revision.tree)]
         specs = [_spec(root, plan, claims, modules)]
         if base is not None:
@@ -156,7 +156,7 @@ def _prefixed(progress: Callable[[str], None], prefix: str) -> Callable[[str], N
 
 def unforkable(ready: Ready) -> str | None:
     """Why a fork server that said ready will refuse every fork, or None (its own
-    `runners.forksafety.refusal` at ready: who initialised CUDA in it, which threads)."""
+    `runners.fork.forksafety.refusal` at ready: who initialised CUDA in it, which threads)."""
     return ready.fork_refused or None
 
 
@@ -173,7 +173,7 @@ def run(
 ) -> None:
     """Run ``runs`` on the started trees: on ``devices`` side by side (each claim on
     devices of its own), or one after another on the default device when None."""
-    from runners.preload import learned, remember_modules
+    from runners.fork.preload import learned, remember_modules
 
     explicit = devices is not None
     quarantine: dict[str, str] = {}

@@ -4,7 +4,7 @@ The task receives the revision as a git bundle and the claim run as data. It
 checks the commit out (`ledger.execution.checkouts`: once per commit on this
 worker, reused by the claims of that commit Ray places here later), refuses
 to run unless the commit's tree is the one the driver named, runs the claim
-there (`runners.isolated.run_claim_isolated`: the claim's own processes,
+there (`runners.claim.isolated.run_claim_isolated`: the claim's own processes,
 forked from its commit's fork server on this worker, the workload imported and
 prepared there once (`ledger.execution.commit_servers`), on the GPUs Ray gave
 the task through ``CUDA_VISIBLE_DEVICES``), signs the results with this host's runner key
@@ -324,8 +324,8 @@ def _run_claim(
     from ledger.execution.receipts import record_finished
     from ledger.fleet.health import Watch, uuids_of
     from ledger.write.record import RemoteRecorder
-    from runners.isolated import run_claim_isolated
-    from runners.preload import learned, remember_modules
+    from runners.claim.isolated import run_claim_isolated
+    from runners.fork.preload import learned, remember_modules
 
     run, payload, out, box = task.run, task.payload, dict(task.out), task.box
     source = payload["source"]

@@ -33,7 +33,7 @@ from ledger.write.record import Recorder, sign_and_record
 if TYPE_CHECKING:
     from ledger.execution.claimrun import Finished
     from ledger.write.ingest import Recorded
-    from runners.result import CheckResult
+    from runners.claim.result import CheckResult
 
 __all__ = ["claim_artifacts", "record_finished", "record_results"]
 
@@ -53,7 +53,7 @@ def claim_artifacts(r: CheckResult, inside: Path) -> tuple[list[ArtifactFile], l
     with folder:
         for a in r.artifacts:
             # The child named the path (checked lexically inside the folder already,
-            # `runners.result.check_result`); what it is is decided only here.
+            # `runners.claim.result.check_result`); what it is is decided only here.
             try:
                 rel = _below(Path(a.path), inside)
                 files.append(
@@ -106,7 +106,7 @@ def _facts(
         artifacts=[f.artifact for f in files],
         supersedes=[],
         # The host's readings, set over the claim's word by the parent once the claim
-        # ended (`runners.authors`); the executor's devices where none was used.
+        # ended (`runners.claim.authors`); the executor's devices where none was used.
         host=r.host,
         gpu_uuids=r.gpu_uuids or list(uuids),
         started=timestamp(r.started_ns) if r.started_ns else None,

@@ -45,8 +45,8 @@ from runners.checks.arms import Schedule, run_arms
 from runners.checks.context import CheckContext, Session, Verdict
 from runners.checks.execute import execute
 from runners.checks.params import CheckParams
-from runners.names import GRADIENT_COMPARE
-from runners.result import CheckResult, Json
+from runners.claim.names import GRADIENT_COMPARE
+from runners.claim.result import CheckResult, Json
 
 NAME = GRADIENT_COMPARE
 VERSION = "3"

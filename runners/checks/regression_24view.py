@@ -47,8 +47,9 @@ from runners.checks.context import (
 from runners.checks.execute import capture_where, execute
 from runners.checks.outputs import bitwise_equal, host_copy, rel_err, sha256_of
 from runners.checks.params import CheckParams
+from runners.claim.names import REGRESSION_24VIEW
+from runners.claim.result import CheckResult, Json
 from runners.harness.steps import measure_step
-from runners.names import REGRESSION_24VIEW
 from runners.protocol import (
     Batch,
     DeclaresRouting,
@@ -59,7 +60,6 @@ from runners.protocol import (
     SupportsChunkedNLL,
     Workload,
 )
-from runners.result import CheckResult, Json
 
 NAME = REGRESSION_24VIEW
 VERSION = "3"

@@ -26,8 +26,8 @@ import pytest
 
 from ledger.sandbox import Sandbox, find_bwrap, resolve
 from ledger.sandbox.proof import SandboxBreach
-from runners.device_scripts.sandbox_attack import attacking_pr
-from runners.example_repo import make_example_repo
+from scripts.device.sandbox_attack import attacking_pr
+from scripts.example_repo import make_example_repo
 from tests.ledger.helpers import run
 
 as_root = pytest.mark.skipif(
@@ -191,7 +191,7 @@ def _host_view(inner: int) -> dict[str, str]:
             continue
         fields = {k: v.strip() for k, _, v in (x.partition(":") for x in status.splitlines())}
         nspid = fields.get("NSpid", "").split()
-        if len(nspid) >= 2 and nspid[-1] == str(inner) and b"runners.isolated" in cmd:
+        if len(nspid) >= 2 and nspid[-1] == str(inner) and b"runners.claim.isolated" in cmd:
             fields["ns/user"] = os.readlink(entry / "ns" / "user")
             return fields
     raise AssertionError(f"no sandboxed rank with pid {inner} inside")
@@ -200,7 +200,7 @@ def _host_view(inner: int) -> dict[str, str]:
 def test_each_rank_of_a_two_rank_claim_is_unprivileged_and_sees_only_its_claim(
     tmp_path: Path,
 ) -> None:
-    from runners.isolated import ClaimRequest, run_claim_isolated
+    from runners.claim.isolated import ClaimRequest, run_claim_isolated
 
     box = resolve("auto")
     # A sibling sandbox running beside the claim, with a folder of its own.
@@ -351,7 +351,7 @@ def test_every_sandboxed_process_starts_through_the_one_launcher() -> None:
 def test_a_claim_whose_sandbox_fails_its_self_test_is_an_infra_error_and_runs_nothing(
     tmp_path: Path,
 ) -> None:
-    from runners.isolated import ClaimRequest, run_claim_isolated
+    from runners.claim.isolated import ClaimRequest, run_claim_isolated
 
     box = resolve("auto")
     broken = Sandbox(box.mode, box.bwrap, box.base.with_(writable=("/tmp",)))

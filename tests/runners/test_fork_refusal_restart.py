@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from runners.forkparent import ForkServer
+from runners.claim.isolated import ClaimRequest, run_claim_isolated
+from runners.claim.result import CheckResult
+from runners.fork.forkparent import ForkServer
 from runners.harness.child import env
-from runners.isolated import ClaimRequest, run_claim_isolated
-from runners.result import CheckResult
 
 ROOT = Path(__file__).resolve().parents[2]
 

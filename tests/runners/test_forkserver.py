@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from runners.forkparent import ForkServer
+from runners.claim.isolated import ClaimRequest, run_claim_isolated
+from runners.fork.forkparent import ForkServer
 from runners.harness.child import env
-from runners.isolated import ClaimRequest, run_claim_isolated
 
 ROOT = Path(__file__).resolve().parents[2]
 MOE = "runners.workloads.moe:make_workload"

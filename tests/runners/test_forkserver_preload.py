@@ -7,9 +7,9 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
-from runners.forkparent import ForkServer
+from runners.claim.isolated import ClaimRequest, run_claim_isolated
+from runners.fork.forkparent import ForkServer
 from runners.harness.child import env
-from runners.isolated import ClaimRequest, run_claim_isolated
 from tests.ledger.probe_repo import claim, make_probe_repo, notes
 
 REF = "probe_wl:make_workload"

@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 
 from ledger.execution.local_run import unforkable
-from runners.forkparent import ForkServer
-from runners.forksafety import FORK_SAFE_THREADS
+from runners.claim.isolated import ClaimRequest, run_claim_isolated
+from runners.fork.forkparent import ForkServer
+from runners.fork.forksafety import FORK_SAFE_THREADS
 from runners.harness.child import env
-from runners.isolated import ClaimRequest, run_claim_isolated
 
 ROOT = Path(__file__).resolve().parents[2]
 OMP = "tests.runners.omp_workload:make_workload"
@@ -135,7 +135,7 @@ def _importable(name: str) -> bool:
 
 def test_a_thread_named_like_jemallocs_counts_only_beside_jemalloc() -> None:
     # Without jemalloc mapped (this interpreter), the name alone allows nothing.
-    from runners import forksafety
+    from runners.fork import forksafety
 
     holds = [p for p in forksafety._mapped_files() if forksafety._holds(p, b"jemalloc_bg_thd")]
     assert forksafety._fork_safe("jemalloc_bg_thd") is bool(holds)
@@ -152,7 +152,7 @@ def test_jemalloc_is_found_by_its_code_not_by_its_file_name(tmp_path: Path) -> N
     renamed = tmp_path / "_native_ext.cpython-311-x86_64-linux-gnu.so"
     renamed.write_bytes(Path(JEMALLOC).read_bytes())
     code = (
-        "import sys; from runners import forksafety as f; "
+        "import sys; from runners.fork import forksafety as f; "
         "print(f._fork_safe('jemalloc_bg_thd'), "
         "any('jemalloc' in p for p in f._mapped_files() if p != sys.argv[1]))"
     )

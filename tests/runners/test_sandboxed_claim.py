@@ -9,13 +9,13 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from ledger.sandbox import find_bwrap, resolve
+from runners.claim.isolated import ClaimRequest, run_claim_isolated
+from runners.claim.result import CheckResult
 from runners.harness.outside import CPU_SLACK_BYTES, REPORTED
-from runners.isolated import ClaimRequest, run_claim_isolated
-from runners.result import CheckResult
 
 if TYPE_CHECKING:
     from ledger.sandbox import Sandbox
-    from runners.forkparent import ForkServer
+    from runners.fork.forkparent import ForkServer
 
 # Under-reports its own peak: the harness's self-report, replaced at import.
 LIAR = """
@@ -153,8 +153,8 @@ def test_a_claim_gets_the_network_only_when_it_says_so(tmp_path: Path) -> None:
 
 def test_on_cuda_the_bound_is_nvml_per_process_else_the_device_above_its_level() -> None:
     """The CUDA decision, with the figures NVML would give (no GPU needed)."""
+    from runners.claim.result import CleanupProof
     from runners.harness.outside import CUDA_SLACK_BYTES, OutsideView, bound
-    from runners.result import CleanupProof
 
     def result(reported: int) -> CheckResult:
         return CheckResult(
@@ -212,7 +212,7 @@ def make_workload(**params):
 def test_a_process_left_behind_by_a_claim_is_named_ended_and_incomplete(
     tmp_path: Path, escape: bool
 ) -> None:
-    from runners.forkparent import ForkServer
+    from runners.fork.forkparent import ForkServer
     from runners.harness.child import env as child_env
 
     (tmp_path / "escaper.py").write_text(ESCAPER.format(escape=escape))

@@ -2,7 +2,7 @@
 
 What each rank runs (`runners.api.run_claim`'s arguments, written to its request
 file) and how the parent runs the ranks (their number, the time limit, the network,
-the environment, the GPUs). `runners.isolated.run_claim_isolated` takes it. Imports no
+the environment, the GPUs). `runners.claim.isolated.run_claim_isolated` takes it. Imports no
 torch: the ledger's executors build one from a plan's claim (`ClaimRun.request`).
 """
 
@@ -13,8 +13,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from runners.authors import Observed, authored, observe
-from runners.result import CheckResult, Json, infra_error
+from runners.claim.authors import Observed, authored, observe
+from runners.claim.result import CheckResult, Json, infra_error
 
 __all__ = ["DEFAULT_TIMEOUT_S", "ClaimRequest"]
 
@@ -56,7 +56,7 @@ class ClaimRequest:
     gpu_uuids: Sequence[str] | None = None
     """The claim's GPUs: the exit proof reads these alone."""
     shared: bool = False
-    """Other claims may run on its GPUs meanwhile (`runners.names.DEVICE_SHARED_VAR`), so
+    """Other claims may run on its GPUs meanwhile (`runners.claim.names.DEVICE_SHARED_VAR`), so
     the devices' used memory proves nothing of this claim's."""
 
     @property
@@ -84,7 +84,7 @@ class ClaimRequest:
         }
 
     def observed(self) -> Observed:
-        """The host's facts about the claim, read from outside it (`runners.authors`)."""
+        """The host's facts about the claim, read from outside it (`runners.claim.authors`)."""
         return observe(
             self.device,
             self.gpu_uuids,

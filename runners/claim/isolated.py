@@ -8,7 +8,7 @@ claim the same cold start. The child is a resource this module owns: it is
 reaped, its process group is ended on Ctrl-C, and its exit is recorded in the
 cleanup proof of every result it produced.
 
-    python -m runners.isolated REQUEST.json RESULT.json   (the child side)
+    python -m runners.claim.isolated REQUEST.json RESULT.json   (the child side)
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ledger.sandbox.proof import SandboxBreach
-from runners.authors import authored
-from runners.claim_exit import (
+from runners.claim.authors import authored
+from runners.claim.claim_exit import (
     GpuState,
     cleanup_verdict,
     died,
@@ -38,16 +38,9 @@ from runners.claim_exit import (
     timed_out,
     with_exit_proof,
 )
-from runners.claimrequest import ClaimRequest
-from runners.forkclient import CGROUP_VAR, REFUSAL_VAR, REFUSED, STRICT_VAR
-from runners.forkparent import ForkServer
-from runners.harness import child, nvml, timeline
-from runners.harness.cgroup import ClaimCgroup
-from runners.harness.launch import RankGroup
-from runners.harness.outside import REPORTED, OutsideView, bound, read_note
-from runners.names import DEVICE_SHARED_VAR
-from runners.preload import note_learned
-from runners.result import (
+from runners.claim.names import DEVICE_SHARED_VAR
+from runners.claim.request import ClaimRequest
+from runners.claim.result import (
     CheckResult,
     Json,
     ReleasedResource,
@@ -56,7 +49,14 @@ from runners.result import (
     infra_error,
     untrusted,
 )
-from runners.result import result_from_dict as _result_from
+from runners.claim.result import result_from_dict as _result_from
+from runners.fork.forkclient import CGROUP_VAR, REFUSAL_VAR, REFUSED, STRICT_VAR
+from runners.fork.forkparent import ForkServer
+from runners.fork.preload import note_learned
+from runners.harness import child, nvml, timeline
+from runners.harness.cgroup import ClaimCgroup
+from runners.harness.launch import RankGroup
+from runners.harness.outside import REPORTED, OutsideView, bound, read_note
 
 if TYPE_CHECKING:
     from ledger.sandbox import Sandbox
@@ -64,7 +64,7 @@ if TYPE_CHECKING:
 __all__ = ["ClaimRequest", "run_claim_isolated"]
 
 _BAD = ("failed", "infra-error")
-_MODULE = "runners.isolated"
+_MODULE = "runners.claim.isolated"
 """The child side's module: ``python -m MODULE REQUEST RESULT``."""
 
 
@@ -161,7 +161,7 @@ def run_claim_isolated(
     the one result is a failure "timed out after N s". A rank that dies without results
     (a crash, a signal) ends the claim: the others are stopped, and the result names
     the rank and how it ended. With ``world_size`` > 1 the ranks' results are merged
-    per check (`runners.ranks.merge_ranks`). With a ``fork_server`` a single-rank
+    per check (`runners.claim.ranks.merge_ranks`). With a ``fork_server`` a single-rank
     claim's process is forked from it (imports already paid) instead of started as a
     new interpreter: still a new process, in the claim's process group, inside the
     server's sandbox. Otherwise each rank starts inside ``sandbox`` (None:
@@ -173,7 +173,7 @@ def run_claim_isolated(
     file read once, into results with their exit proof).
     """
     if fork_server is not None and fork_server.ready.fork_refused:
-        # It said at ready that it will not fork (`runners.forksafety`): its client runs
+        # It said at ready that it will not fork (`runners.fork.forksafety`): its client runs
         # outside the sandbox and never runs a claim itself, so start afresh inside it.
         fork_server = None
     while True:
@@ -470,7 +470,7 @@ def _read(
             )
         )
     # Each fact by its author: the host's own readings, the plan's facets; the claim's
-    # own word on an infrastructure error is a failure (`runners.authors`).
+    # own word on an infrastructure error is a failure (`runners.claim.authors`).
     authored(
         results,
         request.observed(),
@@ -591,7 +591,7 @@ def _serve(req: dict[str, Json]) -> list[dict[str, Any]]:
     ranked = req.pop("rank_session", None)
     sess = None
     if isinstance(ranked, dict):
-        from runners.distributed import RankSession
+        from runners.claim.distributed import RankSession
 
         sess = RankSession.from_request(ranked)
         sess.start()
@@ -609,7 +609,7 @@ def _serve(req: dict[str, Json]) -> list[dict[str, Any]]:
         **req,  # type: ignore[arg-type]
     )
     if sess is not None:
-        from runners.distributed import add_rank_proofs
+        from runners.claim.distributed import add_rank_proofs
 
         add_rank_proofs(results, sess, sess.finish())
     from runners.harness.hostpid import adopt_note

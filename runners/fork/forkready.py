@@ -1,7 +1,7 @@
 """What a fork server reports once it is ready to fork: its ready document.
 
-The server (`runners.forkserver`) writes it as one JSON line after its imports and
-builds; the parent (`runners.forkparent`) reads it back into `Ready`, and every
+The server (`runners.fork.forkserver`) writes it as one JSON line after its imports and
+builds; the parent (`runners.fork.forkparent`) reads it back into `Ready`, and every
 reader (the run's progress line, whether a claim forks, the benchmarks) reads its
 fields by name. The wire stays JSON, its keys the fields' names. Imports no torch.
 """
@@ -40,8 +40,8 @@ class Ready:
     not_preloaded: list[str] = field(default_factory=list)
     """Those it could not import, or prepare, each with why (the claim reports it)."""
     modules: list[str] = field(default_factory=list)
-    """Further modules it imported: `runners.forkparent.ALWAYS`, the plan's ``preload``
-    and what earlier runs of the tree learned (`runners.preload`)."""
+    """Further modules it imported: `runners.fork.forkparent.ALWAYS`, the plan's ``preload``
+    and what earlier runs of the tree learned (`runners.fork.preload`)."""
     modules_failed: list[str] = field(default_factory=list)
     prepared: list[str] = field(default_factory=list)
     """Workloads with a ``prepare()`` built and prepared once, inherited through fork."""
@@ -51,14 +51,14 @@ class Ready:
     """Those that could not be built once, each with why."""
     cuda_initialized: bool = False
     cuda_initialized_by: str | None = None
-    """Where CUDA was first initialised in it (`runners.forksafety.witness`)."""
+    """Where CUDA was first initialised in it (`runners.fork.forksafety.witness`)."""
     threads_started_by: list[str] = field(default_factory=list)
     learn: bool = True
     """Whether it imports what its claims were seen to import (off for measuring)."""
     threads: list[str] = field(default_factory=list)
     """Its threads by name at ready."""
     fork_refused: str | None = None
-    """Why it will refuse every fork (`runners.forksafety.refusal`), or None."""
+    """Why it will refuse every fork (`runners.fork.forksafety.refusal`), or None."""
     claim_threads: int = 0
     """The intra-op thread count a forked claim gets back."""
 

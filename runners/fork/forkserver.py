@@ -1,6 +1,6 @@
 """A fork server: pay the imports once, still run every claim in a fresh process.
 
-``python -m runners.forkserver SOCKET`` imports torch, the harness and every
+``python -m runners.fork.forkserver SOCKET`` imports torch, the harness and every
 check, then the modules of the workloads it is told to preload (JSON on
 stdin: ``[[root, "module:attr"], ...]``; imported only, never built), all
 without initialising CUDA, and serves requests on a Unix socket, several at
@@ -22,13 +22,13 @@ worker imported and the server lacked (the worker writes their names to
 with a ``prepare()`` method is built and prepared here once (CPU only) and
 every worker inherits it through fork (`runners.workloads.loader.prepare_workload`).
 
-``python -m runners.forkclient SOCKET MODULE REQUEST RESULT`` is the client:
+``python -m runners.fork.forkclient SOCKET MODULE REQUEST RESULT`` is the client:
 a Python start without torch (tens of milliseconds), which relays the
 worker's exit status and writes its pid to ``RESULT.pid`` (the process that
 holds the GPU memory, for the exit proof).
 
 The parent's side (launching, waiting, the client command line) is
-`runners.forkparent`.
+`runners.fork.forkparent`.
 """
 
 from __future__ import annotations
@@ -49,10 +49,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from runners.forkclient import FORWARDED
-from runners.forkparent import ALWAYS, READY
-from runners.forkready import Ready
-from runners.forksafety import refusal, threads, witness
+from runners.fork.forkclient import FORWARDED
+from runners.fork.forkparent import ALWAYS, READY
+from runners.fork.forkready import Ready
+from runners.fork.forksafety import refusal, threads, witness
 
 __all__: list[str] = []
 
@@ -123,7 +123,7 @@ def _preload(doc: Any) -> Ready:
     cuda_by, threads_by, undo = witness(torch)
 
     import runners.api
-    import runners.isolated  # noqa: F401
+    import runners.claim.isolated  # noqa: F401
     from runners.workloads.loader import (
         WorkloadLoadError,
         _import_from,
@@ -186,7 +186,7 @@ def _preload(doc: Any) -> Ready:
 
 def _fresh_environment(env: Mapping[str, str]) -> None:
     """The worker takes the variables that place the claim (``CUDA_VISIBLE_DEVICES``,
-    ``OMP_NUM_THREADS``: `runners.forkclient.FORWARDED`) from the client; torch's cached
+    ``OMP_NUM_THREADS``: `runners.fork.forkclient.FORWARDED`) from the client; torch's cached
     device count (read without CUDA in the server) is dropped, so ``CUDA_VISIBLE_DEVICES``
     decides which GPUs the claim sees."""
     for k in FORWARDED:
@@ -293,10 +293,10 @@ def _worker(
 
 
 def _confined(word: str, msg: dict[str, Any], confine: dict[str, Any]) -> None:
-    """The claim process's own confinement (`runners.confine`) before its code runs:
+    """The claim process's own confinement (`runners.fork.confine`) before its code runs:
     the subreaper of what it starts, the only writer of its folder (where the run is
     sandboxed), no capabilities; and its host pid, as its client learnt it."""
-    from runners import confine as c
+    from runners.fork import confine as c
     from runners.harness.hostpid import HOST_PID_VAR
 
     host = word.strip().removeprefix("go").strip()
@@ -413,7 +413,7 @@ def _heard(pid: int, running: dict[int, _Claim]) -> None:
 
 
 def _reap(running: dict[int, _Claim], sel: selectors.BaseSelector, learn: bool = True) -> None:
-    from runners.confine import end_strays
+    from runners.fork.confine import end_strays
 
     while running:
         try:
