@@ -37,9 +37,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from scripts.example_repo import PLAN as EXAMPLE_PLAN
-
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from scripts.example_repo import PLAN as EXAMPLE_PLAN  # noqa: E402
+
 WORKLOADS = ROOT / "runners" / "workloads"
 REMOTE = "https://example.invalid/ledger/moe-trend.git"
 PR = 2
