@@ -1,6 +1,6 @@
 """What a fresh claim process pays to start CUDA, and what keeps the driver warm.
 
-Every claim runs in a fresh process (`runners.isolated`), so each pays the CUDA
+Every claim runs in a fresh process (`runners.claim.isolated`), so each pays the CUDA
 driver's start: ``cuInit`` (torch's lazy init) and the primary context (the first
 allocation). Without persistence mode the driver tears the GPU down when its last
 client leaves and sets it up again for the next: that is the cost under test. Three

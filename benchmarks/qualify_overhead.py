@@ -24,7 +24,7 @@ time (the check's own time includes the workload's setup).
 
 ``--learned``: only the fork server's start and its first claim, for a tree run for
 the first time and for the same tree again; what one run's claims learned to import
-reaches only the next run of the same tree (`runners.preload`).
+reaches only the next run of the same tree (`runners.fork.preload`).
 """
 
 from __future__ import annotations
@@ -45,9 +45,9 @@ import tempfile  # noqa: E402
 
 from ledger.execution.local_run import server_sandbox  # noqa: E402
 from ledger.sandbox import Sandbox, resolve  # noqa: E402
-from runners.forkparent import ForkServer  # noqa: E402
+from runners.claim.isolated import ClaimRequest, run_claim_isolated  # noqa: E402
+from runners.fork.forkparent import ForkServer  # noqa: E402
 from runners.harness.child import env as child_env  # noqa: E402
-from runners.isolated import run_claim_isolated  # noqa: E402
 
 WORKLOADS: dict[str, tuple[Path, str, dict[str, Any]]] = {
     "moe": (ROOT, "runners.workloads.moe:make_workload", {"d_model": 32, "n_layers": 1}),
@@ -66,20 +66,22 @@ def _claim(
 ) -> dict[str, Any]:
     t0 = time.perf_counter_ns()
     [r] = run_claim_isolated(
-        claim="bench.cleanup",
-        check="cleanup",
-        params={"batch": 1, "seq": 16},
-        repo_root=root,
-        workload_ref=ref,
-        workload_params=wparams,
-        device=device,
-        observer_off_required=False,
-        base_root=None,
+        ClaimRequest(
+            claim="bench.cleanup",
+            check="cleanup",
+            params={"batch": 1, "seq": 16},
+            repo_root=root,
+            workload_ref=ref,
+            workload_params=wparams,
+            device=device,
+            observer_off_required=False,
+            base_root=None,
+            artifact_dir=None,
+            work_root=run_dir,
+        ),
         progress=lambda _m: None,
-        artifact_dir=None,
         fork_server=fork,
         sandbox=box,
-        work_root=run_dir,
     )
     wall = time.perf_counter_ns() - t0
     inner = r.finished_ns - r.started_ns
@@ -94,7 +96,7 @@ def learned_effect(
     time (the plan's list only: what another tree's claims learned is never imported)
     and for the same tree again (with what its first run's claims learned). Before the
     learned list was keyed by tree, every pull request's server started the second way."""
-    from runners.preload import installed_only, learned
+    from runners.fork.preload import installed_only, learned
 
     out: dict[str, Any] = {}
     extra: list[str] = []
@@ -110,7 +112,7 @@ def learned_effect(
         if way == "new_tree":
             extra = installed_only(learned(root))
         out[way] = {"fork_server_start_s": start, "first_claim_wall_s": first["wall_s"],
-                    "modules_preloaded": len(server.ready.get("modules", [])),
+                    "modules_preloaded": len(server.ready.modules),
                     "outcome": first["outcome"]}  # fmt: skip
     out["learned_modules"] = len(extra)
     return out
@@ -211,7 +213,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "after_median_wall_s": wall_a,
         "fork_server_start_s": start_s,
         "after_amortised_overhead_s": med_a + start_s / a.claims,
-        "fork_server": server.ready,
+        "fork_server": server.ready.to_json(),
         "before": before,
         "after": after,
         "no_preload_fork_server_start_s": bare_start_s,

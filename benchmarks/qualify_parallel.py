@@ -41,7 +41,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from ledger.cli import main as ledger_main  # noqa: E402
-from runners.example_repo import make_example_repo  # noqa: E402
+from scripts.example_repo import make_example_repo  # noqa: E402
 
 CLAIM = """
 [[claims]]

@@ -36,7 +36,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from runners.example_repo import make_example_repo  # noqa: E402
+from scripts.example_repo import make_example_repo  # noqa: E402
 
 CLAIM = """
 [[claims]]

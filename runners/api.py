@@ -18,10 +18,10 @@ import torch
 
 from runners.checks.catalog import CHECKS, describe, get_check, params_error
 from runners.checks.context import CheckContext, infra_result
+from runners.claim.names import NEEDS_BASE, OBSERVER_OFF_CONTROL, Device
+from runners.claim.result import CheckResult, Json, Observer
 from runners.harness import timeline
 from runners.harness.fingerprint import fingerprint
-from runners.names import NEEDS_BASE, OBSERVER_OFF_CONTROL, Device
-from runners.result import CheckResult, Json, Observer
 
 __all__ = [
     "Device",

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import git
 
-from runners.example_repo import AUTHOR, MAIN, PR_REF, make_example_repo
+from scripts.example_repo import AUTHOR, MAIN, PR_REF, make_example_repo
 
 _FORWARD = (
     "    def forward(self, x: Tensor, batch: int, seq: int) -> Tensor:\n"

@@ -31,7 +31,7 @@ export LEDGER_DB="$DEMO/ledger.db" LEDGER_KEYS="$DEMO/keys"
 step() { printf '\n== %s\n' "$*"; }
 
 step "example repository with PR 1 (fetched from its remote on demand)"
-python -m runners.example_repo "$DEMO/repo"
+python -m scripts.example_repo "$DEMO/repo"
 
 step "ledger init; runner and reviewer keys"
 ledger init

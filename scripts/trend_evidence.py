@@ -3,7 +3,7 @@ real `ledger qualify` runs (real torch, CPU profile) on an example repository wi
 base branch of two commits and a pull request of three heads.
 
 The repository holds the reference MoE workload (``runners/workloads``, as
-`runners.example_repo` lays it out) and a plan of two of the example plan's claims,
+`scripts.example_repo` lays it out) and a plan of two of the example plan's claims,
 ``admission.no-oom-after-admit`` (figure: worst measured/predicted) and
 ``backward.full-prefix`` (figure: the claim process's peak bytes). Its remote is
 ``https://example.invalid/ledger/moe-trend.git``, served from a bare repository
@@ -37,9 +37,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from runners.example_repo import PLAN as EXAMPLE_PLAN
-
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from scripts.example_repo import PLAN as EXAMPLE_PLAN  # noqa: E402
+
 WORKLOADS = ROOT / "runners" / "workloads"
 REMOTE = "https://example.invalid/ledger/moe-trend.git"
 PR = 2

@@ -70,7 +70,7 @@ def profile(
     allocator's view (allocated, reserved, outside the pool).
     """
     try:
-        from runners.profile_step import ProfileError, profile_step
+        from runners.profile.step import ProfileError, profile_step
         from runners.protocol import Shape
     except ImportError as e:
         raise UsageError(f"profile needs the runners extra (torch): {e}") from None

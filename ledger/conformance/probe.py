@@ -15,7 +15,7 @@ from ledger.qualification.plan import ClaimSpec, Plan
 from ledger.sandbox import Sandbox
 
 if TYPE_CHECKING:
-    from runners.forkparent import ForkServer
+    from runners.fork.forkparent import ForkServer
 
 CANNOT = ("inconclusive", "broken")
 """Judgements that leave a claim without a verdict."""
@@ -55,8 +55,8 @@ def probe(
     ``work_root`` (the run's): the libraries are imported and the model built already
     (a copy, `runners.workloads.prebuilt`), where a fresh interpreter paid both again
     beside the server's own start."""
-    from runners.childenv import env as child_env
-    from runners.forkclient import REFUSED, STRICT_VAR
+    from runners.claim.childenv import env as child_env
+    from runners.fork.forkclient import REFUSED, STRICT_VAR
 
     with tempfile.TemporaryDirectory(prefix="ledger-doctor-", dir=work_root) as tmp:
         work = Path(tmp)

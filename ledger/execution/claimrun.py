@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from runners.result import CheckResult
+    from runners.claim.request import ClaimRequest
+    from runners.claim.result import CheckResult
 
 __all__ = ["ClaimRun", "Finished", "ReceiptRow"]
 
@@ -54,6 +56,43 @@ class ClaimRun:
             r.scope["network"] = "on" if self.network else "off"
             if self.profile is not None:
                 r.scope["profile"] = self.profile
+
+    def request(
+        self,
+        repo_root: Path,
+        base_root: Path | None,
+        artifact_dir: Path,
+        *,
+        work_root: Path | None,
+        env: Mapping[str, str],
+        gpu_uuids: Sequence[str] | None,
+        shared: bool = False,
+    ) -> ClaimRequest:
+        """What `runners.claim.isolated.run_claim_isolated` runs for this claim on the checkout
+        at ``repo_root`` (its base's at ``base_root``), its artifacts in ``artifact_dir``,
+        its folder under ``work_root``, with ``env`` added (its GPUs: ``gpu_uuids``);
+        ``shared``: beside other claims on its devices (`ledger.execution.sharing`)."""
+        from runners.claim.request import ClaimRequest
+
+        return ClaimRequest(
+            claim=self.claim,
+            check=self.check,
+            device=self.device,
+            repo_root=repo_root,
+            workload_ref=self.workload_ref,
+            params=dict(self.params),
+            workload_params=dict(self.workload_params),
+            observer_off_required=self.observer_off,
+            base_root=base_root,
+            artifact_dir=artifact_dir,
+            world_size=self.world_size,
+            timeout_s=self.timeout_s,
+            network=self.network,
+            work_root=work_root,
+            env=dict(env),
+            gpu_uuids=gpu_uuids,
+            shared=shared,
+        )
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

@@ -24,13 +24,14 @@ import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ledger.execution.claimrun import ClaimRun
 
 if TYPE_CHECKING:
     from ledger.sandbox import Sandbox
-    from runners.forkparent import ForkServer
+    from runners.fork.forkparent import ForkServer
+    from runners.fork.forkready import Ready
 
 __all__ = ["CommitServers"]
 
@@ -65,9 +66,9 @@ class CommitServers:
         each imports and prepares ``run``'s workload as its tree has it, and what earlier
         runs of the head's ``tree`` (its git tree id) learned it imports."""
         from ledger.execution.local_run import server_sandbox
-        from runners.childenv import env
-        from runners.forkparent import Launched, Spec
-        from runners.preload import recorded_modules
+        from runners.claim.childenv import env
+        from runners.fork.forkparent import Launched, Spec
+        from runners.fork.preload import recorded_modules
 
         missing = [r for r in roots if str(r) not in self.servers]
         if not missing:
@@ -108,7 +109,8 @@ class CommitServers:
         self.servers.clear()
         shutil.rmtree(self.work, ignore_errors=True)
 
-    def facts(self) -> dict[str, Any]:
-        """What the head tree's server did before its first claim (for the progress line)."""
+    def facts(self) -> Ready | None:
+        """What the head tree's server did before its first claim (for the progress line);
+        None where it could not start."""
         s = self.of(self.head)
-        return dict(s.ready) if s is not None else {}
+        return s.ready if s is not None else None

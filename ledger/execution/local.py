@@ -1,7 +1,7 @@
 """The `local` executor: claims side by side on this host, each on devices of its own.
 
 Each claim runs in a thread of its own that starts the claim's processes
-(`runners.isolated.run_claim_isolated`, forked from the fork server) with
+(`runners.claim.isolated.run_claim_isolated`, forked from the fork server) with
 ``CUDA_VISIBLE_DEVICES`` naming its devices; the thread only waits. A claim
 that fails or hangs ends by its own time limit and never holds up another;
 `cancel` (Ctrl-C) stops every claim's process group.
@@ -25,7 +25,7 @@ from ledger.fleet.health import Watch
 
 if TYPE_CHECKING:
     from ledger.sandbox import Sandbox
-    from runners.forkparent import ForkServer
+    from runners.fork.forkparent import ForkServer
 
 __all__ = ["LocalExecutor"]
 
@@ -64,7 +64,7 @@ class LocalExecutor:
     def _run(
         self, run: ClaimRun, devices: list[Device], explicit: bool, shared: bool = False
     ) -> Finished:
-        from runners.isolated import run_claim_isolated
+        from runners.claim.isolated import run_claim_isolated
 
         env: dict[str, str] = {}
         if shared:
@@ -85,29 +85,22 @@ class LocalExecutor:
         if run.device == "cpu":
             watched = ()
         watch = Watch(watched).start() if watched else None
-        results = run_claim_isolated(
-            claim=run.claim,
-            check=run.check,
-            params=dict(run.params),
-            repo_root=self.root,
-            workload_ref=run.workload_ref,
-            workload_params=dict(run.workload_params),
-            device=run.device,
-            observer_off_required=run.observer_off,
-            base_root=self.base_root,
-            progress=self.progress_for(run),
-            artifact_dir=self.artifacts,
-            world_size=run.world_size,
-            timeout_s=run.timeout_s,
-            # The fork server has no network: a claim that needs one starts afresh.
-            fork_server=None if run.network else self.fork,
-            sandbox=self.sandbox,
-            network=run.network,
+        request = run.request(
+            self.root,
+            self.base_root,
+            self.artifacts,
             work_root=self.work_root,
             env=env,
             gpu_uuids=uuids or None,
-            cancel=self.cancel,
             shared=shared,
+        )
+        results = run_claim_isolated(
+            request,
+            progress=self.progress_for(run),
+            # The fork server has no network: a claim that needs one starts afresh.
+            fork_server=None if run.network else self.fork,
+            sandbox=self.sandbox,
+            cancel=self.cancel,
         )
         health = None
         if watch is not None:

@@ -27,11 +27,10 @@ from ledger.execution.claimrun import ClaimRun, Finished
 from ledger.execution.devices import Device as GpuDevice
 from ledger.execution.devices import DevicePool, visible_gpus
 from ledger.execution.local import LocalExecutor
-from ledger.execution.receipts import record_results
+from ledger.execution.receipts import record_finished
 from ledger.execution.trees import removed, worktree
 from ledger.fleet.ci import ci_job
 from ledger.fleet.dcgm import diagnose
-from ledger.fleet.evidence import health_evidence
 from ledger.fleet.quarantine import bound, skip_quarantined
 from ledger.identity.revision import Revision
 from ledger.qualification.plan import ClaimSpec, Plan
@@ -39,7 +38,8 @@ from ledger.sandbox import Sandbox
 from ledger.write.record import Recorder
 
 if TYPE_CHECKING:
-    from runners.forkparent import Launched, Spec
+    from runners.fork.forkparent import Launched, Spec
+    from runners.fork.forkready import Ready
 
 __all__ = ["Started", "run", "server_sandbox", "started"]
 
@@ -97,8 +97,8 @@ def _refs(plan: Plan, claims: Sequence[ClaimSpec]) -> list[str]:
 def _spec(root: Path, plan: Plan, claims: Sequence[ClaimSpec], modules: Sequence[str]) -> Spec:
     """What ``root``'s fork server imports and prepares before the first claim: each
     workload's module, and each workload (with its parameters) built and prepared once."""
-    from runners.forkparent import Spec
-    from runners.names import SETUPS_PER_CLAIM
+    from runners.claim.names import SETUPS_PER_CLAIM
+    from runners.fork.forkparent import Spec
 
     workloads = [
         (plan.workload_for(c) or "", plan.workload_params_for(c))
@@ -119,10 +119,10 @@ def started(
     """Check out the revision (and its base, when a claim needs it) and launch their
     fork servers; on the way out, the servers stopped and the trees removed. Imports
     no torch: the caller imports it while the servers do."""
-    from runners.childenv import env
-    from runners.forkparent import Launched
-    from runners.names import NEEDS_BASE
-    from runners.preload import recorded_modules
+    from runners.claim.childenv import env
+    from runners.claim.names import NEEDS_BASE
+    from runners.fork.forkparent import Launched
+    from runners.fork.preload import recorded_modules
 
     on_base = [c for c in claims if c.check in NEEDS_BASE]
     base_ctx: contextlib.AbstractContextManager[Path | None] = contextlib.nullcontext(None)
@@ -132,7 +132,7 @@ def started(
     with removed(run_dir), worktree(repo, revision.commit, "rev") as root, base_ctx as base:
         (run_dir / "artifacts").mkdir()
         # What earlier runs of this very tree learned: another tree's claims never
-        # choose what this server imports (`runners.preload`).
+        # choose what this server imports (`runners.fork.preload`).
         modules = [*plan.preload, *recorded_modules(_refs(plan, claims), revision.tree)]
         specs = [_spec(root, plan, claims, modules)]
         if base is not None:
@@ -154,11 +154,10 @@ def _prefixed(progress: Callable[[str], None], prefix: str) -> Callable[[str], N
     return say
 
 
-def unforkable(ready: dict[str, Any]) -> str | None:
+def unforkable(ready: Ready) -> str | None:
     """Why a fork server that said ready will refuse every fork, or None (its own
-    `runners.forksafety.refusal` at ready: who initialised CUDA in it, which threads)."""
-    refused = ready.get("fork_refused")
-    return str(refused) if refused else None
+    `runners.fork.forksafety.refusal` at ready: who initialised CUDA in it, which threads)."""
+    return ready.fork_refused or None
 
 
 def run(
@@ -174,7 +173,7 @@ def run(
 ) -> None:
     """Run ``runs`` on the started trees: on ``devices`` side by side (each claim on
     devices of its own), or one after another on the default device when None."""
-    from runners.preload import learned, remember_modules
+    from runners.fork.preload import learned, remember_modules
 
     explicit = devices is not None
     quarantine: dict[str, str] = {}
@@ -197,15 +196,14 @@ def run(
     base_fork = servers[1] if len(servers) > 1 else None
     if fork is not None:
         r = fork.ready
-        extra = f", {len(r.get('prepared', []))} workload(s) prepared" if r.get("prepared") else ""
-        if r.get("prebuilt"):
-            extra += f", {len(r['prebuilt'])} workload(s) built once (each setup a copy)"
-        for why in r.get("not_prebuilt", []):
+        extra = f", {len(r.prepared)} workload(s) prepared" if r.prepared else ""
+        if r.prebuilt:
+            extra += f", {len(r.prebuilt)} workload(s) built once (each setup a copy)"
+        for why in r.not_prebuilt:
             extra += f"; not built once: {why}"
         say(
-            f"fork server: torch, {len(r['preloaded'])} workload module(s) and "
-            f"{len(r.get('modules', []))} more module(s) imported once{extra} "
-            f"({r['seconds']:.1f} s)"
+            f"fork server: torch, {len(r.preloaded)} workload module(s) and "
+            f"{len(r.modules)} more module(s) imported once{extra} ({r.seconds:.1f} s)"
         )
     for server in servers:
         refused = None if server is None else unforkable(server.ready)
@@ -416,34 +414,23 @@ class _Recording:
         except Exception as e:  # one claim's failure must not stop the others
             say(f"{tag} {run.claim}: not recorded: the runner failed: {type(e).__name__}: {e}")
             return
-        results = fin.results or []
-        run.stamp(results, fin.sandbox)
-        environment = {"executor": fin.executor, **ci_job(os.environ, fin.host or None)}
-        assert fin.artifacts is not None
-        # Judged by the parent's readings, never by what the claim says of itself.
-        environment.update(health_evidence(results, fin.health, fin.artifacts, str(run.index)))
-        if fin.devices:
-            environment["executor_devices"] = ",".join(fin.devices)
+        facts: dict[str, str] = {}
         if wait_ns is not None:
             # queued (the run's start) -> started (devices of its own were free)
-            environment["device_wait_ns"] = str(wait_ns)
+            facts["device_wait_ns"] = str(wait_ns)
         # Which claims ran on its device meanwhile (`ledger.execution.sharing`).
-        environment.update(extra or {})
+        facts.update(extra or {})
         # Which devices quarantine left out, or reported, and by what figure and bound.
-        environment.update(self.run_facts)
-        # Which plans defined the claim: the gate the base's, the workload the head's.
-        environment.update(run.sources)
-        # The sandbox proved itself before the claim's code ran (`ledger.sandbox.proof`).
-        environment.update(fin.sandbox_facts)
-        recs = record_results(
+        facts.update(self.run_facts)
+        recs = record_finished(
+            fin,
             self.recorder,
             self.key,
             self.revision,
-            results,
-            fin.artifacts,
-            environment,
-            fin.gpu_uuids,
+            ci=ci_job(os.environ, fin.host or None),
+            facts=facts,
         )
+        results = fin.results or []
         from ledger.execution.said import Said, finished_line
 
         for rec, r in zip(recs, results, strict=True):

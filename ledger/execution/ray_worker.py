@@ -4,7 +4,7 @@ The task receives the revision as a git bundle and the claim run as data. It
 checks the commit out (`ledger.execution.checkouts`: once per commit on this
 worker, reused by the claims of that commit Ray places here later), refuses
 to run unless the commit's tree is the one the driver named, runs the claim
-there (`runners.isolated.run_claim_isolated`: the claim's own processes,
+there (`runners.claim.isolated.run_claim_isolated`: the claim's own processes,
 forked from its commit's fork server on this worker, the workload imported and
 prepared there once (`ledger.execution.commit_servers`), on the GPUs Ray gave
 the task through ``CUDA_VISIBLE_DEVICES``), signs the results with this host's runner key
@@ -313,9 +313,8 @@ def _place(task: _Task, bundle: bytes) -> _Placed:
     if launched:
         r = servers.facts()
         what = (
-            f"{len(r.get('prepared', []))} workload(s) prepared, "
-            f"{len(r.get('modules', []))} module(s) preloaded"
-            if r
+            f"{len(r.prepared)} workload(s) prepared, {len(r.modules)} module(s) preloaded"
+            if r is not None
             else "none could start: the claim starts afresh"
         )
         lines.append(
@@ -328,12 +327,12 @@ def _place(task: _Task, bundle: bytes) -> _Placed:
 def _run_claim(
     task: _Task, placed: _Placed, say: Callable[[str], None], cancel: threading.Event
 ) -> dict[str, Any]:
-    from ledger.execution.receipts import record_results
-    from ledger.fleet.evidence import health_evidence
+    from ledger.execution.claimrun import Finished
+    from ledger.execution.receipts import record_finished
     from ledger.fleet.health import Watch, uuids_of
     from ledger.write.record import RemoteRecorder
-    from runners.isolated import run_claim_isolated
-    from runners.preload import learned, remember_modules
+    from runners.claim.isolated import run_claim_isolated
+    from runners.fork.preload import learned, remember_modules
 
     run, payload, out, box = task.run, task.payload, dict(task.out), task.box
     source = payload["source"]
@@ -347,36 +346,30 @@ def _run_claim(
     root = roots[source["commit"]]
     revision = _revision(source, root)
     with tempfile.TemporaryDirectory(prefix="task-", dir=servers.work) as d:
-        (Path(d) / "artifacts").mkdir()
+        artifacts = Path(d) / "artifacts"
+        artifacts.mkdir()
         # The health of the GPUs Ray gave the claim, read before its first use of them.
         on_gpu = out["devices"] and run.device != "cpu"
         gpus = uuids_of(out["devices"].split(",")) if on_gpu else []
         watch = Watch(gpus).start() if gpus else None
-        results = run_claim_isolated(
-            claim=run.claim,
-            check=run.check,
-            params=dict(run.params),
-            repo_root=root,
-            workload_ref=run.workload_ref,
-            workload_params=dict(run.workload_params),
-            device=run.device,
-            observer_off_required=run.observer_off,
-            base_root=roots.get(source.get("base") or ""),
-            progress=progress,
-            artifact_dir=Path(d) / "artifacts",
-            world_size=run.world_size,
-            timeout_s=run.timeout_s,
-            sandbox=None if box.mode == "none" else box,
-            network=run.network,
+        request = run.request(
+            root,
+            roots.get(source.get("base") or ""),
+            artifacts,
             work_root=Path(d),
-            # Forked from its commit's server (torch imported, the workload prepared,
-            # once per worker); a claim with a network, or several ranks, starts afresh
-            # in its sandbox.
-            fork_server=None if run.network else servers.of(root),
             env=servers.env(),
             # The claim's GPUs as Ray placed them: the receipt names these (the host's
             # reading), never what the claim says it ran on.
             gpu_uuids=gpus or None,
+        )
+        results = run_claim_isolated(
+            request,
+            progress=progress,
+            # Forked from its commit's server (torch imported, the workload prepared,
+            # once per worker); a claim with a network, or several ranks, starts afresh
+            # in its sandbox.
+            fork_server=None if run.network else servers.of(root),
+            sandbox=None if box.mode == "none" else box,
             cancel=cancel,
         )
         health = watch.finish().to_json() if watch is not None else None
@@ -385,24 +378,30 @@ def _run_claim(
             remember_modules(
                 [run.workload_ref], learned(root), str(source["tree"]), list(roots.values())
             )
-        run.stamp(results, box.facet)
         recorder = RemoteRecorder(payload["server"])
-        job_id = out["job_id"]
-        environment = {"executor": "ray", "executor_job_id": job_id}
         ci = {str(k): str(v) for k, v in dict(payload.get("ci") or {}).items()}
-        if ci:
-            # The submitting job's facts; the node is where the claim ran.
-            environment.update({**ci, "ci_node": out["host"]})
-        environment.update(health_evidence(results, health, Path(d) / "artifacts", "0"))
-        if out["devices"]:
-            environment["executor_devices"] = out["devices"]
-        # Which plans defined the claim: the gate the base's, the workload the head's.
-        environment.update(run.sources)
-        # What quarantine did for the run: which devices it held back, by what figure.
-        environment.update((payload.get("quarantine") or {}).get("facts") or {})
-        # The GPUs Ray gave the task, as a local run names its devices'.
-        recs = record_results(
-            recorder, task.key, revision, results, Path(d) / "artifacts", environment, gpus
+        fin = Finished(
+            run=run,
+            executor="ray",
+            job_id=out["job_id"],
+            devices=tuple(out["devices"].split(",")) if out["devices"] else (),
+            # The GPUs Ray gave the task, as a local run names its devices'.
+            gpu_uuids=tuple(gpus),
+            results=results,
+            host=out["host"],
+            sandbox=box.facet,
+            artifacts=artifacts,
+            health=health,
+        )
+        # The submitting job's facts (the node is where the claim ran), and what
+        # quarantine did for the run: which devices it held back, by what figure.
+        recs = record_finished(
+            fin,
+            recorder,
+            task.key,
+            revision,
+            ci={**ci, "ci_node": out["host"]} if ci else {},
+            facts=(payload.get("quarantine") or {}).get("facts") or {},
         )
         out["receipts"] = [
             (rec.id, r.claim, r.outcome) for rec, r in zip(recs, results, strict=True)

@@ -1,7 +1,11 @@
 """A finished claim's results signed and recorded: the facts of each receipt, the
 artifact files read beneath the claim's artifact folder, never through a link
 (`ledger.outputs.beneath`). An artifact refused there is named in the receipt's
-``refused_outputs``; a pass that lost one is inconclusive, any other outcome stands."""
+``refused_outputs``; a pass that lost one is inconclusive, any other outcome stands.
+
+`record_finished` is the one way from a finished claim to its receipts, for every
+executor: the local one records in the qualifying process, a Ray task where the
+claim ran."""
 
 from __future__ import annotations
 
@@ -19,6 +23,7 @@ from ledger.evidence.statement import (
     describe_artifact,
     timestamp,
 )
+from ledger.fleet.evidence import health_evidence
 from ledger.identity.revision import Revision
 from ledger.outputs.beneath import Folder, Refused
 from ledger.outputs.declared import refusal
@@ -26,10 +31,11 @@ from ledger.write.artifacts import MAX_ARTIFACT_BYTES
 from ledger.write.record import Recorder, sign_and_record
 
 if TYPE_CHECKING:
+    from ledger.execution.claimrun import Finished
     from ledger.write.ingest import Recorded
-    from runners.result import CheckResult
+    from runners.claim.result import CheckResult
 
-__all__ = ["claim_artifacts", "record_results"]
+__all__ = ["claim_artifacts", "record_finished", "record_results"]
 
 
 def claim_artifacts(r: CheckResult, inside: Path) -> tuple[list[ArtifactFile], list[Refused]]:
@@ -47,7 +53,7 @@ def claim_artifacts(r: CheckResult, inside: Path) -> tuple[list[ArtifactFile], l
     with folder:
         for a in r.artifacts:
             # The child named the path (checked lexically inside the folder already,
-            # `runners.result.check_result`); what it is is decided only here.
+            # `runners.claim.result.check_result`); what it is is decided only here.
             try:
                 rel = _below(Path(a.path), inside)
                 files.append(
@@ -100,7 +106,7 @@ def _facts(
         artifacts=[f.artifact for f in files],
         supersedes=[],
         # The host's readings, set over the claim's word by the parent once the claim
-        # ended (`runners.authors`); the executor's devices where none was used.
+        # ended (`runners.claim.authors`); the executor's devices where none was used.
         host=r.host,
         gpu_uuids=r.gpu_uuids or list(uuids),
         started=timestamp(r.started_ns) if r.started_ns else None,
@@ -125,3 +131,41 @@ def record_results(
     stmts = [build_statement(revision.source(), f) for f, _ in built]
     files = [a for _, fs in built for a in fs]
     return sign_and_record(recorder, stmts, key, files if recorder.stores_artifacts else ())
+
+
+def record_finished(
+    fin: Finished,
+    recorder: Recorder,
+    key: LocalKey,
+    revision: Revision,
+    *,
+    ci: Mapping[str, str],
+    facts: Mapping[str, str] | None = None,
+) -> list[Recorded]:
+    """A finished claim's receipts, one per result, signed and recorded (in the order of
+    ``fin.results``). The results get the scope facets only the runner knows
+    (`ClaimRun.stamp`) and are judged by the health of their GPUs, read by the parent;
+    each receipt's environment names the executor (and its job), ``ci`` (the job that
+    ran the qualification), the GPUs' health, the devices the claim had to itself,
+    ``facts`` (what the executor alone knows of this run: its wait for devices, the
+    claims beside it, what quarantine did), the plans that defined the claim and the
+    sandbox's self-tests."""
+    results = fin.results or []
+    fin.run.stamp(results, fin.sandbox)
+    assert fin.artifacts is not None
+    environment = {"executor": fin.executor}
+    if fin.job_id:
+        environment["executor_job_id"] = fin.job_id
+    environment.update(ci)
+    # Judged by the parent's readings, never by what the claim says of itself.
+    environment.update(health_evidence(results, fin.health, fin.artifacts, str(fin.run.index)))
+    if fin.devices:
+        environment["executor_devices"] = ",".join(fin.devices)
+    environment.update(facts or {})
+    # Which plans defined the claim: the gate the base's, the workload the head's.
+    environment.update(fin.run.sources)
+    # The sandbox proved itself before the claim's code ran (`ledger.sandbox.proof`).
+    environment.update(fin.sandbox_facts)
+    return record_results(
+        recorder, key, revision, results, fin.artifacts, environment, fin.gpu_uuids
+    )

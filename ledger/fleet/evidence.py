@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from ledger.fleet.faults import judge, summary
 
 if TYPE_CHECKING:
-    from runners.result import CheckResult
+    from runners.claim.result import CheckResult
 
 __all__ = ["ARTIFACT", "health_evidence"]
 
@@ -41,7 +41,7 @@ def health_evidence(
     if health is None:
         return {}
     judge(results, health)
-    from runners.result import Artifact
+    from runners.claim.result import Artifact
 
     # The folder is one the claims' sandbox can write: a name they cannot guess,
     # created here, never a file or link they left.

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from runners.result import CheckResult
+    from runners.claim.result import CheckResult
 
 __all__ = [
     "CODE_XIDS",

@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from runners.result import Json
+from runners.claim.result import Json
 
 EAGER = "eager"
 """transformers' experts implementation that is a plain loop over experts."""

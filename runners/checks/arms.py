@@ -17,9 +17,9 @@ import torch
 
 from ledger.outputs.beneath import Folder, Refused
 from runners.checks.context import Session
-from runners.forkparent import client_argv
+from runners.claim.result import Json
+from runners.fork.forkparent import client_argv
 from runners.harness import child
-from runners.result import Json
 
 __all__ = ["Arm", "Schedule", "finish_arm", "run_arms", "side_by_side_fits", "start_arm"]
 

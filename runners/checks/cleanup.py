@@ -14,10 +14,10 @@ from functools import partial
 from runners.checks.context import CheckContext, Session, Verdict, phase_step
 from runners.checks.execute import execute
 from runners.checks.params import CheckParams
+from runners.claim.names import CLEANUP
+from runners.claim.result import CheckResult, Json
 from runners.harness.proofs import describe_incomplete
-from runners.names import CLEANUP
 from runners.protocol import Shape
-from runners.result import CheckResult, Json
 
 NAME = CLEANUP
 VERSION = "1"

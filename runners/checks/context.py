@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 
+from runners.claim.result import Artifact, CheckResult, Json, Observer, Outcome, infra_error
 from runners.harness.fingerprint import Fingerprint
 from runners.harness.observer import ObserverSession
 from runners.harness.oom import StepOutcome, capture
@@ -29,14 +30,21 @@ from runners.protocol import (
     admit_of,
     estimate_of,
 )
-from runners.result import Artifact, CheckResult, Json, Observer, Outcome, infra_error
 from runners.workloads import prebuilt
 from runners.workloads.loader import load_workload
 
 Progress = Callable[[str], None]
 
-# Modules a workload load must not replace (see `load_preserving`).
-_KEEP = ("runners.harness", "runners.checks", "runners.api", "runners.result", "runners.protocol")
+# Modules a workload load must not replace (see `load_preserving`), and the packages
+# they lie in.
+_KEEP = (
+    "runners.harness",
+    "runners.checks",
+    "runners.api",
+    "runners.claim.result",
+    "runners.protocol",
+)
+_KEEP_PACKAGES = ("runners", "runners.claim")
 
 
 @dataclass(kw_only=True, slots=True)
@@ -99,7 +107,7 @@ def load_preserving(root: Path, ref: str, params: Mapping[str, Any]) -> Workload
     its own modules (and result classes) mid-check.
     """
     saved: dict[str, ModuleType] = {
-        n: m for n, m in sys.modules.items() if n == "runners" or n.startswith(_KEEP)
+        n: m for n, m in sys.modules.items() if n in _KEEP_PACKAGES or n.startswith(_KEEP)
     }
     try:
         return load_workload(root, ref, params)
@@ -233,7 +241,7 @@ def infra_result(
 ) -> CheckResult:
     """A result for a check that could not run at all (no device). Said by the claim
     process, so the parent records it as a failure unless its own readings show the
-    device gone (`runners.authors`)."""
+    device gone (`runners.claim.authors`)."""
     now = time.time_ns()
     return infra_error(
         claim=ctx.claim,

@@ -30,13 +30,13 @@ from runners.checks.context import (
     verdict_of_failure,
 )
 from runners.checks.params import CheckParams, ParamError
+from runners.claim.result import CheckResult, CleanupProof, Json, Observer
 from runners.harness.determinism import apply_determinism
 from runners.harness.observer import ObserverSession
 from runners.harness.probe import CpuProbe, MemoryProbe, make_probe
 from runners.harness.proofs import describe_incomplete
 from runners.harness.registry import ResourceRegistry
 from runners.protocol import EstimatorMissing
-from runners.result import CheckResult, CleanupProof, Json, Observer
 from runners.workloads import prebuilt
 from runners.workloads.loader import WorkloadLoadError
 

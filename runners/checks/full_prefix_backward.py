@@ -20,11 +20,11 @@ from functools import partial
 from runners.checks.context import CheckContext, Session, Verdict, phase_step
 from runners.checks.execute import execute
 from runners.checks.params import CheckParams
+from runners.claim.names import FULL_PREFIX_BACKWARD
+from runners.claim.result import CheckResult, Json
 from runners.harness.probe import CpuProbe
 from runners.harness.steps import StepRecord, measure_step
-from runners.names import FULL_PREFIX_BACKWARD
 from runners.protocol import AdmissionDecision, Shape, Workload
-from runners.result import CheckResult, Json
 
 NAME = FULL_PREFIX_BACKWARD
 VERSION = "1"

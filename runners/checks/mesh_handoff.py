@@ -42,12 +42,12 @@ import torch
 from runners.checks.context import CheckContext, Session, Verdict, infra_result
 from runners.checks.execute import execute
 from runners.checks.params import CheckParams, ParamError
-from runners.distributed import is_distributed
+from runners.claim.distributed import is_distributed
+from runners.claim.names import MESH_HANDOFF
+from runners.claim.result import CheckResult, Json
 from runners.harness import child
 from runners.harness.collect import collect
 from runners.harness.probe import CudaProbe, MiB
-from runners.names import MESH_HANDOFF
-from runners.result import CheckResult, Json
 
 NAME = MESH_HANDOFF
 VERSION = "1"

@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 from runners.checks.context import CheckContext, infra_result
 from runners.checks.execute import json_safe
 from runners.checks.params import CheckParams, ParamError
+from runners.claim.names import OBSERVER_OFF_CONTROL, REGRESSION_24VIEW
+from runners.claim.result import CheckResult, Json
 from runners.harness.proofs import merge_proofs
-from runners.names import OBSERVER_OFF_CONTROL, REGRESSION_24VIEW
-from runners.result import CheckResult, Json
 
 NAME = OBSERVER_OFF_CONTROL
 VERSION = "1"

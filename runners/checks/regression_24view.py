@@ -46,8 +46,9 @@ from runners.checks.execute import execute
 from runners.checks.outputs import bitwise_equal, host_copy, sha256_of
 from runners.checks.params import CheckParams
 from runners.checks.regression_reference import reference
+from runners.claim.names import REGRESSION_24VIEW
+from runners.claim.result import CheckResult, Json
 from runners.harness.steps import measure_step
-from runners.names import REGRESSION_24VIEW
 from runners.protocol import (
     Batch,
     EstimatorMissing,
@@ -56,7 +57,6 @@ from runners.protocol import (
     SupportsChunkedNLL,
     Workload,
 )
-from runners.result import CheckResult, Json
 
 NAME = REGRESSION_24VIEW
 VERSION = "3"

@@ -13,6 +13,7 @@ from runners.checks import precision, routing
 from runners.checks.context import Session, WorkloadFailed, dtype_name, load_preserving
 from runners.checks.execute import capture_where
 from runners.checks.outputs import rel_err
+from runners.claim.result import Json
 from runners.protocol import (
     Batch,
     DeclaresRouting,
@@ -21,7 +22,6 @@ from runners.protocol import (
     Shape,
     Workload,
 )
-from runners.result import Json
 
 
 def reference(

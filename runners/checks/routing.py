@@ -13,7 +13,7 @@ from collections.abc import Mapping
 
 import torch
 
-from runners.result import Json
+from runners.claim.result import Json
 
 Routing = Mapping[str, torch.Tensor]
 """Top-k expert indices ``[tokens, k]`` by routed layer name."""

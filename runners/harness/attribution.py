@@ -26,8 +26,8 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from runners.claim.result import Json
 from runners.harness.tracker import _tensors
-from runners.result import Json
 
 BACKWARD = "(backward)"
 """Module path of storages made while no module forward runs (the autograd engine)."""

@@ -33,9 +33,9 @@ from typing import Any, Final
 
 import torch
 
+from runners.claim.result import Artifact, Json, Observer
 from runners.harness.probe import CpuProbe, MemoryProbe
 from runners.harness.tracker import count_saved_bytes
-from runners.result import Artifact, Json, Observer
 
 SNAPSHOT_MEDIA_TYPE = "application/vnd.pytorch.memory-snapshot+pickle"
 

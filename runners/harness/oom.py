@@ -16,8 +16,8 @@ from typing import Generic, Literal, TypeVar
 
 import torch
 
+from runners.claim.result import Json
 from runners.harness.collect import collect
-from runners.result import Json
 
 T = TypeVar("T")
 Status = Literal["ok", "oom", "failed", "infra-error"]

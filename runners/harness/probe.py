@@ -19,10 +19,10 @@ from typing import Any, Literal
 
 import torch
 
+from runners.claim.result import Json
 from runners.harness import nvml
 from runners.harness.collect import collect
 from runners.harness.tracker import LiveStorageTracker
-from runners.result import Json
 
 GiB = 1024**3
 MiB = 1024**2

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import os
 
+from runners.claim.names import DEVICE_SHARED_VAR
+from runners.claim.result import CleanupProof, ReleasedResource
 from runners.harness.probe import CudaProbe, MemoryProbe, MemorySample
-from runners.names import DEVICE_SHARED_VAR
-from runners.result import CleanupProof, ReleasedResource
 
 MiB = 1024**2
 CUDA_TOLERANCE_BYTES = 64 * MiB

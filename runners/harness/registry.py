@@ -31,11 +31,11 @@ from typing import Any
 
 import torch
 
+from runners.claim.result import CleanupProof, ReleasedResource
 from runners.harness.collect import collect
 from runners.harness.probe import CpuProbe, CudaProbe, MemoryProbe, MemorySample
 from runners.harness.processes import descendants, proc_table, stop_group, stop_pid, stop_popen
 from runners.harness.proofs import CUDA_TOLERANCE_BYTES, memory_proofs
-from runners.result import CleanupProof, ReleasedResource
 
 
 def _user() -> str:

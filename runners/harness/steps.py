@@ -7,9 +7,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from runners.claim.result import Json
 from runners.harness.oom import StepOutcome, capture
 from runners.harness.probe import MemoryProbe, PeakIncrement
-from runners.result import Json
 
 
 @dataclass(kw_only=True, slots=True, frozen=True)

@@ -1,12 +1,12 @@
 """Where a claim's time goes outside its check: wall-clock stamps in the claim process.
 
 The fork server stamps ``forked`` (the child exists) and ``go`` (its client placed it
-and said start); `runners.isolated` stamps ``serving`` (the request read), and
+and said start); `runners.claim.isolated` stamps ``serving`` (the request read), and
 `runners.api.run_claim` ``device_ready`` (the device resolved: torch's lazy CUDA
 init) and ``fingerprinted``; the CUDA context itself is made as the check's harness
 starts (``harness_phase_times``). The check's own
 ``started_ns`` / ``finished_ns`` follow. The parent adds what it saw
-(`runners.isolated`: ``launched``, ``exited``, ``proved``), and the receipt carries
+(`runners.claim.isolated`: ``launched``, ``exited``, ``proved``), and the receipt carries
 them all as offsets from ``launched`` (``claim_timeline_ns``), so that the time a
 claim spends before and after its check is read from evidence, not guessed.
 Stamps are ``time.time_ns()``: the parent and the claim process share the host's

@@ -16,13 +16,13 @@ from ledger.evidence.errors import UsageError
 from ledger.execution import sharing
 from ledger.execution.devices import Device, DevicePool
 from ledger.sandbox import find_bwrap, resolve
-from runners import claim_exit
 from runners.api import check_names
+from runners.claim import claim_exit
+from runners.claim.names import DEVICE_SHARED_VAR
+from runners.claim.result import CheckResult, CleanupProof, ReleasedResource
 from runners.harness import nvml
 from runners.harness.probe import CudaProbe, MemorySample
 from runners.harness.proofs import memory_proofs
-from runners.names import DEVICE_SHARED_VAR
-from runners.result import CheckResult, CleanupProof, ReleasedResource
 from tests.ledger.helpers import run
 from tests.ledger.probe_repo import make_probe_repo
 
@@ -219,15 +219,15 @@ def test_a_shared_run_that_fails_is_judged_again_alone_and_recorded_once(
 @pytest.mark.skipif(find_bwrap() is None and os.environ.get("CI") != "true", reason="no bwrap")
 def test_a_claim_started_afresh_in_the_sandbox_knows_its_device_is_shared(tmp_path: Path) -> None:
     # The sandbox passes no LEDGER_* variable of its own accord: this one is handed in.
-    from runners.isolated import _launches
+    from runners.claim.isolated import ClaimRequest, _launches
 
     box = resolve("bwrap")
     (tmp_path / "w").mkdir()
     for extra, want in (({DEVICE_SHARED_VAR: "1"}, "1"), ({}, None)):
         work = tmp_path / "w" / str(bool(extra))
         work.mkdir()
-        _, envs = _launches(
-            [["python3", "-c", "pass"]], sandbox=box, network=False, work=work, kwargs={},
-            extra=extra,
-        )  # fmt: skip
+        request = ClaimRequest(
+            claim="c", check="cleanup", device="cpu", repo_root=work, workload_ref="", env=extra
+        )
+        _, envs = _launches([["python3", "-c", "pass"]], request, sandbox=box, work=work)
         assert envs[0].get(DEVICE_SHARED_VAR) == want

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from ledger.read.calibration import calibrate, render
-from runners.example_repo import make_example_repo
+from scripts.example_repo import make_example_repo
 from tests.ledger.helpers import run
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -1,6 +1,6 @@
 """The issue-11 H200 run (evidence/h200-issue11-*), checked offline on CPU.
 
-`runners/device_scripts/issue11_h200.sh` produced it. The receipts' signatures,
+`scripts/device/issue11_h200.sh` produced it. The receipts' signatures,
 keys and ledgers are verified with every other run by test_evidence.py; here:
 cold and warm estimates, the bf16 noise floor, the CUDA attribution and the
 overhead figures. Skipped until the run is committed.

@@ -19,7 +19,7 @@ import git
 import pytest
 
 from ledger.sandbox import find_bwrap
-from runners.preload import installed_only
+from runners.fork.preload import installed_only
 from tests.ledger.helpers import run
 from tests.ledger.probe_repo import claim, make_probe_repo, notes
 

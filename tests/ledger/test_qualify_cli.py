@@ -13,7 +13,7 @@ from pathlib import Path
 import git
 import pytest
 
-from runners.example_repo import make_example_repo
+from scripts.example_repo import make_example_repo
 from tests.ledger.helpers import run
 
 FAST = ("--claim", "cleanup.all-released", "--claim", "regression.24view-nograd")
@@ -128,7 +128,7 @@ def test_ctrl_c_leaves_no_worktree_process_or_receipt(
 ) -> None:
     """The claim's workload says it started (its setup line) and then never ends on
     its own: the signal always lands while it runs, however loaded the machine."""
-    from runners.example_repo import PLAN
+    from scripts.example_repo import PLAN
     from tests.conftest import commit_file
 
     commit_file(git.Repo(example), "model/blocking.py", BLOCKING, "A workload that blocks")
@@ -170,9 +170,9 @@ def test_ctrl_c_leaves_no_worktree_process_or_receipt(
     deadline = time.monotonic() + 30
     while True:  # the claim's process group is gone (bounded by the deadline)
         ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
-        if "runners.isolated" not in ps or time.monotonic() > deadline:
+        if "runners.claim.isolated" not in ps or time.monotonic() > deadline:
             break
-    assert "runners.isolated" not in ps
+    assert "runners.claim.isolated" not in ps
     audit = subprocess.run(
         [sys.executable, "-m", "ledger", "audit", "--json"], env=env, capture_output=True, text=True
     )

@@ -15,7 +15,7 @@ from pathlib import Path
 import git
 import pytest
 
-from runners.example_repo import make_example_repo
+from scripts.example_repo import make_example_repo
 from tests.conftest import commit_file
 from tests.ledger.helpers import run
 
@@ -49,7 +49,7 @@ def test_ctrl_c_says_what_was_recorded_in_one_line_without_a_traceback(
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    from runners.example_repo import PLAN
+    from scripts.example_repo import PLAN
 
     monkeypatch.setenv("LEDGER_DB", str(tmp_path / "l.db"))
     assert run(capsys, "init").code == 0

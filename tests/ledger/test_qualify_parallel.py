@@ -154,7 +154,7 @@ def test_qualify_says_what_it_skips_and_what_will_not_count_before_it_runs(
 def test_gradient_compare_arms_fork_from_the_servers_of_their_own_trees(
     tmp_path: Path, ledger_env: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from runners.example_repo import make_example_repo
+    from scripts.example_repo import make_example_repo
 
     ex = make_example_repo(tmp_path / "ex")
     r = run(
@@ -191,7 +191,7 @@ class Watch:
         if name == "runners.api" and not seen:
             kids = [" ".join(p.cmdline()) for p in psutil.Process().children(recursive=True)]
             seen.update(torch="torch" in sys.modules,
-                        server=any("runners.forkserver" in k for k in kids))
+                        server=any("runners.fork.forkserver" in k for k in kids))
         return None
 
 seen = {}

@@ -177,7 +177,7 @@ def test_claims_run_as_ray_tasks_and_record_through_the_server(
 def test_gradient_compare_arms_fork_from_the_worker_servers_of_their_own_trees(
     tmp_path: Path, ledger_server: Running, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from runners.example_repo import make_example_repo
+    from scripts.example_repo import make_example_repo
 
     ex = make_example_repo(tmp_path / "ex")
     r = run(

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from runners.example_repo import make_example_repo
+from scripts.example_repo import make_example_repo
 from tests.ledger.helpers import run
 
 CLAIM = ("--claim", "cleanup.all-released")

@@ -6,7 +6,7 @@ database it can find and reports them through a file outside its scratch folder,
 loopback socket and its own progress lines. After ``ledger qualify --pr 2`` nothing
 secret arrived on any channel, in any receipt or artifact; the same attack without
 the sandbox (``--sandbox none``) does reach them, so the test can fail. The attack
-itself is `runners.device_scripts.sandbox_attack`'s, which also runs it on a GPU host.
+itself is `scripts.device.sandbox_attack`'s, which also runs it on a GPU host.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from pathlib import Path
 import git
 import pytest
 
-from runners.device_scripts.sandbox_attack import (
+from scripts.device.sandbox_attack import (
     ATTACK,
     CLAIMS,
     PG_SOCKETS,
@@ -30,7 +30,7 @@ from runners.device_scripts.sandbox_attack import (
     attacking_pr,
     stolen,
 )
-from runners.example_repo import make_example_repo
+from scripts.example_repo import make_example_repo
 from tests.ledger.helpers import run
 
 

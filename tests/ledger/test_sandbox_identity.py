@@ -26,8 +26,8 @@ import pytest
 
 from ledger.sandbox import Sandbox, find_bwrap, resolve
 from ledger.sandbox.proof import SandboxBreach
-from runners.device_scripts.sandbox_attack import attacking_pr
-from runners.example_repo import make_example_repo
+from scripts.device.sandbox_attack import attacking_pr
+from scripts.example_repo import make_example_repo
 from tests.ledger.helpers import run
 
 as_root = pytest.mark.skipif(
@@ -191,7 +191,7 @@ def _host_view(inner: int) -> dict[str, str]:
             continue
         fields = {k: v.strip() for k, _, v in (x.partition(":") for x in status.splitlines())}
         nspid = fields.get("NSpid", "").split()
-        if len(nspid) >= 2 and nspid[-1] == str(inner) and b"runners.isolated" in cmd:
+        if len(nspid) >= 2 and nspid[-1] == str(inner) and b"runners.claim.isolated" in cmd:
             fields["ns/user"] = os.readlink(entry / "ns" / "user")
             return fields
     raise AssertionError(f"no sandboxed rank with pid {inner} inside")
@@ -200,7 +200,7 @@ def _host_view(inner: int) -> dict[str, str]:
 def test_each_rank_of_a_two_rank_claim_is_unprivileged_and_sees_only_its_claim(
     tmp_path: Path,
 ) -> None:
-    from runners.isolated import run_claim_isolated
+    from runners.claim.isolated import ClaimRequest, run_claim_isolated
 
     box = resolve("auto")
     # A sibling sandbox running beside the claim, with a folder of its own.
@@ -232,26 +232,28 @@ def test_each_rank_of_a_two_rank_claim_is_unprivileged_and_sees_only_its_claim(
 
     try:
         [r] = run_claim_isolated(
+            ClaimRequest(
+                device="cpu",
+                claim="ep.cleanup",
+                check="cleanup",
+                params={},
+                repo_root=root,
+                workload_ref="rank_probe:make_workload",
+                workload_params={
+                    "d_model": 32,
+                    "n_layers": 1,
+                    "n_heads": 2,
+                    "n_experts": 4,
+                    "d_ff": 64,
+                    "vocab": 128,
+                },
+                observer_off_required=False,
+                base_root=None,
+                artifact_dir=None,
+                world_size=2,
+                timeout_s=240,
+            ),
             progress=progress,
-            device="cpu",
-            claim="ep.cleanup",
-            check="cleanup",
-            params={},
-            repo_root=root,
-            workload_ref="rank_probe:make_workload",
-            workload_params={
-                "d_model": 32,
-                "n_layers": 1,
-                "n_heads": 2,
-                "n_experts": 4,
-                "d_ff": 64,
-                "vocab": 128,
-            },
-            observer_off_required=False,
-            base_root=None,
-            artifact_dir=None,
-            world_size=2,
-            timeout_s=240,
             sandbox=box,
         )
     finally:
@@ -349,7 +351,7 @@ def test_every_sandboxed_process_starts_through_the_one_launcher() -> None:
 def test_a_claim_whose_sandbox_fails_its_self_test_is_an_infra_error_and_runs_nothing(
     tmp_path: Path,
 ) -> None:
-    from runners.isolated import run_claim_isolated
+    from runners.claim.isolated import ClaimRequest, run_claim_isolated
 
     box = resolve("auto")
     broken = Sandbox(box.mode, box.bwrap, box.base.with_(writable=("/tmp",)))
@@ -361,18 +363,20 @@ def test_a_claim_whose_sandbox_fails_its_self_test_is_an_infra_error_and_runs_no
         "from runners.workloads.moe_ep import make_workload\n"
     )
     [r] = run_claim_isolated(
+        ClaimRequest(
+            device="cpu",
+            claim="c.cleanup",
+            check="cleanup",
+            params={},
+            repo_root=root,
+            workload_ref="wl:make_workload",
+            workload_params={},
+            observer_off_required=False,
+            base_root=None,
+            artifact_dir=None,
+            timeout_s=120,
+        ),
         progress=lambda _m: None,
-        device="cpu",
-        claim="c.cleanup",
-        check="cleanup",
-        params={},
-        repo_root=root,
-        workload_ref="wl:make_workload",
-        workload_params={},
-        observer_off_required=False,
-        base_root=None,
-        artifact_dir=None,
-        timeout_s=120,
         sandbox=broken,
     )
     assert r.outcome == "infra-error", r.reason

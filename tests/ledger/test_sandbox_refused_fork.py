@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from ledger.sandbox import find_bwrap
-from runners import forkclient
+from runners.fork import forkclient
 from tests.ledger.helpers import run
 from tests.ledger.probe_repo import PROBE, claim, make_probe_repo
 
@@ -109,7 +109,7 @@ def test_a_strict_client_that_is_refused_says_so_and_runs_nothing(tmp_path: Path
     module.write_text(f"open({str(marker)!r}, 'w').write('ran')\n")
     result = tmp_path / "result.json"
     done = subprocess.run(
-        [sys.executable, "-m", "runners.forkclient", str(sock_path), "would_run", "req",
+        [sys.executable, "-m", "runners.fork.forkclient", str(sock_path), "would_run", "req",
          str(result)],
         env={**os.environ, forkclient.STRICT_VAR: "1", "PYTHONPATH": f"{tmp_path}:{os.getcwd()}"},
         capture_output=True, text=True, timeout=60,

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from runners.api import run_claim
-from runners.result import CheckResult
+from runners.claim.result import CheckResult
 
 from .conftest import MOE, REPO, TINY, Recorder, RunClaim
 

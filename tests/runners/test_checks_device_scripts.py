@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from runners.device_scripts import gpu_smoke, mesh_handoff_2gpu
+from scripts.device import gpu_smoke, mesh_handoff_2gpu
 
 
 def test_gpu_smoke_on_cpu_writes_results_and_overhead(tmp_path: Path) -> None:

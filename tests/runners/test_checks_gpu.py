@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from runners.claim.result import CheckResult
 from runners.harness import CudaProbe, ResourceRegistry
-from runners.result import CheckResult
 
 from .conftest import RunClaim
 

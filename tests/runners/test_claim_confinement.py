@@ -22,10 +22,10 @@ import pytest
 
 from ledger.execution.local_run import server_sandbox
 from ledger.sandbox import Sandbox, find_bwrap, resolve
-from runners.forkparent import ForkServer, client_argv
+from runners.claim.result import CheckResult
+from runners.fork.forkparent import ForkServer, client_argv
 from runners.harness.cgroup import ClaimCgroup
 from runners.harness.child import env as child_env
-from runners.result import CheckResult
 from tests.runners.test_sandboxed_claim import _run
 
 pytestmark = pytest.mark.skipif(

@@ -11,9 +11,9 @@ import pytest
 import torch
 
 from ledger.qualification.plan import load_plan
-from runners.example_repo import PR_BRANCH, PR_REF, make_example_repo
 from runners.protocol import Shape
 from runners.workloads.loader import load_workload
+from scripts.example_repo import PR_BRANCH, PR_REF, make_example_repo
 
 ROOT = Path(__file__).resolve().parents[2]
 CHECKS = {
@@ -105,7 +105,7 @@ def test_base_and_head_workloads_load_one_after_the_other(tmp_path: Path) -> Non
 
 def test_cli_prints_what_it_made(tmp_path: Path) -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "runners.example_repo", str(tmp_path / "cli")],
+        [sys.executable, "-m", "scripts.example_repo", str(tmp_path / "cli")],
         cwd=ROOT,
         capture_output=True,
         text=True,

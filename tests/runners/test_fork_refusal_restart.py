@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from runners.forkparent import ForkServer
+from runners.claim.isolated import ClaimRequest, run_claim_isolated
+from runners.claim.result import CheckResult
+from runners.fork.forkparent import ForkServer
 from runners.harness.child import env
-from runners.isolated import run_claim_isolated
-from runners.result import CheckResult
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -76,17 +76,19 @@ def server(tmp_path: Path) -> Iterator[tuple[ForkServer, Path]]:
 
 def _run(server: ForkServer, root: Path, mode: str, said: list[str]) -> CheckResult:
     [r] = run_claim_isolated(
-        claim="t.cleanup",
-        check="cleanup",
-        params={"batch": 1, "seq": 8},
-        repo_root=root,
-        workload_ref="poison:make_workload",
-        workload_params={"mode": mode},
-        device="cpu",
-        observer_off_required=False,
-        base_root=None,
+        ClaimRequest(
+            claim="t.cleanup",
+            check="cleanup",
+            params={"batch": 1, "seq": 8},
+            repo_root=root,
+            workload_ref="poison:make_workload",
+            workload_params={"mode": mode},
+            device="cpu",
+            observer_off_required=False,
+            base_root=None,
+            artifact_dir=None,
+        ),
         progress=said.append,
-        artifact_dir=None,
         fork_server=server,
     )
     return r

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from runners.forkparent import ForkServer
+from runners.claim.isolated import ClaimRequest, run_claim_isolated
+from runners.fork.forkparent import ForkServer
 from runners.harness.child import env
-from runners.isolated import run_claim_isolated
 
 ROOT = Path(__file__).resolve().parents[2]
 MOE = "runners.workloads.moe:make_workload"
@@ -26,19 +26,21 @@ def server() -> Iterator[ForkServer]:
 
 def _run(server: ForkServer | None, check: str, params: dict, ref: str = MOE, **kw: object) -> list:
     return run_claim_isolated(
-        claim=f"t.{check}",
-        check=check,
-        params=params,
-        repo_root=ROOT,
-        workload_ref=ref,
-        workload_params=TINY,
-        device="cpu",
-        observer_off_required=False,
-        base_root=None,
+        ClaimRequest(
+            claim=f"t.{check}",
+            check=check,
+            params=params,
+            repo_root=ROOT,
+            workload_ref=ref,
+            workload_params=TINY,
+            device="cpu",
+            observer_off_required=False,
+            base_root=None,
+            artifact_dir=None,
+            **kw,
+        ),
         progress=lambda _m: None,
-        artifact_dir=None,
         fork_server=server,
-        **kw,
     )
 
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
-from runners.forkparent import ForkServer
+from runners.claim.isolated import ClaimRequest, run_claim_isolated
+from runners.fork.forkparent import ForkServer
 from runners.harness.child import env
-from runners.isolated import run_claim_isolated
 from tests.ledger.probe_repo import claim, make_probe_repo, notes
 
 REF = "probe_wl:make_workload"
@@ -17,19 +17,21 @@ REF = "probe_wl:make_workload"
 
 def _run(root: Path, server: ForkServer, mode: str, cvd: str, said: list[str]) -> str:
     [r] = run_claim_isolated(
-        claim="t.cleanup",
-        check="cleanup",
-        params={"batch": 1, "seq": 8},
-        repo_root=root,
-        workload_ref=REF,
-        workload_params={"mode": mode},
-        device="cpu",
-        observer_off_required=False,
-        base_root=None,
+        ClaimRequest(
+            claim="t.cleanup",
+            check="cleanup",
+            params={"batch": 1, "seq": 8},
+            repo_root=root,
+            workload_ref=REF,
+            workload_params={"mode": mode},
+            device="cpu",
+            observer_off_required=False,
+            base_root=None,
+            artifact_dir=None,
+            env={"CUDA_VISIBLE_DEVICES": cvd},
+        ),
         progress=said.append,
-        artifact_dir=None,
         fork_server=server,
-        env={"CUDA_VISIBLE_DEVICES": cvd},
     )
     return r.outcome
 

@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 
 from ledger.execution.local_run import unforkable
-from runners.forkparent import ForkServer
-from runners.forksafety import FORK_SAFE_THREADS
+from runners.claim.isolated import ClaimRequest, run_claim_isolated
+from runners.fork.forkparent import ForkServer
+from runners.fork.forksafety import FORK_SAFE_THREADS
 from runners.harness.child import env
-from runners.isolated import run_claim_isolated
 
 ROOT = Path(__file__).resolve().parents[2]
 OMP = "tests.runners.omp_workload:make_workload"
@@ -71,19 +71,21 @@ def _claim(s: ForkServer, ref: str) -> tuple[str, dict[str, int]]:
     """The cleanup claim on ``ref`` through server ``s``: its outcome (asserted passed)
     and its timeline."""
     [r] = run_claim_isolated(
-        claim="t.cleanup",
-        check="cleanup",
-        params={"batch": 1, "seq": 8},
-        repo_root=ROOT,
-        workload_ref=ref,
-        workload_params=TINY,
-        device="cpu",
-        observer_off_required=False,
-        base_root=None,
+        ClaimRequest(
+            claim="t.cleanup",
+            check="cleanup",
+            params={"batch": 1, "seq": 8},
+            repo_root=ROOT,
+            workload_ref=ref,
+            workload_params=TINY,
+            device="cpu",
+            observer_off_required=False,
+            base_root=None,
+            artifact_dir=None,
+            timeout_s=120,
+        ),
         progress=lambda _m: None,
-        artifact_dir=None,
         fork_server=s,
-        timeout_s=120,
     )
     assert r.outcome == "passed", r.reason
     return r.outcome, r.measurements["claim_timeline_ns"]
@@ -133,7 +135,7 @@ def _importable(name: str) -> bool:
 
 def test_a_thread_named_like_jemallocs_counts_only_beside_jemalloc() -> None:
     # Without jemalloc mapped (this interpreter), the name alone allows nothing.
-    from runners import forksafety
+    from runners.fork import forksafety
 
     holds = [p for p in forksafety._mapped_files() if forksafety._holds(p, b"jemalloc_bg_thd")]
     assert forksafety._fork_safe("jemalloc_bg_thd") is bool(holds)
@@ -150,7 +152,7 @@ def test_jemalloc_is_found_by_its_code_not_by_its_file_name(tmp_path: Path) -> N
     renamed = tmp_path / "_native_ext.cpython-311-x86_64-linux-gnu.so"
     renamed.write_bytes(Path(JEMALLOC).read_bytes())
     code = (
-        "import sys; from runners import forksafety as f; "
+        "import sys; from runners.fork import forksafety as f; "
         "print(f._fork_safe('jemalloc_bg_thd'), "
         "any('jemalloc' in p for p in f._mapped_files() if p != sys.argv[1]))"
     )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from runners.isolated import run_claim_isolated
+from runners.claim.isolated import ClaimRequest, run_claim_isolated
 
 KILLER = """
 import os, signal
@@ -18,17 +18,19 @@ def make_workload(**params):
 
 def _run(root: Path, ref: str, msgs: list[str]) -> list:  # type: ignore[type-arg]
     return run_claim_isolated(
+        ClaimRequest(
+            device="cpu",
+            claim="cleanup.all-released",
+            check="cleanup",
+            params={"batch": 1, "seq": 8},
+            repo_root=root,
+            workload_ref=ref,
+            workload_params={},
+            observer_off_required=False,
+            base_root=None,
+            artifact_dir=None,
+        ),
         progress=msgs.append,
-        device="cpu",
-        claim="cleanup.all-released",
-        check="cleanup",
-        params={"batch": 1, "seq": 8},
-        repo_root=root,
-        workload_ref=ref,
-        workload_params={},
-        observer_off_required=False,
-        base_root=None,
-        artifact_dir=None,
     )
 
 
@@ -54,8 +56,8 @@ def test_a_child_killed_by_a_signal_fails_its_claim(tmp_path: Path) -> None:
 
 
 def test_gpu_memory_counts_as_released_only_when_nvml_saw_it_return() -> None:
-    from runners.claim_exit import with_exit_proof
-    from runners.result import CleanupProof, ReleasedResource
+    from runners.claim.claim_exit import with_exit_proof
+    from runners.claim.result import CleanupProof, ReleasedResource
 
     held = ReleasedResource(
         kind="gpu-memory",
@@ -76,8 +78,8 @@ def test_gpu_memory_counts_as_released_only_when_nvml_saw_it_return() -> None:
 
 
 def test_cleanup_verdict_follows_the_whole_proof() -> None:
-    from runners.claim_exit import cleanup_verdict, with_exit_proof
-    from runners.result import CheckResult, CleanupProof, ReleasedResource
+    from runners.claim.claim_exit import cleanup_verdict, with_exit_proof
+    from runners.claim.result import CheckResult, CleanupProof, ReleasedResource
 
     held = ReleasedResource(
         kind="gpu-memory", id="GPU-1:outside-pool", released=False, proof="delta > tolerance"

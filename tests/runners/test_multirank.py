@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
+from runners.claim.isolated import ClaimRequest, run_claim_isolated
+from runners.claim.ranks import merge_ranks
+from runners.claim.result import CheckResult, CleanupProof, ReleasedResource
 from runners.harness import launch
-from runners.isolated import run_claim_isolated
-from runners.ranks import merge_ranks
-from runners.result import CheckResult, CleanupProof, ReleasedResource
 
 REPO = Path(__file__).resolve().parents[2]
 EP = "runners.workloads.moe_ep:make_workload"
@@ -53,18 +53,20 @@ def _claim(
     root: Path, ref: str, check: str, params: dict[str, Any], **kw: Any
 ) -> list[CheckResult]:
     return run_claim_isolated(
+        ClaimRequest(
+            device="cpu",
+            claim=f"ep.{check}",
+            check=check,
+            params=params,
+            repo_root=root,
+            workload_ref=ref,
+            workload_params=SMALL,
+            observer_off_required=False,
+            base_root=None,
+            artifact_dir=None,
+            **kw,
+        ),
         progress=lambda _m: None,
-        device="cpu",
-        claim=f"ep.{check}",
-        check=check,
-        params=params,
-        repo_root=root,
-        workload_ref=ref,
-        workload_params=SMALL,
-        observer_off_required=False,
-        base_root=None,
-        artifact_dir=None,
-        **kw,
     )
 
 
@@ -165,7 +167,7 @@ def test_a_world_size_param_that_disagrees_with_the_claim_is_inconclusive() -> N
 
 
 def test_rank_memory_returned_at_exit_counts_and_cleanup_is_decided_per_rank() -> None:
-    from runners.claim_exit import merged
+    from runners.claim.claim_exit import merged
 
     def held(rank: int) -> CheckResult:
         r = _result(rank, "failed", "cleanup incomplete: communicator", released=False)

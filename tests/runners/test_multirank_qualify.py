@@ -9,7 +9,7 @@ from typing import Any
 import git
 import pytest
 
-from runners.example_repo import MULTI_RANK_PLAN_FILE, make_example_repo
+from scripts.example_repo import MULTI_RANK_PLAN_FILE, make_example_repo
 from tests.conftest import commit_file
 from tests.ledger.helpers import run
 

@@ -19,10 +19,10 @@ from typing import Any
 import pytest
 
 from runners.api import run_claim
-from runners.childenv import env
-from runners.forkparent import ForkServer, Starting
-from runners.numerics_cases import CASES, CasesRepo, checkout, make_cases_repo
-from runners.result import CheckResult, Json
+from runners.claim.childenv import env
+from runners.claim.result import CheckResult, Json
+from runners.fork.forkparent import ForkServer, Starting
+from scripts.numerics_cases import CASES, CasesRepo, checkout, make_cases_repo
 
 QWEN3_TINY: dict[str, Json] = {
     "vocab": 128,

@@ -204,7 +204,7 @@ def test_gradient_arms_share_a_gpu_only_when_the_base_arms_footprint_fits() -> N
 
 
 def test_the_server_builds_only_what_it_will_set_up_twice() -> None:
-    from runners.forkparent import Spec
+    from runners.fork.forkparent import Spec
 
     once, twice = ("m:once", {"a": 1}), ("m:twice", {"a": 2})
     spec = Spec.of(Path("/r"), [once, twice, twice])

@@ -4,13 +4,18 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from ledger.sandbox import find_bwrap, resolve
+from runners.claim.isolated import ClaimRequest, run_claim_isolated
+from runners.claim.result import CheckResult
 from runners.harness.outside import CPU_SLACK_BYTES, REPORTED
-from runners.isolated import run_claim_isolated
-from runners.result import CheckResult
+
+if TYPE_CHECKING:
+    from ledger.sandbox import Sandbox
+    from runners.fork.forkparent import ForkServer
 
 # Under-reports its own peak: the harness's self-report, replaced at import.
 LIAR = """
@@ -36,19 +41,30 @@ _json.dumps = _forged
 """
 
 
-def _run(root: Path, ref: str, **kw: object) -> list[CheckResult]:
+def _run(
+    root: Path,
+    ref: str,
+    *,
+    sandbox: Sandbox | None = None,
+    fork_server: ForkServer | None = None,
+    **kw: Any,
+) -> list[CheckResult]:
     return run_claim_isolated(
+        ClaimRequest(
+            device="cpu",
+            claim="cleanup.all-released",
+            check="cleanup",
+            params={"batch": 1, "seq": 8},
+            repo_root=root,
+            workload_ref=ref,
+            workload_params={},
+            observer_off_required=False,
+            base_root=None,
+            **kw,
+        ),
         progress=lambda _m: None,
-        device="cpu",
-        claim="cleanup.all-released",
-        check="cleanup",
-        params={"batch": 1, "seq": 8},
-        repo_root=root,
-        workload_ref=ref,
-        workload_params={},
-        observer_off_required=False,
-        base_root=None,
-        **kw,
+        sandbox=sandbox,
+        fork_server=fork_server,
     )
 
 
@@ -116,27 +132,29 @@ def test_a_claim_gets_the_network_only_when_it_says_so(tmp_path: Path) -> None:
         for network, said in ((False, "network: none"), (True, "network: reached the host")):
             msgs: list[str] = []
             run_claim_isolated(
+                ClaimRequest(
+                    device="cpu",
+                    claim="cleanup.all-released",
+                    check="cleanup",
+                    params={"batch": 1, "seq": 8},
+                    repo_root=tmp_path,
+                    workload_ref="caller:make_workload",
+                    workload_params={},
+                    observer_off_required=False,
+                    base_root=None,
+                    artifact_dir=None,
+                    network=network,
+                ),
                 progress=msgs.append,
-                device="cpu",
-                claim="cleanup.all-released",
-                check="cleanup",
-                params={"batch": 1, "seq": 8},
-                repo_root=tmp_path,
-                workload_ref="caller:make_workload",
-                workload_params={},
-                observer_off_required=False,
-                base_root=None,
-                artifact_dir=None,
                 sandbox=box,
-                network=network,
             )
             assert said in msgs, msgs
 
 
 def test_on_cuda_the_bound_is_nvml_per_process_else_the_device_above_its_level() -> None:
     """The CUDA decision, with the figures NVML would give (no GPU needed)."""
+    from runners.claim.result import CleanupProof
     from runners.harness.outside import CUDA_SLACK_BYTES, OutsideView, bound
-    from runners.result import CleanupProof
 
     def result(reported: int) -> CheckResult:
         return CheckResult(
@@ -194,7 +212,7 @@ def make_workload(**params):
 def test_a_process_left_behind_by_a_claim_is_named_ended_and_incomplete(
     tmp_path: Path, escape: bool
 ) -> None:
-    from runners.forkparent import ForkServer
+    from runners.fork.forkparent import ForkServer
     from runners.harness.child import env as child_env
 
     (tmp_path / "escaper.py").write_text(ESCAPER.format(escape=escape))

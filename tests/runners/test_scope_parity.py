@@ -1,5 +1,5 @@
 """An honest claim keeps its scope: the parent's readings equal what the claim process
-computed for itself, the facets earlier releases signed (`runners.authors`)."""
+computed for itself, the facets earlier releases signed (`runners.claim.authors`)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from runners.device_scripts import scope_parity
+from scripts.device import scope_parity
 
 
 def test_the_parent_observes_the_scope_the_claim_process_computes_on_cpu(
@@ -27,7 +27,7 @@ def test_what_the_parent_added_to_its_own_path_is_not_in_the_claims_digest(
 ) -> None:
     """A long-lived parent (a test worker, a service) may carry path entries no claim
     process starts with; the digest it computes for a claim must not count them."""
-    from runners.authors import packages_digest
+    from runners.claim.authors import packages_digest
 
     before = packages_digest()
     info = tmp_path / "planted-1.0.dist-info"

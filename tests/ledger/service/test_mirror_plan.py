@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from ledger.service.run import start
-from runners.example_repo import make_example_repo
+from scripts.example_repo import make_example_repo
 from tests.ledger.helpers import run
 
 EVIDENCE = Path(__file__).resolve().parents[3] / "evidence"

@@ -14,7 +14,7 @@ from ledger.log import audit
 from ledger.remote import outbox
 from ledger.service.run import start
 from ledger.store.store import Store
-from runners.example_repo import make_example_repo
+from scripts.example_repo import make_example_repo
 from tests.ledger.helpers import run
 
 FAST = ("--claim", "cleanup.all-released", "--claim", "regression.24view-nograd")

@@ -23,7 +23,7 @@ import pytest
 from ledger.read import formats
 from ledger.read.render import render_status
 from ledger.service.run import Running, start
-from runners.example_repo import PLAN as PLAN_TEXT
+from scripts.example_repo import PLAN as PLAN_TEXT
 from tests.ledger.helpers import run
 from tests.ledger.service.browser import (
     axe_violations,

@@ -1,6 +1,6 @@
 """The mesh-handoff check on 2 GPUs, both handoff modes, written as JSON.
 
-``python -m runners.device_scripts.mesh_handoff_2gpu --out DIR [--device cuda|cpu]
+``python -m scripts.device.mesh_handoff_2gpu --out DIR [--device cuda|cpu]
 [--rows N --cols N --dtype bfloat16]``
 
 Each mode is one check run (two NCCL ranks in child processes); both measure
@@ -19,13 +19,13 @@ from pathlib import Path
 import torch
 
 from runners.api import run_claim
-from runners.device_scripts.common import REPO_ROOT, WORKLOAD, Log, result_dict, write_json
+from runners.claim.result import CheckResult
 from runners.harness.fingerprint import fingerprint
-from runners.result import CheckResult
+from scripts.device.common import REPO_ROOT, WORKLOAD, Log, result_dict, write_json
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m runners.device_scripts.mesh_handoff_2gpu")
+    ap = argparse.ArgumentParser(prog="python -m scripts.device.mesh_handoff_2gpu")
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     ap.add_argument("--rows", type=int, default=8192)

@@ -10,7 +10,7 @@
 #   h200-issue11-figures/ profile_*.json, qualify_overhead_*.json, step_overhead.json
 # Private keys stay in /tmp on the host. Needs the ledger's wheels in ./.whl
 # (scripts/fetch_device_wheels.sh, run where pip reaches an index).
-#   usage: bash runners/device_scripts/issue11_h200.sh
+#   usage: bash scripts/device/issue11_h200.sh
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 T0=$(date +%s)
@@ -94,7 +94,7 @@ PY
 
 # 1. Reference MoE, bf16, on the example repository: cold/warm admission rows,
 #    the bf16 gradient noise floor (base twice against the candidate), 24-view.
-python3 -m runners.example_repo /tmp/ex > "$FIG/example_repo.txt"
+python3 -m scripts.example_repo /tmp/ex > "$FIG/example_repo.txt"
 cat > /tmp/moe-plan.toml <<TOML
 workload = "model.workload:make_workload"
 [workload_params]
@@ -159,7 +159,7 @@ fi
 # 5. The harness's step overhead with the observer off (forward+backward 8x1024, bf16).
 say "step overhead"
 timeout $(( $(left) > 45 ? 45 : $(left) > 20 ? $(left) : 20 )) \
-  python3 -m runners.device_scripts.overhead --out "$FIG/step_overhead.json" --device cuda \
+  python3 -m scripts.device.overhead --out "$FIG/step_overhead.json" --device cuda \
   --size medium > "$FIG/step_overhead.log" 2>&1
 python3 - "$FIG" <<'PY'
 import json, sys, pathlib

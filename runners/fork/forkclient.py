@@ -1,4 +1,5 @@
-"""The client of `runners.forkserver`: ``python -m runners.forkclient SOCKET MODULE REQ RES``.
+"""The client of `runners.fork.forkserver`:
+``python -m runners.fork.forkclient SOCKET MODULE REQ RES``.
 
 Imports nothing heavy (no torch): it hands its stdin, stdout and stderr, the
 variables that place the claim (`FORWARDED`) and its process group to the fork
@@ -6,7 +7,7 @@ server, writes the worker's pid to
 ``RES.pid``, waits, and exits with the worker's status (negative: the
 signal, as a spawned child would). A refusal runs the module here instead, where this
 client runs inside the sandbox already (a gradient arm started by its claim); a client
-started outside it (`STRICT_VAR`, a claim of `runners.isolated`) must not run the
+started outside it (`STRICT_VAR`, a claim of `runners.claim.isolated`) must not run the
 claim's code itself: it writes why where `REFUSAL_VAR` says (else ``RES.refused``) and
 exits `REFUSED` (a claim's caller starts the claim afresh in its own sandbox, as does
 the doctor's).

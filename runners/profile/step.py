@@ -17,9 +17,9 @@ from typing import Any
 import torch
 
 from runners.checks.context import phase_step
+from runners.claim.result import Json
 from runners.harness.attribution import AttributingTracker, module_names
 from runners.protocol import Phase, Shape, estimate_of
-from runners.result import Json
 from runners.workloads.loader import load_workload
 
 

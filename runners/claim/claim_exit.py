@@ -18,11 +18,11 @@ from collections.abc import Sequence
 from typing import Any
 
 from runners.checks.cleanup import decide as decide_cleanup
+from runners.claim.ranks import merge_ranks
+from runners.claim.result import CheckResult, CleanupProof, ReleasedResource, infra_error
 from runners.harness import nvml
 from runners.harness.launch import RankExit
 from runners.harness.proofs import CUDA_TOLERANCE_BYTES
-from runners.ranks import merge_ranks
-from runners.result import CheckResult, CleanupProof, ReleasedResource, infra_error
 
 __all__ = [
     "GpuState",

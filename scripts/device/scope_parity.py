@@ -1,11 +1,11 @@
 """The scope a claim process computes against the one the parent observes.
 
-``python -m runners.device_scripts.scope_parity --out DIR [--device cpu|cuda]``
+``python -m scripts.device.scope_parity --out DIR [--device cpu|cuda]``
 
 Earlier releases signed the host facets a claim process computed for itself
 (`runners.harness.fingerprint`: torch's device properties, its CUDA build, NCCL, the
 installed distributions); the parent now reads them from outside
-(`runners.authors.observe`: NVML and the CUDA driver without a context, its own
+(`runners.claim.authors.observe`: NVML and the CUDA driver without a context, its own
 interpreter). A receipt keeps its scope only where the two agree. This starts a
 claim-like child (a fresh interpreter with the claim's environment) that
 fingerprints the device, observes the same from here, and writes
@@ -23,7 +23,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from runners.device_scripts.common import REPO_ROOT, write_json
+from scripts.device.common import REPO_ROOT, write_json
 
 _CHILD = (
     "import json, torch; from runners.harness.fingerprint import fingerprint; "
@@ -33,7 +33,7 @@ _CHILD = (
 
 
 def parity(device: str) -> dict[str, Any]:
-    from runners.authors import observe
+    from runners.claim.authors import observe
     from runners.harness.child import env
 
     code = _CHILD.format(device=device)

@@ -1,6 +1,6 @@
 """Run every check with the reference workload and write the results as JSON.
 
-``python -m runners.device_scripts.gpu_smoke --out DIR [--device cuda|cpu]
+``python -m scripts.device.gpu_smoke --out DIR [--device cuda|cpu]
 [--size tiny|small|medium] [--checks a,b,...] [--no-overhead]``
 
 Writes into DIR: ``results.json`` (a list of `CheckResult` as
@@ -24,7 +24,9 @@ from pathlib import Path
 import torch
 
 from runners.api import check_names, run_claim
-from runners.device_scripts.common import (
+from runners.claim.result import CheckResult, Json
+from runners.harness.fingerprint import fingerprint
+from scripts.device.common import (
     PRESETS,
     REPO_ROOT,
     WORKLOAD,
@@ -32,9 +34,7 @@ from runners.device_scripts.common import (
     result_dict,
     write_json,
 )
-from runners.device_scripts.overhead import measure_overhead
-from runners.harness.fingerprint import fingerprint
-from runners.result import CheckResult, Json
+from scripts.device.overhead import measure_overhead
 
 OBSERVED = ("admission", "regression-24view")
 """Checks run with the observer on plus their observer-off control."""
@@ -50,7 +50,7 @@ ORDER = (
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m runners.device_scripts.gpu_smoke")
+    ap = argparse.ArgumentParser(prog="python -m scripts.device.gpu_smoke")
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     ap.add_argument("--size", choices=sorted(PRESETS), default="small")

@@ -10,7 +10,7 @@ stops it. The report (JSON on stdout, and ``--out``) says what arrived where;
 exit 0 only when nothing secret arrived from the sandboxed run, the claims
 passed, and the control did reach the secrets.
 
-    python -m runners.device_scripts.sandbox_attack --out DIR [--device cuda]
+    python -m scripts.device.sandbox_attack --out DIR [--device cuda]
 
 ``tests/ledger/test_sandbox_attack.py`` runs the same attack on CPU in-process.
 """
@@ -31,7 +31,7 @@ from typing import Any
 
 import git
 
-from runners.example_repo import make_example_repo
+from scripts.example_repo import make_example_repo
 
 __all__ = [
     "ATTACK",

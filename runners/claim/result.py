@@ -14,7 +14,7 @@ from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import Any, NoReturn, get_args
 
-from runners.names import Observer, Outcome
+from runners.claim.names import Observer, Outcome
 
 __all__ = [
     "Artifact",
@@ -154,7 +154,7 @@ _MAX_STAMP_NS = 1 << 62
 
 CHILD_FACETS = frozenset(
     {
-        # Read again by the parent, which overrides them (`runners.authors`).
+        # Read again by the parent, which overrides them (`runners.claim.authors`).
         "device_kind",
         "gpu_model",
         "gpu_count",

@@ -6,7 +6,7 @@ probe session (CPU: the dispatch tracker), the reset-to-peak window (device
 syncs and counter reads) and failure capture. Blocks of bare and harnessed
 steps alternate after a warm-up of each, so drift hits both alike.
 
-``python -m runners.device_scripts.overhead --out FILE [--device cuda|cpu]``.
+``python -m scripts.device.overhead --out FILE [--device cuda|cpu]``.
 """
 
 from __future__ import annotations
@@ -21,13 +21,13 @@ from typing import Any
 import torch
 
 from runners.checks.context import load_preserving
-from runners.device_scripts.common import PRESETS, REPO_ROOT, WORKLOAD, write_json
+from runners.claim.result import Json
 from runners.harness.determinism import apply_determinism
 from runners.harness.probe import make_probe
 from runners.harness.registry import ResourceRegistry
 from runners.harness.steps import measure_step
 from runners.protocol import Shape
-from runners.result import Json
+from scripts.device.common import PRESETS, REPO_ROOT, WORKLOAD, write_json
 
 
 def measure_overhead(
@@ -118,7 +118,7 @@ def measure_overhead(
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m runners.device_scripts.overhead")
+    ap = argparse.ArgumentParser(prog="python -m scripts.device.overhead")
     ap.add_argument("--out", type=Path, required=True, help="JSON file to write")
     ap.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     ap.add_argument("--size", choices=sorted(PRESETS), default="small")

@@ -1,6 +1,6 @@
 """A fork server: pay the imports once, still run every claim in a fresh process.
 
-``python -m runners.forkserver SOCKET`` imports torch, the harness and every
+``python -m runners.fork.forkserver SOCKET`` imports torch, the harness and every
 check, then the modules of the workloads it is told to preload (JSON on
 stdin: ``[[root, "module:attr"], ...]``; imported only, never built), all
 without initialising CUDA, and serves requests on a Unix socket, several at
@@ -22,13 +22,13 @@ worker imported and the server lacked (the worker writes their names to
 with a ``prepare()`` method is built and prepared here once (CPU only) and
 every worker inherits it through fork (`runners.workloads.loader.prepare_workload`).
 
-``python -m runners.forkclient SOCKET MODULE REQUEST RESULT`` is the client:
+``python -m runners.fork.forkclient SOCKET MODULE REQUEST RESULT`` is the client:
 a Python start without torch (tens of milliseconds), which relays the
 worker's exit status and writes its pid to ``RESULT.pid`` (the process that
 holds the GPU memory, for the exit proof).
 
 The parent's side (launching, waiting, the client command line) is
-`runners.forkparent`.
+`runners.fork.forkparent`.
 """
 
 from __future__ import annotations
@@ -49,9 +49,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from runners.forkclient import FORWARDED
-from runners.forkparent import ALWAYS, READY
-from runners.forksafety import refusal, threads, witness
+from runners.fork.forkclient import FORWARDED
+from runners.fork.forkparent import ALWAYS, READY
+from runners.fork.forkready import Ready
+from runners.fork.forksafety import refusal, threads, witness
 
 __all__: list[str] = []
 
@@ -108,7 +109,7 @@ def _physical_cores() -> int:
     return max(1, len(cores))
 
 
-def _preload(doc: Any) -> dict[str, Any]:
+def _preload(doc: Any) -> Ready:
     global _THREADS
     t0 = time.monotonic()
     _THREADS = _single_threaded()
@@ -122,7 +123,7 @@ def _preload(doc: Any) -> dict[str, Any]:
     cuda_by, threads_by, undo = witness(torch)
 
     import runners.api
-    import runners.isolated  # noqa: F401
+    import runners.claim.isolated  # noqa: F401
     from runners.workloads.loader import (
         WorkloadLoadError,
         _import_from,
@@ -164,28 +165,28 @@ def _preload(doc: Any) -> dict[str, Any]:
             why = f"setup on CPU: {type(e).__name__}: {e}"
         (not_prebuilt.append(f"{ref}: {why}") if why else prebuilt.append(ref))
     undo()
-    return {
-        "seconds": round(time.monotonic() - t0, 3),
-        "preloaded": loaded,
-        "not_preloaded": failed,
-        "modules": imported,
-        "modules_failed": not_imported,
-        "prepared": prepared,
-        "prebuilt": prebuilt,
-        "not_prebuilt": not_prebuilt,
-        "cuda_initialized": bool(torch.cuda.is_initialized()),  # type: ignore[no-untyped-call]
-        "cuda_initialized_by": cuda_by[0] if cuda_by else None,
-        "threads_started_by": threads_by[:8],
-        "learn": learn,
-        "threads": threads(),
-        "fork_refused": refusal(),
-        "claim_threads": _THREADS,
-    }
+    return Ready(
+        seconds=round(time.monotonic() - t0, 3),
+        preloaded=loaded,
+        not_preloaded=failed,
+        modules=imported,
+        modules_failed=not_imported,
+        prepared=prepared,
+        prebuilt=prebuilt,
+        not_prebuilt=not_prebuilt,
+        cuda_initialized=bool(torch.cuda.is_initialized()),  # type: ignore[no-untyped-call]
+        cuda_initialized_by=cuda_by[0] if cuda_by else None,
+        threads_started_by=threads_by[:8],
+        learn=learn,
+        threads=threads(),
+        fork_refused=refusal(),
+        claim_threads=_THREADS,
+    )
 
 
 def _fresh_environment(env: Mapping[str, str]) -> None:
     """The worker takes the variables that place the claim (``CUDA_VISIBLE_DEVICES``,
-    ``OMP_NUM_THREADS``: `runners.forkclient.FORWARDED`) from the client; torch's cached
+    ``OMP_NUM_THREADS``: `runners.fork.forkclient.FORWARDED`) from the client; torch's cached
     device count (read without CUDA in the server) is dropped, so ``CUDA_VISIBLE_DEVICES``
     decides which GPUs the claim sees."""
     for k in FORWARDED:
@@ -292,10 +293,10 @@ def _worker(
 
 
 def _confined(word: str, msg: dict[str, Any], confine: dict[str, Any]) -> None:
-    """The claim process's own confinement (`runners.confine`) before its code runs:
+    """The claim process's own confinement (`runners.fork.confine`) before its code runs:
     the subreaper of what it starts, the only writer of its folder (where the run is
     sandboxed), no capabilities; and its host pid, as its client learnt it."""
-    from runners import confine as c
+    from runners.fork import confine as c
     from runners.harness.hostpid import HOST_PID_VAR
 
     host = word.strip().removeprefix("go").strip()
@@ -412,7 +413,7 @@ def _heard(pid: int, running: dict[int, _Claim]) -> None:
 
 
 def _reap(running: dict[int, _Claim], sel: selectors.BaseSelector, learn: bool = True) -> None:
-    from runners.confine import end_strays
+    from runners.fork.confine import end_strays
 
     while running:
         try:
@@ -470,8 +471,8 @@ def _serve(path: str) -> int:
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(path)
     listener.listen(64)
-    print(READY + json.dumps(ready), flush=True)
-    learn = bool(ready["learn"])
+    print(READY + json.dumps(ready.to_json()), flush=True)
+    learn = ready.learn
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     # Single-threaded (`_single_threaded`; a fork from more threads is refused), yet several
     # claims at once: a worker is reaped by polling while the next request is awaited.

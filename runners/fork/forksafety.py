@@ -119,8 +119,8 @@ def _caller() -> str:
     ours = (
         "/torch/",
         "/threading.py",
-        "/runners/forkserver.py",
-        "/runners/forksafety.py",
+        "/runners/fork/forkserver.py",
+        "/runners/fork/forksafety.py",
         "/runners/workloads/",
     )
     for f in reversed(traceback.extract_stack()[:-2]):

@@ -1,7 +1,7 @@
 """Benign changes and planted defects judged by gradient-compare's reference rule.
 
-``python -m runners.device_scripts.numerics --out DIR [--workload qwen3] [--device cuda]
-[--size h200]`` makes the cases repository (`runners.numerics_cases`: one commit per
+``python -m scripts.device.numerics --out DIR [--workload qwen3] [--device cuda]
+[--size h200]`` makes the cases repository (`scripts.numerics_cases`: one commit per
 case, each a pull request on ``main``), qualifies each pull request with ``ledger
 qualify --pr N --offline`` (receipts signed here, keys kept outside ``DIR``) and
 writes into ``DIR``: ``qualify.json`` (every receipt), ``bundles/`` (one per
@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from runners.numerics_cases import CASES, WorkloadName, make_cases_repo
+from scripts.numerics_cases import CASES, WorkloadName, make_cases_repo
 
 SIZES: dict[str, dict[WorkloadName, str]] = {
     "tiny": {
@@ -51,7 +51,7 @@ SHAPES = {"tiny": "batch = 2, seq = 16", "h200": "batch = 2, seq = 512"}
 def plan(workload: WorkloadName, size: str, dtype: str | None = None) -> str:
     """One gradient comparison; arms in parallel (numerics only: no memory evidence).
     ``dtype`` overrides the size's."""
-    from runners.numerics_cases import WORKLOAD_REF
+    from scripts.numerics_cases import WORKLOAD_REF
 
     params = SIZES[size][workload]
     if dtype is not None:
@@ -104,7 +104,7 @@ def figures(pred: dict[str, Any]) -> dict[str, Any]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m runners.device_scripts.numerics")
+    ap = argparse.ArgumentParser(prog="python -m scripts.device.numerics")
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--workload", choices=sorted(CASES), default="qwen3")
     ap.add_argument("--device", default="cuda")

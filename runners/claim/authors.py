@@ -10,7 +10,7 @@ word. So each fact has one author:
   (`observe`);
 - *set by the plan or the harness's reading of it*: ``workload``,
   ``workload_digest``, ``dtype``, ``world_size``, ``backend`` (taken from the
-  result after `runners.result.check_result` bounded them; the parent cannot
+  result after `runners.claim.result.check_result` bounded them; the parent cannot
   import the workload to read its digest itself);
 - *reported by the code under test*: the check's own figures, phase times,
   module lists, kept in the measurements, bounded and validated.
@@ -36,7 +36,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from runners.result import CheckResult, Json, untrusted
+from runners.claim.result import CheckResult, Json, untrusted
 
 __all__ = [
     "HOST_FACETS",

@@ -1,7 +1,7 @@
 """What claims really import, recorded so the fork server imports it before the next.
 
 A claim forked from the server writes the library modules it imported that the
-server lacked (``RESULT.modules``, see `runners.forkserver`); the server
+server lacked (``RESULT.modules``, see `runners.fork.forkserver`); the server
 imports them at once for the claims that follow in the same run, and
 `remember_modules` keeps them for the next run (``$LEDGER_CACHE``, else
 ``$XDG_CACHE_HOME/ledger``, ``preload/`` in it), whose server imports them

@@ -18,7 +18,7 @@ Workloads:
   unfused matmuls. Defects: expert 1's output scaled by 1.01; the last layer
   drops its residual; LoRA scaled by ``alpha`` instead of ``alpha / r``.
 
-``python -m runners.numerics_cases PATH --workload qwen3 [--plan FILE]`` makes one
+``python -m scripts.numerics_cases PATH --workload qwen3 [--plan FILE]`` makes one
 and prints the pull request number of each case.
 """
 
@@ -256,7 +256,7 @@ def checkout(repo: CasesRepo, commit: str, dest: Path) -> Path:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m runners.numerics_cases")
+    parser = argparse.ArgumentParser(prog="python -m scripts.numerics_cases")
     parser.add_argument("path", type=Path)
     parser.add_argument("--workload", choices=sorted(CASES), default="qwen3")
     parser.add_argument("--plan", type=Path, help="qualification.toml to commit on main")

@@ -1,10 +1,10 @@
 """The multi-rank plan through the multi-rank harness, without a ledger: results as JSON.
 
-``python -m runners.device_scripts.multirank --out DIR [--world N] [--device cuda|cpu]
+``python -m scripts.device.multirank --out DIR [--world N] [--device cuda|cpu]
 [--claim NAME ...] [--grouped]``
 
 Runs the claims of the example repository's multi-rank plan
-(`runners.example_plans.MULTI_RANK_PLAN`: the expert-parallel workload's
+(`scripts.example_plans.MULTI_RANK_PLAN`: the expert-parallel workload's
 admission, 24-view regression, full-prefix backward and cleanup, and the mesh
 handoff) on this checkout's expert-parallel workload, at ``--world`` ranks
 (default: every visible GPU; 2 on CPU). ``--grouped`` keeps a process group
@@ -24,10 +24,10 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from runners.device_scripts.common import REPO_ROOT, Log, result_dict, write_json
-from runners.example_plans import MULTI_RANK_PLAN
-from runners.isolated import run_claim_isolated
-from runners.result import CheckResult, Json
+from runners.claim.isolated import ClaimRequest, run_claim_isolated
+from runners.claim.result import CheckResult, Json
+from scripts.device.common import REPO_ROOT, Log, result_dict, write_json
+from scripts.example_plans import MULTI_RANK_PLAN
 
 EP = "runners.workloads.moe_ep:make_workload"
 
@@ -81,7 +81,7 @@ def _summary(r: CheckResult, wall_s: float) -> dict[str, Json]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m runners.device_scripts.multirank")
+    ap = argparse.ArgumentParser(prog="python -m scripts.device.multirank")
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     ap.add_argument("--world", type=int, default=None)
@@ -107,20 +107,22 @@ def main(argv: list[str] | None = None) -> int:
             params["world_size"] = world
         t0 = time.monotonic()
         got = run_claim_isolated(
+            ClaimRequest(
+                device=args.device,
+                claim=c["name"],
+                check=c["check"],
+                params=params,
+                repo_root=REPO_ROOT,
+                workload_ref=EP,
+                workload_params=dict(plan.get("workload_params", {})),
+                observer_off_required=False,
+                base_root=None,
+                artifact_dir=out / "artifacts",
+                world_size=world,
+                timeout_s=float(c.get("timeout_s", 600)),
+                distributed=True if args.grouped else None,
+            ),
             progress=log,
-            device=args.device,
-            claim=c["name"],
-            check=c["check"],
-            params=params,
-            repo_root=REPO_ROOT,
-            workload_ref=EP,
-            workload_params=dict(plan.get("workload_params", {})),
-            observer_off_required=False,
-            base_root=None,
-            artifact_dir=out / "artifacts",
-            world_size=world,
-            timeout_s=float(c.get("timeout_s", 600)),
-            distributed=True if args.grouped else None,
         )
         wall = time.monotonic() - t0
         for r in got:

@@ -1,4 +1,4 @@
-"""The parent's side of the fork server (`runners.forkserver`): launch servers, wait
+"""The parent's side of the fork server (`runners.fork.forkserver`): launch servers, wait
 for them, hand out the client command line, stop them.
 
 Imports no torch: `ledger qualify` launches its servers with it before it imports the
@@ -18,6 +18,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from runners.fork.forkready import Ready
 
 __all__ = [
     "ALWAYS",
@@ -45,7 +47,7 @@ Wrap = Callable[[list[str], dict[str, str]], tuple[list[str], dict[str, str]]]
 class ForkServer:
     """The parent's handle: the server process and the command line of a client."""
 
-    def __init__(self, proc: subprocess.Popen[str], sock: Path, ready: dict[str, Any]) -> None:
+    def __init__(self, proc: subprocess.Popen[str], sock: Path, ready: Ready) -> None:
         self.proc = proc
         self.sock = sock
         self.ready = ready
@@ -76,10 +78,10 @@ class ForkServer:
         servers launched one after the other import and prepare at the same time (a
         pull request's base and head trees). ``confine`` (``{"run_dir": ...}``, where the
         server is sandboxed) makes each claim process the only writer of its own folder
-        in the run's (`runners.confine`)."""
+        in the run's (`runners.fork.confine`)."""
         sock = Path(tempfile.mkdtemp(prefix="ledger-fork-", dir=sock_dir)) / "s"
         env = {**env, "PYTORCH_NVML_BASED_CUDA_CHECK": "1"}
-        argv = [sys.executable, "-m", "runners.forkserver", str(sock)]
+        argv = [sys.executable, "-m", "runners.fork.forkserver", str(sock)]
         if wrap is not None:
             argv, env = wrap(argv, env)
         proc = subprocess.Popen(
@@ -121,7 +123,7 @@ class ForkServer:
 
 def client_argv(sock: Path | str, module: str, request: Path, result: Path) -> list[str]:
     """The command line of a client of the server at ``sock``."""
-    client = [sys.executable, "-m", "runners.forkclient", str(sock)]
+    client = [sys.executable, "-m", "runners.fork.forkclient", str(sock)]
     return [*client, module, str(request), str(result)]
 
 
@@ -140,7 +142,7 @@ class Starting:
         if not line.startswith(READY):
             self.kill()
             raise RuntimeError(f"fork server did not start: {line.strip() or 'no output'}")
-        return ForkServer(self.proc, self.sock, json.loads(line[len(READY) :]))
+        return ForkServer(self.proc, self.sock, Ready.from_json(json.loads(line[len(READY) :])))
 
     def kill(self) -> None:
         if self.proc.poll() is None:

@@ -22,7 +22,7 @@ request's commit, so a client must fetch ``refs/pull/1/head`` to resolve it, as
 with a fresh clone of a hosted repository. Without a remote the checkout holds
 ``refs/pull/1/head`` and `PR_BRANCH` itself.
 
-Run ``python -m runners.example_repo PATH [--no-remote]`` to make one and print
+Run ``python -m scripts.example_repo PATH [--no-remote]`` to make one and print
 what was made.
 """
 
@@ -38,7 +38,7 @@ from pathlib import Path
 
 import git
 
-from runners.example_plans import MULTI_RANK_PLAN, MULTI_RANK_PLAN_FILE
+from scripts.example_plans import MULTI_RANK_PLAN, MULTI_RANK_PLAN_FILE
 
 PR_NUMBER = 1
 PR_REF = f"refs/pull/{PR_NUMBER}/head"
@@ -49,7 +49,7 @@ AUTHOR = git.Actor("Ledger Example", "example@ledger.invalid")
 BASE_DATE = dt.datetime(2026, 9, 20, 12, 0, tzinfo=dt.UTC)
 PR_DATE = dt.datetime(2026, 9, 21, 12, 0, tzinfo=dt.UTC)
 
-_WORKLOADS = Path(__file__).resolve().parent / "workloads"
+_WORKLOADS = Path(__file__).resolve().parents[1] / "runners" / "workloads"
 _MARGIN_BASE = "MARGIN_DIVISOR = 8\n"
 _MARGIN_PR = "MARGIN_DIVISOR = 16\n"
 
@@ -252,9 +252,9 @@ def make_example_repo(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m runners.example_repo PATH [--no-remote]``."""
+    """``python -m scripts.example_repo PATH [--no-remote]``."""
     parser = argparse.ArgumentParser(
-        prog="python -m runners.example_repo",
+        prog="python -m scripts.example_repo",
         description="Create the example MoE repository to qualify (with a pull request).",
     )
     parser.add_argument("path", type=Path, help="where to create the checkout")
