@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from ledger.read.humanize import iec, number
+from ledger.units.numbers import iec, number
 
 __all__ = ["Figure", "figure_of", "least_of"]
 
