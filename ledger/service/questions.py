@@ -33,7 +33,7 @@ from ledger.evidence.errors import (
 )
 from ledger.identity.repoid import canonical_repo
 from ledger.identity.revision import Revision
-from ledger.identity.source import Identity
+from ledger.plans.governing import Identity
 from ledger.qualification.plan import Plan
 from ledger.read.query import history_answer, query_status
 from ledger.service.answers import Answers
@@ -189,6 +189,7 @@ def _from_mirror(
     the identity None where the checkout does not hold the head (a head delivered
     from an outbox before the mirror fetched it), (None, None) without a checkout."""
     from ledger.identity import source
+    from ledger.plans import governing
 
     for path in mirrors:
         try:
@@ -198,7 +199,7 @@ def _from_mirror(
         except Error:
             continue
         try:
-            return r, source.identify(r, rev=rev, pr=pr, plan_file=None, offline=True)
+            return r, governing.identify(r, rev=rev, pr=pr, plan_file=None, offline=True)
         except Error:
             return r, None
     return None, None
@@ -286,6 +287,7 @@ def _plan_of(gov: Any, checkout: Any, pr: int | None) -> tuple[Plan | None, str,
     the repository, the plan at the tip of its base branch there (as the CLI proves
     it); else the recorded entry; else none."""
     from ledger.identity import source
+    from ledger.plans import governing
     from ledger.qualification.plan import PLAN_FILE
 
     if gov.conflict_text is not None:
@@ -294,7 +296,7 @@ def _plan_of(gov: Any, checkout: Any, pr: int | None) -> tuple[Plan | None, str,
         branch = gov.found.branch if gov.found is not None else None
         try:
             base = source.base_commit(checkout, branch, offline=True)
-            plan = source.plan_at(checkout, base, None)
+            plan = governing.plan_at(checkout, base, None)
         except Error:
             plan = None
         if plan is not None:
