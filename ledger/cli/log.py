@@ -160,7 +160,7 @@ def log_checkpoint(
 ) -> None:
     """Sign a checkpoint of the log as it is now (with the ledger key); with
     --witnesses, have it cosigned and print the cosigned note."""
-    from ledger.log import checkpoint
+    from ledger.transparency.checkpoints import checkpoint
 
     if server:
         from ledger.remote.client import sign_checkpoint
@@ -196,7 +196,7 @@ def log_vkey(db: str | None) -> None:
     """Print the log's verifier key (C2SP vkey, named by the origin) for a
     tlog-policy `log` line or a witness's `--logs` file."""
     from ledger.evidence.keys import active_ledger_key
-    from ledger.log import origin
+    from ledger.transparency.checkpoints import origin
     from ledger.transparency.vkey import LOG_ED25519, VKey
 
     store = open_store(db)
@@ -211,7 +211,7 @@ def log_vkey(db: str | None) -> None:
 @json_option
 def log_proof(receipt: str, server: str | None, db: str | None, as_json: bool) -> None:
     """Inclusion proof of an entry against the newest checkpoint (verified before printing)."""
-    from ledger.log import inclusion
+    from ledger.transparency.proofs import inclusion
 
     if server:
         from ledger.remote.client import fetch_proof
@@ -259,8 +259,8 @@ def log_consistency(
     With --from FILE: between the checkpoint in FILE and the newest one; exit 1
     (both roots printed) when the log has forked or rolled back since FILE.
     """
-    from ledger.log import consistency
-    from ledger.log.witness import consistency_from
+    from ledger.transparency.proofs import consistency
+    from ledger.transparency.witness import consistency_from
 
     if server:
         from ledger.remote.client import fetch_consistency
@@ -328,7 +328,7 @@ def log_witness(
     consistency proof) or a rollback (a smaller size, or an older timestamp).
     """
     from ledger.evidence.keys import load_public_pem
-    from ledger.log.witness import DbSource, ServerSource, witness
+    from ledger.transparency.witness import DbSource, ServerSource, witness
 
     if server is not None and db is not None:
         raise UsageError("give --db or --server, not both")

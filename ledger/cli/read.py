@@ -330,7 +330,7 @@ def export(
             raise UsageError("--proof goes with a bundle, not --format test-result")
         _export_test_result(receipt, output, server, db)
         return
-    from ledger.log import export as do_export
+    from ledger.transparency.export import export as do_export
 
     # Before any work: a fresh checkpoint must not be signed for a file that cannot be written.
     if not output.absolute().parent.is_dir():
@@ -397,7 +397,7 @@ def _export_test_result(receipt: str, output: Path, server: str | None, db: str 
 @json_option
 def audit(server: str | None, token: str | None, db: str | None, as_json: bool) -> None:
     """Recompute every entry hash, signature, sequence number and checkpoint root."""
-    from ledger.log import audit as do_audit
+    from ledger.transparency.audit import audit as do_audit
 
     if server:
         from ledger.remote.client import audit as remote_audit

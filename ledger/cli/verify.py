@@ -167,7 +167,7 @@ def run_verify(req: VerifyRequest) -> None:
             remote["trust"] = "server"
         else:
             from ledger.cli._common import open_store
-            from ledger.verify.logged import verify_in_ledger
+            from ledger.transparency.logged import verify_in_ledger
 
             store = open_store(req.db)
             report = verify_in_ledger(store, target)

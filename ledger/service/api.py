@@ -199,7 +199,7 @@ async def bundle(request: Request) -> Response:
 
 
 async def verification(request: Request) -> Response:
-    from ledger.verify.logged import verify_in_ledger
+    from ledger.transparency.logged import verify_in_ledger
 
     led = _ledger(request)
     report = await run_in_threadpool(verify_in_ledger, led.store(), _ref(request))
@@ -264,7 +264,7 @@ async def get_checkpoint(request: Request) -> Response:
 
 
 async def sign_checkpoint(request: Request) -> Response:
-    from ledger.log import checkpoint
+    from ledger.transparency.checkpoints import checkpoint
 
     led = _ledger(request)
     led.holder(request, "operator")
@@ -297,7 +297,7 @@ def _cosigned(store: Any, policy_file: Path) -> bytes:
 
 
 async def proof(request: Request) -> Response:
-    from ledger.log import inclusion
+    from ledger.transparency.proofs import inclusion
 
     led = _ledger(request)
 
@@ -359,7 +359,7 @@ async def log_entries(request: Request) -> Response:
 
 async def consistency(request: Request) -> Response:
     """`?from=OLD[&to=NEW]` (NEW: the newest checkpoint); `old`/`new` are accepted too."""
-    from ledger.log.witness import prove
+    from ledger.transparency.witness import prove
 
     led = _ledger(request)
     q = request.query_params
@@ -519,7 +519,7 @@ async def get_artifact(request: Request) -> Response:
 
 
 async def audit(request: Request) -> Response:
-    from ledger.log import audit as do_audit
+    from ledger.transparency.audit import audit as do_audit
 
     led = _ledger(request)
     led.holder(request, "operator")

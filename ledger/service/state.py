@@ -90,7 +90,7 @@ class Ledger:
         and proofs of what this server logged are ready at once."""
         if self.keys is None:
             return
-        from ledger.log import checkpoint
+        from ledger.transparency.checkpoints import checkpoint
 
         try:
             checkpoint(self.store(), self.keys)
@@ -98,7 +98,7 @@ class Ledger:
             self.log(f"no checkpoint after the write: {e.reason()}")
 
     def bundle(self, ref: str, with_artifacts: bool) -> bytes:
-        from ledger.log import export
+        from ledger.transparency.export import export
         from ledger.write.artifacts import bundle_with_artifacts
 
         store = self.store()

@@ -10,9 +10,9 @@ from ledger.evidence.models import (
     STATEMENT_TYPE,
     QualificationStatement,
 )
-from ledger.write.journal import sign
 from ledger.store.store import Store
 from ledger.store.tables import APPEND_ONLY_TABLES
+from ledger.write.journal import sign
 
 COMMIT = "1" * 40
 TREE = "2" * 40
