@@ -20,7 +20,7 @@ from ledger.evidence.errors import Error
 from ledger.evidence.keys import KeyInfo
 from ledger.identity.repoid import canonical_repo
 from ledger.identity.revision import Revision
-from ledger.identity.source import Identity
+from ledger.plans.governing import Identity
 from ledger.qualification import (
     HistoryItem,
     ReceiptEvidence,

@@ -12,7 +12,7 @@ import pytest
 from ledger.evidence import dsse, limits
 from ledger.evidence.keys import KeyDir
 from ledger.identity.revision import Revision
-from ledger.identity.source import Identity
+from ledger.plans.governing import Identity
 from ledger.read.query import query_status
 from ledger.store.cache import ENTRIES
 from ledger.store.store import Store
