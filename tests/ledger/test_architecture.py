@@ -286,12 +286,14 @@ MAY_IMPORT: dict[str, tuple[str, ...]] = {
         "runners",
     ),
     "ledger.conformance": ("ledger.evidence", "ledger.sandbox", "ledger.qualification", "runners"),
+    # `query` answers about an `Identity` (plans/governing.py).
     "ledger.read": (
         "ledger.units",
         "ledger.evidence",
         "ledger.store",
         "ledger.identity",
         "ledger.qualification",
+        "ledger.plans",
         "ledger.trend",
         "ledger.transparency",
         "ledger.fleet",
@@ -312,8 +314,11 @@ MAY_IMPORT: dict[str, tuple[str, ...]] = {
         "ledger.fleet",
         "ledger.conformance",
     ),
-    # The surfaces may import any room below them.
-    "ledger.service": tuple(r for layer in LAYERS[:-3] for r in layer if r != "runners"),
+    # The surfaces may import any room below them; the server runs no claim (no
+    # orchestration, no torch).
+    "ledger.service": tuple(
+        r for layer in LAYERS[:-3] for r in layer if r not in ("runners", "ledger.execution")
+    ),
     "ledger.cli": tuple(r for layer in LAYERS[:-2] for r in layer),
     "ledger.__main__": ("ledger.cli",),
 }
@@ -378,6 +383,19 @@ def test_every_room_has_one_place_and_a_rule() -> None:
         if p.is_dir() and p.name != "__pycache__"
     }
     assert folders <= rooms
+
+
+def test_the_architecture_names_every_room_in_its_table_and_its_layer() -> None:
+    """docs/architecture.md has a row for every room and says where each one stands."""
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    rows = [line.split("|")[1] for line in text.splitlines() if line.startswith("| `")]
+    order = text[text.index("## Who may import whom") : text.index("## Modules over")]
+    for room in (r for layer in LAYERS for r in layer):
+        if room in ("ledger", "ledger.__main__", "runners"):
+            continue
+        folder = room.removeprefix("ledger.") + "/"
+        assert any(f"`{folder}" in row for row in rows), f"no row for {folder}"
+        assert f"**`{folder}`**" in order, f"{folder} has no place in the layers"
 
 
 def test_each_room_may_import_only_rooms_below_it() -> None:
