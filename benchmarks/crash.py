@@ -33,8 +33,8 @@ from pathlib import Path
 import git
 
 from ledger.evidence.keys import KeyDir
-from ledger.log import audit
 from ledger.store.store import Store
+from ledger.transparency.audit import audit
 
 __all__ = ["main"]
 

@@ -21,8 +21,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ledger.evidence.keys import KeyDir
-from ledger.log import audit, checkpoint
 from ledger.store.store import Store
+from ledger.transparency.audit import audit
+from ledger.transparency.checkpoints import checkpoint
 
 __all__ = ["Tally", "build", "main", "run_trials", "trial"]
 

@@ -45,10 +45,11 @@ def doctor(
     from ledger.conformance.probe import cannot_judge, plan_claims, probe
     from ledger.execution.trees import worktree
     from ledger.identity import source as src
+    from ledger.plans import governing
     from ledger.qualification.plan import PLAN_FILE
 
     r = src.open_repo(repo)
-    ident = src.identify(r, rev=rev, pr=pr, plan_file=plan, offline=offline, base=base)
+    ident = governing.identify(r, rev=rev, pr=pr, plan_file=plan, offline=offline, base=base)
     if ident.plan is None:
         raise InputError(f"no {PLAN_FILE} at {ident.revision.commit[:12]}; pass --plan FILE")
     gate = ident.plan
@@ -57,7 +58,7 @@ def doctor(
 
         # The head's workload definition is code under test, as qualify runs it; the
         # claims stay the base's.
-        gate = workload_from(gate, src.plan_at(r, ident.revision.commit, None))
+        gate = workload_from(gate, governing.plan_at(r, ident.revision.commit, None))
     run_plan = gate if profile is None else gate.with_profile(profile)
     asked = plan_claims(run_plan, list(claims))
     click.echo(

@@ -155,11 +155,12 @@ def calibrate(
     measurement. Reports only: it fits no coefficient.
     """
     from ledger.identity import source
+    from ledger.plans import governing
     from ledger.read.calibration import calibrate as report_of
     from ledger.read.calibration import render
     from ledger.read.query import load_evidence
 
-    ident = source.identify(source.open_repo(repo), rev=rev, pr=pr, offline=offline, base=base)
+    ident = governing.identify(source.open_repo(repo), rev=rev, pr=pr, offline=offline, base=base)
     receipts, _ = load_evidence(open_store(db), ident.revision, claims=[claim])
     pairs = [(r.id, r.predicate.model_dump(mode="json")) for r in receipts]
     doc = report_of(pairs)

@@ -144,7 +144,7 @@ def keys_rotate_ledger(name: str | None, db: str | None) -> None:
     registered and the old one revoked ("rotated"); checkpoints it signed keep
     verifying, and bundles carry every ledger key a verifier needs.
     """
-    from ledger.log import rotate_ledger_key
+    from ledger.transparency.checkpoints import rotate_ledger_key
 
     old, kid = rotate_ledger_key(open_store(db), keydir(), name)
     click.echo(kid)

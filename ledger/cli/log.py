@@ -161,7 +161,7 @@ def log_checkpoint(
 ) -> None:
     """Sign a checkpoint of the log as it is now (with the ledger key); with
     --witnesses, have it cosigned and print the cosigned note."""
-    from ledger.log import checkpoint
+    from ledger.transparency.checkpoints import checkpoint
 
     if server:
         from ledger.remote.client import sign_checkpoint
@@ -197,7 +197,7 @@ def log_vkey(db: str | None) -> None:
     """Print the log's verifier key (C2SP vkey, named by the origin) for a
     tlog-policy `log` line or a witness's `--logs` file."""
     from ledger.evidence.keys import active_ledger_key
-    from ledger.log import origin
+    from ledger.transparency.checkpoints import origin
     from ledger.transparency.vkey import LOG_ED25519, VKey
 
     store = open_store(db)
@@ -296,7 +296,7 @@ def log_witness(
     consistency proof) or a rollback (a smaller size, or an older timestamp).
     """
     from ledger.evidence.keys import load_public_pem
-    from ledger.log.witness import witness
+    from ledger.transparency.witness import witness
 
     reader = open_reader(db, server, one=True)
     pems = [load_public_pem(read_file(p), str(p)) for p in trust]

@@ -72,9 +72,9 @@ def follow(
 
     from ledger.cli.files import write_atomically
     from ledger.evidence.keys import find_key, load_public_pem
-    from ledger.monitor.journal import read_journal
     from ledger.monitor.report import sign_report
     from ledger.monitor.watch import scan
+    from ledger.write.journal import read_journal
 
     if not output.absolute().parent.is_dir():
         raise UsageError(f"{output.parent}: no such directory")

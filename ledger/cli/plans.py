@@ -54,6 +54,7 @@ def record(
     Prints the entry id.
     """
     from ledger.identity import source
+    from ledger.plans import governing
     from ledger.plans.entry import collect
     from ledger.qualification.plan import PLAN_FILE
 
@@ -62,7 +63,7 @@ def record(
         if pr is not None or rev is not None or base is not None:
             raise UsageError("--branch records the branch's tip: give no --pr, --rev or --base")
         tip = source.base_commit(r_, branch, offline)
-        if source.plan_at(r_, tip, None) is None:
+        if governing.plan_at(r_, tip, None) is None:
             raise UsageError(
                 f"no {PLAN_FILE} at the tip of {branch} ({tip[:12]}): nothing to record"
             )
@@ -70,7 +71,7 @@ def record(
         what = f"branch {branch} (tip {tip[:12]})"
         on: str | None = branch
     else:
-        ident = source.identify(
+        ident = governing.identify(
             r_, rev=rev, pr=pr, plan_file=None, offline=offline, base=base, for_statement=True
         )
         if ident.governing is None:

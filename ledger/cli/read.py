@@ -31,8 +31,9 @@ def _identity(  # type: ignore[no-untyped-def]
     base: str | None = None,
 ):
     from ledger.identity import source
+    from ledger.plans import governing
 
-    return source.identify(
+    return governing.identify(
         source.open_repo(repo), rev=rev, pr=pr, plan_file=plan, offline=offline, base=base
     )
 

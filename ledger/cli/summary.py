@@ -70,6 +70,7 @@ def summary(
     from ledger.evidence.canonical import canonical_bytes
     from ledger.evidence.keys import active_ledger_key
     from ledger.identity import source
+    from ledger.plans.governing import identify
     from ledger.read.query import query_status
     from ledger.read.standard import verification_summary
 
@@ -87,7 +88,7 @@ def summary(
     if not to_stdout and output is not None and not output.absolute().parent.is_dir():
         raise UsageError(f"{output.parent}: no such directory")
     gitrepo = source.open_repo(repo)
-    ident = source.identify(gitrepo, rev=rev, pr=pr, plan_file=plan, offline=offline, base=base)
+    ident = identify(gitrepo, rev=rev, pr=pr, plan_file=plan, offline=offline, base=base)
     store = open_store(db)
     info = active_ledger_key(store.keys())
     key = keydir().load(info.name)

@@ -55,13 +55,14 @@ def trend(
     there is none). The server's page /trend?repo=R&pr=N&claim=C plots it.
     """
     from ledger.identity import source
+    from ledger.plans import governing
     from ledger.read.render import render_trend
     from ledger.trend import trend as trend_of
 
     if pr is None and rev is None:
         raise UsageError("give --pr N (its heads and its base branch) or --rev REV")
     gitrepo = source.open_repo(repo)
-    ident = source.identify(gitrepo, rev=rev, pr=pr, offline=offline, base=base)
+    ident = governing.identify(gitrepo, rev=rev, pr=pr, offline=offline, base=base)
     tip = source.base_commit(gitrepo, base, offline=True) if pr is not None else rev
     commits = [c.hexsha for c in gitrepo.iter_commits(tip, first_parent=True, max_count=last)]
     store = open_store(db)

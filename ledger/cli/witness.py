@@ -74,9 +74,9 @@ def vkey(name: str, key_name: str) -> None:
 @click.option("--port", type=click.IntRange(min=0, max=65535), default=8766, show_default=True)
 def serve(name: str, key_name: str, logs: Path, state: Path, host: str, port: int) -> None:
     """Answer POST /add-checkpoint (C2SP tlog-witness) until Ctrl-C."""
+    from ledger.service.witness_http import WitnessServer
     from ledger.transparency.vkey import valid_note_name
     from ledger.transparency.witness import Witness, parse_logs
-    from ledger.transparency.witness_http import WitnessServer
 
     if not valid_note_name(name):
         raise UsageError(f"--name {name!r}: no spaces or '+'")

@@ -15,6 +15,7 @@ __all__ = [
     "EXIT_USAGE",
     "CheckpointError",
     "Error",
+    "ForbiddenError",
     "InputError",
     "MerkleError",
     "NotFoundError",
@@ -55,6 +56,13 @@ class MerkleError(VerificationError):
 
 class RefusedError(Error):
     """An input was refused on ingest; nothing of it was written."""
+
+
+class ForbiddenError(Error):
+    """A known token whose roles do not allow the request (a server's answer, raised
+    too by the rooms below it that decide what a role may record)."""
+
+    http_status = 403
 
 
 class NotFoundError(Error):

@@ -49,8 +49,10 @@ __all__ = [
     "kind_of",
     "parse_statement",
     "read_artifact",
+    "sign_payload",
     "sign_statement",
     "statement_model",
+    "statement_payload",
     "timestamp",
 ]
 
@@ -178,16 +180,21 @@ def build_review(receipt: str, verdict: Literal["concur", "dispute"], note: str)
     )
 
 
-def sign_statement(stmt: Statement, key: LocalKey) -> bytes:
-    """The envelope bytes: the statement's canonical JSON, signed."""
-    payload = canonical_bytes(stmt.model_dump(mode="json", by_alias=True))
-    envelope = dsse.sign(payload, key).model_dump_json().encode()
-    # This host's record of what its keys signed, which `ledger monitor` compares
-    # the log with (a copy of the key signing elsewhere leaves no line here).
-    from ledger.monitor.journal import record_signed
+def statement_payload(stmt: Statement) -> bytes:
+    """The bytes a statement is signed as: its canonical JSON (its id is their sha256)."""
+    return canonical_bytes(stmt.model_dump(mode="json", by_alias=True))
 
-    record_signed(payload, key.keyid)
-    return envelope
+
+def sign_payload(payload: bytes, key: LocalKey) -> bytes:
+    """The envelope bytes: a statement's payload (`statement_payload`), signed."""
+    return dsse.sign(payload, key).model_dump_json().encode()
+
+
+def sign_statement(stmt: Statement, key: LocalKey) -> bytes:
+    """The envelope bytes: the statement's canonical JSON, signed. The format only:
+    the write path signs through `ledger.write.journal.sign`, which also notes what
+    this host signed in its journal."""
+    return sign_payload(statement_payload(stmt), key)
 
 
 def kind_of(stmt: Statement) -> str:

@@ -76,7 +76,7 @@ def _receipts(recorder: Recorder, repo: str, commit: str, claims: Sequence[str])
         url = getattr(recorder, "url", None)
         return _served(url, repo, commit, claims) if isinstance(url, str) else []
     from ledger.identity.aliases import aliases_of
-    from ledger.verify.logged import standing
+    from ledger.transparency.logged import standing
 
     keys = store.keys()
     out = []
@@ -178,9 +178,9 @@ def baseline(
         todo.setdefault(device, []).append(run)
     if not todo:
         return out
-    from ledger.identity import source as src
+    from ledger.plans.governing import identify
 
-    ident = src.identify(repo, rev=base, for_statement=True, offline=True)
+    ident = identify(repo, rev=base, for_statement=True, offline=True)
     # A receipt of the base commit itself, from a clean worktree: it belongs to no PR.
     revision = dataclasses.replace(ident.revision, dirty=False, pr=None)
     for device, group in todo.items():

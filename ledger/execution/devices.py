@@ -3,59 +3,20 @@
 A claim takes ``world_size`` devices to itself (memory evidence needs the
 device alone) and sees only those, through ``CUDA_VISIBLE_DEVICES``. Where no
 GPU is visible the indices name logical devices (CPU slots), so the same
-scheduling runs, and is tested, on a CPU host. Read without torch (NVML).
+scheduling runs, and is tested, on a CPU host. Read without torch (NVML). A GPU
+itself, and what NVML says of it, are `ledger.hardware.gpus`'s (the fleet names
+devices too); the slots and the pool are this module's.
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from ledger.evidence.errors import UsageError
+from ledger.hardware.gpus import Device, gpu_model, visible_gpus
 
 __all__ = ["Device", "DevicePool", "gpu_model", "parse_gpus", "visible_gpus"]
-
-
-@dataclass(frozen=True, slots=True)
-class Device:
-    index: str
-    """The CUDA index (or the logical slot on a CPU host)."""
-    uuid: str | None = None
-    """NVML's UUID; None for a logical device."""
-
-    @property
-    def label(self) -> str:
-        return f"gpu {self.index}" if self.uuid else f"slot {self.index}"
-
-
-def visible_gpus() -> list[Device]:
-    """Every GPU NVML sees, by index, with its UUID; empty without NVML or GPUs."""
-    try:
-        import pynvml
-
-        pynvml.nvmlInit()
-        out = []
-        for i in range(pynvml.nvmlDeviceGetCount()):
-            uuid = pynvml.nvmlDeviceGetUUID(pynvml.nvmlDeviceGetHandleByIndex(i))
-            out.append(Device(str(i), uuid.decode() if isinstance(uuid, bytes) else str(uuid)))
-        return out
-    except Exception:
-        # No package, no driver, no GPU: logical devices only.
-        return []
-
-
-def gpu_model(device: Device) -> str:
-    """NVML's name of the GPU (``NVIDIA H200``); empty for a logical device."""
-    if device.uuid is None:
-        return ""
-    try:
-        import pynvml
-
-        name = pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetHandleByUUID(device.uuid))
-        return name.decode() if isinstance(name, bytes) else str(name)
-    except Exception:
-        return ""
 
 
 def parse_gpus(text: str, gpus: Sequence[Device] | None = None) -> list[Device]:

@@ -29,7 +29,8 @@ from ledger.execution.devices import Device as GpuDevice
 from ledger.execution.devices import gpu_model, parse_gpus, visible_gpus
 from ledger.identity import source as src
 from ledger.identity.revision import Revision
-from ledger.identity.source import Identity
+from ledger.plans import governing
+from ledger.plans.governing import Identity
 from ledger.qualification.plan import PLAN_FILE, ClaimSpec, Plan
 from ledger.qualification.workload_source import differences
 from ledger.sandbox import Sandbox
@@ -281,7 +282,7 @@ def _plan_in(repo: git.Repo, commit: str, what: str) -> Plan | None:
     """The plan committed at `commit` (None: none there); one that does not read is the
     head's own definition broken: refused (exit 2), naming it."""
     try:
-        return src.plan_at(repo, commit, None)
+        return governing.plan_at(repo, commit, None)
     except UsageError as e:
         raise UsageError(f"{what}'s workload definition: {e.reason()}") from None
 
@@ -329,7 +330,7 @@ def qualify(
             "use --device cpu or --device auto"
         )
     repo = src.open_repo(repo_path)
-    ident = src.identify(
+    ident = governing.identify(
         repo, rev=rev, pr=pr, plan_file=plan_file, for_statement=True, offline=offline, base=base
     )
     plan = ident.plan
@@ -486,7 +487,7 @@ def _record_plan(recorder: Recorder | None, ident: Identity, say: Callable[[str]
     is sent: which plan governs is said there by the base branch's job (a `plans` token)
     or the ledger's host, never by a runner token running the pull request's code."""
     from ledger.evidence.errors import Error
-    from ledger.plans.ledger import record_governing
+    from ledger.write.record import record_governing
 
     if recorder is None:
         return

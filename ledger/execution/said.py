@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import NamedTuple
 
-from ledger.read.humanize import figures
+from ledger.units.numbers import figures
 
 __all__ = ["Said", "finished_line"]
 

@@ -30,7 +30,7 @@ from ledger.evidence.errors import UsageError
 from ledger.fleet.report import QUARANTINE_ENV, fleet_report, quarantined, store_predicates
 
 if TYPE_CHECKING:
-    from ledger.execution.devices import Device
+    from ledger.hardware.gpus import Device
 
 __all__ = [
     "MAX_SHARE_ENV",

@@ -168,7 +168,7 @@ def store_predicates(store: Store) -> list[dict[str, Any]]:
     """Every receipt's predicate whose signer stands (registered runner, not revoked),
     in log order; an entry that does not read counts for nothing (`ledger audit`)."""
     from ledger.evidence.errors import Error
-    from ledger.verify.logged import standing
+    from ledger.transparency.logged import standing
 
     keys = store.keys()
     out = []

@@ -1,8 +1,10 @@
 """Source identity read from a real git repository: commit, tree, parents,
-merge-base, PR head, dirty flag, package identity, and the plan that governs.
+merge-base, PR head, dirty flag, package identity.
 
-`identify` is the one way a revision's identity is built, for a new
-statement and for a status question alike.
+Identity is handed the plan that says what a package is (`revision_of`); it
+never loads one: finding and reading the governing plan is
+`ledger.plans.governing`'s, which builds a revision's whole identity
+(`identify`) for a new statement and for a status question alike.
 """
 
 from __future__ import annotations
@@ -10,58 +12,62 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import git
 
 from ledger.evidence.canonical import canonical_bytes
-from ledger.evidence.errors import InputError, UsageError
+from ledger.evidence.errors import UsageError
 from ledger.evidence.models import PackageIdentity
 from ledger.identity.repoid import canonical_repo
 from ledger.identity.revision import Revision
-from ledger.qualification.plan import PLAN_FILE, Plan, load_plan, parse_plan
-
-if TYPE_CHECKING:
-    from ledger.plans.entry import PlanEvidence
 
 __all__ = [
-    "Identity",
+    "PlanShape",
     "base_commit",
+    "base_tip",
     "default_branch",
     "glob_regex",
-    "identify",
+    "head_commit",
     "open_repo",
     "package_identity",
-    "plan_at",
     "repo_name",
+    "revision_of",
     "root_id",
 ]
 
+
+class PackageShape(Protocol):
+    """What a plan's `[package]` says (`ledger.qualification.plan.PackageSpec`)."""
+
+    @property
+    def paths(self) -> Sequence[str]: ...
+    @property
+    def lock(self) -> Sequence[str]: ...
+    @property
+    def distributions(self) -> Sequence[str]: ...
+
+
+class ProjectShape(Protocol):
+    """What a plan's `[project]` says (`ledger.qualification.plan.ProjectSpec`)."""
+
+    @property
+    def repo(self) -> str: ...
+
+
+class PlanShape(Protocol):
+    """What identity reads of the plan it is handed (`ledger.qualification.plan.Plan`):
+    what the package is, and the repository id a checkout without a remote goes by."""
+
+    @property
+    def package(self) -> PackageShape | None: ...
+    @property
+    def project(self) -> ProjectShape | None: ...
+
+
 PR_REFS = ("refs/pull/{n}/head", "refs/merge-requests/{n}/head")
-
-
-@dataclass(frozen=True, slots=True)
-class Identity:
-    """A revision and the plan that governs it (None: no plan committed there).
-
-    `notes` say, in words, which head was judged and which plan governs, so
-    an answer never leaves a person guessing what it was about.
-    """
-
-    revision: Revision
-    plan: Plan | None
-    notes: tuple[str, ...] = ()
-    governing: PlanEvidence | None = None
-    """The committed plan's git objects (for a new statement only): recorded in the
-    ledger beside the receipts, so a reader without a checkout can prove the plan."""
-    branch: str | None = None
-    """For a PR: the base branch whose plan governs."""
-    problems: tuple[str, ...] = ()
-    """What keeps the plan from being known (conflicting plan entries): named by the
-    answer, which is not qualified while one stands."""
 
 
 def open_repo(path: str | Path | None) -> git.Repo:
@@ -83,7 +89,7 @@ FETCH_TIMEOUT_S = 120
 question instead of holding it forever."""
 
 
-def repo_name(repo: git.Repo, plan: Plan | None = None) -> str:
+def repo_name(repo: git.Repo, plan: PlanShape | None = None) -> str:
     """The repository's canonical id (see `ledger.identity.repoid`): its remote's URL
     normalised, else the plan's `[project] repo`, else its root commit. Never
     the folder name: two unrelated checkouts called `repo` are not one
@@ -166,7 +172,7 @@ def default_branch(repo: git.Repo) -> str:
     return _default_branch(repo)
 
 
-def _base_commit(repo: git.Repo, branch: str, offline: bool) -> git.Commit:
+def base_tip(repo: git.Repo, branch: str, offline: bool) -> git.Commit:
     """The base branch's commit: the remote's (fetched unless offline), else local."""
     remote = _remote(repo)
     names = [f"refs/heads/{branch}"]
@@ -187,7 +193,7 @@ def _base_commit(repo: git.Repo, branch: str, offline: bool) -> git.Commit:
 
 def base_commit(repo: git.Repo, base: str | None, offline: bool) -> str:
     """The base branch's commit whose plan governs a PR (`identify`'s choice)."""
-    return _base_commit(repo, base or _default_branch(repo), offline).hexsha
+    return base_tip(repo, base or _default_branch(repo), offline).hexsha
 
 
 def _base(repo: git.Repo, commit: git.Commit) -> str | None:
@@ -208,9 +214,10 @@ def _base(repo: git.Repo, commit: git.Commit) -> str | None:
     return None
 
 
-def _commit(
+def head_commit(
     repo: git.Repo, rev: str | None, pr: int | None, offline: bool
 ) -> tuple[git.Commit, str]:
+    """The commit --rev REV or --pr N (its current head) names, and a note saying which."""
     if (rev is None) == (pr is None):
         raise UsageError("give exactly one of --rev or --pr")
     if pr is not None:
@@ -223,59 +230,21 @@ def _commit(
     return c, f"commit {c.hexsha[:12]} ({rev})"
 
 
-def identify(
+def revision_of(
     repo: git.Repo,
+    commit: git.Commit,
+    plan: PlanShape | None,
     *,
-    rev: str | None = None,
     pr: int | None = None,
-    plan_file: Path | None = None,
     for_statement: bool = False,
-    offline: bool = False,
-    base: str | None = None,
-) -> Identity:
-    """Identity of --rev REV or --pr N (its current head), with its governing plan.
-
-    For a PR the plan on its base branch governs (`base`, default: the
-    remote's default branch, else main), never the PR's own: a PR must not
-    relax its own gate. For a commit it is the plan committed there; an
-    explicit `plan_file` overrides both. The package identity is the one that
-    plan defines. `for_statement` adds what only a new statement needs
-    (merge-base, dirty flag): each costs a git process, and queries never use them.
-    """
-    commit, head_note = _commit(repo, rev, pr, offline)
-    notes = [head_note]
-    plan_base: str | None = None
-    branch: str | None = None
-    if plan_file is not None:
-        plan = plan_at(repo, commit.hexsha, plan_file)
-        notes.append(f"plan: explicit --plan {plan_file} (not the governing plan)")
-    elif pr is not None:
-        branch = base or _default_branch(repo)
-        base_commit = _base_commit(repo, branch, offline)
-        plan = plan_at(repo, base_commit.hexsha, None)
-        plan_base = base_commit.hexsha
-        notes.append(
-            f"plan: {PLAN_FILE} on base branch {branch} ({base_commit.hexsha[:12]}"
-            f"{_blob_note(repo, plan_base)})"
-        )
-        proposed = _plan_text(repo, commit.hexsha)
-        if proposed != _plan_text(repo, base_commit.hexsha):
-            notes.extend(_proposed(plan, proposed))
-    else:
-        plan = plan_at(repo, commit.hexsha, None)
-        plan_base = commit.hexsha
-        notes.append(
-            f"plan: {PLAN_FILE} as committed at {commit.hexsha[:12]}{_blob_note(repo, plan_base)}"
-            if plan is not None
-            else f"plan: none committed at {commit.hexsha[:12]}"
-        )
-    governing = None
-    if for_statement and plan is not None and plan_base is not None:
-        from ledger.plans.entry import collect
-
-        governing = collect(repo, plan_base, PLAN_FILE)
-    paths = tuple(plan.package.paths) if plan is not None and plan.package else ()
+) -> Revision:
+    """The identity of `commit` under the plan it is handed (None: no plan), which the
+    caller loaded (`ledger.plans.governing.identify`): the package identity is the one
+    that plan defines, the repository id its `[project] repo` where no remote names
+    it. `for_statement` adds what only a new statement needs (merge-base, dirty
+    flag): each costs a git process, and queries never use them."""
     spec = plan.package if plan is not None else None
+    paths = tuple(spec.paths) if spec is not None else ()
     package = (
         package_identity(commit, paths, lock=spec.lock, distributions=spec.distributions)
         if paths and spec is not None
@@ -287,7 +256,7 @@ def identify(
     at_head = not repo.bare and repo.head.is_valid() and repo.head.commit.hexsha == commit.hexsha
     if for_statement and at_head:
         dirty = repo.is_dirty(index=True, working_tree=True, untracked_files=True)
-    revision = Revision(
+    return Revision(
         repo=repo_name(repo, plan),
         commit=commit.hexsha,
         tree=commit.tree.hexsha,
@@ -299,67 +268,6 @@ def identify(
         base=_base(repo, commit) if for_statement else None,
         dirty=dirty,
     )
-    return Identity(revision, plan, tuple(notes), governing, branch)
-
-
-def _proposed(plan: Plan | None, proposed: bytes | None) -> list[str]:
-    """What the PR's change to the plan does: its workload definition is the head's code
-    under test (judged); everything else in it is proposed, not applied."""
-    from ledger.qualification.workload_source import gate_changed, workload_changed
-
-    head = None
-    if proposed is not None:
-        try:
-            head = parse_plan(proposed.decode("utf-8"), f"{PLAN_FILE} at the PR's head")
-        except (UnicodeDecodeError, InputError):
-            head = None
-    out = []
-    if workload_changed(plan, head):
-        out.append(
-            f"the PR changes the workload definition in {PLAN_FILE} (workload, "
-            "workload_params, preload): the head's is what qualify runs, as its code is"
-        )
-    if head is None or gate_changed(plan, head) or not out:
-        out.append(f"the PR changes {PLAN_FILE}: proposed, not applied")
-    return out
-
-
-def _blob_note(repo: git.Repo, commit: str) -> str:
-    try:
-        return f", blob {(repo.commit(commit).tree / PLAN_FILE).hexsha[:12]}"
-    except KeyError:
-        return ""
-
-
-def _plan_text(repo: git.Repo, commit: str) -> bytes | None:
-    try:
-        return bytes(repo.commit(commit).tree[PLAN_FILE].data_stream.read())
-    except KeyError:
-        return None
-
-
-def plan_at(repo: git.Repo, commit: str, override: Path | None) -> Plan | None:
-    """The plan as committed at the revision (or --plan FILE); None when there is none."""
-    # A plan that cannot be read is the environment's fault, not a negative
-    # answer about the revision: exit 2, never "not qualified".
-    if override is not None:
-        try:
-            return load_plan(override)
-        except InputError as e:
-            raise UsageError(e.reason()) from None
-    try:
-        blob = repo.commit(commit).tree / PLAN_FILE
-    except KeyError:
-        return None
-    where = f"{PLAN_FILE} at {commit[:12]}"
-    try:
-        text = blob.data_stream.read().decode("utf-8")
-    except UnicodeDecodeError:
-        raise UsageError(f"{where}: not UTF-8 text") from None
-    try:
-        return parse_plan(text, where)
-    except InputError as e:
-        raise UsageError(e.reason()) from None
 
 
 @lru_cache(maxsize=256)

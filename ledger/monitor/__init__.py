@@ -1,3 +1,4 @@
-"""Watching the keys that sign into a log: each host's journal of what it
-signed, and the monitor that compares the log with it and with each key's
-habits, revocation and holder (`ledger monitor`)."""
+"""Watching the keys that sign into a log: the monitor that compares the log with
+each host's journal of what it signed (kept by the write path's signer,
+`ledger.write.journal`) and with each key's habits, revocation and holder
+(`ledger monitor`)."""

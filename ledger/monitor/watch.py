@@ -123,7 +123,7 @@ class LogView(NamedTuple):
 def store_view(store: Store) -> LogView:
     """A ledger database as the monitor reads it (its rows, as they are now)."""
     from ledger._internal import merkle
-    from ledger.log import origin
+    from ledger.transparency.checkpoints import origin
 
     size = store.size()
     entries = [e for e in store.entries(kinds=["receipt", "review"]) if e.seq < size]

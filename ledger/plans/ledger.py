@@ -12,7 +12,7 @@ from typing import Any
 from sqlalchemy import select
 
 from ledger.evidence.canonical import receipt_id
-from ledger.evidence.errors import Error, RefusedError
+from ledger.evidence.errors import Error, ForbiddenError, RefusedError
 from ledger.identity.repoid import canonical_repo
 from ledger.plans.entry import (
     PLAN_ROLE,
@@ -24,7 +24,7 @@ from ledger.plans.entry import (
 from ledger.qualification.plan import PLAN_FILE
 from ledger.store.store import LOG, Store
 
-__all__ = ["Governing", "governing_plan", "record_governing", "record_plan", "record_sent"]
+__all__ = ["Governing", "governing_plan", "record_plan", "record_sent"]
 
 
 def record_plan(
@@ -187,37 +187,10 @@ def _bears(p: RecordedPlan, pr: int | None, commit: str) -> bool:
     return (p.pr == pr and pr is not None) or p.commit == commit
 
 
-def record_governing(recorder: object, ident: object) -> str | None:
-    """Record the governing plan of a writer's question (`ledger.identity.source.Identity`)
-    in a local ledger, beside the receipts it is about to record; the entry id, or
-    None where there is nothing to record (no committed plan: --plan FILE, or none)
-    or the ledger is a server's (the base branch's job records its plans there)."""
-    from ledger.identity.source import Identity
-    from ledger.write.record import LocalRecorder, RemoteRecorder
-
-    assert isinstance(ident, Identity)
-    if ident.governing is None:
-        return None
-    r = ident.revision
-    if isinstance(recorder, RemoteRecorder):
-        # A writer through a server holds a runner token and runs a pull request's code:
-        # which plan governs is said by the base branch's job (a token with the plan
-        # role) or the ledger's host, never by the writer (`POST /v1/plans` answers 403).
-        return None
-    if not isinstance(recorder, LocalRecorder):
-        return None
-    eid, _ = record_plan(
-        recorder.store, r.repo, r.pr, r.commit, ident.governing, branch=ident.branch
-    )
-    return eid
-
-
 def record_sent(store: Store, doc: object, holder: str) -> tuple[str, bool]:
     """A plan entry a token holder with the plan role sent to the server: proved, then
     logged as theirs, under that role. An asserted entry (no commit proves it) comes
     only from the ledger's host; a plan at another path than the root's is another file."""
-    from ledger.service.auth import ForbiddenError
-
     got = read_plan_entry(0, "", doc)
     if got.evidence.asserted:
         raise ForbiddenError(

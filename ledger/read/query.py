@@ -3,7 +3,7 @@
 Only the asked repository's receipts are read (the index holds each
 receipt's canonical repository id). Entries are parsed once per process
 (`ledger.store.cache`) and judged by the key table as it stands
-(`ledger.verify.logged.standing`): signatures were verified at ingest and
+(`ledger.transparency.logged.standing`): signatures were verified at ingest and
 are re-checked by `audit` and `verify`, not by every question. An entry the
 index names but whose body no longer reads is a problem of the answer.
 """
@@ -20,7 +20,7 @@ from ledger.evidence.errors import Error
 from ledger.evidence.keys import KeyInfo
 from ledger.identity.repoid import canonical_repo
 from ledger.identity.revision import Revision
-from ledger.identity.source import Identity
+from ledger.plans.governing import Identity
 from ledger.qualification import (
     HistoryItem,
     ReceiptEvidence,
@@ -32,7 +32,7 @@ from ledger.qualification import (
 from ledger.qualification.attribution import BLAMED, Attribution, attribute
 from ledger.qualification.plan import Plan
 from ledger.store.store import Store
-from ledger.verify.logged import standing
+from ledger.transparency.logged import standing
 
 __all__ = [
     "Evidence",

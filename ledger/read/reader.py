@@ -26,11 +26,11 @@ if TYPE_CHECKING:  # a reader loads SQLAlchemy, httpx or the log only where it a
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
     from ledger.evidence.keys import KeyDir, KeyInfo
-    from ledger.identity.source import Identity
-    from ledger.log.witness import DbSource, ServerSource
     from ledger.monitor.watch import LogView
+    from ledger.plans.governing import Identity
     from ledger.store.store import Store
     from ledger.transparency.policy import Policy
+    from ledger.transparency.witness import DbSource, ServerSource
 
 __all__ = [
     "SERVERS_WORD",
@@ -207,7 +207,7 @@ class LocalReader:
         return show_document(self.store, ref)
 
     def bundle(self, ref: str, artifacts: bool = False) -> bytes:
-        from ledger.log import export
+        from ledger.transparency.export import export
 
         store = self.store
         data = export(store, ref, self._signing_keys())
@@ -227,7 +227,7 @@ class LocalReader:
         self, ref: str, trust: Sequence[Ed25519PublicKey] = (), policy: bytes | None = None
     ) -> dict[str, Any]:
         # The ledger's own key table is the anchor here: `trust` is for a server's bundle.
-        from ledger.verify.logged import verify_in_ledger
+        from ledger.transparency.logged import verify_in_ledger
 
         store = self.store
         report = verify_in_ledger(store, ref)
@@ -239,14 +239,14 @@ class LocalReader:
         return doc
 
     def proof(self, ref: str) -> dict[str, Any]:
-        from ledger.log import inclusion
+        from ledger.transparency.proofs import inclusion
 
         store = self.store
         e = store.resolve(ref)
         return inclusion(store, e.seq, self._signing_keys()).to_json(e.entry_id)
 
     def consistency(self, old: int | None, new: int | None) -> dict[str, Any]:
-        from ledger.log import consistency
+        from ledger.transparency.proofs import consistency
 
         if old is None or new is None:
             raise UsageError("give OLD and NEW sizes, or --from CHECKPOINT_FILE")
@@ -257,7 +257,7 @@ class LocalReader:
         }
 
     def consistency_from(self, note: bytes) -> dict[str, Any]:
-        from ledger.log.witness import consistency_from
+        from ledger.transparency.witness import consistency_from
 
         return consistency_from(self.store, note, self._signing_keys())
 
@@ -281,7 +281,7 @@ class LocalReader:
         return artifact_of(self.store, digest)
 
     def audit(self) -> dict[str, Any]:
-        from ledger.log import audit
+        from ledger.transparency.audit import audit
 
         return audit(self.store).to_json()
 
@@ -293,7 +293,7 @@ class LocalReader:
         return store_view(self.store)
 
     def witness_source(self, trust: list[Ed25519PublicKey]) -> DbSource | ServerSource:
-        from ledger.log.witness import DbSource
+        from ledger.transparency.witness import DbSource
 
         return DbSource(self.store, trust)
 
@@ -402,7 +402,7 @@ class RemoteReader:
         return remote_view(self.url, list(trust), policy)
 
     def witness_source(self, trust: list[Ed25519PublicKey]) -> DbSource | ServerSource:
-        from ledger.log.witness import ServerSource
+        from ledger.transparency.witness import ServerSource
 
         return ServerSource(self.url, trust)
 

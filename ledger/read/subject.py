@@ -14,7 +14,7 @@ from typing import Any
 from ledger.evidence.errors import Error, InputError, NotFoundError
 from ledger.identity.repoid import canonical_repo
 from ledger.identity.revision import Revision
-from ledger.identity.source import Identity
+from ledger.plans.governing import Identity
 from ledger.qualification.plan import Plan
 from ledger.store.store import Store
 
@@ -32,6 +32,7 @@ def _from_mirror(
     the identity None where the checkout does not hold the head (a head delivered
     from an outbox before the mirror fetched it), (None, None) without a checkout."""
     from ledger.identity import source
+    from ledger.plans import governing
 
     for path in mirrors:
         try:
@@ -41,7 +42,7 @@ def _from_mirror(
         except Error:
             continue
         try:
-            return r, source.identify(r, rev=rev, pr=pr, plan_file=None, offline=True)
+            return r, governing.identify(r, rev=rev, pr=pr, plan_file=None, offline=True)
         except Error:
             return r, None
     return None, None
@@ -129,6 +130,7 @@ def _plan_of(gov: Any, checkout: Any, pr: int | None) -> tuple[Plan | None, str,
     the repository, the plan at the tip of its base branch there (as the CLI proves
     it); else the recorded entry; else none."""
     from ledger.identity import source
+    from ledger.plans import governing
     from ledger.qualification.plan import PLAN_FILE
 
     if gov.conflict_text is not None:
@@ -137,7 +139,7 @@ def _plan_of(gov: Any, checkout: Any, pr: int | None) -> tuple[Plan | None, str,
         branch = gov.found.branch if gov.found is not None else None
         try:
             base = source.base_commit(checkout, branch, offline=True)
-            plan = source.plan_at(checkout, base, None)
+            plan = governing.plan_at(checkout, base, None)
         except Error:
             plan = None
         if plan is not None:

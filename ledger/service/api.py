@@ -242,7 +242,7 @@ async def get_checkpoint(request: Request) -> Response:
 
 
 async def sign_checkpoint(request: Request) -> Response:
-    from ledger.log import checkpoint
+    from ledger.transparency.checkpoints import checkpoint
 
     led = _ledger(request)
     led.holder(request, "operator")
@@ -329,7 +329,7 @@ async def log_entries(request: Request) -> Response:
 
 async def consistency(request: Request) -> Response:
     """`?from=OLD[&to=NEW]` (NEW: the newest checkpoint); `old`/`new` are accepted too."""
-    from ledger.log.witness import prove
+    from ledger.transparency.witness import prove
 
     led = _ledger(request)
     q = request.query_params
@@ -479,7 +479,7 @@ async def get_artifact(request: Request) -> Response:
 
 
 async def audit(request: Request) -> Response:
-    from ledger.log import audit as do_audit
+    from ledger.transparency.audit import audit as do_audit
 
     led = _ledger(request)
     led.holder(request, "operator")

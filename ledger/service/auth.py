@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, get_args
 
-from ledger.evidence.errors import Error, UsageError
+from ledger.evidence.errors import Error, ForbiddenError, UsageError
 from ledger.evidence.keys import check_not_world_writable
 
 __all__ = [
@@ -60,12 +60,6 @@ class AuthError(Error):
     """No token, or one the server does not hold."""
 
     http_status = 401
-
-
-class ForbiddenError(Error):
-    """A known token whose roles do not allow the request."""
-
-    http_status = 403
 
 
 @dataclass(frozen=True, slots=True)

@@ -29,7 +29,7 @@ from pydantic import ValidationError
 from ledger.evidence.errors import Error, InputError, RefusedError, first_validation_error
 from ledger.identity.repoid import canonical_repo
 from ledger.identity.revision import Revision
-from ledger.identity.source import Identity
+from ledger.plans.governing import Identity
 from ledger.qualification.plan import Plan
 from ledger.read.reader import LocalReader, question_of
 from ledger.service.answers import Answers

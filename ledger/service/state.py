@@ -93,7 +93,7 @@ class Ledger:
         and proofs of what this server logged are ready at once."""
         if self.keys is None:
             return
-        from ledger.log import checkpoint
+        from ledger.transparency.checkpoints import checkpoint
 
         try:
             checkpoint(self.store(), self.keys)

@@ -17,8 +17,8 @@ from typing import NamedTuple
 from ledger._internal import merkle
 from ledger._internal.checkpoint import parse_checkpoint
 from ledger.evidence.errors import CheckpointError, NotFoundError
-from ledger.log.checkpoints import verify_note
 from ledger.store.store import Store
+from ledger.transparency.checkpoints import verify_note
 from ledger.transparency.cosignature import cosigned_by
 from ledger.transparency.policy import Policy, Witness
 from ledger.transparency.witness import SIZE_TYPE

@@ -25,7 +25,7 @@ def witnessed_bundle(raw: bytes, policy: bytes) -> str:
 def witnessed_in_ledger(store: Store, entry_id: str, policy: bytes) -> str:
     """The quorum line for the newest checkpoint covering `entry_id` (the entry's
     inclusion in its signed root checked), with the cosignatures kept for it."""
-    from ledger.log.proofs import inclusion
+    from ledger.transparency.proofs import inclusion
 
     entry = store.resolve(entry_id)
     latest = store.latest_checkpoint()

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from ledger.read.humanize import iec, is_digest, number, short_digest
+from ledger.units.numbers import iec, is_digest, number, short_digest
 
 __all__ = ["Figure", "figure_of", "least_of", "percent_text", "scope_text"]
 

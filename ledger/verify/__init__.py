@@ -2,7 +2,8 @@
 
 Store-free: `ledger verify FILE` imports this package and no database code,
 and builds no pydantic model for a valid bundle (`ledger.evidence.shape`).
-`ledger.verify.logged` (verify an id in a ledger) reads the store.
+Verifying an id in the ledger that holds it reads the store: it is the
+transparency room's (`ledger.transparency.logged`).
 """
 
 from __future__ import annotations

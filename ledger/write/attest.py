@@ -19,11 +19,12 @@ from ledger.evidence.models import Supersedes
 from ledger.evidence.statement import ArtifactFile, Facts, build_statement, read_artifact
 from ledger.identity import source
 from ledger.identity.revision import Revision
-from ledger.identity.source import Identity
+from ledger.plans import governing
+from ledger.plans.governing import Identity
 from ledger.qualification.plan import ClaimSpec
 from ledger.verify.strict import unsafe
 from ledger.write.ingest import Recorded
-from ledger.write.record import Recorder, sign_and_record
+from ledger.write.record import Recorder, record_governing, sign_and_record
 
 __all__ = ["Attested", "Target", "attest", "record_all", "rfc3339", "target"]
 
@@ -91,7 +92,7 @@ def target(
     dirty work tree (unless `allow_dirty`, then recorded as dirty, or
     `fresh_checkout`: the work runs on a clean checkout of the commit)."""
     repo = source.open_repo(repo_path)
-    ident = source.identify(
+    ident = governing.identify(
         repo, rev=rev, pr=pr, plan_file=plan_file, for_statement=True, offline=offline, base=base
     )
     specs = {c: ident.plan.claim(c) if ident.plan is not None else None for c in claims}
@@ -140,8 +141,6 @@ def record_all(
             facts = dataclasses.replace(facts, check=spec.check if spec else facts.claim)
         facts = dataclasses.replace(facts, artifacts=[f.artifact for f in files], supersedes=sup)
         stmts.append(build_statement(tgt.revision.source(), facts))
-    from ledger.plans.ledger import record_governing
-
     # The plan that governs these receipts goes with them: a reader without a
     # checkout proves it from the ledger alone.
     record_governing(recorder, tgt.identity)

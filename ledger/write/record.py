@@ -8,10 +8,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, Protocol
 
 from ledger.evidence.errors import Error, InputError, UsageError
-from ledger.evidence.statement import ArtifactFile, Statement, build_review, sign_statement
+from ledger.evidence.statement import ArtifactFile, Statement, build_review
+from ledger.write.journal import sign
 
 if TYPE_CHECKING:  # the store loads SQLAlchemy; a remote recorder never needs it
     from ledger.evidence.keys import LocalKey
+    from ledger.plans.governing import Identity
     from ledger.store.store import Store
     from ledger.write.ingest import Recorded
 
@@ -21,6 +23,7 @@ __all__ = [
     "Recorder",
     "RemoteRecorder",
     "open_recorder",
+    "record_governing",
     "review",
     "sign_and_record",
 ]
@@ -149,6 +152,29 @@ def open_recorder(db: str | None, server: str | None, *, check_server: bool = Tr
     return LocalRecorder(Store.open(resolve_url(db)))
 
 
+def record_governing(recorder: Recorder, ident: Identity) -> str | None:
+    """Record the governing plan of a writer's question in a local ledger, beside the
+    receipts it is about to record; the entry id, or None where there is nothing to
+    record (no committed plan: --plan FILE, or none) or the ledger is a server's (the
+    base branch's job records its plans there)."""
+    if ident.governing is None:
+        return None
+    r = ident.revision
+    if isinstance(recorder, RemoteRecorder):
+        # A writer through a server holds a runner token and runs a pull request's code:
+        # which plan governs is said by the base branch's job (a token with the plan
+        # role) or the ledger's host, never by the writer (`POST /v1/plans` answers 403).
+        return None
+    if not isinstance(recorder, LocalRecorder):
+        return None
+    from ledger.plans.ledger import record_plan
+
+    eid, _ = record_plan(
+        recorder.store, r.repo, r.pr, r.commit, ident.governing, branch=ident.branch
+    )
+    return eid
+
+
 def sign_and_record(
     recorder: Recorder,
     stmts: Sequence[Statement],
@@ -156,7 +182,7 @@ def sign_and_record(
     artifacts: Sequence[ArtifactFile] = (),
 ) -> list[Recorded]:
     """Sign each statement and record them together, with the artifacts they name."""
-    return recorder.record([sign_statement(s, key) for s in stmts], artifacts)
+    return recorder.record([sign(s, key) for s in stmts], artifacts)
 
 
 def review(

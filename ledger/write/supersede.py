@@ -21,8 +21,8 @@ from ledger import __version__
 from ledger.evidence.errors import InputError, first_validation_error
 from ledger.evidence.keys import LocalKey
 from ledger.evidence.models import QualificationStatement, Runner, Supersedes
-from ledger.evidence.statement import sign_statement
 from ledger.qualification.supersession import SUPERSESSION_PENDING
+from ledger.write.journal import sign
 from ledger.write.record import Recorder
 
 __all__ = ["Supersession", "plan_supersession", "supersede"]
@@ -104,5 +104,5 @@ def plan_supersession(
 
 def supersede(recorder: Recorder, key: LocalKey, planned: Supersession) -> str:
     """Sign and record the planned supersession; returns the new receipt's id."""
-    [rec] = recorder.record([sign_statement(planned.statement, key)])
+    [rec] = recorder.record([sign(planned.statement, key)])
     return rec.id

@@ -31,9 +31,9 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey 
 from ledger.cli import main  # noqa: E402
 from ledger.evidence.keys import KeyDir, key_id, load_public_pem  # noqa: E402
 from ledger.evidence.statement import build_review, sign_statement  # noqa: E402
+from ledger.service.witness_http import WitnessServer  # noqa: E402
 from ledger.transparency.vkey import LOG_ED25519, WITNESS_ED25519, VKey  # noqa: E402
 from ledger.transparency.witness import Witness, parse_logs  # noqa: E402
-from ledger.transparency.witness_http import WitnessServer  # noqa: E402
 from tests.ledger.factories import envelope  # noqa: E402
 
 MANIFEST = HERE / "manifest.json"

@@ -10,9 +10,9 @@ from ledger.evidence.models import (
     STATEMENT_TYPE,
     QualificationStatement,
 )
-from ledger.evidence.statement import sign_statement
 from ledger.store.store import Store
 from ledger.store.tables import APPEND_ONLY_TABLES
+from ledger.write.journal import sign
 
 COMMIT = "1" * 40
 TREE = "2" * 40
@@ -56,7 +56,7 @@ def statement(**over: Any) -> QualificationStatement:
 
 
 def envelope(key: LocalKey, **over: Any) -> bytes:
-    return sign_statement(statement(**over), key)
+    return sign(statement(**over), key)
 
 
 def dump(store: Store) -> dict[str, list[tuple[Any, ...]]]:

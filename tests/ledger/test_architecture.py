@@ -12,7 +12,7 @@ otherwise sit in a circle with its package's `__init__`).
 from __future__ import annotations
 
 import ast
-from collections.abc import Collection, Iterator
+from collections.abc import Collection, Iterator, Sequence
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -184,93 +184,290 @@ def test_the_top_level_of_ledger_holds_only_entry_points_and_packages() -> None:
             assert (folder / "__init__.py").is_file(), f"{folder.name}/ is not a package"
 
 
-# The rooms' arrows out: every module a room's modules import (at module level, in a
-# function or under TYPE_CHECKING) lies under one of these (docs/architecture.md).
+# The house as layers, bottom first (docs/architecture.md, "Who may import whom"):
+# a room imports only rooms of the layers below its own, never one beside it or
+# above it. A room is a package under `ledger/` (`ledger.X` and all below it), with
+# three more: `ledger` names the package's own `__init__` (`__version__`, the
+# moved names' finder), `ledger.__main__` the entry point, and `runners` the whole
+# of `runners/`, above ledger's core and below what runs it.
+LAYERS: tuple[tuple[str, ...], ...] = (
+    # Nothing below: the version, numbers for people, this host's GPUs.
+    ("ledger", "ledger.units", "ledger.hardware"),
+    # The evidence format.
+    ("ledger.evidence",),
+    # Its wire formats, private: the Merkle tree, checkpoint notes, fork checks.
+    ("ledger._internal",),
+    # Where bytes are kept and sent: the store, outputs read beneath a folder,
+    # the sandbox, the HTTP client.
+    ("ledger.store", "ledger.outputs", "ledger.sandbox", "ledger.remote"),
+    # What a receipt speaks of (aliases live in the store).
+    ("ledger.identity",),
+    # Offline checks, the verdict, other harnesses' files, the schema's history.
+    ("ledger.verify", "ledger.qualification", "ledger.importers", "ledger.migrations"),
+    # The governing plan as evidence; a figure's trend, from the store alone.
+    ("ledger.plans", "ledger.trend"),
+    # The write path.
+    ("ledger.write",),
+    # The log and what proves it.
+    ("ledger.transparency",),
+    # Watching the keys that sign into a log.
+    ("ledger.monitor",),
+    # The runners (torch): above ledger's core, below what runs them.
+    ("runners",),
+    # The fleet that runs them, conformance before GPU time.
+    ("ledger.fleet", "ledger.conformance"),
+    # The read side; orchestration.
+    ("ledger.read", "ledger.execution"),
+    # The surfaces, then the entry point.
+    ("ledger.service",),
+    ("ledger.cli",),
+    ("ledger.__main__",),
+)
+
+# The rooms' arrows out: the rooms each room's modules import (at module level, in a
+# function or under TYPE_CHECKING), every one of them in a layer below its own.
 MAY_IMPORT: dict[str, tuple[str, ...]] = {
-    # `ledger` itself for `__version__`; signing notes what it signed in this host's journal.
-    "ledger.evidence": ("ledger", "ledger.monitor.journal"),
-    # `source` reads the plan that says what a package is, and which part of a PR's change
-    # to it is its workload (`workload_source`, over the plan alone); `aliases` lives in
-    # the store.
-    "ledger.identity": (
-        "ledger.evidence",
-        "ledger.qualification.plan",
-        "ledger.qualification.workload_source",
-        "ledger.plans.entry",
-        "ledger.store",
-    ),
+    "ledger": (),
+    "ledger.units": (),
+    "ledger.hardware": (),
+    # `ledger` itself for `__version__`; nothing else.
+    "ledger.evidence": ("ledger",),
+    "ledger._internal": ("ledger.evidence",),
+    # `entry_leaf` hashes each appended entry into the tree.
+    "ledger.store": ("ledger.evidence", "ledger._internal"),
+    "ledger.outputs": ("ledger.evidence",),
+    "ledger.sandbox": ("ledger.evidence",),
     "ledger.remote": ("ledger.evidence",),
+    # `aliases` lives in the store; the plan is handed to `source`, never loaded there.
+    "ledger.identity": ("ledger.evidence", "ledger.store"),
+    "ledger.verify": ("ledger.evidence", "ledger._internal", "ledger.identity"),
+    "ledger.qualification": ("ledger.evidence", "ledger.identity"),
+    "ledger.importers": ("ledger.evidence", "ledger.identity"),
+    "ledger.migrations": ("ledger.store", "ledger.identity"),
+    "ledger.plans": ("ledger.evidence", "ledger.store", "ledger.identity", "ledger.qualification"),
+    "ledger.trend": ("ledger.units", "ledger.store", "ledger.identity"),
     "ledger.write": (
         "ledger",
         "ledger.evidence",
-        "ledger.identity",
-        "ledger.remote",
         "ledger.store",
-        "ledger.verify",
-        "ledger.plans",
-        "ledger.qualification.plan",
-        "ledger.qualification.supersession",
-        "ledger.sandbox",
         "ledger.outputs",
-    ),
-    # The reader (`read/reader.py`) answers every question a command asks, here or of a
-    # server: the log's proofs, bundles and audit, the log as the monitor and the witness
-    # read it, a policy's quorum, the artifacts a bundle carries, and the governing plan
-    # of a question asked without a checkout (`read/subject.py`).
-    "ledger.read": (
-        "ledger.evidence",
+        "ledger.sandbox",
+        "ledger.remote",
         "ledger.identity",
-        "ledger.store",
         "ledger.verify",
         "ledger.qualification",
-        "ledger.fleet.report",
-        "ledger.trend",
-        "ledger.remote.client",
-        "ledger.log",
-        "ledger.monitor.watch",
-        "ledger.monitor.remote",
-        "ledger.transparency.enforce",
-        "ledger.transparency.policy",
-        "ledger.plans.ledger",
-        "ledger.write.artifacts",
-        "ledger.write.service_local",
+        "ledger.plans",
     ),
+    # A checkpoint is appended like an entry; the audit re-derives the index rows.
+    "ledger.transparency": (
+        "ledger.evidence",
+        "ledger._internal",
+        "ledger.store",
+        "ledger.identity",
+        "ledger.verify",
+        "ledger.plans",
+        "ledger.write",
+    ),
+    "ledger.monitor": (
+        "ledger.evidence",
+        "ledger._internal",
+        "ledger.store",
+        "ledger.remote",
+        "ledger.transparency",
+    ),
+    # What runners import today: the sandbox policy and the one reader beneath a folder.
+    "runners": ("ledger.sandbox", "ledger.outputs"),
+    "ledger.fleet": (
+        "ledger.hardware",
+        "ledger.evidence",
+        "ledger.store",
+        "ledger.remote",
+        "ledger.transparency",
+        "runners",
+    ),
+    "ledger.conformance": ("ledger.evidence", "ledger.sandbox", "ledger.qualification", "runners"),
+    # `query` answers about an `Identity` (plans/governing.py).
+    # The reader (`read/reader.py`) answers every question a command asks, here or of a
+    # server (`remote`): the log's proofs, bundles and audit, the verification of an
+    # entry, the log as the monitor and the witness read it, the artifacts a bundle
+    # carries (`write`'s artifact store), and the governing plan of a question asked
+    # without a checkout (`read/subject.py`).
+    "ledger.read": (
+        "ledger.units",
+        "ledger.evidence",
+        "ledger.store",
+        "ledger.remote",
+        "ledger.identity",
+        "ledger.verify",
+        "ledger.qualification",
+        "ledger.plans",
+        "ledger.trend",
+        "ledger.write",
+        "ledger.transparency",
+        "ledger.monitor",
+        "ledger.fleet",
+    ),
+    "ledger.execution": (
+        "ledger.units",
+        "ledger.hardware",
+        "ledger.evidence",
+        "ledger.outputs",
+        "ledger.sandbox",
+        "ledger.remote",
+        "ledger.identity",
+        "ledger.qualification",
+        "ledger.importers",
+        "ledger.plans",
+        "ledger.write",
+        # A PR's baseline reuses a base receipt only where its signer stands.
+        "ledger.transparency",
+        "runners",
+        "ledger.fleet",
+        "ledger.conformance",
+    ),
+    # The surfaces may import any room below them; the server runs no claim (no
+    # orchestration, no torch).
+    "ledger.service": tuple(
+        r for layer in LAYERS[:-3] for r in layer if r not in ("runners", "ledger.execution")
+    ),
+    "ledger.cli": tuple(r for layer in LAYERS[:-2] for r in layer),
+    "ledger.__main__": ("ledger.cli",),
 }
 
-# Who may import the read side: the surfaces, and the reports beside them that use
-# its text helpers (`humanize`).
-READERS = ("ledger.cli", "ledger.service", "ledger.execution.said", "ledger.trend.figures")
+# Who may import the read side: the surfaces.
+READERS = ("ledger.cli", "ledger.service")
 
 
 def _under(module: str, prefixes: Collection[str]) -> bool:
     return any(module == p or module.startswith(p + ".") for p in prefixes)
 
 
-def _may(room: str, target: str) -> bool:
-    """Whether a module of `room` may import `target` (`ledger` names the package alone)."""
-    allowed = MAY_IMPORT[room]
-    if target == "ledger":
-        return "ledger" in allowed
-    return _under(target, [room, *(a for a in allowed if a != "ledger")])
+def room_of(module: str) -> str:
+    """The room a module lives in: `runners` for all of runners/, `ledger` for the
+    package's `__init__` alone, `ledger.X` for everything under `ledger/X`."""
+    parts = module.split(".")
+    return parts[0] if len(parts) == 1 or parts[0] == "runners" else ".".join(parts[:2])
+
+
+def _layer(room: str, layers: Sequence[Sequence[str]] = LAYERS) -> int:
+    return next(i for i, layer in enumerate(layers) if room in layer)
+
+
+def wrong_arrows(
+    graph: dict[str, set[str]],
+    may: dict[str, tuple[str, ...]] = MAY_IMPORT,
+    layers: Sequence[Sequence[str]] = LAYERS,
+) -> list[str]:
+    """Every arrow that leaves its room for a room its room may not import, each named
+    with both rooms and why: one beside or above it, or below it but not listed."""
+    out = []
+    for module in sorted(graph):
+        here = room_of(module)
+        for target in sorted(graph[module]):
+            there = room_of(target)
+            if there == here:
+                continue
+            if here not in may or there not in may:
+                unknown = here if here not in may else there
+                out.append(f"{module} -> {target}: room {unknown} has no place in the layers")
+            elif _layer(there, layers) >= _layer(here, layers):
+                side = "beside" if _layer(there, layers) == _layer(here, layers) else "above"
+                out.append(f"{module} -> {target}: {here} imports {there}, a room {side} it")
+            elif there not in may[here]:
+                out.append(f"{module} -> {target}: {here} may not import {there}")
+    return out
+
+
+def test_every_room_has_one_place_and_a_rule() -> None:
+    rooms = {room_of(m) for m in _modules()}
+    placed = [r for layer in LAYERS for r in layer]
+    assert len(placed) == len(set(placed)), "a room in two layers"
+    assert rooms == set(placed) == set(MAY_IMPORT), (
+        f"rooms without a place: {sorted(rooms - set(placed))}; "
+        f"placed rooms that are not there: {sorted(set(placed) - rooms)}; "
+        f"without a rule: {sorted(rooms ^ set(MAY_IMPORT))}"
+    )
+    # Every package under ledger/ is a room (migrations: Alembic's scripts, by path).
+    folders = {
+        f"ledger.{p.name}"
+        for p in (ROOT / "ledger").iterdir()
+        if p.is_dir() and p.name != "__pycache__"
+    }
+    assert folders <= rooms
+
+
+def test_the_architecture_names_every_room_in_its_table_and_its_layer() -> None:
+    """docs/architecture.md has a row for every room and says where each one stands."""
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    rows = [line.split("|")[1] for line in text.splitlines() if line.startswith("| `")]
+    order = text[text.index("## Who may import whom") : text.index("## Modules over")]
+    for room in (r for layer in LAYERS for r in layer):
+        if room in ("ledger", "ledger.__main__", "runners"):
+            continue
+        folder = room.removeprefix("ledger.") + "/"
+        assert any(f"`{folder}" in row for row in rows), f"no row for {folder}"
+        assert f"**`{folder}`**" in order, f"{folder} has no place in the layers"
+
+
+def test_each_room_may_import_only_rooms_below_it() -> None:
+    """The rules follow the layer order: no entry names a room beside or above."""
+    wrong = [
+        f"{room} -> {other}"
+        for room, allowed in MAY_IMPORT.items()
+        for other in allowed
+        if _layer(other) >= _layer(room)
+    ]
+    assert not wrong, "rules that climb: " + "; ".join(wrong)
 
 
 def test_the_room_rule_reads_as_meant() -> None:
-    assert _may("ledger.write", "ledger.write.record")
-    assert _may("ledger.write", "ledger") and not _may("ledger.identity", "ledger")
-    assert _may("ledger.read", "ledger.qualification.history")
-    assert not _may("ledger.read", "ledger.write.record")
-    assert not _may("ledger.evidence", "ledger.monitor.watch")
+    assert room_of("ledger") == "ledger" and room_of("ledger.__main__") == "ledger.__main__"
+    assert room_of("ledger.write.record") == "ledger.write"
+    assert room_of("runners.checks.arms") == "runners"
+    graph = {
+        "ledger.write.record": {"ledger.write.ingest", "ledger.store.store", "ledger"},
+        "ledger.read.query": {"ledger.qualification.history"},
+        "ledger.evidence.statement": {"ledger"},
+    }
+    assert wrong_arrows(graph) == []
+    assert wrong_arrows({"ledger.evidence.statement": {"ledger.write.journal"}}) == [
+        "ledger.evidence.statement -> ledger.write.journal: ledger.evidence imports "
+        "ledger.write, a room above it"
+    ]
+    assert wrong_arrows({"ledger.read.query": {"ledger.execution.said"}}) == [
+        "ledger.read.query -> ledger.execution.said: ledger.read imports "
+        "ledger.execution, a room beside it"
+    ]
+    # Below, but not listed: the read side never imports the sandbox.
+    assert wrong_arrows({"ledger.read.query": {"ledger.sandbox.launcher"}}) == [
+        "ledger.read.query -> ledger.sandbox.launcher: ledger.read may not import ledger.sandbox"
+    ]
+    assert wrong_arrows({"ledger.attic.x": {"ledger.evidence.errors"}}) == [
+        "ledger.attic.x -> ledger.evidence.errors: room ledger.attic has no place in the layers"
+    ]
+
+
+def test_a_planted_upward_import_in_any_room_fails() -> None:
+    """The real graph, with one arrow planted per room to a module of the room just
+    above its layer (and, in a layer of several, to a room beside it): the rule
+    names each planted arrow, and nothing else."""
+    graph = import_graph()
+    modules = sorted(graph)
+    first = {room_of(m): m for m in reversed(modules)}  # each room's first module
+    for i, layer in enumerate(LAYERS[:-1]):
+        for room in layer:
+            targets = [first[LAYERS[i + 1][0]], *(first[r] for r in layer if r != room)]
+            for target in targets:
+                planted = {m: set(d) for m, d in graph.items()}
+                planted[first[room]].add(target)
+                found = wrong_arrows(planted)
+                assert len(found) == 1, (room, target, found)
+                assert found[0].startswith(f"{first[room]} -> {target}: {room} imports "), found
+    assert set(first) == {r for layer in LAYERS for r in layer}
 
 
 def test_each_room_imports_only_the_rooms_below_it() -> None:
-    wrong = [
-        f"{m} -> {d}"
-        for m, deps in import_graph().items()
-        for room in MAY_IMPORT
-        if _under(m, [room])
-        for d in sorted(deps)
-        if not _may(room, d)
-    ]
+    wrong = wrong_arrows(import_graph())
     assert not wrong, "arrows out of their room: " + "; ".join(wrong)
 
 
@@ -285,10 +482,23 @@ def test_only_the_surfaces_import_the_read_side() -> None:
     assert not wrong, "the read side imported below the surfaces: " + "; ".join(wrong)
 
 
+# The rooms whose `__init__` imports none of their modules.
+LIGHT = (
+    "ledger.evidence",
+    "ledger.identity",
+    "ledger.remote",
+    "ledger.write",
+    "ledger.read",
+    "ledger.transparency",
+    "ledger.units",
+    "ledger.hardware",
+)
+
+
 def test_a_room_imports_none_of_its_modules_when_imported() -> None:
     """`import ledger.evidence` (and the other rooms) loads nothing: each module is
     imported where it is used, so `ledger verify FILE` pays for what it needs."""
-    for room in MAY_IMPORT:
+    for room in LIGHT:
         init = ROOT / room.replace(".", "/") / "__init__.py"
         tree = ast.parse(init.read_text())
         assert ast.get_docstring(tree), f"{room} says what belongs there"

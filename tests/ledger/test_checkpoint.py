@@ -310,7 +310,7 @@ def test_rotated_ledger_key_keeps_old_checkpoints_verifying(
     db_url: str, key_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from ledger.evidence.keys import KeyDir
-    from ledger.log import audit
+    from ledger.transparency.audit import audit
 
     for args in (("init",), ("keys", "new", "runner", "--role", "runner")):
         assert run(capsys, *args, "--db", db_url).code == 0

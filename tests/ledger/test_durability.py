@@ -15,8 +15,8 @@ from pathlib import Path
 import git
 import pytest
 
-from ledger.log import audit
 from ledger.store.store import Store
+from ledger.transparency.audit import audit
 from tests.ledger.helpers import run
 from tests.ledger.writers import write_loop
 

@@ -12,6 +12,7 @@ from ledger.cli._common import open_store
 from ledger.cli.qualify import qualify_exit
 from ledger.cli.run import exit_for
 from ledger.identity import source
+from ledger.plans.governing import identify
 from ledger.qualification.report import StatusReport
 from ledger.read.query import query_status
 from tests.conftest import commit_file
@@ -70,7 +71,7 @@ def _attest(
 
 
 def _report(tmp_path: Path, r: git.Repo) -> StatusReport:
-    ident = source.identify(source.open_repo(Path(str(r.working_tree_dir))), rev="HEAD")
+    ident = identify(source.open_repo(Path(str(r.working_tree_dir))), rev="HEAD")
     return query_status(open_store(str(tmp_path / "l.db")), ident, claims=(), scope={})
 
 

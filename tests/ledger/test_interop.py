@@ -26,7 +26,8 @@ from ledger.evidence.errors import RefusedError, VerificationError
 from ledger.evidence.keys import LocalKey, key_id, load_public_pem, public_pem, raw_public
 from ledger.evidence.models import IN_TOTO_PAYLOAD_TYPE, Envelope
 from ledger.evidence.statement import Facts, build_statement
-from ledger.identity.source import identify, open_repo
+from ledger.identity.source import open_repo
+from ledger.plans.governing import identify
 from ledger.store.store import Store
 from tests.ledger.helpers import Run, run
 

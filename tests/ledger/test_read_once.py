@@ -12,11 +12,11 @@ import pytest
 from ledger.evidence import dsse, limits
 from ledger.evidence.keys import KeyDir
 from ledger.identity.revision import Revision
-from ledger.identity.source import Identity
-from ledger.log.audit import audit
+from ledger.plans.governing import Identity
 from ledger.read.query import query_status
 from ledger.store.cache import ENTRIES
 from ledger.store.store import Store
+from ledger.transparency.audit import audit
 from ledger.write.ingest import record, register_key
 from tests.ledger.factories import COMMIT, TREE, envelope
 

@@ -9,7 +9,8 @@ import pytest
 
 from ledger.evidence.errors import UsageError
 from ledger.identity.repoid import canonical_repo
-from ledger.identity.source import glob_regex, identify, repo_name
+from ledger.identity.source import glob_regex, repo_name
+from ledger.plans.governing import identify
 from tests.conftest import commit_file
 
 

@@ -54,8 +54,8 @@ def test_repo_id_migration_fills_existing_rows(db_url: str, tmp_path: Path) -> N
     the canonical id of each signed `source.repo`; the audit then agrees."""
     from sqlalchemy import select
 
-    from ledger.log.audit import audit
     from ledger.store.store import RECEIPT
+    from ledger.transparency.audit import audit
 
     store = Store.create(db_url)
     kd = KeyDir(tmp_path / "k")

@@ -586,7 +586,7 @@ def _worst_ratio(m: dict[str, Any]) -> dict[str, Any] | None:
 def receipt_page(store: Store, ref: str, led: Any) -> dict[str, Any]:
     """A receipt (or review): what it means for its PR, what ran, where, every
     measurement, and how to check it offline."""
-    from ledger.verify.logged import verify_in_ledger
+    from ledger.transparency.logged import verify_in_ledger
 
     doc = show_document(store, ref)
     try:

@@ -14,13 +14,13 @@ import pytest
 from ledger.evidence.errors import RefusedError, UsageError
 from ledger.evidence.keys import KeyDir, public_pem
 from ledger.identity.revision import Revision
-from ledger.log import audit
 from ledger.qualification import evaluate
 from ledger.read.query import load_evidence
 from ledger.remote import client
 from ledger.service.auth import new_token, revoke_token
 from ledger.service.run import start
 from ledger.store.store import Store
+from ledger.transparency.audit import audit
 from tests.ledger.factories import COMMIT, TREE, envelope
 from tests.ledger.helpers import run
 from tests.ledger.qualification.helpers import plan

@@ -14,8 +14,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from ledger.log import audit
 from ledger.store.store import LOG, Store
+from ledger.transparency.audit import audit
 from tests.ledger.helpers import run
 
 RUNNERS, PER_RUNNER, READERS = 8, 12, 2

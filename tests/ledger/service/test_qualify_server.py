@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 
 from ledger.evidence.keys import KeyDir
-from ledger.log import audit
 from ledger.remote import outbox
 from ledger.service.run import start
 from ledger.store.store import Store
+from ledger.transparency.audit import audit
 from scripts.example_repo import make_example_repo
 from tests.ledger.helpers import run
 

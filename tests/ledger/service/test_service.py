@@ -19,12 +19,12 @@ from ledger.evidence.errors import UsageError
 from ledger.evidence.keys import KeyDir, public_pem
 from ledger.evidence.models import Artifact
 from ledger.evidence.statement import ArtifactFile
-from ledger.log import audit
 from ledger.remote import client
 from ledger.remote.outbox import Outbox, push
 from ledger.service.auth import new_token
 from ledger.service.run import start
 from ledger.store.store import Store
+from ledger.transparency.audit import audit
 from ledger.write.artifacts import SNAPSHOT_MEDIA_TYPE
 from ledger.write.record import RemoteRecorder
 from tests.ledger.factories import envelope

@@ -11,9 +11,9 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from ledger.evidence.keys import KeyDir
+from ledger.service.witness_http import WitnessServer
 from ledger.store.store import Store, resolve_url
 from ledger.transparency.witness import Witness, parse_logs
-from ledger.transparency.witness_http import WitnessServer
 from tests.ledger.factories import envelope
 from tests.ledger.helpers import Run, run
 

@@ -24,7 +24,7 @@ import pytest
 from ledger._internal import merkle
 from ledger._internal.checkpoint import parse_checkpoint, sign_checkpoint
 from ledger.evidence.keys import KeyDir
-from ledger.log import origin
+from ledger.transparency.checkpoints import origin
 from tests.ledger.helpers import run
 from tests.ledger.transparency.conftest import Ledger, Witnesses, ok
 from tests.ledger.transparency.test_policy import _fork

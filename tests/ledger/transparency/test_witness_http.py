@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from ledger.service.witness_http import MAX_CONNECTIONS, MAX_PER_CLIENT, WitnessServer
 from ledger.transparency.collect import request_body
-from ledger.transparency.witness_http import MAX_CONNECTIONS, MAX_PER_CLIENT, WitnessServer
 from tests.ledger.transparency.conftest import Ledger, Witnesses, ok
 from tests.ledger.transparency.test_witness import post
 

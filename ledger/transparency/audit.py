@@ -15,7 +15,6 @@ from ledger.evidence.canonical import sha256_hex
 from ledger.evidence.entry import LoggedEntry, envelope_body
 from ledger.evidence.errors import Error, VerificationError
 from ledger.evidence.keys import KeyInfo
-from ledger.log.checkpoints import ledger_signer
 from ledger.store.store import (
     ARTIFACT,
     CHECKPOINT,
@@ -27,6 +26,7 @@ from ledger.store.store import (
     REVOCATION,
     Store,
 )
+from ledger.transparency.checkpoints import ledger_signer
 from ledger.verify.envelope import verify_envelope
 from ledger.write.ingest import receipt_index, review_index
 

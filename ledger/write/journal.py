@@ -1,11 +1,13 @@
-"""A host's append-only journal of the statements its keys signed.
+"""A host's append-only journal of the statements its keys signed, and the signer of
+the write path that keeps it (`sign`).
 
-Every statement this host signs (`ledger.evidence.statement.sign_statement`) adds one
-JSON line: the statement's id (``sha256:`` of the signed payload), the key
-id, the time. `ledger monitor` compares a log with it: a receipt under this
-host's key that its journal lacks was signed somewhere else, with a copy of
-the key. The journal is `$LEDGER_JOURNAL`, else ``journal.jsonl`` in the key
-folder (``$LEDGER_KEYS``) when that folder exists: beside the keys it speaks for.
+Every statement this host signs on the write path (`sign`: attest, run, import,
+qualify on this host or a Ray worker, review, supersede) adds one JSON line: the
+statement's id (``sha256:`` of the signed payload), the key id, the time. `ledger
+monitor` compares a log with it: a receipt under this host's key that its journal
+lacks was signed somewhere else, with a copy of the key. The journal is
+`$LEDGER_JOURNAL`, else ``journal.jsonl`` in the key folder (``$LEDGER_KEYS``) when
+that folder exists: beside the keys it speaks for.
 """
 
 from __future__ import annotations
@@ -15,11 +17,28 @@ import os
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ledger.evidence.canonical import receipt_id
 from ledger.evidence.errors import InputError
+from ledger.evidence.statement import sign_payload, statement_payload
 
-__all__ = ["journal_path", "read_journal", "record_signed"]
+if TYPE_CHECKING:
+    from ledger.evidence.keys import LocalKey
+    from ledger.evidence.statement import Statement
+
+__all__ = ["journal_path", "read_journal", "record_signed", "sign"]
+
+
+def sign(stmt: Statement, key: LocalKey) -> bytes:
+    """The envelope bytes of `stmt` signed by `key`, noted in this host's journal:
+    the one signer of the write path. `ledger monitor` compares the log with the
+    journal, so a statement signed here without a line would read as a copy of the
+    key signing elsewhere."""
+    payload = statement_payload(stmt)
+    envelope = sign_payload(payload, key)
+    record_signed(payload, key.keyid)
+    return envelope
 
 
 def journal_path() -> Path | None:

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from ledger._internal import merkle
 from ledger.evidence.errors import MerkleError, NotFoundError, VerificationError
 from ledger.evidence.keys import KeyDir
-from ledger.log.checkpoints import checkpoint, verify_note
 from ledger.store.store import Store
+from ledger.transparency.checkpoints import checkpoint, verify_note
 
 __all__ = ["Inclusion", "consistency", "inclusion"]
 

@@ -11,8 +11,8 @@ from ledger.evidence.canonical import canonical_bytes
 from ledger.evidence.entry import LoggedEntry
 from ledger.evidence.keys import KeyDir
 from ledger.evidence.models import BUNDLE_TYPE
-from ledger.log.proofs import inclusion
 from ledger.store.store import Store
+from ledger.transparency.proofs import inclusion
 
 __all__ = ["export"]
 

@@ -11,8 +11,8 @@ from ledger.evidence.errors import Error, NotFoundError
 from ledger.evidence.keys import KeyInfo
 from ledger.evidence.kinds import ROLE_FOR
 from ledger.evidence.statement import kind_of
-from ledger.log.proofs import current_inclusion, inclusion
 from ledger.store.store import Store
+from ledger.transparency.proofs import current_inclusion, inclusion
 from ledger.verify.envelope import verify_entry
 from ledger.verify.report import LogState, VerificationReport, review_item
 from ledger.verify.strict import check_signers
