@@ -288,11 +288,9 @@ def _launch(
     except SandboxBreach as e:
         # Its self-test reached something: none of the pull request's code ran.
         launch.close()
-        r = request.not_started(str(e)[:2000])
         # The host's own evidence (its self-test, read by this process), not a claim's
-        # word: it stays an infrastructure error.
-        r.outcome, r.reason = "infra-error", str(e)[:2000]
-        return r
+        # word: an infrastructure error.
+        return request.not_started(str(e)[:2000])
     except BaseException:
         launch.close()
         raise

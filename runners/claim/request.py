@@ -107,4 +107,7 @@ class ClaimRequest:
             finished_ns=time.time_ns(),
         )
         authored([r], self.observed())
+        # The parent's own observation, before any of the claim's code ran: it stays an
+        # infrastructure error (`authored` makes only a claim's word of one `failed`).
+        r.outcome, r.reason = "infra-error", reason
         return r

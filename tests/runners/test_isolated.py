@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from runners.claim.isolated import ClaimRequest, run_claim_isolated
 
 KILLER = """
@@ -106,3 +108,23 @@ def test_cleanup_verdict_follows_the_whole_proof() -> None:
     assert result((True, "returned")).outcome == "passed"
     kept = result((False, "still held"))
     assert kept.outcome == "failed" and kept.reason and "GPU-1:outside-pool" in kept.reason
+
+
+def test_a_host_out_of_disk_is_an_infrastructure_error_and_runs_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The disk is outside the product: its free space is what the host reports.
+    import shutil
+
+    from runners.claim import isolated
+
+    monkeypatch.setattr(
+        shutil, "disk_usage", lambda p: shutil._ntuple_diskusage(1 << 30, 1 << 30, 1024)
+    )  # type: ignore[attr-defined]
+    (tmp_path / "killer.py").write_text(KILLER)
+    msgs: list[str] = []
+    [r] = _run(tmp_path, "killer:make_workload", msgs)
+    # The parent's own reading before anything started: never laid at the code's door.
+    assert r.outcome == "infra-error", (r.outcome, r.reason)
+    assert r.reason is not None and r.reason.startswith("the host is out of disk: 1024 bytes")
+    assert isolated._MIN_FREE_BYTES > 1024
