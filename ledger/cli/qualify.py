@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -24,7 +24,9 @@ from ledger.cli._common import (
 from ledger.evidence.errors import EXIT_INFRA, EXIT_NEGATIVE, EXIT_OK, UsageError
 
 if TYPE_CHECKING:
+    from ledger.execution.qualify import QualifyRun
     from ledger.qualification.report import StatusReport
+    from ledger.write.record import Recorder
 
 
 def qualify_exit(ran: Sequence[tuple[str, str, str]], report: StatusReport | None) -> int:
@@ -169,19 +171,9 @@ def qualify(
 
     from ledger.execution.qualify import Interrupted
     from ledger.execution.qualify import qualify as run_plan
-    from ledger.read.render import render_qualify
-    from ledger.write.record import LocalRecorder, open_recorder
+    from ledger.write.record import open_recorder
 
-    if executor == "ray" and not server:
-        raise UsageError("--executor ray records through a ledger server: give --server URL")
-    if gpus is not None:
-        if executor != "local":
-            raise UsageError(
-                "--gpus places claims on this host's GPUs; with --executor ray, Ray does"
-            )
-        from ledger.execution.devices import parse_gpus
-
-        parse_gpus(gpus)  # a bad list is refused before anything runs
+    _validate(executor, server, gpus)
     recorder = open_recorder(db, server)
     keys = keydir()
     # With Ray the workers sign, each with its own key: no key is read here.
@@ -214,6 +206,37 @@ def qualify(
         # One line, after every claim process stopped: what the ledger holds now.
         click.echo(f"ledger: {e.line()}", err=True)
         raise SystemExit(130) from None
+    code = _report(result, recorder, claims, server, as_json, progress)
+    if code != EXIT_OK:
+        raise SystemExit(code)
+
+
+def _validate(executor: str, server: str | None, gpus: str | None) -> None:
+    """The options refused before anything runs."""
+    if executor == "ray" and not server:
+        raise UsageError("--executor ray records through a ledger server: give --server URL")
+    if gpus is not None:
+        if executor != "local":
+            raise UsageError(
+                "--gpus places claims on this host's GPUs; with --executor ray, Ray does"
+            )
+        from ledger.execution.devices import parse_gpus
+
+        parse_gpus(gpus)  # a bad list is refused before anything runs
+
+
+def _report(
+    result: QualifyRun,
+    recorder: Recorder,
+    claims: Sequence[str],
+    server: str | None,
+    as_json: bool,
+    progress: Callable[[str], None],
+) -> int:
+    """The receipts and the status rendered (or --json), the lines on stderr; the exit code."""
+    from ledger.read.render import render_qualify
+    from ledger.write.record import LocalRecorder
+
     receipts = [{"id": i, "claim": c, "outcome": o} for i, c, o in result.receipts]
     # Every check ending in infra-error measured nothing: an environment
     # failure (exit 3), never a verdict about the code.
@@ -258,5 +281,4 @@ def qualify(
             f"recorded at {server}; whether the claims qualify: `ledger status` on that ledger",
             err=True,
         )
-    if code != EXIT_OK:
-        raise SystemExit(code)
+    return code
