@@ -7,6 +7,7 @@ import os
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -25,6 +26,12 @@ from ledger.evidence.errors import (
     InputError,
     UsageError,
 )
+
+if TYPE_CHECKING:
+    from ledger.evidence.statement import ArtifactFile
+    from ledger.sandbox import Sandbox
+    from ledger.write.attest import Target
+    from ledger.write.run import CommandRun
 
 
 def target_options(f: F) -> F:
@@ -147,13 +154,11 @@ def run(
     command runs as an unprivileged uid, never the host's root). Put `--` before
     COMMAND.
     """
-    from ledger.execution.trees import worktree
     from ledger.fleet.ci import ci_job
-    from ledger.identity import source
     from ledger.sandbox import resolve as resolve_sandbox
     from ledger.write.attest import record_all, target
     from ledger.write.record import open_recorder
-    from ledger.write.run import CHECK, MARKER, run_command
+    from ledger.write.run import CHECK
 
     _check_target(pr, rev)
     recorder = open_recorder(db, server)
@@ -183,6 +188,38 @@ def run(
         hide=[keys.path, *recorder_paths(recorder)],
     )
     network = spec is not None and spec.network
+    done, files = _run_in_checkout(
+        tgt, repo, box, network, command, timeout_s, result_file, artifacts
+    )
+    facts = done.facts(claim)
+    scope = {**facts.scope, "sandbox": box.facet, "network": "on" if network else "off"}
+    # The host's own observations of the sandbox: its self-test, policy, uid; and the
+    # CI job this run is part of (`ledger.fleet.ci`).
+    environment = {**facts.environment, **box.facts(), **ci_job(os.environ)}
+    facts = dataclasses.replace(facts, scope=scope, environment=environment)
+    [rec] = record_all(recorder, key, tgt, [facts], artifact_files=files)
+    note = "" if done.outcome == "passed" else f": {done.reason}"
+    click.echo(f"{claim}: {done.outcome}{note}", err=True)
+    click.echo(rec.id)
+    exit_for([done.outcome])
+
+
+def _run_in_checkout(
+    tgt: Target,
+    repo: Path | None,
+    box: Sandbox,
+    network: bool,
+    command: Sequence[str],
+    timeout_s: float | None,
+    result_file: Path | None,
+    artifacts: Sequence[str],
+) -> tuple[CommandRun, list[ArtifactFile]]:
+    """The command run in the sandbox, in a temporary worktree of the target's commit;
+    its run and the files it declared, read before the worktree goes."""
+    from ledger.execution.trees import worktree
+    from ledger.identity import source
+    from ledger.write.run import MARKER, run_command
+
     with (
         worktree(source.open_repo(repo), tgt.revision.commit, "run") as root,
         tempfile.TemporaryDirectory(prefix="ledger-run-scratch-") as scratch,
@@ -224,17 +261,7 @@ def run(
         # Read before the worktree goes (beneath their folders, never through a link):
         # the receipt names them, the store keeps them.
         files = done.files
-    facts = done.facts(claim)
-    scope = {**facts.scope, "sandbox": box.facet, "network": "on" if network else "off"}
-    # The host's own observations of the sandbox: its self-test, policy, uid; and the
-    # CI job this run is part of (`ledger.fleet.ci`).
-    environment = {**facts.environment, **box.facts(), **ci_job(os.environ)}
-    facts = dataclasses.replace(facts, scope=scope, environment=environment)
-    [rec] = record_all(recorder, key, tgt, [facts], artifact_files=files)
-    note = "" if done.outcome == "passed" else f": {done.reason}"
-    click.echo(f"{claim}: {done.outcome}{note}", err=True)
-    click.echo(rec.id)
-    exit_for([done.outcome])
+    return done, files
 
 
 __all__: list[str] = ["exit_for", "run", "target_options"]
