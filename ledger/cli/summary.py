@@ -5,11 +5,15 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from ledger.cli._common import db_option, keydir, open_store, plan_option, rev_options
 from ledger.evidence.errors import EXIT_NEGATIVE, UsageError
+
+if TYPE_CHECKING:
+    import git
 
 __all__ = ["summary"]
 
@@ -74,19 +78,7 @@ def summary(
     from ledger.read.query import query_status
     from ledger.read.standard import verification_summary
 
-    if (pr is None) == (rev is None):
-        raise click.UsageError("give exactly one of --pr N or --rev R")
-    import sys
-
-    to_stdout = output is None or str(output) == "-"
-    if output is None and sys.stdout.isatty():
-        # A base64 payload on a terminal helps nobody; a file (or an explicit -o -) does.
-        raise UsageError(
-            "the summary is a signed DSSE envelope (JSON, base64 payload): "
-            "write it with -o FILE (or -o - to print it here)"
-        )
-    if not to_stdout and output is not None and not output.absolute().parent.is_dir():
-        raise UsageError(f"{output.parent}: no such directory")
+    to_stdout = _checked_output(pr, rev, output)
     gitrepo = source.open_repo(repo)
     ident = identify(gitrepo, rev=rev, pr=pr, plan_file=plan, offline=offline, base=base)
     store = open_store(db)
@@ -99,18 +91,7 @@ def summary(
     from ledger.qualification.plan import PLAN_FILE
 
     doc = query_status(store, ident, claims=None, scope={}).to_json()
-    from ledger.evidence.errors import Error
-
-    base_commit = None
-    if pr is not None:
-        # The plan on the base branch governs a PR; `identify` read it from there.
-        try:
-            base_commit = source.base_commit(gitrepo, base, offline=True)
-        except Error:
-            if plan is None:
-                raise
-            # With --plan FILE and no base branch here, no governing plan can be read:
-            # the answer is a what-if, never the PR's own plan taken as governing.
+    base_commit = _base_commit(gitrepo, base, pr, plan)
     text = _plan_bytes(repo, ident.revision.commit, base_commit, plan)
     governing = (
         None
@@ -144,6 +125,45 @@ def summary(
     click.echo(f"{result}: {len(stmt['predicate']['verifiedLevels'])} claim(s) qualified", err=True)
     if result != "PASSED":
         raise SystemExit(EXIT_NEGATIVE)
+
+
+def _checked_output(pr: int | None, rev: str | None, output: Path | None) -> bool:
+    """The target and the output refused before anything is read; whether to stdout."""
+    if (pr is None) == (rev is None):
+        raise click.UsageError("give exactly one of --pr N or --rev R")
+    import sys
+
+    to_stdout = output is None or str(output) == "-"
+    if output is None and sys.stdout.isatty():
+        # A base64 payload on a terminal helps nobody; a file (or an explicit -o -) does.
+        raise UsageError(
+            "the summary is a signed DSSE envelope (JSON, base64 payload): "
+            "write it with -o FILE (or -o - to print it here)"
+        )
+    if not to_stdout and output is not None and not output.absolute().parent.is_dir():
+        raise UsageError(f"{output.parent}: no such directory")
+    return to_stdout
+
+
+def _base_commit(
+    gitrepo: git.Repo, base: str | None, pr: int | None, plan: Path | None
+) -> str | None:
+    """The commit a PR branched from, whose plan governs it; None for a revision, or for
+    a PR with --plan FILE where no base branch is here."""
+    from ledger.evidence.errors import Error
+    from ledger.identity import source
+
+    if pr is None:
+        return None
+    # The plan on the base branch governs a PR; `identify` read it from there.
+    try:
+        return source.base_commit(gitrepo, base, offline=True)
+    except Error:
+        if plan is None:
+            raise
+        # With --plan FILE and no base branch here, no governing plan can be read:
+        # the answer is a what-if, never the PR's own plan taken as governing.
+        return None
 
 
 def _write(data: str, output: Path | None, to_stdout: bool) -> None:
