@@ -92,74 +92,16 @@ def run_verify(req: VerifyRequest) -> None:
     """Verify, print the report (or one JSON document), and exit 1 through
     SystemExit when the receipt is not the one expected."""
     from ledger.read.render_verification import render_verification
-    from ledger.verify.report import mismatches
 
-    target, trust, newer, server = req.target, req.trust, req.newer, req.server
-    path = Path(target)
-    expect = {
-        k: v
-        for k, v in (
-            ("repo", req.want_repo),
-            ("commit", req.want_commit),
-            ("claim", req.want_claim),
-            ("signer", req.want_signer),
-        )
-        if v
-    }
-    looks_like_file = path.suffix == ".json" or "/" in target or path.exists()
-    consistent: str | None = None
-    witnessed: str | None = None
-    report = None
-    asked: dict[str, Any] = {}
-    artifacts_checked: list[str] = []
+    expect = _expected(req)
     try:
-        if looks_like_file and not path.is_file():
-            raise UsageError(f"{target}: no such file")
-        if path.is_file():
-            # Offline: the store-free verifier only, so no database code is loaded.
-            from ledger.evidence.keys import load_public_pem
-            from ledger.verify import verify_bundle
-
-            anchors = [load_public_pem(read_file(Path(t)), str(t)) for t in trust]
-            anchors += _policy_logs(req.policy)
-            raw = read_file(path)
-            _refuse_test_result(target, raw)
-            report = verify_bundle(raw, anchors)
-            witnessed = _witnessed_bundle(req.policy, raw)
-            from ledger.write.artifacts import check_bundle_artifacts
-
-            # Artifacts an `export --artifacts` put inside, against what the receipt names.
-            artifacts_checked = check_bundle_artifacts(raw, report.statement)
-            if newer is not None:
-                from ledger._internal.witness import check_bundle_against
-
-                consistent = check_bundle_against(raw, read_file(newer), anchors)
-        elif newer is not None:
-            raise UsageError("--checkpoint applies to a bundle FILE")
-        else:
-            # An id: the ledger here verifies it, or the server's bundle is verified
-            # here against --trust, or the answer is the server's word and says so.
-            from ledger.evidence.keys import load_public_pem
-
-            anchors = [load_public_pem(read_file(Path(t)), str(t)) for t in trust]
-            policy = read_file(req.policy) if req.policy is not None else None
-            asked = open_reader(req.db, server).verification(target, anchors, policy)
-            witnessed = asked.pop("witnesses", None)
-        doc = report.to_json() if report is not None else asked
-        if artifacts_checked:
-            doc["artifacts"] = artifacts_checked
-        if consistent is not None:
-            doc["log_consistency"] = consistent
-        if witnessed is not None:
-            doc["witnesses"] = witnessed
-        wrong = mismatches(doc, expect)
-        if wrong:
-            doc["verified"] = False
-            doc["reason"] = "; ".join(wrong)
+        doc, consistent, witnessed = _verification(req, expect)
     except Error as e:
         if not req.as_json:
             raise
-        emit_json({"verified": False, "target": target, "reason": e.reason(), "expected": expect})
+        emit_json(
+            {"verified": False, "target": req.target, "reason": e.reason(), "expected": expect}
+        )
         raise SystemExit(e.exit_code) from None
     doc["expected"] = expect
     if req.as_json:
@@ -175,3 +117,78 @@ def run_verify(req: VerifyRequest) -> None:
     if not doc["verified"]:
         echo(f"ledger: not the receipt expected: {doc['reason']}", err=True)
         raise SystemExit(EXIT_NEGATIVE)
+
+
+def _expected(req: VerifyRequest) -> dict[str, str]:
+    """What the receipt must say (--repo, --commit, --claim, --signer given)."""
+    return {
+        k: v
+        for k, v in (
+            ("repo", req.want_repo),
+            ("commit", req.want_commit),
+            ("claim", req.want_claim),
+            ("signer", req.want_signer),
+        )
+        if v
+    }
+
+
+def _verification(
+    req: VerifyRequest, expect: dict[str, str]
+) -> tuple[dict[str, Any], str | None, str | None]:
+    """The verification's document of a bundle FILE or an id, held against what is
+    expected; the log's consistency with --checkpoint and the witnesses, if any."""
+    from ledger.verify.report import mismatches
+
+    target, trust, newer, server = req.target, req.trust, req.newer, req.server
+    path = Path(target)
+    looks_like_file = path.suffix == ".json" or "/" in target or path.exists()
+    consistent: str | None = None
+    witnessed: str | None = None
+    report = None
+    asked: dict[str, Any] = {}
+    artifacts_checked: list[str] = []
+    if looks_like_file and not path.is_file():
+        raise UsageError(f"{target}: no such file")
+    if path.is_file():
+        # Offline: the store-free verifier only, so no database code is loaded.
+        from ledger.evidence.keys import load_public_pem
+        from ledger.verify import verify_bundle
+
+        anchors = [load_public_pem(read_file(Path(t)), str(t)) for t in trust]
+        anchors += _policy_logs(req.policy)
+        raw = read_file(path)
+        _refuse_test_result(target, raw)
+        report = verify_bundle(raw, anchors)
+        witnessed = _witnessed_bundle(req.policy, raw)
+        from ledger.write.artifacts import check_bundle_artifacts
+
+        # Artifacts an `export --artifacts` put inside, against what the receipt names.
+        artifacts_checked = check_bundle_artifacts(raw, report.statement)
+        if newer is not None:
+            from ledger._internal.witness import check_bundle_against
+
+            consistent = check_bundle_against(raw, read_file(newer), anchors)
+    elif newer is not None:
+        raise UsageError("--checkpoint applies to a bundle FILE")
+    else:
+        # An id: the ledger here verifies it, or the server's bundle is verified
+        # here against --trust, or the answer is the server's word and says so.
+        from ledger.evidence.keys import load_public_pem
+
+        anchors = [load_public_pem(read_file(Path(t)), str(t)) for t in trust]
+        policy = read_file(req.policy) if req.policy is not None else None
+        asked = open_reader(req.db, server).verification(target, anchors, policy)
+        witnessed = asked.pop("witnesses", None)
+    doc = report.to_json() if report is not None else asked
+    if artifacts_checked:
+        doc["artifacts"] = artifacts_checked
+    if consistent is not None:
+        doc["log_consistency"] = consistent
+    if witnessed is not None:
+        doc["witnesses"] = witnessed
+    wrong = mismatches(doc, expect)
+    if wrong:
+        doc["verified"] = False
+        doc["reason"] = "; ".join(wrong)
+    return doc, consistent, witnessed
