@@ -27,7 +27,10 @@ from ledger.cli._common import (
 from ledger.evidence.errors import InputError, UsageError
 
 if TYPE_CHECKING:
+    from ledger.evidence.statement import Facts
     from ledger.read.reader import Reader
+    from ledger.write.attest import Attested
+    from ledger.write.record import Recorder
 
 
 @click.command()
@@ -124,24 +127,77 @@ def attest(
     Commit, tree, parents, PR, merge-base, dirty flag and package identity are
     read from the repository; the rest comes from the options. Prints the id.
     """
-    from ledger.evidence.statement import Facts
-    from ledger.fleet.ci import ci_job
-    from ledger.identity.environment import fingerprint
     from ledger.write.attest import attest as do_attest
-    from ledger.write.attest import rfc3339
     from ledger.write.record import open_recorder
 
     # The result exists already: with the server down it is signed and kept in
     # the outbox (`ledger push` delivers it), never lost.
     recorder = open_recorder(db, server, check_server=False)
     key = keydir().load(key_name)
+    facts = _harness_facts(
+        claim,
+        outcome,
+        reason,
+        check_name,
+        check_version,
+        params,
+        scope,
+        measurements,
+        observer,
+        cleanup,
+        host,
+        gpu_uuids,
+        started,
+        finished,
+    )
+    done = do_attest(
+        recorder,
+        key,
+        facts,
+        repo_path=repo,
+        rev=rev,
+        pr=pr,
+        plan_file=plan,
+        artifact_paths=artifacts,
+        supersedes=supersedes,
+        supersedes_reason=supersedes_reason,
+        unplanned=unplanned,
+        allow_dirty=allow_dirty,
+        offline=offline,
+        base=base,
+    )
+    _said(done, recorder)
+
+
+def _harness_facts(
+    claim: str,
+    outcome: str,
+    reason: str | None,
+    check_name: str | None,
+    check_version: str,
+    params: Sequence[str],
+    scope: Sequence[str],
+    measurements: Path | None,
+    observer: str,
+    cleanup: Path | None,
+    host: str,
+    gpu_uuids: Sequence[str],
+    started: str | None,
+    finished: str | None,
+) -> Facts:
+    """What the harness's options tell about its check, its files read and checked."""
+    from ledger.evidence.statement import Facts
+    from ledger.fleet.ci import ci_job
+    from ledger.identity.environment import fingerprint
+    from ledger.write.attest import rfc3339
+
     meas = load_json_file(measurements, "measurements") if measurements else {}
     if not isinstance(meas, dict):
         raise InputError("measurements file must hold a JSON object")
     clean = load_json_file(cleanup, "cleanup") if cleanup else None
     if clean is not None and not isinstance(clean, dict):
         raise InputError("cleanup file must hold a JSON object")
-    facts = Facts(
+    return Facts(
         claim=claim,
         check=check_name or "",
         check_version=check_version,
@@ -161,22 +217,10 @@ def attest(
         # The job that attests, whoever produced the result (`ledger.fleet.ci`).
         environment={**fingerprint(), **ci_job(os.environ)},
     )
-    done = do_attest(
-        recorder,
-        key,
-        facts,
-        repo_path=repo,
-        rev=rev,
-        pr=pr,
-        plan_file=plan,
-        artifact_paths=artifacts,
-        supersedes=supersedes,
-        supersedes_reason=supersedes_reason,
-        unplanned=unplanned,
-        allow_dirty=allow_dirty,
-        offline=offline,
-        base=base,
-    )
+
+
+def _said(done: Attested, recorder: Recorder) -> None:
+    """The id on stdout; on stderr a dirty tree's warning and what the outbox keeps."""
     if done.revision.dirty:
         click.echo(
             "warning: the work tree is dirty; recorded as dirty (it will not qualify the commit)",
