@@ -7,12 +7,16 @@ import json
 import os
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from ledger.cli._common import keydir
 from ledger.cli.run import exit_for, target_options
 from ledger.evidence.errors import InputError, UsageError
+
+if TYPE_CHECKING:
+    from ledger.write.attest import Target
 
 _FORMATS = ("junit", "in-toto", "admission-events")
 
@@ -121,16 +125,8 @@ def import_(
     from ledger.write.attest import record_all, target
     from ledger.write.record import open_recorder
 
-    if (pr is None) == (rev is None):
-        raise click.UsageError("give exactly one of --pr N or --rev R")
-    if (admitted is not None or manifest is not None) and fmt != "admission-events":
-        raise click.UsageError("--admitted and --manifest are for admission-events")
-    if (trusted or roots) and fmt != "in-toto":
-        raise click.UsageError("--trusted-key and --trusted-root are for in-toto")
-    claims = [c for given in (claim, *more) for c in _claims(given)]
+    claims = _checked_options(fmt, (claim, *more), pr, rev, admitted, manifest, trusted, roots)
     names = [n for n, _ in claims]
-    if len(set(names)) != len(names):
-        raise click.UsageError("each claim may be given once")
     count = _admitted(admitted, manifest)
     keys = [load_trusted_key(p) for p in trusted]
     root_certs = [c for p in roots for c in load_roots(p)]
@@ -146,12 +142,7 @@ def import_(
         allow_dirty=allow_dirty,
         offline=offline,
     )
-    check = f"import-{fmt}"
-    for name, spec in tgt.specs.items():
-        if spec is not None and spec.check != check:
-            raise InputError(
-                f"plan claim {name} is checked by {spec.check!r}, not {check!r}; nothing recorded"
-            )
+    _refuse_other_checks(tgt, f"import-{fmt}")
     params = {n: dict(s.params) for n, s in tgt.specs.items() if s is not None}
     ctx = Context(tgt.revision, params, admitted=count, trusted_keys=keys, trusted_roots=root_certs)
     found = import_source(fmt, file, claims, ctx)
@@ -173,6 +164,39 @@ def import_(
         click.echo(f"{one.claim}: {one.outcome} (imported from {fmt}){note}", err=True)
         click.echo(rec.id)
     exit_for([f.outcome for f in facts])
+
+
+def _checked_options(
+    fmt: str,
+    given: Sequence[str],
+    pr: int | None,
+    rev: str | None,
+    admitted: int | None,
+    manifest: Path | None,
+    trusted: Sequence[Path],
+    roots: Sequence[Path],
+) -> list[tuple[str, str]]:
+    """The options refused before anything is read; the claims, each given once."""
+    if (pr is None) == (rev is None):
+        raise click.UsageError("give exactly one of --pr N or --rev R")
+    if (admitted is not None or manifest is not None) and fmt != "admission-events":
+        raise click.UsageError("--admitted and --manifest are for admission-events")
+    if (trusted or roots) and fmt != "in-toto":
+        raise click.UsageError("--trusted-key and --trusted-root are for in-toto")
+    claims = [c for one in given for c in _claims(one)]
+    names = [n for n, _ in claims]
+    if len(set(names)) != len(names):
+        raise click.UsageError("each claim may be given once")
+    return claims
+
+
+def _refuse_other_checks(tgt: Target, check: str) -> None:
+    """A plan claim this format does not check is refused; nothing is recorded."""
+    for name, spec in tgt.specs.items():
+        if spec is not None and spec.check != check:
+            raise InputError(
+                f"plan claim {name} is checked by {spec.check!r}, not {check!r}; nothing recorded"
+            )
 
 
 def _one_line(reason: str | None) -> str:
