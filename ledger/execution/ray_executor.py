@@ -28,7 +28,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import git
 
@@ -38,7 +38,10 @@ from ledger.execution.ray_quarantine import Quarantine, apply
 from ledger.fleet.ci import ci_job
 from ledger.identity.revision import Revision
 
-__all__ = ["bundle_revision", "run_on_ray", "too_wide"]
+if TYPE_CHECKING:
+    from ledger.qualification.plan import Plan
+
+__all__ = ["bundle_revision", "run_on_ray", "run_plan_on_ray", "too_wide"]
 
 SHIP_REF = "refs/ledger/ship"
 
@@ -108,6 +111,50 @@ def run_on_ray(
     finally:
         # The quarantined GPUs go back to Ray once the run is over.
         _stop(ray, holders)
+
+
+def run_plan_on_ray(
+    repo: git.Repo,
+    revision: Revision,
+    plan: Plan,
+    runs: Sequence[ClaimRun],
+    ray_address: str | None,
+    server: str | None,
+    key_name: str,
+    sandbox: str,
+    say: Callable[[str], None],
+    receipts: list[ReceiptRow],
+) -> None:
+    """`ledger qualify --executor ray`: the plan's claims handed to the cluster with what
+    the plan tells its workers (package, environment, preload, quarantine bound); each
+    receipt appended to ``receipts`` as it is recorded."""
+    if server is None:
+        raise UsageError("--executor ray records through a ledger server: give --server URL")
+    spec = plan.package
+    package = (
+        {
+            "paths": list(spec.paths),
+            "lock": list(spec.lock),
+            "distributions": list(spec.distributions),
+        }
+        if spec is not None
+        else None
+    )
+    for row in run_on_ray(
+        repo,
+        revision,
+        runs,
+        address=ray_address,
+        server=server,
+        key_name=key_name,
+        say=say,
+        package=package,
+        sandbox=sandbox,
+        allowed_env=list(plan.runner.env),
+        preload=list(plan.preload),
+        quarantine_above=plan.quarantine_above,
+    ):
+        receipts.append(row)
 
 
 def _submit_and_wait(
