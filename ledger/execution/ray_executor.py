@@ -157,6 +157,28 @@ def run_plan_on_ray(
         receipts.append(row)
 
 
+def _shipped(ray: Any, repo: git.Repo, revision: Revision, runs: Sequence[ClaimRun]) -> Any:
+    """The revision as a git bundle in Ray's object store (its base too where a claim's
+    arms run on it), shipped once to every worker."""
+    commits = [revision.commit]
+    if revision.base and revision.base != revision.commit and any(r.needs_base for r in runs):
+        commits.append(revision.base)
+    return ray.put(bundle_revision(repo, commits))
+
+
+def _source(revision: Revision, package: dict[str, Any] | None) -> dict[str, Any]:
+    """What a worker is told of the revision it checks out, and the plan's package."""
+    return {
+        "repo": revision.repo,
+        "commit": revision.commit,
+        "tree": revision.tree,
+        "pr": revision.pr,
+        "parents": list(revision.parents),
+        "base": revision.base,
+        "package": package,
+    }
+
+
 def _submit_and_wait(
     ray: Any,
     run_claim_task: Callable[..., Any],
@@ -174,22 +196,11 @@ def _submit_and_wait(
     allowed_env: Sequence[str],
     preload: Sequence[str],
 ) -> Iterator[ReceiptRow]:
-    commits = [revision.commit]
-    if revision.base and revision.base != revision.commit and any(r.needs_base for r in runs):
-        commits.append(revision.base)
-    bundle = ray.put(bundle_revision(repo, commits))
+    bundle = _shipped(ray, repo, revision, runs)
     say(f"ray: {len(runs)} claim(s) submitted to {address or 'the cluster'}; code: "
         f"commit {revision.commit[:12]} as a git bundle")  # fmt: skip
     task = ray.remote(run_claim_task)
-    source = {
-        "repo": revision.repo,
-        "commit": revision.commit,
-        "tree": revision.tree,
-        "pr": revision.pr,
-        "parents": list(revision.parents),
-        "base": revision.base,
-        "package": package,
-    }
+    source = _source(revision, package)
     pending: dict[Any, ClaimRun] = {}
     n = len(runs)
     for line in too_wide(runs, ray.nodes()):
