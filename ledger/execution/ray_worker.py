@@ -28,7 +28,7 @@ import socket
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -41,6 +41,7 @@ from ledger.execution.ray_quarantine import declined, hold
 if TYPE_CHECKING:
     from ledger.evidence.keys import LocalKey
     from ledger.sandbox import Sandbox
+    from runners.claim.result import CheckResult
 
 __all__ = ["run_claim_task"]
 
@@ -327,10 +328,7 @@ def _place(task: _Task, bundle: bytes) -> _Placed:
 def _run_claim(
     task: _Task, placed: _Placed, say: Callable[[str], None], cancel: threading.Event
 ) -> dict[str, Any]:
-    from ledger.execution.claimrun import Finished
-    from ledger.execution.receipts import record_finished
     from ledger.fleet.health import Watch, uuids_of
-    from ledger.write.record import RemoteRecorder
     from runners.claim.isolated import run_claim_isolated
     from runners.fork.preload import learned, remember_modules
 
@@ -378,37 +376,54 @@ def _run_claim(
             remember_modules(
                 [run.workload_ref], learned(root), str(source["tree"]), list(roots.values())
             )
-        recorder = RemoteRecorder(payload["server"])
-        ci = {str(k): str(v) for k, v in dict(payload.get("ci") or {}).items()}
-        fin = Finished(
-            run=run,
-            executor="ray",
-            job_id=out["job_id"],
-            devices=tuple(out["devices"].split(",")) if out["devices"] else (),
-            # The GPUs Ray gave the task, as a local run names its devices'.
-            gpu_uuids=tuple(gpus),
-            results=results,
-            host=out["host"],
-            sandbox=box.facet,
-            artifacts=artifacts,
-            health=health,
-        )
-        # The submitting job's facts (the node is where the claim ran), and what
-        # quarantine did for the run: which devices it held back, by what figure.
-        recs = record_finished(
-            fin,
-            recorder,
-            task.key,
-            revision,
-            ci={**ci, "ci_node": out["host"]} if ci else {},
-            facts=(payload.get("quarantine") or {}).get("facts") or {},
-        )
-        out["receipts"] = [
-            (rec.id, r.claim, r.outcome) for rec, r in zip(recs, results, strict=True)
-        ]
-        out["reasons"] = [r.reason or "" for r in results]
-        # What each receipt is (a control's several: the inner check's, the comparison).
-        out["parts"] = [[r.check, r.observer] for r in results]
-        out["kept"] = recorder.kept
-        out["failure"] = recorder.failure
+        _record(task, out, revision, results, gpus, artifacts, health)
     return out
+
+
+def _record(
+    task: _Task,
+    out: dict[str, Any],
+    revision: Any,
+    results: list[CheckResult],
+    gpus: Sequence[str],
+    artifacts: Path,
+    health: dict[str, Any] | None,
+) -> None:
+    """The claim's results signed with the worker's key and recorded through the server;
+    what the driver is told of them put in ``out``."""
+    from ledger.execution.claimrun import Finished
+    from ledger.execution.receipts import record_finished
+    from ledger.write.record import RemoteRecorder
+
+    run, payload, box = task.run, task.payload, task.box
+    recorder = RemoteRecorder(payload["server"])
+    ci = {str(k): str(v) for k, v in dict(payload.get("ci") or {}).items()}
+    fin = Finished(
+        run=run,
+        executor="ray",
+        job_id=out["job_id"],
+        devices=tuple(out["devices"].split(",")) if out["devices"] else (),
+        # The GPUs Ray gave the task, as a local run names its devices'.
+        gpu_uuids=tuple(gpus),
+        results=results,
+        host=out["host"],
+        sandbox=box.facet,
+        artifacts=artifacts,
+        health=health,
+    )
+    # The submitting job's facts (the node is where the claim ran), and what
+    # quarantine did for the run: which devices it held back, by what figure.
+    recs = record_finished(
+        fin,
+        recorder,
+        task.key,
+        revision,
+        ci={**ci, "ci_node": out["host"]} if ci else {},
+        facts=(payload.get("quarantine") or {}).get("facts") or {},
+    )
+    out["receipts"] = [(rec.id, r.claim, r.outcome) for rec, r in zip(recs, results, strict=True)]
+    out["reasons"] = [r.reason or "" for r in results]
+    # What each receipt is (a control's several: the inner check's, the comparison).
+    out["parts"] = [[r.check, r.observer] for r in results]
+    out["kept"] = recorder.kept
+    out["failure"] = recorder.failure
