@@ -28,6 +28,7 @@ from ledger.execution.devices import Device as GpuDevice
 from ledger.execution.devices import DevicePool, visible_gpus
 from ledger.execution.local import LocalExecutor
 from ledger.execution.receipts import record_finished
+from ledger.execution.scheduler import claim_tag, schedule
 from ledger.execution.trees import removed, worktree
 from ledger.fleet.ci import ci_job
 from ledger.fleet.dcgm import diagnose
@@ -38,7 +39,7 @@ from ledger.sandbox import Sandbox
 from ledger.write.record import Recorder
 
 if TYPE_CHECKING:
-    from runners.fork.forkparent import Launched, Spec
+    from runners.fork.forkparent import ForkServer, Launched, Spec
     from runners.fork.forkready import Ready
 
 __all__ = ["Started", "run", "server_sandbox", "started"]
@@ -194,6 +195,48 @@ def run(
     servers = st.servers.wait()
     fork = servers[0]
     base_fork = servers[1] if len(servers) > 1 else None
+    _say_servers(servers, say)
+    if explicit and pool.size > 1:
+        say(f"{n} claim(s) on {pool.size} device(s) side by side")
+    beside = [r.claim for r in runs if sharing.shares(r.check, r.params)]
+    if pool.share > 1 and len(beside) > 1:
+        say(
+            f"{len(beside)} claim(s) that judge no memory may share a device, up to "
+            f"{pool.share} at once: {', '.join(beside)}"
+        )
+    sockets = {str(st.root): str(fork.sock)} if fork is not None else {}
+    if base_fork is not None and st.base_root is not None:
+        sockets[str(st.base_root)] = str(base_fork.sock)
+    ex = LocalExecutor(
+        root=st.root,
+        base_root=st.base_root,
+        artifacts=st.artifacts,
+        fork=fork,
+        progress_for=lambda run: _prefixed(say, f"{claim_tag(run, n)}  "),
+        fork_servers=sockets or None,
+        slots=pool.size * pool.share,
+        sandbox=None if box.mode == "none" else box,
+        work_root=st.run_dir,
+    )
+    _diagnose(ex, pool.devices if explicit else visible_gpus(), say)
+    try:
+        recording = _Recording(recorder, key, revision, done, quarantine)
+        schedule(ex, pool, explicit, runs, recording, say)
+    finally:
+        ex.close()
+    # What the claims imported beyond the preloads: the next run's server has it.
+    remember_modules(
+        [r.workload_ref for r in runs],
+        learned(st.root),
+        revision.tree,
+        [p for p in (st.root, st.base_root) if p is not None],
+    )
+
+
+def _say_servers(servers: Sequence[ForkServer | None], say: Callable[[str], None]) -> None:
+    """What the fork servers imported and built once, and each one claims cannot be
+    forked from (each of its claims then starts a fresh interpreter)."""
+    fork = servers[0]
     if fork is not None:
         r = fork.ready
         extra = f", {len(r.prepared)} workload(s) prepared" if r.prepared else ""
@@ -212,41 +255,6 @@ def run(
                 f"fork server: claims cannot be forked from it ({refused}): each claim "
                 "starts a fresh interpreter and imports and builds again"
             )
-    if explicit and pool.size > 1:
-        say(f"{n} claim(s) on {pool.size} device(s) side by side")
-    beside = [r.claim for r in runs if sharing.shares(r.check, r.params)]
-    if pool.share > 1 and len(beside) > 1:
-        say(
-            f"{len(beside)} claim(s) that judge no memory may share a device, up to "
-            f"{pool.share} at once: {', '.join(beside)}"
-        )
-    sockets = {str(st.root): str(fork.sock)} if fork is not None else {}
-    if base_fork is not None and st.base_root is not None:
-        sockets[str(st.base_root)] = str(base_fork.sock)
-    ex = LocalExecutor(
-        root=st.root,
-        base_root=st.base_root,
-        artifacts=st.artifacts,
-        fork=fork,
-        progress_for=lambda run: _prefixed(say, f"{_tag(run, n)}  "),
-        fork_servers=sockets or None,
-        slots=pool.size * pool.share,
-        sandbox=None if box.mode == "none" else box,
-        work_root=st.run_dir,
-    )
-    _diagnose(ex, pool.devices if explicit else visible_gpus(), say)
-    try:
-        recording = _Recording(recorder, key, revision, done, quarantine)
-        _schedule(ex, pool, explicit, runs, recording, say)
-    finally:
-        ex.close()
-    # What the claims imported beyond the preloads: the next run's server has it.
-    remember_modules(
-        [r.workload_ref for r in runs],
-        learned(st.root),
-        revision.tree,
-        [p for p in (st.root, st.base_root) if p is not None],
-    )
 
 
 def _diagnose(ex: LocalExecutor, devices: Sequence[GpuDevice], say: Callable[[str], None]) -> None:
@@ -263,127 +271,6 @@ def _diagnose(ex: LocalExecutor, devices: Sequence[GpuDevice], say: Callable[[st
                     ex.diagnosed[rest.uuid] = got
             return
         say(f"dcgmi diag -r 1 on {d.label}: {got['result']} ({got.get('wall_ns', 0) / 1e9:.1f} s)")
-
-
-def _tag(run: ClaimRun, n: int) -> str:
-    return f"[{run.index}/{n}]"
-
-
-@dataclass
-class _Running:
-    run: ClaimRun
-    devices: list[GpuDevice]
-    t0: float
-    shared: bool
-    beside: set[int]
-    """The indices of the claims that ran on one of its devices while it did."""
-
-
-def _schedule(
-    ex: LocalExecutor,
-    pool: DevicePool,
-    explicit: bool,
-    runs: Sequence[ClaimRun],
-    recording: _Recording,
-    say: Callable[[str], None],
-) -> None:
-    """Start each claim as soon as devices of its own are free (plan order, a later
-    claim may pass one that waits for more devices), or, for a claim that may share
-    one (`ledger.execution.sharing`), a device with room; record each as it finishes.
-    A shared run that did not pass runs again alone before anything is recorded."""
-    import concurrent.futures as cf
-
-    n = len(runs)
-    by_index = {r.index: r for r in runs}
-    pending: list[ClaimRun] = []
-    rerun_why: dict[int, str] = {}
-    """The claims that run alone because a shared run of each did not pass (by index), and
-    why, for their receipts."""
-    for run in runs:
-        if explicit and run.gpus > pool.size:
-            say(
-                f"{_tag(run, n)} {run.claim}: not run: it needs {run.gpus} devices of its own "
-                f"and --gpus gives {pool.size}"
-            )
-        else:
-            pending.append(run)
-    running: dict[cf.Future[Finished], _Running] = {}
-    waited: dict[int, int] = {}
-    """Nanoseconds each claim waited for devices of its own (by index), with --gpus."""
-    queued = time.monotonic_ns()
-
-    def side_by_side() -> None:
-        if (explicit or pool.share > 1) and len(running) > 1:
-            now = time.monotonic()
-            cells = [
-                f"{_tag(r.run, n)} {r.run.claim} ({', '.join(d.label for d in r.devices)}, "
-                f"{now - r.t0:.0f} s)"
-                for r in sorted(running.values(), key=lambda x: x.run.index)
-            ]
-            say("running: " + " | ".join(cells))
-
-    try:
-        while pending or running:
-            for run in list(pending):
-                shared = (
-                    pool.share > 1
-                    and run.index not in rerun_why
-                    and run.device != "cpu"
-                    and sharing.shares(run.check, run.params)
-                )
-                got = pool.take(run.gpus if explicit else 1, shared=shared)
-                if got is None:
-                    continue
-                pending.remove(run)
-                if explicit:
-                    waited[run.index] = time.monotonic_ns() - queued
-                ranks = f", {run.world_size} ranks" if run.world_size > 1 else ""
-                where = f" on {', '.join(d.label for d in got)}" if explicit else ""
-                mine = {d.index for d in got}
-                entry = _Running(run, got, time.monotonic(), shared, set())
-                for other in running.values():
-                    if mine & {d.index for d in other.devices}:
-                        other.beside.add(run.index)
-                        entry.beside.add(other.run.index)
-                how = " (sharing the device)" if shared and entry.beside else ""
-                say(f"{_tag(run, n)} {run.claim} ({run.check}{ranks}){where}{how} ...")
-                running[ex.submit(run, got, explicit, shared)] = entry
-                side_by_side()
-            finished, _ = cf.wait(list(running), timeout=0.25, return_when=cf.FIRST_COMPLETED)
-            for fut in finished:
-                r = running.pop(fut)
-                pool.give_back(r.devices)
-                names = sorted(by_index[i].claim for i in r.beside)
-                why = _shared_failed(fut, r)
-                if why is not None:
-                    # Nothing of this run is recorded: alone, the claim is judged again.
-                    who = f" ({', '.join(names)})" if names else ""
-                    say(f"{_tag(r.run, n)} {r.run.claim}: {why}{who}: running it again alone")
-                    rerun_why[r.run.index] = f"{why}{who}"
-                    pending.insert(0, r.run)
-                    continue
-                extra = {"device_shared_with": ",".join(names)} if r.shared and names else {}
-                if r.run.index in rerun_why:
-                    extra["device_alone_after"] = rerun_why[r.run.index]
-                recording.finished(fut, r.run, r.t0, n, say, waited.get(r.run.index), extra)
-            if finished:
-                side_by_side()
-    except BaseException:
-        # Ctrl-C (or any failure here): every running claim's processes are stopped
-        # before the worktrees go.
-        ex.cancel.set()
-        cf.wait(list(running))
-        raise
-
-
-def _shared_failed(fut: Any, r: _Running) -> str | None:
-    """Why a run that may have shared its device is run again alone, or None (it did
-    not share, it passed with a complete proof, or its runner failed: that is recorded
-    as it is)."""
-    if not r.shared or fut.exception() is not None:
-        return None
-    fin: Finished = fut.result()
-    return sharing.rerun_why(fin.results or [])
 
 
 @dataclass
@@ -408,7 +295,7 @@ class _Recording:
         wait_ns: int | None = None,
         extra: dict[str, str] | None = None,
     ) -> None:
-        tag = _tag(run, n)
+        tag = claim_tag(run, n)
         try:
             fin: Finished = fut.result()
         except Exception as e:  # one claim's failure must not stop the others
