@@ -17,12 +17,12 @@
 #     own repository, whole plan, with --gpus all; then the per-claim overhead of the
 #     fork server without and with its preload (benchmarks/qualify_overhead.py --size
 #     h200), packed as $OUT/evidence-fleet.tgz (h200-fleet-qwen3/, checked offline by
-#     tests/ledger/test_evidence_fleet.py)
+#     tests/ledger/gpu_evidence/test_evidence_fleet.py)
 #   health: the example PR qualified on CUDA with --gpus all: every receipt carries its
 #     GPUs' NVML health (summary in runner.environment, gpu-health.json artifact) and
 #     dcgmi diag -r 1 where dcgmi is installed; then `ledger fleet`; with nvidia-smi -q
 #     beside it, packed as $OUT/evidence-health.tgz (h200-health/, checked offline by
-#     tests/ledger/test_evidence_health.py)
+#     tests/ledger/gpu_evidence/test_evidence_health.py)
 #   thirdparty: two plans nobody here tuned, ~0.9 B parameters in bf16 (--profile h200),
 #     each whole plan with --gpus all, sandboxed (THIRDPARTY_SANDBOX, default auto): the
 #     Qwen3-MoE + LoRA trainer frozen at the earlier workload protocol (no dtype keyword,
@@ -287,7 +287,7 @@ if [ "$MODE" = sandbox ]; then
   # Each door of the boundary (the /proc walk, host sockets, a daemon, another run's
   # folder, capabilities from outside, a helper's memory, another claim's folder, the
   # host pid) on this host, with the unsandboxed controls.
-  timeout 300 python3 -m pytest -q -p no:cacheprovider tests/ledger/test_sandbox_boundary.py \
+  timeout 300 python3 -m pytest -q -p no:cacheprovider tests/ledger/sandbox/test_sandbox_boundary.py \
     tests/runners/test_claim_confinement.py --junitxml "$E/boundary.xml" > "$E/boundary.log" 2>&1
   echo "boundary exit $?" >> "$E/boundary.log"
   set -e

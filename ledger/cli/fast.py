@@ -7,7 +7,7 @@ command's options, and answers None for anything else (`--help`, an unknown
 or repeated option, a value that starts with `-`, an empty word, a --trust or
 --checkpoint path that click would refuse), which then goes through click as
 before. What it accepts, click reads into the same values
-(tests/ledger/test_cli_fast.py holds the two to each other).
+(tests/ledger/cli/test_cli_fast.py holds the two to each other).
 """
 
 from __future__ import annotations

@@ -82,7 +82,7 @@ _PEM_FORMS = {
 def _ed25519_pem(data: bytes) -> Ed25519PublicKey | None:
     """The public key of an Ed25519 PEM exactly as `public_pem` and `KeyDir.create`
     write it (one base64 line); None for any other form, which cryptography's PEM
-    reader then reads. Same key either way (tests/ledger/test_keys_pem.py)."""
+    reader then reads. Same key either way (tests/ledger/evidence/test_keys_pem.py)."""
     lines = data.split(b"\n")
     if len(lines) != 4 or lines[3] != b"":
         return None

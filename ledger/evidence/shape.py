@@ -7,7 +7,7 @@ only for a document the models accept (envelopes as `Envelope.model_validate`
 reads a decoded document; statements as `model_validate_json(strict=True)`
 reads their canonical payload). False means "ask the models": they then
 refuse with their own one-line reason, or accept. So these checks choose
-which code decides, never the verdict; tests/ledger/test_shape.py holds them
+which code decides, never the verdict; tests/ledger/evidence/test_shape.py holds them
 to the models on valid, tampered and malformed documents.
 
 Where the models accept more than is ever written (a `type_` key for

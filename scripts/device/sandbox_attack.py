@@ -12,7 +12,7 @@ passed, and the control did reach the secrets.
 
     python -m scripts.device.sandbox_attack --out DIR [--device cuda]
 
-``tests/ledger/test_sandbox_attack.py`` runs the same attack on CPU in-process.
+``tests/ledger/sandbox/test_sandbox_attack.py`` runs the same attack on CPU in-process.
 """
 
 from __future__ import annotations

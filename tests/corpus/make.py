@@ -5,7 +5,7 @@ bundle of each committed evidence ledger (evidence/*/bundles) instead.
 
 Everything is made with the product's own commands in a temporary ledger,
 two witnesses on loopback and a fork of the ledger; the expected verdicts
-are written beside them and checked by tests/ledger/test_corpus.py.
+are written beside them and checked by tests/ledger/evidence/test_corpus.py.
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ from ledger.cli import fast
 from ledger.cli.read import verify as verify_command
 from tests.ledger.helpers import Run, run
 
-HERE = Path(__file__).parent
+HERE = Path(__file__).parents[1]
 FOLDER = str(HERE)
 A_FILE = str(HERE / "helpers.py")
 

@@ -1,6 +1,6 @@
 """The command line is a contract: a changed command or flag must be a decision.
 
-Regenerate the snapshot with `python -m tests.ledger.test_cli_surface` and
+Regenerate the snapshot with `python -m tests.ledger.cli.test_cli_surface` and
 review the diff.
 """
 

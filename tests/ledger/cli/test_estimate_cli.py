@@ -12,7 +12,7 @@ from ledger.read.calibration import calibrate, render
 from scripts.example_repo import make_example_repo
 from tests.ledger.helpers import run
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def _row(shape: str, phase: str, predicted: int, measured: int | None, **kw: object) -> dict:

@@ -77,7 +77,7 @@ def test_verify_does_not_import_torch(
         "LEDGER_KEYS": str(key_dir),
         "PATH": "/usr/bin:/bin",
         # The code under test, whichever checkout the interpreter has installed.
-        "PYTHONPATH": str(Path(__file__).parents[2]),
+        "PYTHONPATH": str(Path(__file__).parents[3]),
     }
     for args in (["verify", rid], ["verify", str(bundle), "--trust", str(key_dir / "ledger.pem")]):
         p = subprocess.run(

@@ -18,7 +18,7 @@ from ledger.transparency.policy import parse_policy
 from ledger.transparency.proof import verify_proof
 from tests.ledger.helpers import run
 
-CORPUS = Path(__file__).resolve().parents[1] / "corpus"
+CORPUS = Path(__file__).resolve().parents[2] / "corpus"
 CASES: list[dict[str, Any]] = json.loads((CORPUS / "manifest.json").read_text())
 
 

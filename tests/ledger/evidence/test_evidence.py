@@ -18,7 +18,7 @@ from ledger.evidence.keys import key_id, load_public_pem
 from ledger.verify import verify_bundle
 from tests.ledger.helpers import run
 
-EVIDENCE = Path(__file__).resolve().parents[2] / "evidence"
+EVIDENCE = Path(__file__).resolve().parents[3] / "evidence"
 RUNS = sorted(p for p in EVIDENCE.iterdir() if (p / "qualify.json").is_file())
 
 

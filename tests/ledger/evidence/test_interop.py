@@ -31,7 +31,7 @@ from ledger.plans.governing import identify
 from ledger.store.store import Store
 from tests.ledger.helpers import Run, run
 
-FIXTURES = Path(__file__).resolve().parent / "fixtures"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 HELLO_TYPE = "http://example.com/HelloWorld"
 
 

@@ -19,7 +19,7 @@ from tests.conftest import commit_file
 from tests.ledger.factories import COMMIT, TREE, dump, envelope, statement
 from tests.ledger.helpers import Run, run
 
-SEEDS = Path(__file__).parent / "fixtures" / "seeds"
+SEEDS = Path(__file__).parents[1] / "fixtures" / "seeds"
 
 
 @dataclass

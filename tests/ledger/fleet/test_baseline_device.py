@@ -1,6 +1,6 @@
 """A failure only one GPU shows, at the head and at the base alike, while the same
 claim passes on another: labelled as that GPU's, with what the fleet counts there
-(`tests/ledger/test_baseline.py` has the other labels)."""
+(`tests/ledger/execution/test_baseline.py` has the other labels)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 from tests.ledger.fleet.conftest import GPU_A, GPU_B
 from tests.ledger.fleet.fake_nvml import FakeDevice
 from tests.ledger.helpers import run
-from tests.ledger.test_baseline import _label, _pr_repo, _qualify
+from tests.ledger.execution.test_baseline import _label, _pr_repo, _qualify
 
 
 def test_a_failure_only_one_gpu_shows_is_that_gpus(

@@ -31,7 +31,7 @@ except ImportError:  # the `ray` extra (CI installs it through the test extra)
         raise
     pytest.skip("ray is not installed", allow_module_level=True)
 
-from tests.ledger.test_qualify_ray import BOUND_S, bounded
+from tests.ledger.execution.test_qualify_ray import BOUND_S, bounded
 
 ROOT = Path(__file__).resolve().parents[3]
 UUIDS_ENV = "LEDGER_TEST_NVML_UUIDS"

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 RUNS = sorted((ROOT / "evidence").glob("h200-fleet-*"))
 PLAN = ROOT / "examples" / "qwen3_moe" / "qualification.toml"
 

@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-EVIDENCE = Path(__file__).resolve().parents[2] / "evidence"
+EVIDENCE = Path(__file__).resolve().parents[3] / "evidence"
 RUNS = [EVIDENCE / "h100-thirdparty-frozen-identity", EVIDENCE / "h100-thirdparty-adapter-identity"]
 CLAIMS = {
     "admission.no-oom-after-admit",

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-EVIDENCE = Path(__file__).resolve().parents[2] / "evidence"
+EVIDENCE = Path(__file__).resolve().parents[3] / "evidence"
 MOE = EVIDENCE / "h200-issue11-moe"
 QWEN = EVIDENCE / "h200-issue11-qwen3"
 FIG = EVIDENCE / "h200-issue11-figures"

@@ -20,7 +20,7 @@ import pytest
 from ledger.evidence.keys import load_public_pem
 from ledger.verify import verify_bundle
 
-EVIDENCE = Path(__file__).resolve().parents[2] / "evidence"
+EVIDENCE = Path(__file__).resolve().parents[3] / "evidence"
 RUNS = sorted(p for p in EVIDENCE.glob("h200-numerics-*") if (p / "cases.json").is_file())
 
 pytestmark = pytest.mark.skipif(not RUNS, reason="no numerics run on the H200 committed")

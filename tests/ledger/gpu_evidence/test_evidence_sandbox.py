@@ -19,7 +19,7 @@ import pytest
 
 from runners.harness.outside import CUDA_SLACK_BYTES, REPORTED
 
-EVIDENCE = Path(__file__).resolve().parents[2] / "evidence"
+EVIDENCE = Path(__file__).resolve().parents[3] / "evidence"
 RUNS = sorted(
     p for p in EVIDENCE.glob("*sandbox*") if p.is_dir() and (p / "qualify.json").is_file()
 )

@@ -32,7 +32,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-EVIDENCE = Path(__file__).resolve().parents[2] / "evidence"
+EVIDENCE = Path(__file__).resolve().parents[3] / "evidence"
 FROZEN_REFUSED = EVIDENCE / "h200-thirdparty-frozen-refused"
 ADAPTER_REFUSED = EVIDENCE / "h200-thirdparty-adapter-refused"
 ADAPTER = EVIDENCE / "h200-thirdparty-adapter"

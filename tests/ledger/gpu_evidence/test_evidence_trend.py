@@ -25,7 +25,7 @@ from ledger.trend import figure_of
 from ledger.verify import verify_bundle
 from tests.ledger.helpers import run
 
-RUN = Path(__file__).resolve().parents[2] / "evidence" / "cpu-trend"
+RUN = Path(__file__).resolve().parents[3] / "evidence" / "cpu-trend"
 PR = 2
 REMOTE = "https://example.invalid/ledger/moe-trend.git"
 ADMISSION, PREFIX = "admission.no-oom-after-admit", "backward.full-prefix"

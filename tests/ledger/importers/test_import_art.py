@@ -19,9 +19,9 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from tests.ledger.helpers import run
-from tests.ledger.test_import import _import, ready  # noqa: F401  (fixture)
+from tests.ledger.importers.test_import import _import, ready  # noqa: F401  (fixture)
 
-SPOOL = Path(__file__).resolve().parent / "fixtures" / "art_spool"
+SPOOL = Path(__file__).resolve().parents[1] / "fixtures" / "art_spool"
 CLAIM = "admission.no-oom-after-admit"
 GIB = 1024**3
 

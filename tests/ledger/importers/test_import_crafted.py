@@ -13,9 +13,9 @@ import git
 import pytest
 
 from tests.ledger.helpers import run
-from tests.ledger.test_import import _import, ready  # noqa: F401  (fixture)
+from tests.ledger.importers.test_import import _import, ready  # noqa: F401  (fixture)
 
-SPOOL = Path(__file__).resolve().parent / "fixtures" / "art_spool"
+SPOOL = Path(__file__).resolve().parents[1] / "fixtures" / "art_spool"
 CLAIM = "admission.no-oom-after-admit"
 GIB = 1024**3
 
@@ -158,7 +158,7 @@ def test_a_plan_can_require_a_verified_signature_and_unverified_says_so(
     from ledger.read import formats
     from ledger.read.render import render_status
     from tests.conftest import commit_file
-    from tests.ledger.test_import import PLAN
+    from tests.ledger.importers.test_import import PLAN
 
     plan = PLAN.replace(
         'name = "release.tests"\ncheck = "import-in-toto"\n',

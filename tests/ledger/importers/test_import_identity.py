@@ -16,8 +16,8 @@ from cryptography.hazmat.primitives.asymmetric import ec
 
 from tests.conftest import commit_file
 from tests.ledger.helpers import run
-from tests.ledger.test_import import PLAN, _import, ready  # noqa: F401  (fixture)
-from tests.ledger.test_import_intoto import _cert, _envelope, _stmt
+from tests.ledger.importers.test_import import PLAN, _import, ready  # noqa: F401  (fixture)
+from tests.ledger.importers.test_import_intoto import _cert, _envelope, _stmt
 
 WHO = "https://github.com/acme/trainer/.github/workflows/release.yml@refs/heads/main"
 OTHER = "https://github.com/mallory/fork/.github/workflows/release.yml@refs/heads/main"

@@ -18,7 +18,7 @@ from cryptography.x509.oid import NameOID
 
 from ledger.evidence.dsse import pae
 from tests.ledger.helpers import run
-from tests.ledger.test_import import _import, ready  # noqa: F401  (fixture)
+from tests.ledger.importers.test_import import _import, ready  # noqa: F401  (fixture)
 
 CLAIM = "release.tests"
 REMOTE = "https://github.com/acme/trainer.git"

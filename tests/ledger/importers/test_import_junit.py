@@ -12,7 +12,7 @@ import git
 import pytest
 
 from tests.ledger.helpers import run
-from tests.ledger.test_import import _import, ready  # noqa: F401  (fixture)
+from tests.ledger.importers.test_import import _import, ready  # noqa: F401  (fixture)
 
 SUITE = """\
 import sys

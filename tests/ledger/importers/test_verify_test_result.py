@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.ledger.helpers import run
-from tests.ledger.test_bundle import Exported, exported, ledger  # noqa: F401
+from tests.ledger.transparency.test_bundle import Exported, exported, ledger  # noqa: F401
 
 
 def test_verify_on_a_test_result_export_names_it(

@@ -26,7 +26,7 @@ from ledger.evidence.keys import KeyDir, active_ledger_key
 from ledger.store.store import Store, resolve_url
 from tests.conftest import commit_file
 from tests.ledger.helpers import run
-from tests.ledger.test_interop import sslib_key
+from tests.ledger.evidence.test_interop import sslib_key
 
 PLAN = """\
 [[claims]]

@@ -229,7 +229,7 @@ def test_the_project_root_is_bound_and_first_on_the_path() -> None:
     from ledger.sandbox import interpreter_paths
 
     binds, py_path = interpreter_paths({})
-    root = Path(__file__).resolve().parents[2]
+    root = Path(__file__).resolve().parents[3]
     # Both packages a sandboxed process imports (ledger for the sandbox's own helpers,
     # runners for the claim) live under it.
     assert py_path[0] == str(root) and str(root) in binds

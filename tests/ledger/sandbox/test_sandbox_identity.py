@@ -331,7 +331,7 @@ def test_every_sandboxed_process_starts_through_the_one_launcher() -> None:
     """No module outside `ledger.sandbox` builds a bubblewrap command line or starts
     bubblewrap itself: each kind of process that runs the pull request's code goes
     through `Sandbox.launch` (self-test first) and `render` (the launcher first)."""
-    root = Path(__file__).resolve().parents[2]
+    root = Path(__file__).resolve().parents[3]
     found = []
     for folder in ("ledger", "runners"):
         for path in (root / folder).rglob("*.py"):

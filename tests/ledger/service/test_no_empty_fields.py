@@ -15,7 +15,7 @@ import pytest
 
 from ledger.service.run import start
 from tests.ledger.helpers import run
-from tests.ledger.test_write_says_what import _failed
+from tests.ledger.write.test_write_says_what import _failed
 
 
 def _text(page: str) -> str:

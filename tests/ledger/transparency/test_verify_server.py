@@ -15,7 +15,7 @@ import pytest
 
 from ledger.evidence.keys import load_public_pem, public_pem
 from tests.ledger.helpers import run
-from tests.ledger.test_bundle import Exported, exported, ledger
+from tests.ledger.transparency.test_bundle import Exported, exported, ledger
 
 __all__ = ["exported"]
 

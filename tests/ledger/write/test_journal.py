@@ -29,7 +29,7 @@ from runners.claim.result import infra_error
 from tests.conftest import commit_file
 from tests.ledger.helpers import run
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 PLAN = """
 [[claims]]

@@ -15,7 +15,7 @@ import git
 import pytest
 
 from tests.ledger.helpers import run
-from tests.ledger.test_run import _ledger_run, ready  # noqa: F401  (fixture)
+from tests.ledger.write.test_run import _ledger_run, ready  # noqa: F401  (fixture)
 
 SYMLINK = "a symbolic link (not followed)"
 

@@ -16,7 +16,7 @@ import pytest
 
 from tests.conftest import commit_file
 from tests.ledger.helpers import Run, run
-from tests.ledger.test_run import ready  # noqa: F401  (fixture)
+from tests.ledger.write.test_run import ready  # noqa: F401  (fixture)
 
 
 def _run(capsys: pytest.CaptureFixture[str], repo: git.Repo, *args: str) -> Run:

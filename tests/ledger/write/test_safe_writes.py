@@ -9,7 +9,7 @@ import pytest
 
 from ledger.cli.files import write_atomically
 from tests.ledger.helpers import run
-from tests.ledger.test_bundle import Exported, exported
+from tests.ledger.transparency.test_bundle import Exported, exported
 
 __all__ = ["exported"]
 
