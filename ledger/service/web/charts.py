@@ -6,7 +6,8 @@ output is a standalone `<svg>` element embedded in the page."""
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from html import escape
 
 from ledger.read import humanize
@@ -81,48 +82,22 @@ def bars(
     lo = min(values, default=1.0)
     # Values over more than ~1.7 decades: a linear axis would flatten the small ones.
     log = hi / lo > 50
-    ticks = _ticks(lo, hi, log, y_label == "bytes")
-    top = ticks[-1] if ticks else hi
-    bottom = ticks[0] if log and ticks else 0.0
     n, k = max(len(labels), 1), max(len(series), 1)
     left, right, head, foot = 86, 16, 48, 96
     plot_w = _W - left - right
-    plot_h = _H - head
+    scale = _Scale.of(lo, hi, log, y_label == "bytes", _H - head)
     group = plot_w / n
     bar = group * 0.8 / k
 
-    def py(v: float) -> float:
-        if log:
-            frac = (math.log10(max(v, bottom)) - math.log10(bottom)) / (
-                math.log10(top) - math.log10(bottom) or 1
-            )
-        else:
-            frac = (v - bottom) / ((top - bottom) or 1)
-        return _H - plot_h * frac
+    def tick(t: float) -> str:
+        return _round_label(t) if y_label == "bytes" else f"{t:g}"
 
-    parts = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {_W} {_H + foot}" '
-        f'role="img" aria-label="{escape(title)}" class="chart">',
-        f'<text x="{left}" y="16" class="title">{escape(title)}'
-        f"{' (log scale)' if log else ''}</text>",
-        f'<line x1="{left}" y1="{_H}" x2="{_W - right}" y2="{_H}" class="axis"/>',
-        f'<line x1="{left}" y1="{head}" x2="{left}" y2="{_H}" class="axis"/>',
-        f'<text x="12" y="{(head + _H) / 2:.0f}" class="label" '
-        f'transform="rotate(-90 12 {(head + _H) / 2:.0f})" text-anchor="middle">'
-        f"{escape(y_label)}{' (log)' if log else ''}</text>",
-    ]
-    for t in ticks:
-        y = py(t)
-        parts.append(
-            f'<line x1="{left - 4}" y1="{y:.1f}" x2="{_W - right}" y2="{y:.1f}" class="grid"/>'
-            f'<text x="{left - 6}" y="{y + 4:.1f}" class="tick" text-anchor="end">'
-            f"{escape(_round_label(t) if y_label == 'bytes' else f'{t:g}')}</text>"
-        )
+    parts = _frame(title, "chart", y_label, scale, (left, right, head, foot), tick)
     for j, (name, vals) in enumerate(series.items()):
         for i, v in enumerate(vals):
             if v is None:
                 continue
-            y = py(v) if v > 0 else _H
+            y = scale.y(v) if v > 0 else _H
             x = left + i * group + group * 0.1 + j * bar
             text = human_bytes(v) if y_label == "bytes" else humanize.number(v)
             parts.append(
@@ -132,6 +107,86 @@ def bars(
                 f'<text x="{x + bar / 2:.1f}" y="{y - 3:.1f}" class="value" '
                 f'transform="rotate(-90 {x + bar / 2:.1f} {y - 3:.1f})">{escape(text)}</text>'
             )
+    parts += _group_labels(labels, marks, left, group)
+    if x_label:
+        parts.append(
+            f'<text x="{left + plot_w / 2:.0f}" y="{_H + 52}" class="label" '
+            f'text-anchor="middle">{escape(x_label)}</text>'
+        )
+    for j, name in enumerate(series):
+        parts.append(
+            f'<rect x="{left + j * 120}" y="{_H + 70}" width="10" height="10" class="s{j}"/>'
+            f'<text x="{left + j * 120 + 14}" y="{_H + 79}" class="tick">{escape(name)}</text>'
+        )
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+@dataclass(frozen=True)
+class _Scale:
+    """The y axis: its ticks, linear or logarithmic, and a value's height in the plot."""
+
+    ticks: list[float]
+    log: bool
+    top: float
+    bottom: float
+    plot_h: float
+
+    @classmethod
+    def of(cls, lo: float, hi: float, log: bool, in_bytes: bool, plot_h: float) -> _Scale:
+        ticks = _ticks(lo, hi, log, in_bytes)
+        top = ticks[-1] if ticks else hi
+        bottom = ticks[0] if log and ticks else 0.0
+        return cls(ticks, log, top, bottom, plot_h)
+
+    def y(self, v: float) -> float:
+        top, bottom = self.top, self.bottom
+        if self.log:
+            span = math.log10(top) - math.log10(bottom) or 1
+            frac = (math.log10(max(v, bottom)) - math.log10(bottom)) / span
+        else:
+            frac = (v - bottom) / ((top - bottom) or 1)
+        return _H - self.plot_h * frac
+
+
+def _frame(
+    title: str,
+    css: str,
+    y_label: str,
+    scale: _Scale,
+    margins: tuple[int, int, int, int],
+    tick: Callable[[float], str],
+) -> list[str]:
+    """A chart's opening: the `<svg>` element, its title, both axes, the y axis's
+    label and its ticks with their grid lines (`margins`: left, right, head, foot)."""
+    left, right, head, foot = margins
+    log = scale.log
+    mid = (head + _H) / 2
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {_W} {_H + foot}" '
+        f'role="img" aria-label="{escape(title)}" class="{css}">',
+        f'<text x="{left}" y="16" class="title">{escape(title)}'
+        f"{' (log scale)' if log else ''}</text>",
+        f'<line x1="{left}" y1="{_H}" x2="{_W - right}" y2="{_H}" class="axis"/>',
+        f'<line x1="{left}" y1="{head}" x2="{left}" y2="{_H}" class="axis"/>',
+        f'<text x="12" y="{mid:.0f}" class="label" transform="rotate(-90 12 {mid:.0f})" '
+        f'text-anchor="middle">{escape(y_label)}{" (log)" if log else ""}</text>',
+    ]
+    for t in scale.ticks:
+        y = scale.y(t)
+        parts.append(
+            f'<line x1="{left - 4}" y1="{y:.1f}" x2="{_W - right}" y2="{y:.1f}" class="grid"/>'
+            f'<text x="{left - 6}" y="{y + 4:.1f}" class="tick" text-anchor="end">'
+            f"{escape(tick(t))}</text>"
+        )
+    return parts
+
+
+def _group_labels(
+    labels: Sequence[str], marks: Sequence[str], left: float, group: float
+) -> list[str]:
+    """Each group's label under it, and its mark (counterexample ✕, refused ○) below."""
+    parts = []
     for i, label in enumerate(labels):
         x = left + i * group + group / 2
         parts.append(
@@ -145,18 +200,7 @@ def bars(
                 f'<text x="{x:.1f}" y="{_H + 32}" class="mark {escape(mark)}" '
                 f'text-anchor="middle">{shape} {escape(mark)}</text>'
             )
-    if x_label:
-        parts.append(
-            f'<text x="{left + plot_w / 2:.0f}" y="{_H + 52}" class="label" '
-            f'text-anchor="middle">{escape(x_label)}</text>'
-        )
-    for j, name in enumerate(series):
-        parts.append(
-            f'<rect x="{left + j * 120}" y="{_H + 70}" width="10" height="10" class="s{j}"/>'
-            f'<text x="{left + j * 120 + 14}" y="{_H + 79}" class="tick">{escape(name)}</text>'
-        )
-    parts.append("</svg>")
-    return "".join(parts)
+    return parts
 
 
 def lines(
@@ -238,42 +282,18 @@ def trend(
     hi = max(values, default=1.0) or 1.0
     lo = min(positive, default=hi)
     log = len(positive) == len(values) and hi / lo > 50
-    ticks = _ticks(lo, hi, log, in_bytes)
-    top = ticks[-1] if ticks else hi
-    bottom = ticks[0] if log and ticks else 0.0
     n = max(len(columns), 1)
     left, right, head, foot = 86, 16, 40, 112
-    plot_w, plot_h = _W - left - right, _H - head
+    plot_w = _W - left - right
+    scale = _Scale.of(lo, hi, log, in_bytes, _H - head)
 
     def px(i: float) -> float:
         return left + plot_w * (i + 0.5) / n
 
-    def py(v: float) -> float:
-        if log:
-            span = math.log10(top) - math.log10(bottom) or 1
-            frac = (math.log10(max(v, bottom)) - math.log10(bottom)) / span
-        else:
-            frac = (v - bottom) / ((top - bottom) or 1)
-        return _H - plot_h * frac
+    def tick(t: float) -> str:
+        return _tick_label(t, in_bytes)
 
-    mid = (head + _H) / 2
-    parts = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {_W} {_H + foot}" '
-        f'role="img" aria-label="{escape(title)}" class="chart trend">',
-        f'<text x="{left}" y="16" class="title">{escape(title)}'
-        f"{' (log scale)' if log else ''}</text>",
-        f'<line x1="{left}" y1="{_H}" x2="{_W - right}" y2="{_H}" class="axis"/>',
-        f'<line x1="{left}" y1="{head}" x2="{left}" y2="{_H}" class="axis"/>',
-        f'<text x="12" y="{mid:.0f}" class="label" transform="rotate(-90 12 {mid:.0f})" '
-        f'text-anchor="middle">{escape(y_label)}{" (log)" if log else ""}</text>',
-    ]
-    for t in ticks:
-        y = py(t)
-        parts.append(
-            f'<line x1="{left - 4}" y1="{y:.1f}" x2="{_W - right}" y2="{y:.1f}" class="grid"/>'
-            f'<text x="{left - 6}" y="{y + 4:.1f}" class="tick" text-anchor="end">'
-            f"{escape(_tick_label(t, in_bytes))}</text>"
-        )
+    parts = _frame(title, "chart trend", y_label, scale, (left, right, head, foot), tick)
     for i, (where, commit) in enumerate(columns):
         x = px(i)
         parts.append(
@@ -285,34 +305,12 @@ def trend(
     lines: dict[int, list[str]] = {}
     for i, v, kind, _, line in points:
         if kind != "superseded":
-            lines.setdefault(line, []).append(f"{px(i):.1f},{py(v):.1f}")
+            lines.setdefault(line, []).append(f"{px(i):.1f},{scale.y(v):.1f}")
     for pts in lines.values():
         if len(pts) > 1:
             parts.append(f'<polyline points="{" ".join(pts)}" class="l0"/>')
     for i, v, kind, text, _ in points:
-        x, y = px(i), py(v)
-        tip = f"<title>{escape(columns[i][0])} {escape(columns[i][1])}: {escape(text)}</title>"
-        if kind == "base":
-            mark = f'<rect x="{x - 5:.1f}" y="{y - 5:.1f}" width="10" height="10" class="s0">'
-            parts.append(f'<g class="point base" data-kind="base">{mark}{tip}</rect></g>')
-        elif kind == "head":
-            mark = f'<circle cx="{x:.1f}" cy="{y:.1f}" r="5" class="s1">'
-            parts.append(f'<g class="point head" data-kind="head">{mark}{tip}</circle></g>')
-        else:
-            # Beside its revision's point (a little left), so both read.
-            x -= 12
-            parts.append(
-                f'<g class="point superseded" data-kind="superseded">'
-                f'<text x="{x:.1f}" y="{y + 4:.1f}" class="mark" text-anchor="middle">✕'
-                f"{tip}</text></g>"
-            )
-        label = f"{text} (superseded)" if kind == "superseded" else text
-        anchor = "end" if kind == "superseded" else "start"
-        dx = -8 if kind == "superseded" else 8
-        parts.append(
-            f'<text x="{x + dx:.1f}" y="{y - 6:.1f}" class="value" text-anchor="{anchor}">'
-            f"{escape(label)}</text>"
-        )
+        parts += _trend_point(px(i), scale.y(v), kind, text, columns[i])
     parts.append(
         f'<text x="{left + plot_w / 2:.0f}" y="{_H + 52}" class="label" '
         f'text-anchor="middle">{escape(x_label)}</text>'
@@ -327,3 +325,32 @@ def trend(
     parts.append(legend)
     parts.append("</svg>")
     return "".join(parts)
+
+
+def _trend_point(x: float, y: float, kind: str, text: str, column: tuple[str, str]) -> list[str]:
+    """One point of the trend: its mark by kind (base ■, head ●, superseded ✕ beside
+    its revision's point), its tooltip and its value as text."""
+    parts = []
+    tip = f"<title>{escape(column[0])} {escape(column[1])}: {escape(text)}</title>"
+    if kind == "base":
+        mark = f'<rect x="{x - 5:.1f}" y="{y - 5:.1f}" width="10" height="10" class="s0">'
+        parts.append(f'<g class="point base" data-kind="base">{mark}{tip}</rect></g>')
+    elif kind == "head":
+        mark = f'<circle cx="{x:.1f}" cy="{y:.1f}" r="5" class="s1">'
+        parts.append(f'<g class="point head" data-kind="head">{mark}{tip}</circle></g>')
+    else:
+        # Beside its revision's point (a little left), so both read.
+        x -= 12
+        parts.append(
+            f'<g class="point superseded" data-kind="superseded">'
+            f'<text x="{x:.1f}" y="{y + 4:.1f}" class="mark" text-anchor="middle">✕'
+            f"{tip}</text></g>"
+        )
+    label = f"{text} (superseded)" if kind == "superseded" else text
+    anchor = "end" if kind == "superseded" else "start"
+    dx = -8 if kind == "superseded" else 8
+    parts.append(
+        f'<text x="{x + dx:.1f}" y="{y - 6:.1f}" class="value" text-anchor="{anchor}">'
+        f"{escape(label)}</text>"
+    )
+    return parts
