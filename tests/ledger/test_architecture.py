@@ -409,6 +409,27 @@ def test_the_architecture_names_every_room_in_its_table_and_its_layer() -> None:
         assert f"**`{folder}`**" in order, f"{folder} has no place in the layers"
 
 
+def test_every_package_appears_in_the_architecture_and_the_readme_layout() -> None:
+    """Each package of ledger/ and runners/ has its row in docs/architecture.md's tables,
+    and README's Layout names each room of ledger/: a new package is documented where a
+    newcomer looks first."""
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    rows = " ".join(line for line in text.splitlines() if line.startswith("| `"))
+    readme = (ROOT / "README.md").read_text()
+    layout = readme[readme.index("## Layout") :]
+    layout = layout[: layout.index("\n## ")]
+    for pkg in PACKAGES:
+        for init in sorted((ROOT / pkg).rglob("__init__.py")):
+            rel = init.parent.relative_to(ROOT / pkg).as_posix()
+            if rel == "." or "__pycache__" in rel:
+                continue
+            # A package inside a room is named in its room's row (`web/` in `service/`'s).
+            name = rel.rsplit("/", 1)[-1] + "/"
+            assert f"`{rel}/" in rows or f"`{name}" in rows, f"no row names {pkg}/{rel}/"
+            if pkg == "ledger" and "/" not in rel:
+                assert f"{rel}/" in layout, f"README's Layout does not name ledger/{rel}/"
+
+
 def test_each_room_may_import_only_rooms_below_it() -> None:
     """The rules follow the layer order: no entry names a room beside or above."""
     wrong = [
