@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -11,11 +10,15 @@ from sqlalchemy import func, select
 
 from ledger.evidence.errors import Error, InputError
 from ledger.identity.repoid import canonical_repo
-from ledger.read import humanize
 from ledger.read.findings import findings
 from ledger.read.query import query_history, query_status, show_document
 from ledger.read.subject import identity_from_log
 from ledger.service.web import charts
+from ledger.service.web.measurements import cell as _cell
+from ledger.service.web.measurements import flat as _flat
+from ledger.service.web.measurements import measurement_charts as _charts
+from ledger.service.web.measurements import measurement_tables as _measurements
+from ledger.service.web.trends import pr_trends, trend_page
 from ledger.store.store import RECEIPT, Store
 
 __all__ = ["index", "memory_page", "pr_page", "receipt_page", "trend_page"]
@@ -147,7 +150,35 @@ def pr_page(
     ident, report = _verdict_of(store, repo, pr, rev, mirrors, _scope(scope))
     verdict = report["verdict"]
     items = [i.to_json() for i in query_history(store, ident)]
-    keys = store.keys()
+    meanings = {r["id"]: r for c in verdict["claims"] for r in c["receipts"]}
+    heads = _heads(store, items, ident.revision.commit, meanings)
+    reviews = _reviews(store, items)
+    # What the verdict says of each receipt a later one names as replaced: the
+    # page never calls a supersession done that the verdict says had no effect.
+    supersessions = [
+        {**i, "meaning": meanings.get(i["id"])}
+        for i in items
+        if i["kind"] == "receipt" and (i["superseded"] or i.get("supersession_pending"))
+    ]
+    return {
+        "repo": ident.revision.repo,
+        "pr": pr,
+        "report": report,
+        "verdict": verdict,
+        "trends": pr_trends(store, ident.revision.repo, pr, verdict, mirrors) if pr else [],
+        "heads": heads,
+        "items": items,
+        "reviews": reviews,
+        "supersessions": supersessions,
+    }
+
+
+def _heads(
+    store: Store, items: list[dict[str, Any]], current: str, meanings: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """The PR's heads in the order recorded: each its receipts (with what the verdict
+    says each means), first and last time, whether it is current and whether it came
+    by force push (no parent among the heads before it)."""
     heads: list[dict[str, Any]] = []
     by_head: dict[str, dict[str, Any]] = {}
     for it in items:
@@ -170,7 +201,6 @@ def pr_page(
         if when:
             h["first"] = min(h["first"] or when, when)
             h["last"] = max(h["last"] or when, when)
-    current = ident.revision.commit
     known: set[str] = set()
     for h in heads:
         e = store.entry(h["receipts"][0]["id"])
@@ -178,10 +208,16 @@ def pr_page(
         h["force_push"] = bool(known) and not (set(parents) & known)
         h["current"] = h["commit"] == current
         known.add(h["commit"])
-    meanings = {r["id"]: r for c in verdict["claims"] for r in c["receipts"]}
     for h in heads:
         for it in h["receipts"]:
             it["meaning"] = meanings.get(it["id"])
+    return heads
+
+
+def _reviews(store: Store, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The reviews of the PR's receipts: each with its reviewer's name, the claim of
+    the receipt it reviews and what it says was reviewed."""
+    keys = store.keys()
     claim_of = {it["id"]: it.get("claim") for it in items if it["kind"] == "receipt"}
     reviews = []
     for it in items:
@@ -201,386 +237,7 @@ def pr_page(
                 "reviewed": reviewed,
             }
         )
-    # What the verdict says of each receipt a later one names as replaced: the
-    # page never calls a supersession done that the verdict says had no effect.
-    supersessions = [
-        {**i, "meaning": meanings.get(i["id"])}
-        for i in items
-        if i["kind"] == "receipt" and (i["superseded"] or i.get("supersession_pending"))
-    ]
-    return {
-        "repo": ident.revision.repo,
-        "pr": pr,
-        "report": report,
-        "verdict": verdict,
-        "trends": _trends(store, ident.revision.repo, pr, verdict, mirrors) if pr else [],
-        "heads": heads,
-        "items": items,
-        "reviews": reviews,
-        "supersessions": supersessions,
-    }
-
-
-def _trends(
-    store: Store, repo: str, pr: int, verdict: dict[str, Any], mirrors: Sequence[Path] = ()
-) -> list[dict[str, Any]]:
-    """Per claim, its figure across the PR's heads (`ledger trend`): a small chart
-    where two heads have one, each head's change against the base at its scope, and
-    a link to the claim's trend page."""
-    from ledger.trend import trend
-
-    base, _ = _base_commits(store, repo, pr, mirrors)
-    out = []
-    for c in verdict["claims"]:
-        t = trend(store, repo, c["claim"], pr=pr, base_commits=base)
-        points = [p for p in t.points if p.figure is not None and p.where != "base"]
-        if len(points) < 2 or t.name is None:
-            continue
-        unit = points[0].figure.unit if points[0].figure else "ratio"
-        out.append(
-            {
-                "claim": c["claim"],
-                "figure": t.name,
-                "url": _trend_url(repo, pr, c["claim"]),
-                "changes": [(p.where, _change_text(t, p)) for p in points],
-                "no_base": t.no_base,
-                "chart": charts.bars(
-                    f"{c['claim']}: {t.name} per head",
-                    [f"{i} {p.commit[:7]}" for i, p in enumerate(points, 1)],
-                    {t.name: [p.figure.value if p.figure else None for p in points]},
-                    x_label="PR head, in the order recorded",
-                    y_label="bytes" if unit == "bytes" else "ratio",
-                ),
-            }
-        )
-    return out
-
-
-_BASE_COMMITS = 10
-"""Base branch commits a trend page looks at, newest first (`ledger trend --last`)."""
-
-
-def _trend_url(repo: str, pr: int, claim: str) -> str:
-    from urllib.parse import urlencode
-
-    return "/trend?" + urlencode({"repo": repo, "pr": pr, "claim": claim})
-
-
-def _base_commits(
-    store: Store, repo: str, pr: int, mirrors: Sequence[Path]
-) -> tuple[list[str], str]:
-    """The base commits a PR's trend compares with, newest first, and where they came
-    from: the base branch's last commits in the server's checkout of the repository
-    where it has one, then the merge-bases the PR's receipts record (`source.base`)."""
-    from ledger.identity import source
-    from ledger.read.query import repo_ids
-
-    ids = repo_ids(store, repo)
-    commits: list[str] = []
-    said = []
-    checkout = None
-    for path in mirrors:  # the server's checkout of the repository (`serve --repo`)
-        try:
-            r = source.open_repo(path)
-            if source.repo_name(r) not in ids:
-                continue
-        except Error:
-            continue
-        checkout = r
-        break
-    if checkout is not None:
-        try:
-            tip = source.base_commit(checkout, None, offline=True)
-            walk = checkout.iter_commits(tip, first_parent=True, max_count=_BASE_COMMITS)
-            commits = [c.hexsha for c in walk]
-            said.append(f"the base branch's last {len(commits)} commits in the server's checkout")
-        except Exception:  # a checkout without the base branch: the recorded bases remain
-            commits = []
-    recorded = [
-        b
-        for i in ids
-        for e in sorted(store.receipt_entries(i, pr=pr), key=lambda e: -e.seq)
-        if isinstance(b := e.payload_document["predicate"]["source"].get("base"), str)
-    ]
-    more = [b for b in dict.fromkeys(recorded) if b not in commits]
-    if more:
-        said.append(f"{len(more)} merge-base{'s' if len(more) > 1 else ''} its receipts record")
-    return commits + more, " and ".join(said) or "no base commit known to the server"
-
-
-def _change_text(t: Any, p: Any) -> str:
-    c = t.change(p)
-    if c is None:
-        return "records no figure"
-    return str(c.text)
-
-
-def trend_page(
-    store: Store, repo: str, pr_text: str | None, claim: str, mirrors: Sequence[Path] = ()
-) -> dict[str, Any]:
-    """A claim's trend on a PR: its figure on the base commits and each head, a plot
-    drawn here, and a table with each head's change in % against the newest base
-    receipt at its scope (`ledger trend`)."""
-    from urllib.parse import urlencode
-
-    from ledger.trend import trend
-    from ledger.trend.series import compared_scope, scope_text
-
-    if not repo:
-        raise InputError("repo: required")
-    if not claim:
-        raise InputError("claim: required")
-    if pr_text is None or not pr_text.isdigit() or not 0 < int(pr_text) < 2**31:
-        raise InputError("pr: expected a pull request number")
-    pr = int(pr_text)
-    ident = identity_from_log(store, repo, pr, None, mirrors)
-    name = ident.revision.repo
-    base, from_where = _base_commits(store, name, pr, mirrors)
-    t = trend(store, name, claim, pr=pr, base_commits=base)
-    rows = []
-    columns: list[tuple[str, str]] = []
-    plotted: list[tuple[int, float, str, str, int]] = []
-    lines: dict[str, int] = {}
-    scopes = {scope_text(compared_scope(q.scope)) for p in t.points for q in (p, *p.superseded)}
-    for p in t.points:
-        # One column per revision: its points at several scopes share it.
-        column = (p.where.removeprefix(f"PR #{pr} "), p.commit[:7])
-        if not columns or columns[-1] != column:
-            columns.append(column)
-        col = len(columns) - 1
-        for q in (p, *p.superseded):
-            scope = scope_text(compared_scope(q.scope))
-            line = lines.setdefault(scope, len(lines))
-            kind = "base" if q.where == "base" else "superseded" if q.superseded_by else "head"
-            if q.figure is not None:
-                plotted.append((col, q.figure.value, kind, q.figure.text, line))
-            change = t.change(q) if q.where != "base" else None
-            if q.where != "base" and q.figure is None:
-                change_reason: str | None = "this receipt records no figure"
-            else:
-                change_reason = None if change is None else change.reason
-            least = t.change(q, least=True) if q.where != "base" else None
-            rows.append(
-                {
-                    "where": p.where,
-                    "kind": kind,
-                    "commit": q.commit,
-                    "receipt": q.receipt,
-                    "outcome": q.outcome,
-                    "recorded": q.recorded,
-                    "figure": q.figure.to_json() if q.figure else None,
-                    "scope": scope,
-                    "superseded_by": q.superseded_by,
-                    "change": None if change is None else change.to_json(),
-                    "change_text": change_reason,
-                    "least": q.least.to_json() if q.least else None,
-                    "least_text": None if least is None else least.least_text,
-                }
-            )
-    in_bytes = any(p.figure and p.figure.unit == "bytes" for p in t.points)
-    chart = (
-        charts.trend(
-            f"{claim}: {t.name} per revision",
-            columns,
-            plotted,
-            in_bytes=in_bytes,
-            y_label=f"{t.name} ({'bytes' if in_bytes else 'ratio'})",
-        )
-        if plotted and t.name
-        else None
-    )
-    doc = {"repo": name, "pr": pr, "base_from": from_where, **t.to_json()}
-    return {
-        "repo": name,
-        "pr": pr,
-        "claim": claim,
-        "figure": t.name,
-        "trend": doc,
-        "rows": rows,
-        "chart": chart,
-        "no_base": t.no_base,
-        "base_from": from_where,
-        "one_scope": next(iter(scopes)) if len(scopes) == 1 else None,
-        "pr_url": "/pr?" + urlencode({"repo": name, "pr": pr}),
-    }
-
-
-def _charts(measurements: dict[str, Any]) -> list[str]:
-    """Predicted vs measured bytes per shape, one chart per phase; refusals and
-    counterexamples marked."""
-    rows = measurements.get("shapes")
-    if not isinstance(rows, list):
-        return []
-    phases: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for r in rows:
-        if isinstance(r, dict) and "shape" in r and r.get("run", "first") == "first":
-            phases[str(r.get("phase", "step"))].append(r)
-    out = []
-    for phase, rs in phases.items():
-
-        def num(v: Any) -> float | None:
-            return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
-
-        marks = []
-        for r in rs:
-            if r.get("counterexample"):
-                marks.append("counterexample")
-            elif r.get("admitted") is False or r.get("status") == "refused":
-                marks.append("refused")
-            else:
-                marks.append("")
-        out.append(
-            charts.bars(
-                f"{phase}: predicted vs measured bytes per shape",
-                [str(r["shape"]) for r in rs],
-                {
-                    "predicted": [num(r.get("predicted_bytes")) for r in rs],
-                    "measured": [num(r.get("measured_bytes")) for r in rs],
-                },
-                marks=marks,
-                x_label="shape (batch x sequence)",
-                y_label="bytes",
-            )
-        )
-    return out
-
-
-# Scalars a reviewer reads first, per check: the verdict figures.
-_KEY_SCALARS: dict[str, tuple[str, ...]] = {
-    "admission": (
-        "counterexample_count",
-        "admitted_count",
-        "refused_count",
-        "over_refused_count",
-        "max_measured_over_predicted",
-        "min_measured_over_predicted",
-        "attempts",
-    ),
-    "gradient-compare": (
-        "rule",
-        "tensors_beyond_rule",
-        "tensors_inconclusive",
-        "threshold",
-        "tensors_over_threshold",
-        "tensors_compared",
-        "max_rel_l2",
-        "max_noise_rel_l2",
-        "noise_margin",
-        "min_cosine",
-        "arms_in_parallel",
-    ),
-}
-
-
-def _cell(key: str, v: Any) -> dict[str, Any]:
-    """One value for a page: the readable text and, where it differs, the exact one."""
-    if isinstance(v, list) and not any(isinstance(x, dict | list) for x in v):
-        return {"text": ", ".join(humanize.value(key, x) for x in v) or "(none)", "exact": None}
-    text = humanize.value(key, v)
-    exact = str(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
-    if isinstance(v, str) and humanize.is_digest(v):
-        exact = v
-    if exact == text:
-        exact = None
-    return {"text": text, "exact": exact}
-
-
-def _flat(prefix: str, v: Any) -> list[tuple[str, Any]]:
-    if isinstance(v, dict):
-        out: list[tuple[str, Any]] = []
-        for k, x in v.items():
-            out += _flat(f"{prefix}.{k}" if prefix else str(k), x)
-        return out
-    return [(prefix, v)]
-
-
-_SHOWN_ROWS = 10
-"""Rows of a long table shown before the rest collapse under a count."""
-
-
-def _table(name: str, rows: list[dict[str, Any]], cols: list[str]) -> dict[str, Any]:
-    """A table of records with `cols`: its first rows, and the rest apart (collapsed)."""
-    out = [
-        {
-            "cells": [_cell(c, r.get(c)) for c in cols],
-            "counterexample": bool(r.get("counterexample")) or bool(r.get("over_threshold")),
-            "refused": r.get("admitted") is False,
-        }
-        for r in rows
-    ]
-    return {
-        "name": name,
-        "cols": cols,
-        "rows": out[:_SHOWN_ROWS],
-        "more": out[_SHOWN_ROWS:],
-        "count": len(out),
-        "key": name in humanize.KEY_COLUMNS,
-    }
-
-
-def _measurements(check: str, m: dict[str, Any]) -> dict[str, Any]:
-    """Every measurement: key figures first, scalars (nested dicts flattened), lists
-    of scalars joined; lists of records as tables, each once with its judging
-    columns (the finding) and once whole (every column, collapsed)."""
-    key = [k for k in _KEY_SCALARS.get(check, ()) if k in m]
-    scalars: list[tuple[str, dict[str, Any]]] = []
-    tables: list[dict[str, Any]] = []
-    judging: list[dict[str, Any]] = []
-    for k, v in m.items():
-        if isinstance(v, list) and v and all(isinstance(x, dict) for x in v):
-            rows = humanize.sorted_rows(k, v)
-            cols = humanize.columns(k, rows)
-            tables.append(_table(k, rows, cols))
-            if k in humanize.KEY_COLUMNS:
-                judging.append(_table(k, rows, cols[: humanize.JUDGING]))
-        elif isinstance(v, list):
-            scalars.append(
-                (k, {"text": ", ".join(humanize.value(k, x) for x in v) or "(none)", "exact": None})
-            )
-        else:
-            scalars += [(fk, _cell(fk, fv)) for fk, fv in _flat(k, v)]
-    first = [(k, c) for k, c in scalars if k in key]
-    first.sort(key=lambda kc: key.index(kc[0]))
-    rest = [(k, c) for k, c in scalars if k not in key]
-    tables.sort(key=lambda t: not t["key"])
-    worst = next((t for t in judging if t["name"] == "tensors"), None)
-    return {
-        "key": first,
-        "scalars": rest,
-        "tables": tables,
-        "judging": [t for t in judging if t is not worst],
-        "worst": worst,
-        "ratio": _worst_ratio(m),
-    }
-
-
-def _worst_ratio(m: dict[str, Any]) -> dict[str, Any] | None:
-    """Admission's deciding measured/predicted: the ratio, where, and both figures.
-
-    The worst counterexample's where there is one, else the worst admitted
-    shape's: a refused shape decides nothing (its ratio says only that it would
-    have fit), and the check's `max_measured_over_predicted` is over admitted
-    shapes, so the headline and the table beneath it say the same figure."""
-    rows = [
-        r
-        for r in m.get("shapes") or []
-        if isinstance(r, dict)
-        and isinstance(r.get("measured_over_predicted"), int | float)
-        and not isinstance(r.get("measured_over_predicted"), bool)
-        and r.get("admitted") is not False
-    ]
-    rows = [r for r in rows if r.get("counterexample") is True] or rows
-    if not rows:
-        return None
-    r = max(rows, key=lambda r: float(r["measured_over_predicted"]))
-    return {
-        "ratio": humanize.number(float(r["measured_over_predicted"])),
-        "shape": r.get("shape"),
-        "phase": r.get("phase"),
-        "predicted": _cell("predicted_bytes", r.get("predicted_bytes")),
-        "measured": _cell("measured_bytes", r.get("measured_bytes")),
-        "over": float(r["measured_over_predicted"]) > 1,
-    }
+    return reviews
 
 
 def receipt_page(store: Store, ref: str, led: Any) -> dict[str, Any]:
