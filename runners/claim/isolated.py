@@ -55,7 +55,7 @@ from runners.fork.forkparent import ForkServer
 from runners.fork.preload import note_learned
 from runners.harness import child, nvml, timeline
 from runners.harness.cgroup import ClaimCgroup
-from runners.harness.launch import RankGroup
+from runners.harness.launch import RankExit, RankGroup
 from runners.harness.outside import REPORTED, OutsideView, bound, read_note
 
 if TYPE_CHECKING:
@@ -394,18 +394,60 @@ def _read(
     exits = group.exits()
     # The process that held the GPU memory is not the launcher: a forked worker (its pid
     # written by the client) or the command below the sandbox.
-    pids = [e.pid for e in exits]
+    pids = _claim_pids([e.pid for e in exits], paths, view)
+    shown = any(g for g in view.gpu) or view.cgroup_gpu > 0
+    at_exit = exit_release(
+        ran.gpu_before, pids, request.gpu_uuids, shared=request.shared, shown=shown
+    )
+    got = [ran.results.of(rank) if e.rc == 0 else None for rank, e in enumerate(exits)]
+    results = _ended(request, launch, ran, exits, got, at_exit, progress)
+    stamps = {"launched": ran.started, "exited": ran.exited, "proved": time.time_ns()}
+    for r in results:
+        r.cleanup = with_exit_proof(r.cleanup, stopped, at_exit)
+        cleanup_verdict(r)
+        r.measurements[timeline.MEASUREMENT] = dict[str, Json](
+            timeline.placed(
+                r.measurements.get(timeline.MEASUREMENT), stamps, (r.started_ns, r.finished_ns)
+            )
+        )
+    # Each fact by its author: the host's own readings, the plan's facets; the claim's
+    # own word on an infrastructure error is a failure (`runners.claim.authors`).
+    authored(
+        results,
+        request.observed(),
+        world_size=request.world_size if request.grouped else None,
+        window=(ran.started, time.time_ns()),
+    )
+    for path in paths:
+        note_learned(path.with_name(path.name + ".modules"), request.repo_root)
+    return results
+
+
+def _claim_pids(pids: list[int], paths: Sequence[Path], view: OutsideView) -> list[int]:
+    """The process of each rank that held the GPU memory, not its launcher: a forked
+    worker (its pid written by the client) or the command below the sandbox."""
     for rank, path in enumerate(paths):
         noted = (read_note(path.with_name(path.name + ".pid")) or "").strip()
         if noted.isdigit():
             pids[rank] = int(noted)
         else:
             pids[rank] = view.claim_pids[rank] or pids[rank]
-    shown = any(g for g in view.gpu) or view.cgroup_gpu > 0
-    at_exit = exit_release(
-        ran.gpu_before, pids, request.gpu_uuids, shared=request.shared, shown=shown
-    )
-    got = [ran.results.of(rank) if e.rc == 0 else None for rank, e in enumerate(exits)]
+    return pids
+
+
+def _ended(
+    request: ClaimRequest,
+    launch: _Launch,
+    ran: _Ran,
+    exits: Sequence[RankExit],
+    got: list[Any],
+    at_exit: tuple[bool, str] | None,
+    progress: Callable[[str], None],
+) -> list[CheckResult]:
+    """The claim's results as its ranks ended: a malformed report failed, a timeout,
+    every rank's own results merged, or how the first rank to fail died (its peers
+    stopped after it)."""
+    group, view = ran.group, ran.view
     claim, check, device, params = request.claim, request.check, request.device, request.params
     common: dict[str, Any] = {
         "claim": claim,
@@ -458,25 +500,6 @@ def _read(
                 for i, g in enumerate(got)
             ]
             results = merged(per_rank, cuda=cuda, grouped=grouped, at_exit=at_exit, lead=bad)
-    stamps = {"launched": ran.started, "exited": ran.exited, "proved": time.time_ns()}
-    for r in results:
-        r.cleanup = with_exit_proof(r.cleanup, stopped, at_exit)
-        cleanup_verdict(r)
-        r.measurements[timeline.MEASUREMENT] = dict[str, Json](
-            timeline.placed(
-                r.measurements.get(timeline.MEASUREMENT), stamps, (r.started_ns, r.finished_ns)
-            )
-        )
-    # Each fact by its author: the host's own readings, the plan's facets; the claim's
-    # own word on an infrastructure error is a failure (`runners.claim.authors`).
-    authored(
-        results,
-        request.observed(),
-        world_size=request.world_size if grouped else None,
-        window=(ran.started, time.time_ns()),
-    )
-    for path in paths:
-        note_learned(path.with_name(path.name + ".modules"), request.repo_root)
     return results
 
 
