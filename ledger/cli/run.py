@@ -28,7 +28,7 @@ from ledger.evidence.errors import (
 )
 
 if TYPE_CHECKING:
-    from ledger.evidence.statement import ArtifactFile
+    from ledger.evidence.statement import ArtifactFile, Facts
     from ledger.sandbox import Sandbox
     from ledger.write.attest import Target
     from ledger.write.run import CommandRun
@@ -154,7 +154,6 @@ def run(
     command runs as an unprivileged uid, never the host's root). Put `--` before
     COMMAND.
     """
-    from ledger.fleet.ci import ci_job
     from ledger.sandbox import resolve as resolve_sandbox
     from ledger.write.attest import record_all, target
     from ledger.write.record import open_recorder
@@ -191,17 +190,24 @@ def run(
     done, files = _run_in_checkout(
         tgt, repo, box, network, command, timeout_s, result_file, artifacts
     )
-    facts = done.facts(claim)
-    scope = {**facts.scope, "sandbox": box.facet, "network": "on" if network else "off"}
-    # The host's own observations of the sandbox: its self-test, policy, uid; and the
-    # CI job this run is part of (`ledger.fleet.ci`).
-    environment = {**facts.environment, **box.facts(), **ci_job(os.environ)}
-    facts = dataclasses.replace(facts, scope=scope, environment=environment)
+    facts = _facts(done, claim, box, network)
     [rec] = record_all(recorder, key, tgt, [facts], artifact_files=files)
     note = "" if done.outcome == "passed" else f": {done.reason}"
     click.echo(f"{claim}: {done.outcome}{note}", err=True)
     click.echo(rec.id)
     exit_for([done.outcome])
+
+
+def _facts(done: CommandRun, claim: str, box: Sandbox, network: bool) -> Facts:
+    """What the run tells about the claim, with the sandbox's facet and the network in
+    its scope; the host's own observations of the sandbox (its self-test, policy, uid)
+    and the CI job this run is part of (`ledger.fleet.ci`) in its environment."""
+    from ledger.fleet.ci import ci_job
+
+    facts = done.facts(claim)
+    scope = {**facts.scope, "sandbox": box.facet, "network": "on" if network else "off"}
+    environment = {**facts.environment, **box.facts(), **ci_job(os.environ)}
+    return dataclasses.replace(facts, scope=scope, environment=environment)
 
 
 def _run_in_checkout(
