@@ -159,25 +159,7 @@ class _Walk:
             self.peak = merged
 
 
-@dataclass(frozen=True, slots=True)
-class _Sizes:
-    """The byte sizes a walk repeats, from the model's dimensions and the shape."""
-
-    t: int
-    td: int
-    rd: int
-    stats: int
-    lse: int
-    idx: int
-    c: int
-    weights: int
-    router: int
-    lora_saved: int
-    logits: int
-    routing_saved: int
-
-
-def _sizes(dm: Dims, shape: Shape, cuda: bool) -> _Sizes:
+def _walk(dm: Dims, shape: Shape, grad: bool, cuda: bool) -> _Walk:
     es, d, ff, r, k, e, v = dm.es, dm.d, dm.ff, dm.rank, dm.top_k, dm.experts, dm.vocab
     t = shape.tokens
     rows = t * k
@@ -195,27 +177,8 @@ def _sizes(dm: Dims, shape: Shape, cuda: bool) -> _Sizes:
     # With a gradient-requiring input: residual, norm stats, probabilities, top-k indices,
     # top-k values and their sum, gather indices.
     routing_saved = td + stats + t * e * F32 + t * k * (I64 + F32) + t * F32 + idx
-    return _Sizes(t, td, rd, stats, lse, idx, c, weights, router, lora_saved, logits, routing_saved)
 
-
-def _walk(dm: Dims, shape: Shape, grad: bool, cuda: bool) -> _Walk:
-    """The memory's moments through one step: the forward, then (with a gradient)
-    the backward in reverse."""
-    s = _sizes(dm, shape, cuda)
     w = _Walk()
-    _forward(w, dm, shape, s, grad)
-    if grad:
-        _backward(w, dm, s)
-    return w
-
-
-def _forward(w: _Walk, dm: Dims, shape: Shape, s: _Sizes, grad: bool) -> None:
-    """Attention, routing, experts and combine per layer, then the head; with a
-    gradient, what each saves for the backward."""
-    es, d, ff, r, k, e = dm.es, dm.d, dm.ff, dm.rank, dm.top_k, dm.experts
-    t, td, rd, stats, lse, idx, c = s.t, s.td, s.rd, s.stats, s.lse, s.idx, s.c
-    weights, router, lora_saved, logits = s.weights, s.router, s.lora_saved, s.logits
-    routing_saved = s.routing_saved
     w.add("residual", td)
     for layer in range(dm.layers):
         # Layer 0's input needs no gradient, so its attention keeps nothing for backward.
@@ -271,14 +234,9 @@ def _forward(w: _Walk, dm: Dims, shape: Shape, s: _Sizes, grad: bool) -> None:
         },
     )
     w.add("outputs", pooled + F32)
+    if not grad:
+        return w
 
-
-def _backward(w: _Walk, dm: Dims, s: _Sizes) -> None:
-    """The head's backward, then each layer's in reverse: gradients held, saved
-    activations freed."""
-    es, d, ff, r, k, e = dm.es, dm.d, dm.ff, dm.rank, dm.top_k, dm.experts
-    t, td, rd, stats, lse, idx, c = s.t, s.td, s.rd, s.stats, s.lse, s.idx, s.c
-    weights, lora_saved, logits, routing_saved = s.weights, s.lora_saved, s.logits, s.routing_saved
     w.live["residual"] = 0  # the final residual is now saved by the final norm
     w.add("saved_activations", td + stats + logits)
     w.moment("head.backward", {"grad_nll": logits, "grad_logits": logits})
@@ -320,6 +278,7 @@ def _backward(w: _Walk, dm: Dims, s: _Sizes) -> None:
         if needs:
             w.moment(f"layer{layer}.attention.backward", {"grads": 10 * td, "lse": lse})
             w.add("saved_activations", -(td + stats + 3 * td + td + lse))
+    return w
 
 
 def _cuda_tensor_count(dm: Dims) -> int:
