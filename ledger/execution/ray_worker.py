@@ -240,6 +240,14 @@ class _Task:
     worker: _Worker
 
 
+def _proven(task: _Task) -> dict[str, str]:
+    """The self-tests behind a claim's code on this worker: its commit's fork servers'
+    sandbox (a claim forks from them, under the sandbox they were started in, perhaps
+    by an earlier task) and this task's own (a claim started afresh)."""
+    commit = task.worker.commit
+    return {**(commit.box.facts() if commit is not None else {}), **task.box.facts()}
+
+
 def _setup(payload: dict[str, Any], job_id: str, devices: list[str]) -> _Task | dict[str, Any]:
     """The claim's key, sandbox and this worker's state; an error result where the host
     lacks one."""
@@ -408,6 +416,9 @@ def _record(
         results=results,
         host=out["host"],
         sandbox=box.facet,
+        # The sandboxes proved themselves before the claim's code ran, as a local run's
+        # do (`ledger.sandbox.proof`): the host's observation, in the receipt.
+        sandbox_facts=_proven(task),
         artifacts=artifacts,
         health=health,
     )

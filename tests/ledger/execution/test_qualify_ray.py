@@ -21,6 +21,7 @@ import pytest
 from ledger.evidence.keys import KeyDir
 from ledger.execution.claimrun import ClaimRun
 from ledger.execution.ray_executor import too_wide
+from ledger.sandbox import find_bwrap
 from ledger.service.run import Running, start
 from tests.ledger.helpers import run
 from tests.ledger.probe_repo import claim, make_probe_repo, notes
@@ -152,6 +153,11 @@ def test_claims_run_as_ray_tasks_and_record_through_the_server(
         stmt = shown["statement"]
         env = stmt["predicate"]["runner"]["environment"]
         assert env["executor"] == "ray" and env["executor_devices"] in ("0", "1")
+        # The worker's sandbox proved itself before the claim ran, as a local run's does.
+        if find_bwrap() is not None:
+            assert stmt["predicate"]["scope"]["sandbox"] == "bwrap"
+            assert env["sandbox_selftest"].startswith("bwrap, self-test "), env
+            assert env["sandbox_host_uid"] == "65534", env
         jobs.add(env["executor_job_id"])
         assert stmt["subject"][0]["digest"]["gitTree"] == head.tree.hexsha
         assert shown["signer"]["keyid"] == worker_id  # signed on the worker, by its key
