@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.ledger.execution.test_baseline import _label, _pr_repo, _qualify
 from tests.ledger.fleet.conftest import GPU_A, GPU_B
 from tests.ledger.fleet.fake_nvml import FakeDevice
 from tests.ledger.helpers import run
-from tests.ledger.execution.test_baseline import _label, _pr_repo, _qualify
 
 
 def test_a_failure_only_one_gpu_shows_is_that_gpus(

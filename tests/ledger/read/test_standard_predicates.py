@@ -25,8 +25,8 @@ from securesystemslib.exceptions import VerificationError as SslibVerificationEr
 from ledger.evidence.keys import KeyDir, active_ledger_key
 from ledger.store.store import Store, resolve_url
 from tests.conftest import commit_file
-from tests.ledger.helpers import run
 from tests.ledger.evidence.test_interop import sslib_key
+from tests.ledger.helpers import run
 
 PLAN = """\
 [[claims]]
