@@ -3,7 +3,8 @@
 # repositories (scripts/baseline_repos.py) whose PR 1 fails admission; for each,
 # `ledger qualify --pr 1` twice (the first judges the base on the same GPU, the
 # second reuses that receipt), then status in text and JSON. Writes the ledger and
-# the outputs to $OUT/gpu-baseline/.
+# the outputs to $OUT/gpu-baseline/ (committed as evidence/h100-baseline/, checked offline
+# by tests/ledger/gpu_evidence/test_evidence_baseline.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
