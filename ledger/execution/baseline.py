@@ -28,10 +28,9 @@ from ledger.execution.claimrun import ClaimRun
 from ledger.execution.devices import Device as GpuDevice
 from ledger.execution.devices import visible_gpus
 from ledger.identity.revision import Revision
-from ledger.qualification.attribution import BLAMED, where_ran
+from ledger.qualification.attribution import BLAMED, of_claim, where_ran
 from ledger.qualification.evidence import short_id
 from ledger.qualification.plan import ClaimSpec, Plan
-from ledger.qualification.scope import covers
 from ledger.sandbox import Sandbox
 from ledger.write.record import Recorder
 
@@ -116,12 +115,7 @@ def _served(url: str, repo: str, commit: str, claims: Sequence[str]) -> list[_He
 
 def _mine(r: _Held, spec: ClaimSpec, device: str) -> bool:
     p = r.predicate
-    return (
-        p.claim == spec.name
-        and p.check.name == spec.check
-        and covers(p.scope, spec.scope)
-        and where_ran(p) == device
-    )
+    return of_claim(p, spec.name, spec.check, spec.scope) and where_ran(p) == device
 
 
 def baseline(

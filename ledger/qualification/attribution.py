@@ -26,7 +26,16 @@ from ledger.evidence.models import QualificationPredicate
 from ledger.qualification.evidence import ReceiptEvidence, short_id
 from ledger.qualification.scope import covers
 
-__all__ = ["BLAMED", "LABELS", "Attribution", "Label", "attribute", "device_of", "where_ran"]
+__all__ = [
+    "BLAMED",
+    "LABELS",
+    "Attribution",
+    "Label",
+    "attribute",
+    "device_of",
+    "of_claim",
+    "where_ran",
+]
 
 Label: TypeAlias = Literal["introduced", "base-too", "device-only", "base-unjudged", "no-base"]
 LABELS: Mapping[Label, str] = {
@@ -149,6 +158,14 @@ def _one(
     return Attribution(claim, "base-too", text, base_commit, device, head.id, b.id)
 
 
+def of_claim(
+    p: QualificationPredicate, claim: str, check: str | None, scope: Mapping[str, str | int]
+) -> bool:
+    """A receipt of ``claim``'s own check (not an observer-off control's runs) at the
+    scope it is asked at: what a baseline compares, when it is run and when it is read."""
+    return p.claim == claim and (check is None or p.check.name == check) and covers(p.scope, scope)
+
+
 def attribute(
     claim: str,
     check: str | None,
@@ -163,15 +180,8 @@ def attribute(
     per device, what the fleet counts there (only read for ``device-only``)."""
 
     def mine(r: ReceiptEvidence) -> bool:
-        p = r.predicate
-        # The claim's own check (not an observer-off control's runs), at the scope it
-        # is asked at, signed by a standing runner.
-        return (
-            p.claim == claim
-            and (check is None or p.check.name == check)
-            and covers(p.scope, scope)
-            and _counts(r)
-        )
+        # Signed by a standing runner, of the claim at its scope.
+        return _counts(r) and of_claim(r.predicate, claim, check, scope)
 
     blamed = [
         r for r in head if mine(r) and r.predicate.outcome in BLAMED and r.predicate.source.base
