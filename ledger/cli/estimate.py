@@ -64,7 +64,8 @@ def profile(
 ) -> None:
     """Run one step under the live-tensor tracker and attribute its peak increment.
 
-    Prints the measured increment beside the workload's estimate (and its terms),
+    Prints the measured increment beside the workload's estimate (and its terms;
+    a workload without an estimator yet is profiled all the same, nothing predicted),
     the largest live tensors at the peak grouped by module path and by the op that
     made them, saved-for-backward against temporary bytes, and on CUDA the
     allocator's view (allocated, reserved, outside the pool).
@@ -105,9 +106,8 @@ def _render_profile(doc: Mapping[str, object]) -> str:
     lines = [
         f"{doc['workload']} {doc['phase']} {doc['shape']} on {doc['device']} "
         f"({'cold' if doc['cold'] else 'warm'})",
-        f"measured increment {doc['measured_increment_bytes']:,} bytes; predicted "
-        f"{doc['predicted_bytes']:,}"
-        + (f" (measured/predicted {ratio:.3f})" if isinstance(ratio, float) else ""),
+        f"measured increment {doc['measured_increment_bytes']:,} bytes; "
+        + _predicted(doc["predicted_bytes"], ratio),
         f"at the peak: saved for backward {att['saved_for_backward_bytes']:,}, "
         f"temporary {att['temporary_bytes']:,} ({att['allocations']} allocations)",
     ]
@@ -120,7 +120,10 @@ def _render_profile(doc: Mapping[str, object]) -> str:
         lines.append(f"  {r['bytes']:>14,}  {tag:<5} {r['op']:<28} {r['module']}")
     terms = doc["estimate_terms"]
     assert isinstance(terms, dict)
-    lines.append("estimate terms: " + ", ".join(f"{k}={v:,}" for k, v in terms.items()))
+    if doc["predicted_bytes"] is not None:
+        lines.append("estimate terms: " + ", ".join(f"{k}={v:,}" for k, v in terms.items()))
+    elif doc.get("no_estimator"):
+        lines.append(f"no estimator: {doc['no_estimator']}")
     alloc = att.get("allocator")
     if isinstance(alloc, dict) and "before" in alloc:
         for when in ("before", "at_end_of_step", "after"):
@@ -131,6 +134,15 @@ def _render_profile(doc: Mapping[str, object]) -> str:
                 f"outside the pool {a['outside_pool_bytes']:,}"
             )
     return "\n".join(lines) + "\n"
+
+
+def _predicted(predicted: object, ratio: object) -> str:
+    """The workload's prediction beside the measured peak; a workload without an
+    estimator yet (a ready adapter whose plan names none) predicts nothing, no ratio."""
+    if not isinstance(predicted, int):
+        return "no estimator: nothing predicted"
+    shown = f" (measured/predicted {ratio:.3f})" if isinstance(ratio, float) else ""
+    return f"predicted {predicted:,}{shown}"
 
 
 @click.command()

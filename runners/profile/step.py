@@ -3,7 +3,10 @@
 Loads a workload, sets it up, optionally runs one unmeasured step first
 (``warm``), then runs the phase once under `AttributingTracker` and reports
 the peak increment with its attribution beside the workload's own estimate
-for the same shape and phase (told cold or warm as the step was). On CUDA the
+for the same shape and phase (told cold or warm as the step was). A workload
+without an estimator yet (a ready adapter whose plan names none raises
+`EstimatorMissing`) is profiled all the same, its report saying why nothing was
+predicted: profiling is how one starts calibrating an estimator. On CUDA the
 allocator's view comes too: allocated and reserved before, at the peak and
 after, and the device memory outside the pool (driver used less reserved).
 """
@@ -19,7 +22,14 @@ import torch
 from runners.checks.context import phase_step
 from runners.claim.result import Json
 from runners.harness.attribution import AttributingTracker, module_names
-from runners.protocol import Phase, Shape, estimate_of
+from runners.protocol import (
+    EstimatorMissing,
+    MemoryEstimate,
+    Phase,
+    Shape,
+    Workload,
+    estimate_of,
+)
 from runners.workloads.loader import load_workload
 
 
@@ -46,6 +56,16 @@ def _depth(name: str, depth: int | None) -> str:
 
 class ProfileError(Exception):
     """The step cannot be profiled as asked (one-line reason)."""
+
+
+def _estimate(
+    w: Workload, shape: Shape, phase: Phase, *, cold: bool
+) -> tuple[MemoryEstimate | None, str | None]:
+    """The workload's estimate, or None with why where it has no estimator yet."""
+    try:
+        return estimate_of(w, shape, phase, cold=cold), None
+    except EstimatorMissing as e:
+        return None, str(e)
 
 
 def profile_step(
@@ -78,7 +98,7 @@ def profile_step(
         del out
         if grad:
             w.zero_grad()
-    estimate = estimate_of(w, shape, phase, cold=not warm)
+    estimate, missing = _estimate(w, shape, phase, cold=not warm)
     batch = w.make_batch(shape, seed)
     step = phase_step(w, batch, grad=grad)
     gc.collect()
@@ -115,10 +135,11 @@ def profile_step(
         "device": str(dev),
         "cold": not warm,
         "measured_increment_bytes": measured,
-        "predicted_bytes": estimate.predicted_bytes,
+        "predicted_bytes": None if estimate is None else estimate.predicted_bytes,
         "measured_over_predicted": measured / estimate.predicted_bytes
-        if estimate.predicted_bytes
+        if estimate is not None and estimate.predicted_bytes
         else None,
-        "estimate_terms": {k: v for k, v in estimate.terms.items()},
+        "estimate_terms": {} if estimate is None else {k: v for k, v in estimate.terms.items()},
+        "no_estimator": missing,
         "attribution": report,
     }

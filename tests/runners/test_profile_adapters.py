@@ -1,0 +1,96 @@
+"""`ledger profile` on both ready adapters (`runners.adapt.library`), with and without
+an estimator: without one it still profiles the step and says nothing was predicted
+(how one starts calibrating one)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.ledger.helpers import run
+
+TEAM = """
+import torch
+
+def build(width):
+    layers = [torch.nn.Linear(4, width), torch.nn.GELU(), torch.nn.Linear(width, 1)]
+    return torch.nn.Sequential(*layers)
+
+def loss(model, batch):
+    return ((model(batch["x"]).squeeze(-1) - batch["y"]) ** 2).mean()
+
+def batch(shape, seed):
+    g = torch.Generator().manual_seed(seed)
+    return {"x": torch.randn(shape.batch * shape.seq, 4, generator=g),
+            "y": torch.randn(shape.batch * shape.seq, generator=g)}
+
+def estimate(params, shape, phase, device_kind, *, cold):
+    return 1 << 20
+"""
+
+GPT2 = {"n_embd": 16, "n_layer": 1, "n_head": 2, "vocab_size": 64, "n_positions": 32}
+GPT2.update(bos_token_id=0, eos_token_id=0)
+
+ADAPTERS = {
+    "causal_lm": [
+        "--param",
+        "model_type=gpt2",
+        "--param",
+        f"config={json.dumps(GPT2)}",
+    ],
+    "module": [
+        "--param",
+        "factory=profile_team:build",
+        "--param",
+        "loss=profile_team:loss",
+        "--param",
+        "batch=profile_team:batch",
+        "--param",
+        'factory_params={"width": 8}',
+    ],
+}
+
+
+@pytest.fixture(scope="module")
+def team(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("team")
+    (root / "profile_team.py").write_text(TEAM)
+    return root
+
+
+def _profile(
+    capsys: pytest.CaptureFixture[str], team: Path, adapter: str, *extra: str
+) -> tuple[str, dict]:
+    args = ["profile", "--workload", f"runners.adapt.library:{adapter}", "--shape", "2x8"]
+    args += ["--repo", str(team), *ADAPTERS[adapter], *extra]
+    text = run(capsys, *args)
+    assert text.code == 0, text.err
+    doc = run(capsys, *args, "--json")
+    assert doc.code == 0, doc.err
+    return text.out, json.loads(doc.out)
+
+
+@pytest.mark.parametrize("adapter", sorted(ADAPTERS))
+def test_profile_without_an_estimator_reports_the_peak_and_predicts_nothing(
+    capsys: pytest.CaptureFixture[str], team: Path, adapter: str
+) -> None:
+    out, doc = _profile(capsys, team, adapter)
+    assert doc["measured_increment_bytes"] > 0
+    assert doc["predicted_bytes"] is None and doc["measured_over_predicted"] is None
+    assert doc["no_estimator"] and doc["estimate_terms"] == {}
+    assert "no estimator: nothing predicted" in out
+    assert "measured/predicted" not in out and "Traceback" not in out
+    assert "by module:" in out
+
+
+@pytest.mark.parametrize("adapter", sorted(ADAPTERS))
+def test_profile_with_an_estimator_reports_the_ratio(
+    capsys: pytest.CaptureFixture[str], team: Path, adapter: str
+) -> None:
+    out, doc = _profile(capsys, team, adapter, "--param", "estimator=profile_team:estimate")
+    assert doc["predicted_bytes"] == 1 << 20
+    assert doc["measured_over_predicted"] == doc["measured_increment_bytes"] / (1 << 20)
+    assert doc["no_estimator"] is None
+    assert "measured/predicted" in out and "no estimator" not in out
