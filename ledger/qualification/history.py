@@ -1,7 +1,8 @@
 """The log as it happened: every receipt and review in sequence order.
 
 Nothing is hidden: a superseded statement stays, marked with what
-superseded it and why.
+superseded it and why, and so does a failure a later version of its check no
+longer makes (superseded by the check's fix, `check_fixes`).
 """
 
 from __future__ import annotations
@@ -57,6 +58,9 @@ class HistoryItem:
     """Why the entry does not count anywhere: signature, revocation, role."""
     superseded_by: tuple[Supersession, ...] = ()
     supersedes: tuple[Supersession, ...] = field(default=())
+    superseded_by_fix: str | None = None
+    """Where a later version of its check removed the only failure it holds: the
+    sentence saying so (it counts as inconclusive; `superseded` is for receipts)."""
 
     @property
     def superseded(self) -> bool:
@@ -81,6 +85,7 @@ class HistoryItem:
             "superseded": self.superseded,
             "supersession_pending": self.supersession_pending,
             "superseded_by": [s.to_json() for s in self.superseded_by],
+            "superseded_by_fix": self.superseded_by_fix,
         }
 
 
@@ -146,6 +151,7 @@ def _receipt_item(
         problems=tuple(problems),
         superseded_by=tuple(sorted(later, key=lambda s: s.seq)),
         supersedes=supersedes,
+        superseded_by_fix=rules.check_fix(r),
     )
 
 

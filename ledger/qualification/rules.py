@@ -16,6 +16,7 @@ from typing import Literal, TypeAlias
 from pydantic import JsonValue
 
 from ledger.evidence.models import Outcome
+from ledger.qualification import check_fixes
 from ledger.qualification.evidence import ReceiptEvidence, Revision, short_id
 from ledger.qualification.plan import OBSERVER_OFF_CONTROL_CHECK, CarryOver, ClaimSpec, Plan
 from ledger.qualification.scope import Facets, covers
@@ -87,7 +88,9 @@ RULES: Mapping[str, str] = {
     COUNTEREXAMPLE: "a valid failing receipt outweighs any number of passes until a later "
     "receipt explicitly supersedes it",
     SUPERSESSION: "a later valid, decisive receipt of the same claim, covering the same "
-    "scope and counting for the same revision, replaces the receipts it names",
+    "scope and counting for the same revision, replaces the receipts it names; a failure "
+    "whose only cause a later version of its check removed is superseded by the check's "
+    "fix and counts as inconclusive",
     INFRA_ERROR: "an infrastructure failure is never evidence either way",
     REFUSAL: "an admission refusal is neither a failure of the claim nor proof of infeasibility",
     INCONCLUSIVE: "inconclusive evidence neither qualifies nor fails a claim",
@@ -389,10 +392,14 @@ _ARMS = ("base", "candidate")
 
 
 def effective_outcome(r: ReceiptEvidence) -> tuple[Outcome, Reason | None]:
-    """The outcome the engine counts, with the comparison-arms downgrade applied."""
+    """The outcome the engine counts, with the downgrades applied: a failure a later
+    version of its check no longer makes (`check_fixes`), an A/B whose arms differ."""
     p = r.predicate
     if p.outcome not in ("passed", "failed"):
         return p.outcome, None
+    fixed = superseded_by_fix(r)
+    if fixed is not None:
+        return "inconclusive", fixed
     differing = [
         why
         for why, table, suffix in _ARM_FACTS
@@ -406,6 +413,24 @@ def effective_outcome(r: ReceiptEvidence) -> tuple[Outcome, Reason | None]:
         f"inconclusive",
         r.id,
     )
+
+
+def superseded_by_fix(r: ReceiptEvidence) -> Reason | None:
+    """Where a later version of `r`'s check removed the only failure it holds: the
+    reason every surface gives (rule `supersession`: it no longer stands as a
+    counterexample, and counts as inconclusive)."""
+    text = check_fix(r)
+    return None if text is None else Reason(SUPERSESSION, f"{short_id(r.id)} {text}", r.id)
+
+
+def check_fix(r: ReceiptEvidence) -> str | None:
+    """The sentence saying `check_fixes` supersedes `r` ("superseded by the check's fix:
+    ..."), or None where it does not."""
+    p = r.predicate
+    fix = check_fixes.fixed_by(
+        p.check.name, p.check.version, p.check.parameters, p.outcome, p.reason, p.measurements
+    )
+    return None if fix is None else check_fixes.superseded_text(fix, p.check.version)
 
 
 def _arm_values(measurements: Mapping[str, JsonValue], table: str, suffix: str) -> list[JsonValue]:

@@ -163,6 +163,8 @@ def render_history(subject: dict[str, Any], items: list[dict[str, Any]], *, widt
         mark = " SUPERSEDED" if it.get("superseded") else ""
         if it.get("supersession_pending"):
             mark = f" ({SUPERSESSION_PENDING})"
+        elif not mark and it.get("superseded_by_fix"):
+            mark = " (superseded by the check's fix)"
         if it["kind"] == "receipt":
             src = it.get("source", {})
             lines += _wrap(
@@ -177,6 +179,8 @@ def render_history(subject: dict[str, Any], items: list[dict[str, Any]], *, widt
             lines += _wrap(detail + (f", {env}" if env else ""), width, "      ")
             if it.get("reason"):
                 lines += _wrap(f"reason: {_one_line(figures(it['reason']))}", width, "      ")
+            if it.get("superseded_by_fix"):
+                lines += _wrap(_one_line(it["superseded_by_fix"]), width, "      ")
         else:
             note = f": {_one_line(it['note'])}" if it.get("note") else ""
             lines += _wrap(

@@ -95,7 +95,27 @@ def _show_found(p: dict[str, Any], width: int) -> list[str]:
         lines += wrap(
             f"reason     {one_line(figures(p['reason']), 2000)}", width, "", "           "
         )
-    return lines + _found(p, width)
+    return lines + _fixed(p, width) + _found(p, width)
+
+
+def _fixed(p: dict[str, Any], width: int) -> list[str]:
+    """A failure a later version of its check no longer makes: said under its outcome
+    (`ledger.qualification.check_fixes`; the receipt itself keeps what it signed)."""
+    from ledger.qualification import check_fixes
+
+    c = p["check"]
+    fix = check_fixes.fixed_by(
+        c["name"],
+        str(c["version"]),
+        c.get("parameters") or {},
+        p["outcome"],
+        p.get("reason"),
+        p.get("measurements") or {},
+    )
+    if fix is None:
+        return []
+    text = check_fixes.superseded_text(fix, str(c["version"]))
+    return wrap(f"verdict    {text}", width, "", "           ")
 
 
 def _show_source(p: dict[str, Any], width: int) -> list[str]:
