@@ -28,7 +28,7 @@ from ledger.execution.claimrun import ClaimRun
 from ledger.execution.devices import Device as GpuDevice
 from ledger.execution.devices import visible_gpus
 from ledger.identity.revision import Revision
-from ledger.qualification.attribution import BLAMED, of_claim, where_ran
+from ledger.qualification.attribution import BLAMED, of_claim, same_runner, where_ran
 from ledger.qualification.evidence import short_id
 from ledger.qualification.plan import ClaimSpec, Plan
 from ledger.sandbox import Sandbox
@@ -64,6 +64,8 @@ class _Held:
     id: str
     seq: int
     predicate: QualificationPredicate
+    signer: tuple[str, str | None]
+    """Its key id and the token holder who registered that key (None: on the host)."""
 
 
 def _receipts(recorder: Recorder, repo: str, commit: str, claims: Sequence[str]) -> list[_Held]:
@@ -83,7 +85,9 @@ def _receipts(recorder: Recorder, repo: str, commit: str, claims: Sequence[str])
         for e in store.receipt_entries(repo_id, commits=[commit], claims=list(claims)):
             try:
                 if standing(e, keys) is None:
-                    out.append(_Held(e.entry_id, e.seq, e.receipt.predicate))
+                    info = keys.get(e.signer)
+                    by = info.registered_by if info is not None else None
+                    out.append(_Held(e.entry_id, e.seq, e.receipt.predicate, (e.signer, by)))
             except Error:
                 continue  # an entry that does not read counts for nothing (`ledger audit`)
     return out
@@ -109,13 +113,21 @@ def _served(url: str, repo: str, commit: str, claims: Sequence[str]) -> list[_He
         shown = fetch_entry(url, str(item["id"]))
         predicate = QualificationPredicate.model_validate(shown["statement"]["predicate"])
         if predicate.source.commit == commit:
-            out.append(_Held(str(shown["id"]), int(shown["seq"]), predicate))
+            # A server's history names the key, not who registered it: the same key only.
+            signer = (str(item.get("signer") or ""), None)
+            out.append(_Held(str(shown["id"]), int(shown["seq"]), predicate, signer))
     return out
 
 
-def _mine(r: _Held, spec: ClaimSpec, device: str) -> bool:
+def _mine(r: _Held, spec: ClaimSpec, head: _Held) -> bool:
+    """A base receipt the read side will weigh beside ``head`` (`attribution`): of the
+    claim at its scope, on the head's device, by the head's runner."""
     p = r.predicate
-    return of_claim(p, spec.name, spec.check, spec.scope) and where_ran(p) == device
+    return (
+        of_claim(p, spec.name, spec.check, spec.scope)
+        and where_ran(p) == where_ran(head.predicate)
+        and same_runner(head.signer, r.signer)
+    )
 
 
 def baseline(
@@ -156,11 +168,12 @@ def baseline(
         run = next((r for r in runs if r.claim == claim), None)
         if spec is None or run is None:
             continue
-        device = mine.get(claim)
-        if device is None:
+        held = mine.get(claim)
+        if held is None:
             say(f"baseline: {claim}: its receipt on the head could not be read back: none")
             continue
-        have = [r for r in found if _mine(r, spec, device)]
+        device = where_ran(held.predicate)
+        have = [r for r in found if _mine(r, spec, held)]
         if have:
             r = max(have, key=lambda r: r.seq)
             say(
@@ -233,13 +246,13 @@ def _devices(device: str) -> list[GpuDevice] | None:
 
 def _head_receipts(
     recorder: Recorder, head: Revision, recorded: Sequence[tuple[str, str, str]]
-) -> dict[str, str]:
-    """Per blocked claim, the device its receipt (this run's) ran on, as the host
-    observed it, read back from the ledger it was recorded into."""
+) -> dict[str, _Held]:
+    """Per blocked claim, its receipt (this run's) read back from the ledger it was
+    recorded into: the device it ran on, as the host observed it, and its signer."""
     ids = {i for i, _, o in recorded if o in BLAMED}
     claims = sorted({c for _, c, _ in recorded})
     return {
-        r.predicate.claim: where_ran(r.predicate)
+        r.predicate.claim: r
         for r in _receipts(recorder, head.repo, head.commit, claims)
         if r.id in ids
     }

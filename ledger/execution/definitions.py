@@ -108,6 +108,9 @@ def definitions(
     }
     if r.base:
         sources["base_workload_source"] = f"{PLAN_FILE} at base tree {r.base}"
+    if ident.branch:
+        # Which branch `source.base` is the branch point on (whose failure is judged there).
+        sources["base_branch"] = ident.branch
     notes = []
     for c in gate.claims:
         d = differences(base_plan, run_plan, c)

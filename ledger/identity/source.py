@@ -196,14 +196,19 @@ def base_commit(repo: git.Repo, base: str | None, offline: bool) -> str:
     return base_tip(repo, base or _default_branch(repo), offline).hexsha
 
 
-def _base(repo: git.Repo, commit: git.Commit) -> str | None:
-    for name in (
-        "refs/remotes/origin/HEAD",
-        "refs/remotes/origin/main",
-        "refs/heads/main",
-        "refs/remotes/origin/master",
-        "refs/heads/master",
-    ):
+def _base(repo: git.Repo, commit: git.Commit, branch: str | None) -> str | None:
+    """The merge-base of ``commit`` with the base branch: ``branch`` where the run names
+    one (`--base`), else the remote's default branch (then main, then master). A
+    named branch that cannot be found has no merge-base here: never another branch's,
+    which would lay a failure at the wrong commit's door."""
+    remote = _remote(repo)
+    wanted = [branch] if branch else list(dict.fromkeys([_default_branch(repo), "main", "master"]))
+    names = []
+    for b in wanted:
+        if remote is not None:
+            names.append(f"refs/remotes/{remote.name}/{b}")
+        names.append(f"refs/heads/{b}")
+    for name in names:
         try:
             other = repo.commit(name)
         except (git.BadName, ValueError):
@@ -237,12 +242,14 @@ def revision_of(
     *,
     pr: int | None = None,
     for_statement: bool = False,
+    base_branch: str | None = None,
 ) -> Revision:
     """The identity of `commit` under the plan it is handed (None: no plan), which the
     caller loaded (`ledger.plans.governing.identify`): the package identity is the one
     that plan defines, the repository id its `[project] repo` where no remote names
-    it. `for_statement` adds what only a new statement needs (merge-base, dirty
-    flag): each costs a git process, and queries never use them."""
+    it. `for_statement` adds what only a new statement needs (merge-base with
+    ``base_branch``, else the default branch; dirty flag): each costs a git process,
+    and queries never use them."""
     spec = plan.package if plan is not None else None
     paths = tuple(spec.paths) if spec is not None else ()
     package = (
@@ -265,7 +272,7 @@ def revision_of(
         package_paths=paths,
         package_parts=tuple(sorted((package.parts or {}).items())) if package else (),
         parents=tuple(p.hexsha for p in commit.parents),
-        base=_base(repo, commit) if for_statement else None,
+        base=_base(repo, commit, base_branch) if for_statement else None,
         dirty=dirty,
     )
 

@@ -95,7 +95,9 @@ def identify(
     governing = None
     if for_statement and plan is not None and plan_base is not None:
         governing = collect(repo, plan_base, PLAN_FILE)
-    revision = source.revision_of(repo, commit, plan, pr=pr, for_statement=for_statement)
+    revision = source.revision_of(
+        repo, commit, plan, pr=pr, for_statement=for_statement, base_branch=base
+    )
     return Identity(revision, plan, tuple(notes), governing, branch)
 
 

@@ -28,12 +28,16 @@ from ledger.qualification.scope import covers
 
 __all__ = [
     "BLAMED",
+    "INHERITED",
     "LABELS",
     "Attribution",
     "Label",
     "attribute",
     "device_of",
+    "next_step",
     "of_claim",
+    "same_runner",
+    "vouches",
     "where_ran",
 ]
 
@@ -45,6 +49,8 @@ LABELS: Mapping[Label, str] = {
     "base-unjudged": "the base could not be judged there",
     "no-base": "no base receipt to compare with",
 }
+INHERITED = frozenset({"base-too", "device-only"})
+"""Labels of a failure already on the base: not this pull request's to fix."""
 BLAMED = frozenset({"failed", "inconclusive"})
 """The head's outcomes a baseline is asked for."""
 # How strongly a label speaks for the pull request's own fault, where the head failed
@@ -66,6 +72,16 @@ class Attribution:
     """The base's receipt on the same device, where there is one."""
     passes_on: str | None = None
     """For ``device-only``: a device the same claim passes on."""
+    base_branch: str | None = None
+    """The branch ``base_commit`` is the branch point on, as the head's receipt recorded
+    it (None: a receipt from before it was recorded, set beside the default branch)."""
+    base_receipts: tuple[str, ...] = ()
+    """Every base receipt weighed on the device (``base_receipt`` is the newest)."""
+
+    @property
+    def inherited(self) -> bool:
+        """Already on the base: the pull request did not bring it (`INHERITED`)."""
+        return self.label in INHERITED
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -78,6 +94,9 @@ class Attribution:
             "head_receipt": self.head_receipt,
             "base_receipt": self.base_receipt,
             "passes_on": self.passes_on,
+            "base_branch": self.base_branch,
+            "base_receipts": list(self.base_receipts),
+            "inherited": self.inherited,
         }
 
 
@@ -103,9 +122,34 @@ def _counts(r: ReceiptEvidence) -> bool:
     return r.problem is None and not r.revoked and r.signer_role == "runner"
 
 
-def _newest_on(receipts: Sequence[ReceiptEvidence], device: str) -> ReceiptEvidence | None:
-    found = [r for r in receipts if device_of(r) == device]
-    return max(found, key=lambda r: r.seq) if found else None
+def same_runner(head: tuple[str, str | None], base: tuple[str, str | None]) -> bool:
+    """Whether a base receipt's signer (key id, the token holder who registered it or
+    None) may speak beside a head receipt's: the same runner key, or a key the same
+    token holder registered (a runner that rotated its key). Another runner's key never
+    decides whose failure a head's is: a key that could sign a failed base receipt
+    would otherwise clear any pull request's own failure."""
+    return base[0] == head[0] or (head[1] is not None and base[1] == head[1])
+
+
+def vouches(head: ReceiptEvidence, base: ReceiptEvidence) -> bool:
+    """`same_runner`, of two receipts the ledger holds."""
+    return same_runner(
+        (head.signer, head.signer_registered_by), (base.signer, base.signer_registered_by)
+    )
+
+
+def _on(receipts: Sequence[ReceiptEvidence], head: ReceiptEvidence) -> list[ReceiptEvidence]:
+    """The base receipts weighed beside ``head``: on its device, by a key it vouches for."""
+    device = device_of(head)
+    return sorted(
+        (r for r in receipts if device_of(r) == device and vouches(head, r)),
+        key=lambda r: r.seq,
+    )
+
+
+def _ids(receipts: Sequence[ReceiptEvidence]) -> str:
+    many = len(receipts) > 1
+    return f"receipt{'s' if many else ''} " + ", ".join(short_id(r.id) for r in receipts)
 
 
 def _one(
@@ -117,27 +161,63 @@ def _one(
 ) -> Attribution:
     base_commit = str(head.predicate.source.base)
     device = device_of(head)
-    b = _newest_on(base, device)
+    branch = head.predicate.runner.environment.get("base_branch") or None
+    weighed = _on(base, head)
     at = f"the base {base_commit[:12]}"
+    # Which base it is, said last: the branch point on the branch the run named, or, for
+    # a receipt from before that was recorded, its merge-base with the default branch.
+    which = (
+        f"; the base is the branch point on {branch}"
+        if branch
+        else "; the base is the merge-base with the default branch (the head's receipt "
+        "names no base branch)"
+    )
     where = _gpu(device)
-    if b is None:
+
+    def said(
+        label: Label, text: str, newest: ReceiptEvidence | None = None, **more: Any
+    ) -> Attribution:
         return Attribution(
             claim,
-            "no-base",
-            f"{LABELS['no-base']}: no receipt of {at} for this claim on {where} at this "
-            "scope (`ledger qualify` runs it there unless --no-baseline)",
+            label,
+            text + which,
             base_commit,
             device,
             head.id,
+            newest.id if newest is not None else None,
+            base_branch=branch,
+            base_receipts=tuple(r.id for r in weighed),
+            **more,
         )
-    said = f"receipt {short_id(b.id)}"
-    outcome = b.predicate.outcome
-    if outcome == "passed":
-        text = f"{LABELS['introduced']}: {at} passes on the same device ({where}; {said})"
-        return Attribution(claim, "introduced", text, base_commit, device, head.id, b.id)
-    if outcome != "failed":
-        text = f"{LABELS['base-unjudged']}: {at} is {outcome} on {where} ({said}): not attributed"
-        return Attribution(claim, "base-unjudged", text, base_commit, device, head.id, b.id)
+
+    if not weighed:
+        return said(
+            "no-base",
+            f"{LABELS['no-base']}: no receipt of {at} for this claim on {where} at this "
+            "scope by the head's runner (`ledger qualify` runs it there unless --no-baseline)",
+        )
+    # Every base receipt there is weighed, not only the newest: a pass and a failure of
+    # the same code on the same device say the base is not settled, and blame no one.
+    passed = [r for r in weighed if r.predicate.outcome == "passed"]
+    failed = [r for r in weighed if r.predicate.outcome == "failed"]
+    newest = weighed[-1]
+    if passed and failed:
+        text = (
+            f"{LABELS['base-unjudged']}: {at} both passes ({_ids(passed)}) and fails "
+            f"({_ids(failed)}) on {where}: not attributed"
+        )
+        return said("base-unjudged", text, newest)
+    if passed:
+        text = f"{LABELS['introduced']}: {at} passes on the same device ({where}; {_ids(passed)})"
+        return said("introduced", text, passed[-1])
+    if not failed:
+        outcome = newest.predicate.outcome
+        text = (
+            f"{LABELS['base-unjudged']}: {at} is {outcome} on {where} ({_ids(weighed)}): "
+            "not attributed"
+        )
+        return said("base-unjudged", text, newest)
+    b = failed[-1]
     other = next((p for p in passes if device_of(p) != device), None)
     if other is not None and not device.startswith("cpu of "):
         elsewhere = device_of(other)
@@ -147,15 +227,28 @@ def _one(
             if u in fleet
         )
         text = (
-            f"fails only on {where}: {at} fails there too ({said}); the same claim passes "
-            f"on {_gpu(elsewhere)} (receipt {short_id(other.id)})"
+            f"fails only on {where}: {at} fails there too ({_ids(failed)}); the same claim "
+            f"passes on {_gpu(elsewhere)} (receipt {short_id(other.id)})"
             + (f"; the fleet counts {counted}" if counted else "")
         )
-        return Attribution(
-            claim, "device-only", text, base_commit, device, head.id, b.id, elsewhere
+        return said("device-only", text, b, passes_on=elsewhere)
+    text = f"{LABELS['base-too']} ({at} fails on {where}: {_ids(failed)})"
+    return said("base-too", text, b)
+
+
+def next_step(a: Attribution, target: str) -> str:
+    """What to do about a failure already on the base: it is fixed there (or the base's
+    receipt reviewed), never by changing this pull request; the gate still holds."""
+    if a.label == "device-only":
+        return (
+            f"`ledger fleet` (the device {_gpu(a.device)} fails the base too), then "
+            f"`ledger qualify {target} --claim {a.claim}` on another device"
         )
-    text = f"{LABELS['base-too']} ({at} fails on {where}: {said})"
-    return Attribution(claim, "base-too", text, base_commit, device, head.id, b.id)
+    on = f" on {a.base_branch}" if a.base_branch else ""
+    return (
+        f"fix it{on} (the base {a.base_commit[:12]} fails it too: not this pull "
+        f"request's change), then rebase and `ledger qualify {target} --claim {a.claim}`"
+    )
 
 
 def of_claim(

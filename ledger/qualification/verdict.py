@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, Protocol, TypeAlias
 
 from ledger.qualification import rules
-from ledger.qualification.attribution import Attribution
+from ledger.qualification.attribution import Attribution, next_step
 from ledger.qualification.evidence import ReceiptEvidence, Revision, short_id
 from ledger.qualification.plan import OBSERVER_OFF_CONTROL_CHECK
 from ledger.qualification.scope import covers, format_scope
@@ -226,7 +226,38 @@ class Verdict:
         if not self.governed:
             return f"not qualified: {self.ungoverned}"
         word = "qualified" if self.qualified else "not qualified"
-        return f"{word}: {self.qualified_required} of {self.required} required claims qualified"
+        head = f"{word}: {self.qualified_required} of {self.required} required claims qualified"
+        return head + self.whose
+
+    @property
+    def whose(self) -> str:
+        """Whose the blockers are, counted apart where a baseline labelled any: those
+        this pull request introduced and those already on its base (empty otherwise)."""
+        labels = [c.attribution for c in self.blockers if c.attribution is not None]
+        if not labels:
+            return ""
+        introduced = sum(a.label == "introduced" for a in labels)
+        inherited = sum(a.inherited for a in labels)
+        rest = len(self.blockers) - introduced - inherited
+        parts = [
+            f"{introduced} introduced by this pull request",
+            f"{inherited} already on the base",
+        ]
+        if rest:
+            parts.append(f"{rest} not attributed")
+        return " (" + ", ".join(parts) + ")"
+
+    @property
+    def inherited_only(self) -> bool:
+        """Not qualified, and every blocker already fails on the base: the pull request
+        brought none of them (a check asks for a person's action, not a fix here)."""
+        blockers = self.blockers
+        return (
+            self.governed
+            and not self.qualified
+            and bool(blockers)
+            and all(c.attribution is not None and c.attribution.inherited for c in blockers)
+        )
 
     @property
     def blockers(self) -> tuple[ClaimVerdict, ...]:
@@ -251,6 +282,7 @@ class Verdict:
             "qualified_required": self.qualified_required,
             "scopes": list(self.scopes),
             "governed": self.governed,
+            "inherited_only": self.inherited_only,
             "blockers": [
                 {
                     "claim": c.claim,
@@ -305,7 +337,7 @@ def verdict_of(report: Answer) -> Verdict:
                 scope=dict(row.scope),
                 via=row.via,
                 reasons=_deciding_reasons(row),
-                next=_next(row, target),
+                next=_next_of(row, target, labels.get(row.claim)),
                 receipts=_meanings(row, evidence),
                 # Only a claim that blocks carries its label.
                 attribution=labels.get(row.claim) if row.state != "qualified" else None,
@@ -385,6 +417,13 @@ def record_command(claim: str, check: str | None, target: str) -> str:
         return f"ledger attest --claim {claim} {target} --outcome OUTCOME --key RUNNER --unplanned"
     form = _RECORDED_BY.get(check, "ledger qualify {target} --claim {claim}")
     return form.format(claim=claim, target=target)
+
+
+def _next_of(row: ClaimStatus, target: str, label: Attribution | None) -> str | None:
+    """The next step; for a failure already on the base, the base's (`next_step`)."""
+    if row.state != "qualified" and label is not None and label.inherited:
+        return next_step(label, target)
+    return _next(row, target)
 
 
 def _next(row: ClaimStatus, target: str) -> str | None:
