@@ -79,9 +79,8 @@ def fixed_by(
 def superseded_text(fix: CheckFix, version: str) -> str:
     """The sentence every surface says of a receipt `fix` supersedes."""
     return (
-        f"superseded by the check's fix: {fix.why}; under {fix.check} {version} it failed "
-        f"only for what that fix removes ({fix.removes.replace('-', ' ')}): it counts as "
-        f"inconclusive, neither way"
+        f"superseded by the check's fix: {fix.why} (its only failure under version "
+        f"{version}, a {fix.removes.replace('-', ' ')}): inconclusive"
     )
 
 

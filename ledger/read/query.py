@@ -261,6 +261,8 @@ def history_document(q: Identity, items: Sequence[HistoryItem]) -> dict[str, Any
 
 def show_document(store: Store, ref: str) -> dict[str, Any]:
     """What `ledger show --json` prints (and the server's GET /v1/entries/ID returns)."""
+    from ledger.read.whose import receipt_label
+
     e = store.resolve(ref)
     info = store.keys().get(e.signer)
     reviews = [
@@ -279,4 +281,6 @@ def show_document(store: Store, ref: str) -> dict[str, Any]:
         },
         "statement": e.payload_document,
         "reviews": reviews,
+        # Whose failure it is, as `status` labels its blocker (`read/whose.py`).
+        "attribution": receipt_label(store, e) if e.kind == "receipt" else None,
     }

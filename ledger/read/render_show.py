@@ -77,6 +77,7 @@ def render_show(doc: dict[str, Any], *, width: int = 80) -> str:
         lines += wrap(f"note       {p.get('note') or '-'}", width, "", "           ")
         return "\n".join(lines) + "\n"
     lines += _show_found(p, width)
+    lines += _show_label(doc.get("attribution"), width)
     lines += _show_source(p, width)
     lines += _show_conditions(p, width)
     lines += _show_measurements(p.get("measurements") or {}, width)
@@ -96,6 +97,13 @@ def _show_found(p: dict[str, Any], width: int) -> list[str]:
             f"reason     {one_line(figures(p['reason']), 2000)}", width, "", "           "
         )
     return lines + _fixed(p, width) + _found(p, width)
+
+
+def _show_label(a: Any, width: int) -> list[str]:
+    """Whose failure it is (`read/whose.py`), as `status` says it of its blocker."""
+    if not isinstance(a, dict) or not a.get("text"):
+        return []
+    return wrap(f"baseline   {one_line(figures(str(a['text'])), 2000)}", width, "", "           ")
 
 
 def _fixed(p: dict[str, Any], width: int) -> list[str]:

@@ -11,6 +11,7 @@ measurements and no cleanup proof) and lifts no other receipt.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal
@@ -25,7 +26,7 @@ from ledger.qualification.supersession import SUPERSESSION_PENDING
 from ledger.write.journal import sign
 from ledger.write.record import Recorder
 
-__all__ = ["Supersession", "plan_supersession", "supersede"]
+__all__ = ["Supersession", "contradiction", "plan_supersession", "supersede"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,11 +36,15 @@ class Supersession:
     statement: QualificationStatement
     will: tuple[str, ...]
     will_not: tuple[str, ...]
+    warnings: tuple[str, ...] = ()
+    """Where the reason contradicts what the ledger says of the receipt (its baseline
+    label): said first, and the supersession still recorded (`contradiction`)."""
 
     def describe(self, tense: str = "will") -> str:
         """What it does, as `tense` says it: `will` before signing, `would` for a
         dry run, `did` once recorded."""
-        lines = [f"it {tense}:", *(f"  - {w}" for w in self.will), f"it {tense} not:"]
+        lines = [f"warning: {w}" for w in self.warnings]
+        lines += [f"it {tense}:", *(f"  - {w}" for w in self.will), f"it {tense} not:"]
         lines += [f"  - {w}" for w in self.will_not]
         return "\n".join(lines) + "\n"
 
@@ -99,7 +104,46 @@ def plan_supersession(
         "lift any other receipt, nor count outside the superseded receipt's claim, scope"
         " and revision",
     ]
-    return Supersession(stmt, tuple(will), tuple(will_not))
+    said = contradiction(shown.get("attribution"), reason, outcome)
+    return Supersession(stmt, tuple(will), tuple(will_not), (said,) if said else ())
+
+
+# Words of a reason that lay a failure at the host's or chance's door (not the code's).
+_NOT_THE_CODE = frozenset(
+    {
+        "flaky",
+        "flake",
+        "flakey",
+        "host",
+        "infra",
+        "infrastructure",
+        "hardware",
+        "gpu",
+        "device",
+        "node",
+        "transient",
+        "intermittent",
+        "driver",
+        "network",
+        "noise",
+        "noisy",
+        "fluke",
+    }
+)
+
+
+def contradiction(label: Any, reason: str, outcome: str) -> str | None:
+    """Where a reason lifting a failure blames the host or chance while the baseline
+    says the pull request introduced it (the base passes on the same device, by the
+    same runner): one line saying so, else None. A warning, not a refusal: the words of a reason are a
+    person's, and the supersession's authority rules still decide what it lifts."""
+    if not isinstance(label, dict) or outcome != "passed" or not label.get("text"):
+        return None
+    words = set(re.findall(r"[a-z]+", reason.lower()))
+    said = f"the reason {reason!r} contradicts the baseline, which says: {label['text']}"
+    if label.get("label") == "introduced" and words & _NOT_THE_CODE:
+        return said
+    return None
 
 
 def supersede(recorder: Recorder, key: LocalKey, planned: Supersession) -> str:
