@@ -31,6 +31,7 @@ from ledger.qualification import (
 )
 from ledger.qualification.attribution import BLAMED, Attribution, attribute
 from ledger.qualification.plan import Plan
+from ledger.read.whose import receipt_label
 from ledger.store.store import Store
 from ledger.transparency.logged import standing
 
@@ -261,8 +262,6 @@ def history_document(q: Identity, items: Sequence[HistoryItem]) -> dict[str, Any
 
 def show_document(store: Store, ref: str) -> dict[str, Any]:
     """What `ledger show --json` prints (and the server's GET /v1/entries/ID returns)."""
-    from ledger.read.whose import receipt_label
-
     e = store.resolve(ref)
     info = store.keys().get(e.signer)
     reviews = [
@@ -282,5 +281,7 @@ def show_document(store: Store, ref: str) -> dict[str, Any]:
         "statement": e.payload_document,
         "reviews": reviews,
         # Whose failure it is, as `status` labels its blocker (`read/whose.py`).
-        "attribution": receipt_label(store, e) if e.kind == "receipt" else None,
+        "attribution": receipt_label(e, lambda rev, c: read_evidence(store, rev, [c]).receipts)
+        if e.kind == "receipt"
+        else None,
     }

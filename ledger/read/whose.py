@@ -6,14 +6,14 @@ judged the base for."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from ledger.evidence.entry import LoggedEntry
 from ledger.evidence.errors import Error
 from ledger.identity.revision import Revision
 from ledger.qualification.attribution import BLAMED, attribute
-from ledger.read.query import read_evidence
-from ledger.store.store import Store
+from ledger.qualification.evidence import ReceiptEvidence
 
 __all__ = ["BASELINE_FOR", "receipt_label"]
 
@@ -21,10 +21,13 @@ BASELINE_FOR = "baseline_for"
 """The runner environment's entry a baseline run's receipt names its head by."""
 
 
-def receipt_label(store: Store, e: LoggedEntry) -> dict[str, Any] | None:
+def receipt_label(
+    e: LoggedEntry, read: Callable[[Revision, str], Sequence[ReceiptEvidence]]
+) -> dict[str, Any] | None:
     """The label `status` would give this receipt's claim where it is its head's blocker
     (`Attribution.to_json`); for a baseline run's receipt, ``{"baseline_for": ...}``;
-    None otherwise (a pass, a receipt without a merge-base, one that does not read)."""
+    None otherwise (a pass, a receipt without a merge-base, one that does not read).
+    ``read``: the ledger's receipts of a revision for a claim, as `status` reads them."""
     try:
         p = e.receipt.predicate
     except Error:
@@ -39,9 +42,7 @@ def receipt_label(store: Store, e: LoggedEntry) -> dict[str, Any] | None:
     if p.outcome not in BLAMED or base is None or base == p.source.commit:
         return None
     head = Revision(repo=p.source.repo, commit=p.source.commit, tree=p.source.tree)
-    mine = [r for r in read_evidence(store, head, [p.claim]).receipts if r.id == e.entry_id]
+    mine = [r for r in read(head, p.claim) if r.id == e.entry_id]
     at = Revision(repo=p.source.repo, commit=base, tree="")
-    found = attribute(
-        p.claim, p.check.name, dict(p.scope), mine, read_evidence(store, at, [p.claim]).receipts
-    )
+    found = attribute(p.claim, p.check.name, dict(p.scope), mine, read(at, p.claim))
     return found.to_json() if found is not None else None
