@@ -175,7 +175,12 @@ def _source(revision: Revision, package: dict[str, Any] | None) -> dict[str, Any
         "pr": revision.pr,
         "parents": list(revision.parents),
         "base": revision.base,
-        "package": package,
+        # The workload definition is resolved from the plans here, where the checkout is.
+        "package": (
+            {**package, "workload": revision.definition}
+            if package is not None and revision.definition is not None
+            else package
+        ),
     }
 
 

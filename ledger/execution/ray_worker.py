@@ -68,6 +68,8 @@ def _revision(source: dict[str, Any], root: Path) -> Any:
             package["paths"],
             lock=package.get("lock", ()),
             distributions=package.get("distributions", ()),
+            # The workload definition was resolved from the plans where the run began.
+            workload=package.get("workload"),
         )
         digest, paths = ident.digest, tuple(package["paths"])
         parts = tuple(sorted((ident.parts or {}).items()))

@@ -63,6 +63,20 @@ def parts_digest(parts: Mapping[str, str]) -> str:
     return hashlib.sha256(canonical_bytes(dict(parts))).hexdigest()
 
 
+WORKLOAD_PART = "workload"
+"""The package identity's part for the workload definition the plan resolves to
+(`ledger.qualification.workload_source.definition`)."""
+
+
+def prior_digest(parts: Mapping[str, str]) -> str:
+    """The package digest of `parts` without the workload definition: what a receipt
+    recorded before the definition joined the package identity names (the files' digest
+    alone, or that of the files with lock files and distributions), so it is still found
+    and judged by what its commit's definition was."""
+    rest = {k: v for k, v in parts.items() if k != WORKLOAD_PART}
+    return rest.get("files", "") if set(rest) == {"files"} else parts_digest(rest)
+
+
 def differing(recorded: Mapping[str, str] | None, now: Mapping[str, str] | None) -> list[str]:
     """Which identity parts differ between a receipt's package and the revision's, each as
     ``part: recorded -> now`` (a part only one side has shows as ``absent``)."""

@@ -8,7 +8,21 @@ from typing import Any
 
 from ledger.evidence.models import PackageIdentity, Source
 
-__all__ = ["Revision"]
+__all__ = ["DefinitionProof", "Revision"]
+
+
+@dataclass(frozen=True, slots=True)
+class DefinitionProof:
+    """Whether a receipt's commit resolves to the workload definition of the revision
+    asked about, read from a checkout where the evidence is gathered
+    (`ledger.read.query`), so the engine, which reads no git, can judge it."""
+
+    commit: str
+    same: bool | None
+    """True: the same definition; False: another; None: not shown (no checkout, the
+    commit is not in it, its plan does not read)."""
+    said: str = ""
+    """How they differ (`key: was -> now; ...`), or why it could not be shown."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,7 +42,25 @@ class Revision:
     """The work tree differs from the commit (only read for a new statement)."""
     package_parts: tuple[tuple[str, str], ...] = ()
     """What the package digest covers, part by part (`PackageIdentity.parts`); empty
-    when it covers the files alone."""
+    when it covers the files alone. ``workload``: the digest of the workload definition
+    the plan resolves to (`ledger.qualification.workload_source.definition`)."""
+    prior_package_digest: str | None = None
+    """Where the package identity covers a workload definition: the digest as receipts
+    recorded before it did spelled it (the files, lock files and distributions alone),
+    so those receipts are still found; None otherwise."""
+    definition_proofs: tuple[DefinitionProof, ...] = ()
+    """For receipts of other commits whose package identity names no workload definition
+    or another: whether their commit's definition is this revision's, as a checkout
+    showed it (`ledger.read.query`); empty where none was read."""
+
+    @property
+    def definition(self) -> str | None:
+        """The digest of the workload definition the package identity covers, if any."""
+        return dict(self.package_parts).get("workload")
+
+    def proof(self, commit: str) -> DefinitionProof | None:
+        """What a checkout showed of `commit`'s workload definition (None: not read)."""
+        return next((p for p in self.definition_proofs if p.commit == commit), None)
 
     def source(self) -> Source:
         """The statement's `predicate.source`."""

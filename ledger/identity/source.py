@@ -243,20 +243,26 @@ def revision_of(
     pr: int | None = None,
     for_statement: bool = False,
     base_branch: str | None = None,
+    definition: str | None = None,
 ) -> Revision:
     """The identity of `commit` under the plan it is handed (None: no plan), which the
     caller loaded (`ledger.plans.governing.identify`): the package identity is the one
     that plan defines, the repository id its `[project] repo` where no remote names
     it. `for_statement` adds what only a new statement needs (merge-base with
     ``base_branch``, else the default branch; dirty flag): each costs a git process,
-    and queries never use them."""
+    and queries never use them. `definition`: the digest of the workload definition
+    the caller resolved for it (`ledger.qualification.workload_source`), a part of the
+    package identity where the plan defines a package."""
     spec = plan.package if plan is not None else None
     paths = tuple(spec.paths) if spec is not None else ()
     package = (
-        package_identity(commit, paths, lock=spec.lock, distributions=spec.distributions)
+        package_identity(
+            commit, paths, lock=spec.lock, distributions=spec.distributions, workload=definition
+        )
         if paths and spec is not None
         else None
     )
+    parts = (package.parts or {}) if package else {}
     # The dirty flag speaks of the work tree, so it only applies when the work
     # tree is the revision being attested.
     dirty = False
@@ -270,11 +276,20 @@ def revision_of(
         package_digest=package.digest if package else None,
         pr=pr,
         package_paths=paths,
-        package_parts=tuple(sorted((package.parts or {}).items())) if package else (),
+        package_parts=tuple(sorted(parts.items())),
+        prior_package_digest=_prior(parts),
         parents=tuple(p.hexsha for p in commit.parents),
         base=_base(repo, commit, base_branch) if for_statement else None,
         dirty=dirty,
     )
+
+
+def _prior(parts: dict[str, str]) -> str | None:
+    """The digest receipts recorded before the workload definition joined the package
+    identity name, where it has joined (None: the digest is that one already)."""
+    from ledger.identity.environment_identity import WORKLOAD_PART, prior_digest
+
+    return prior_digest(parts) if WORKLOAD_PART in parts else None
 
 
 @lru_cache(maxsize=256)
@@ -315,18 +330,25 @@ def package_identity(
     *,
     lock: Sequence[str] = (),
     distributions: Sequence[str] = (),
+    workload: str | None = None,
 ) -> PackageIdentity:
     """sha256 over the sorted (path, git blob id) of the files the globs select; with
-    lock files or distributions, over those parts too (`ledger.identity.environment_identity`)."""
+    lock files or distributions, over those parts too (`ledger.identity.environment_identity`);
+    with `workload` (the digest of the workload definition the plan resolves to: where
+    a ready adapter interprets the plan's parameters, they are the code under test), over
+    that part too. Without lock files, distributions or a workload definition the digest
+    is the files' alone, as it always was."""
     pairs = [
         (str(item.path), item.hexsha)
         for item in commit.tree.traverse()
         if isinstance(item, git.Blob) and _matches(str(item.path), globs)
     ]
     files = _digest(pairs)
-    if not lock and not distributions:
+    if not lock and not distributions and workload is None:
         return PackageIdentity(paths=list(globs), digest=files)
-    from ledger.identity.environment_identity import identity_parts, parts_digest
+    from ledger.identity.environment_identity import WORKLOAD_PART, identity_parts, parts_digest
 
     parts = {"files": files, **identity_parts(commit, lock, distributions)}
+    if workload is not None:
+        parts[WORKLOAD_PART] = workload
     return PackageIdentity(paths=list(globs), digest=parts_digest(parts), parts=parts)

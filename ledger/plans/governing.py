@@ -18,6 +18,7 @@ import git
 from ledger.evidence.errors import InputError, UsageError
 from ledger.identity import source
 from ledger.identity.revision import Revision
+from ledger.plans.definition import Definitions, definitions_of
 from ledger.plans.entry import PlanEvidence, collect
 from ledger.qualification.plan import PLAN_FILE, Plan, load_plan, parse_plan
 from ledger.qualification.workload_source import gate_changed, workload_changed
@@ -44,6 +45,9 @@ class Identity:
     problems: tuple[str, ...] = ()
     """What keeps the plan from being known (conflicting plan entries): named by the
     answer, which is not qualified while one stands."""
+    definitions: Definitions | None = None
+    """The revision's workload definition and, from the checkout, another commit's
+    (`ledger.plans.definition`): None without a checkout (a server asked by query)."""
 
 
 def identify(
@@ -95,10 +99,17 @@ def identify(
     governing = None
     if for_statement and plan is not None and plan_base is not None:
         governing = collect(repo, plan_base, PLAN_FILE)
+    defs = definitions_of(repo, plan, commit.hexsha, plan_file=plan_file)
     revision = source.revision_of(
-        repo, commit, plan, pr=pr, for_statement=for_statement, base_branch=base
+        repo,
+        commit,
+        plan,
+        pr=pr,
+        for_statement=for_statement,
+        base_branch=base,
+        definition=defs.digest if defs is not None else None,
     )
-    return Identity(revision, plan, tuple(notes), governing, branch)
+    return Identity(revision, plan, tuple(notes), governing, branch, definitions=defs)
 
 
 def _proposed(plan: Plan | None, proposed: bytes | None) -> list[str]:

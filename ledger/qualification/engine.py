@@ -322,7 +322,8 @@ def _sort(ctx: _Context, req: Requirement, r: ReceiptEvidence, row: _Row) -> Non
     if outcome == "failed":
         row.counterexamples.append(r)
         reason = rules.outcome_reason(r, rules.COUNTEREXAMPLE)
-        row.why[r.id].append(Reason(reason.rule, f"{reason.text} {rules.via_text(r, via)}", r.id))
+        via_said = rules.via_text(r, via, ctx.revision)
+        row.why[r.id].append(Reason(reason.rule, f"{reason.text} {via_said}", r.id))
         row.why[r.id].extend(_review_notes(ctx, r))
         return
     if outcome == "inconclusive":
@@ -380,7 +381,8 @@ def _sort_pass(ctx: _Context, req: Requirement, r: ReceiptEvidence, via: Via, ro
     disputes = [_dispute(v, r) for v in tally.dispute]
     # A pass's own note (an import whose signature was not verified) goes with it.
     note = f" ({r.predicate.reason})" if r.predicate.reason else ""
-    lead = Reason(rules.PASSING_EVIDENCE, f"{sid} passed{note} {rules.via_text(r, via)}", r.id)
+    via_said = rules.via_text(r, via, ctx.revision)
+    lead = Reason(rules.PASSING_EVIDENCE, f"{sid} passed{note} {via_said}", r.id)
     row.why[r.id].extend([lead, *disputes, *blockers, *support, *tally.ignored])
     if disputes:
         row.disputed.append(r)

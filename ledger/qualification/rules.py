@@ -191,20 +191,80 @@ class Requirement:
 
 
 def link(r: ReceiptEvidence, revision: Revision, carry_over: CarryOver) -> Via | None:
-    """How `r` reaches `revision` under the claim's carry-over, if it does."""
+    """How `r` reaches `revision` under the claim's carry-over, if it does. Another
+    commit's receipt carries only where its workload definition is the revision's
+    (`definition_gap`): by tree where it recorded that definition or none (a tree holds
+    its plan), by package where it recorded the same, or recorded none and a checkout
+    showed its commit's definition to be the revision's."""
     src = r.predicate.source
     if src.commit == revision.commit:
         return "commit"
-    if carry_over in ("tree", "package") and src.tree == revision.tree:
+    gap = definition_gap(r, revision)
+    # A tree holds its plan: only a definition recorded otherwise (`--plan FILE`) keeps
+    # a receipt of the same tree from carrying.
+    same_tree = src.tree == revision.tree
+    if carry_over != "commit" and same_tree and (gap is None or _recorded_definition(r) is None):
         return "tree"
-    if (
-        carry_over == "package"
-        and revision.package_digest is not None
-        and src.package is not None
-        and src.package.digest == revision.package_digest
+    if carry_over != "package" or revision.package_digest is None or src.package is None:
+        return None
+    if gap is not None:
+        return None
+    if src.package.digest == revision.package_digest:
+        return "package"
+    if revision.prior_package_digest is not None and src.package.digest == (
+        revision.prior_package_digest
     ):
         return "package"
     return None
+
+
+def _recorded_definition(r: ReceiptEvidence) -> str | None:
+    """The ``workload`` part of `r`'s package identity (None: it records none)."""
+    package = r.predicate.source.package
+    return (package.parts or {}).get("workload") if package is not None else None
+
+
+def definition_gap(r: ReceiptEvidence, revision: Revision) -> str | None:
+    """Why `r` (of another commit) ran another workload definition than the revision's,
+    or None where it ran the same, or neither records one. The package identity records
+    the definition (its ``workload`` part); a receipt recorded before it did counts only
+    where a checkout showed its commit's definition to be the revision's
+    (`Revision.definition_proofs`, read where the evidence is gathered)."""
+    src = r.predicate.source
+    if revision.package_digest is None or src.package is None:
+        return None
+    recorded, now = _recorded_definition(r), revision.definition
+    if recorded == now:
+        return None
+    proof = revision.proof(src.commit)
+    if recorded is None:
+        if proof is not None and proof.same:
+            return None
+        if proof is None or proof.same is None:
+            why = proof.said if proof is not None else "no checkout was read"
+            return (
+                "it was recorded before the package identity covered the workload "
+                "definition, and its commit's definition could not be shown to be this "
+                f"revision's ({why})"
+            )
+    if proof is not None and proof.said:
+        return f"the workload definition changed: {proof.said}"
+    return (
+        f"the workload definition changed (recorded {(recorded or 'none')[:12]}, "
+        f"now {(now or 'none')[:12]})"
+    )
+
+
+def _same_but_definition(r: ReceiptEvidence, revision: Revision) -> bool:
+    """`r`'s package identity is the revision's in everything but the workload definition."""
+    from ledger.identity.environment_identity import prior_digest
+
+    package = r.predicate.source.package
+    if package is None or revision.package_digest is None:
+        return False
+    mine = revision.prior_package_digest or revision.package_digest
+    theirs = prior_digest(package.parts) if package.parts else package.digest
+    return theirs == mine
 
 
 def earlier_head(r: ReceiptEvidence, revision: Revision) -> bool:
@@ -213,12 +273,22 @@ def earlier_head(r: ReceiptEvidence, revision: Revision) -> bool:
     return revision.pr is not None and src.pr == revision.pr and src.commit != revision.commit
 
 
-def via_text(r: ReceiptEvidence, via: Via) -> str:
+def via_text(r: ReceiptEvidence, via: Via, revision: Revision | None = None) -> str:
     src = r.predicate.source
     if via == "commit":
         return "via commit"
     if via == "tree":
         return f"via tree (commit {src.commit[:12]} has the same tree)"
+    if (
+        revision is not None
+        and revision.definition is not None
+        and (_recorded_definition(r) is None)
+    ):
+        return (
+            f"via package (commit {src.commit[:12]} has the same package files; recorded "
+            "before the package identity covered the workload definition, its commit's "
+            "definition, read from the checkout, is this revision's)"
+        )
     return f"via package (commit {src.commit[:12]} has the same package digest)"
 
 
@@ -231,7 +301,12 @@ def not_carried(r: ReceiptEvidence, revision: Revision, req: Requirement) -> Rea
         and src.package is not None
         and src.package.digest == revision.package_digest
     )
-    if same_tree or same_pkg:
+    gap = definition_gap(r, revision) if req.carry_over != "commit" else None
+    same_files = _same_but_definition(r, revision)
+    if gap is not None and (same_tree or (req.carry_over == "package" and same_files)):
+        what = "tree" if same_tree else "package files"
+        text = f"{sid} on commit {src.commit[:12]} has the same {what}, but {gap}"
+    elif same_tree or same_pkg:
         what = "tree" if same_tree else "package digest"
         text = (
             f"{sid} on commit {src.commit[:12]} has the same {what}, but claim "
@@ -246,10 +321,18 @@ def not_carried(r: ReceiptEvidence, revision: Revision, req: Requirement) -> Rea
     ):
         from ledger.identity.environment_identity import differing
 
-        parts = differing(src.package.parts, dict(revision.package_parts))
+        # A receipt without parts covered its files alone; the workload definition is
+        # said in words (`definition_gap`), never as two digests.
+        theirs = src.package.parts or {"files": src.package.digest}
+        parts = [
+            p
+            for p in differing(theirs, dict(revision.package_parts))
+            if not p.startswith("workload:")
+        ]
+        said = [*parts, *([gap] if gap is not None else [])]
         text = (
             f"{sid} on commit {src.commit[:12]}: the package identity differs in "
-            f"{'; '.join(parts) or 'its digest'}"
+            f"{'; '.join(said) or 'its digest'}"
         )
     else:
         differs = {
@@ -268,6 +351,10 @@ def stale(r: ReceiptEvidence, revision: Revision, req: Requirement) -> Reason:
         "tree": "its tree differs",
         "package": "its tree and package differ",
     }[req.carry_over]
+    gap = definition_gap(r, revision) if req.carry_over != "commit" else None
+    if gap is not None and (src.tree == revision.tree or _same_but_definition(r, revision)):
+        # Its files are the revision's: the definition is what differs.
+        why = gap
     return Reason(
         STALE_HEAD,
         f"{short_id(r.id)} {r.predicate.outcome} on earlier head {src.commit[:12]} of "

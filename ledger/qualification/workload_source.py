@@ -11,12 +11,26 @@ gate, and never has its model change go untested either.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import hashlib
+from collections.abc import Callable, Mapping
 from typing import Any
 
+from pydantic import JsonValue
+
+from ledger.evidence.canonical import canonical_bytes
+from ledger.qualification.adapters import adapter_version
 from ledger.qualification.plan import ClaimSpec, Plan
 
-__all__ = ["differences", "gate_changed", "workload_changed", "workload_from"]
+__all__ = [
+    "definition",
+    "definition_changes",
+    "definition_digest",
+    "differences",
+    "gate_changed",
+    "names_definition",
+    "workload_changed",
+    "workload_from",
+]
 
 
 def workload_from(gate: Plan, head: Plan | None) -> Plan:
@@ -100,3 +114,109 @@ def gate_changed(base: Plan | None, head: Plan | None) -> bool:
     if base is None or head is None:
         return base is not head
     return workload_from(head, base) != base
+
+
+# -- the definition as identity ------------------------------------------------
+
+
+def names_definition(plan: Plan | None) -> bool:
+    """Whether `plan` names a workload definition: an entry point or factory arguments,
+    plan-wide, per claim or per profile. A plan naming none leaves the package identity
+    as it was (the files, lock files and distributions alone)."""
+    if plan is None:
+        return False
+    return bool(
+        plan.workload
+        or plan.workload_params
+        or any(c.workload or c.workload_params for c in plan.claims)
+        or any(
+            p.workload_params or any(pc.workload_params for pc in p.claims.values())
+            for p in plan.profiles.values()
+        )
+    )
+
+
+def definition(
+    plan: Plan | None, versions: Callable[[str | None], str | None] = adapter_version
+) -> dict[str, JsonValue] | None:
+    """The workload definition `plan` resolves to (None: it names none): per claim its
+    entry point and factory arguments (the plan's updated by the claim's: the model, its
+    config, dtype, the estimator it names), the same under each profile, and the version
+    of each ready adapter that interprets them (`versions`: today's, or those a receipt
+    recorded before versions were named ran under; `ledger.qualification.adapters`).
+    What only speeds imports (`preload`) is not in it: it changes nothing computed."""
+    if plan is None or not names_definition(plan):
+        return None
+    claims: dict[str, JsonValue] = {
+        c.name: {"workload": plan.workload_for(c), "workload_params": plan.workload_params_for(c)}
+        for c in plan.claims
+    }
+    profiles: dict[str, JsonValue] = {}
+    for name in sorted(plan.profiles):
+        sized = plan.with_profile(name)
+        profiles[name] = {c.name: sized.workload_params_for(c) for c in sized.claims}
+    refs = sorted({r for c in plan.claims if (r := plan.workload_for(c))})
+    adapters: dict[str, JsonValue] = {r: v for r in refs if (v := versions(r)) is not None}
+    return {"claims": claims, "profiles": profiles, "adapters": adapters}
+
+
+def definition_digest(
+    plan: Plan | None, versions: Callable[[str | None], str | None] = adapter_version
+) -> str | None:
+    """sha256 hex over the canonical JSON of `definition(plan)`; None: it names none."""
+    doc = definition(plan, versions)
+    return None if doc is None else hashlib.sha256(canonical_bytes(doc)).hexdigest()
+
+
+def definition_changes(
+    was: Plan | None,
+    now: Plan | None,
+    was_versions: Callable[[str | None], str | None] = adapter_version,
+) -> list[str]:
+    """How the workload definition differs from `was` (its adapters at `was_versions`)
+    to `now` (each resolved), one `key: was -> now` line per difference, the same change
+    to several claims said once: the entry point and factory arguments (`differences`),
+    a profile's, an adapter's version. [] where they agree."""
+    a, b = definition(was, was_versions), definition(now)
+    if a == b:
+        return []
+    if a is None or b is None:
+        return [
+            "the workload definition: "
+            + ("none named" if a is None else "named")
+            + " -> "
+            + ("none named" if b is None else "named")
+        ]
+    assert was is not None and now is not None
+    out: list[str] = []
+    for c in was.claims:
+        hc = now.claim(c.name)
+        if hc is None:
+            continue
+        for line in differences(was, now.model_copy(update={"preload": was.preload}), c):
+            if line not in out:
+                out.append(line)
+    pa, pb = a["profiles"], b["profiles"]
+    assert isinstance(pa, dict) and isinstance(pb, dict)
+    for name in sorted(set(pa) | set(pb)):
+        sized_a, sized_b = pa.get(name), pb.get(name)
+        if not isinstance(sized_a, dict) or not isinstance(sized_b, dict):
+            out.append(f"profile {name}: {'added' if sized_a is None else 'removed'}")
+            continue
+        for claim in sorted(set(sized_a) & set(sized_b)):
+            lines: list[str] = []
+            _diff("workload_params", sized_a[claim], sized_b[claim], lines)
+            # A plan-wide change shows under every profile too: said once, above.
+            for line in lines:
+                said = f"profile {name}: {line}"
+                if line not in out and said not in out:
+                    out.append(said)
+    va, vb = a["adapters"], b["adapters"]
+    assert isinstance(va, dict) and isinstance(vb, dict)
+    for ref in sorted(set(va) & set(vb)):
+        if va[ref] != vb[ref]:
+            out.append(f"adapter {ref}: version {_json(va[ref])} -> {_json(vb[ref])}")
+    if not out:
+        # The claims differ in what the gate's claims do not name (a claim only one has).
+        _diff("claims", a["claims"], b["claims"], out)
+    return out

@@ -89,11 +89,13 @@ def identity_from_log(
         what = f"PR #{pr}" if pr is not None else f"revision {rev}"
         raise NotFoundError(f"no receipt for {what} of {want}")
     paths: tuple[str, ...] = ()
+    parts: dict[str, str] = {}
     entry = store.entry(row.id)
     if row.package_digest is not None and entry is not None:
         try:
             package = entry.receipt.predicate.source.package
             paths = tuple(package.paths) if package else ()
+            parts = dict(package.parts or {}) if package else {}
         except Error:
             pass  # the unreadable body is a problem of the answer (query.read_evidence)
     from ledger.plans.ledger import governing_plan
@@ -109,6 +111,7 @@ def identity_from_log(
         package_digest=row.package_digest,
         pr=pr,
         package_paths=paths,
+        **_definition_parts(plan, row.package_digest, parts),
     )
     what = f"PR #{pr} head {row.commit[:12]}" if pr is not None else row.commit[:12]
     notes = (
@@ -122,6 +125,33 @@ def identity_from_log(
         *gov.notes,
     )
     return Identity(revision, plan, notes, problems=problems)
+
+
+UNSHOWN = "unshown"
+"""The ``workload`` part of a subject read from the log whose receipt records no workload
+definition where its plan names one: no checkout here shows what it was, and no other
+commit's receipt shares it."""
+
+
+def _definition_parts(plan: Plan | None, digest: str | None, parts: dict[str, str]) -> Any:
+    """The package parts of a subject read from the log: its receipt's, so receipts of
+    the same package identity, workload definition included, carry over as in a
+    checkout. Where the receipt records no definition but its plan names one, the
+    definition is not known here, and no receipt of another commit is shown to share it
+    (each says so)."""
+    from ledger.identity.environment_identity import WORKLOAD_PART, prior_digest
+    from ledger.qualification.workload_source import names_definition
+
+    if digest is None:
+        return {}
+    if WORKLOAD_PART in parts:
+        return {
+            "package_parts": tuple(sorted(parts.items())),
+            "prior_package_digest": prior_digest(parts),
+        }
+    if not names_definition(plan):
+        return {}  # as the log always read it
+    return {"package_parts": tuple(sorted({**parts, WORKLOAD_PART: UNSHOWN}.items()))}
 
 
 def _plan_of(gov: Any, checkout: Any, pr: int | None) -> tuple[Plan | None, str, tuple[str, ...]]:
