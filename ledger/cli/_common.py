@@ -9,7 +9,14 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 from ledger.cli._io import emit_json, read_file
-from ledger.evidence.errors import EXIT_NEGATIVE, Error, InputError, UsageError
+from ledger.evidence.errors import (
+    EXIT_INFRA,
+    EXIT_NEGATIVE,
+    EXIT_OK,
+    Error,
+    InputError,
+    UsageError,
+)
 
 if TYPE_CHECKING:  # the CLI imports its machinery lazily, so `--help` starts fast
     from ledger.evidence.keys import KeyDir
@@ -31,6 +38,7 @@ __all__ = [
     "plan_option",
     "read_file",
     "rev_options",
+    "verdict_exit",
 ]
 
 
@@ -170,13 +178,27 @@ ask_server = server_option("Ask a `ledger serve` at URL instead of --db.")
 """``--server`` of the commands that only read."""
 
 
-def kept(recorder: object) -> None:
-    """Exit 1 when receipts stayed in the outbox because the server could not take them."""
+def verdict_exit(doc: dict[str, Any]) -> int:
+    """The exit status of a whole-plan answer (`status --json`, as the one judge gives
+    it, here or through a server): 0 qualified; 3 not qualified only because of
+    infrastructure (every blocker an infra-error: a retry, not a fix, decides it);
+    else 1 (the code was judged, or evidence is missing, or an entry is unreadable)."""
+    if doc.get("qualified"):
+        return EXIT_OK
+    verdict = doc.get("verdict") or {}
+    if verdict.get("infra_only") and not doc.get("problems"):
+        return EXIT_INFRA
+    return EXIT_NEGATIVE
+
+
+def kept(recorder: object) -> bool:
+    """Say so when receipts stayed in the outbox because the server could not take them
+    (the caller exits 3: the revision was not judged, the server was not reached)."""
     n = getattr(recorder, "kept", 0)
     if n:
         click.echo(
             f"ledger: {n} signed statement(s) kept in the outbox {recorder.outbox.path}"  # type: ignore[attr-defined]
-            f" ({recorder.failure}); send them with `ledger push --server URL`",  # type: ignore[attr-defined]
+            f" ({recorder.failure}); send them with `ledger push --server URL` (exit 3)",  # type: ignore[attr-defined]
             err=True,
         )
-        raise SystemExit(EXIT_NEGATIVE)
+    return bool(n)

@@ -40,8 +40,12 @@ def cli() -> None:
     `status` answers which claims are qualified for it, at which scope, on
     what evidence; `verify` checks any receipt offline.
 
-    Exit codes: 0 success/qualified/verified, 1 a definite negative (not
-    qualified, verification failed, input refused), 2 usage or environment error.
+    Exit codes, every command: 0 success/qualified/verified; 1 a definite negative
+    (not qualified because of the code or its evidence, verification failed, input
+    refused); 2 usage or environment error (bad options, no plan, no database, a port
+    taken); 3 not qualified (or not passed) only because of infrastructure: every
+    blocker an infra-error, the sandbox's self-test did not pass, or receipts kept in
+    the outbox because the server was not reached. Retry on 3 alone.
     """
 
 

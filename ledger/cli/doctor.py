@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from ledger.cli._common import emit_json, json_option, plan_option, rev_options, sandbox_option
-from ledger.evidence.errors import EXIT_NEGATIVE, InputError, UsageError
+from ledger.evidence.errors import EXIT_NEGATIVE, UsageError
 
 
 @click.command()
@@ -51,7 +51,7 @@ def doctor(
     r = src.open_repo(repo)
     ident = governing.identify(r, rev=rev, pr=pr, plan_file=plan, offline=offline, base=base)
     if ident.plan is None:
-        raise InputError(f"no {PLAN_FILE} at {ident.revision.commit[:12]}; pass --plan FILE")
+        raise UsageError(f"no {PLAN_FILE} at {ident.revision.commit[:12]}; pass --plan FILE")
     gate = ident.plan
     if pr is not None and plan is None:
         from ledger.qualification.workload_source import workload_from

@@ -86,16 +86,27 @@ def serve(
     from ledger.store.store import resolve_url
 
     _say_mirrors(mirrors)
-    run_server(
-        resolve_url(db),
-        host,
-        port,
-        keydir(),
-        tokens=tokens,
-        artifacts=artifacts,
-        deadline_s=deadline,
-        mirrors=mirrors,
-    )
+    try:
+        run_server(
+            resolve_url(db),
+            host,
+            port,
+            keydir(),
+            tokens=tokens,
+            artifacts=artifacts,
+            deadline_s=deadline,
+            mirrors=mirrors,
+        )
+    except SystemExit as e:
+        if e.code in (0, None):
+            raise
+        # uvicorn ends a server that could not start (a taken port, an address not this
+        # host's) with its own status 3, which here means "retry: infrastructure only".
+        # A port to choose is the operator's to fix: usage or environment, exit 2.
+        raise UsageError(
+            f"ledger serve could not start on {host}:{port} (the port is taken, or the "
+            "address is not this host's: the line above says which); pass another --port"
+        ) from None
 
 
 def _say_mirrors(mirrors: Sequence[Path]) -> None:

@@ -20,8 +20,9 @@ from ledger.cli._common import (
     rev_options,
     sandbox_option,
     server_option,
+    verdict_exit,
 )
-from ledger.evidence.errors import EXIT_INFRA, EXIT_NEGATIVE, EXIT_OK, UsageError
+from ledger.evidence.errors import EXIT_INFRA, EXIT_OK, UsageError
 
 if TYPE_CHECKING:
     from ledger.execution.qualify import QualifyRun
@@ -29,46 +30,30 @@ if TYPE_CHECKING:
     from ledger.write.record import Recorder
 
 
-def qualify_exit(ran: Sequence[tuple[str, str, str]], report: StatusReport | None) -> int:
-    """The exit status of a qualify run: 0 qualified; 3 not qualified only because of
-    infrastructure (every blocking claim has nothing but this run's infra-error
-    receipts: the code was not judged, and a CI retry may run it again); else 1.
-
-    ``ran`` is this run's (receipt id, claim, outcome); ``report`` the whole plan's
-    status, None through a server (whose client judges only what it just recorded).
-    """
-    if report is None:
-        bad = [o for _, _, o in ran if o != "passed"]
-        if not bad:
-            return EXIT_OK
-        return EXIT_INFRA if all(o == "infra-error" for o in bad) else EXIT_NEGATIVE
-    if report.qualified:
-        return EXIT_OK
-    if not report.governed or report.problems:
-        return EXIT_NEGATIVE
-    infra = {c for _, c, o in ran if o == "infra-error"}
-    blocking = [
-        c
-        for c in report.claims
-        if c.required and c.scope_role == "required" and c.state != "qualified"
-    ]
-    # Not run for want of evidence (or only an earlier head's), and this run's try
-    # was an infra-error: a retry can qualify it. A failure, a dispute, a review
-    # still owed or a claim this run did not try is a verdict no retry changes.
-    only_infra = bool(blocking) and all(
-        c.state in ("not-run", "stale") and c.claim in infra for c in blocking
-    )
-    return EXIT_INFRA if only_infra else EXIT_NEGATIVE
+def qualify_exit(ran: Sequence[tuple[str, str, str]], doc: dict[str, Any] | None) -> int:
+    """The exit status of a qualify run, by the whole plan's verdict (`doc`: the one
+    judge's answer, `ledger status --json`, here or from the server): 0 qualified, 3 not
+    qualified only because of infrastructure (every blocker an infra-error), else 1.
+    ``ran`` is this run's (receipt id, claim, outcome): a run that measured nothing
+    (every check an infra-error) is never green, even on earlier evidence.
+    ``doc`` None: the verdict could not be asked (the server was not reached), 3."""
+    if doc is None:
+        return EXIT_INFRA
+    code = verdict_exit(doc)
+    return EXIT_INFRA if code == EXIT_OK and nothing_measured(ran) else code
 
 
-def _headline(report: Any, subset: Sequence[str]) -> str:
+def nothing_measured(ran: Sequence[tuple[str, str, str]]) -> bool:
+    """Every check this run ran ended in infra-error."""
+    return bool(ran) and all(o == "infra-error" for _, _, o in ran)
+
+
+def _headline(doc: dict[str, Any], subset: Sequence[str]) -> str:
     """The whole plan's verdict in one line, saying when only some claims ran now."""
-    from ledger.qualification.verdict import verdict_of
-
-    v = verdict_of(report)
-    line = f"whole plan: {v.headline}"
-    if v.blockers:
-        line += "; blocking: " + ", ".join(f"{c.claim} ({c.state})" for c in v.blockers)
+    v = doc["verdict"]
+    line = f"whole plan: {v['headline']}"
+    if v["blockers"]:
+        line += "; blocking: " + ", ".join(f"{c['claim']} ({c['state']})" for c in v["blockers"])
     if subset:
         line += (
             f" (this run ran {len(subset)} claim(s): {', '.join(subset)}; "
@@ -129,7 +114,7 @@ def _headline(report: Any, subset: Sequence[str]) -> str:
     show_default=True,
     help="Runner key name in $LEDGER_KEYS (with --executor ray: on each worker host).",
 )
-@server_option("Record through a `ledger serve` at URL instead of --db (prints no status table).")
+@server_option("Record through a `ledger serve` at URL instead of --db (its verdict decides).")
 @db_option
 @json_option
 def qualify(
@@ -157,7 +142,10 @@ def qualify(
     The revision is checked out into a temporary worktree (removed afterwards);
     plan and workload come from it. Progress goes to stderr; the receipt ids and
     the status table (or --json) to stdout. The status is the whole plan's, also
-    after a --claim subset: exit 0 only when every required claim is qualified.
+    after a --claim subset and through --server (the server's verdict, as `ledger
+    status` asks it): exit 0 only when every required claim is qualified, 3 when
+    only infrastructure blocks it (every blocker an infra-error) or the receipts
+    wait in the outbox (`ledger push`), else 1.
 
     With --pr, a claim that fails or is inconclusive on the head is judged on the
     commit the PR branched from, on the same device (a receipt of it reused, else
@@ -233,52 +221,67 @@ def _report(
     as_json: bool,
     progress: Callable[[str], None],
 ) -> int:
-    """The receipts and the status rendered (or --json), the lines on stderr; the exit code."""
-    from ledger.read.render import render_qualify
+    """The receipts and the whole plan's status rendered (or --json), the lines on
+    stderr; the exit code, by the same judge `ledger status` asks (here, or the server)."""
+    from ledger.read.render import render_qualify, render_status, terminal_width
     from ledger.write.record import LocalRecorder
 
     receipts = [{"id": i, "claim": c, "outcome": o} for i, c, o in result.receipts]
-    # Every check ending in infra-error measured nothing: an environment
-    # failure (exit 3), never a verdict about the code.
-    nothing_measured = bool(receipts) and all(o == "infra-error" for _, _, o in result.receipts)
-    report = None
+    report: StatusReport | None = None
+    doc: dict[str, Any] | None = None
+    unjudged = ""
     if isinstance(recorder, LocalRecorder):
         from ledger.read.query import query_status
 
         # The PR's whole verdict, also when only some claims ran now.
         report = query_status(recorder.store, result.query(), claims=(), scope={})
+        doc = report.to_json()
+    elif getattr(recorder, "kept", 0):
+        unjudged = "receipts wait in the outbox: the server holds no verdict on them yet"
+    else:
+        doc, unjudged = _server_verdict(server, result)
     subset = sorted(set(claims))
     if as_json:
         emit_json(
             {
                 "receipts": receipts,
-                "status": report.to_json() if report else None,
+                "status": doc,
                 "ran": subset or "all",
                 "skipped": list(result.skipped),
                 "baseline": [b.to_json() for b in result.baseline],
             }
         )
-    else:
+    elif report is not None:
         click.echo(render_qualify(receipts, report), nl=False)
-    if report is not None:
-        progress(_headline(report, subset))
-    code = qualify_exit(result.receipts, report)
-    if nothing_measured:
+    else:
+        click.echo(render_qualify(receipts, None), nl=False)
+        if doc is not None:
+            click.echo("\n" + render_status(doc, width=terminal_width()), nl=False)
+    if doc is not None:
+        progress(_headline(doc, subset))
+    code = qualify_exit(result.receipts, doc)
+    kept(recorder)
+    if doc is None:
+        click.echo(f"ledger: not judged: {unjudged} (exit 3)", err=True)
+    elif code == EXIT_INFRA and nothing_measured(result.receipts):
         # Qualified on earlier evidence alone, this run still measured nothing: never green.
-        code = EXIT_NEGATIVE if code == EXIT_NEGATIVE else EXIT_INFRA
         click.echo("ledger: nothing was measured: every check ended in infra-error", err=True)
     elif code == EXIT_INFRA:
         click.echo(
             "ledger: not qualified only because of infrastructure: "
-            "every blocking claim's receipt here is an infra-error (exit 3)",
-            err=True,
-        )
-    kept(recorder)
-    if report is None:
-        # A server client has only the receipts it just recorded, so it reports
-        # those and leaves qualification to `ledger status` where the database is.
-        click.echo(
-            f"recorded at {server}; whether the claims qualify: `ledger status` on that ledger",
+            "every blocking claim is an infra-error (exit 3)",
             err=True,
         )
     return code
+
+
+def _server_verdict(server: str | None, result: QualifyRun) -> tuple[dict[str, Any] | None, str]:
+    """The server's whole-plan answer about what was just qualified (the judge
+    `ledger status --server` asks), or why it could not be had."""
+    from ledger.cli._common import open_reader
+    from ledger.evidence.errors import Error
+
+    try:
+        return open_reader(None, server).status(result.query(), (), {}), ""
+    except (Error, OSError) as e:
+        return None, f"the server's verdict could not be read ({e})"

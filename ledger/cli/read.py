@@ -18,8 +18,9 @@ from ledger.cli._common import (
     parse_scope,
     plan_option,
     rev_options,
+    verdict_exit,
 )
-from ledger.evidence.errors import EXIT_NEGATIVE, UsageError
+from ledger.evidence.errors import EXIT_NEGATIVE, EXIT_OK, UsageError
 
 
 def _identity(  # type: ignore[no-untyped-def]
@@ -115,7 +116,8 @@ def status(
     For --pr N, the PR's current head is asked about; evidence on earlier heads
     counts only where the plan's carry-over (tree or package identity) allows,
     and shows as stale otherwise. Exit 0 only when every required claim is
-    qualified at the requested scope.
+    qualified at the requested scope; 3 when only infrastructure keeps it from
+    qualifying (every blocker an infra-error: retry); else 1.
     """
     from ledger.read import formats
     from ledger.read.render import render_status, terminal_width
@@ -144,8 +146,9 @@ def status(
         click.echo(formats.markdown(doc, links), nl=False)
     else:
         click.echo(render_status(doc, width=terminal_width()), nl=False)
-    if not doc["qualified"]:
-        raise SystemExit(EXIT_NEGATIVE)
+    code = verdict_exit(doc)
+    if code != EXIT_OK:
+        raise SystemExit(code)
 
 
 @click.command()

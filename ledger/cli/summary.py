@@ -104,6 +104,11 @@ def summary(
         plan_uri=str(plan) if plan is not None else PLAN_FILE,
         verifier_id=f"urn:ledger-qualify:ledger-key:{info.keyid}",
     )
+    if text is None and plan is None:
+        # As `status`, `qualify` and `doctor` answer it: no plan, nothing to sign (exit 2).
+        raise UsageError(
+            f"no {PLAN_FILE} governs {ident.revision.commit[:12]}: pass --plan FILE for a what-if"
+        )
     if text is None or text != governing:
         # Another plan than the governing one: what the answer would be under it, never
         # a signed verdict (a signed PASSED under a laxer plan would be a forgery).

@@ -24,7 +24,7 @@ from ledger.cli._common import (
     rev_options,
     server_option,
 )
-from ledger.evidence.errors import InputError, UsageError
+from ledger.evidence.errors import EXIT_INFRA, InputError, UsageError
 
 if TYPE_CHECKING:
     from ledger.evidence.statement import Facts
@@ -227,7 +227,8 @@ def _said(done: Attested, recorder: Recorder) -> None:
             err=True,
         )
     click.echo(done.recorded.id)
-    kept(recorder)
+    if kept(recorder):
+        raise SystemExit(EXIT_INFRA)
 
 
 @click.command()

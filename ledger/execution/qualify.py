@@ -20,7 +20,7 @@ from typing import Any
 
 import git
 
-from ledger.evidence.errors import InputError, UsageError
+from ledger.evidence.errors import UsageError
 from ledger.evidence.keys import LocalKey
 from ledger.execution import local_run
 from ledger.execution.baseline import BaseRow
@@ -174,7 +174,9 @@ def _started(
     if p.box is None:
         return None
     planned = to_run(p.run_plan, claims)
-    return stack.enter_context(local_run.started(p.repo, p.revision, p.run_plan, planned, p.box))
+    return stack.enter_context(
+        local_run.started(p.repo, p.revision, p.run_plan, planned, p.box, p.base_plan)
+    )
 
 
 def _claim_runs(
@@ -300,7 +302,7 @@ def _prepared(
     )
     plan = ident.plan
     if plan is None:
-        raise InputError(f"no {PLAN_FILE} at {ident.revision.commit[:12]}; pass --plan FILE")
+        raise UsageError(f"no {PLAN_FILE} at {ident.revision.commit[:12]}; pass --plan FILE")
     # What is judged comes from the head (its workload definition is code under test);
     # how it is judged, from the governing plan (`ledger.qualification.workload_source`).
     head_plan, base_plan, sources, differ, files = definitions(repo, ident, plan, pr, plan_file)

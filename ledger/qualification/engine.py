@@ -206,6 +206,8 @@ class _Row:
     """Passes whose one missing requirement is concurring reviews."""
     unverified: list[ReceiptEvidence] = field(default_factory=list)
     inconclusive: list[ReceiptEvidence] = field(default_factory=list)
+    infra: list[ReceiptEvidence] = field(default_factory=list)
+    """Sound infra-errors of this revision (or carried to it): the code was not judged."""
     stale: list[ReceiptEvidence] = field(default_factory=list)
     why: dict[str, list[Reason]] = field(default_factory=lambda: defaultdict(list))
     """Reasons about each receipt, by receipt id."""
@@ -279,7 +281,13 @@ def _sort(ctx: _Context, req: Requirement, r: ReceiptEvidence, row: _Row) -> Non
     # Pending: the receipt stands, and its reasons say why the supersession did not count.
     row.why[r.id].extend(sup.pending)
     if p.outcome == "infra-error":
-        row.notes.append(rules.outcome_reason(r, rules.INFRA_ERROR))
+        # Never evidence either way; where it is this revision's own try (sound, and
+        # reaching it), it says why nothing else is: the host failed, not the code.
+        if ctx.sound(r) and ctx.link(r, req.carry_over) is not None:
+            row.infra.append(r)
+            row.why[r.id].append(rules.outcome_reason(r, rules.INFRA_ERROR))
+        else:
+            row.notes.append(rules.outcome_reason(r, rules.INFRA_ERROR))
         return
     if p.outcome == "refused":
         row.notes.append(rules.outcome_reason(r, rules.REFUSAL))
@@ -436,17 +444,35 @@ def _decide(
         ("needs-review", row.needs_review),
         ("unverified", row.unverified),
         ("inconclusive", row.inconclusive),
+        # Before stale: this revision's own try failed for the host's reasons, and
+        # a retry (not a fix) is what judges it.
+        ("infra-error", row.infra),
         ("stale", row.stale),
     )
     for state, group in groups:
         if group:
-            return state, group, []
+            return state, group, [_infra_lead(group)] if state == "infra-error" else []
     text = (
         f"no receipt that counts covers scope {format_scope(scope)}"
         if members
         else f"no receipt of {req.claim!r} covers scope {format_scope(scope)}"
     )
     return "not-run", [], [Reason(rules.NO_EVIDENCE, text)]
+
+
+def _infra_lead(broken: Sequence[ReceiptEvidence]) -> Reason:
+    """The newest infra-error as a person acts on it: where (host, GPU) and what failed."""
+    r = max(broken, key=lambda e: e.seq)
+    p = r.predicate
+    gpu = p.scope.get("gpu_model") or p.scope.get("device_kind") or "no GPU named"
+    where = f"host {p.runner.host or 'unnamed'}, {gpu}"
+    fault = p.reason or "no fault recorded"
+    more = f" (the newest of {len(broken)} tries)" if len(broken) > 1 else ""
+    return Reason(
+        rules.INFRA_ERROR,
+        f"{short_id(r.id)}{more} on {where}: {fault}; the code was not judged",
+        r.id,
+    )
 
 
 def _failures(failed: Sequence[ReceiptEvidence], shown: int = 3) -> str:

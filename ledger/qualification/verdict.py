@@ -40,6 +40,7 @@ Meaning: TypeAlias = Literal[
     "disputed",
     "does-not-hold",
     "inconclusive",
+    "infra-error",
     "stale",
     "superseded",
     "supersession-pending",
@@ -57,6 +58,7 @@ MEANINGS: Mapping[Meaning, str] = {
     "disputed": "disputed by a review: does not qualify",
     "does-not-hold": "does not hold (signature, key, cleanup, control or dirty tree)",
     "inconclusive": "inconclusive: decides nothing",
+    "infra-error": "infra-error: the host failed, the code was not judged; a retry judges it",
     "stale": "stale: recorded for an earlier head, or older than the plan allows",
     "superseded": "superseded: replaced by a later receipt",
     "supersession-pending": f"{SUPERSESSION_PENDING}: it stands until its signer "
@@ -78,6 +80,7 @@ _BY_STATE: Mapping[State, Meaning] = {
     "needs-review": "needs-review",
     "unverified": "does-not-hold",
     "inconclusive": "inconclusive",
+    "infra-error": "infra-error",
     "stale": "stale",
 }
 # For a receipt that does not decide its row: the first reason about it that
@@ -222,10 +225,24 @@ class Verdict:
     command, the claims it serves), where each would otherwise get its own."""
 
     @property
+    def infra_only(self) -> bool:
+        """Not qualified only because of infrastructure: every blocker is an infra-error
+        (the code was not judged; a retry, not a fix, decides it)."""
+        blockers = self.blockers
+        return (
+            self.governed
+            and not self.qualified
+            and bool(blockers)
+            and all(c.state == "infra-error" for c in blockers)
+        )
+
+    @property
     def headline(self) -> str:
         if not self.governed:
             return f"not qualified: {self.ungoverned}"
         word = "qualified" if self.qualified else "not qualified"
+        if self.infra_only:
+            word = "not qualified only because of infrastructure (infra-error)"
         head = f"{word}: {self.qualified_required} of {self.required} required claims qualified"
         return head + self.whose
 
@@ -282,6 +299,7 @@ class Verdict:
             "qualified_required": self.qualified_required,
             "scopes": list(self.scopes),
             "governed": self.governed,
+            "infra_only": self.infra_only,
             "inherited_only": self.inherited_only,
             "blockers": [
                 {
@@ -455,6 +473,8 @@ def _next(row: ClaimStatus, target: str) -> str | None:
             return f"`{qualify}`"
         case "not-applicable":
             return "ask at a scope the plan's scope allows (drop or change --scope)"
+        case "infra-error":
+            return f"retry: `{qualify}` (the host failed, not the code: nothing to fix)"
         case _:
             return f"`{qualify}`"
 

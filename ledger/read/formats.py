@@ -31,6 +31,7 @@ _ICON = {
     "not-run": "⬜",
     "stale": "⏳",
     "needs-review": "👀",
+    "infra-error": "🔧",
 }
 
 
@@ -179,7 +180,7 @@ def junit(doc: dict[str, Any], links: Links | None = None) -> str:
     if links is not None:
         props = ET.SubElement(suite, "properties")
         ET.SubElement(props, "property", name="page", value=x(links.page(doc)))
-    failures = skipped = 0
+    failures = errors = skipped = 0
     nexts = _nexts(v)
     for c in v["claims"]:
         case = ET.SubElement(
@@ -202,7 +203,12 @@ def junit(doc: dict[str, Any], links: Links | None = None) -> str:
             why += "\n" + "\n".join(lines)
         # The message is what a CI page shows in one line: the state and its reason.
         message = f"{c['state']}: {lead}" if lead else c["state"]
-        if c["required"]:
+        if c["required"] and c["state"] == "infra-error":
+            # JUnit's own word for a test that could not run: an error, not a failure
+            # of the code (a CI page still counts it against the run).
+            errors += 1
+            ET.SubElement(case, "error", message=x(message), type=c["state"]).text = x(why)
+        elif c["required"]:
             failures += 1
             ET.SubElement(case, "failure", message=x(message), type=c["state"]).text = x(why)
         else:
@@ -210,7 +216,7 @@ def junit(doc: dict[str, Any], links: Links | None = None) -> str:
             ET.SubElement(case, "skipped", message=x(f"{c['state']}: {why}"))
     suite.set("tests", str(len(v["claims"])))
     suite.set("failures", str(failures))
-    suite.set("errors", "0")
+    suite.set("errors", str(errors))
     suite.set("skipped", str(skipped))
     root = ET.Element("testsuites")
     root.append(suite)
@@ -278,6 +284,8 @@ def github_check(
         "name": "ledger qualification",
         "head_sha": s["commit"],
         "status": "completed",
+        # Never a conclusion branch protection passes (success, neutral, skipped) for a
+        # revision that is not qualified, infra-only included: its title says retry.
         # Every blocker already on the base: a person acts (fixes the base, or
         # waives), not this pull request's author; still never a passing conclusion.
         "conclusion": "success"

@@ -174,6 +174,7 @@ _STATE_ORDER = (
     "unverified",
     "inconclusive",
     "needs-review",
+    "infra-error",
     "stale",
     "not-run",
     "not-applicable",

@@ -142,6 +142,7 @@ _MARK = {
     "needs-review": "[..]",
     "unverified": "[!!]",
     "inconclusive": "[??]",
+    "infra-error": "[IE]",
     "stale": "[--]",
     "not-run": "[  ]",
     "not-applicable": "[na]",

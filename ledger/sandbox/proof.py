@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from ledger.evidence.errors import Error
+from ledger.evidence.errors import EXIT_INFRA, Error
 from ledger.sandbox.launcher import hand_over
 
 __all__ = ["SandboxBreach", "SelfTest", "below", "policy_digest", "prove", "read_outside"]
@@ -39,7 +39,10 @@ TIMEOUT_S = 120
 
 
 class SandboxBreach(Error):
-    """The self-test reached something: nothing of the pull request runs there."""
+    """The self-test reached something, or did not run: nothing of the pull request
+    runs there. The host's fault, never the code's: exit 3, which a retry may clear."""
+
+    exit_code = EXIT_INFRA
 
 
 @dataclass(frozen=True, slots=True)

@@ -82,7 +82,7 @@ def test_infra_errors_alone_blocking_exit_3(
     ran.append(_attest(capsys, upstream, "b.admission", "passed"))
     report = _report(tmp_path, upstream)
     assert not report.qualified
-    assert qualify_exit(ran, report) == 3
+    assert qualify_exit(ran, report.to_json()) == 3
 
 
 def test_a_failure_beside_an_infra_error_exits_1(
@@ -90,7 +90,7 @@ def test_a_failure_beside_an_infra_error_exits_1(
 ) -> None:
     ran = [_attest(capsys, upstream, "a.admission", "infra-error")]
     ran.append(_attest(capsys, upstream, "b.admission", "failed"))
-    assert qualify_exit(ran, _report(tmp_path, upstream)) == 1
+    assert qualify_exit(ran, _report(tmp_path, upstream).to_json()) == 1
 
 
 def test_a_blocking_claim_this_run_did_not_try_exits_1(
@@ -98,7 +98,7 @@ def test_a_blocking_claim_this_run_did_not_try_exits_1(
 ) -> None:
     # b.admission has no evidence at all: a retry of this run would not give it any.
     ran = [_attest(capsys, upstream, "a.admission", "infra-error")]
-    assert qualify_exit(ran, _report(tmp_path, upstream)) == 1
+    assert qualify_exit(ran, _report(tmp_path, upstream).to_json()) == 1
 
 
 def test_an_earlier_counterexample_is_not_washed_out_by_a_retry(
@@ -107,20 +107,28 @@ def test_an_earlier_counterexample_is_not_washed_out_by_a_retry(
     _attest(capsys, upstream, "a.admission", "failed")
     ran = [_attest(capsys, upstream, "a.admission", "infra-error")]
     ran.append(_attest(capsys, upstream, "b.admission", "passed"))
-    assert qualify_exit(ran, _report(tmp_path, upstream)) == 1
+    assert qualify_exit(ran, _report(tmp_path, upstream).to_json()) == 1
 
 
 def test_qualified_exits_0(
     upstream: git.Repo, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     ran = [_attest(capsys, upstream, c, "passed") for c in ("a.admission", "b.admission")]
-    assert qualify_exit(ran, _report(tmp_path, upstream)) == 0
+    assert qualify_exit(ran, _report(tmp_path, upstream).to_json()) == 0
 
 
-def test_through_a_server_the_receipts_just_recorded_decide() -> None:
-    assert qualify_exit([("i", "a", "passed"), ("j", "b", "infra-error")], None) == 3
-    assert qualify_exit([("i", "a", "failed"), ("j", "b", "infra-error")], None) == 1
-    assert qualify_exit([("i", "a", "passed")], None) == 0
+def test_a_run_that_measured_nothing_is_never_green(
+    upstream: git.Repo, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for c in ("a.admission", "b.admission"):
+        _attest(capsys, upstream, c, "passed")
+    ran = [_attest(capsys, upstream, "a.admission", "infra-error")]
+    assert qualify_exit(ran, _report(tmp_path, upstream).to_json()) == 3
+
+
+def test_without_a_verdict_to_ask_the_run_was_not_judged() -> None:
+    # Through a server that was not reached (the receipts wait in the outbox).
+    assert qualify_exit([("i", "a", "passed")], None) == 3
 
 
 @pytest.mark.parametrize(

@@ -160,7 +160,8 @@ def test_superseded_pass_no_longer_counts() -> None:
 def test_infra_error_counts_neither_way() -> None:
     e = receipt(seq=1, outcome="infra-error", reason="HTTP 503 downloading the model")
     row = status([e])
-    assert row.state == "not-run"
+    # Evidence of nothing about the code: its own state, which a retry (not a fix) clears.
+    assert row.state == "infra-error"
     assert "infra-error: " in why(row) and "HTTP 503" in why(row)
     assert status([e, receipt(seq=2)]).state == "qualified"
 

@@ -221,7 +221,7 @@ def test_infrastructure_failures_count_as_nothing() -> None:
         reason="smoke could not provision an H200 via Sky",
     )
     row = status([http503, no_gpu], rev=rev)
-    assert row.state == "not-run"
+    assert row.state == "infra-error"
     assert "HTTP 503" in why(row) and "provision an H200" in why(row)
     assert status([http503, receipt(seq=3, commit=HEAD_SEP23), no_gpu], rev=rev).state == (
         "qualified"

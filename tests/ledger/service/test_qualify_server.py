@@ -49,7 +49,8 @@ def test_server_stopped_during_qualify(
     r = run(
         capsys, "qualify", "--pr", "1", "--repo", str(repo), *FAST, "--server", srv.url, "--json"
     )
-    assert r.code == 1, r.err
+    # Not judged: the server holds no verdict on what waits in the outbox (exit 3).
+    assert r.code == 3, r.err
     assert "[2/2]" in r.err  # the run went on to the end
     assert "1 signed statement(s) kept in the outbox" in r.err, r.err
     ids = [x["id"] for x in json.loads(r.out)["receipts"]]
