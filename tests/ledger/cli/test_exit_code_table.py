@@ -187,8 +187,8 @@ def test_a_self_test_that_did_not_run_is_the_hosts(tmp_path: Path) -> None:
 
     try:
         box = resolve("bwrap")
-    except UsageError as e:  # no bubblewrap here: nothing to prove
-        pytest.skip(e.reason())
+    except UsageError as why:  # no bubblewrap here: nothing to prove
+        pytest.skip(why.reason())
     assert box.base is not None and box.bwrap is not None
     # The self-test started as the pull request's process would, but its start fails:
     # it printed nothing, so it did not run.
