@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from ledger.cli.estimate import _render_profile
 from tests.ledger.helpers import run
 
 TEAM = """
@@ -61,15 +62,19 @@ def team(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _profile(
-    capsys: pytest.CaptureFixture[str], team: Path, adapter: str, *extra: str
+    capsys: pytest.CaptureFixture[str], team: Path, adapter: str, *extra: str, text: bool = True
 ) -> tuple[str, dict]:
+    """`ledger profile` as a person runs it (its text, when `text`) and as a script does."""
     args = ["profile", "--workload", f"runners.adapt.library:{adapter}", "--shape", "2x8"]
     args += ["--repo", str(team), *ADAPTERS[adapter], *extra]
-    text = run(capsys, *args)
-    assert text.code == 0, text.err
+    out = ""
+    if text:
+        said = run(capsys, *args)
+        assert said.code == 0, said.err
+        out = said.out
     doc = run(capsys, *args, "--json")
     assert doc.code == 0, doc.err
-    return text.out, json.loads(doc.out)
+    return out, json.loads(doc.out)
 
 
 @pytest.mark.parametrize("adapter", sorted(ADAPTERS))
@@ -89,8 +94,10 @@ def test_profile_without_an_estimator_reports_the_peak_and_predicts_nothing(
 def test_profile_with_an_estimator_reports_the_ratio(
     capsys: pytest.CaptureFixture[str], team: Path, adapter: str
 ) -> None:
-    out, doc = _profile(capsys, team, adapter, "--param", "estimator=profile_team:estimate")
+    estimator = ("--param", "estimator=profile_team:estimate")
+    _, doc = _profile(capsys, team, adapter, *estimator, text=False)
     assert doc["predicted_bytes"] == 1 << 20
     assert doc["measured_over_predicted"] == doc["measured_increment_bytes"] / (1 << 20)
     assert doc["no_estimator"] is None
+    out = _render_profile(doc)  # what the command prints from the same document
     assert "measured/predicted" in out and "no estimator" not in out
