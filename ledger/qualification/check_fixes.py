@@ -106,7 +106,8 @@ def _repeat_difference(
     its two forwards: each output row it signed is finite, and those over the allowed
     difference (``pooled_atol``) are what failed; no NLL family failed; and its reason
     says exactly one "did not repeat" per such row and nothing else (a missing output
-    or a shape difference is said there only)."""
+    or a shape difference is said there only). A receipt that signed no output rows
+    cannot show it, and keeps its verdict."""
     rows = m.get("outputs")
     atol = _number(parameters.get("pooled_atol", 0.0))
     if not isinstance(rows, list) or not rows or atol is None or not reason:
