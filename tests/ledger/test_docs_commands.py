@@ -1,7 +1,9 @@
 """The documentation's commands are the CLI's: every `ledger ...` line in a code
-block of README.md and docs/*.md names a command that exists, with flags that
-command takes (as `--help` lists them); and the README's list of commands that
-take `--server` is the CLI's own."""
+block of README.md and docs/*.md, and in the CI scripts the docs point to
+(scripts/ci/, action.yml), names a command that exists, with flags that command
+takes (as `--help` lists them); and the README's list of commands that take
+`--server` is the CLI's own. The CI snippets themselves are run by
+tests/ledger/cli/test_ci_recipes.py."""
 
 from __future__ import annotations
 
@@ -13,20 +15,20 @@ import click
 import pytest
 
 from ledger.cli import cli
+from tests.ledger.ci_snippets import DOCS, FENCE, ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
-DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
-_FENCE = re.compile(r"^```[^\n]*\n(.*?)^```", re.M | re.S)
+SCRIPTS = [*sorted((ROOT / "scripts" / "ci").glob("*.sh")), ROOT / "action.yml"]
 _CALL = re.compile(
     r"(?:^\s*(?:\$\s*|-\s+)?|(?:&&|\|\||[|;(`]|run:|script:|args:|sh -c)\s*['\"]?)"
     r"ledger((?:\s+[^\s;&|)`'\"]+)+)"
 )
 
 
-def _lines(text: str) -> list[str]:
-    """Logical lines of the code blocks (backslash continuations joined)."""
+def _lines(text: str, blocks: bool = True) -> list[str]:
+    """Logical lines of the code blocks, or of a whole script (backslash continuations
+    joined)."""
     out: list[str] = []
-    for block in _FENCE.findall(text):
+    for _, block in FENCE.findall(text) if blocks else [("", text)]:
         out += re.sub(r"\\\n\s*", " ", block).splitlines()
     return out
 
@@ -53,8 +55,8 @@ def _flags(cmd: click.Command) -> set[str]:
 
 def _calls() -> list[tuple[str, str]]:
     calls = []
-    for doc in DOCS:
-        for line in _lines(doc.read_text()):
+    for doc in [*DOCS, *SCRIPTS]:
+        for line in _lines(doc.read_text(), blocks=doc.suffix == ".md"):
             # Two commands side by side in columns are two calls.
             code = re.sub(r"(^|\s)#.*", "", line)  # a shell comment is prose
             for part in re.split(r"\s{3,}", code):
@@ -68,6 +70,8 @@ CALLS = _calls()
 
 def test_the_docs_have_commands() -> None:
     assert len(CALLS) > 30
+    in_scripts = {args.split()[0] for where, args in CALLS if where.startswith("scripts/ci/")}
+    assert in_scripts >= {"qualify", "push", "status"}
 
 
 @pytest.mark.parametrize(("where", "args"), CALLS, ids=[w[:90] for w, _ in CALLS])
