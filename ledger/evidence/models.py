@@ -84,7 +84,9 @@ class PackageIdentity(_Frozen):
     """What the digest covers, part by part, so a difference can be named: ``files``
     (the digest of the paths' files), ``lock:PATH`` (a lock file's git blob id, or
     ``missing``), ``dist:NAME`` (an installed distribution's version, or ``missing``;
-    torch with its CUDA build). None: the files alone."""
+    torch with its CUDA build), ``workload`` (the digest of the workload definition the
+    plan resolves to, its ready adapters' versions included, where the plan names one).
+    None: the files alone (as every receipt recorded before these parts existed)."""
 
 
 class Source(_Frozen):
