@@ -243,18 +243,18 @@ class Verdict:
         word = "qualified" if self.qualified else "not qualified"
         if self.infra_only:
             word = "not qualified only because of infrastructure (infra-error)"
-        head = f"{word}: {self.qualified_required} of {self.required} required claims qualified"
-        return head + self.whose
+        return f"{word}: {self.qualified_required} of {self.required} required claims qualified"
 
     @property
     def whose(self) -> str:
-        """Whose the blockers are, counted apart where a baseline labelled any: those
-        this pull request introduced and those already on its base (empty otherwise)."""
+        """Whose the blockers are, counted apart where a baseline told any: those this
+        pull request introduced and those already on its base, said under the headline
+        (empty where no blocker was set beside its base)."""
         labels = [c.attribution for c in self.blockers if c.attribution is not None]
-        if not labels:
-            return ""
         introduced = sum(a.label == "introduced" for a in labels)
         inherited = sum(a.inherited for a in labels)
+        if not introduced and not inherited:
+            return ""
         rest = len(self.blockers) - introduced - inherited
         parts = [
             f"{introduced} introduced by this pull request",
@@ -262,7 +262,7 @@ class Verdict:
         ]
         if rest:
             parts.append(f"{rest} not attributed")
-        return " (" + ", ".join(parts) + ")"
+        return "blocking: " + ", ".join(parts)
 
     @property
     def inherited_only(self) -> bool:
@@ -301,6 +301,7 @@ class Verdict:
             "governed": self.governed,
             "infra_only": self.infra_only,
             "inherited_only": self.inherited_only,
+            "whose": self.whose,
             "blockers": [
                 {
                     "claim": c.claim,

@@ -71,6 +71,9 @@ def render_status(doc: dict[str, Any], *, width: int = 80) -> str:
     v = doc["verdict"]
     out: list[str] = []
     out += _wrap(v["headline"], width, "")
+    # Whose the blockers are, counted apart (introduced here, already on the base).
+    if v.get("whose"):
+        out += _wrap(v["whose"], width, "  ")
     out += _wrap(f"{doc['subject']['repo']} {_subject_line(doc['subject'])}", width, "  ", "    ")
     for note in doc.get("judged", []):
         out += _wrap(note, width, "  ")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,7 @@ from ledger.identity.repoid import canonical_repo
 from ledger.read.findings import findings
 from ledger.read.query import query_history, query_status, show_document
 from ledger.read.subject import identity_from_log
+from ledger.read.whose import BASELINE_FOR
 from ledger.service.web import charts
 from ledger.service.web.measurements import cell as _cell
 from ledger.service.web.measurements import flat as _flat
@@ -77,9 +79,14 @@ def index(store: Store, mirrors: Sequence[Path] = ()) -> list[dict[str, Any]]:
             p["heads"].add(commit)
             p["last"] = max(p["last"], last)
         else:
-            rv = r["revisions"].setdefault(commit, {"commit": commit, "receipts": 0, "last": 0})
+            rv = r["revisions"].setdefault(
+                commit, {"commit": commit, "receipts": 0, "last": 0, "ids": set()}
+            )
             rv["receipts"] += n
             rv["last"] = max(rv["last"], last)
+            rv["ids"].add(repo)
+    for r in repos.values():
+        _file_baselines(store, r)
     out = []
     for r in sorted(repos.values(), key=lambda r: r["repo"]):
         prs = sorted(r["prs"].values(), key=lambda p: -p["last"])
@@ -97,12 +104,43 @@ def index(store: Store, mirrors: Sequence[Path] = ()) -> list[dict[str, Any]]:
                     for p in prs[:_INDEX_VERDICTS]
                 ],
                 "revisions": [
-                    {**v, **_summary(store, r["repo"], None, v["commit"], mirrors)}
+                    {
+                        **{k: x for k, x in v.items() if k != "ids"},
+                        **_summary(store, r["repo"], None, v["commit"], mirrors),
+                    }
                     for v in revisions[:_INDEX_VERDICTS]
                 ],
             }
         )
     return out
+
+
+_BASELINE_OF_PR = re.compile(r" of PR #(\d+)\Z")
+
+
+def _file_baselines(store: Store, r: dict[str, Any]) -> None:
+    """A base commit whose every receipt is a baseline run (`execution/baseline.py`: its
+    environment names the head and PR it judged the base for) is filed under that PR,
+    not listed as a revision of its own: nobody asked about the base for its own sake."""
+    for commit, rv in list(r["revisions"].items()):
+        asked: set[int] = set()
+        for repo_id in rv["ids"]:
+            for e in store.receipt_entries(repo_id, commits=[commit]):
+                try:
+                    p = e.receipt.predicate
+                except Error:
+                    asked.add(0)  # unreadable: it stays where it is, as a revision
+                    continue
+                if p.source.commit != commit:
+                    continue
+                m = _BASELINE_OF_PR.search(p.runner.environment.get(BASELINE_FOR) or "")
+                asked.add(int(m.group(1)) if m else 0)
+        if len(asked) != 1 or (pr := asked.pop()) not in r["prs"]:
+            continue
+        r["prs"][pr].setdefault("baselines", []).append(
+            {"commit": commit, "receipts": rv["receipts"]}
+        )
+        del r["revisions"][commit]
 
 
 _INDEX_VERDICTS = 50

@@ -69,7 +69,9 @@ def test_the_label_names_the_branch_point_of_the_base_the_run_names(
 
     # Already on the base: the headline counts it apart, its next step is the base's,
     # and the GitHub check asks for a person's action instead of failing the change.
-    assert "(0 introduced by this pull request, 1 already on the base)" in flat
+    assert st.out.splitlines()[1] == (
+        "  blocking: 0 introduced by this pull request, 1 already on the base"
+    )
     assert "next: fix it on release (the base" in flat
     check = run(
         capsys,
