@@ -249,6 +249,8 @@ def _report(
                 "ran": subset or "all",
                 "skipped": list(result.skipped),
                 "baseline": [b.to_json() for b in result.baseline],
+                # Decided before they started: this host cannot run them as asked.
+                "not_run_here": [{"claim": c, "why": w} for c, w in result.not_here],
             }
         )
     elif report is not None:

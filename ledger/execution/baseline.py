@@ -34,6 +34,10 @@ from ledger.qualification.plan import ClaimSpec, Plan
 from ledger.sandbox import Sandbox
 from ledger.write.record import Recorder
 
+COULD_NOT_RUN = "could_not_run"
+"""The measurement of a check that could not run as asked with what it was handed
+(`runners.checks.context.COULD_NOT_RUN`; the core reads it without the runners)."""
+
 __all__ = ["BaseRow", "baseline"]
 
 
@@ -171,6 +175,11 @@ def baseline(
         held = mine.get(claim)
         if held is None:
             say(f"baseline: {claim}: its receipt on the head could not be read back: none")
+            continue
+        cannot = held.predicate.measurements.get(COULD_NOT_RUN)
+        if cannot:
+            # What it was handed, not the code: the base would be handed the same.
+            say(f"baseline: {claim}: not run on the base: it could not run here ({cannot})")
             continue
         device = where_ran(held.predicate)
         have = [r for r in found if _mine(r, spec, held)]

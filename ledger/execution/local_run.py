@@ -171,9 +171,11 @@ def run(
     box: Sandbox,
     say: Callable[[str], None],
     done: Recorded,
-) -> None:
+) -> list[tuple[str, str]]:
     """Run ``runs`` on the started trees: on ``devices`` side by side (each claim on
-    devices of its own), or one after another on the default device when None."""
+    devices of its own), or one after another on the default device when None. The
+    claims this host cannot run as asked, with why: none of them started
+    (`ledger.execution.scheduler.not_here`)."""
     from runners.fork.preload import learned, remember_modules
 
     explicit = devices is not None
@@ -221,7 +223,7 @@ def run(
     _diagnose(ex, pool.devices if explicit else visible_gpus(), say)
     try:
         recording = _Recording(recorder, key, revision, done, quarantine)
-        schedule(ex, pool, explicit, runs, recording, say)
+        skipped = schedule(ex, pool, explicit, runs, recording, say, len(visible_gpus()))
     finally:
         ex.close()
     # What the claims imported beyond the preloads: the next run's server has it.
@@ -231,6 +233,7 @@ def run(
         revision.tree,
         [p for p in (st.root, st.base_root) if p is not None],
     )
+    return skipped
 
 
 def _say_servers(servers: Sequence[ForkServer | None], say: Callable[[str], None]) -> None:

@@ -57,6 +57,9 @@ class QualifyRun:
     """Plan claims asked for that another command feeds (`ledger import`, `ledger run`)."""
     baseline: list[BaseRow] = dataclasses.field(default_factory=list)
     """The base commit's receipts the head's blockers were set beside (reused or run)."""
+    not_here: list[tuple[str, str]] = dataclasses.field(default_factory=list)
+    """(claim, why) for each claim this host cannot run as asked (more ranks than devices
+    handed): decided before it started, nothing recorded, never run on the base either."""
 
     def query(self) -> Identity:
         """The status question about what was just qualified."""
@@ -152,7 +155,7 @@ def qualify(
                 return done
             box = p.box
             assert recorder is not None and key is not None and box is not None
-            local_run.run(
+            done.not_here = local_run.run(
                 st, runs, recorder, key, p.revision, pool_devices, box, say, done.receipts
             )
             if baseline and pr is not None:

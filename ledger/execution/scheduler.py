@@ -16,7 +16,7 @@ from ledger.execution.devices import Device as GpuDevice
 from ledger.execution.devices import DevicePool
 from ledger.execution.local import LocalExecutor
 
-__all__ = ["Recording", "claim_tag", "schedule"]
+__all__ = ["Recording", "claim_tag", "not_here", "schedule"]
 
 
 class Recording(Protocol):
@@ -55,11 +55,14 @@ def schedule(
     runs: Sequence[ClaimRun],
     recording: Recording,
     say: Callable[[str], None],
-) -> None:
+    visible: int = 0,
+) -> list[tuple[str, str]]:
     """Start each claim as soon as devices of its own are free (plan order, a later
     claim may pass one that waits for more devices), or, for a claim that may share
     one (`ledger.execution.sharing`), a device with room; record each as it finishes.
-    A shared run that did not pass runs again alone before anything is recorded."""
+    A shared run that did not pass runs again alone before anything is recorded.
+    ``visible``: the GPUs a claim sees without --gpus. The claims this host cannot run
+    as asked, with why (`not_here`): none of them started, nothing of them is recorded."""
     import concurrent.futures as cf
 
     n = len(runs)
@@ -67,7 +70,7 @@ def schedule(
     rerun_why: dict[int, str] = {}
     """The claims that run alone because a shared run of each did not pass (by index), and
     why, for their receipts."""
-    pending = _runnable(runs, explicit, pool, say)
+    pending, skipped = _runnable(runs, explicit, pool, say, visible)
     running: dict[cf.Future[Finished], _Running] = {}
     waited: dict[int, int] = {}
     """Nanoseconds each claim waited for devices of its own (by index), with --gpus."""
@@ -121,24 +124,43 @@ def schedule(
         ex.cancel.set()
         cf.wait(list(running))
         raise
+    return skipped
+
+
+def not_here(run: ClaimRun, explicit: bool, handed: int, visible: int) -> str | None:
+    """Why this host cannot run ``run`` as asked, decided from what it hands out before
+    the claim starts, or None: more ranks than the devices --gpus gives (``handed``), or,
+    without --gpus, a CUDA claim of more ranks than the GPUs it would see (``visible``).
+    A claim that started would only find it out from inside, which no receipt may say
+    as the code's failure (nor as the host's: the host is as it was asked to be)."""
+    if explicit:
+        if run.gpus > handed:
+            return f"it needs {run.gpus} devices of its own and --gpus gives {handed}"
+        return None
+    cuda = run.device == "cuda" or (run.device == "auto" and visible > 0)
+    if cuda and run.world_size > visible:
+        return f"it needs {run.world_size} CUDA devices (world_size) and this host shows {visible}"
+    return None
 
 
 def _runnable(
-    runs: Sequence[ClaimRun], explicit: bool, pool: DevicePool, say: Callable[[str], None]
-) -> list[ClaimRun]:
-    """The claims that can run, in plan order: one needing more devices of its own than
-    --gpus gives is said not run."""
+    runs: Sequence[ClaimRun],
+    explicit: bool,
+    pool: DevicePool,
+    say: Callable[[str], None],
+    visible: int,
+) -> tuple[list[ClaimRun], list[tuple[str, str]]]:
+    """The claims that can run, in plan order, and those said not run here, with why."""
     n = len(runs)
-    pending = []
+    pending, skipped = [], []
     for run in runs:
-        if explicit and run.gpus > pool.size:
-            say(
-                f"{claim_tag(run, n)} {run.claim}: not run: it needs {run.gpus} devices of its own "
-                f"and --gpus gives {pool.size}"
-            )
-        else:
+        why = not_here(run, explicit, pool.size, visible)
+        if why is None:
             pending.append(run)
-    return pending
+            continue
+        say(f"{claim_tag(run, n)} {run.claim}: not run: {why}")
+        skipped.append((run.claim, f"not run here: {why}"))
+    return pending, skipped
 
 
 def _mark_beside(entry: _Running, running: Iterable[_Running]) -> None:

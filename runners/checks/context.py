@@ -236,6 +236,25 @@ def base_scope(ctx: CheckContext) -> dict[str, str | int]:
     }
 
 
+COULD_NOT_RUN = "could_not_run"
+"""The measurement that says what a check could not do with what it was handed (the
+parent reads it: such a receipt is never run again on the base)."""
+
+
+def could_not_run(
+    ctx: CheckContext, *, check: str, version: str, params: Mapping[str, Json], why: str
+) -> CheckResult:
+    """An inconclusive result for a check that could not run as asked with what it was
+    handed (``why``: `needs 2 CUDA devices; 1 handed`): neither the code's failure nor an
+    infrastructure error, which only the parent's own readings make."""
+    r = infra_result(
+        ctx, check=check, version=version, params=params, reason=f"could not run: {why}"
+    )
+    r.outcome = "inconclusive"
+    r.measurements[COULD_NOT_RUN] = why
+    return r
+
+
 def infra_result(
     ctx: CheckContext, *, check: str, version: str, params: Mapping[str, Json], reason: str
 ) -> CheckResult:

@@ -151,7 +151,8 @@ def _prefix(
 
 def _failed(sentence: str, status: str, m: dict[str, Json]) -> Verdict:
     return Verdict(
-        outcome="infra-error" if status == "infra-error" else "failed",
+        # An import the step could not make judged nothing (the harness cannot say whose).
+        outcome="inconclusive" if status == "infra-error" else "failed",
         reason=sentence,
         measurements=m,
     )

@@ -78,7 +78,7 @@ def run_arm(spec: dict[str, Any]) -> dict[str, Any]:
     try:
         w = load_workload(Path(spec["root"]), spec["ref"], spec["params"])
     except WorkloadLoadError as e:
-        return finish("infra-error", error=f"workload load: {e}")
+        return finish("load-error", error=f"workload load: {e}")
     info.update(workload=w.name, workload_digest=w.digest(), dtype=dtype_name(w.dtype))
     compute, declined = _compute_dtype(spec, info)
     if declined is not None:

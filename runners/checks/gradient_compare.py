@@ -250,7 +250,9 @@ def _bad_arms(arms: dict[str, dict[str, Any]], m: dict[str, Json]) -> Verdict | 
     )
     statuses = {i.get("status") for i in bad.values()}
     if statuses & {"infra-error", "timeout", "no-result"}:
-        return Verdict(outcome="infra-error", reason=sentence, measurements=m)
+        # An arm that did not finish judged nothing; whose it was only the parent's
+        # readings can say (a device fault makes its infra-error).
+        return Verdict(outcome="inconclusive", reason=sentence, measurements=m)
     if "candidate" in bad:
         return Verdict(outcome="failed", reason=sentence, measurements=m)
     return Verdict(

@@ -39,7 +39,7 @@ from typing import Any, Literal
 
 import torch
 
-from runners.checks.context import CheckContext, Session, Verdict, infra_result
+from runners.checks.context import CheckContext, Session, Verdict, could_not_run
 from runners.checks.execute import execute
 from runners.checks.params import CheckParams, ParamError
 from runners.claim.distributed import is_distributed
@@ -225,8 +225,10 @@ def _in_harness(sess: Session, p: Params) -> dict[str, Any]:
 
 def run(ctx: CheckContext, p: Params, recorded: dict[str, Json]) -> list[CheckResult]:
     if ctx.device.type == "cuda" and torch.cuda.device_count() < p.world_size:
-        reason = f"needs {p.world_size} CUDA devices; {torch.cuda.device_count()} visible"
-        return [infra_result(ctx, check=NAME, version=VERSION, params=recorded, reason=reason)]
+        # Not the code's failure nor the host's fault: what it was handed (the parent
+        # decides this before it starts; here only where it was started all the same).
+        why = f"needs {p.world_size} CUDA devices; {torch.cuda.device_count()} handed"
+        return [could_not_run(ctx, check=NAME, version=VERSION, params=recorded, why=why)]
     body = partial(_body, p=p)
     return [execute(ctx, check=NAME, version=VERSION, params=p, recorded=recorded, body=body)]
 
@@ -258,8 +260,10 @@ def _body(sess: Session, p: Params) -> Verdict:
         got = child.read_result(work / f"rank{rank}.json") if codes[rank] == 0 else None
         if not isinstance(got, dict):
             tail = (work / f"rank{rank}.log").read_text(errors="replace")[-2000:]
+            # No result to judge: the harness cannot say whose (an infra-error is only
+            # ever the parent's own reading).
             return Verdict(
-                outcome="infra-error",
+                outcome="inconclusive",
                 reason=f"rank {rank} exited {codes[rank]} without a result: {tail.strip()}",
                 measurements=m,
             )

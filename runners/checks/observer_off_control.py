@@ -17,7 +17,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from runners.checks.context import CheckContext, infra_result
+from runners.checks.context import CheckContext, could_not_run
 from runners.checks.execute import json_safe
 from runners.checks.params import CheckParams, ParamError
 from runners.claim.names import OBSERVER_OFF_CONTROL, REGRESSION_24VIEW
@@ -130,14 +130,14 @@ def run(
     try:
         inner = lookup(p.check)
     except KeyError as e:
-        return [infra_result(ctx, check=NAME, version=VERSION, params=recorded, reason=str(e))]
+        return [could_not_run(ctx, check=NAME, version=VERSION, params=recorded, why=str(e))]
     ctx.progress(f"observer-off control of {p.check}: observer on")
     on = inner(dataclasses.replace(ctx, observer="on"), dict(p.params))
     ctx.progress(f"observer-off control of {p.check}: observer off")
     off = inner(dataclasses.replace(ctx, observer="off"), dict(p.params))
     if len(on) != 1 or len(off) != 1:
         reason = f"{p.check} gave {len(on)}/{len(off)} results, expected 1/1"
-        bad = infra_result(ctx, check=NAME, version=VERSION, params=recorded, reason=reason)
+        bad = could_not_run(ctx, check=NAME, version=VERSION, params=recorded, why=reason)
         return [*on, *off, bad]
     return [on[0], off[0], _control(ctx, p, recorded, on[0], off[0])]
 

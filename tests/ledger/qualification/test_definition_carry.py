@@ -277,3 +277,26 @@ def test_tree_carry_over_under_another_plan_file_does_not_carry(tmp_path: Path) 
         # Under the plan it was recorded with, the same receipt carries by tree.
         code, doc = w.status("--rev", "HEAD", "--plan", str(small))
         assert code == 0 and _row(doc)["via"] == "tree"
+
+
+def test_an_earlier_head_with_another_model_is_stale_and_says_what_changed(
+    tmp_path: Path,
+) -> None:
+    with _world(tmp_path, PLAN) as w:
+        _pr(w.repo, 4, {"README.md": "first head\n"}, "first head")
+        w.attest("--pr", "4", "--offline")
+        w.repo.git.checkout("pr4")
+        second = _commit(w.repo, {"qualification.toml": BIGGER}, "a bigger model")
+        w.repo.git.update_ref("refs/pull/4/head", second)
+        w.repo.git.checkout("main")
+        code, doc = w.status("--pr", "4")
+        assert code == 1 and _row(doc)["state"] == "stale"
+        assert (
+            "on earlier head" in json.dumps(doc)
+            and "of PR #4; the workload definition changed: "
+            "workload_params.config.n_embd: 64 -> 256"
+            in json.dumps(doc)
+        )
+        # The plain text says it too, for people.
+        _, text = _cli("status", "--pr", "4", "--offline", *w.where)
+        assert "workload definition changed" in " ".join(text.split())
