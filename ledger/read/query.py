@@ -37,9 +37,11 @@ from ledger.transparency.logged import standing
 
 __all__ = [
     "Evidence",
+    "definition_notes",
     "history_answer",
     "history_document",
     "load_evidence",
+    "proved",
     "quarantined_gpus",
     "query_history",
     "query_status",
@@ -80,7 +82,10 @@ def read_evidence(
             # that differed instead of finding no evidence.
             commits=[revision.commit, *(revision.parents if revision.package_parts else ())],
             trees=[revision.tree],
-            packages=[revision.package_digest] if revision.package_digest else [],
+            # Receipts recorded before the package identity covered the workload
+            # definition name the digest without it: found, then judged by their
+            # commit's definition (`proved`).
+            packages=[d for d in (revision.package_digest, revision.prior_package_digest) if d],
             pr=revision.pr,
             claims=claims or None,
         )
@@ -160,6 +165,30 @@ def quarantined_gpus(store: Store, plan: Plan | None) -> frozenset[str]:
     return frozenset(quarantined(fleet_report(store_predicates(store)), plan.quarantine_above))
 
 
+def proved(q: Identity, receipts: Sequence[ReceiptEvidence]) -> Revision:
+    """The revision asked about, with what the checkout shows of the workload definition
+    at each other commit whose receipts record none or another
+    (`ledger.plans.definition.prove`): the engine reads no git, and is handed this."""
+    from ledger.plans.definition import prove
+
+    # Proofs are read here, never taken from the question (a posted subject's are dropped).
+    rev = dataclasses.replace(q.revision, definition_proofs=())
+    if rev.package_digest is None:
+        return rev
+    wanted: dict[str, str | None] = {}
+    for r in receipts:
+        src = r.predicate.source
+        if src.commit == rev.commit or src.package is None or src.commit in wanted:
+            continue
+        recorded = (src.package.parts or {}).get("workload")
+        if recorded != rev.definition:
+            wanted[src.commit] = recorded
+    if not wanted:
+        return rev
+    proofs = tuple(prove(q.definitions, c, recorded) for c, recorded in wanted.items())
+    return dataclasses.replace(rev, definition_proofs=proofs)
+
+
 def query_status(
     store: Store,
     q: Identity,
@@ -174,7 +203,7 @@ def query_status(
     unplanned = q.plan is None and not claims
     report = evaluate(
         plan=q.plan,
-        revision=q.revision,
+        revision=proved(q, ev.receipts),
         receipts=ev.receipts,
         reviews=ev.reviews,
         claims=list(claims) if claims else None,
@@ -247,8 +276,24 @@ def history_answer(store: Store, q: Identity) -> dict[str, Any]:
     entries that bear on it but cannot be read named under `problems`."""
     ev = read_evidence(store, q.revision)
     doc = history_document(q, history(ev.receipts, ev.reviews))
+    doc["judged"] += definition_notes(proved(q, ev.receipts))
     doc["problems"] = list(ev.unreadable)
     return doc
+
+
+def definition_notes(revision: Revision) -> list[str]:
+    """Per other commit whose receipts record no workload definition or another, what
+    the checkout showed of it: why those receipts carry over here or do not."""
+    out = []
+    for p in revision.definition_proofs:
+        if p.same:
+            said = "the same workload definition as this revision (its receipts may carry over)"
+        elif p.same is None:
+            said = f"a workload definition not shown to be this revision's ({p.said})"
+        else:
+            said = f"another workload definition ({p.said or 'its digest differs'})"
+        out.append(f"commit {p.commit[:12]}: {said}")
+    return out
 
 
 def history_document(q: Identity, items: Sequence[HistoryItem]) -> dict[str, Any]:

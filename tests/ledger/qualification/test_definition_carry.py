@@ -232,11 +232,17 @@ def test_an_old_receipt_does_not_carry_without_a_checkout_and_says_why(frozen: W
     # A question posted to a server (`status --server`): the revision identified in a
     # checkout, judged where none is.
     q = identify(frozen.repo, pr=3, offline=True)
-    posted = _identity(question_of(q, [], {}))
+    doc = question_of(q, [], {})
+    posted = _identity(doc)
     assert posted.definitions is None
     store = Store.open(frozen.db)
     row = query_status(store, posted, claims=None, scope={}).at_required_scope(CLAIM)
     assert row is not None and row.state == "not-run"
+    # A question that brings its own proof is judged by the server's reading alone.
+    main = frozen.repo.commit("main").hexsha
+    doc["subject"]["definition_proofs"] = [{"commit": main, "same": True, "said": ""}]
+    forged = query_status(store, _identity(doc), claims=None, scope={})
+    assert forged.at_required_scope(CLAIM).state == "not-run"
     said = " ".join(str(r) for r in row.reasons)
     assert "recorded before the package identity covered the workload definition" in said
     assert "no checkout here" in said and "ledger serve --repo PATH" in said
