@@ -60,6 +60,10 @@ def _inconclusive(check: str) -> Any:
     return [receipt(seq=1, check=check, pr=7, outcome="inconclusive")], [], {}
 
 
+def _infra_error(check: str) -> Any:
+    return [receipt(seq=1, check=check, pr=7, outcome="infra-error", reason="XID 79")], [], {}
+
+
 def _stale(check: str) -> Any:
     return [receipt(seq=1, check=check, pr=7, commit="earlier-head")], [], {}
 
@@ -79,12 +83,21 @@ STATES: dict[str, Case] = {
     "needs-review": _needs_review,
     "unverified": _unverified,
     "inconclusive": _inconclusive,
+    "infra-error": _infra_error,
     "stale": _stale,
     "not-run": _not_run,
     "not-applicable": _not_applicable,
 }
 # The states whose next step is recording new evidence for the claim.
-RECORD_AGAIN = {"failed", "disputed", "unverified", "inconclusive", "stale", "not-run"}
+RECORD_AGAIN = {
+    "failed",
+    "disputed",
+    "unverified",
+    "inconclusive",
+    "infra-error",
+    "stale",
+    "not-run",
+}
 
 
 def _report(state: str, check: str) -> StatusReport:
