@@ -49,6 +49,15 @@ declared, each forward puts its top-k expert selections in
 differently between arms. A workload that declares none is not left blind: the
 harness hooks the routers of known MoE blocks it holds (`runners.adapt.routers`).
 
+Modes. A trainer evaluates in evaluation mode (dropout off, BatchNorm on its running
+statistics) and trains in training mode. A workload that implements `SupportsModes`
+is told which before each step: evaluation before every no-grad forward
+(``forward_nograd``: the 24-view regression and its observer-off control, admission's
+and ``profile``'s no-grad phases, the reference arms), training before every gradient
+step (``forward_backward``). `enter_mode` does it; a workload that does not offer it
+is called as before (its forwards run in whatever mode it keeps). The ready adapters
+(`runners.adapt.library`) offer it.
+
 Batches. A batch is a dict of named tensors, as the trainer feeds its
 model: ``input_ids``, ``attention_mask`` (1 real, 0 padding), ``labels``
 with ``-100`` for positions that carry no loss, packed sequences with
@@ -340,6 +349,36 @@ class SupportsPrepare(Protocol):
     def prepare(self) -> None:
         """CPU-only work shared by every claim; no device may be touched."""
         ...
+
+
+Mode = Literal["train", "eval"]
+"""How a trainer runs a step: ``train`` for a gradient step, ``eval`` for a no-grad one."""
+
+
+@runtime_checkable
+class SupportsModes(Protocol):
+    """A workload that runs a no-grad step as its trainer evaluates (module docstring,
+    Modes): the harness calls `set_mode` before each step."""
+
+    def set_mode(self, mode: Mode) -> None:
+        """``eval``: later forwards run as the trainer evaluates (``model.eval()``: no
+        dropout, BatchNorm on running statistics); ``train``: as it trains."""
+        ...
+
+
+def mode_for(grad: bool) -> Mode:
+    """The mode a step runs in: ``train`` with gradients, else ``eval``."""
+    return "train" if grad else "eval"
+
+
+def enter_mode(w: object, grad: bool) -> Mode | None:
+    """Tell ``w`` the mode of the step about to run (`SupportsModes`); the mode, or None
+    for a workload that does not offer it (called as before)."""
+    if not isinstance(w, SupportsModes):
+        return None
+    mode = mode_for(grad)
+    w.set_mode(mode)
+    return mode
 
 
 class EstimatorMissing(NotImplementedError):

@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     from runners.fork.forkparent import ForkServer, Launched, Spec
     from runners.fork.forkready import Ready
 
-__all__ = ["Started", "run", "server_sandbox", "started"]
+__all__ = ["Started", "base_spec", "run", "server_sandbox", "started"]
 
 Recorded = list[tuple[str, str, str]]
 """(receipt id, claim, outcome) of each receipt recorded, in order."""
@@ -109,6 +109,21 @@ def _spec(root: Path, plan: Plan, claims: Sequence[ClaimSpec], modules: Sequence
     return Spec.of(root, workloads, modules)
 
 
+def base_spec(
+    base: Path,
+    plan: Plan,
+    base_plan: Plan | None,
+    claims: Sequence[ClaimSpec],
+    modules: Sequence[str],
+) -> Spec:
+    """What the base tree's fork server prepares for ``claims``: the workloads their base
+    arms run, as the base's own definition (``base_plan``) gives them, which is what the
+    arms load (`ledger.execution.definitions.claim_runs` hands them the base's
+    parameters); ``plan``'s where the base tree has none."""
+    theirs = base_plan or plan
+    return _spec(base, theirs, [theirs.claim(c.name) or c for c in claims], modules)
+
+
 @contextlib.contextmanager
 def started(
     repo: git.Repo,
@@ -116,10 +131,13 @@ def started(
     plan: Plan,
     claims: Sequence[ClaimSpec],
     box: Sandbox,
+    base_plan: Plan | None = None,
 ) -> Iterator[Started]:
     """Check out the revision (and its base, when a claim needs it) and launch their
     fork servers; on the way out, the servers stopped and the trees removed. Imports
-    no torch: the caller imports it while the servers do."""
+    no torch: the caller imports it while the servers do. The base tree's server
+    prepares the workloads as ``base_plan`` (the base tree's definition) defines them,
+    which its arms run; without one, as ``plan`` does."""
     from runners.claim.childenv import env
     from runners.claim.names import NEEDS_BASE
     from runners.fork.forkparent import Launched
@@ -138,7 +156,7 @@ def started(
         specs = [_spec(root, plan, claims, modules)]
         if base is not None:
             # The base tree's arms reuse a model built once, like the head's.
-            specs.append(_spec(base, plan, on_base, modules))
+            specs.append(base_spec(base, plan, base_plan, on_base, modules))
         wrap = server_sandbox(box, run_dir, [root, base])
         confine = None if wrap is None else {"run_dir": str(run_dir)}
         launched = Launched.all(specs, env(), wrap=wrap, sock_dir=run_dir, confine=confine)

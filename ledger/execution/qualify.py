@@ -177,7 +177,9 @@ def _started(
     if p.box is None:
         return None
     planned = to_run(p.run_plan, claims)
-    return stack.enter_context(local_run.started(p.repo, p.revision, p.run_plan, planned, p.box))
+    return stack.enter_context(
+        local_run.started(p.repo, p.revision, p.run_plan, planned, p.box, p.base_plan)
+    )
 
 
 def _claim_runs(

@@ -8,6 +8,10 @@ wraps a plain ``torch.nn.Module``: ``factory`` (``module:function`` in the
 repository, called with ``factory_params``), ``loss`` (``(model, batch) ->
 scalar``) and ``batch`` (``(shape, seed) -> dict of tensors``).
 
+Both run as a trainer does: every no-grad forward in evaluation mode (``model.eval()``:
+no dropout, BatchNorm on its running statistics), every gradient step in training mode
+(`runners.protocol.SupportsModes`; ``from_config`` hands the model back in training
+mode, and a library's default dropout would otherwise make two no-grad forwards differ).
 Both implement the workload protocol and nothing team-specific: the checks'
 generic routes do the rest (a reference precision by upcasting the model,
 routing through the routers' hooks; `runners.adapt`). The causal LM builds its
@@ -36,6 +40,7 @@ from runners.protocol import (
     EstimatorMissing,
     ForwardOutputs,
     MemoryEstimate,
+    Mode,
     Phase,
     Shape,
     pad_sequences,
@@ -126,6 +131,18 @@ class _Adapter:
             reserve_bytes=reserve,
             suggestion=None if ok else f"{shape} needs {est.predicted_bytes} of {usable} bytes",
         )
+
+    def set_mode(self, mode: Mode) -> None:
+        """``eval`` or ``train`` (`runners.protocol.SupportsModes`); each forward sets the
+        mode of its own step too, so a caller that never says one still evaluates no-grad
+        forwards as the trainer does."""
+        self._model().train(mode == "train")
+
+    def _mode(self, grad: bool) -> Any:
+        """The model, in the mode of a step with or without gradients."""
+        model = self._model()
+        model.train(grad)
+        return model
 
     def backward(self, out: ForwardOutputs) -> None:
         if out.loss is None or not out.loss.requires_grad:
@@ -238,8 +255,9 @@ class CausalLM(_Adapter):
         return {k: v.to(self.device) for k, v in pad_sequences(rows, length=shape.seq).items()}
 
     def forward(self, batch: Batch, *, grad: bool) -> ForwardOutputs:
+        model = self._mode(grad)
         with torch.set_grad_enabled(grad):
-            out = self._model()(**batch)
+            out = model(**batch)
         return ForwardOutputs(
             loss=out.loss if grad else out.loss.detach(), compared={"logits": out.logits.detach()}
         )
@@ -299,8 +317,9 @@ class ModuleAdapter(_Adapter):
         }
 
     def forward(self, batch: Batch, *, grad: bool) -> ForwardOutputs:
+        model = self._mode(grad)
         with torch.set_grad_enabled(grad):
-            got = self._loss(self._model(), batch)
+            got = self._loss(model, batch)
         if isinstance(got, ForwardOutputs):
             return got
         return ForwardOutputs(loss=got if grad else got.detach())

@@ -8,7 +8,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 
@@ -28,6 +28,7 @@ from runners.protocol import (
     Shape,
     Workload,
     admit_of,
+    enter_mode,
     estimate_of,
 )
 from runners.workloads import prebuilt
@@ -61,7 +62,11 @@ class CheckContext:
     """Artifacts written here must outlive the check (the ledger hashes them later)."""
     observer: Observer = "off"
     base_root: Path | None = None
-    """Checkout of the base revision (gradient comparison); None: same as repo_root."""
+    """Checkout of the base revision (gradient comparison, the 24-view regression's base
+    comparison); None: no base tree was handed."""
+    shared: dict[str, Any] = field(default_factory=dict)
+    """What runs of one claim share (the same dict in every copy `dataclasses.replace`
+    makes): the observer-off control's two runs reuse the base's arms through it."""
     progress: Progress = field(default=lambda _msg: None)
 
 
@@ -115,17 +120,55 @@ def load_preserving(root: Path, ref: str, params: Mapping[str, Any]) -> Workload
         sys.modules.update(saved)
 
 
+_MODES: dict[str, str] = {}
+"""The mode each phase ran in since `modes_seen` last read it (``not offered`` where the
+workload does not offer one; `runners.protocol.SupportsModes`)."""
+
+
+def entered(w: Workload, grad: bool) -> None:
+    """Tell ``w`` the mode of the step about to run, and note it for the receipt."""
+    mode = enter_mode(w, grad)
+    _MODES["forward_backward" if grad else "forward_nograd"] = mode or "not offered"
+
+
+def modes_seen() -> dict[str, str]:
+    """The modes the phases ran in since the last call (what a receipt records as
+    ``workload_modes``), then forgotten."""
+    out = dict(sorted(_MODES.items()))
+    _MODES.clear()
+    return out
+
+
 def phase_step(w: Workload, batch: Batch, *, grad: bool) -> Callable[[], ForwardOutputs]:
-    """One phase over ``batch`` (``grad``: forward_backward, else forward_nograd); the
-    outputs are returned so they stay live until the measurement window closes."""
+    """One phase over ``batch`` (``grad``: forward_backward, else forward_nograd), in the
+    mode a trainer runs it (`entered`); the outputs are returned so they stay live until
+    the measurement window closes."""
 
     def step() -> ForwardOutputs:
+        entered(w, grad)
         out = w.forward(batch, grad=grad)
         if grad:
             w.backward(out)
         return out
 
     return step
+
+
+_T = TypeVar("_T")
+
+
+def seeded(fn: Callable[[], _T], seed: int, device: torch.device) -> Callable[[], _T]:
+    """``fn`` from the same random state every time it runs (``seed``): a forward that
+    draws random numbers (dropout a workload leaves on) draws the same ones in every
+    run and arm, so repeating it compares the code, not the draws."""
+
+    def again() -> _T:
+        torch.manual_seed(seed)
+        if device.type == "cuda":
+            torch.cuda.manual_seed(seed)
+        return fn()
+
+    return again
 
 
 def dtype_name(dtype: torch.dtype) -> str:

@@ -27,6 +27,7 @@ from runners.checks.context import (
     Verdict,
     WorkloadFailed,
     base_scope,
+    modes_seen,
     verdict_of_failure,
 )
 from runners.checks.params import CheckParams, ParamError
@@ -127,6 +128,7 @@ def execute(
     run.common["probe"] = probe.name
     phases: dict[str, int] = {"harness_start_ns": time.monotonic_ns() - t0}
     prebuilt.routes()  # this run's setups only
+    modes_seen()  # and this run's modes
     reg = ResourceRegistry(probe=probe, tolerance_bytes=tolerance_bytes)
     obs = ObserverSession(
         enabled=ctx.observer == "on",
@@ -156,6 +158,11 @@ def execute(
             probe.close()
     run.common.update(_harness_measurements(probe, caught))
     run.common["harness_phase_times"] = dict[str, Json](phases)
+    modes = modes_seen()
+    if modes:
+        # The mode each phase ran in (evaluation for no-grad, training for gradient
+        # steps; "not offered" where the workload keeps its own: runners.protocol, Modes).
+        run.common["workload_modes"] = dict[str, Json](modes)
     setups = prebuilt.routes()
     if setups:
         # How the workload was built: its own setup, its prepare(), or the fork server's

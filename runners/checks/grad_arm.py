@@ -4,7 +4,11 @@
 named in the spec, runs one forward+backward and saves the gradients
 (``grads.pt``, CPU tensors by name) into the spec's ``out_dir``; ``ARM.json``
 says how it went (status, GPU UUID, starting reserved bytes, measured
-increment). A workload failure is written as a status, with exit code 0.
+increment). A workload failure is written as a status, with exit code 0. A spec
+with ``phase = "forward_nograd"`` runs one no-grad forward instead (in evaluation
+mode, `runners.protocol.SupportsModes`) and saves its declared outputs
+(``outputs.pt``): the 24-view regression's base arms. Every arm's step starts from
+the same random state (the spec's seed).
 
 A spec with ``reference`` runs the workload in a reference precision
 (``reference_dtype``, or the default for the workload's dtype;
@@ -39,7 +43,7 @@ from runners.adapt.held import modules_held
 from runners.adapt.routers import RouterHooks, find_routers, holds_experts
 from runners.adapt.upcast import ReferenceArm, setup_reference
 from runners.checks import noise, precision
-from runners.checks.context import dtype_name, phase_step
+from runners.checks.context import dtype_name, phase_step, seeded
 from runners.checks.execute import start_harness
 from runners.harness import child
 from runners.harness.oom import StepOutcome, capture
@@ -100,17 +104,21 @@ def run_arm(spec: dict[str, Any]) -> dict[str, Any]:
         arm = cap.value
         info["reserved_after_setup_bytes"] = probe.sample().reserved_bytes
         info["setup_routes"] = prebuilt.routes()
-        hooks = _router_hooks(w, info)
-        replaying = _replay(w, spec.get("replay_routing"), device, info, hooks)
+        hooks = router_hooks(w, info)
+        replaying = replay(w, spec.get("replay_routing"), device, info, hooks)
         batch_cap = capture("make_batch", lambda: w.make_batch(shape, seed))
         if not batch_cap.outcome.ok:
             return finish(batch_cap.outcome.status, error=batch_cap.outcome.sentence())
         assert batch_cap.value is not None
         batch = batch_cap.value if arm is None else arm.batch(batch_cap.value)
-        step = phase_step(w, batch, grad=True)
+        grad = spec.get("phase", "forward_backward") == "forward_backward"
+        step = seeded(phase_step(w, batch, grad=grad), seed, device)
+        info["forward_seed"] = seed
         outcome = _stepped(probe, w, arm, hooks, step, device, info, outs)
         if not outcome.ok:
             return finish(outcome.status, error=outcome.sentence())
+        if not grad:
+            return _outputs_saved(w, arm, hooks, replaying, outs, spec, device, info, finish)
         grads_cap = capture("gradients", w.gradients, device=device)
         if not grads_cap.outcome.ok or grads_cap.value is None:
             return finish(grads_cap.outcome.status, error=grads_cap.outcome.sentence())
@@ -123,12 +131,44 @@ def run_arm(spec: dict[str, Any]) -> dict[str, Any]:
             info.update(arm.measurements())
         grads = {k: v.detach().to("cpu") for k, v in grads_cap.value.items()}
     torch.save(grads, Path(spec["out_dir"]) / "grads.pt")
-    routing = _routing(w, hooks, replaying, outs, info)
+    routing = routing_of(w, hooks, replaying, outs, info)
     if routing:
         torch.save(routing, Path(spec["out_dir"]) / "routing.pt")
     outs.clear()
     capture("teardown", w.teardown, device=device)
     return finish("ok", tensors=len(grads), routed_layers=len(routing))
+
+
+def _outputs_saved(
+    w: Workload,
+    arm: ReferenceArm | None,
+    hooks: RouterHooks | None,
+    replaying: bool,
+    outs: list[ForwardOutputs],
+    spec: dict[str, Any],
+    device: torch.device,
+    info: dict[str, Any],
+    finish: Callable[..., dict[str, Any]],
+) -> dict[str, Any]:
+    """A no-grad arm (``phase = forward_nograd``): its declared outputs saved on the CPU
+    (``outputs.pt``), and its routing (``routing.pt``); the reference arm's precision
+    confirmed on those outputs."""
+    out = outs[0] if outs else None
+    if arm is not None:
+        try:
+            arm.confirm(out)
+        except PrecisionUnsupported as e:
+            info.update(arm.measurements())
+            return finish("unsupported", error=str(e))
+        info.update(arm.measurements())
+    saved = {} if out is None else {k: v.to("cpu") for k, v in out.declared().items()}
+    torch.save(saved, Path(spec["out_dir"]) / "outputs.pt")
+    routing = routing_of(w, hooks, replaying, outs, info)
+    if routing:
+        torch.save(routing, Path(spec["out_dir"]) / "routing.pt")
+    outs.clear()
+    capture("teardown", w.teardown, device=device)
+    return finish("ok", outputs=len(saved), routed_layers=len(routing))
 
 
 def _compute_dtype(
@@ -173,7 +213,7 @@ def _stepped(
     return outcome
 
 
-def _routing(
+def routing_of(
     w: Workload,
     hooks: RouterHooks | None,
     replaying: bool,
@@ -208,7 +248,8 @@ def _forward_backward(
     info: dict[str, Any],
     outs: list[ForwardOutputs],
 ) -> StepOutcome:
-    """One forward+backward: measured on CUDA, captured on CPU; its outputs kept."""
+    """One forward+backward (a no-grad arm's forward: the step says which): measured on
+    CUDA, captured on CPU; its outputs kept."""
     if isinstance(probe, CudaProbe):
         rec = measure_step(probe, "forward_backward", step, keep=outs.append)
         info.update(rec.measurements("forward_backward_"))
@@ -233,7 +274,7 @@ def _setup(
         return str(e)
 
 
-def _router_hooks(w: object, info: dict[str, Any]) -> RouterHooks | None:
+def router_hooks(w: object, info: dict[str, Any]) -> RouterHooks | None:
     """For a workload that declares no routing: hooks on the routers the harness finds in
     the modules it holds (`runners.adapt.routers`); ``info["routing_route"]`` says which
     route the arm's routing came by (``workload``, ``harness-hooks`` or ``none``)."""
@@ -254,7 +295,7 @@ def _router_hooks(w: object, info: dict[str, Any]) -> RouterHooks | None:
     return hooks
 
 
-def _replay(
+def replay(
     w: object,
     path: str | None,
     device: torch.device,

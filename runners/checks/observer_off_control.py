@@ -7,7 +7,9 @@ on allocator cache state, timing or the observer itself (reset-to-peak
 increments, predictions, admission decisions, statuses, output digests, NLLs,
 gradient comparisons). The results are the observer-on run, the observer-off
 run (the control receipt) and a comparison saying whether the observer changed
-anything: passed iff nothing compared differs.
+anything: passed iff nothing compared differs. A check that compares against the
+base (`runners.claim.names.NEEDS_BASE`) runs the base's arms in the first run only:
+the second reuses them, so what differs is the head's run alone.
 """
 
 from __future__ import annotations
@@ -20,12 +22,12 @@ from dataclasses import dataclass, field
 from runners.checks.context import CheckContext, could_not_run
 from runners.checks.execute import json_safe
 from runners.checks.params import CheckParams, ParamError
-from runners.claim.names import OBSERVER_OFF_CONTROL, REGRESSION_24VIEW
+from runners.claim.names import NEEDS_BASE, OBSERVER_OFF_CONTROL, REGRESSION_24VIEW
 from runners.claim.result import CheckResult, Json
 from runners.harness.proofs import merge_proofs
 
 NAME = OBSERVER_OFF_CONTROL
-VERSION = "1"
+VERSION = "2"
 
 Runner = Callable[[CheckContext, dict[str, Json]], list[CheckResult]]
 """A check as the control calls it: context and plan parameters in, results out."""
@@ -39,6 +41,10 @@ class Params(CheckParams):
     """That check's parameters."""
     float_rtol: float = 0.0
     """Allowed relative difference of compared floats (0: exact)."""
+    base_workload_params: dict[str, Json] = field(default_factory=dict)
+    """Workload parameters of the base's arms, handed to a check that compares against
+    the base (unless its own ``params`` give them): what the runner sets where the base
+    tree defines the workload otherwise."""
 
     def constrain(self) -> None:
         if self.check == OBSERVER_OFF_CONTROL:
@@ -131,10 +137,15 @@ def run(
         inner = lookup(p.check)
     except KeyError as e:
         return [could_not_run(ctx, check=NAME, version=VERSION, params=recorded, why=str(e))]
+    given = dict(p.params)
+    if p.base_workload_params and p.check in NEEDS_BASE:
+        given.setdefault("base_workload_params", dict(p.base_workload_params))
+    # Both runs share one `CheckContext.shared`: a check comparing against the base runs
+    # the base's arms once (they do not depend on the observer) and reuses them.
     ctx.progress(f"observer-off control of {p.check}: observer on")
-    on = inner(dataclasses.replace(ctx, observer="on"), dict(p.params))
+    on = inner(dataclasses.replace(ctx, observer="on"), dict(given))
     ctx.progress(f"observer-off control of {p.check}: observer off")
-    off = inner(dataclasses.replace(ctx, observer="off"), dict(p.params))
+    off = inner(dataclasses.replace(ctx, observer="off"), dict(given))
     if len(on) != 1 or len(off) != 1:
         reason = f"{p.check} gave {len(on)}/{len(off)} results, expected 1/1"
         bad = could_not_run(ctx, check=NAME, version=VERSION, params=recorded, why=reason)

@@ -27,20 +27,23 @@ precision either way leaves the NLL inconclusive, with the reason.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from functools import partial
-from typing import Literal
+from typing import Literal, TypeVar
 
 import torch
 
-from runners.checks import noise, precision
+from runners.checks import noise, precision, regression_base
 from runners.checks.context import (
     CheckContext,
     Session,
     Verdict,
     WorkloadFailed,
     dtype_name,
+    entered,
     phase_step,
+    seeded,
 )
 from runners.checks.execute import execute
 from runners.checks.outputs import bitwise_equal, host_copy, sha256_of
@@ -58,8 +61,10 @@ from runners.protocol import (
     Workload,
 )
 
+_T = TypeVar("_T")
+
 NAME = REGRESSION_24VIEW
-VERSION = "3"
+VERSION = "4"
 
 
 @dataclass(kw_only=True, slots=True, frozen=True)
@@ -95,7 +100,13 @@ class Params(CheckParams):
     """Tokens per chunk of the chunked NLL. None: a quarter of the step's tokens
     (at least 1)."""
     seed: int = 0
-    """Seed of every generator and of the workload's inputs."""
+    """Seed of every generator and of the workload's inputs; every forward starts from
+    this random state (recorded as ``forward_seed``)."""
+    base_workload_params: dict[str, Json] = field(default_factory=dict)
+    """Workload parameters of the base's arms: the claim's, updated by these. The base's
+    arms load from the base revision's checkout."""
+    arm_timeout_s: int = 600
+    """Seconds the base's two arms together may take."""
 
 
 def run(ctx: CheckContext, p: Params, recorded: dict[str, Json]) -> list[CheckResult]:
@@ -110,21 +121,21 @@ def _body(sess: Session, p: Params) -> Verdict:
     views, seq, atol = p.views, p.seq, p.pooled_atol
     shape = Shape(batch=views, seq=seq)
     chunk = max(1, shape.tokens // 4) if p.chunk_tokens is None else p.chunk_tokens
+    m: dict[str, Json] = {"forward_seed": sess.seed}
+    no_base = regression_base.skipped(sess)
+    # The base's arms first: the device holds one model at a time.
+    arms = None if no_base else regression_base.base_arms(sess, p, m)
+    if no_base:
+        m["base_comparison"] = f"skipped: {no_base}"
     w = sess.load()
     rtol = noise.threshold_for(dtype_name(w.dtype), p.nll_rtol, p.nll_rtol_fp32, p.nll_rtol_bf16)
     batch = sess.call("make_batch", lambda: w.make_batch(shape, sess.seed))
-    m: dict[str, Json] = {
-        "rule": p.rule,
-        "views": views,
-        "seq": seq,
-        "chunk_tokens": chunk,
-        "nll_rtol": rtol,
-    }
+    m.update(rule=p.rule, views=views, seq=seq, chunk_tokens=chunk, nll_rtol=rtol)
     _admission(sess, w, shape, m)
     outs = _forward_twice(sess, w, batch, shape, m)
     if isinstance(outs, Verdict):
         return outs
-    problems, base_outputs = _repeats(outs[0], outs[1], atol, m)
+    problems, head_outputs = _repeats(outs[0], outs[1], atol, m)
     first, second = outs[0].scalar_loss(), outs[1].scalar_loss()
     outs.clear()
     chunked_t: torch.Tensor | None = None
@@ -136,15 +147,36 @@ def _body(sess: Session, p: Params) -> Verdict:
         m["nll_chunked_skipped"] = "the forward returned neither nll nor loss"
     else:
         sess.progress("chunked NLL")
-        chunked_t = sess.call("nll_chunked", lambda: w.nll_chunked(batch, chunk))
+        chunked = _evaluated(sess, w, lambda: w.nll_chunked(batch, chunk))
+        chunked_t = sess.call("nll_chunked", chunked)
+    on_base = head_outputs
+    if arms is not None:
+        regression_base.arms_measured(arms, m)
+        replayed = regression_base.head_on_base_routing(sess, w, batch, arms, m)
+        on_base = head_outputs if replayed is None else replayed
+    low = dtype_name(w.dtype)
     ref: ForwardOutputs | None = None
     ref_problem = ""
     if p.rule == "reference":
-        ref, ref_problem = reference(sess, w, batch, shape, p.reference_dtype, m, base_outputs)
+        ref, ref_problem = reference(sess, w, batch, shape, p.reference_dtype, m, head_outputs)
     state: noise.FamilyState = "passed"
     if chunked_t is not None and first is not None and second is not None:
         state = _nll_judged(first, second, chunked_t, ref, rtol, p, m, problems)
-    return _verdict(problems, state, ref_problem, rtol, p, m)
+    against = None
+    if arms is not None:
+        against = regression_base.judged(on_base, ref, arms, low, p, m)
+    return _verdict(problems, state, ref_problem, rtol, p, m, against)
+
+
+def _evaluated(sess: Session, w: Workload, fn: Callable[[], _T]) -> Callable[[], _T]:
+    """``fn`` (a no-grad view beside the forwards) in evaluation mode, from the check's
+    random state."""
+
+    def again() -> _T:
+        entered(w, grad=False)
+        return fn()
+
+    return seeded(again, sess.seed, sess.device)
 
 
 def _admission(sess: Session, w: Workload, shape: Shape, m: dict[str, Json]) -> None:
@@ -163,8 +195,8 @@ def _admission(sess: Session, w: Workload, shape: Shape, m: dict[str, Json]) -> 
 def _forward_twice(
     sess: Session, w: Workload, batch: Batch, shape: Shape, m: dict[str, Json]
 ) -> list[ForwardOutputs] | Verdict:
-    """The same forward twice (cold, then warm), measured: their outputs, or the
-    verdict where one did not end ok."""
+    """The same forward twice (cold, then warm), each in evaluation mode from the same
+    random state, measured: their outputs, or the verdict where one did not end ok."""
     outs: list[ForwardOutputs] = []
     keep = outs.append
     for i, run_name in enumerate(("cold", "warm")):
@@ -172,7 +204,7 @@ def _forward_twice(
         rec = measure_step(
             sess.probe,
             f"forward_nograd {shape} run {i + 1}",
-            phase_step(w, batch, grad=False),
+            seeded(phase_step(w, batch, grad=False), sess.seed, sess.device),
             keep=keep,
         )
         sess.ran("forward_nograd")
@@ -228,11 +260,17 @@ def _verdict(
     rtol: float,
     p: Params,
     m: dict[str, Json],
+    against: Verdict | None = None,
 ) -> Verdict:
-    """Any problem fails; an NLL that could not be judged (no finite floor, or noise
-    over the threshold) is inconclusive."""
+    """Any problem fails, a head beyond the rule against the base too; an NLL that
+    could not be judged (no finite floor, or noise over the threshold), or a base
+    comparison that could not, is inconclusive."""
+    if against is not None and against.outcome == "failed":
+        problems = [*problems, str(against.reason)]
     if problems:
         return Verdict(outcome="failed", reason="; ".join(problems), measurements=m)
+    if against is not None:
+        return against
     if state == "inconclusive" and p.rule == "reference":
         return Verdict(
             outcome="inconclusive",

@@ -10,7 +10,14 @@ import torch
 
 from runners.adapt.upcast import ReferenceArm, try_setup_reference
 from runners.checks import precision, routing
-from runners.checks.context import Session, WorkloadFailed, dtype_name, load_preserving
+from runners.checks.context import (
+    Session,
+    WorkloadFailed,
+    dtype_name,
+    load_preserving,
+    phase_step,
+    seeded,
+)
 from runners.checks.execute import capture_where
 from runners.checks.outputs import rel_err
 from runners.claim.result import Json
@@ -47,7 +54,8 @@ def reference(
     base_routes: dict[str, torch.Tensor] = {}
     if isinstance(w, DeclaresRouting):
         w.declare_routing(True)
-        got: ForwardOutputs = sess.call("forward (routing)", lambda: w.forward(batch, grad=False))
+        routed = seeded(phase_step(w, batch, grad=False), sess.seed, sess.device)
+        got: ForwardOutputs = sess.call("forward (routing)", routed)
         base_routes = {k: v.to("cpu") for k, v in got.routing.items()}
         w.declare_routing(False)
         del got
@@ -109,19 +117,16 @@ def _reference_forward(
         ref_w.declare_routing(True)
     made: Batch = sess.call("make_batch (reference)", lambda: ref_w.make_batch(shape, sess.seed))
     ref_batch = arm.batch(made)
+    step = seeded(phase_step(ref_w, ref_batch, grad=False), sess.seed, sess.device)
     try:
-        out: ForwardOutputs = sess.call(
-            "forward (reference)", lambda: ref_w.forward(ref_batch, grad=False)
-        )
+        out: ForwardOutputs = sess.call("forward (reference)", step)
     except WorkloadFailed as e:
         if not arm.try_equivalent(ref_w, e.outcome.sentence()):
             raise
         assert arm.equivalent is not None
         m.update(arm.measurements())
         sess.progress(f"reference forward again on {arm.equivalent.sentence()}")
-        out = sess.call(
-            "forward (reference, equivalent)", lambda: ref_w.forward(ref_batch, grad=False)
-        )
+        out = sess.call("forward (reference, equivalent)", step)
     return out, arm
 
 

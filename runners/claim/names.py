@@ -37,12 +37,13 @@ DEVICE_SHARED_VAR: Final = "LEDGER_DEVICE_SHARED"
 """``1`` in a claim process whose GPU may hold other claims' processes meanwhile
 (`ledger.execution.sharing`): the device's used memory is then not the claim's."""
 
-NEEDS_BASE: Final = frozenset({GRADIENT_COMPARE})
-"""Checks that compare the candidate against a checkout of the base revision."""
+NEEDS_BASE: Final = frozenset({GRADIENT_COMPARE, REGRESSION_24VIEW, OBSERVER_OFF_CONTROL})
+"""Checks that compare the candidate against a checkout of the base revision (the
+observer-off control for the check it wraps, the 24-view regression by default)."""
 
 SETUPS_PER_CLAIM: Final = {
     GRADIENT_COMPARE: 2,  # on each tree: base, reference, repeat / candidate, its reference
-    "regression-24view": 2,  # the configured dtype and the reference one
+    "regression-24view": 2,  # the configured dtype and the reference one (each tree)
     "observer-off-control": 4,  # the wrapped check twice
 }
 """How many times a claim of each check sets its workload up in one tree's processes (1

@@ -51,5 +51,9 @@ def test_unknown_parameter_is_refused_in_one_line(run_cpu: RunClaim) -> None:
     assert r.params["ballast"] is True and r.params["batch"] == 2
 
 
-def test_only_gradient_compare_needs_the_base_checkout() -> None:
-    assert [c for c in check_names() if needs_base(c)] == ["gradient-compare"]
+def test_the_checks_comparing_against_the_base_need_its_checkout() -> None:
+    assert [c for c in check_names() if needs_base(c)] == [
+        "gradient-compare",
+        "observer-off-control",
+        "regression-24view",
+    ]

@@ -1,0 +1,333 @@
+"""regression-24view's base comparison: the head's no-grad outputs against the base's.
+
+The two runs of the head compare it only with itself; a change that moves every
+no-grad output alike (BatchNorm kept on batch statistics when evaluating, dropout
+left live) repeats bit for bit. So the base runs the same 24 views from its own
+tree, on the same device and inputs, in two arms (`runners.checks.arms`, each forked
+from the base tree's fork server where `ledger qualify` runs one): ``base`` in the
+workload's precision and ``reference`` in the reference precision. Every declared
+output of the head is judged by gradient-compare's reference rule
+(`runners.checks.precision`): ``err(head, base_ref) <= k * err(base, base_ref) +
+atol``, and for a 16-bit workload the head's own reference run against the base's
+(the function part). The head's reference arm is the one the check runs anyway
+(`runners.checks.regression_reference`).
+
+Routing. Where the base's arm saw its routers choose (a mixture of experts), the
+head runs its forward once more with the base's selections replayed (the workload's
+`runners.protocol.ReplaysRouting`, else the harness's router hooks), so a near tie
+flipping under a kernel swap does not pass for the change; its own choices are
+counted against the base's. A head that cannot replay is judged on its own routing,
+the flips said beside the verdict.
+
+The observer-off control's two runs share the base's arms (`CheckContext.shared`):
+they ran before the head was loaded and do not depend on the observer. Without a
+base tree the comparison is skipped and the receipt says so.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import torch
+
+from runners.checks import precision, routing
+from runners.checks.arms import Planned, Schedule, run_arms
+from runners.checks.context import Session, Verdict, phase_step, seeded
+from runners.checks.grad_arm import replay, router_hooks, routing_of
+from runners.checks.gradient_verdicts import compare, errors
+from runners.claim.result import Json
+from runners.protocol import Batch, DeclaresRouting, ForwardOutputs, ReplaysRouting, Workload
+
+_ARM_KEYS = (
+    "status",
+    "pid",
+    "duration_ns",
+    "workload_digest",
+    "dtype",
+    "error",
+    "precision_route",
+    "precision_route_equivalent",
+    "routing_route",
+    "routed_layers",
+    "forward_seed",
+    "setup_routes",
+)
+"""What each base arm reports that the receipt records."""
+
+
+class BaseRule(Protocol):
+    """The check's parameters the comparison reads."""
+
+    @property
+    def views(self) -> int: ...
+
+    @property
+    def seq(self) -> int: ...
+
+    @property
+    def k(self) -> float: ...
+
+    @property
+    def atol(self) -> float: ...
+
+    @property
+    def reference_dtype(self) -> str | None: ...
+
+    @property
+    def base_workload_params(self) -> dict[str, Json]: ...
+
+    @property
+    def arm_timeout_s(self) -> int: ...
+
+    @property
+    def deterministic_warn_only(self) -> bool: ...
+
+
+@dataclass(slots=True)
+class BaseArms:
+    """What the base's two arms reported and saved (CPU tensors)."""
+
+    root: Path
+    info: dict[str, dict[str, Any]]
+    outputs: dict[str, dict[str, torch.Tensor]] = field(default_factory=dict)
+    routing: dict[str, dict[str, torch.Tensor]] = field(default_factory=dict)
+    routing_file: Path | None = None
+    """The base arm's saved routing, while this run's folder lasts (replayed by the head)."""
+
+
+def skipped(sess: Session) -> str | None:
+    """Why there is no base to compare with, or None."""
+    ctx = sess.ctx
+    if ctx.base_root is None:
+        return (
+            "no base tree was handed (a revision on the base branch itself, or a run "
+            "without a base): the head is compared only with itself"
+        )
+    if ctx.base_root.resolve() == ctx.repo_root.resolve():
+        return "the base tree is the head's own: the head is compared only with itself"
+    return None
+
+
+def base_arms(sess: Session, p: BaseRule, m: dict[str, Json]) -> BaseArms:
+    """The base's arms: run from the base tree (before the head is loaded, so the device
+    holds one model at a time), or the ones an earlier run of this claim ran (the
+    observer-off control's second run)."""
+    ctx = sess.ctx
+    assert ctx.base_root is not None
+    params = {**ctx.workload_params, **p.base_workload_params}
+    key = "regression-24view base arms " + json.dumps(
+        [str(ctx.base_root), ctx.workload_ref, params, p.views, p.seq, p.reference_dtype],
+        sort_keys=True,
+        default=str,
+    )
+    cached = ctx.shared.get(key)
+    if isinstance(cached, BaseArms):
+        m["base_arms_reused"] = True
+        return cached
+    work = sess.registry.make_tempdir("regression-base-")
+    plan: list[Planned] = [
+        ("base", ctx.base_root, params),
+        ("reference", ctx.base_root, params),
+    ]
+    told: dict[str, Json] = {
+        "warn_only": p.deterministic_warn_only,
+        "batch": p.views,
+        "seq": p.seq,
+        "phase": "forward_nograd",
+    }
+    specs: dict[str, dict[str, Json]] = {
+        "reference": {"reference": True, "reference_dtype": p.reference_dtype}
+    }
+    # CPU arms share nothing and may overlap; on a GPU one after the other.
+    mode: Schedule = "side-by-side" if sess.device.type == "cpu" else "in-turn"
+    sess.progress(f"24-view forward of the base from {ctx.base_root}")
+    deadline = time.monotonic() + p.arm_timeout_s
+    arms, _ = run_arms(sess, plan, told, work, specs, deadline, mode)
+    got = BaseArms(root=ctx.base_root, info=arms)
+    for name in arms:
+        got.outputs[name] = _load(work / name / "outputs.pt")
+        got.routing[name] = _load(work / name / "routing.pt")
+    if got.routing.get("base"):
+        got.routing_file = work / "base" / "routing.pt"
+    ctx.shared[key] = got
+    return got
+
+
+def _load(path: Path) -> dict[str, torch.Tensor]:
+    if not path.is_file():
+        return {}
+    loaded: dict[str, torch.Tensor] = torch.load(path, weights_only=True)
+    return loaded
+
+
+def arms_measured(arms: BaseArms, m: dict[str, Json]) -> None:
+    """Each base arm's figures in ``m["base_arms"]``."""
+    m["base_root"] = str(arms.root)
+    m["base_arms"] = {
+        name: {k: info[k] for k in _ARM_KEYS if k in info} for name, info in arms.info.items()
+    }
+
+
+def head_on_base_routing(
+    sess: Session, w: Workload, batch: Batch, arms: BaseArms, m: dict[str, Json]
+) -> dict[str, torch.Tensor] | None:
+    """Where the base's arm saw its routers choose: the head's forward once more with the
+    base's selections replayed (its declared outputs on the host), its own choices
+    counted against the base's; None where there is no routing to replay or the head
+    cannot take it (it is then judged on its own routing)."""
+    if arms.routing_file is None:
+        return None
+    info: dict[str, Any] = {}
+    hooks = router_hooks(w, info)
+    if isinstance(w, DeclaresRouting):
+        w.declare_routing(True)
+    replaying = replay(w, str(arms.routing_file), sess.device, info, hooks)
+    step = seeded(phase_step(w, batch, grad=False), sess.seed, sess.device)
+    try:
+        sess.progress("24-view forward of the head on the base's routing")
+        out: ForwardOutputs = sess.call("forward (the base's routing)", step)
+        own = routing_of(w, hooks, replaying, [out], info)
+    finally:
+        if hooks is not None:
+            hooks.detach()
+        if isinstance(w, ReplaysRouting):
+            w.replay_routing(None)
+        if isinstance(w, DeclaresRouting):
+            w.declare_routing(False)
+    table = {"head_vs_base": routing.differing(own, arms.routing["base"])}
+    m["base_routing"] = {**info, **table}
+    if not replaying or info.get("routing_replay") != "replayed":
+        return None
+    return {k: v.detach().to("cpu", copy=True) for k, v in out.declared().items()}
+
+
+def judged(
+    head: dict[str, torch.Tensor],
+    head_ref: ForwardOutputs | None,
+    arms: BaseArms,
+    low: str,
+    p: BaseRule,
+    m: dict[str, Json],
+) -> Verdict | None:
+    """The head's declared outputs against the base's by the reference rule: a failed
+    or inconclusive verdict, or None when every output is within it."""
+    bad = {a: i for a, i in arms.info.items() if i.get("status") != "ok"}
+    if bad:
+        said = "; ".join(
+            f"{a} arm {i.get('status')}: {str(i.get('error') or i.get('log_tail') or '').strip()}"
+            for a, i in bad.items()
+        )
+        m["base_comparison"] = "not judged"
+        return Verdict(
+            outcome="inconclusive",
+            reason=f"the base's no-grad outputs could not be computed ({said}); the base "
+            "comparison needs them; what would fix it: a base whose workload runs with these "
+            "parameters (base_workload_params), and a setup(device, seed, *, dtype) on kernels "
+            "that compute in the reference dtype (runners.protocol, Precision)",
+            measurements=m,
+        )
+    base, ref = arms.outputs.get("base", {}), arms.outputs.get("reference", {})
+    rows, only = compare(base, head, math.inf)
+    function = None
+    if head_ref is not None and precision.higher("float32", low):
+        ref_dtype = str(arms.info["reference"].get("dtype") or "")
+        theirs = {k: v.to("cpu") for k, v in head_ref.declared().items()}
+        function = precision.Function(
+            errors=errors(theirs, ref),
+            scale=precision.roundoff_ratio(ref_dtype, low),
+            atol=precision.function_atol_for(ref_dtype, None),
+        )
+    shared = {n: t for n, t in head.items() if n in base}
+    verdicts = precision.judge(errors(shared, ref), errors(base, ref), {}, p.k, p.atol, function)
+    by_name = {v.name: v for v in verdicts}
+    for r in rows:
+        v = by_name.get(str(r["name"]))
+        if v is not None:
+            j = v.to_json()
+            r.update({k: j[k] for k in ("err_candidate", "err_base", "floor", "allowed")})
+            r.update(state=j["state"], failed_by=j["failed_by"])
+            if v.function_ran:
+                r.update(err_function=j["err_function"], function_allowed=j["function_allowed"])
+            r.pop("over_threshold", None)
+    m["against_base"] = rows  # type: ignore[assignment]
+    m["base_comparison"] = "compared"
+    return _verdict(verdicts, rows, only, p, m)
+
+
+def _verdict(
+    verdicts: list[precision.TensorVerdict],
+    rows: list[dict[str, Json]],
+    only: list[str],
+    p: BaseRule,
+    m: dict[str, Json],
+) -> Verdict | None:
+    flips = _flips(m)
+    if only:
+        return Verdict(
+            outcome="failed",
+            reason=f"against the base: the declared outputs differ: {', '.join(only)} in only "
+            "one of head and base",
+            measurements=m,
+        )
+    failed = sorted(
+        (v for v in verdicts if v.state == "failed"), key=lambda v: v.badness, reverse=True
+    )
+    if failed:
+        max_abs = {str(r["name"]): r.get("max_abs") for r in rows}
+        said = "; ".join(_describe(v, max_abs.get(v.name), p) for v in failed)
+        return Verdict(
+            outcome="failed",
+            reason=f"against the base: {said}{flips}",
+            measurements=m,
+        )
+    unjudged = [v.name for v in verdicts if v.state == "inconclusive"]
+    if unjudged:
+        return Verdict(
+            outcome="inconclusive",
+            reason=f"against the base: {', '.join(unjudged)} have no finite precision floor "
+            "(the base's reference is zero or non-finite where the base is not)",
+            measurements=m,
+        )
+    if not verdicts:
+        return Verdict(
+            outcome="inconclusive",
+            reason="against the base: no declared outputs to compare",
+            measurements=m,
+        )
+    return None
+
+
+def _describe(v: precision.TensorVerdict, max_abs: Json, p: BaseRule) -> str:
+    """``logits: max abs 0.53, err 0.31 vs allowance 2.2e-06 (2.0 x precision floor
+    6e-07 + 1e-06)``, with the function part's figures where that part failed."""
+    ma = f"max abs {max_abs:.3g}, " if isinstance(max_abs, float) else ""
+    err = "non-finite" if v.err_candidate is None else f"{v.err_candidate:.3g}"
+    allowed = "n/a" if v.allowed is None else f"{v.allowed:.3g}"
+    floor = "n/a" if v.floor is None else f"{v.floor:.3g}"
+    out = (
+        f"{v.name}: {ma}err {err} vs allowance {allowed} ({p.k} x {v.floor_from} floor "
+        f"{floor} + {p.atol})"
+    )
+    if "function" in v.failed_by:
+        f = "non-finite" if v.err_function is None else f"{v.err_function:.3g}"
+        fa = "n/a" if v.function_allowed is None else f"{v.function_allowed:.3g}"
+        out += f"; in the reference precision err {f} vs allowance {fa}"
+    return out
+
+
+def _flips(m: dict[str, Json]) -> str:
+    """What a reason adds where the head routed tokens otherwise than the base and did
+    not replay the base's routing."""
+    table = m.get("base_routing")
+    if not isinstance(table, dict) or table.get("routing_replay") == "replayed":
+        return ""
+    pair = table.get("head_vs_base")
+    n = pair.get("tokens_differing") if isinstance(pair, dict) else None
+    if not isinstance(n, int) or not n:
+        return ""
+    return f" ({n} token(s) routed otherwise than the base, which the head could not replay)"
