@@ -67,7 +67,6 @@ fi
 
 # qualify again only while it says infrastructure alone failed it (exit 3): a retry
 # on 1 would run the code until a flaky claim passes once.
-status=3
 attempt=1
 while :; do
   status=0
@@ -82,15 +81,18 @@ done
 
 # What the outbox holds, sent now where the server takes it. The verdict stays
 # qualify's: receipts left behind are said, and `ledger push` on this host sends them.
-kept=""
-push_json=$(ledger push --server "$server" --json) || echo "qualify-pr.sh: receipts stay in" \
-  "this host's outbox; send them with \`ledger push --server $server\`" >&2
-kept=$(printf '%s' "$push_json" | python3 -c 'import json, sys
+push_json=$(ledger push --server "$server" --json) || true
+read -r sent kept < <(printf '%s' "$push_json" | python3 -c 'import json, sys
 try:
-    print(json.load(sys.stdin)["kept"])
+    d = json.load(sys.stdin)
+    print(d["sent"], d["kept"])
 except Exception:
-    print("")')
-echo "qualify-pr.sh: ledger push: ${push_json:-no answer}" >&2
+    print("- ")')
+if [ -n "$kept" ]; then
+  echo "qualify-pr.sh: ledger push: sent $sent, kept $kept in this host's outbox" >&2
+else
+  echo "qualify-pr.sh: ledger push: no answer from $server; what the outbox holds stays" >&2
+fi
 
 # The check document: written only when `ledger status` produced one (a JSON object
 # with fields); an unreachable server leaves none, and nothing empty is ever posted.
@@ -106,9 +108,13 @@ else
   check=""
 fi
 
+# Posting is a report of the verdict: whatever becomes of it, the exit status stays.
 if [ -n "$check" ] && [ "$post" -eq 1 ]; then
-  gh api "repos/${GITHUB_REPOSITORY:?GITHUB_REPOSITORY names the repository}/check-runs" \
-    --input "$check" >/dev/null || echo "qualify-pr.sh: the check run was not posted" >&2
+  if [ -z "${GITHUB_REPOSITORY:-}" ]; then
+    echo "qualify-pr.sh: --post-check needs GITHUB_REPOSITORY (owner/name): not posted" >&2
+  elif ! gh api "repos/$GITHUB_REPOSITORY/check-runs" --input "$check" >/dev/null; then
+    echo "qualify-pr.sh: the check run was not posted" >&2
+  fi
 fi
 
 case "$status" in

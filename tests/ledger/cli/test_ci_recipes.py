@@ -87,6 +87,12 @@ class World:
     origin: Path
     keys: Path
     tmp: Path
+
+    @property
+    def kept(self) -> Path:
+        """An outbox that holds one signed receipt (of `PASSING`'s head, a pass)."""
+        return self.tmp / "kept-data" / "ledger" / "outbox"
+
     runs: dict[tuple[Any, ...], Result] = field(default_factory=dict)
     """Each distinct step's result, run once."""
 
@@ -158,6 +164,16 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
                 ]
             )  # fmt: skip
             assert code == 0
+        # An earlier run's receipt the server did not take: it waits in an outbox.
+        mp.setenv("XDG_DATA_HOME", str(tmp / "kept-data"))
+        code = main(
+            [
+                "attest", "--pr", str(PASSING.pr), "--base", PASSING.base, "--claim", UNIT,
+                "--outcome", "passed", "--cleanup", str(tmp / "cleanup.json"),
+                "--key", "runner", "--server", _closed_port(),
+            ]
+        )  # fmt: skip
+        assert code == 3
     try:
         yield World(server, origin, keys, tmp)
     finally:
@@ -360,12 +376,14 @@ exit 1
 """
 
 
-def _run(world: World, step: Step, case: Case, server: str) -> Result:
+def _run(world: World, step: Step, case: Case, server: str, outbox: Path | None) -> Result:
+    """Run ``step`` once for ``case`` (its result kept); ``outbox``: what this host's
+    outbox holds before it starts."""
     # What the step is given: the job's variables, the provider's, the wrapper's own.
     given = {"LEDGER_URL": server, **_provider_vars(case, world), **dict(step.env)}
     given = {k: v.replace(world.url, server) for k, v in given.items()}
     script = step.script.replace(world.url, server)
-    key = (step.shell, script, step.checkout, tuple(sorted(given.items())))
+    key = (step.shell, script, step.checkout, tuple(sorted(given.items())), outbox)
     if key in world.runs:
         return world.runs[key]
     where = world.tmp / f"run-{len(world.runs)}"
@@ -379,6 +397,8 @@ def _run(world: World, step: Step, case: Case, server: str) -> Result:
         git.Repo.clone_from(str(world.origin), work)
     else:
         work.mkdir()
+    if outbox is not None:
+        shutil.copytree(outbox, where / "data" / "ledger" / "outbox")
     out_file = where / "github-output"
     env = {
         "PATH": os.pathsep.join([str(bin_dir), str(BIN), "/usr/bin", "/bin"]),
@@ -417,10 +437,16 @@ def _run(world: World, step: Step, case: Case, server: str) -> Result:
     return result
 
 
-def _result(world: World, snippet: Snippet, case: Case, server: str | None = None) -> Result:
+def _result(
+    world: World,
+    snippet: Snippet,
+    case: Case,
+    server: str | None = None,
+    outbox: Path | None = None,
+) -> Result:
     steps = steps_of(snippet, case, world)
     assert len(steps) == 1, f"{snippet.where}: {len(steps)} steps to run, one expected"
-    return _run(world, steps[0], case, server or world.url)
+    return _run(world, steps[0], case, server or world.url, outbox)
 
 
 SNIPPETS = ci_snippets()
@@ -449,6 +475,18 @@ def test_a_qualify_recipe_exits_by_the_verdict(world: World, snippet: Snippet, c
     assert r.code == case.want, f"{snippet.where} ({case.name}): exit {r.code}\n{r.out[-3000:]}"
     # What the outbox holds was said after qualify, and did not change the status.
     assert re.search(r"sent \d+, kept \d+|\"kept\": \d+", r.out), r.out[-2000:]
+
+
+STEP = next(s for s in QUALIFYING if s.provider == "shell")
+"""docs/deploy.md's runner step, the one each wrapper holds."""
+
+
+def test_the_step_sends_the_outbox_and_keeps_the_verdict(world: World) -> None:
+    """What an earlier send left is delivered after qualify, and push's own exit 0 is not
+    the step's: a pull request not qualified still exits 1."""
+    r = _result(world, STEP, INHERITED, outbox=world.kept)
+    assert r.code == INHERITED.want == 1, r.out[-3000:]
+    assert "sent 1, kept 0" in r.out, r.out[-2000:]
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
