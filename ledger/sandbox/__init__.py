@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from ledger.evidence.errors import UsageError
+from ledger.sandbox import quota
 from ledger.sandbox.host import gpu_devices, interpreter_paths, passed_env, secret_paths
 from ledger.sandbox.mounts import system_mounts
 
@@ -126,6 +127,9 @@ class SandboxPolicy:
     mapped: tuple[tuple[str, str], ...] = ()
     """(folder Ledger made, path inside): writable folders bound at another path, so
     that a path a user named is written through a folder of Ledger's and copied out."""
+    tmp_bytes: int | None = None
+    """The private /tmp's size: the sandbox's cap (`ledger.sandbox.quota`), where this
+    bubblewrap caps a tmpfs; None: a tmpfs as large as the kernel allows."""
 
     def with_(self, **changes: object) -> SandboxPolicy:
         return replace(self, **changes)  # type: ignore[arg-type]
@@ -167,6 +171,8 @@ def render(policy: SandboxPolicy, argv: Sequence[str], *, bwrap: str) -> list[st
         out += ["--bind", policy.shm, "/dev/shm"]
     if policy.proc:
         out += ["--proc", "/proc"]
+    if policy.tmp_bytes is not None:
+        out += ["--size", str(policy.tmp_bytes)]
     out += ["--tmpfs", "/tmp"]
     bound = [p for p in policy.read_only if os.path.exists(p)]
     for p in bound:
@@ -422,6 +428,7 @@ def resolve(
         devices=gpu_devices(),
         proc=proc,
         route=route,
+        tmp_bytes=quota.cap(environ) if quota.tmpfs_size(bwrap) else None,
     )
     return Sandbox("bwrap", bwrap, base)
 

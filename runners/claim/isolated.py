@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ledger.sandbox import quota
 from ledger.sandbox.proof import SandboxBreach
 from runners.claim.authors import authored
 from runners.claim.claim_exit import (
@@ -253,11 +254,15 @@ def _launch(
     """The claim's folder, each rank's request, command line and environment (forked,
     or inside the sandbox); an infra-error where it cannot start (none of its code ran)."""
     work = Path(tempfile.mkdtemp(prefix="ledger-claim-", dir=request.work_root))
-    full = _disk_full(work)
+    full = _disk_full(work, request.work_root)
     if full is not None:
-        # Observed here before the claim started: its code cannot have caused it.
+        # Observed here before the claim started; whose it is, by what the run's
+        # sandboxes wrote of their cap (`ledger.sandbox.quota`).
         shutil.rmtree(work, ignore_errors=True)
-        return request.not_started(full)
+        r = request.not_started(full.reason)
+        if full.whose == "code":
+            r.outcome = "failed"
+        return r
     backend = _backend(request.device)
     argvs = _requests(work, request, backend if request.grouped else None, fork_server)
     forked = fork_server is not None and request.world_size == 1
@@ -503,22 +508,25 @@ def _ended(
     return results
 
 
-_MIN_FREE_BYTES = 64 * 1024 * 1024
-"""Less free disk than this where the claim's folder lies, before it starts: the host
-is out of disk (an infrastructure error, observed before any of the claim's code ran)."""
+_MIN_FREE_BYTES = quota.MIN_FREE
+"""Less free disk than this where the claim's folder lies, before it starts: short of
+disk (the host's or the pull request's: `ledger.sandbox.quota.shortage`)."""
 
 
-def _disk_full(work: Path) -> str | None:
+def _disk_full(work: Path, run_folder: Path | None) -> quota.Shortage | None:
+    """Too little disk where the claim's folder lies, and whose: the host's only where it
+    had less free than the sandboxes' cap still allowed them, measured beside what they
+    wrote in the run's folder (``run_folder``, the one they may write), which the pull
+    request's code can fill and so must not decide an infra-error on its own."""
     try:
         free = shutil.disk_usage(work).free
     except OSError:
         return None
     if free >= _MIN_FREE_BYTES:
         return None
-    return (
-        f"the host is out of disk: {free} bytes free where the claim's folder lies "
-        f"({work.parent}), observed before the claim started"
-    )
+    limit = quota.cap()
+    wrote = quota.written(run_folder, stop=limit) if run_folder is not None else 0
+    return quota.shortage(free, wrote, limit, work.parent)
 
 
 def _preexec(cgroup: ClaimCgroup | None, forked: bool) -> Callable[[], None] | None:
