@@ -19,12 +19,15 @@ class Figure:
     name: str
     """What the figure is, in words (`worst measured/predicted`)."""
     value: float
-    unit: Literal["bytes", "ratio"]
+    unit: Literal["bytes", "ratio", "number"]
+    """``number``: a plain figure (a difference between two runs), said as it is."""
 
     @property
     def text(self) -> str:
-        """For people: `2.58 GiB`, `1.07x`."""
-        return iec(self.value) if self.unit == "bytes" else f"{number(self.value)}x"
+        """For people: `2.58 GiB`, `1.07x`, `0.0312`."""
+        if self.unit == "bytes":
+            return iec(self.value)
+        return number(self.value) if self.unit == "number" else f"{number(self.value)}x"
 
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "value": self.value, "unit": self.unit, "text": self.text}

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ledger.store.store import Store
+from ledger.trend.deciding import bound_of, figure_by_key
 from ledger.trend.figures import Figure, figure_of, least_of, percent_text, scope_text
 
 __all__ = ["Change", "Point", "Trend", "compared_scope", "percent_text", "scope_text", "trend"]
@@ -52,6 +53,9 @@ class Point:
     scope: dict[str, Any] = field(default_factory=dict)
     """The receipt's `predicate.scope`: a head is compared only with a base receipt of
     the same scope."""
+    bound: float | None = None
+    """Where the trend follows a named figure (`trend(figure=KEY)`): the bound this
+    receipt's check judged it against (`ledger.trend.deciding.bound_of`)."""
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -65,6 +69,8 @@ class Point:
         if self.least is not None:
             out["least"] = self.least.to_json()
         out["scope"] = dict(self.scope)
+        if self.bound is not None:
+            out["bound"] = self.bound
         if self.superseded_by is not None:
             out["superseded_by"] = self.superseded_by
         else:
@@ -135,6 +141,15 @@ class Trend:
     points: list[Point] = field(default_factory=list)
     base_asked: int = 0
     """Base commits looked at (those without a receipt of the claim have no point)."""
+    key: str | None = None
+    """The figure it follows by name (`ledger.trend.deciding.KEYS`); None: each
+    receipt's own figure (`figure_of`)."""
+
+    @property
+    def bound(self) -> float | None:
+        """The bound of the figure it follows, where the newest receipt records one."""
+        every = [p for p in self.points if p.bound is not None]
+        return every[-1].bound if every else None
 
     @property
     def name(self) -> str | None:
@@ -204,6 +219,8 @@ class Trend:
         return {
             "claim": self.claim,
             "figure": self.name,
+            # Only a trend that follows a named figure says which, and its bound.
+            **({} if self.key is None else {"figure_key": self.key, "bound": self.bound}),
             "base_commits_asked": self.base_asked,
             "base_commits_with_receipts": self.base_with_receipts,
             "no_base": self.no_base,
@@ -219,7 +236,7 @@ def _per_commit(entries: list[Any]) -> dict[str, list[Any]]:
     return out
 
 
-def _point(e: Any, where: str, superseded_by: str | None = None) -> Point:
+def _point(e: Any, where: str, key: str | None, superseded_by: str | None = None) -> Point:
     p = e.payload_document["predicate"]
     return Point(
         commit=p["source"]["commit"],
@@ -227,10 +244,11 @@ def _point(e: Any, where: str, superseded_by: str | None = None) -> Point:
         receipt=e.entry_id,
         outcome=p["outcome"],
         recorded=str((p.get("runner") or {}).get("finished") or ""),
-        figure=figure_of(p),
+        figure=figure_of(p) if key is None else figure_by_key(p, key),
         superseded_by=superseded_by,
         least=least_of(p),
         scope=dict(p.get("scope") or {}) if isinstance(p.get("scope"), dict) else {},
+        bound=None if key is None else bound_of(p, key),
     )
 
 
@@ -239,7 +257,7 @@ def _scope_key(e: Any) -> str:
     return repr(sorted(scope.items())) if isinstance(scope, dict) else "[]"
 
 
-def _revision(receipts: list[Any], where: str) -> list[Point]:
+def _revision(receipts: list[Any], where: str, key: str | None = None) -> list[Point]:
     """The revision's points, one per scope it was measured at (in the order each
     scope first appears): its newest receipt of that scope (a later receipt replaces
     an earlier one), with the earlier ones that a later one names as superseded (a
@@ -255,16 +273,26 @@ def _revision(receipts: list[Any], where: str) -> list[Point]:
     out = []
     for es in scopes.values():
         newest = es[-1]
-        gone = tuple(_point(e, "superseded", by[e.entry_id]) for e in es[:-1] if e.entry_id in by)
-        out.append(replace(_point(newest, where), superseded=gone))
+        gone = tuple(
+            _point(e, "superseded", key, by[e.entry_id]) for e in es[:-1] if e.entry_id in by
+        )
+        out.append(replace(_point(newest, where, key), superseded=gone))
     return out
 
 
 def trend(
-    store: Store, repo_id: str, claim: str, *, pr: int | None, base_commits: Sequence[str] = ()
+    store: Store,
+    repo_id: str,
+    claim: str,
+    *,
+    pr: int | None,
+    base_commits: Sequence[str] = (),
+    figure: str | None = None,
 ) -> Trend:
     """The claim's figure on `base_commits` (newest first, as `git log` lists them)
-    and on PR `pr`'s heads, from the receipts the store holds."""
+    and on PR `pr`'s heads, from the receipts the store holds; ``figure``: the series
+    of that figure by name (`ledger.trend.deciding.KEYS`: a blocker's deciding one),
+    with each receipt's bound, else each receipt's own figure."""
     from ledger.identity.aliases import aliases_of
 
     # Receipts under the id and every earlier id `ledger repo alias` linked to it, in log
@@ -275,14 +303,14 @@ def trend(
         got = [e for i in ids for e in store.receipt_entries(i, claims=[claim], **key)]
         return sorted(got, key=lambda e: e.seq)
 
-    out = Trend(claim, base_asked=len(base_commits))
+    out = Trend(claim, base_asked=len(base_commits), key=figure)
     if base_commits:
         found = _per_commit(entries(commits=list(base_commits)))
         for c in reversed(base_commits):
             if c in found:
-                out.points += _revision(found[c], "base")
+                out.points += _revision(found[c], "base", figure)
     if pr is not None:
         heads = _per_commit(entries(pr=pr))
         for i, es in enumerate(heads.values(), 1):
-            out.points += _revision(es, f"PR #{pr} head {i}")
+            out.points += _revision(es, f"PR #{pr} head {i}", figure)
     return out

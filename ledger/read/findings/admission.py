@@ -16,6 +16,7 @@ from ledger.read.findings.model import (
     _r,
 )
 from ledger.read.humanize import number
+from ledger.trend.deciding import deciding_of
 
 
 def _shape_rows(m: dict[str, Any]) -> list[dict[str, Any]]:
@@ -28,7 +29,7 @@ def _mark(r: dict[str, Any]) -> str:
     return REFUSED if r.get("admitted") is False else ""
 
 
-def admission(m: dict[str, Any], _: dict[str, Any], __: dict[str, Any]) -> Findings | None:
+def admission(m: dict[str, Any], _: dict[str, Any], predicate: dict[str, Any]) -> Findings | None:
     rows = _shape_rows(m)
     if not rows:
         return None
@@ -44,6 +45,21 @@ def admission(m: dict[str, Any], _: dict[str, Any], __: dict[str, Any]) -> Findi
         + "."
     )
     over = None
+    deciding = deciding_of(predicate)
+    if deciding is not None and deciding.key == "least-ratio" and judged:
+        # Failed for looseness: the least ratio decided it, said as every surface says it
+        # (`ledger.trend.deciding`), then the worst, which stayed safe.
+        w = min(judged, key=lambda r: float(r["measured_over_predicted"]))
+        top = max(judged, key=lambda r: float(r["measured_over_predicted"]))
+        lead = (
+            f"{deciding.text[0].upper()}{deciding.text[1:]} at shape {w.get('shape')} "
+            f"({w.get('phase')}): measured {_b(w.get('measured_bytes'))} against predicted "
+            f"{_b(w.get('predicted_bytes'))}; below its bound the estimate is too loose. "
+            f"The worst, {number(float(top['measured_over_predicted']))}x at shape "
+            f"{top.get('shape')}, stays safe."
+        )
+        chosen = [w, *(r for r in rows if _mark(r) and r is not w)]
+        return Findings((lead, counts), _table(chosen), True)
     if worst_of:
         w = max(worst_of, key=lambda r: float(r["measured_over_predicted"]))
         ratio = float(w["measured_over_predicted"])
@@ -65,8 +81,12 @@ def admission(m: dict[str, Any], _: dict[str, Any], __: dict[str, Any]) -> Findi
     )
     if worst_of and w not in chosen:
         chosen.insert(0, w)
+    return Findings((lead, counts), _table(chosen) if chosen else None, over)
+
+
+def _table(chosen: list[dict[str, Any]]) -> Table:
     cols = ("shape", "phase", "predicted_bytes", "measured_bytes", "measured_over_predicted", "run")
-    table = Table(
+    return Table(
         cols,
         tuple(
             (
@@ -82,4 +102,3 @@ def admission(m: dict[str, Any], _: dict[str, Any], __: dict[str, Any]) -> Findi
         tuple(_mark(r) for r in chosen[:_ROWS]),
         max(0, len(chosen) - _ROWS),
     )
-    return Findings((lead, counts), table if chosen else None, over)

@@ -269,6 +269,7 @@ def trend(
     in_bytes: bool,
     y_label: str,
     x_label: str = "revision: base branch commits (oldest first), then the PR's heads",
+    bound: float | None = None,
 ) -> str:
     """A claim's figure per revision: `columns` are (where, short commit) along x;
     each point is (column, value, kind, text, line) with kind `base` (a square),
@@ -278,6 +279,8 @@ def trend(
     digits, logarithmic when the values span more than ~1.7 decades; every point
     carries its value as text, so the plot reads without colour or hover."""
     values = [v for _, v, *_ in points]
+    # The bound is drawn inside the frame: the scale covers it.
+    values += [bound] if bound is not None else []
     positive = [v for v in values if v > 0]
     hi = max(values, default=1.0) or 1.0
     lo = min(positive, default=hi)
@@ -309,6 +312,16 @@ def trend(
     for pts in lines.values():
         if len(pts) > 1:
             parts.append(f'<polyline points="{" ".join(pts)}" class="l0"/>')
+    if bound is not None and (bound > 0 or not log):
+        # The bound the figure is judged against, as a dashed line labelled with it.
+        y = scale.y(bound)
+        said = human_bytes(bound) if in_bytes else humanize.number(bound)
+        parts.append(
+            f'<g class="bound" data-bound="{bound!r}"><line x1="{left}" x2="{_W - right}" '
+            f'y1="{y:.1f}" y2="{y:.1f}" stroke-dasharray="6 4" class="bound"/>'
+            f'<text x="{_W - right - 4}" y="{y - 4:.1f}" class="tick" text-anchor="end">'
+            f"bound {escape(said)}</text></g>"
+        )
     for i, v, kind, text, _ in points:
         parts += _trend_point(px(i), scale.y(v), kind, text, columns[i])
     parts.append(

@@ -156,7 +156,12 @@ def _trend(led: Any, request: Request) -> dict[str, Any]:
     """A claim's trend on a PR (`ledger trend`), public as the PR page is."""
     q = request.query_params
     return views.trend_page(
-        led.store(), q.get("repo", ""), q.get("pr"), q.get("claim", ""), led.mirrors
+        led.store(),
+        q.get("repo", ""),
+        q.get("pr"),
+        q.get("claim", ""),
+        led.mirrors,
+        q.get("figure"),
     )
 
 

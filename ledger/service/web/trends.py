@@ -17,7 +17,7 @@ from ledger.store.store import Store
 if TYPE_CHECKING:
     from ledger.trend.series import Trend
 
-__all__ = ["pr_trends", "trend_page"]
+__all__ = ["pr_trends", "trend_page", "trend_url"]
 
 
 def pr_trends(
@@ -40,7 +40,7 @@ def pr_trends(
             {
                 "claim": c["claim"],
                 "figure": t.name,
-                "url": _trend_url(repo, pr, c["claim"]),
+                "url": trend_url(repo, pr, c["claim"]),
                 "changes": [(p.where, _change_text(t, p)) for p in points],
                 "no_base": t.no_base,
                 "chart": charts.bars(
@@ -59,10 +59,15 @@ _BASE_COMMITS = 10
 """Base branch commits a trend page looks at, newest first (`ledger trend --last`)."""
 
 
-def _trend_url(repo: str, pr: int, claim: str) -> str:
+def trend_url(repo: str, pr: int, claim: str, figure: str | None = None) -> str:
+    """A claim's trend page; with ``figure``, the series of that figure (a blocker's
+    deciding one, `ledger.trend.deciding`), its bound drawn."""
     from urllib.parse import urlencode
 
-    return "/trend?" + urlencode({"repo": repo, "pr": pr, "claim": claim})
+    q: dict[str, Any] = {"repo": repo, "pr": pr, "claim": claim}
+    if figure is not None:
+        q["figure"] = figure
+    return "/trend?" + urlencode(q)
 
 
 def _base_commits(
@@ -115,7 +120,12 @@ def _change_text(t: Any, p: Any) -> str:
 
 
 def trend_page(
-    store: Store, repo: str, pr_text: str | None, claim: str, mirrors: Sequence[Path] = ()
+    store: Store,
+    repo: str,
+    pr_text: str | None,
+    claim: str,
+    mirrors: Sequence[Path] = (),
+    figure: str | None = None,
 ) -> dict[str, Any]:
     """A claim's trend on a PR: its figure on the base commits and each head, a plot
     drawn here, and a table with each head's change in % against the newest base
@@ -131,19 +141,25 @@ def trend_page(
     if pr_text is None or not pr_text.isdigit() or not 0 < int(pr_text) < 2**31:
         raise InputError("pr: expected a pull request number")
     pr = int(pr_text)
+    from ledger.trend.deciding import KEYS
+
+    if figure is not None and figure not in KEYS:
+        raise InputError(f"figure: expected one of {', '.join(KEYS)}")
     ident = identity_from_log(store, repo, pr, None, mirrors)
     name = ident.revision.repo
     base, from_where = _base_commits(store, name, pr, mirrors)
-    t = trend(store, name, claim, pr=pr, base_commits=base)
+    t = trend(store, name, claim, pr=pr, base_commits=base, figure=figure)
     rows, columns, plotted, scopes = _rows(t, pr)
     in_bytes = any(p.figure and p.figure.unit == "bytes" for p in t.points)
+    unit = "bytes" if in_bytes else "ratio" if figure != "repeat-difference" else "difference"
     chart = (
         charts.trend(
             f"{claim}: {t.name} per revision",
             columns,
             plotted,
             in_bytes=in_bytes,
-            y_label=f"{t.name} ({'bytes' if in_bytes else 'ratio'})",
+            y_label=f"{t.name} ({unit})",
+            bound=t.bound,
         )
         if plotted and t.name
         else None
@@ -154,6 +170,9 @@ def trend_page(
         "pr": pr,
         "claim": claim,
         "figure": t.name,
+        "figure_key": figure,
+        "bound": t.bound,
+        "bound_text": _bound_text(t),
         "trend": doc,
         "rows": rows,
         "chart": chart,
@@ -162,6 +181,16 @@ def trend_page(
         "one_scope": next(iter(scopes)) if len(scopes) == 1 else None,
         "pr_url": "/pr?" + urlencode({"repo": name, "pr": pr}),
     }
+
+
+def _bound_text(t: Trend) -> str | None:
+    """The bound of the figure the trend follows, as its points say it (`1x`, `0.25x`)."""
+    from ledger.trend.figures import Figure
+
+    if t.bound is None or t.name is None:
+        return None
+    units = [p.figure.unit for p in t.points if p.figure is not None]
+    return Figure(t.name, t.bound, units[0] if units else "ratio").text
 
 
 def _rows(

@@ -20,7 +20,7 @@ from ledger.service.web.measurements import cell as _cell
 from ledger.service.web.measurements import flat as _flat
 from ledger.service.web.measurements import measurement_charts as _charts
 from ledger.service.web.measurements import measurement_tables as _measurements
-from ledger.service.web.trends import pr_trends, trend_page
+from ledger.service.web.trends import pr_trends, trend_page, trend_url
 from ledger.store.store import RECEIPT, Store
 
 __all__ = ["index", "memory_page", "pr_page", "receipt_page", "trend_page"]
@@ -203,12 +203,34 @@ def pr_page(
         "pr": pr,
         "report": report,
         "verdict": verdict,
+        "deciding": _deciding(store, ident.revision.repo, pr, verdict) if pr else {},
         "trends": pr_trends(store, ident.revision.repo, pr, verdict, mirrors) if pr else [],
         "heads": heads,
         "items": items,
         "reviews": reviews,
         "supersessions": supersessions,
     }
+
+
+def _deciding(store: Store, repo: str, pr: int, verdict: dict[str, Any]) -> dict[str, Any]:
+    """Per blocker, the figure that decides its deciding receipt (`ledger.trend.deciding`)
+    and the trend page of that figure's series, where its link leads."""
+    from ledger.trend.deciding import deciding_of
+
+    out: dict[str, Any] = {}
+    claims = {c["claim"]: c for c in verdict["claims"]}
+    for b in verdict["blockers"]:
+        receipts = claims.get(b["claim"], {}).get("receipts") or []
+        if not receipts:
+            continue
+        try:
+            p = store.resolve(receipts[0]["id"]).payload_document["predicate"]
+        except (Error, KeyError, TypeError):
+            continue
+        d = deciding_of(p)
+        if d is not None:
+            out[b["claim"]] = {**d.to_json(), "url": trend_url(repo, pr, b["claim"], d.key)}
+    return out
 
 
 def _heads(

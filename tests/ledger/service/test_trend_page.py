@@ -130,7 +130,9 @@ def test_each_blocker_links_to_its_claims_trend(served: tuple[Running, Site, str
     page = httpx.get(f"{srv.url}/pr?{urlencode({'repo': repo, 'pr': 4})}", headers=HTML, timeout=60)
     blockers = page.text.split('class="blockers"', 1)[1].split("</ol>", 1)[0]
     link = html.unescape(re.findall(r'href="(/trend\?[^"]+)" data-trend="([^"]+)"', blockers)[0][0])
-    assert link == f"/trend?{urlencode({'repo': repo, 'pr': 4, 'claim': ADMISSION})}"
+    # The series of the figure that decides the blocker (its worst ratio, against 1).
+    want = {"repo": repo, "pr": 4, "claim": ADMISSION, "figure": "worst-ratio"}
+    assert link == f"/trend?{urlencode(want)}"
 
 
 @pytest.mark.parametrize(
