@@ -111,6 +111,8 @@ class Result:
     """What the step wrote to $GITHUB_OUTPUT."""
     files: frozenset[str]
     """The names in the step's working folder afterwards."""
+    summary: str
+    """What the step added to $GITHUB_STEP_SUMMARY."""
 
 
 def _origin(tmp: Path) -> Path:
@@ -243,7 +245,7 @@ def _expressions(text: str, values: Mapping[str, str]) -> str:
     return re.sub(r"\$\{\{(.*?)\}\}", value, text)
 
 
-def _action_step(with_: Mapping[str, Any], case: Case) -> Step:
+def _action_step(with_: Mapping[str, Any]) -> Step:
     """`uses:` this repository's action: its composite step, with the inputs given."""
     action = yaml.safe_load(ACTION.read_text())
     inputs = {k: str(v.get("default", "")) for k, v in action["inputs"].items()}
@@ -294,7 +296,7 @@ def _github(doc: Any, case: Case, provided: Mapping[str, str]) -> list[Step]:
                 )
             elif re.fullmatch(r"[\w.-]+/ledger@[\w.-]+", step["uses"]):
                 with_ = {k: _expressions(str(v), values) for k, v in step["with"].items()}
-                action = _action_step(with_, case)
+                action = _action_step(with_)
                 out.append(
                     Step(
                         action.shell,
@@ -329,14 +331,13 @@ def steps_of(snippet: Snippet, case: Case, world: World) -> list[Step]:
     if snippet.provider == "github-actions":
         return _github(doc, case, provided)
     if snippet.provider == "kubernetes":
-        pod = doc["spec"]["template"]["spec"]
-        return [
-            Step(POSIX_SH, c["args"][0], tuple(sorted(_wrapper_env(
-                {e["name"]: e["value"] for e in c["env"] if "value" in e}, case, provided
-            ).items())), False)
-            for c in pod["containers"]
-            if c.get("command") == ["sh", "-c"]
-        ]  # fmt: skip
+        out = []
+        for c in doc["spec"]["template"]["spec"]["containers"]:
+            if c.get("command") == ["sh", "-c"]:
+                given = {e["name"]: e["value"] for e in c.get("env", []) if "value" in e}
+                env = _wrapper_env(given, case, provided)
+                out.append(Step(POSIX_SH, c["args"][0], tuple(sorted(env.items())), False))
+        return out
     if snippet.provider == "skypilot":
         env = _wrapper_env(doc.get("envs", {}), case, provided)
         return [Step(POSIX_SH, doc["run"], tuple(sorted(env.items())), False)]
@@ -399,7 +400,7 @@ def _run(world: World, step: Step, case: Case, server: str, outbox: Path | None)
         work.mkdir()
     if outbox is not None:
         shutil.copytree(outbox, where / "data" / "ledger" / "outbox")
-    out_file = where / "github-output"
+    out_file, summary = where / "github-output", where / "summary.md"
     env = {
         "PATH": os.pathsep.join([str(bin_dir), str(BIN), "/usr/bin", "/bin"]),
         "HOME": str(where),
@@ -410,7 +411,7 @@ def _run(world: World, step: Step, case: Case, server: str, outbox: Path | None)
         "LEDGER_FORK_SERVER": "0",  # one cheap claim at most: no fork server to start
         "GH_CALLS": str(calls),
         "GITHUB_OUTPUT": str(out_file),
-        "GITHUB_STEP_SUMMARY": str(where / "summary.md"),
+        "GITHUB_STEP_SUMMARY": str(summary),
         **given,
     }
     res = subprocess.run(
@@ -432,6 +433,7 @@ def _run(world: World, step: Step, case: Case, server: str, outbox: Path | None)
         posted,
         outputs,
         frozenset(p.name for p in work.iterdir()),
+        summary.read_text() if summary.exists() else "",
     )
     world.runs[key] = result
     return result
@@ -499,8 +501,7 @@ def test_a_status_recipe_exits_by_the_verdict_and_posts_a_real_check(
     if "check-runs" in snippet.text:
         (doc,) = r.posted
         assert doc["status"] == "completed" and doc["head_sha"], doc
-        want = "success" if case.want == 0 else None
-        assert want is None or doc["conclusion"] == want
+        assert (doc["conclusion"] == "success") == (case.want == 0), doc["conclusion"]
 
 
 @pytest.mark.parametrize("snippet", READING, ids=[f"{s.where}-{s.provider}" for s in READING])
@@ -526,6 +527,8 @@ def test_the_action_gives_the_verdict_and_the_check(world: World, case: Case) ->
     assert r.outputs["kept"] == "0"
     (posted,) = r.posted
     assert json.loads(Path(r.outputs["check"]).read_text()) == posted and posted["head_sha"]
+    assert (posted["conclusion"] == "success") == (case.want == 0), posted["conclusion"]
+    assert r.summary.strip() == posted["output"]["summary"].strip()
     # qualify ran again only where infrastructure alone held the pull request back
     again = r.out.count("not qualified only because of infrastructure (exit 3); again")
     assert again == (1 if case.want == 3 else 0), r.out[-3000:]
