@@ -135,8 +135,9 @@ _NOT_THE_CODE = frozenset(
 def contradiction(label: Any, reason: str, outcome: str) -> str | None:
     """Where a reason lifting a failure blames the host or chance while the baseline
     says the pull request introduced it (the base passes on the same device, by the
-    same runner): one line saying so, else None. A warning, not a refusal: the words of a reason are a
-    person's, and the supersession's authority rules still decide what it lifts."""
+    same runner): one line saying so, else None. A warning, not a refusal: the words
+    of a reason are a person's, and the supersession's authority rules still decide
+    what it lifts."""
     if not isinstance(label, dict) or outcome != "passed" or not label.get("text"):
         return None
     words = set(re.findall(r"[a-z]+", reason.lower()))

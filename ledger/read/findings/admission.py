@@ -16,7 +16,8 @@ from ledger.read.findings.model import (
     _r,
 )
 from ledger.read.humanize import number
-from ledger.trend.deciding import deciding_of
+from ledger.trend.deciding import KEYS, Deciding, deciding_of
+from ledger.trend.figures import Figure
 
 
 def _shape_rows(m: dict[str, Any]) -> list[dict[str, Any]]:
@@ -64,8 +65,10 @@ def admission(m: dict[str, Any], _: dict[str, Any], predicate: dict[str, Any]) -
         w = max(worst_of, key=lambda r: float(r["measured_over_predicted"]))
         ratio = float(w["measured_over_predicted"])
         over = ratio > 1 or cx > 0
+        # Said as every surface says the deciding figure (`Deciding.text`).
+        said = Deciding("worst-ratio", Figure(KEYS["worst-ratio"], ratio, "ratio"), 1.0, "max")
         lead = (
-            f"Worst measured/predicted: {number(ratio)} at shape {w.get('shape')} "
+            f"{said.text[0].upper()}{said.text[1:]} at shape {w.get('shape')} "
             f"({w.get('phase')}): measured {_b(w.get('measured_bytes'))} against predicted "
             f"{_b(w.get('predicted_bytes'))}; above 1 an admitted shape is a counterexample."
         )

@@ -79,7 +79,8 @@ def test_the_findings_lead_with_the_worst_ratio_and_mark_the_shapes() -> None:
     found = _found(text)
     lead = " ".join(" ".join(found[:4]).split())
     assert lead.startswith(
-        "Worst measured/predicted: 1.1 at shape 4x2048 (forward_nograd): measured 2.58 GiB "
+        "Worst measured/predicted 1.1x > bound 1x at shape 4x2048 (forward_nograd): measured "
+        "2.58 GiB "
         "against predicted 2.34 GiB"
     )
     rows = [x for x in found if x.startswith("  ✘ ")]
