@@ -39,11 +39,11 @@ from runners.protocol import ForwardOutputs
 
 
 class Net(torch.nn.Module):
-    def __init__(self, width, norm, refuse_f64):
+    def __init__(self, width, norm, refuse_f64, p_drop):
         super().__init__()
         self.conv = torch.nn.Conv2d(1, width, 3, padding=1)
         self.bn = torch.nn.BatchNorm2d(width) if norm else torch.nn.Identity()
-        self.drop = torch.nn.Dropout(0.3)
+        self.drop = torch.nn.Dropout(p_drop)
         self.head = torch.nn.Linear(width, 4)
         self.refuse_f64 = refuse_f64
 
@@ -54,8 +54,8 @@ class Net(torch.nn.Module):
         return self.head(self.drop(h.mean(dim=(2, 3))))
 {train}
 
-def build(width, norm=True, refuse_f64=False):
-    return Net(width, norm, refuse_f64)
+def build(width, norm=True, refuse_f64=False, p_drop=0.3):
+    return Net(width, norm, refuse_f64, p_drop)
 
 
 def loss(model, batch):
@@ -378,3 +378,19 @@ def test_the_base_fork_server_is_prepared_from_the_bases_own_plan(tmp_path: Path
     # Without a plan in the base tree: the head's definition, as before.
     spec = base_spec(tmp_path, head, None, head.claims, [])
     assert [p["attention"] for _, _, p in spec.prepare] == ["sdpa"]
+
+
+def test_a_gradient_step_runs_in_training_mode_and_the_receipt_says_so(
+    trees: dict[str, Path], tmp_path: Path
+) -> None:
+    (r,) = claim(
+        "cleanup",
+        {"batch": 2, "seq": 8},
+        ref=MODULE,
+        workload_params=CNN_PARAMS,
+        head=trees["same"],
+        base=None,
+        tmp=tmp_path,
+    )
+    assert r.outcome == "passed", r.reason
+    assert r.measurements["workload_modes"] == {"forward_backward": "train"}
