@@ -26,6 +26,7 @@ base tree the comparison is skipped and the receipt says so.
 
 from __future__ import annotations
 
+import io
 import json
 import math
 import time
@@ -125,11 +126,11 @@ def base_arms(sess: Session, p: BaseRule, m: dict[str, Json]) -> BaseArms:
         sort_keys=True,
         default=str,
     )
-    cached = ctx.shared.get(key)
-    if isinstance(cached, BaseArms):
-        m["base_arms_reused"] = True
-        return cached
     work = sess.registry.make_tempdir("regression-base-")
+    cached = ctx.shared.get(key)
+    if isinstance(cached, _Saved):
+        m["base_arms_reused"] = True
+        return cached.restored(ctx.base_root, work)
     plan: list[Planned] = [
         ("base", ctx.base_root, params),
         ("reference", ctx.base_root, params),
@@ -148,21 +149,44 @@ def base_arms(sess: Session, p: BaseRule, m: dict[str, Json]) -> BaseArms:
     sess.progress(f"24-view forward of the base from {ctx.base_root}")
     deadline = time.monotonic() + p.arm_timeout_s
     arms, _ = run_arms(sess, plan, told, work, specs, deadline, mode)
-    got = BaseArms(root=ctx.base_root, info=arms)
+    saved = _Saved(arms, {})
     for name in arms:
-        got.outputs[name] = _load(work / name / "outputs.pt")
-        got.routing[name] = _load(work / name / "routing.pt")
-    if got.routing.get("base"):
-        got.routing_file = work / "base" / "routing.pt"
-    ctx.shared[key] = got
-    return got
+        for what in _FILES:
+            if (work / name / what).is_file():
+                saved.files[f"{name}/{what}"] = (work / name / what).read_bytes()
+    # Kept as bytes, not tensors: what the check allocated is released when it ends
+    # (its cleanup proof), and the next run loads its own copy.
+    ctx.shared[key] = saved
+    return saved.restored(ctx.base_root, work)
 
 
-def _load(path: Path) -> dict[str, torch.Tensor]:
-    if not path.is_file():
-        return {}
-    loaded: dict[str, torch.Tensor] = torch.load(path, weights_only=True)
-    return loaded
+_FILES = ("outputs.pt", "routing.pt")
+
+
+@dataclass(slots=True)
+class _Saved:
+    """The base's arms as they reported and the files they saved, between runs."""
+
+    info: dict[str, dict[str, Any]]
+    files: dict[str, bytes]
+
+    def restored(self, root: Path, work: Path) -> BaseArms:
+        """The arms' tensors loaded for this run (their files under ``work``)."""
+        got = BaseArms(root=root, info=self.info)
+        for name in self.info:
+            got.outputs[name] = self._load(f"{name}/outputs.pt")
+            got.routing[name] = self._load(f"{name}/routing.pt")
+        if got.routing.get("base"):
+            got.routing_file = work / "base-routing.pt"
+            got.routing_file.write_bytes(self.files["base/routing.pt"])
+        return got
+
+    def _load(self, name: str) -> dict[str, torch.Tensor]:
+        data = self.files.get(name)
+        if data is None:
+            return {}
+        loaded: dict[str, torch.Tensor] = torch.load(io.BytesIO(data), weights_only=True)
+        return loaded
 
 
 def arms_measured(arms: BaseArms, m: dict[str, Json]) -> None:

@@ -237,6 +237,8 @@ def test_gpt2_with_library_dropout_swapping_eager_for_sdpa_qualifies(
         ("observer-off-control", "2"),
     ]
     assert [r.outcome for r in results] == ["passed"] * 3, [r.reason for r in results]
+    # What the check loaded of the base's arms is released with it, in each run.
+    assert all(r.cleanup.complete for r in results), [r.cleanup for r in results]
     on, off, _ = results
     m = on.measurements
     assert m["workload_modes"] == {"forward_nograd": "eval"}
@@ -269,6 +271,7 @@ def test_batchnorm_kept_training_when_evaluating_fails_with_its_deciding_figure(
 def test_the_same_code_from_another_tree_passes(trees: dict[str, Path], tmp_path: Path) -> None:
     r = cnn(trees, "same", tmp_path)
     assert r.outcome == "passed", r.reason
+    assert r.cleanup.complete, r.cleanup
     assert r.measurements["workload_modes"] == {"forward_nograd": "eval"}
     rows = {x["name"]: x for x in r.measurements["against_base"]}  # type: ignore[union-attr,index]
     assert rows["logits"]["max_abs"] == 0.0
