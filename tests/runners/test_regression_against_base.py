@@ -332,18 +332,42 @@ def test_an_moe_kernel_swap_passes_on_the_base_routing(
     assert routed["head_vs_base"]["comparable"] is True  # type: ignore[index]
 
 
+FROZEN_TINY: dict[str, Json] = {"vocab": 128, "hidden": 32, "layers": 1, "heads": 2}
+FROZEN_TINY |= {"kv_heads": 1, "head_dim": 16, "experts": 4, "dtype": "bfloat16"}
+
+
+@pytest.mark.slow
+def test_a_router_regression_still_fails_on_the_base_routing(
+    trees: dict[str, Path], tmp_path: Path
+) -> None:
+    """The head's routers weigh their top k without renormalising: replaying the base's
+    selections through the harness's hooks does not hide it."""
+    (r,) = claim(
+        "regression-24view",
+        {"views": 24, "seq": 8, "base_workload_params": {"norm_topk_prob": True}},
+        ref=FROZEN_REF,
+        workload_params={**FROZEN_TINY, "norm_topk_prob": False},
+        head=trees["same"],
+        base=trees["base"],
+        tmp=tmp_path,
+    )
+    assert r.outcome == "failed", r.reason
+    assert r.reason is not None and "against the base: " in r.reason
+    routed = r.measurements["base_routing"]
+    assert routed["routing_replay"] == "replayed"  # type: ignore[index]
+    assert routed["routing_replay_route"] == "harness-hooks"  # type: ignore[index]
+
+
 @pytest.mark.slow
 def test_the_frozen_protocol_workload_keeps_its_verdict_against_its_base(
     trees: dict[str, Path], tmp_path: Path
 ) -> None:
     """Earlier protocol: no modes offered, called as before; the same code passes."""
-    tiny = {"vocab": 128, "hidden": 32, "layers": 1, "heads": 2, "kv_heads": 1}
-    tiny |= {"head_dim": 16, "experts": 4, "dtype": "bfloat16"}
     (r,) = claim(
         "regression-24view",
         {"views": 24, "seq": 8},
         ref=FROZEN_REF,
-        workload_params=tiny,
+        workload_params=FROZEN_TINY,
         head=trees["same"],
         base=trees["base"],
         tmp=tmp_path,
