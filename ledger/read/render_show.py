@@ -96,7 +96,18 @@ def _show_found(p: dict[str, Any], width: int) -> list[str]:
         lines += wrap(
             f"reason     {one_line(figures(p['reason']), 2000)}", width, "", "           "
         )
-    return lines + _fixed(p, width) + _found(p, width)
+    return lines + _decided(p, width) + _fixed(p, width) + _found(p, width)
+
+
+def _decided(p: dict[str, Any], width: int) -> list[str]:
+    """The one figure that decided it against its bound, said as the receipt page, the
+    blocker's trend link and the trend say it (`ledger.trend.deciding`)."""
+    from ledger.trend.deciding import deciding_of
+
+    d = deciding_of(p)
+    if d is None or d.bound is None:
+        return []
+    return wrap(f"decided    by {d.text}", width, "", "           ")
 
 
 def _show_label(a: Any, width: int) -> list[str]:

@@ -373,6 +373,11 @@ def receipt_page(store: Store, ref: str, led: Any) -> dict[str, Any]:
     ctx["m"] = _measurements(p.get("check", {}).get("name", ""), p.get("measurements") or {})
     # The deciding figures first, in the words `ledger show` prints.
     ctx["found"] = findings(p)
+    # The one figure that decided it, beside what it means (`ledger.trend.deciding`).
+    from ledger.trend.deciding import deciding_of
+
+    decided = deciding_of(p)
+    ctx["deciding"] = decided.to_json() if decided is not None else None
     ctx["charts"] = _charts(p.get("measurements") or {})
     ctx["digests"] = [
         ("commit", src.get("commit")),

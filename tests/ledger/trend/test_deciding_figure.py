@@ -171,11 +171,15 @@ def test_admission_names_one_deciding_figure_on_every_surface(
     shown = " ".join(run(capsys, "show", ids[LOOSE]).out.split())
     assert "Least measured/predicted 0.0147x < bound 0.25x at shape 1x16" in shown, shown
     assert not re.search(r"found\s+Worst", shown)
+    assert f"decided by {SAID}" in shown
     # The receipt page: the same sentence, the finding past its bound.
     page = httpx.get(f"{srv.url}/receipt/{ids[LOOSE]}", headers=HTML).text
     found = page.split('<h2 id="found-h">', 1)[1]
     assert "Least measured/predicted 0.0147x < bound 0.25x at shape 1x16" in _text(found)
     assert 'data-state="counterexample"' in found.split("</div>", 1)[0]
+    # What it means says which figure decided it, the same words.
+    means = page.split('<p class="meaning">', 1)[1].split("</p>", 1)[0]
+    assert f'data-figure="least-ratio" data-past="true">{SAID}</span>' in html.unescape(means)
     # The PR page's blocker link names it, and opens that figure's series.
     pr = httpx.get(f"{srv.url}/pr", params={"repo": repo, "pr": 4}, headers=HTML).text
     url, key, words = _link(pr, LOOSE)
