@@ -304,6 +304,18 @@ def _verdict(
     if failed:
         max_abs = {str(r["name"]): r.get("max_abs") for r in rows}
         said = "; ".join(_describe(v, max_abs.get(v.name), p) for v in failed)
+        worst = failed[0]
+        if worst.err_candidate is not None and worst.allowed is not None:
+            # The figure that decided the receipt, with its bound (read by every surface
+            # that names one figure per receipt).
+            m["deciding"] = {
+                "key": "against_base_err",
+                "name": f"{worst.name} error against the base's reference",
+                "value": worst.err_candidate,
+                "bound": worst.allowed,
+                "unit": "ratio",
+                "direction": "max",
+            }
         return Verdict(
             outcome="failed",
             reason=f"against the base: {said}{flips}",

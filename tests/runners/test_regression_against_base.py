@@ -264,6 +264,9 @@ def test_batchnorm_kept_training_when_evaluating_fails_with_its_deciding_figure(
     allowed = rows["logits"]["allowed"]
     assert isinstance(allowed, float) and f"vs allowance {allowed:.3g}" in r.reason
     assert rows["logits"]["max_abs"] > 0.05 and rows["logits"]["state"] == "failed"
+    deciding = r.measurements["deciding"]
+    assert deciding["key"] == "against_base_err" and deciding["bound"] == allowed  # type: ignore[index]
+    assert deciding["value"] == rows["logits"]["err_candidate"]  # type: ignore[index]
     # The head repeats itself bit for bit: only the base tells the defect.
     assert all(x["max_abs_diff"] == 0.0 for x in r.measurements["outputs"])  # type: ignore[union-attr,index]
 
