@@ -10,8 +10,11 @@ from pathlib import Path
 from typing import Any
 
 import git
+import httpx
 import pytest
 
+from ledger.evidence.keys import KeyDir
+from ledger.service.run import start
 from tests.ledger.helpers import run
 from tests.ledger.probe_repo import claim, make_probe_repo
 
@@ -46,7 +49,7 @@ def _blocker(doc: dict[str, Any]) -> dict[str, Any]:
 
 
 def test_the_label_names_the_branch_point_of_the_base_the_run_names(
-    tmp_path: Path, ledger_env: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, ledger_env: Path, key_dir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     repo, main, point, _ = _release_repo(tmp_path / "repo")
     r = run(capsys, "qualify", "--pr", str(PR), "--base", "release", "--repo", str(repo), "--json")
@@ -62,10 +65,17 @@ def test_the_label_names_the_branch_point_of_the_base_the_run_names(
     assert a["base_branch"] == "release"
 
     # `status`, asked later without --base, reads the base the receipts recorded.
+    plain = run(capsys, "status", "--pr", str(PR), "--repo", str(repo), "--json")
+    assert _blocker(json.loads(plain.out))["attribution"]["base_commit"] == point, plain.out
     st = run(capsys, "status", "--pr", str(PR), "--base", "release", "--repo", str(repo))
     flat = " ".join(st.out.split())
     assert "fails on the base too: not introduced here" in flat, st.out
     assert "introduced by this pull request:" not in flat
+    # The head's receipt says it on its own page too: `ledger show` and the web.
+    [head] = [x["id"] for x in doc["receipts"] if x["outcome"] == "failed"]
+    shown = " ".join(run(capsys, "show", head).out.split())
+    assert "baseline fails on the base too: not introduced here" in shown, shown
+    assert "; the base is the branch point on release" in shown
 
     # Already on the base: the headline counts it apart, its next step is the base's,
     # and the GitHub check asks for a person's action instead of failing the change.
@@ -86,3 +96,12 @@ def test_the_label_names_the_branch_point_of_the_base_the_run_names(
         "github-check",
     )
     assert json.loads(check.out)["conclusion"] == "action_required", check.out
+    # The web PR page: the count under the headline, the label under the blocker.
+    srv = start(f"sqlite:///{ledger_env / 'l.db'}", KeyDir(key_dir))
+    try:
+        q = {"repo": doc["status"]["subject"]["repo"], "pr": PR}
+        page = httpx.get(f"{srv.url}/pr", params=q, headers={"Accept": "text/html"}).text
+    finally:
+        srv.stop()
+    assert '<p class="whose" data-inherited-only="true">blocking: 0 introduced' in page
+    assert '<div class="baseline" data-label="base-too">' in page
