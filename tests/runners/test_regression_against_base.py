@@ -424,3 +424,27 @@ def test_a_gradient_step_runs_in_training_mode_and_the_receipt_says_so(
     )
     assert r.outcome == "passed", r.reason
     assert r.measurements["workload_modes"] == {"forward_backward": "train"}
+
+
+def test_a_pr_that_redefines_the_workload_hands_the_base_arms_the_bases_definition() -> None:
+    """Both checks that compare against the base take the base's parameters as the runner
+    hands them (the observer-off control passes them on to the regression it wraps)."""
+    from ledger.execution.definitions import claim_runs
+    from ledger.qualification.plan import parse_plan
+
+    control = """
+[[claims]]
+name = "observer.off-control"
+check = "observer-off-control"
+params = { check = "regression-24view", params = { views = 24, seq = 16 } }
+"""
+    head = parse_plan(PLAN.format(attention="sdpa") + control)
+    base = parse_plan(PLAN.format(attention="eager") + control)
+    runs = claim_runs(head, head.claims, "cpu", None, base)
+    for r in runs:
+        assert r.needs_base and r.workload_params["attention"] == "sdpa"
+        assert r.params["base_workload_params"]["attention"] == "eager"  # type: ignore[index]
+    reg, ctl = runs
+    assert regression_24view.Params.parse(reg.params).base_workload_params["attention"] == "eager"
+    p = observer_off_control.Params.parse(ctl.params)
+    assert p.base_workload_params["attention"] == "eager"
