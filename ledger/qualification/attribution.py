@@ -1,16 +1,24 @@
 """Whose failure is it: a blocker on a pull request's head, set beside the commit the
-pull request branched from (its merge-base with the base branch, `source.base` in
-the head's receipts) on the same device, at the scope the claim is asked at.
+pull request branched from (its merge-base with the base branch the run named,
+`source.base` in the head's receipts, the branch beside it as `base_branch` in the
+runner environment) on the same device, at the scope the claim is asked at.
 
-The answer is a label, read from signed receipts alone:
+Every base receipt there is weighed, not only the newest, and only those the head's
+runner vouches for (`same_runner`: the head's own key, or a key the same token
+holder registered): another runner's key never decides whose failure it is. The
+answer is a label, read from signed receipts alone:
 
 - ``introduced``: the base passes on the same device: this pull request brought it;
-- ``base-too``: the base fails there too: not introduced here (its receipt named);
+- ``base-too``: the base fails there too: not introduced here (its receipts named);
 - ``device-only``: the base fails there too, and the same claim passes on another
   device: the device's, not the code's (the fleet counts the device's failures);
-- ``base-unjudged``: the base's receipt there decides nothing (inconclusive,
-  infra-error, refused): no attribution;
+- ``base-unjudged``: the base's receipts there decide nothing (inconclusive,
+  infra-error, refused), or both pass and fail: no attribution;
 - ``no-base``: no receipt of the base for the claim on that device and scope.
+
+``base-too`` and ``device-only`` are `INHERITED`: such a blocker has its own next step
+(`next_step`), is counted apart under the headline and makes a GitHub check ask for
+action instead of failing, where every blocker is one.
 
 The label explains; it never unblocks: a claim's state is what the head's
 evidence says (`ledger.qualification.engine`).
