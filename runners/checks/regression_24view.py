@@ -125,6 +125,8 @@ def _body(sess: Session, p: Params) -> Verdict:
     no_base = regression_base.skipped(sess)
     # The base's arms first: the device holds one model at a time.
     arms = None if no_base else regression_base.base_arms(sess, p, m)
+    if arms is not None:
+        regression_base.arms_measured(arms, m)
     if no_base:
         m["base_comparison"] = f"skipped: {no_base}"
     w = sess.load()
@@ -151,7 +153,6 @@ def _body(sess: Session, p: Params) -> Verdict:
         chunked_t = sess.call("nll_chunked", chunked)
     on_base = head_outputs
     if arms is not None:
-        regression_base.arms_measured(arms, m)
         replayed = regression_base.head_on_base_routing(sess, w, batch, arms, m)
         on_base = head_outputs if replayed is None else replayed
     low = dtype_name(w.dtype)
