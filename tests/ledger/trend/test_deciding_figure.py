@@ -179,7 +179,7 @@ def test_admission_names_one_deciding_figure_on_every_surface(
     assert 'data-state="counterexample"' in found.split("</div>", 1)[0]
     # What it means says which figure decided it, the same words.
     means = page.split('<p class="meaning">', 1)[1].split("</p>", 1)[0]
-    assert f'data-figure="least-ratio" data-past="true">{SAID}</span>' in html.unescape(means)
+    assert f'data-figure="least-ratio" data-past="true">{SAID}</em>' in html.unescape(means)
     # The PR page's blocker link names it, and opens that figure's series.
     pr = httpx.get(f"{srv.url}/pr", params={"repo": repo, "pr": 4}, headers=HTML).text
     url, key, words = _link(pr, LOOSE)
