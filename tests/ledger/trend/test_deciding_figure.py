@@ -19,6 +19,7 @@ import httpx
 import pytest
 
 from ledger.service.run import Running, start
+from ledger.trend.deciding import deciding_of, figure_by_key
 from tests.conftest import commit_file
 from tests.ledger.helpers import run
 
@@ -203,3 +204,27 @@ def test_a_failed_24_view_regressions_trend_link_opens_its_own_figure(
     trend = _text(httpx.get(f"{srv.url}{url}", headers=HTML).text)
     assert "worst repeat difference across the base" in trend
     assert "peak" not in trend.split("across the base")[0] and "MiB" not in trend
+
+
+def test_a_receipt_whose_measurements_name_their_deciding_figure_is_read_as_it_says() -> None:
+    p = {
+        "check": {"name": "command", "version": "1", "parameters": {}},
+        "measurements": {
+            "deciding": {
+                "key": "tokens-per-second",
+                "name": "tokens per second",
+                "value": 812.0,
+                "bound": 1000,
+                "unit": "number",
+                "direction": "min",
+            },
+            "process_peak_bytes": 3 << 30,
+        },
+    }
+    d = deciding_of(p)
+    assert d is not None and d.key == "tokens-per-second" and d.past is True
+    assert d.text == "tokens per second 812 < bound 1000"
+    # Its trend follows that figure; the peak stays a series of its own.
+    assert figure_by_key(p, "tokens-per-second") == d.figure
+    peak = figure_by_key(p, "peak-bytes")
+    assert peak is not None and peak.text == "3.00 GiB"
