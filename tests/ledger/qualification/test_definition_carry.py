@@ -23,6 +23,7 @@ from ledger.identity.source import package_identity, repo_name
 from ledger.plans.governing import identify
 from ledger.read.query import history_answer, query_status
 from ledger.read.reader import question_of
+from ledger.read.subject import identity_from_log
 from ledger.service.questions import _identity
 from ledger.store.store import Store
 from tests.ledger.factories import envelope
@@ -306,3 +307,28 @@ def test_an_earlier_head_with_another_model_is_stale_and_says_what_changed(
         # The plain text says it too, for people.
         _, text = _cli("status", "--pr", "4", "--offline", *w.where)
         assert "workload definition changed" in " ".join(text.split())
+
+
+def test_from_the_log_alone_the_recorded_definition_decides(tmp_path: Path) -> None:
+    # `GET /v1/status` without a checkout: the subject is the PR's newest receipt, its
+    # package parts (the definition included) as recorded. The base's receipt of the same
+    # definition carries by package; a head whose definition differs inherits nothing.
+    with _world(tmp_path, PLAN) as w:
+        w.attest("--rev", "main")
+        _pr(w.repo, 3, {"README.md": "documented\n"}, "docs")
+        _pr(w.repo, 1, {"qualification.toml": BIGGER}, "a bigger model")
+        for pr in ("3", "1"):
+            code, out = _cli(
+                "attest", "--claim", "other.note", "--check", "note", "--outcome", "passed",
+                "--unplanned", "--key", "runner", "--pr", pr, "--offline", *w.where,
+            )  # fmt: skip
+            assert code == 0, out
+        store = Store.open(w.db)
+        repo = repo_name(w.repo)
+        same = identity_from_log(store, repo, 3, None)
+        assert same.definitions is None and same.revision.definition is not None
+        row = query_status(store, same, claims=None, scope={}).at_required_scope(CLAIM)
+        assert (row.state, row.via) == ("qualified", "package")
+        other = identity_from_log(store, repo, 1, None)
+        row = query_status(store, other, claims=None, scope={}).at_required_scope(CLAIM)
+        assert row.state == "not-run"
