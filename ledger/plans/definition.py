@@ -118,7 +118,13 @@ def prove(defs: Definitions | None, commit: str, recorded: str | None) -> Defini
         return DefinitionProof(commit, False, f"this revision's {PLAN_FILE} does not read")
     was = defs.at(commit)
     if isinstance(was, str):
-        return DefinitionProof(commit, None if recorded is None else False, was)
+        # A recorded definition that differs differs, whether or not its words can be
+        # read here (then its digest says it).
+        return (
+            DefinitionProof(commit, None, was)
+            if recorded is None
+            else (DefinitionProof(commit, False))
+        )
     versions = unrecorded_version if recorded is None else adapter_version
     changes = definition_changes(was, defs.resolved, versions)
     if recorded is None:

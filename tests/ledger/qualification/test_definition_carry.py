@@ -332,3 +332,17 @@ def test_from_the_log_alone_the_recorded_definition_decides(tmp_path: Path) -> N
         other = identity_from_log(store, repo, 1, None)
         row = query_status(store, other, claims=None, scope={}).at_required_scope(CLAIM)
         assert row.state == "not-run"
+
+
+def test_a_commit_the_checkout_lacks_is_said_and_a_recorded_difference_stands(
+    frozen: World,
+) -> None:
+    from ledger.identity.revision import DefinitionProof
+    from ledger.plans.definition import prove
+
+    defs = identify(frozen.repo, rev="main").definitions
+    missing = "ab" * 20
+    said = f"commit {missing[:12]} is not in this checkout"
+    assert prove(defs, missing, None) == DefinitionProof(missing, None, said)
+    # A receipt that recorded another definition differs, whether or not it can be read.
+    assert prove(defs, missing, "d" * 64) == DefinitionProof(missing, False, "")
