@@ -346,3 +346,28 @@ def test_a_commit_the_checkout_lacks_is_said_and_a_recorded_difference_stands(
     assert prove(defs, missing, None) == DefinitionProof(missing, None, said)
     # A receipt that recorded another definition differs, whether or not it can be read.
     assert prove(defs, missing, "d" * 64) == DefinitionProof(missing, False, "")
+
+
+def test_a_server_with_a_checkout_proves_an_old_receipt_as_the_terminal_does(
+    frozen: World,
+) -> None:
+    import httpx
+
+    from ledger.service.run import start
+
+    repo = repo_name(frozen.repo)
+    srv = start(frozen.db, mirrors=(Path(str(frozen.repo.working_tree_dir)),))
+    try:
+        r = httpx.get(
+            f"{srv.url}/v1/status", params={"repo": repo, "pr": 3}, timeout=60,
+            headers={"accept": "application/json"},
+        )  # fmt: skip
+    finally:
+        srv.stop()
+    assert r.status_code == 200, r.text
+    doc = r.json()
+    # Identified in the server's checkout (as the terminal would), which proves the
+    # old receipt's commit resolves to the head's definition.
+    assert any("refs/pull/3/head" in n for n in doc["judged"]), doc["judged"]
+    assert (_row(doc)["state"], _row(doc)["via"]) == ("qualified", "package")
+    assert "read from the checkout, is this revision's" in json.dumps(doc)
