@@ -54,6 +54,15 @@ def claim_runs(
             params["base_workload_params"] = dict(
                 base_plan.workload_params_for(base_plan.claim(c.name) or c)
             )
+        base_ref = base_plan.workload_for(base_plan.claim(c.name) or c) if base_plan else None
+        if (
+            base
+            and base_ref
+            and base_ref != run_plan.workload_for(c)
+            and "base_workload_ref" not in params
+        ):
+            # Likewise its entry point: a module the head added is not in the base's tree.
+            params["base_workload_ref"] = base_ref
         said = dict(sources or {})
         changed = [
             *differs,

@@ -60,7 +60,7 @@ def start_arm(
     # already imported) when `ledger qualify` runs one; else a fresh interpreter.
     sock = _fork_server_for(root)
     how = "forked from its tree's fork server" if sock else "fresh interpreter"
-    sess.progress(f"gradient arm {arm}: {ctx.workload_ref} from {root} ({how})")
+    sess.progress(f"gradient arm {arm}: {spec['ref']} from {root} ({how})")
     result = out_dir / "arm.json"
     argv = (
         client_argv(sock, "runners.checks.grad_arm", spec_path, result)

@@ -100,6 +100,9 @@ class Params(CheckParams):
     base_workload_params: dict[str, Json] = field(default_factory=dict)
     """Workload parameters of the base arm: the claim's, updated by these. The base arm
     loads from the base revision's checkout when there is one."""
+    base_workload_ref: str = ""
+    """Workload entry point of the base's arms (``module:function``) where the base's plan
+    names another than the head's; empty: the claim's."""
     candidate_workload_params: dict[str, Json] = field(default_factory=dict)
     """Workload parameters of the candidate arm: the claim's, updated by these."""
     arm_timeout_s: int = 600
@@ -176,8 +179,13 @@ def _body(sess: Session, p: Params) -> Verdict:
     if p.noise_floor:
         plan.append(("base_repeat", base_root, base_params))
     ref_spec: dict[str, Json] = {"reference": True, "reference_dtype": p.reference_dtype}
+    # The base's arms load the base's own entry point: a module the head added is not in
+    # the base's tree.
+    on_base: dict[str, Json] = {"ref": p.base_workload_ref} if p.base_workload_ref else {}
     specs = {
-        "reference": ref_spec,
+        "base": on_base,
+        "base_repeat": on_base,
+        "reference": {**ref_spec, **on_base},
         "candidate_reference": {
             **ref_spec,
             "low_precision_only": p.reference_candidate is None,

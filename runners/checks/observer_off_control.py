@@ -45,6 +45,8 @@ class Params(CheckParams):
     """Workload parameters of the base's arms, handed to a check that compares against
     the base (unless its own ``params`` give them): what the runner sets where the base
     tree defines the workload otherwise."""
+    base_workload_ref: str = ""
+    """The base's arms' workload entry point, handed on likewise (empty: the claim's)."""
 
     def constrain(self) -> None:
         if self.check == OBSERVER_OFF_CONTROL:
@@ -140,6 +142,8 @@ def run(
     given = dict(p.params)
     if p.base_workload_params and p.check in NEEDS_BASE:
         given.setdefault("base_workload_params", dict(p.base_workload_params))
+    if p.base_workload_ref and p.check in NEEDS_BASE:
+        given.setdefault("base_workload_ref", p.base_workload_ref)
     # Both runs share one `CheckContext.shared`: a check comparing against the base runs
     # the base's arms once (they do not depend on the observer) and reuses them.
     ctx.progress(f"observer-off control of {p.check}: observer on")

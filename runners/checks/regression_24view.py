@@ -105,6 +105,9 @@ class Params(CheckParams):
     base_workload_params: dict[str, Json] = field(default_factory=dict)
     """Workload parameters of the base's arms: the claim's, updated by these. The base's
     arms load from the base revision's checkout."""
+    base_workload_ref: str = ""
+    """Workload entry point of the base's arms (``module:function``) where the base's plan
+    names another than the head's; empty: the claim's."""
     arm_timeout_s: int = 600
     """Seconds the base's two arms together may take."""
 

@@ -83,6 +83,9 @@ class BaseRule(Protocol):
     def base_workload_params(self) -> dict[str, Json]: ...
 
     @property
+    def base_workload_ref(self) -> str: ...
+
+    @property
     def arm_timeout_s(self) -> int: ...
 
     @property
@@ -121,8 +124,11 @@ def base_arms(sess: Session, p: BaseRule, m: dict[str, Json]) -> BaseArms:
     ctx = sess.ctx
     assert ctx.base_root is not None
     params = {**ctx.workload_params, **p.base_workload_params}
+    # The base's own entry point where its plan names another (a module the head added
+    # is not in the base's tree).
+    ref = p.base_workload_ref or ctx.workload_ref
     key = "regression-24view base arms " + json.dumps(
-        [str(ctx.base_root), ctx.workload_ref, params, p.views, p.seq, p.reference_dtype],
+        [str(ctx.base_root), ref, params, p.views, p.seq, p.reference_dtype],
         sort_keys=True,
         default=str,
     )
@@ -142,7 +148,8 @@ def base_arms(sess: Session, p: BaseRule, m: dict[str, Json]) -> BaseArms:
         "phase": "forward_nograd",
     }
     specs: dict[str, dict[str, Json]] = {
-        "reference": {"reference": True, "reference_dtype": p.reference_dtype}
+        "base": {"ref": ref},
+        "reference": {"reference": True, "reference_dtype": p.reference_dtype, "ref": ref},
     }
     # CPU arms share nothing and may overlap; on a GPU one after the other.
     mode: Schedule = "side-by-side" if sess.device.type == "cpu" else "in-turn"

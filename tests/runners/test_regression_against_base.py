@@ -97,6 +97,7 @@ CNN_PARAMS: dict[str, Json] = {
 MODULE = "runners.adapt.library:module"
 LM = "runners.adapt.library:causal_lm"
 FROZEN_REF = "qwen3_frozen.workload:make_workload"
+MOVED = "from qwen3_frozen.workload import make_workload\n"
 GPT2: dict[str, Json] = {
     "model_type": "gpt2",
     # Library defaults left as they are: dropout 0.1 everywhere.
@@ -136,6 +137,11 @@ def trees(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Path]]
         head = _commit(repo, root, text, name)
         out[name] = top / name
         repo.git.worktree("add", "--detach", str(out[name]), head)
+    # A head whose plan names a workload module of its own, absent from the base's tree.
+    repo.git.checkout("-b", "moved", base)
+    head = _commit(repo, root, {"frozen_moved.py": MOVED}, "moved")
+    out["moved"] = top / "moved"
+    repo.git.worktree("add", "--detach", str(out["moved"]), head)
     # The base tree's fork server, as `ledger qualify` starts one: its arms fork from it
     # (torch and the workloads' modules imported once) instead of starting afresh.
     refs = [MODULE, LM, "qwen3_lora.workload:make_workload", FROZEN_REF]
@@ -448,3 +454,38 @@ params = { check = "regression-24view", params = { views = 24, seq = 16 } }
     assert regression_24view.Params.parse(reg.params).base_workload_params["attention"] == "eager"
     p = observer_off_control.Params.parse(ctl.params)
     assert p.base_workload_params["attention"] == "eager"
+
+
+def test_the_base_arms_load_the_bases_own_entry_point_where_the_head_names_another(
+    trees: dict[str, Path], tmp_path: Path
+) -> None:
+    """A head whose plan points the workload at a module only the head has: the base's
+    arms load the base plan's entry point (as the runner hands it: base_workload_ref);
+    without it they cannot load, and the comparison is inconclusive, never failed."""
+    moved = "frozen_moved:make_workload"
+    for given, outcome in ((FROZEN_REF, "passed"), ("", "inconclusive")):
+        (r,) = claim(
+            "regression-24view",
+            {"views": 24, "seq": 8, "base_workload_ref": given},
+            ref=moved,
+            workload_params=FROZEN_TINY,
+            head=trees["moved"],
+            base=trees["base"],
+            tmp=tmp_path / (given or "none"),
+        )
+        assert r.outcome == outcome, r.reason
+    assert "frozen_moved" in r.reason
+
+
+def test_the_runner_hands_the_base_arms_the_bases_entry_point() -> None:
+    from ledger.execution.definitions import claim_runs
+    from ledger.qualification.plan import parse_plan
+
+    text = PLAN.replace('"runners.adapt.library:causal_lm"', '"{ref}"')
+    head = parse_plan(text.format(ref="model.new:make", attention="eager"))
+    base = parse_plan(text.format(ref="model.old:make", attention="eager"))
+    [r] = claim_runs(head, head.claims, "cpu", None, base)
+    assert r.workload_ref == "model.new:make"
+    assert r.params["base_workload_ref"] == "model.old:make"
+    [same] = claim_runs(base, base.claims, "cpu", None, base)
+    assert "base_workload_ref" not in same.params

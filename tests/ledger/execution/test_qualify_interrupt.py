@@ -56,6 +56,9 @@ def test_ctrl_c_says_what_was_recorded_in_one_line_without_a_traceback(
     assert run(capsys, "keys", "new", "runner", "--role", "runner").code == 0
     repo = make_example_repo(tmp_path / "repo").path
     commit_file(git.Repo(repo), "model/blocking.py", BLOCKING, "A workload that blocks in cleanup")
+    # On the base branch itself: the 24-view regression has no base to compare with (the
+    # blocking workload is not in an earlier tree) and runs as the first claim.
+    git.Repo(repo).git.push("origin", "HEAD:main")
     plan = tmp_path / "blocking.toml"
     plan.write_text(PLAN.replace("model.workload:make_workload", "model.blocking:make_workload"))
     env = {**os.environ, "LEDGER_DB": str(tmp_path / "l.db"), "LEDGER_KEYS": str(key_dir)}
