@@ -124,8 +124,15 @@ def question_of(q: Identity, claims: list[str], scope: dict[str, str | int]) -> 
     """What a remote `status` or `history` posts: the locally identified revision and plan."""
     import dataclasses  # here: `ledger verify FILE` imports this module, and starts fast
 
+    subject = dataclasses.asdict(q.revision)
+    # What a checkout showed is read where the evidence is gathered, never taken from a
+    # question; and a field at its default stays out, so a server of an earlier release
+    # (which refuses fields it does not know) still answers.
+    subject.pop("definition_proofs", None)
+    if subject.get("prior_package_digest") is None:
+        subject.pop("prior_package_digest", None)
     return {
-        "subject": dataclasses.asdict(q.revision),
+        "subject": subject,
         "plan": q.plan.model_dump(mode="json") if q.plan else None,
         "notes": list(q.notes),
         "claims": claims,
