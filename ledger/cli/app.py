@@ -45,7 +45,7 @@ def cli() -> None:
     refused); 2 usage or environment error (bad options, no plan, no database, a port
     taken); 3 not qualified (or not passed) only because of infrastructure: every
     blocker an infra-error, the sandbox's self-test did not pass, or receipts kept in
-    the outbox because the server was not reached. Retry on 3 alone.
+    the outbox or a server not reached at all. Retry on 3 alone.
     """
 
 

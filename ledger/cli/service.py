@@ -35,13 +35,21 @@ def push(server: str | None, token: str | None, as_json: bool) -> None:
     """Send the outbox: signed receipts (and their artifacts) a server did not take yet.
 
     Batches are sent oldest first and removed only once the server
-    acknowledged every envelope; exit 1 when any stay behind.
+    acknowledged every envelope; exit 1 when any stay behind, 3 when the
+    server cannot be reached at all (nothing was sent; a retry may pass).
     """
     from ledger.remote.outbox import Outbox
     from ledger.remote.outbox import push as do_push
 
     box = Outbox()
-    res = do_push(_server_url(server), box, token)
+    url = _server_url(server)
+    if next(box.batches(), None) is not None:
+        from ledger.remote.client import health
+
+        # A server not reached at all is infrastructure (exit 3, which CI retries), not a
+        # batch it refused: asked once before sending, so an outage reads as one.
+        health(url)
+    res = do_push(url, box, token)
     if as_json:
         emit_json(
             {"sent": res.sent, "kept": res.kept, "recorded": res.recorded, "why": res.reasons}

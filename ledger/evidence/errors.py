@@ -20,6 +20,7 @@ __all__ = [
     "MerkleError",
     "NotFoundError",
     "RefusedError",
+    "UnreachableError",
     "UsageError",
     "VerificationError",
     "first_validation_error",
@@ -81,6 +82,15 @@ class UsageError(Error):
     exit_code = EXIT_USAGE
     # Configuration trouble on a server is the operator's, not the client's.
     http_status = 500
+
+
+class UnreachableError(Error):
+    """A server or service could not be reached at all (the connection failed after the
+    client's retries): the host's or network's trouble, never the code's, so a CI retry
+    policy may retry it (exit 3). A server that answered with an error keeps its code."""
+
+    exit_code = EXIT_INFRA
+    http_status = 502
 
 
 def first_validation_error(e: ValidationError, default_loc: str = "") -> str:

@@ -20,7 +20,13 @@ import urllib.parse
 from collections.abc import Sequence
 from typing import Any
 
-from ledger.evidence.errors import NotFoundError, RefusedError, UsageError, VerificationError
+from ledger.evidence.errors import (
+    NotFoundError,
+    RefusedError,
+    UnreachableError,
+    UsageError,
+    VerificationError,
+)
 
 __all__ = [
     "MAX_BODY_BYTES",
@@ -104,9 +110,10 @@ def _request(
     content_type: str = "application/json",
     token: str | None = None,
     timeout: float = 30,
-    retries: int = RETRIES,
+    retries: int | None = None,
 ) -> tuple[int, bytes, str]:
     """(status, body, content type) of a 2xx answer; anything else raises."""
+    retries = RETRIES if retries is None else retries
     try:
         import httpx
     except ImportError:
@@ -128,6 +135,9 @@ def _request(
                 attempt += 1
                 continue
             detail = " ".join(str(e).split()) or type(e).__name__
+            if isinstance(e, httpx.TransportError):
+                # The connection itself failed: infrastructure (exit 3), a retry may pass.
+                raise UnreachableError(f"cannot reach ledger server at {base}: {detail}") from None
             raise UsageError(f"cannot reach ledger server at {base}: {detail}") from None
         if resp.status_code in _RETRY_STATUS and attempt < retries:
             time.sleep(0.5 * 2**attempt)

@@ -34,6 +34,8 @@ Cap = pytest.CaptureFixture[str]
 
 @pytest.fixture
 def repo(tmp_path: Path, key_dir: Path, monkeypatch: pytest.MonkeyPatch, capsys: Cap) -> Path:
+    # A closed port refuses at once; its retries' backoff would only slow the table.
+    monkeypatch.setattr("ledger.remote.client.RETRIES", 0)
     monkeypatch.setenv("LEDGER_DB", str(tmp_path / "l.db"))
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))  # the outbox's folder
     assert run(capsys, "init").code == 0
@@ -107,6 +109,36 @@ def _taken_port() -> socket.socket:
     return s
 
 
+def _closed_port() -> str:
+    """A URL nothing answers HTTP on: the connection itself fails."""
+    with _taken_port() as s:
+        url = f"http://127.0.0.1:{s.getsockname()[1]}"
+    return url
+
+
+def _kept(capsys: Cap, repo: Path) -> None:
+    # A receipt that waits in the outbox: a server not reached kept it.
+    res = run(
+        capsys,
+        "attest",
+        "--claim",
+        "a.admission",
+        "--check",
+        "admission",
+        "--outcome",
+        "passed",
+        "--rev",
+        "HEAD",
+        "--repo",
+        str(repo),
+        "--key",
+        "runner",
+        "--server",
+        _closed_port(),
+    )
+    assert res.code == 3, res.err
+
+
 STATUS = ("status", "--rev", "HEAD")
 
 Row = tuple[str, Callable[[Cap, Path], None], tuple[str, ...], int, str]
@@ -127,6 +159,15 @@ TABLE: list[Row] = [
     ("show unknown", _nothing, ("show", "sha256:" + "0" * 64), 1, "ledger:"),
     ("unknown option", _nothing, ("status", "--no-such-option"), 2, "No such option"),
     ("attest, server not reached", _nothing, ("attest-unreachable",), 3, "kept in the outbox"),
+    ("status, server not reached", _nothing, (*STATUS, "--server", "CLOSED"), 3, "cannot reach"),
+    (
+        "qualify, server not reached",
+        _nothing,
+        ("qualify", "--rev", "HEAD", "--sandbox", "none", "--server", "CLOSED"),
+        3,
+        "cannot reach",
+    ),
+    ("push, server not reached", _kept, ("push", "--server", "CLOSED"), 3, "cannot reach"),
 ]
 
 
@@ -143,13 +184,11 @@ def test_each_command_exits_by_what_it_found(
 ) -> None:
     setup(capsys, repo)
     if argv == ("attest-unreachable",):
-        with _taken_port() as s:
-            # A port nothing answers HTTP on: the send fails, the receipt waits.
-            url = f"http://127.0.0.1:{s.getsockname()[1]}"
-            s.close()
-            argv = ("attest", "--claim", "a.admission", "--check", "admission", "--outcome")
-            argv += ("passed", "--rev", "HEAD", "--key", "runner", "--server", url)
-    res = run(capsys, *argv, *(("--repo", str(repo)) if argv[0] != "show" else ()))
+        argv = ("attest", "--claim", "a.admission", "--check", "admission", "--outcome")
+        argv += ("passed", "--rev", "HEAD", "--key", "runner", "--server", _closed_port())
+    argv = tuple(_closed_port() if a == "CLOSED" else a for a in argv)
+    repo_arg = ("--repo", str(repo)) if argv[0] not in ("show", "push") else ()
+    res = run(capsys, *argv, *repo_arg)
     assert res.code == code, (res.out, res.err)
     assert said in res.out + res.err
 

@@ -221,7 +221,7 @@ def test_qualify_through_an_unreachable_server_fails_before_any_check_runs(
         "--server",
         f"http://127.0.0.1:{port}",
     )
-    assert r.code == 2
+    assert r.code == 3  # infrastructure: a retry may pass
     assert "cannot reach ledger server" in r.err and "[1/2]" not in r.err
 
 

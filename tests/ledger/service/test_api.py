@@ -16,7 +16,7 @@ from urllib.parse import urlsplit
 import pytest
 
 from ledger.evidence.dsse import MAX_ENVELOPE_BYTES
-from ledger.evidence.errors import NotFoundError, RefusedError, UsageError
+from ledger.evidence.errors import NotFoundError, RefusedError, UnreachableError, UsageError
 from ledger.evidence.keys import KeyDir, LocalKey
 from ledger.remote import client
 from ledger.service.limits import MAX_BODY_BYTES
@@ -258,8 +258,10 @@ def test_client_reports_an_unreachable_server() -> None:
         lambda: client.health(url),
     ]
     for call in calls:
-        with pytest.raises(UsageError) as e:
+        with pytest.raises(UnreachableError) as e:
             call()
+        # Infrastructure, which a CI retries: never the usage error a bad URL is.
+        assert e.value.exit_code == 3
         assert e.value.reason().startswith(f"cannot reach ledger server at {url}: ")
         assert "\n" not in e.value.reason()
     with pytest.raises(UsageError, match="expected http://HOST:PORT"):
