@@ -133,6 +133,10 @@ def status(
             "pass --plan FILE (or --claim NAME to ask about claims by name)"
         )
     doc = open_reader(db, server).status(ident, claims, parse_scope(scope))
+    if "plan_source" not in doc:  # a local answer, or a server of an earlier release
+        from ledger.read.subject import local_plan_source, with_plan_source
+
+        with_plan_source(doc, local_plan_source(ident.plan is not None, plan, server))
     fmt = "json" if as_json else fmt
     base_url = link or server
     links = formats.Links(base_url) if base_url else None

@@ -75,6 +75,8 @@ def render_status(doc: dict[str, Any], *, width: int = 80) -> str:
     if v.get("whose"):
         out += _wrap(v["whose"], width, "  ")
     out += _wrap(f"{doc['subject']['repo']} {_subject_line(doc['subject'])}", width, "  ", "    ")
+    if doc.get("plan_source_text"):
+        out += _wrap(f"plan source: {doc['plan_source_text']}", width, "  ", "    ")
     for note in doc.get("judged", []):
         out += _wrap(note, width, "  ")
     for problem in doc.get("problems", []):

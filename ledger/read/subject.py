@@ -18,9 +18,53 @@ from ledger.plans.governing import Identity
 from ledger.qualification.plan import Plan
 from ledger.store.store import Store
 
-__all__ = ["NO_PLAN", "identity_from_log"]
+__all__ = [
+    "NO_PLAN",
+    "PLAN_SOURCES",
+    "identity_from_log",
+    "judged_from_log",
+    "local_plan_source",
+    "no_plan_command",
+    "with_plan_source",
+]
 
 NO_PLAN = "no governing plan recorded"
+
+PLAN_SOURCES: dict[str, str] = {
+    "git": "proved from the git objects of a checkout",
+    "recorded": "recorded in the ledger by the plans role (or on the ledger's host)",
+    "file": "the plan file given to the command (--plan FILE), not proved from git",
+    "asker": "the asker's own checkout, posted by `status --server` (not proved by the server)",
+    "none": "no plan: none committed, recorded or posted, so no claim is judged by one",
+}
+"""Which plan an answer judged by (`plan_source` of a status document): every surface
+names it, so two answers of the same question that differ only by their plan say why."""
+
+
+def local_plan_source(has_plan: bool, plan_file: object, server: object) -> str:
+    """Which plan a `status` asked in a checkout judges by: posted to a server, the
+    asker's own; here, the plan file given or the one proved from git."""
+    if not has_plan:
+        return "none"
+    if server:
+        return "asker"
+    return "file" if plan_file else "git"
+
+
+def with_plan_source(doc: dict[str, Any], source: str) -> dict[str, Any]:
+    """The status document naming the plan it judged by (`plan_source`, and its words);
+    without one, the command that records it (`record_plan`)."""
+    doc["plan_source"] = source
+    doc["plan_source_text"] = PLAN_SOURCES[source]
+    if source == "none":
+        doc["record_plan"] = no_plan_command((doc.get("subject") or {}).get("pr"))
+    return doc
+
+
+def no_plan_command(pr: int | None) -> str:
+    """What records the plan a PR or revision lacks (`ledger plan record`)."""
+    which = "--branch BRANCH" if pr is not None else "--rev COMMIT"
+    return f"ledger plan record {which} --server URL"
 
 
 def _from_mirror(
@@ -51,8 +95,16 @@ def _from_mirror(
 def identity_from_log(
     store: Store, repo: str, pr: int | None, rev: str | None, mirrors: Sequence[Path] = ()
 ) -> Identity:
-    """The subject: as a mirror checkout identifies it where the server has one,
-    else as the log knows it (a PR's newest recorded head, or a commit).
+    """The subject of `judged_from_log`, without the plan's source."""
+    return judged_from_log(store, repo, pr, rev, mirrors)[0]
+
+
+def judged_from_log(
+    store: Store, repo: str, pr: int | None, rev: str | None, mirrors: Sequence[Path] = ()
+) -> tuple[Identity, str]:
+    """The subject, and which plan it is judged by (a key of `PLAN_SOURCES`): as a
+    mirror checkout identifies it where the server has one, else as the log knows it
+    (a PR's newest recorded head, or a commit).
 
     The repository is the id the operator aliased the asked one to (`ledger repo
     alias`), its receipts read under it and every earlier id. The newest receipt of
@@ -69,9 +121,10 @@ def identity_from_log(
     ids = repo_ids(store, want)
     checkout, mirrored = _from_mirror(mirrors, ids, pr, rev)
     if mirrored is not None:
-        return dataclasses.replace(
+        judged = dataclasses.replace(
             mirrored, revision=dataclasses.replace(mirrored.revision, repo=want)
         )
+        return judged, "git" if judged.plan is not None else "none"
     if pr is None and rev is None:
         raise InputError("give pr=N or rev=COMMIT")
     if rev is not None and (len(rev) < 7 or not all(c in "0123456789abcdef" for c in rev.lower())):
@@ -101,7 +154,7 @@ def identity_from_log(
     from ledger.plans.ledger import governing_plan
 
     gov = governing_plan(store, want, pr, row.commit, aliases=ids[1:])
-    plan, said, problems = _plan_of(gov, checkout, pr)
+    plan, said, problems, source = _plan_of(gov, checkout, pr)
     if plan is not None and plan.package is not None:
         paths = tuple(plan.package.paths)
     revision = Revision(
@@ -124,7 +177,7 @@ def identity_from_log(
         said,
         *gov.notes,
     )
-    return Identity(revision, plan, notes, problems=problems)
+    return Identity(revision, plan, notes, problems=problems), source
 
 
 UNSHOWN = "unshown"
@@ -154,8 +207,11 @@ def _definition_parts(plan: Plan | None, digest: str | None, parts: dict[str, st
     return {"package_parts": tuple(sorted({**parts, WORKLOAD_PART: UNSHOWN}.items()))}
 
 
-def _plan_of(gov: Any, checkout: Any, pr: int | None) -> tuple[Plan | None, str, tuple[str, ...]]:
-    """The plan, the note that says where it came from, and what keeps it unknown: a
+def _plan_of(
+    gov: Any, checkout: Any, pr: int | None
+) -> tuple[Plan | None, str, tuple[str, ...], str]:
+    """The plan, the note that says where it came from, what keeps it unknown and its
+    source (`PLAN_SOURCES`): a
     conflict between plan entries; else, for a PR where the server has a checkout of
     the repository, the plan at the tip of its base branch there (as the CLI proves
     it); else the recorded entry; else none."""
@@ -164,7 +220,7 @@ def _plan_of(gov: Any, checkout: Any, pr: int | None) -> tuple[Plan | None, str,
     from ledger.qualification.plan import PLAN_FILE
 
     if gov.conflict_text is not None:
-        return None, f"{NO_PLAN}: {gov.conflict_text}", (gov.conflict_text,)
+        return None, f"{NO_PLAN}: {gov.conflict_text}", (gov.conflict_text,), "none"
     if checkout is not None and pr is not None:
         branch = gov.found.branch if gov.found is not None else None
         try:
@@ -175,9 +231,9 @@ def _plan_of(gov: Any, checkout: Any, pr: int | None) -> tuple[Plan | None, str,
         if plan is not None:
             name = branch or source.default_branch(checkout)
             said = f"plan: {PLAN_FILE} on base branch {name} ({base[:12]}), the server's checkout"
-            return plan, said, ()
+            return plan, said, (), "git"
     if gov.found is not None:
-        return gov.found.plan, f"plan: {gov.found.text}", ()
+        return gov.found.plan, f"plan: {gov.found.text}", (), "recorded"
     return (
         None,
         f"{NO_PLAN}: the ledger holds no plan entry for the base branch of this "
@@ -186,4 +242,5 @@ def _plan_of(gov: Any, checkout: Any, pr: int | None) -> tuple[Plan | None, str,
         "has no checkout of the repository, so no claim is judged (the base branch's job "
         "records it: `ledger plan record --branch BRANCH`)",
         (),
+        "none",
     )

@@ -32,6 +32,7 @@ from ledger.identity.revision import Revision
 from ledger.plans.governing import Identity
 from ledger.qualification.plan import Plan
 from ledger.read.reader import LocalReader, question_of
+from ledger.read.subject import judged_from_log, with_plan_source
 from ledger.service.answers import Answers
 from ledger.store.store import Store
 
@@ -178,10 +179,14 @@ def answer(
     kind = _kind(which, how)
 
     def judge(
-        ident: Identity, claims: Sequence[str] = (), scope: dict[str, str | int] | None = None
+        ident: Identity,
+        source: str,
+        claims: Sequence[str] = (),
+        scope: dict[str, str | int] | None = None,
     ) -> dict[str, Any]:
         if which == "status":
-            return reader.status(ident, claims, scope)
+            # Which plan it judged by: two answers that differ only by it say why.
+            return with_plan_source(reader.status(ident, claims, scope), source)
         return reader.history(ident)
 
     if how == "question":
@@ -189,16 +194,19 @@ def answer(
         def compute() -> dict[str, Any]:
             # Only a status question names claims and a scope; history reads neither.
             claims, scope = _claims_scope(asked) if which == "status" else ([], {})
-            return judge(_current(store, _identity(asked)), claims, scope)
+            ident = _identity(asked)
+            # The asker's checkout named the plan; the server did not prove it.
+            source = "asker" if ident.plan is not None else "none"
+            return judge(_current(store, ident), source, claims, scope)
 
         return _answer(store, answers, (kind, _key(asked)), compute)
     repo, pr, rev = _parse(asked)
     if not mirrors:
         # The subject comes from the log too: the question alone is the key.
         key: Hashable = (kind, canonical_repo(repo), pr, rev)
-        return _answer(store, answers, key, lambda: judge(reader.subject(repo, pr, rev)))
+        return _answer(store, answers, key, lambda: judge(*judged_from_log(store, repo, pr, rev)))
     # A mirror checkout moves on its own (the team's fetch): identify first,
     # and key the answer by what was identified.
-    ident = reader.subject(repo, pr, rev, mirrors)
+    ident, source = judged_from_log(store, repo, pr, rev, mirrors)
     key = (kind, _key(question_of(ident, [], {})))
-    return _answer(store, answers, key, lambda: judge(ident))
+    return _answer(store, answers, key, lambda: judge(ident, source))

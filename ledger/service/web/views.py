@@ -13,7 +13,7 @@ from ledger.evidence.errors import Error, InputError
 from ledger.identity.repoid import canonical_repo
 from ledger.read.findings import findings
 from ledger.read.query import query_history, query_status, show_document
-from ledger.read.subject import identity_from_log
+from ledger.read.subject import judged_from_log, with_plan_source
 from ledger.read.whose import BASELINE_FOR
 from ledger.service.web import charts
 from ledger.service.web.measurements import cell as _cell
@@ -34,8 +34,9 @@ def _verdict_of(
     mirrors: Sequence[Path],
     scope: dict[str, str | int] | None = None,
 ) -> tuple[Any, dict[str, Any]]:
-    ident = identity_from_log(store, repo, pr, rev, mirrors)
-    return ident, query_status(store, ident, claims=None, scope=scope or {}).to_json()
+    ident, source = judged_from_log(store, repo, pr, rev, mirrors)
+    doc = query_status(store, ident, claims=None, scope=scope or {}).to_json()
+    return ident, with_plan_source(doc, source)
 
 
 def _scope(asked: Sequence[str]) -> dict[str, str | int]:
