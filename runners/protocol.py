@@ -336,6 +336,24 @@ class ReplaysRouting(Protocol):
 
 
 @runtime_checkable
+class DeclaresRouterMargins(Protocol):
+    """A mixture-of-experts workload that declares its routing (`DeclaresRouting`) and
+    can say, per token, how near each selection was to flipping.
+
+    Where the head cannot replay the base's routing, the 24-view regression sets aside
+    the tokens it routed otherwise than the base only where the base's margin is
+    within what the precision itself moves it; without margins no token is set aside.
+    The harness's router hooks record margins themselves: this is for routers they do
+    not know."""
+
+    def router_margins(self) -> Mapping[str, torch.Tensor]:
+        """For the last forward while routing was declared: per routed layer (as
+        `ForwardOutputs.routing` names it), one float per token, the router's k-th
+        highest probability less its (k+1)-th, tokens in the routing's order."""
+        ...
+
+
+@runtime_checkable
 class SupportsPrepare(Protocol):
     """A workload whose CPU-side work (importing its libraries, building or loading the
     model on CPU) can be done once, before any claim, and shared.

@@ -10,6 +10,12 @@ selections (as `runners.protocol.DeclaresRouting` would) and, for the
 own softmax, renormalised over the top k where the router says so
 (``norm_topk_prob``).
 
+Where the router's output holds its logits, the hooks also record each token's
+margin: the router's k-th highest probability less its (k+1)-th, one float per
+token and routed layer. A token whose margin is within what the precision moves it
+flips under any change of rounding; one with a large margin flips only for a real
+change of the router (`runners.checks.routing.benign_flips`).
+
 A replay is only as right as that formula is for the router at hand, so it is
 checked while it runs: for the tokens whose given selection is the router's own,
 the replayed weights must equal the router's own weights. A router where they do
@@ -66,6 +72,7 @@ class RouterHooks:
         self.routers = dict(routers)
         self.recording = False
         self.routed: dict[str, Tensor] = {}
+        self.margins: dict[str, Tensor] = {}
         self.given: dict[str, Tensor] = {}
         self.replayed = 0
         self.broken: list[str] = []
@@ -82,6 +89,11 @@ class RouterHooks:
         got, self.routed = self.routed, {}
         return got
 
+    def take_margins(self) -> dict[str, Tensor]:
+        """The margins recorded since the last call (float32 ``[tokens]`` by router)."""
+        got, self.margins = self.margins, {}
+        return got
+
     def replay(self, selections: Mapping[str, Tensor] | None) -> None:
         self.given = dict(selections or {})
         self.replayed = 0
@@ -96,13 +108,17 @@ class RouterHooks:
             if index is not None and len(outs) == 3:
                 self.replayable.add(name)
             if self.recording:
+                experts, k = _experts_of(module)
                 if index is not None:
                     self.routed[name] = index.detach()
-                elif logits is not None:
-                    experts, k = _experts_of(module)
-                    if k is not None and (experts is None or logits.shape[-1] == experts):
-                        flat = logits.detach().reshape(-1, logits.shape[-1])
-                        self.routed[name] = flat.topk(k).indices
+                    k = index.shape[-1]
+                if logits is not None and logits.is_floating_point() and k is not None:
+                    flat = logits.detach().reshape(-1, logits.shape[-1])
+                    if experts is None or flat.shape[-1] == experts:
+                        if index is None:
+                            self.routed[name] = flat.topk(k).indices
+                        if k < flat.shape[-1]:
+                            self.margins[name] = margin(flat, k)
             given = self.given.get(name)
             if given is None or name in self.broken or index is None or len(outs) != 3:
                 return None
@@ -127,6 +143,17 @@ class RouterHooks:
             return None
         self.replayed += 1
         return (logits, weights, given)
+
+
+def margin(logits: Tensor, k: int) -> Tensor:
+    """Per token: the k-th highest router probability less the (k+1)-th (float32, on the
+    CPU): how far the top-k selection is from flipping."""
+    top = (
+        torch.softmax(logits.to(torch.promote_types(logits.dtype, torch.float32)), dim=-1)
+        .topk(k + 1, dim=-1)
+        .values
+    )
+    return (top[:, k - 1] - top[:, k]).to("cpu", torch.float32)
 
 
 def holds_experts(held: Iterable[tuple[str, torch.nn.Module]]) -> bool:

@@ -50,6 +50,7 @@ from runners.harness.oom import StepOutcome, capture
 from runners.harness.probe import CudaProbe
 from runners.harness.steps import measure_step
 from runners.protocol import (
+    DeclaresRouterMargins,
     DeclaresRouting,
     ForwardOutputs,
     PrecisionUnsupported,
@@ -166,6 +167,10 @@ def _outputs_saved(
     routing = routing_of(w, hooks, replaying, outs, info)
     if routing:
         torch.save(routing, Path(spec["out_dir"]) / "routing.pt")
+    margins = margins_of(w, hooks)
+    if margins:
+        # One float per token and routed layer: how near each selection was to flipping.
+        torch.save(margins, Path(spec["out_dir"]) / "margins.pt")
     outs.clear()
     capture("teardown", w.teardown, device=device)
     return finish("ok", outputs=len(saved), routed_layers=len(routing))
@@ -239,6 +244,17 @@ def routing_of(
     if hooks is not None:
         hooks.detach()
     return routing
+
+
+def margins_of(w: object, hooks: RouterHooks | None) -> dict[str, torch.Tensor]:
+    """The routers' per-token margins in the step (`runners.adapt.routers.margin`): seen
+    by the harness's hooks, else as the workload offers them (`DeclaresRouterMargins`);
+    empty where neither."""
+    if hooks is not None:
+        return hooks.take_margins()
+    if isinstance(w, DeclaresRouterMargins):
+        return {k: v.detach().to("cpu", torch.float32) for k, v in w.router_margins().items()}
+    return {}
 
 
 def _forward_backward(

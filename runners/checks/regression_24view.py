@@ -110,6 +110,13 @@ class Params(CheckParams):
     names another than the head's; empty: the claim's."""
     arm_timeout_s: int = 600
     """Seconds the base's two arms together may take."""
+    replay_base_routing: bool = True
+    """Where the base's arm saw its routers choose: replay the base's routing in the head.
+    False: the head is judged on its own routing, its near-tie flips set aside (as for a
+    head that cannot replay)."""
+    max_set_aside_share: float = 0.05
+    """The most of the tokens that near-tie flips may set aside; above it a comparison
+    that would pass is inconclusive."""
 
 
 def run(ctx: CheckContext, p: Params, recorded: dict[str, Json]) -> list[CheckResult]:
@@ -156,7 +163,7 @@ def _body(sess: Session, p: Params) -> Verdict:
         chunked_t = sess.call("nll_chunked", chunked)
     on_base = head_outputs
     if arms is not None:
-        replayed = regression_base.head_on_base_routing(sess, w, batch, arms, m)
+        replayed = regression_base.head_on_base_routing(sess, w, batch, arms, p, m)
         on_base = head_outputs if replayed is None else replayed
     low = dtype_name(w.dtype)
     ref: ForwardOutputs | None = None

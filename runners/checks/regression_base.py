@@ -16,8 +16,17 @@ Routing. Where the base's arm saw its routers choose (a mixture of experts), the
 head runs its forward once more with the base's selections replayed (the workload's
 `runners.protocol.ReplaysRouting`, else the harness's router hooks), so a near tie
 flipping under a kernel swap does not pass for the change; its own choices are
-counted against the base's. A head that cannot replay is judged on its own routing,
-the flips said beside the verdict.
+counted against the base's. A head that cannot replay (or a check told not to:
+``replay_base_routing = false``) is judged on its own routing, except for the tokens
+it routed otherwise than the base where the base's router margin (its k-th less its
+(k+1)-th probability, recorded per token by the harness's hooks or offered by the
+workload, `runners.protocol.DeclaresRouterMargins`) is within ``k`` times what the
+reference precision moves it (`runners.checks.routing.benign_flips`): a near tie that
+any change of rounding flips. Those tokens are set aside from the per-token outputs
+(the views holding them from per-view ones; scalars over every token are then not
+judged); a flip with a larger base margin is a real change of the router and is
+judged. Above ``max_set_aside_share`` of the tokens set aside, a comparison that
+would pass is inconclusive.
 
 The observer-off control's two runs share the base's arms (`CheckContext.shared`):
 they ran before the head was loaded and do not depend on the observer. Without a
@@ -89,6 +98,12 @@ class BaseRule(Protocol):
     def arm_timeout_s(self) -> int: ...
 
     @property
+    def replay_base_routing(self) -> bool: ...
+
+    @property
+    def max_set_aside_share(self) -> float: ...
+
+    @property
     def deterministic_warn_only(self) -> bool: ...
 
 
@@ -102,6 +117,11 @@ class BaseArms:
     routing: dict[str, dict[str, torch.Tensor]] = field(default_factory=dict)
     routing_file: Path | None = None
     """The base arm's saved routing, while this run's folder lasts (replayed by the head)."""
+    margins: dict[str, dict[str, torch.Tensor]] = field(default_factory=dict)
+    """Each arm's router margins per routed layer (`runners.adapt.routers.margin`)."""
+    set_aside: torch.Tensor | None = None
+    """Tokens the head routed otherwise than the base on a near tie, where it did not
+    replay the base's routing: left out of the judged outputs."""
 
 
 def skipped(sess: Session) -> str | None:
@@ -167,7 +187,7 @@ def base_arms(sess: Session, p: BaseRule, m: dict[str, Json]) -> BaseArms:
     return saved.restored(ctx.base_root, work)
 
 
-_FILES = ("outputs.pt", "routing.pt")
+_FILES = ("outputs.pt", "routing.pt", "margins.pt")
 
 
 @dataclass(slots=True)
@@ -183,6 +203,7 @@ class _Saved:
         for name in self.info:
             got.outputs[name] = self._load(f"{name}/outputs.pt")
             got.routing[name] = self._load(f"{name}/routing.pt")
+            got.margins[name] = self._load(f"{name}/margins.pt")
         if got.routing.get("base"):
             got.routing_file = work / "base-routing.pt"
             got.routing_file.write_bytes(self.files["base/routing.pt"])
@@ -205,19 +226,24 @@ def arms_measured(arms: BaseArms, m: dict[str, Json]) -> None:
 
 
 def head_on_base_routing(
-    sess: Session, w: Workload, batch: Batch, arms: BaseArms, m: dict[str, Json]
+    sess: Session, w: Workload, batch: Batch, arms: BaseArms, p: BaseRule, m: dict[str, Json]
 ) -> dict[str, torch.Tensor] | None:
     """Where the base's arm saw its routers choose: the head's forward once more with the
     base's selections replayed (its declared outputs on the host), its own choices
     counted against the base's; None where there is no routing to replay or the head
-    cannot take it (it is then judged on its own routing)."""
+    cannot take it (it is then judged on its own routing, its near-tie flips set aside:
+    ``arms.set_aside``)."""
     if arms.routing_file is None:
         return None
     info: dict[str, Any] = {}
     hooks = router_hooks(w, info)
     if isinstance(w, DeclaresRouting):
         w.declare_routing(True)
-    replaying = replay(w, str(arms.routing_file), sess.device, info, hooks)
+    if p.replay_base_routing:
+        replaying = replay(w, str(arms.routing_file), sess.device, info, hooks)
+    else:
+        replaying = False
+        info["routing_replay"] = "not asked (replay_base_routing = false)"
     step = seeded(phase_step(w, batch, grad=False), sess.seed, sess.device)
     try:
         sess.progress("24-view forward of the head on the base's routing")
@@ -230,11 +256,29 @@ def head_on_base_routing(
             w.replay_routing(None)
         if isinstance(w, DeclaresRouting):
             w.declare_routing(False)
-    table = {"head_vs_base": routing.differing(own, arms.routing["base"])}
+    table: dict[str, Json] = {"head_vs_base": routing.differing(own, arms.routing["base"])}
     m["base_routing"] = {**info, **table}
     if not replaying or info.get("routing_replay") != "replayed":
+        table["set_aside"] = _set_aside(own, arms, p)
+        m["base_routing"] = {**info, **table}
         return None
     return {k: v.detach().to("cpu", copy=True) for k, v in out.declared().items()}
+
+
+def _set_aside(own: routing.Routing, arms: BaseArms, p: BaseRule) -> dict[str, Json]:
+    """The head's near-tie flips against the base (``arms.set_aside``), with the counts
+    the receipt records; why none were set aside where the margins are missing."""
+    base, ref = arms.margins.get("base", {}), arms.margins.get("reference", {})
+    if not base or not ref:
+        arm = "base" if not base else "reference"
+        return {
+            "tokens_set_aside": 0,
+            "reason": f"the base's {arm} arm recorded no router margins: every flip is judged",
+        }
+    floors = routing.margin_floors(base, ref)
+    aside, table = routing.benign_flips(own, arms.routing["base"], base, floors, p.k)
+    arms.set_aside = aside if aside is not None and bool(aside.any()) else None
+    return {**table, "max_share": p.max_set_aside_share}
 
 
 def judged(
@@ -263,11 +307,15 @@ def judged(
             measurements=m,
         )
     base, ref = arms.outputs.get("base", {}), arms.outputs.get("reference", {})
+    theirs = {} if head_ref is None else {k: v.to("cpu") for k, v in head_ref.declared().items()}
+    if arms.set_aside is not None:
+        kept = _Kept(arms.set_aside, p.views)
+        head, base, ref, theirs = (kept.of(x) for x in (head, base, ref, theirs))
+        kept.measured(m)
     rows, only = compare(base, head, math.inf)
     function = None
     if head_ref is not None and precision.higher("float32", low):
         ref_dtype = str(arms.info["reference"].get("dtype") or "")
-        theirs = {k: v.to("cpu") for k, v in head_ref.declared().items()}
         function = precision.Function(
             errors=errors(theirs, ref),
             scale=precision.roundoff_ratio(ref_dtype, low),
@@ -298,6 +346,7 @@ def _verdict(
     m: dict[str, Json],
 ) -> Verdict | None:
     flips = _flips(m)
+    aside = _aside(m)
     if only:
         return Verdict(
             outcome="failed",
@@ -325,7 +374,7 @@ def _verdict(
             }
         return Verdict(
             outcome="failed",
-            reason=f"against the base: {said}{flips}",
+            reason=f"against the base: {said}{flips}{aside}",
             measurements=m,
         )
     unjudged = [v.name for v in verdicts if v.state == "inconclusive"]
@@ -339,9 +388,12 @@ def _verdict(
     if not verdicts:
         return Verdict(
             outcome="inconclusive",
-            reason="against the base: no declared outputs to compare",
+            reason=f"against the base: no declared outputs to compare{aside}",
             measurements=m,
         )
+    over = _over_share(m, p)
+    if over:
+        return Verdict(outcome="inconclusive", reason=f"against the base: {over}", measurements=m)
     return None
 
 
@@ -374,3 +426,83 @@ def _flips(m: dict[str, Json]) -> str:
     if not isinstance(n, int) or not n:
         return ""
     return f" ({n} token(s) routed otherwise than the base, which the head could not replay)"
+
+
+class _Kept:
+    """The declared outputs without the tokens set aside: per-token tensors (leading
+    ``[views, seq]`` or ``[tokens]``) lose those tokens, per-view ones (leading
+    ``[views]``) the views holding any; anything else (a loss over every token) is not
+    judged."""
+
+    def __init__(self, aside: torch.Tensor, views: int) -> None:
+        self.aside = aside.reshape(-1).cpu()
+        n = int(self.aside.numel())
+        self.views = views
+        self.view_aside = (
+            self.aside.reshape(views, -1).any(dim=1) if views and n % views == 0 else None
+        )
+        self.dropped: set[str] = set()
+
+    def of(self, tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        n = int(self.aside.numel())
+        out: dict[str, torch.Tensor] = {}
+        for name, t in tensors.items():
+            if t.dim() >= 2 and t.shape[0] * t.shape[1] == n:
+                out[name] = t.flatten(0, 1)[~self.aside]
+            elif t.dim() >= 1 and t.shape[0] == n:
+                out[name] = t[~self.aside]
+            elif self.view_aside is not None and t.dim() >= 1 and t.shape[0] == self.views:
+                out[name] = t[~self.view_aside]
+            else:
+                self.dropped.add(name)
+        return out
+
+    def measured(self, m: dict[str, Json]) -> None:
+        table = m.get("base_routing")
+        if not isinstance(table, dict):
+            return
+        said = table.get("set_aside")
+        if isinstance(said, dict):
+            said["not_judged"] = sorted(self.dropped)  # type: ignore[assignment]
+            if self.view_aside is not None:
+                said["views_set_aside"] = int(self.view_aside.sum())
+
+
+def _aside(m: dict[str, Json]) -> str:
+    """What a reason adds where near-tie flips were set aside."""
+    said = _set_aside_table(m)
+    n = said.get("tokens_set_aside") if said else None
+    if not isinstance(n, int) or not n or said is None:
+        return ""
+    share = said.get("share_set_aside")
+    pct = f"{100 * share:.3g} %" if isinstance(share, float) else "?"
+    out = (
+        f"; {n} token(s) ({pct}) routed otherwise than the base on a near tie (base margin "
+        f"within {said.get('k')} x the precision's margin floor) set aside"
+    )
+    dropped = said.get("not_judged")
+    if isinstance(dropped, list) and dropped:
+        out += f", so {', '.join(str(x) for x in dropped)} not judged"
+    return out
+
+
+def _set_aside_table(m: dict[str, Json]) -> dict[str, Json] | None:
+    table = m.get("base_routing")
+    said = table.get("set_aside") if isinstance(table, dict) else None
+    return said if isinstance(said, dict) else None
+
+
+def _over_share(m: dict[str, Json], p: BaseRule) -> str:
+    """Why a comparison that would pass is inconclusive: more than ``max_set_aside_share``
+    of the tokens set aside (empty where within it)."""
+    said = _set_aside_table(m)
+    share = said.get("share_set_aside") if said else None
+    if not isinstance(share, float) or share <= p.max_set_aside_share or said is None:
+        return ""
+    return (
+        f"{said.get('tokens_set_aside')} of {said.get('tokens')} tokens ({100 * share:.3g} %) "
+        f"were routed otherwise than the base on a near tie, over the "
+        f"{100 * p.max_set_aside_share:.3g} % (max_set_aside_share) that may be set aside: "
+        "the rest passes, but too little was judged; what would fix it: a workload that "
+        "replays the base's routing (runners.protocol.ReplaysRouting)"
+    )

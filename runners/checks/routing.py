@@ -113,3 +113,62 @@ def flipped_low(arms: Mapping[str, Mapping[str, object]], m: Mapping[str, Json])
         if isinstance(flipped, int) and flipped:
             return flipped
     return 0
+
+
+Margins = Mapping[str, torch.Tensor]
+"""The router's k-th less (k+1)-th probability ``[tokens]`` by routed layer name
+(`runners.adapt.routers.margin`)."""
+
+
+def margin_floors(base: Margins, reference: Margins) -> dict[str, float]:
+    """Per routed layer, the most the reference precision moved any token's margin:
+    ``max |margin(base) - margin(reference)|`` (the margins' precision floor, as
+    `runners.checks.precision` takes ``err(base, ref)`` for a tensor's)."""
+    floors: dict[str, float] = {}
+    for name in sorted(set(base) & set(reference)):
+        a, b = base[name].double(), reference[name].double()
+        if a.shape == b.shape and a.numel():
+            moved = float((a - b).abs().max())
+            if moved == moved and moved != float("inf"):
+                floors[name] = moved
+    return floors
+
+
+def benign_flips(
+    head: Routing, base: Routing, base_margins: Margins, floors: Mapping[str, float], k: float
+) -> tuple[torch.Tensor | None, dict[str, Json]]:
+    """The tokens the head routed otherwise than the base where every flipped selection
+    had a base margin within ``k`` times its layer's margin floor (a near tie that a
+    change of rounding flips): a mask ``[tokens]`` to set aside, or None where the
+    routings are not comparable; with the counts. A flip with a larger base margin, or
+    on a layer without a margin floor, is a real change of the router and is kept."""
+    d = differing(head, base)
+    if not d.get("comparable") or not d.get("layers"):
+        return None, {"comparable": False, "reason": str(d.get("reason") or "no routed layers")}
+    flipped: torch.Tensor | None = None
+    real: torch.Tensor | None = None
+    for name in sorted(set(head) & set(base)):
+        row = (head[name].sort(dim=-1).values != base[name].sort(dim=-1).values).any(dim=-1)
+        row = row.reshape(-1).cpu()
+        margin = base_margins.get(name)
+        floor = floors.get(name)
+        near = torch.zeros_like(row)
+        if margin is not None and floor is not None and margin.numel() == row.numel():
+            near = margin.reshape(-1).double() <= k * floor
+        flipped = row if flipped is None else flipped | row
+        hard = row & ~near
+        real = hard if real is None else real | hard
+    assert flipped is not None and real is not None
+    aside = flipped & ~real
+    tokens = int(aside.numel())
+    n = int(aside.sum())
+    return aside, {
+        "comparable": True,
+        "tokens": tokens,
+        "tokens_differing": int(flipped.sum()),
+        "tokens_set_aside": n,
+        "share_set_aside": n / tokens if tokens else 0.0,
+        "tokens_differing_judged": int(real.sum()),
+        "margin_floors": dict(floors),
+        "k": k,
+    }

@@ -13,6 +13,7 @@ import shutil
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import git
 import pytest
@@ -108,6 +109,69 @@ QWEN3 = {"vocab": 128, "hidden": 32, "layers": 1, "heads": 2, "kv_heads": 1, "he
 QWEN3 |= {"experts": 4, "moe_ff": 32, "lora_rank": 4, "padding": 2}
 
 
+ROUTED = "routed_variant:make_workload"
+ROUTED_VARIANT = '''
+"""The frozen Qwen3-MoE workload with its routers changed (a test's heads and bases)."""
+
+from typing import Any
+
+import torch
+from qwen3_frozen.workload import FrozenConfig, FrozenQwen3Workload
+
+_SCALE = (1.0, -1.0, 0.5, -0.5)
+
+
+class RoutedVariant(FrozenQwen3Workload):
+    def __init__(
+        self, config: FrozenConfig, nudge: float, favour: float, tie: float, gain: float
+    ) -> None:
+        super().__init__(config)
+        self.nudge, self.favour, self.tie, self.gain = nudge, favour, tie, gain
+
+    def setup(self, device: torch.device, seed: int) -> None:
+        super().setup(device, seed)
+        with torch.no_grad():
+            for name, p in self.model.named_parameters():
+                if "experts" in name and "down_proj" in name and "lora" not in name:
+                    # Experts whose outputs matter beside the residual: a token sent to
+                    # another expert moves its hidden state.
+                    p.mul_(self.gain)
+        for name, gate in self.model.named_modules():
+            if not name.endswith("mlp.gate"):
+                continue
+            with torch.no_grad():
+                w = gate.weight.float()
+                if self.tie:
+                    # Experts 1 and 2 nearly alike: many tokens near a tie between them.
+                    w[1] = w[2] * (1 + self.tie)
+                if self.favour:
+                    # A real router regression: expert 0's logits scaled.
+                    w[0] *= self.favour
+                gate.weight.copy_(w.to(gate.weight.dtype))
+            if self.nudge:
+                gate.register_forward_hook(self._rounded)
+
+    def _rounded(self, gate: Any, _args: Any, out: Any) -> Any:
+        """A bfloat16 kernel that rounds the router's logits otherwise (each expert's by
+        a few of bfloat16's units); in a wider precision the same function as before."""
+        logits = out[0]
+        if logits.dtype != torch.bfloat16:
+            return None
+        scale = torch.tensor(_SCALE, device=logits.device).repeat(logits.shape[-1] // 4)
+        logits = (logits.float() * (1 + self.nudge * scale)).to(logits.dtype)
+        probs = torch.softmax(logits, dim=-1, dtype=torch.float)
+        top, index = probs.topk(gate.top_k, dim=-1)
+        top = top / top.sum(dim=-1, keepdim=True) if gate.norm_topk_prob else top
+        return logits, top.to(logits.dtype), index
+
+
+def make_workload(
+    nudge: float = 0.0, favour: float = 0.0, tie: float = 0.0, gain: float = 1.0, **params: Any
+) -> RoutedVariant:
+    return RoutedVariant(FrozenConfig(**params), nudge, favour, tie, gain)
+'''
+
+
 def _commit(repo: git.Repo, root: Path, files: dict[str, str], msg: str) -> str:
     for name, text in files.items():
         (root / name).parent.mkdir(parents=True, exist_ok=True)
@@ -124,7 +188,7 @@ def trees(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Path]]
     root = top / "repo"
     root.mkdir()
     repo = git.Repo.init(root)
-    files = {"cnn.py": CNN.format(train="")}
+    files = {"cnn.py": CNN.format(train=""), "routed_variant.py": ROUTED_VARIANT}
     for src in (EXAMPLES / "qwen3_moe" / "qwen3_lora", FROZEN / "qwen3_frozen"):
         for f in src.glob("*.py"):
             files[f"{src.name}/{f.name}"] = f.read_text()
@@ -144,7 +208,7 @@ def trees(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Path]]
     repo.git.worktree("add", "--detach", str(out["moved"]), head)
     # The base tree's fork server, as `ledger qualify` starts one: its arms fork from it
     # (torch and the workloads' modules imported once) instead of starting afresh.
-    refs = [MODULE, LM, "qwen3_lora.workload:make_workload", FROZEN_REF]
+    refs = [MODULE, LM, "qwen3_lora.workload:make_workload", FROZEN_REF, ROUTED]
     server = ForkServer.launch([(str(out["base"]), r) for r in refs], env()).wait()
     before = os.environ.get("LEDGER_FORK_SERVERS")
     os.environ["LEDGER_FORK_SERVERS"] = json.dumps({str(out["base"]): str(server.sock)})
@@ -489,3 +553,66 @@ def test_the_runner_hands_the_base_arms_the_bases_entry_point() -> None:
     assert r.params["base_workload_ref"] == "model.old:make"
     [same] = claim_runs(base, base.claims, "cpu", None, base)
     assert "base_workload_ref" not in same.params
+
+
+def routed(trees: dict[str, Path], tmp: Path, base: dict[str, Json], head: dict[str, Json]) -> Any:
+    """The routed variant on its own routing (the base's replay turned off), its base's
+    routers and head's as given, its experts' outputs weighing beside the residual: the
+    result and what it set aside."""
+    (r,) = claim(
+        "regression-24view",
+        {
+            "views": 24,
+            "seq": 8,
+            "replay_base_routing": False,
+            "base_workload_params": {"nudge": 0.0, "favour": 0.0, "tie": 0.0, **base},
+        },
+        ref=ROUTED,
+        workload_params={**FROZEN_TINY, "gain": 30.0, **head},
+        head=trees["same"],
+        base=trees["base"],
+        tmp=tmp,
+    )
+    routed = r.measurements["base_routing"]
+    assert routed["routing_replay"] == "not asked (replay_base_routing = false)", routed
+    return r, routed["set_aside"]
+
+
+def test_near_tie_flips_the_head_cannot_replay_are_set_aside_and_the_rest_passes(
+    trees: dict[str, Path], tmp_path: Path
+) -> None:
+    """A bfloat16 router kernel rounding otherwise (5 %; float32 unchanged): the two tokens
+    it flips have a base margin within what float32 moves it; judged on them, the loss
+    and the pooled rows fail (0.0625 against an allowance of 0.0119)."""
+    r, aside = routed(trees, tmp_path, {}, {"nudge": 0.05})
+    assert r.outcome == "passed", r.reason
+    assert aside["tokens_differing"] == aside["tokens_set_aside"] > 0, aside
+    assert aside["tokens_differing_judged"] == 0 and aside["tokens"] == 24 * 8
+    assert aside["share_set_aside"] == aside["tokens_set_aside"] / 192
+    # The scalars over every token are not judged; the views without a flip are.
+    assert aside["not_judged"] == ["loss"]
+    assert 0 < aside["views_set_aside"] <= aside["tokens_set_aside"]
+    rows = {x["name"]: x for x in r.measurements["against_base"]}  # type: ignore[union-attr,index]
+    assert set(rows) == {"pooled_hidden"} and rows["pooled_hidden"]["state"] == "passed"
+
+
+def test_a_router_regression_the_head_cannot_replay_still_fails(
+    trees: dict[str, Path], tmp_path: Path
+) -> None:
+    """Expert 0's router logits tripled: most flips have a large base margin, judged."""
+    r, aside = routed(trees, tmp_path, {}, {"favour": 3.0})
+    assert r.outcome == "failed", r.reason
+    assert aside["tokens_differing_judged"] > aside["tokens_set_aside"], aside
+    assert r.reason is not None and r.reason.startswith("against the base: pooled_hidden")
+    assert "routed otherwise than the base on a near tie" in r.reason
+
+
+def test_too_many_near_ties_set_aside_leave_it_inconclusive(
+    trees: dict[str, Path], tmp_path: Path
+) -> None:
+    """Two experts' router rows 1 % apart in base and head: a rounding-sized change flips
+    more than 5 % of the tokens, each on a near tie; what is left passes, unqualified."""
+    r, aside = routed(trees, tmp_path, {"tie": 0.01}, {"tie": 0.01, "nudge": 0.01})
+    assert r.outcome == "inconclusive", r.reason
+    assert aside["share_set_aside"] > 0.05 and aside["tokens_differing_judged"] == 0, aside
+    assert r.reason is not None and "over the 5 % (max_set_aside_share)" in r.reason
