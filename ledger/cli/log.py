@@ -56,8 +56,18 @@ if TYPE_CHECKING:
     "mirrors",
     multiple=True,
     type=click.Path(file_okay=False, path_type=Path),
-    help="A checkout (kept fetched, PR refs too) in which status pages identify PRs "
-    "and their plan as `status --offline` would (repeatable).",
+    help="A checkout in which status pages identify PRs and their plan as "
+    "`status --offline` would (repeatable); its remote's PR refs and branches are fetched "
+    "before a question is judged in it, at most once per --fetch-every.",
+)
+@click.option(
+    "--fetch-every",
+    type=click.FloatRange(min=0),
+    default=30,
+    show_default=True,
+    metavar="SECONDS",
+    help="Fetch each --repo checkout at most this often (0: before every question); a "
+    "fetch that fails is a note on the answer, which judges the checkout as last fetched.",
 )
 @db_option
 def serve(
@@ -67,6 +77,7 @@ def serve(
     artifacts: str | None,
     deadline: float,
     mirrors: tuple[Path, ...],
+    fetch_every: float,
     db: str | None,
 ) -> None:
     """Serve this ledger over HTTP: hosts record with --server URL, without database credentials.
@@ -96,6 +107,7 @@ def serve(
             artifacts=artifacts,
             deadline_s=deadline,
             mirrors=mirrors,
+            fetch_every=fetch_every,
         )
     except SystemExit as e:
         if e.code in (0, None):

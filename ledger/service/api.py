@@ -30,7 +30,14 @@ from ledger.evidence.errors import (
 )
 from ledger.evidence.limits import check_media_type
 from ledger.service.limits import BodyTooLarge, read_body
-from ledger.service.responses import Handler, error_response, guarded, json_response, kept_response
+from ledger.service.responses import (
+    Handler,
+    error_response,
+    fresh,
+    guarded,
+    json_response,
+    kept_response,
+)
 from ledger.service.responses import json_body as _json_body
 from ledger.service.responses import ledger_of as _ledger
 from ledger.service.responses import object_body as _doc
@@ -97,7 +104,7 @@ def status_or_history(which: Which, how: How) -> Handler:
     question arrives (a posted question document, or query parameters)."""
 
     async def handle(request: Request) -> Response:
-        from ledger.service.questions import answer, kept
+        from ledger.service.questions import answer, kept, with_notes
 
         led = _ledger(request)
         asked = await _doc(request) if how == "question" else dict(request.query_params)
@@ -109,7 +116,10 @@ def status_or_history(which: Which, how: How) -> Handler:
         if doc is None:
 
             def work() -> dict[str, Any]:
-                return answer(which, how, store, asked, mirrors, led.answers)
+                # A checkout is fetched first (bounded), so a force-pushed head is judged.
+                notes = fresh(led) if mirrors else []
+                got = answer(which, how, store, asked, mirrors, led.answers)
+                return with_notes(got, notes)
 
             # Named for what it answers, as the worker thread shows in a trace.
             work.__name__ = work.__qualname__ = f"{which}_from_{how}"

@@ -18,6 +18,7 @@ from ledger.evidence.errors import Error
 from ledger.evidence.keys import KeyDir, active_ledger_key
 from ledger.service import api
 from ledger.service.auth import Tokens
+from ledger.service.fetching import FETCH_EVERY_S, MirrorFetch
 from ledger.service.limits import DEADLINE_S, MAX_BODY_BYTES, Limits
 from ledger.service.state import Ledger
 from ledger.store.store import Store
@@ -74,6 +75,7 @@ def create_app(
     deadline_s: float = DEADLINE_S,
     quiet: bool = False,
     mirrors: Sequence[Path] = (),
+    fetch_every: float = FETCH_EVERY_S,
 ) -> Any:
     """The ASGI application (Starlette wrapped in the request limits)."""
     from ledger.service.web import pages
@@ -88,6 +90,7 @@ def create_app(
         max_body,
         quiet,
         tuple(mirrors),
+        fetch=MirrorFetch(fetch_every),
     )
     routes: list[BaseRoute] = [Route(p, h, methods=m) for p, h, m in api.ROUTES]
     routes += [Route(p, h, methods=["GET"]) for p, h in pages.ROUTES]

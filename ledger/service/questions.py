@@ -10,10 +10,11 @@ server knows no git repository, so the subject is what the log knows of it
 one a writer recorded in the ledger for that head (`ledger.plans`), proved by its
 git objects; without one no claim is judged ("no governing plan recorded"), never
 the default rules; `judged` says which.
-A server started with `--repo PATH` (a mirror clone, fetched by the team's
-own cron) answers from that checkout instead, exactly as `status --offline`
-(`ledger.read.subject`). Either way the read side's local reader judges it, as a
-local `status` would.
+A server started with `--repo PATH` (a clone it fetches before a question, at most
+once per `--fetch-every`: `ledger.service.fetching`) answers from that checkout
+instead, exactly as `status --offline` (`ledger.read.subject`). Either way the read
+side's local reader judges it, as a local `status` would; the answer names the plan
+it judged by (`plan_source`).
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from ledger.read.subject import judged_from_log, with_plan_source
 from ledger.service.answers import Answers
 from ledger.store.store import Store
 
-__all__ = ["How", "Which", "answer", "kept"]
+__all__ = ["How", "Which", "answer", "kept", "with_notes"]
 
 Which = Literal["status", "history"]
 """Which answer: `status --json` or `history --json`."""
@@ -137,6 +138,15 @@ def kept(
         return None
     doc: dict[str, Any] | None = answers.peek(key, size)
     return doc
+
+
+def with_notes(doc: dict[str, Any], notes: Sequence[str]) -> dict[str, Any]:
+    """The answer with notes of how it was judged (a checkout's fetch that failed) added
+    to its `judged`, a copy: the kept answer stays as computed."""
+    if not notes:
+        return doc
+    key = "judged" if "judged" in doc else "notes"
+    return {**doc, key: [*doc.get(key, []), *notes]}
 
 
 def _key(doc: Any) -> str:

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 __all__ = [
     "Handler",
     "error_response",
+    "fresh",
     "guarded",
     "json_body",
     "json_response",
@@ -58,6 +59,14 @@ def kept_response(led: Ledger, doc: Any) -> Response:
 
 def error_response(status: int, reason: str) -> Response:
     return json_response({"error": " ".join(reason.split()) or "error"}, status)
+
+
+def fresh(led: Ledger) -> list[str]:
+    """Fetch the server's checkouts that are due (`ledger.service.fetching`); what
+    failed, as notes any client may read (without the server's own paths)."""
+    if not led.mirrors:
+        return []
+    return [public_reason(led, n) for n in led.fetch.refresh(led.mirrors)]
 
 
 def public_reason(led: Ledger, reason: str) -> str:

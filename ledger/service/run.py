@@ -16,6 +16,7 @@ from sqlalchemy.engine import make_url
 from ledger.evidence.errors import UsageError
 from ledger.evidence.keys import KeyDir
 from ledger.service.auth import Tokens
+from ledger.service.fetching import FETCH_EVERY_S
 from ledger.service.guard import HEADER_TIMEOUT_S, MAX_PER_CLIENT
 from ledger.service.limits import DEADLINE_S
 from ledger.store.store import Store
@@ -101,6 +102,7 @@ def _app(
     deadline_s: float,
     quiet: bool,
     mirrors: Sequence[Path] = (),
+    fetch_every: float = FETCH_EVERY_S,
 ) -> tuple[Any, Store]:
     from ledger.service.app import create_app
 
@@ -113,6 +115,7 @@ def _app(
         deadline_s=deadline_s,
         quiet=quiet,
         mirrors=mirrors,
+        fetch_every=fetch_every,
     )
     return app, store
 
@@ -130,11 +133,12 @@ def start(
     mirrors: Sequence[Path] = (),
     header_timeout_s: float = HEADER_TIMEOUT_S,
     max_per_client: int = MAX_PER_CLIENT,
+    fetch_every: float = FETCH_EVERY_S,
 ) -> Running:
     """Serve in a background thread on `port` (0: a free one); returns once it listens."""
     import uvicorn
 
-    app, store = _app(store_url, keys, tokens, artifacts, deadline_s, quiet, mirrors)
+    app, store = _app(store_url, keys, tokens, artifacts, deadline_s, quiet, mirrors, fetch_every)
     # uvicorn binds the port itself: it sets the accepted sockets' options
     # (TCP_NODELAY), without which every keep-alive reply waited ~40 ms.
     server = uvicorn.Server(_config(app, host, port, quiet, header_timeout_s, max_per_client))
@@ -158,11 +162,12 @@ def serve(
     artifacts: str | None = None,
     deadline_s: float = DEADLINE_S,
     mirrors: Sequence[Path] = (),
+    fetch_every: float = FETCH_EVERY_S,
 ) -> None:
     """Serve until Ctrl-C; requests in flight are finished before it returns."""
     import uvicorn
 
-    app, store = _app(store_url, keys, tokens, artifacts, deadline_s, False, mirrors)
+    app, store = _app(store_url, keys, tokens, artifacts, deadline_s, False, mirrors, fetch_every)
     safe = make_url(store_url).render_as_string(hide_password=True)
     signing = (
         "signs fresh checkpoints" if app.app.state.ledger.keys else "serves stored checkpoints"

@@ -21,6 +21,7 @@ from ledger.evidence.errors import Error, NotFoundError, RefusedError
 from ledger.evidence.keys import KeyDir
 from ledger.service.answers import Answers
 from ledger.service.auth import TokenRole, Tokens
+from ledger.service.fetching import MirrorFetch
 from ledger.service.limits import MAX_BODY_BYTES
 from ledger.store.store import ARTIFACT, Store
 from ledger.write.artifacts import ArtifactStore
@@ -46,6 +47,8 @@ class Ledger:
     _started: float = field(default_factory=time.monotonic)
     answers: Answers = field(default_factory=Answers)
     """Status and history answers, kept while the log size is unchanged."""
+    fetch: MirrorFetch = field(default_factory=MirrorFetch)
+    """Fetches the `mirrors` before a question is judged in them (bounded)."""
 
     def store(self) -> Store:
         """The one store every request shares (its engine and its key table;

@@ -132,9 +132,17 @@ def _page(
     return handle
 
 
+def fresh(led: Any) -> list[str]:
+    """The server's checkouts fetched where due; what failed, as notes."""
+    from ledger.service.responses import fresh as fetched
+
+    return fetched(led)
+
+
 def _index(led: Any, request: Request) -> dict[str, Any]:
     from ledger.service.api import public_reason
 
+    fresh(led)  # the checkouts fetched once for every PR the index judges
     repos = views.index(led.store(), led.mirrors)
     # Each PR's or revision's error is shown to any client: without the server's
     # paths, as every other public error is.
@@ -147,14 +155,20 @@ def _index(led: Any, request: Request) -> dict[str, Any]:
 
 def _pr(led: Any, request: Request) -> dict[str, Any]:
     q = request.query_params
-    return views.pr_page(
+    # The checkout fetched first (bounded), so a force-pushed head is judged; a fetch
+    # that failed is a note of the page, never its error.
+    notes = fresh(led)
+    ctx = views.pr_page(
         led.store(), q.get("repo", ""), q.get("pr"), q.get("rev"), led.mirrors, q.getlist("scope")
     )
+    ctx["report"]["judged"] = [*ctx["report"].get("judged", []), *notes]
+    return ctx
 
 
 def _trend(led: Any, request: Request) -> dict[str, Any]:
     """A claim's trend on a PR (`ledger trend`), public as the PR page is."""
     q = request.query_params
+    fresh(led)
     return views.trend_page(
         led.store(),
         q.get("repo", ""),

@@ -50,16 +50,20 @@ def test_serve_repo_over_a_committed_ledger_answers_as_the_terminal(
     new_id = str(ex.origin)
     alias = run(capsys, "repo", "alias", OLD_ID, new_id, "--reason", "re-made", "--db", db)
     assert alias.code == 0, alias.err
-    srv = start(db, mirrors=(ex.path,))
+    srv = start(db, mirrors=(ex.path,), fetch_every=0)
+    away = tmp_path / "origin-away"
     try:
-        # The checkout has not fetched the PR's head yet: the server judges the head the
-        # log knows under the plan at the tip of main in its checkout.
+        # The checkout has not fetched the PR's head yet, and its remote is away (the
+        # server's own fetch fails): the server judges the head the log knows under the
+        # plan at the tip of main in its checkout.
+        ex.origin.rename(away)
         q = {"pr": 1}
         first = {
             asked: _get(srv.url, "/v1/status?" + urlencode({"repo": asked, **q}))
             for asked in (OLD_ID, new_id)
         }
         index = _get(srv.url, "/")
+        away.rename(ex.origin)
         terminal = run(
             capsys, "status", "--pr", "1", "--repo", str(ex.path), "--db", db, "--json"
         )  # fmt: skip
@@ -75,6 +79,7 @@ def test_serve_repo_over_a_committed_ledger_answers_as_the_terminal(
         assert _states(doc["verdict"]) == want, asked
         assert doc["subject"]["repo"] == new_id and doc["subject"]["commit"] == ex.pr_head
         assert any("the server's checkout" in n for n in doc["judged"]), doc["judged"]
+        assert any("could not fetch its remote" in n for n in doc["judged"]), doc["judged"]
     assert [r["repo"] for r in index] == [new_id]
     [listed] = index[0]["prs"]
     assert _states(listed["verdict"]) == want
