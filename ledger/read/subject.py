@@ -92,6 +92,25 @@ def _from_mirror(
     return None, None
 
 
+def _holding(mirrors: Sequence[Path], commit: str) -> tuple[Any, str | None]:
+    """A checkout the server was given that holds `commit` though its id is none the
+    asked one is aliased to (receipts recorded under an earlier id, no `ledger repo
+    alias` yet): (the checkout, its id), else (None, None). Holding the very commit
+    makes it a checkout of that history: its base branch proves the plan."""
+    import git
+
+    from ledger.identity import source
+
+    for path in mirrors:
+        try:
+            r = source.open_repo(path)
+            r.git.cat_file("-e", f"{commit}^{{commit}}")
+            return r, source.repo_name(r)
+        except (Error, git.GitCommandError):
+            continue
+    return None, None
+
+
 def identity_from_log(
     store: Store, repo: str, pr: int | None, rev: str | None, mirrors: Sequence[Path] = ()
 ) -> Identity:
@@ -154,6 +173,14 @@ def judged_from_log(
     from ledger.plans.ledger import governing_plan
 
     gov = governing_plan(store, want, pr, row.commit, aliases=ids[1:])
+    joined: tuple[str, ...] = ()
+    if checkout is None and mirrors:
+        checkout, other = _holding(mirrors, row.commit)
+        if checkout is not None:
+            joined = (
+                f"the server's checkout holds this commit under the repository id {other}: "
+                f"`ledger repo alias {want} {other} --reason TEXT` joins the two ids",
+            )
     plan, said, problems, source = _plan_of(gov, checkout, pr)
     if plan is not None and plan.package is not None:
         paths = tuple(plan.package.paths)
@@ -175,6 +202,7 @@ def judged_from_log(
             else "the newest commit with receipts that matches the revision asked"
         ),
         said,
+        *joined,
         *gov.notes,
     )
     return Identity(revision, plan, notes, problems=problems), source
