@@ -113,6 +113,7 @@ ROUTED = "routed_variant:make_workload"
 ROUTED_VARIANT = '''
 """The frozen Qwen3-MoE workload with its routers changed (a test's heads and bases)."""
 
+import dataclasses
 from typing import Any
 
 import torch
@@ -165,10 +166,51 @@ class RoutedVariant(FrozenQwen3Workload):
         return logits, top.to(logits.dtype), index
 
 
+class DeclaringVariant(RoutedVariant):
+    """Declares its routing and its routers' margins (its own hooks), replays none."""
+
+    declaring = False
+
+    def setup(self, device: torch.device, seed: int) -> None:
+        super().setup(device, seed)
+        self.routed: dict[str, torch.Tensor] = {}
+        self.margins: dict[str, torch.Tensor] = {}
+        for name, gate in self.model.named_modules():
+            if name.endswith("mlp.gate"):
+                gate.register_forward_hook(self._seen(name.removeprefix("base_model.model.")))
+
+    def _seen(self, name: str) -> Any:
+        def hook(gate: Any, _args: Any, out: Any) -> None:
+            if self.declaring:
+                probs = torch.softmax(out[0].double(), dim=-1)
+                top = probs.topk(gate.top_k + 1, dim=-1).values
+                self.routed[name] = out[2].detach()
+                self.margins[name] = (top[:, -2] - top[:, -1]).float()
+
+        return hook
+
+    def declare_routing(self, on: bool) -> None:
+        self.declaring = on
+
+    def router_margins(self) -> dict[str, torch.Tensor]:
+        return dict(self.margins)
+
+    def forward(self, batch: Any, *, grad: bool) -> Any:
+        self.routed = {}
+        out = super().forward(batch, grad=grad)
+        return dataclasses.replace(out, routing=dict(self.routed))
+
+
 def make_workload(
-    nudge: float = 0.0, favour: float = 0.0, tie: float = 0.0, gain: float = 1.0, **params: Any
+    nudge: float = 0.0,
+    favour: float = 0.0,
+    tie: float = 0.0,
+    gain: float = 1.0,
+    declares: bool = False,
+    **params: Any,
 ) -> RoutedVariant:
-    return RoutedVariant(FrozenConfig(**params), nudge, favour, tie, gain)
+    kind = DeclaringVariant if declares else RoutedVariant
+    return kind(FrozenConfig(**params), nudge, favour, tie, gain)
 '''
 
 
@@ -556,15 +598,16 @@ def test_the_runner_hands_the_base_arms_the_bases_entry_point() -> None:
 
 
 def routed(trees: dict[str, Path], tmp: Path, base: dict[str, Json], head: dict[str, Json]) -> Any:
-    """The routed variant on its own routing (the base's replay turned off), its base's
-    routers and head's as given, its experts' outputs weighing beside the residual: the
-    result and what it set aside."""
+    """The routed variant on its own routing (the base's replay turned off, or none to
+    turn off), its base's routers and head's as given, its experts' outputs weighing
+    beside the residual: the result and what it set aside."""
     (r,) = claim(
         "regression-24view",
         {
             "views": 24,
             "seq": 8,
-            "replay_base_routing": False,
+            # A workload that declares its routing offers no replay of its own.
+            "replay_base_routing": bool(head.get("declares")),
             "base_workload_params": {"nudge": 0.0, "favour": 0.0, "tie": 0.0, **base},
         },
         ref=ROUTED,
@@ -574,7 +617,10 @@ def routed(trees: dict[str, Path], tmp: Path, base: dict[str, Json], head: dict[
         tmp=tmp,
     )
     routed = r.measurements["base_routing"]
-    assert routed["routing_replay"] == "not asked (replay_base_routing = false)", routed
+    if head.get("declares"):
+        assert routed["routing_route"] == "workload", routed
+    else:
+        assert routed["routing_replay"] == "not asked (replay_base_routing = false)", routed
     return r, routed["set_aside"]
 
 
@@ -616,3 +662,16 @@ def test_too_many_near_ties_set_aside_leave_it_inconclusive(
     assert r.outcome == "inconclusive", r.reason
     assert aside["share_set_aside"] > 0.05 and aside["tokens_differing_judged"] == 0, aside
     assert r.reason is not None and "over the 5 % (max_set_aside_share)" in r.reason
+
+
+def test_a_workload_that_declares_routing_and_margins_but_cannot_replay(
+    trees: dict[str, Path], tmp_path: Path
+) -> None:
+    """The same near-tie flips, seen through the workload's own declaration (no replay
+    offered): set aside by the margins it offers (DeclaresRouterMargins)."""
+    r, aside = routed(trees, tmp_path, {}, {"nudge": 0.05, "declares": True})
+    assert r.outcome == "passed", r.reason
+    assert r.measurements["base_routing"]["routing_replay"] == (  # type: ignore[index]
+        "the workload cannot replay routing"
+    )
+    assert aside["tokens_differing"] == aside["tokens_set_aside"] > 0, aside
