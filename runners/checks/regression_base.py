@@ -430,7 +430,7 @@ def _flips(m: dict[str, Json]) -> str:
 
 class _Kept:
     """The declared outputs without the tokens set aside: per-token tensors (leading
-    ``[views, seq]`` or ``[tokens]``) lose those tokens, per-view ones (leading
+    ``[views, seq, ...]`` or ``[tokens]``) lose those tokens, per-view ones (leading
     ``[views]``) the views holding any; anything else (a loss over every token) is not
     judged."""
 
@@ -446,12 +446,15 @@ class _Kept:
     def of(self, tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         n = int(self.aside.numel())
         out: dict[str, torch.Tensor] = {}
+        seq = n // self.views if self.view_aside is not None else -1
         for name, t in tensors.items():
-            if t.dim() >= 2 and t.shape[0] * t.shape[1] == n:
+            if t.dim() >= 3 and tuple(t.shape[:2]) == (self.views, seq):
                 out[name] = t.flatten(0, 1)[~self.aside]
             elif t.dim() >= 1 and t.shape[0] == n:
                 out[name] = t[~self.aside]
             elif self.view_aside is not None and t.dim() >= 1 and t.shape[0] == self.views:
+                # Also ``[views, seq]`` alone, which a ``[views, hidden]`` row may look like:
+                # whole views set aside, never fewer tokens than flipped.
                 out[name] = t[~self.view_aside]
             else:
                 self.dropped.add(name)

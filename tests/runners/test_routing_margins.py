@@ -58,8 +58,13 @@ def test_the_judged_outputs_lose_the_tokens_and_views_set_aside() -> None:
             "logits": torch.arange(3 * 4 * 2.0).reshape(3, 4, 2),
             "pooled_hidden": torch.arange(3 * 5.0).reshape(3, 5),
             "loss": torch.tensor(1.0),
+            "token_nll": torch.arange(12.0),
+            # As wide as a view is long: read as rows per view, the whole view set aside.
+            "per_view": torch.arange(3 * 4.0).reshape(3, 4),
         }
     )
+    assert got["token_nll"].tolist() == [x for x in range(12) if x != 5]
+    assert got["per_view"].shape == (2, 4)
     assert got["logits"].shape == (11, 2) and 10.0 not in got["logits"]
     assert got["pooled_hidden"][:, 0].tolist() == [0.0, 10.0]
     assert "loss" not in got
