@@ -29,6 +29,7 @@ __all__ = [
     "base_commit",
     "base_tip",
     "default_branch",
+    "fetch_refs",
     "glob_regex",
     "head_commit",
     "open_repo",
@@ -112,7 +113,13 @@ def root_id(repo: git.Repo) -> str:
     return f"root-commit/{min(roots)}"
 
 
-def _fetch(repo: git.Repo, remote: git.Remote, refspecs: Sequence[str]) -> str | None:
+def fetch_refs(
+    repo: git.Repo,
+    remote: git.Remote,
+    refspecs: Sequence[str],
+    *,
+    timeout_s: int = FETCH_TIMEOUT_S,
+) -> str | None:
     """Fetch refspecs; None when done, else git's one-line reason."""
     try:
         # `--` ends the options: a remote *named* `--upload-pack=CMD` is a name,
@@ -123,7 +130,7 @@ def _fetch(repo: git.Repo, remote: git.Remote, refspecs: Sequence[str]) -> str |
             "--",
             remote.name,
             *refspecs,
-            kill_after_timeout=FETCH_TIMEOUT_S,
+            kill_after_timeout=timeout_s,
         )
     except git.GitCommandError as e:
         lines = [x.strip() for x in str(e.stderr or e).splitlines() if x.strip()]
@@ -147,7 +154,7 @@ def _pr_commit(repo: git.Repo, pr: int, offline: bool) -> tuple[git.Commit, str]
     reasons = []
     for pattern in PR_REFS:
         ref = pattern.format(n=pr)
-        problem = _fetch(repo, remote, [f"+{ref}:{ref}"])
+        problem = fetch_refs(repo, remote, [f"+{ref}:{ref}"])
         if problem is None:
             return repo.commit(ref), f"fetched {ref} from {remote.name} just now"
         reasons.append(problem)
@@ -179,7 +186,7 @@ def base_tip(repo: git.Repo, branch: str, offline: bool) -> git.Commit:
     if remote is not None:
         tracking = f"refs/remotes/{remote.name}/{branch}"
         if not offline:
-            problem = _fetch(repo, remote, [f"+refs/heads/{branch}:{tracking}"])
+            problem = fetch_refs(repo, remote, [f"+refs/heads/{branch}:{tracking}"])
             if problem is not None and "couldn't find remote ref" not in problem:
                 raise UsageError(f"fetching base branch {branch} failed: {problem}")
         names.insert(0, tracking)

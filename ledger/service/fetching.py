@@ -35,6 +35,9 @@ def fetch_remote(path: Path) -> str | None:
     has no remote, else git's one-line reason."""
     import git
 
+    # Here, not at the top: the server imports this module before it reads a checkout.
+    from ledger.identity.source import fetch_refs
+
     url = ""
     try:
         repo = git.Repo(path)
@@ -43,20 +46,9 @@ def fetch_remote(path: Path) -> str | None:
         if remote is None:
             return None
         url, name = remote.url, remote.name
-        # `--` ends the options: a remote named like an option stays a name.
-        repo.git.fetch(
-            "--no-tags",
-            "--quiet",
-            "--",
-            remote.name,
-            *_refspecs(repo.bare, remote.name),
-            kill_after_timeout=FETCH_TIMEOUT_S,
-        )
-    except git.GitCommandError as e:
-        lines = [x.strip() for x in str(e.stderr or e).splitlines() if x.strip()]
-        why = (lines[0] if lines else str(e)).removeprefix("stderr: ").strip("'")
+        why = fetch_refs(repo, remote, _refspecs(repo.bare, remote.name), timeout_s=FETCH_TIMEOUT_S)
         # The remote by its name: its URL may carry a path or credentials of the server.
-        return why.replace(url, name) if url else why
+        return why.replace(url, name) if why and url else why
     except (git.InvalidGitRepositoryError, git.NoSuchPathError, OSError) as e:
         return f"{type(e).__name__}: {e}"
     return None
