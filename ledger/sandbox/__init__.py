@@ -37,7 +37,13 @@ from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from ledger.evidence.errors import UsageError
 from ledger.sandbox import quota
-from ledger.sandbox.host import gpu_devices, interpreter_paths, passed_env, secret_paths
+from ledger.sandbox.host import (
+    gpu_devices,
+    interpreter_needs,
+    interpreter_paths,
+    passed_env,
+    secret_paths,
+)
 from ledger.sandbox.mounts import system_mounts
 
 if TYPE_CHECKING:
@@ -211,6 +217,8 @@ def launcher_argv(policy: SandboxPolicy, bwrap: str, bound: Sequence[str] = ()) 
         "reach": reach,
         "open": [p for p in bound if p not in policy.owned],
         "hand": list(policy.owned),
+        # Only what the policy binds: the probe of a bare policy runs /bin/sh.
+        "needs": [n for n in interpreter_needs() if any(_inside(n, b) for b in bound)],
     }
     if policy.joined:
         spec["holder"] = policy.holder

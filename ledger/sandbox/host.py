@@ -15,7 +15,7 @@ import sys
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
-__all__ = ["gpu_devices", "interpreter_paths", "passed_env", "secret_paths"]
+__all__ = ["gpu_devices", "interpreter_needs", "interpreter_paths", "passed_env", "secret_paths"]
 
 # The variables a training process needs from its host (locale, the CUDA and NCCL
 # stacks, thread counts), by exact name or by prefix ending in "_".
@@ -118,6 +118,14 @@ def interpreter_paths(environ: Mapping[str, str]) -> tuple[list[str], list[str]]
             if q not in seen and os.path.exists(q) and q != "/":
                 seen.append(q)
     return seen, py_path
+
+
+def interpreter_needs() -> list[str]:
+    """What the sandboxed interpreter cannot start without: its binary, its standard
+    library and the codecs it loads first (the launcher checks the sandbox's uid can
+    read them, and names the one it cannot)."""
+    stdlib = os.path.dirname(os.__file__)
+    return [os.path.realpath(sys.executable), stdlib, os.path.join(stdlib, "encodings")]
 
 
 def gpu_devices() -> tuple[str, ...]:

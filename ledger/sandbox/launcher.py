@@ -140,11 +140,11 @@ def reach(paths: Iterable[str], uid: int, gid: int) -> list[str]:
     for top, below in tops.items():
         # Held open across the cover: once the tmpfs is mounted the originals are
         # reachable only through these descriptors.
-        fds = {p: os.open(p, os.O_PATH | os.O_CLOEXEC) for p in below}
+        held = {p: _hold(p) for p in below}
         _mount("tmpfs", top, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755")
-        for p, fd in fds.items():
-            os.makedirs(os.path.dirname(p), mode=0o755, exist_ok=True)
-            _bind_back(p, fd)
+        for p, what in held.items():
+            _mkdirs(os.path.dirname(p))
+            _bind_back(p, what)
     return sorted(tops)
 
 
@@ -171,26 +171,83 @@ def open_up(paths: Iterable[str], uid: int, gid: int) -> list[str]:
         p = os.path.normpath(p)
         if not os.path.isdir(p) or os.path.islink(p) or readable(p, uid, gid):
             continue
-        fds = {
-            os.path.join(p, name): os.open(os.path.join(p, name), os.O_PATH | os.O_CLOEXEC)
-            for name in os.listdir(p)
-        }
+        held = {os.path.join(p, name): _hold(os.path.join(p, name)) for name in os.listdir(p)}
         _mount("tmpfs", p, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755")
-        for q, fd in fds.items():
-            _bind_back(q, fd)
+        for q, what in held.items():
+            _bind_back(q, what)
         done.append(p)
     return done
 
 
-def _bind_back(path: str, fd: int) -> None:
-    """Bind what ``fd`` holds (opened before a cover) at ``path`` again."""
-    if stat.S_ISDIR(os.fstat(fd).st_mode):
-        os.makedirs(path, mode=0o755, exist_ok=True)
+def _hold(path: str) -> int | str:
+    """What lies at ``path``, held across a cover: a symbolic link as its target's text
+    (recreated as a link, resolved inside the sandbox's own view, never followed here:
+    a link in a checkout to a host file would otherwise bind that file in), anything
+    else as an ``O_PATH`` descriptor opened without following a link."""
+    if stat.S_ISLNK(os.lstat(path).st_mode):
+        return os.readlink(path)
+    return os.open(path, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
+
+
+def _mkdirs(path: str) -> None:
+    """``path`` and its missing parents at mode 0755, whatever the umask (under an
+    umask of 027 ``os.makedirs`` would leave them untraversable to the uid)."""
+    if os.path.isdir(path):
+        return
+    _mkdirs(os.path.dirname(path))
+    os.mkdir(path)
+    os.chmod(path, 0o755)
+
+
+def _bind_back(path: str, what: int | str) -> None:
+    """Bind what ``what`` holds (opened before a cover) at ``path`` again; a link's
+    target text becomes a link again."""
+    if isinstance(what, str):
+        os.symlink(what, path)
+        return
+    st = os.fstat(what)
+    if stat.S_ISLNK(st.st_mode):
+        # Swapped for a link after it was looked at: not followed, not bound.
+        os.close(what)
+        return
+    if stat.S_ISDIR(st.st_mode):
+        _mkdirs(path)
     else:
-        with open(path, "a"):
-            pass
-    _mount(f"/proc/self/fd/{fd}", path, None, MS_BIND | MS_REC, None)
-    os.close(fd)
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644))
+    _mount(f"/proc/self/fd/{what}", path, None, MS_BIND | MS_REC, None)
+    os.close(what)
+
+
+def unreadable(paths: Iterable[str], uid: int, gid: int) -> str | None:
+    """Why ``uid``/``gid`` (no supplementary groups) cannot read one of ``paths`` (the
+    interpreter, its standard library) in this mount namespace, after the covers:
+    the path, its mode and owner, and the fix; None when it can read them all."""
+    for path in paths:
+        for here in [*_ancestors(path), path]:
+            try:
+                st = os.stat(here)
+            except FileNotFoundError:
+                break  # not on this host: bubblewrap says so itself
+            if stat.S_ISDIR(st.st_mode):
+                ok = traversable(here, uid, gid) and (here != path or readable(here, uid, gid))
+            else:
+                ok = _may_read(st, uid, gid)
+            if not ok:
+                return (
+                    f"the sandbox's uid {uid} cannot read {here} (mode {st.st_mode & 0o7777:04o}, "
+                    f"owner uid {st.st_uid}), which the interpreter needs: make it readable to "
+                    f"others (chmod -R o+rX {here}); an install made under an umask of 027 "
+                    "leaves it so"
+                )
+    return None
+
+
+def _may_read(st: os.stat_result, uid: int, gid: int) -> bool:
+    if st.st_uid == uid:
+        return bool(st.st_mode & stat.S_IRUSR)
+    if st.st_gid == gid:
+        return bool(st.st_mode & stat.S_IRGRP)
+    return bool(st.st_mode & stat.S_IROTH)
 
 
 def hand_over(paths: Iterable[str], uid: int, gid: int) -> None:
@@ -322,10 +379,14 @@ def launch(spec: dict[str, object], cmd: list[str]) -> int:
     holder = spec.get("holder")
     if uid == 0 or gid == 0:
         raise LaunchError("the sandbox's host uid and gid must not be 0")
+    needs = [str(p) for p in spec.get("needs", []) or []]  # type: ignore[attr-defined]
     if os.geteuid() != 0:
         # Already unprivileged: nothing to drop, nothing to reach or hand over.
         if holder is not None:
             raise LaunchError("a claim's ranks share namespaces only where Ledger runs as root")
+        why = unreadable(needs, os.getuid(), os.getgid())
+        if why is not None:
+            raise LaunchError(why)
         os.execv(cmd[0], cmd)
     _check(_libc.unshare(CLONE_NEWNS), "unshare mount")
     _mount(None, "/", None, MS_REC | MS_PRIVATE, None)
@@ -334,6 +395,11 @@ def launch(spec: dict[str, object], cmd: list[str]) -> int:
     hand_over([str(p) for p in spec.get("hand", []) or []], uid, gid)  # type: ignore[attr-defined]
     reach([str(p) for p in spec.get("reach", []) or []], uid, gid)  # type: ignore[attr-defined]
     open_up([str(p) for p in spec.get("open", []) or []], uid, gid)  # type: ignore[attr-defined]
+    # Said here, by path: from inside, a missing read shows only as an interpreter
+    # that cannot find its own modules.
+    why = unreadable(needs, uid, gid)
+    if why is not None:
+        raise LaunchError(why)
     if holder is not None:
         cmd = [cmd[0], "--pidns", str(enter(int(str(holder)))), *cmd[1:]]
     elif route == "rootmap":
