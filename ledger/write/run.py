@@ -23,7 +23,6 @@ import contextlib
 import fnmatch
 import json
 import os
-import shutil
 import signal
 import subprocess
 import time
@@ -31,7 +30,6 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from stat import S_ISREG
 from typing import Any, get_args
 
 from ledger.evidence.dsse import MAX_ENVELOPE_BYTES
@@ -40,7 +38,7 @@ from ledger.evidence.models import Outcome
 from ledger.evidence.statement import ArtifactFile, Facts, timestamp
 from ledger.identity.environment import gpu_used_bytes, host_environment
 from ledger.identity.interpreter import NONE, probe, scope_of
-from ledger.outputs.beneath import Refused
+from ledger.outputs.beneath import Refused, why_not
 from ledger.outputs.declared import Collected, Declared, collect, declare, refusal
 from ledger.sandbox import SandboxedPopen, find_bwrap
 from ledger.write.artifacts import MAX_ARTIFACT_BYTES
@@ -191,13 +189,29 @@ def spawn(
     return popen(cmd, env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=2, process_group=0)
 
 
-def copy_out(src: Path, dst: Path, declared: Sequence[str], never: Sequence[str] = ()) -> None:
+_COPY_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+_COPY_CHUNK = 1024 * 1024
+
+
+def copy_out(
+    src: Path,
+    dst: Path,
+    declared: Sequence[str],
+    never: Sequence[str] = (),
+    deadline: float | None = None,
+) -> list[Refused]:
     """The regular files the sandboxed command wrote in ``src`` (a folder of Ledger's,
     owned by the sandbox's uid) that it was declared to write (``declared``: the
     --result path and absolute --artifact globs), copied beneath ``dst`` (the folder
     the user named): never through a link, never out of ``dst``, never onto a path the
     sandbox hid (``never``: the empty files bubblewrap leaves where it covered one),
-    nothing else (the reading beneath ``dst`` that follows judges what arrived)."""
+    nothing else (the reading beneath ``dst`` that follows judges what arrived).
+
+    Each is opened without following a link and without blocking (a FIFO would wait
+    for a writer forever), its kind checked on what was opened, and the copying stops
+    at ``deadline`` (`time.monotonic`). Returns what was declared but not copied,
+    each with why, by the path the user named."""
+    refused: list[Refused] = []
     for here, dirs, files in os.walk(src, followlinks=False):
         rel = Path(here).relative_to(src)
         for name in files:
@@ -205,22 +219,43 @@ def copy_out(src: Path, dst: Path, declared: Sequence[str], never: Sequence[str]
             wanted = str(dst / rel / name)
             if wanted in never or not any(fnmatch.fnmatchcase(wanted, d) for d in declared):
                 continue
-            try:
-                fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-            except OSError:
+            if deadline is not None and time.monotonic() >= deadline:
+                refused.append(Refused(wanted, "not copied out by the run's deadline"))
                 continue
-            with os.fdopen(fd, "rb") as f:
-                if not S_ISREG(os.fstat(f.fileno()).st_mode):
-                    continue
-                target = dst / rel / name
-                if not _beneath(target, dst):
-                    continue
-                target.parent.mkdir(parents=True, exist_ok=True)
-                if target.is_symlink():
-                    target.unlink()
-                with open(target, "wb") as out:
-                    shutil.copyfileobj(f, out)
+            why = _copy_one(path, dst / rel / name, dst, deadline)
+            if why is not None:
+                refused.append(Refused(wanted, why))
         dirs[:] = [d for d in dirs if not Path(here, d).is_symlink()]
+    return refused
+
+
+def _copy_one(path: Path, target: Path, dst: Path, deadline: float | None) -> str | None:
+    """Copy one file the sandbox wrote; why it was not copied, or None."""
+    try:
+        fd = os.open(path, _COPY_FLAGS)
+    except OSError as e:
+        with contextlib.suppress(OSError):
+            return why_not(os.lstat(path).st_mode) or e.strerror or "cannot be opened"
+        return e.strerror or "cannot be opened"
+    with os.fdopen(fd, "rb") as f:
+        why = why_not(os.fstat(fd).st_mode)
+        if why is not None:
+            return why
+        if not _beneath(target, dst):
+            return "outside the folder it was declared in"
+        # A regular file never blocks; cleared so that a read is a plain read.
+        os.set_blocking(fd, True)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if target.is_symlink():
+            target.unlink()
+        with open(target, "wb") as out:
+            while chunk := f.read(_COPY_CHUNK):
+                if deadline is not None and time.monotonic() >= deadline:
+                    out.close()
+                    target.unlink()
+                    return "not copied out by the run's deadline"
+                out.write(chunk)
+    return None
 
 
 def _beneath(path: Path, folder: Path) -> bool:
@@ -277,10 +312,17 @@ def run_command(
         m["nvml_used_after_bytes"] = after
         m["nvml_used_delta_bytes"] = {u: after.get(u, 0) - b for u, b in before.items()}
     wrote = [str(p) for p in [result_file, *artifact_globs] if p is not None]
+    # The copies too end by the run's deadline, or a short grace after a command that
+    # used all of its time: a file the command left cannot hold the run open.
+    deadline = None if timeout_s is None else max(t0 + timeout_s, time.monotonic() + GRACE_S)
+    uncopied: list[Refused] = []
     for theirs, mine in (staged or {}).items():
-        copy_out(mine, theirs, [w for w in wrote if w.startswith("/")], hidden)
-    refused: list[Refused] = []
-    outcome, reason = _outcome(rc, timed_out, timeout_s, result, m, refused)
+        absolute = [w for w in wrote if w.startswith("/")]
+        uncopied += copy_out(mine, theirs, absolute, hidden, deadline)
+    result_at = None if result is None else str(result.folder / result.rel)
+    refused = [r for r in uncopied if r.path != result_at]
+    withheld = next((r for r in uncopied if r.path == result_at), None)
+    outcome, reason = _outcome(rc, timed_out, timeout_s, result, m, refused, withheld)
     got = collect(declared, MAX_ARTIFACT_BYTES)
     refused.extend(got.refused)
     if refused:
@@ -379,14 +421,15 @@ def _outcome(
     result: Declared | None,
     m: dict[str, Any],
     refused: list[Refused],
+    withheld: Refused | None = None,
 ) -> tuple[Outcome, str | None]:
     """The outcome, the command's own whatever it did: a hang past the timeout, a
     signal (it can send itself any), a crash, no result file or a malformed one are
     failures (never an infra-error, which only the host's own evidence makes: the
     command could hide a failure behind one); otherwise the result file when declared,
-    else the exit status. A result file refused unread (appended to ``refused``) leaves
-    the exit status alone: a failure stays one, a zero status cannot pass
-    (inconclusive)."""
+    else the exit status. A result file refused unread (appended to ``refused``; or
+    ``withheld``: not copied out of the sandbox's folder) leaves the exit status alone:
+    a failure stays one, a zero status cannot pass (inconclusive)."""
     if timed_out:
         return "failed", f"timed out after {timeout_s:g} s; its process group was killed"
     assert rc is not None
@@ -399,6 +442,8 @@ def _outcome(
     if result is None:
         return ("passed", None) if rc == 0 else ("failed", f"the command exited with status {rc}")
     try:
+        if withheld is not None:
+            raise withheld
         raw = result.read(MAX_RESULT_BYTES)
     except FileNotFoundError:
         return "failed", f"the command exited with status {rc} without writing {result.text}"
