@@ -151,6 +151,11 @@ class MemoryEstimate:
     """Named byte counts live at the predicted peak (weights, activations, expert working
     set, logits, workspace, ...); they explain the prediction and, for the reference
     estimator, sum to `predicted_bytes`."""
+    point_bytes: int | None = None
+    """An estimator that states its error: the point estimate, `predicted_bytes` being
+    the upper bound it is held to (point plus stated error). None: not said."""
+    calibration: str | None = None
+    """The calibration the prediction was fit on (``sha256:<hex>``), where it has one."""
 
     def __post_init__(self) -> None:
         if self.predicted_bytes < 0:
@@ -172,16 +177,27 @@ class AdmissionDecision:
     suggestion: str | None = None
     """For a refusal: a smaller step that would fit (e.g. 'split into 2 chunks of 512
     tokens'), or why none exists. None when admitted."""
+    point_bytes: int | None = None
+    """The estimate's point where it states an error (`MemoryEstimate.point_bytes`)."""
+    calibration: str | None = None
+    """The calibration the prediction was fit on (`MemoryEstimate.calibration`)."""
 
     def measurements(self) -> dict[str, int | bool | str | None]:
-        """The decision as flat receipt measurements (exact integers)."""
-        return {
+        """The decision as flat receipt measurements (exact integers); the point and the
+        calibration only where the estimate has them, so earlier receipts' rows read
+        as they did."""
+        out: dict[str, int | bool | str | None] = {
             "admitted": self.admitted,
             "predicted_bytes": self.predicted_bytes,
             "usable_bytes": self.usable_bytes,
             "reserve_bytes": self.reserve_bytes,
             "suggestion": self.suggestion,
         }
+        if self.point_bytes is not None:
+            out["point_bytes"] = self.point_bytes
+        if self.calibration is not None:
+            out["calibration"] = self.calibration
+        return out
 
 
 @dataclass(kw_only=True, slots=True, frozen=True)

@@ -18,9 +18,11 @@ READY_ADAPTERS: Mapping[str, str] = {
     # The version changes whenever what the adapter computes from the same params
     # changes (a mode, a default, a dtype rule, what a view runs): evidence recorded
     # under the earlier behaviour then no longer carries. "2": no-grad views run in
-    # evaluation mode.
-    "runners.adapt.library:causal_lm": "2",
-    "runners.adapt.library:module": "2",
+    # evaluation mode. "3": with no estimator named (or "builtin"), the built-in
+    # estimator predicts memory, calibrated on the device (docs/estimator.md), where
+    # admission was inconclusive and the 24-view regression recorded no decision.
+    "runners.adapt.library:causal_lm": "3",
+    "runners.adapt.library:module": "3",
 }
 """Entry point -> version of each ready adapter."""
 

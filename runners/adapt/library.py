@@ -16,10 +16,14 @@ Both implement the workload protocol and nothing team-specific: the checks'
 generic routes do the rest (a reference precision by upcasting the model,
 routing through the routers' hooks; `runners.adapt`). The causal LM builds its
 model once on CPU in `prepare` (a fork server's), each claim copying it. Memory
-is predicted only by a plan-named ``estimator`` (``module:function``, called as
+is predicted by a plan-named ``estimator`` (``module:function``, called as
 ``fn(workload_params, shape, phase, device_kind, cold=...)`` returning a
-`MemoryEstimate` or bytes); without one, `estimate` raises `EstimatorMissing`
-and the checks that need a prediction are inconclusive and say so.
+`MemoryEstimate` or bytes), the team's own; where the plan names none, or names
+``"builtin"``, by the built-in estimator: calibrated on the device at small shapes
+(`runners.adapt.calibrate`, kept per workload digest and device) and fit to an upper
+envelope that states its own error (`runners.workloads.envelope`). ``calibration``
+(``{max_tokens = N}``) sizes its largest measured step (default 256 tokens, never
+more than the model's positions).
 """
 
 from __future__ import annotations
@@ -29,15 +33,15 @@ import inspect
 import sys
 from collections.abc import Callable, Mapping
 from importlib import metadata
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import Tensor
 
+from runners.adapt import calibrate, model_bytes
 from runners.protocol import (
     AdmissionDecision,
     Batch,
-    EstimatorMissing,
     ForwardOutputs,
     MemoryEstimate,
     Mode,
@@ -46,6 +50,7 @@ from runners.protocol import (
     pad_sequences,
     workload_digest,
 )
+from runners.workloads import envelope
 from runners.workloads.loader import import_ref
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -56,6 +61,9 @@ RESERVE_MIN_BYTES = 64 << 20
 CUDA_OUTSIDE_POOL_RESERVE_BYTES = 512 << 20
 """On CUDA, held back too for memory outside the allocator's pool (lazily loaded kernels,
 library handles), as the reference workload does."""
+
+BUILTIN = "builtin"
+"""The ``estimator`` a plan names for the built-in one (also used where it names none)."""
 
 
 def _dtype(name: str) -> torch.dtype:
@@ -73,8 +81,12 @@ class _Adapter:
         self.params = dict(params)
         self._dtype = _dtype(dtype)
         self.lr = lr
-        self._estimator: Callable[..., Any] | None = import_ref(estimator) if estimator else None
+        team = estimator if estimator not in (None, "", BUILTIN) else None
+        self._estimator: Callable[..., Any] | None = import_ref(team) if team else None
         self._estimator_ref = estimator
+        self.calibration_source: str | None = None
+        """Where the built-in estimator's calibration came from (``memo``, ``cache``,
+        ``measured``); None: not used yet, or a team's estimator."""
         self.model: Any = None
         self.optimizer: torch.optim.Optimizer | None = None
         self.device: torch.device | None = None
@@ -83,11 +95,37 @@ class _Adapter:
     def dtype(self) -> torch.dtype:
         return self._dtype
 
+    @property
+    def builtin_estimator(self) -> bool:
+        """Whether memory is predicted by the built-in estimator (no team estimator)."""
+        return self._estimator is None
+
     def _sources(self) -> list[Any]:
         out: list[Any] = [sys.modules[__name__]]
         if self._estimator is not None:
             out.append(inspect.getsource(self._estimator))
+        else:
+            # The built-in estimator is what predicts: its method is in the identity.
+            out.extend([envelope, calibrate, model_bytes])
         return out
+
+    def _terms(self) -> tuple[str, ...]:
+        """The basis the built-in estimator fits on (`runners.workloads.envelope`)."""
+        return envelope.TERMS
+
+    def _max_tokens(self) -> int:
+        """Tokens of the built-in estimator's largest calibration step."""
+        got = (self.params.get("calibration") or {}).get("max_tokens")
+        return int(got) if got else calibrate.DEFAULT_MAX_TOKENS
+
+    def calibration(self) -> envelope.Calibration:
+        """The built-in estimator's calibration on this workload's device, measured now
+        unless one is kept for its digest and device (`runners.adapt.calibrate`)."""
+        self._model()
+        # Both subclasses make batches and run steps: what calibrating needs.
+        me = cast("calibrate.Calibrated", self)
+        got, self.calibration_source = calibrate.calibration(me, self._terms(), self._max_tokens())
+        return got
 
     def _train(self, model: Any, device: torch.device) -> None:
         self.model = model.to(device=device, dtype=self.dtype)
@@ -107,9 +145,10 @@ class _Adapter:
 
     def estimate(self, shape: Shape, phase: Phase, *, cold: bool = False) -> MemoryEstimate:
         if self._estimator is None:
-            raise EstimatorMissing(
-                f"{self.name}: a ready adapter predicts no memory without an estimator; "
-                'name one in the plan: workload_params.estimator = "module:function"'
+            cal = self.calibration()
+            predicted, point, terms = cal.estimate(shape.batch, shape.seq, phase, cold=cold)
+            return MemoryEstimate(
+                predicted_bytes=predicted, terms=terms, point_bytes=point, calibration=cal.id
             )
         kind = self.device.type if self.device is not None else "cpu"
         got = self._estimator(self.params, shape, phase, kind, cold=cold)
@@ -130,6 +169,8 @@ class _Adapter:
             usable_bytes=usable,
             reserve_bytes=reserve,
             suggestion=None if ok else f"{shape} needs {est.predicted_bytes} of {usable} bytes",
+            point_bytes=est.point_bytes,
+            calibration=est.calibration,
         )
 
     def set_mode(self, mode: Mode) -> None:
@@ -183,6 +224,7 @@ class CausalLM(_Adapter):
         padding: int = 0,
         lr: float = 1e-3,
         estimator: str | None = None,
+        calibration: Mapping[str, Any] | None = None,
     ) -> None:
         params = {
             "model_type": model_type,
@@ -196,10 +238,28 @@ class CausalLM(_Adapter):
             "lr": lr,
             "estimator": estimator,
         }
+        if calibration is not None:
+            # Only where given: the digest of a plan that says none stays as it was.
+            params["calibration"] = dict(calibration)
         super().__init__(params, dtype, lr, estimator)
         self.name = f"hf-{model_type}" + ("-lora" if lora is not None else "")
         self.vocab = int(config.get("vocab_size", 32000))
         self._prepared: Any = None
+
+    def _terms(self) -> tuple[str, ...]:
+        """Attention scores are materialised (``batch x seq**2``) by eager attention and
+        by any attention on the CPU; the fused kernels on a GPU keep none."""
+        on_gpu = self.device is not None and self.device.type == "cuda"
+        if on_gpu and self.params["attention"] != "eager":
+            return tuple(t for t in envelope.TERMS if t != "attention")
+        return envelope.TERMS
+
+    def _max_tokens(self) -> int:
+        """At most the model's positions: one sequence of the budget must fit them."""
+        cfg = self.params["config"]
+        positions = cfg.get("n_positions") or cfg.get("max_position_embeddings")
+        got = super()._max_tokens()
+        return min(got, int(positions)) if positions else got
 
     def digest(self) -> str:
         """Over the parameters, this adapter, the estimator, and the library versions."""
@@ -277,6 +337,7 @@ class ModuleAdapter(_Adapter):
         lr: float = 1e-3,
         estimator: str | None = None,
         name: str | None = None,
+        calibration: Mapping[str, Any] | None = None,
     ) -> None:
         params = {
             "factory": factory,
@@ -287,6 +348,8 @@ class ModuleAdapter(_Adapter):
             "lr": lr,
             "estimator": estimator,
         }
+        if calibration is not None:
+            params["calibration"] = dict(calibration)
         super().__init__(params, dtype, lr, estimator)
         self._factory = import_ref(factory)
         self._loss = import_ref(loss)

@@ -14,7 +14,9 @@ re-admitted first. Rows say which run was the check's cold one (its first
 measured step); the others are warm.
 A counterexample (an OOM, or a measured increment above the prediction of the
 decision that admitted it) fails the check. A check whose
-every step was refused is ``refused``, not passed.
+every step was refused is ``refused``, not passed. An admitted step that ran on a
+prediction of 0 bytes (no measured/predicted ratio) makes the check
+``inconclusive``: its tightness would otherwise never be judged.
 
 CPU: host RAM is not what the contract is about, so free memory is simulated:
 the probe's budget (``budget_bytes``) less the tracked live storage bytes.
@@ -216,6 +218,9 @@ def _verdict(
             f"{refused[0]['predicted_bytes']} > usable {refused[0]['usable_bytes']}",
             measurements=m,
         )
+    unjudged = _no_ratio(admitted)
+    if unjudged:
+        return Verdict(outcome="inconclusive", reason=unjudged, measurements=m)
     loose = _too_loose(p, loosest, over_refused)
     if loose:
         return Verdict(outcome="failed", reason=loose, measurements=m)
@@ -256,6 +261,21 @@ def _memory(
     else:
         m["memory_simulated"] = False
     return m
+
+
+def _no_ratio(admitted: list[dict[str, Json]]) -> str | None:
+    """Why an admitted step that ran cannot be judged against its prediction (a
+    prediction of 0 bytes or less has no measured/predicted ratio: it held only
+    because nothing was measured above it, and its tightness is never known), or None."""
+    for r in admitted:
+        if r["measured_bytes"] is not None and r["measured_over_predicted"] is None:
+            return (
+                f"{r['phase']} at shape {r['shape']} ({r['run']}) was admitted on a "
+                f"prediction of {r['predicted_bytes']} bytes and measured "
+                f"{r['measured_bytes']}: no measured/predicted ratio, so the estimate's "
+                "tightness cannot be judged; an estimate must predict a positive size"
+            )
+    return None
 
 
 def _too_loose(p: Params, loosest: dict[str, Json] | None, over_refused: int) -> str | None:

@@ -5,7 +5,8 @@ gradients, then (``optimizer_step``) one optimizer update and `zero_grad`.
 The target step (forward+backward at ``batch`` x ``seq``) is then admitted at
 the memory available and, if admitted, run in a reset-to-peak window. Its
 increment is reported against the prediction and the usable budget: passed iff
-no OOM and measured <= predicted. A refused target is ``refused`` (with
+no OOM and measured <= predicted (a prediction of 0 bytes or less, with no ratio to
+judge, is inconclusive). A refused target is ``refused`` (with
 ``run_if_refused`` it is run anyway and its increment recorded).
 
 On CPU the budget is the host's MemAvailable unless ``budget_bytes`` is given
@@ -100,6 +101,11 @@ def _body(sess: Session, p: Params) -> Verdict:
             "target_estimate_terms": {k: v for k, v in estimate.terms.items()},
         }
     )
+    # An estimator that states its error: its point beside the bound, and its fit.
+    if estimate.point_bytes is not None:
+        m["target_point_bytes"] = estimate.point_bytes
+    if estimate.calibration is not None:
+        m["target_calibration"] = estimate.calibration
     if not decision.admitted and not p.run_if_refused:
         return Verdict(
             outcome="refused",
@@ -186,6 +192,15 @@ def _judged(rec: StepRecord, decision: AdmissionDecision, m: dict[str, Json]) ->
             outcome="failed",
             reason=f"target measured increment {measured} > predicted "
             f"{decision.predicted_bytes} (usable {decision.usable_bytes})",
+            measurements=m,
+        )
+    if decision.predicted_bytes <= 0:
+        # No ratio: it held only because nothing was measured above 0 bytes.
+        return Verdict(
+            outcome="inconclusive",
+            reason=f"target admitted on a prediction of {decision.predicted_bytes} bytes, "
+            f"measured {measured}: no measured/predicted ratio, so the estimate's tightness "
+            "cannot be judged; an estimate must predict a positive size",
             measurements=m,
         )
     return Verdict(outcome="passed", reason=None, measurements=m)

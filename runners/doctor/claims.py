@@ -94,6 +94,10 @@ def judge(
             _worse(r, "inconclusive")
             r.why.append(f"{step}: {c['detail']}")
             r.add.append(c["add"])
+        elif c["state"] == "fallback" and step == "estimate":
+            # Which estimator will predict: judged all the same.
+            _worse(r, "fallback")
+            r.fallbacks.append(f"estimate: {c['detail']}")
     if "setup" not in caps and "load" in caps and caps["load"]["state"] == "broken":
         _worse(r, "broken")
         r.why.append(f"load: {caps['load']['detail']}")

@@ -3,10 +3,11 @@
 Loads a workload, sets it up, optionally runs one unmeasured step first
 (``warm``), then runs the phase once under `AttributingTracker` and reports
 the peak increment with its attribution beside the workload's own estimate
-for the same shape and phase (told cold or warm as the step was). A workload
-without an estimator yet (a ready adapter whose plan names none raises
-`EstimatorMissing`) is profiled all the same, its report saying why nothing was
-predicted: profiling is how one starts calibrating an estimator. On CUDA the
+for the same shape and phase (told cold or warm as the step was), asked after the
+step (the ready adapters' built-in estimator calibrates by running steps: its
+point and calibration are reported beside the bound). A workload without an
+estimator (one raising `EstimatorMissing`) is profiled all the same, its report
+saying why nothing was predicted: profiling is how one starts writing one. On CUDA the
 allocator's view comes too: allocated and reserved before, at the peak and
 after, and the device memory outside the pool (driver used less reserved).
 """
@@ -98,7 +99,6 @@ def profile_step(
         del out
         if grad:
             w.zero_grad()
-    estimate, missing = _estimate(w, shape, phase, cold=not warm)
     batch = w.make_batch(shape, seed)
     step = phase_step(w, batch, grad=grad)
     gc.collect()
@@ -127,6 +127,9 @@ def profile_step(
     if dev.type == "cuda":
         measured = torch.cuda.max_memory_allocated(dev) - base
         report["allocator"] = {"before": before, "at_end_of_step": at_peak, "after": after}
+    # Asked after the measured step: an estimator that calibrates by running steps
+    # (the ready adapters' built-in one) would otherwise warm the step it explains.
+    estimate, missing = _estimate(w, shape, phase, cold=not warm)
     w.teardown()
     return {
         "workload": w.name,
@@ -140,6 +143,8 @@ def profile_step(
         if estimate is not None and estimate.predicted_bytes
         else None,
         "estimate_terms": {} if estimate is None else {k: v for k, v in estimate.terms.items()},
+        "point_bytes": None if estimate is None else estimate.point_bytes,
+        "calibration": None if estimate is None else estimate.calibration,
         "no_estimator": missing,
         "attribution": report,
     }

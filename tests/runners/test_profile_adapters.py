@@ -1,6 +1,6 @@
-"""`ledger profile` on both ready adapters (`runners.adapt.library`), with and without
-an estimator: without one it still profiles the step and says nothing was predicted
-(how one starts calibrating one)."""
+"""`ledger profile` on both ready adapters (`runners.adapt.library`), with a team's
+estimator and without one (then the built-in estimator's bound, point and
+calibration are reported beside the measured peak)."""
 
 from __future__ import annotations
 
@@ -78,16 +78,23 @@ def _profile(
 
 
 @pytest.mark.parametrize("adapter", sorted(ADAPTERS))
-def test_profile_without_an_estimator_reports_the_peak_and_predicts_nothing(
-    capsys: pytest.CaptureFixture[str], team: Path, adapter: str
+def test_profile_without_an_estimator_reports_the_builtin_estimate(
+    capsys: pytest.CaptureFixture[str],
+    team: Path,
+    adapter: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    monkeypatch.setenv("LEDGER_CALIBRATION_DIR", str(tmp_path / "calibration"))
     out, doc = _profile(capsys, team, adapter)
     assert doc["measured_increment_bytes"] > 0
-    assert doc["predicted_bytes"] is None and doc["measured_over_predicted"] is None
-    assert doc["no_estimator"] and doc["estimate_terms"] == {}
-    assert "no estimator: nothing predicted" in out
-    assert "measured/predicted" not in out and "Traceback" not in out
-    assert "by module:" in out
+    # The built-in estimator predicts: its bound, its point and its calibration.
+    assert isinstance(doc["predicted_bytes"], int) and doc["no_estimator"] is None
+    assert 0 < doc["point_bytes"] <= doc["predicted_bytes"]
+    assert str(doc["calibration"]).startswith("sha256:")
+    assert "stated_error" in doc["estimate_terms"]
+    assert "measured/predicted" in out and "no estimator" not in out
+    assert "Traceback" not in out and "by module:" in out
 
 
 @pytest.mark.parametrize("adapter", sorted(ADAPTERS))

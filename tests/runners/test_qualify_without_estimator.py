@@ -1,8 +1,7 @@
 """What `ledger qualify` does with a ready adapter and no estimator, as
-docs/workload-protocol.md says it: a required claim whose check needs a prediction
-refuses the whole run before any claim runs (exit 2, nothing signed); one the plan
-marks `required = false` runs and is inconclusive (run end to end by
-tests/examples/test_library_adapter.py)."""
+docs/workload-protocol.md says it: the built-in estimator predicts (calibrated on
+the device), so admission is judged and signed; before the change the whole run
+was refused before any claim ran."""
 
 from __future__ import annotations
 
@@ -77,21 +76,23 @@ def _qualify(capsys: pytest.CaptureFixture[str], repo: Path) -> tuple[int, str]:
 
 
 @pytest.mark.usefixtures("ledger_env")
-def test_qualify_without_an_estimator_does_what_the_docs_say(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+def test_qualify_without_an_estimator_judges_admission_on_the_builtin_one(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setenv("LEDGER_CALIBRATION_DIR", str(tmp_path / "calibration"))
     docs = " ".join((ROOT / "docs" / "workload-protocol.md").read_text().split())
-    refusal = "refused before any claim ran: 1 required claim(s) cannot be judged"
-    assert "refuses the whole run before any claim runs" in docs
-    assert "exit 2" in docs and "refused before any claim ran" in docs
+    assert 'names none, or names `estimator = "builtin"`, by the built-in estimator' in docs
 
     code, err = _qualify(capsys, _repo(tmp_path / "required", ""))
-    assert code == 2 and refusal in err, err
-    assert 'estimator = "your_module:estimate"' in err
+    assert code == 0, err
+    assert "refused before any claim ran" not in err
+    assert "1 claim(s): 1 can be judged (1 on the built-in estimator), 0 cannot" in err
     where = ("--rev", "HEAD", "--repo", str(tmp_path / "required"), "--json")
     history = json.loads(run(capsys, "history", *where).out)
-    assert history["entries"] == []  # nothing measured, nothing signed
-
-    # A claim marked `required = false` runs and is inconclusive: qualified end to end
-    # by tests/examples/test_library_adapter.py (the docs say so too).
-    assert "`required = false` runs, and its receipt is `inconclusive`" in docs
+    [entry] = history["entries"]
+    shown = json.loads(run(capsys, "show", entry["id"], "--json").out)
+    predicate = shown["statement"]["predicate"]
+    assert predicate["outcome"] == "passed", predicate.get("reason")
+    rows = predicate["measurements"]["shapes"]
+    assert rows and all(str(r["calibration"]).startswith("sha256:") for r in rows)
+    assert all(r["point_bytes"] <= r["predicted_bytes"] for r in rows)

@@ -114,7 +114,7 @@ def test_the_definition_covers_what_changes_the_computation_and_nothing_else() -
     # The adapter's version is part of it: a receipt recorded before versions were named
     # ran the adapter as it was then.
     was = definition_changes(parse_plan(base), parse_plan(base), unrecorded_version)
-    assert was == ['adapter runners.adapt.library:causal_lm: version "1" -> "2"']
+    assert was == ['adapter runners.adapt.library:causal_lm: version "1" -> "3"']
 
 
 def test_every_ready_adapter_has_a_version_read_without_torch() -> None:
@@ -127,8 +127,8 @@ def test_every_ready_adapter_has_a_version_read_without_torch() -> None:
     for ref, version in READY_ADAPTERS.items():
         module, attr = ref.split(":")
         assert module == "runners.adapt.library" and attr in defs
-        # Bumped once for no-grad views in evaluation mode.
-        assert version == "2" != UNRECORDED
+        # Bumped for no-grad views in evaluation mode, then for the built-in estimator.
+        assert version == "3" != UNRECORDED
     code = (
         "import sys, ledger.plans.definition, ledger.read.query\n"
         "assert not [m for m in sys.modules if m == 'torch' or m.startswith('runners')], "

@@ -1,0 +1,333 @@
+"""The built-in estimator's fit: an upper envelope over measured step costs.
+
+A step's peak increment is modelled per phase as the exactly known bytes of the
+model (the gradients a backward allocates, `ModelBytes`) plus a step cost that is
+a non-negative combination of named basis terms of the shape:
+
+- ``constant``: 1 (what every step allocates whatever its size);
+- ``tokens``: ``batch * seq`` (activations, logits, routed rows);
+- ``attention``: ``batch * seq**2``, where attention scores are materialised.
+
+The coefficients are fit by non-negative least squares on relative residuals (so
+small shapes weigh as much as large ones), giving the *point* estimate; the stated
+error is the largest relative residual over the measured shapes, so the returned
+prediction (point plus error) lies on or above every measured point: an upper
+envelope, not a line through the middle. Coefficients are stored as exact
+integers (bytes per 1024 units, rounded up) and the error in permille (rounded
+up), so the record signs integers and every prediction is recomputed exactly.
+
+Imports nothing heavy: the fit is small linear algebra in Python, readable and
+checkable without torch.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from itertools import combinations
+from typing import Any
+
+VERSION = "1"
+"""The built-in estimator's method: a calibration recorded under another is refit."""
+
+TERMS = ("constant", "tokens", "attention")
+"""Every basis term the method knows, in order."""
+
+UNIT = 1024
+"""Coefficients are bytes per `UNIT` units of their term, rounded up."""
+
+
+def features(terms: Sequence[str], batch: int, seq: int) -> dict[str, int]:
+    """Each basis term's value at a ``batch x seq`` shape."""
+    values = {"constant": 1, "tokens": batch * seq, "attention": batch * seq * seq}
+    return {t: values[t] for t in terms}
+
+
+@dataclass(frozen=True, slots=True)
+class Point:
+    """One measured step of a phase."""
+
+    batch: int
+    seq: int
+    measured_bytes: int
+    """The step's reset-to-peak increment less the model's known bytes for the phase."""
+
+    def json(self) -> dict[str, int]:
+        return {"batch": self.batch, "seq": self.seq, "measured_bytes": self.measured_bytes}
+
+
+def _solve(a: list[list[float]], b: list[float]) -> list[float] | None:
+    """``a x = b`` by Gaussian elimination with partial pivoting; None if singular."""
+    n = len(b)
+    m = [[*row, rhs] for row, rhs in zip(a, b, strict=True)]
+    for col in range(n):
+        piv = max(range(col, n), key=lambda r: abs(m[r][col]))
+        if abs(m[piv][col]) < 1e-12:
+            return None
+        m[col], m[piv] = m[piv], m[col]
+        for r in range(n):
+            if r != col:
+                f = m[r][col] / m[col][col]
+                for c in range(col, n + 1):
+                    m[r][c] -= f * m[col][c]
+    return [m[i][n] / m[i][i] for i in range(n)]
+
+
+def _nnls(rows: list[list[float]], target: list[float]) -> list[float]:
+    """Non-negative least squares for a handful of columns: every subset of columns is
+    solved unconstrained, and the best solution with no negative coefficient wins."""
+    k = len(rows[0]) if rows else 0
+    best: tuple[float, list[float]] = (math.inf, [0.0] * k)
+    for size in range(1, k + 1):
+        for cols in combinations(range(k), size):
+            ata = [[sum(r[i] * r[j] for r in rows) for j in cols] for i in cols]
+            atb = [sum(r[i] * y for r, y in zip(rows, target, strict=True)) for i in cols]
+            x = _solve(ata, atb)
+            if x is None or min(x) < 0:
+                continue
+            coef = [0.0] * k
+            for c, v in zip(cols, x, strict=True):
+                coef[c] = v
+            err = sum(
+                (sum(c * v for c, v in zip(coef, r, strict=True)) - y) ** 2
+                for r, y in zip(rows, target, strict=True)
+            )
+            if err < best[0]:
+                best = (err, coef)
+    return best[1]
+
+
+@dataclass(frozen=True, slots=True)
+class PhaseFit:
+    """One phase's fit: integer coefficients, the stated error, the cold allowance."""
+
+    coefficients: dict[str, int]
+    """Term -> bytes per `UNIT` units, rounded up."""
+    error_permille: int
+    """Stated error: the prediction is the point plus this share of it."""
+    cold_extra_bytes: int = 0
+    """Bytes a cold step (first of its phase in the process) measured above the warm
+    prediction at the same shape: workspaces and lazily loaded kernels."""
+    points: tuple[Point, ...] = ()
+    validation: dict[str, int | bool] = field(default_factory=dict)
+    """The largest shape measured after the fit: batch, seq, measured, predicted before
+    it was seen, and whether the stated error had to widen to cover it."""
+
+    def point(self, batch: int, seq: int) -> dict[str, int]:
+        """Each term's bytes at the shape (rounded up)."""
+        f = features(list(self.coefficients), batch, seq)
+        return {t: -(-c * f[t] // UNIT) for t, c in self.coefficients.items()}
+
+    def error(self, point: int) -> int:
+        return -(-point * self.error_permille // 1000)
+
+    def json(self) -> dict[str, Any]:
+        return {
+            "coefficients_per_1024": dict(self.coefficients),
+            "error_permille": self.error_permille,
+            "cold_extra_bytes": self.cold_extra_bytes,
+            "points": [p.json() for p in self.points],
+            "validation": dict(self.validation),
+        }
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> PhaseFit:
+        return cls(
+            coefficients={str(k): int(v) for k, v in d["coefficients_per_1024"].items()},
+            error_permille=int(d["error_permille"]),
+            cold_extra_bytes=int(d["cold_extra_bytes"]),
+            points=tuple(
+                Point(int(p["batch"]), int(p["seq"]), int(p["measured_bytes"])) for p in d["points"]
+            ),
+            validation=dict(d.get("validation", {})),
+        )
+
+
+def _error_permille(fit: PhaseFit, points: Iterable[Point]) -> int:
+    """The least permille error that puts every point on or under the prediction."""
+    worst = 0
+    for p in points:
+        point = sum(fit.point(p.batch, p.seq).values())
+        if p.measured_bytes <= point:
+            continue
+        if point <= 0:
+            raise ValueError(
+                f"no upper envelope: the fit predicts {point} bytes at {p.batch}x{p.seq}, "
+                f"measured {p.measured_bytes}"
+            )
+        need = -(-(p.measured_bytes - point) * 1000 // point)
+        # Rounding the error up may still fall short by a byte: step until it covers.
+        while point + -(-point * need // 1000) < p.measured_bytes:
+            need += 1
+        worst = max(worst, need)
+    return worst
+
+
+def fit(terms: Sequence[str], points: Sequence[Point]) -> PhaseFit:
+    """The upper envelope of ``points`` on ``terms`` (module docstring)."""
+    unknown = [t for t in terms if t not in TERMS]
+    if unknown:
+        raise ValueError(f"unknown basis terms {unknown}; known: {', '.join(TERMS)}")
+    if len({(p.batch, p.seq) for p in points}) < len(terms):
+        raise ValueError(f"{len(terms)} basis terms need as many distinct shapes")
+    rows: list[list[float]] = []
+    target: list[float] = []
+    for p in points:
+        w = 1.0 / max(p.measured_bytes, 1)
+        f = features(terms, p.batch, p.seq)
+        rows.append([f[t] * w for t in terms])
+        target.append(p.measured_bytes * w)
+    coef = _nnls(rows, target)
+    ints = {t: math.ceil(c * UNIT) for t, c in zip(terms, coef, strict=True)}
+    if all(v == 0 for v in ints.values()) and any(p.measured_bytes > 0 for p in points):
+        # Nothing fit: price the largest measurement as a constant (an envelope still).
+        ints["constant"] = max(p.measured_bytes for p in points) * UNIT
+    bare = PhaseFit(coefficients=ints, error_permille=0, points=tuple(points))
+    return PhaseFit(
+        coefficients=ints, error_permille=_error_permille(bare, points), points=tuple(points)
+    )
+
+
+def widened(f: PhaseFit, seen: Point, *, known_bytes: int = 0) -> PhaseFit:
+    """``f`` with its stated error widened (if need be) to cover ``seen`` too, which is
+    recorded as its validation."""
+    before = predict_step(f, seen.batch, seen.seq)
+    err = max(f.error_permille, _error_permille(f, [seen]))
+    return PhaseFit(
+        coefficients=f.coefficients,
+        error_permille=err,
+        cold_extra_bytes=f.cold_extra_bytes,
+        points=f.points,
+        validation={
+            "batch": seen.batch,
+            "seq": seen.seq,
+            "measured_bytes": seen.measured_bytes + known_bytes,
+            "predicted_bytes": before + known_bytes,
+            "widened": err > f.error_permille,
+        },
+    )
+
+
+def with_cold(f: PhaseFit, cold: Point) -> PhaseFit:
+    """``f`` with its cold allowance: what ``cold`` measured above the warm prediction."""
+    extra = max(0, cold.measured_bytes - predict_step(f, cold.batch, cold.seq))
+    return PhaseFit(
+        coefficients=f.coefficients,
+        error_permille=f.error_permille,
+        cold_extra_bytes=extra,
+        points=f.points,
+        validation=f.validation,
+    )
+
+
+def predict_step(f: PhaseFit, batch: int, seq: int) -> int:
+    """The warm step cost's upper bound at the shape (point plus stated error)."""
+    point = sum(f.point(batch, seq).values())
+    return point + f.error(point)
+
+
+@dataclass(frozen=True, slots=True)
+class ModelBytes:
+    """What the model is, in exact bytes, read from the built model."""
+
+    parameters: dict[str, int]
+    """``trainable.<dtype>`` / ``frozen.<dtype>`` -> bytes."""
+    trainable_bytes: int
+    frozen_bytes: int
+    gradient_bytes: int
+    """What a backward allocates for the gradients of the trainable parameters."""
+    optimizer_state_bytes: int
+    """What the optimizer keeps per trainable parameter (Adam: two moments and a step)."""
+
+    def json(self) -> dict[str, Any]:
+        return {
+            "parameters": dict(self.parameters),
+            "trainable_bytes": self.trainable_bytes,
+            "frozen_bytes": self.frozen_bytes,
+            "gradient_bytes": self.gradient_bytes,
+            "optimizer_state_bytes": self.optimizer_state_bytes,
+        }
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> ModelBytes:
+        return cls(
+            parameters={str(k): int(v) for k, v in d["parameters"].items()},
+            trainable_bytes=int(d["trainable_bytes"]),
+            frozen_bytes=int(d["frozen_bytes"]),
+            gradient_bytes=int(d["gradient_bytes"]),
+            optimizer_state_bytes=int(d["optimizer_state_bytes"]),
+        )
+
+
+PHASE_NAMES = ("forward_nograd", "forward_backward")
+
+
+@dataclass(frozen=True, slots=True)
+class Calibration:
+    """A workload's fit on one device: what `estimate` predicts from."""
+
+    workload_digest: str
+    device: str
+    """The device it was measured on (kind, model, memory), as a key."""
+    terms: tuple[str, ...]
+    model: ModelBytes
+    phases: dict[str, PhaseFit]
+    measured_up_to_tokens: int
+    """The stated error holds for shapes up to this many tokens; beyond, extrapolated."""
+    version: str = VERSION
+
+    def json(self) -> dict[str, Any]:
+        return {
+            "method": "ledger.builtin-envelope",
+            "version": self.version,
+            "workload_digest": self.workload_digest,
+            "device": self.device,
+            "terms": list(self.terms),
+            "model": self.model.json(),
+            "phases": {k: v.json() for k, v in sorted(self.phases.items())},
+            "measured_up_to_tokens": self.measured_up_to_tokens,
+        }
+
+    @property
+    def id(self) -> str:
+        """``sha256:<hex>`` of the record's canonical JSON: what admission rows name."""
+        body = json.dumps(self.json(), sort_keys=True, separators=(",", ":")).encode()
+        return "sha256:" + hashlib.sha256(body).hexdigest()
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> Calibration:
+        if d.get("method") != "ledger.builtin-envelope":
+            raise ValueError("not a built-in estimator calibration")
+        return cls(
+            workload_digest=str(d["workload_digest"]),
+            device=str(d["device"]),
+            terms=tuple(str(t) for t in d["terms"]),
+            model=ModelBytes.from_json(d["model"]),
+            phases={str(k): PhaseFit.from_json(v) for k, v in d["phases"].items()},
+            measured_up_to_tokens=int(d["measured_up_to_tokens"]),
+            version=str(d["version"]),
+        )
+
+    def known_bytes(self, phase: str) -> int:
+        """The model's exactly known bytes in a step of ``phase``."""
+        return self.model.gradient_bytes if phase == "forward_backward" else 0
+
+    def estimate(
+        self, batch: int, seq: int, phase: str, *, cold: bool
+    ) -> tuple[int, int, dict[str, int]]:
+        """(predicted upper bound, point estimate, terms summing to the bound)."""
+        f = self.phases[phase]
+        by_term = f.point(batch, seq)
+        point = sum(by_term.values())
+        terms = {f"step.{t}": v for t, v in by_term.items()}
+        known = self.known_bytes(phase)
+        if known:
+            terms["model.gradients"] = known
+        if cold and f.cold_extra_bytes:
+            terms["cold"] = f.cold_extra_bytes
+        point_total = sum(terms.values())
+        terms["stated_error"] = f.error(point)
+        return point_total + terms["stated_error"], point_total, terms

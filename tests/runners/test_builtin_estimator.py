@@ -1,0 +1,236 @@
+"""The built-in estimator (issue 51): a ready adapter with no estimator predicts memory
+from the built model and a fit measured on the device, an upper envelope that states
+its own error and is held to it. Real torch on CPU, tiny models."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from runners.adapt import calibrate
+from runners.adapt.library import ModuleAdapter, causal_lm, module
+from runners.adapt.model_bytes import model_bytes
+from runners.api import run_claim
+from runners.claim.result import CheckResult, Json
+from runners.protocol import Shape
+from runners.workloads.envelope import Point, fit, predict_step, widened
+
+CPU = torch.device("cpu")
+
+TEAM = """
+import torch
+
+def build(width):
+    return torch.nn.Sequential(
+        torch.nn.Conv2d(3, width, 3, padding=1), torch.nn.BatchNorm2d(width), torch.nn.ReLU(),
+        torch.nn.Conv2d(width, width, 3, padding=1), torch.nn.AdaptiveAvgPool2d(1),
+        torch.nn.Flatten(), torch.nn.Linear(width, 4),
+    )
+
+def loss(model, batch):
+    return torch.nn.functional.cross_entropy(model(batch["x"]), batch["y"])
+
+def batch(shape, seed):
+    # A team's CNN: `seq` is the image side, so a step grows with batch x seq**2.
+    g = torch.Generator().manual_seed(seed)
+    return {"x": torch.randn(shape.batch, 3, shape.seq, shape.seq, generator=g),
+            "y": torch.randint(4, (shape.batch,), generator=g)}
+
+def estimate(params, shape, phase, device_kind, *, cold):
+    return 12345 + shape.batch
+"""
+
+CNN: dict[str, Json] = {
+    "factory": "cnn_team:build",
+    "loss": "cnn_team:loss",
+    "batch": "cnn_team:batch",
+    "factory_params": {"width": 4},
+    "calibration": {"max_tokens": 64},
+}
+
+GPT2: dict[str, Json] = {"n_embd": 16, "n_layer": 1, "n_head": 2, "vocab_size": 64}
+GPT2.update(n_positions=64, bos_token_id=0, eos_token_id=0)
+
+
+@pytest.fixture(autouse=True)
+def _cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A calibration folder of the test's own, and no calibration kept in memory."""
+    monkeypatch.setenv(calibrate.CACHE_VAR, str(tmp_path / "calibration"))
+    monkeypatch.setattr(calibrate, "_MEMO", {})
+    return tmp_path / "calibration"
+
+
+@pytest.fixture
+def team(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    root = tmp_path / "team"
+    root.mkdir()
+    (root / "cnn_team.py").write_text(TEAM)
+    monkeypatch.syspath_prepend(str(root))
+    return root
+
+
+def test_the_fit_is_an_upper_envelope_of_what_it_measured() -> None:
+    # A step cost with a constant, a per-token and a quadratic part, and ragged noise.
+    noise = [0, 900, -400, 1300, 0, -800, 250]
+    shapes = [(1, 8), (1, 16), (1, 32), (2, 8), (2, 16), (2, 32), (4, 16)]
+    points = [
+        Point(b, s, 5000 + 300 * b * s + 2 * b * s * s + n)
+        for (b, s), n in zip(shapes, noise, strict=True)
+    ]
+    f = fit(("constant", "tokens", "attention"), points)
+    assert all(isinstance(v, int) and v >= 0 for v in f.coefficients.values())
+    assert f.error_permille > 0  # noise above the point is stated, not hidden
+    for p in points:
+        assert p.measured_bytes <= predict_step(f, p.batch, p.seq), p
+    # Not least squares: the envelope is the point plus the largest residual, and
+    # exactly that (one less permille leaves a point above it).
+    tighter = type(f)(coefficients=f.coefficients, error_permille=f.error_permille - 1)
+    assert any(p.measured_bytes > predict_step(tighter, p.batch, p.seq) for p in points)
+    # A validation point above the envelope widens the stated error to cover it.
+    big = Point(8, 64, 2 * predict_step(f, 8, 64))
+    wider = widened(f, big)
+    assert wider.validation["widened"] is True and wider.error_permille > f.error_permille
+    assert big.measured_bytes <= predict_step(wider, 8, 64)
+
+
+def test_lora_parameters_count_by_trainability_and_dtype() -> None:
+    pytest.importorskip("peft")
+    w = causal_lm(model_type="gpt2", config=GPT2, lora={"r": 2, "target_modules": ["c_attn"]})
+    w.setup(CPU, 0)
+    mb = model_bytes(w.model, w.optimizer)
+    lora = sum(p.numel() * 4 for n, p in w.model.named_parameters() if "lora_" in n)
+    base = sum(p.numel() * 4 for n, p in w.model.named_parameters() if "lora_" not in n)
+    assert lora > 0 and base > lora
+    assert mb.parameters == {"frozen.float32": base, "trainable.float32": lora}
+    assert (mb.trainable_bytes, mb.frozen_bytes, mb.gradient_bytes) == (lora, base, lora)
+    n_lora = sum(1 for n, _ in w.model.named_parameters() if "lora_" in n)
+    # AdamW: two moments per trainable parameter and a float32 step each.
+    assert mb.optimizer_state_bytes == 2 * lora + 4 * n_lora
+    w.teardown()
+
+
+def _measured(w: ModuleAdapter, shape: Shape, grad: bool) -> int:
+    from runners.harness.probe import make_probe
+    from runners.harness.steps import measure_step
+
+    probe = make_probe(CPU)
+    with probe.session():
+        w.zero_grad()
+        batch = w.make_batch(shape, 0)
+
+        def step() -> object:
+            out = w.forward(batch, grad=grad)
+            if grad:
+                w.backward(out)
+            return out
+
+        rec = measure_step(probe, "t", step)
+        w.zero_grad()
+    probe.close()  # type: ignore[attr-defined]
+    return rec.increment_bytes
+
+
+def test_calibration_lies_under_its_prediction_and_is_kept(team: Path, _cache: Path) -> None:
+    w = module(**CNN)
+    w.setup(CPU, 0)
+    cal = w.calibration()
+    assert w.calibration_source == "measured"
+    assert cal.measured_up_to_tokens == 64
+    for phase, f in cal.phases.items():
+        known = cal.known_bytes(phase)
+        for p in f.points:
+            predicted, point, _ = cal.estimate(p.batch, p.seq, phase, cold=False)
+            assert p.measured_bytes + known <= predicted and point <= predicted
+        v = f.validation
+        assert isinstance(v["measured_bytes"], int) and isinstance(v["predicted_bytes"], int)
+    # The buffers a training-mode step updates (BatchNorm's statistics) are as they were.
+    fresh = module(**CNN)
+    fresh.setup(CPU, 0)
+    for (n, a), (_, b) in zip(w.model.named_buffers(), fresh.model.named_buffers(), strict=True):
+        assert torch.equal(a, b), n
+    # Held at shapes it never measured, up to the tokens it states.
+    for shape in (Shape(batch=3, seq=5), Shape(batch=1, seq=8)):
+        for grad, phase in ((False, "forward_nograd"), (True, "forward_backward")):
+            est = w.estimate(shape, phase)  # type: ignore[arg-type]
+            assert est.calibration == cal.id and est.point_bytes is not None
+            assert est.point_bytes <= est.predicted_bytes == sum(est.terms.values())
+            assert _measured(w, shape, grad) <= est.predicted_bytes, (shape, phase)
+    # Kept by digest and device: a second run reads it, measuring nothing.
+    [kept] = list(_cache.iterdir())
+    calibrate._MEMO.clear()
+    again = module(**CNN)
+    again.setup(CPU, 0)
+    assert again.calibration().id == cal.id and again.calibration_source == "cache"
+    # A record of another device under the same name is never reused: measured again.
+    doc = json.loads(kept.read_text())
+    kept.write_text(json.dumps({**doc, "device": "cuda NVIDIA H200 150754820096 sm90"}))
+    calibrate._MEMO.clear()
+    again.calibration()
+    assert again.calibration_source == "measured"
+
+
+def test_a_teams_own_estimator_is_used_as_before(team: Path) -> None:
+    w = module(**{**CNN, "estimator": "cnn_team:estimate"})
+    w.setup(CPU, 0)
+    assert not w.builtin_estimator
+    est = w.estimate(Shape(batch=2, seq=4), "forward_backward")
+    assert est.predicted_bytes == 12347 and est.calibration is None
+    assert w.calibration_source is None
+
+
+def _admission(team: Path, params: dict[str, Json]) -> CheckResult:
+    [r] = run_claim(
+        claim="admission.no-oom-after-admit",
+        check="admission",
+        params={"batches": [1, 2], "seqs": [4, 8], "warm_runs": 1},
+        repo_root=team,
+        workload_ref="runners.adapt.library:module",
+        workload_params=params,
+        device="cpu",
+        observer_off_required=False,
+        base_root=None,
+        progress=lambda _m: None,
+    )
+    return r
+
+
+def test_admission_with_no_estimator_is_judged_on_the_builtin_one(team: Path) -> None:
+    r = _admission(team, CNN)
+    assert r.outcome == "passed", r.reason
+    m = r.measurements
+    assert m["counterexample_count"] == 0 and isinstance(m["admitted_count"], int)
+    rows = [x for x in m["shapes"] if isinstance(x, dict)]  # type: ignore[union-attr]
+    admitted = [x for x in rows if x["admitted"]]
+    assert admitted and len(admitted) < len(rows)  # the budget refuses some
+    cals = {x["calibration"] for x in rows}
+    assert len(cals) == 1 and str(cals.pop()).startswith("sha256:")
+    for x in rows:
+        assert isinstance(x["point_bytes"], int) and isinstance(x["predicted_bytes"], int)
+        assert 0 < x["point_bytes"] <= x["predicted_bytes"]
+    for x in admitted:
+        assert isinstance(x["measured_bytes"], int) and isinstance(x["predicted_bytes"], int)
+        assert x["measured_bytes"] <= x["predicted_bytes"]
+
+
+def test_an_admitted_step_with_no_ratio_is_inconclusive() -> None:
+    from runners.checks.admission import Params, _verdict
+
+    row: dict[str, Json] = {
+        "phase": "forward_nograd",
+        "shape": "1x4",
+        "run": "first",
+        "admitted": True,
+        "predicted_bytes": 0,
+        "measured_bytes": 0,
+        "measured_over_predicted": None,
+    }
+    v = _verdict(Params(), [row], [], [], {})
+    assert v.outcome == "inconclusive"
+    assert v.reason is not None and "no measured/predicted ratio" in v.reason
+    assert "forward_nograd at shape 1x4 (first)" in v.reason
+    # Bounded or not: the tightness a plan asks for cannot be judged without a ratio.
+    v = _verdict(Params(min_measured_over_predicted=0.5), [dict(row)], [], [], {})
+    assert v.outcome == "inconclusive"
