@@ -8,8 +8,10 @@ nothing else of the host (a secret that lies inside a bound folder is covered
 there), the environment variables it gets (never `LEDGER_*` or anything that
 looks like a secret), whether it has a network, the device nodes it keeps (the
 GPUs), and its namespaces (pid, ipc, uts, cgroup, user, network of its own, or
-the claim's shared ones for its ranks). `render` turns a policy into one
-bubblewrap command line; nothing else builds one.
+the claim's shared ones for its ranks), that it makes no user namespace of its
+own (`ledger.sandbox.seccomp`) and how many processes it may hold
+(`ledger.sandbox.pids`). `render` turns a policy into one bubblewrap command line;
+nothing else builds one.
 
 Modes: ``bwrap`` (Linux namespaces through bubblewrap), ``none`` (no sandbox:
 asked for explicitly and recorded in every receipt as ``sandbox=none``) and
@@ -25,6 +27,7 @@ import functools
 import importlib
 import json
 import os
+import platform
 import shutil
 import signal
 import stat
@@ -36,7 +39,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from ledger.evidence.errors import UsageError
-from ledger.sandbox import quota
+from ledger.sandbox import pids, quota, seccomp
 from ledger.sandbox.host import (
     gpu_devices,
     interpreter_needs,
@@ -74,6 +77,7 @@ Mode = Literal["auto", "bwrap", "none"]
 MODES: tuple[str, ...] = get_args(Mode)
 Route = Literal["userns", "rootmap"]
 ROUTES: tuple[str, ...] = get_args(Route)
+Denial = Literal["bwrap", "seccomp"]
 
 NOBODY = 65534
 """The uid and gid of every sandbox, inside its user namespace and as the host sees it."""
@@ -136,12 +140,31 @@ class SandboxPolicy:
     tmp_bytes: int | None = None
     """The private /tmp's size: the sandbox's cap (`ledger.sandbox.quota`), where this
     bubblewrap caps a tmpfs; None: a tmpfs as large as the kernel allows."""
+    userns_denial: Denial = "seccomp"
+    """How the sandbox is kept from making user namespaces (every sandbox is one host
+    uid, whose quota of them one could exhaust): ``bwrap``, bubblewrap's
+    ``--disable-userns``, where it makes the user namespace itself (route ``userns``,
+    not joined) and has the option (`resolve` runs it to know); else ``seccomp``, the
+    filter of `ledger.sandbox.seccomp`, which the launcher hands to bubblewrap."""
+    pids_max: int | None = None
+    """The most processes (and threads) the sandbox may hold at once, by a pids cgroup
+    of its own (`ledger.sandbox.pids`); None where no such cgroup can be made here."""
+    pids_under: str | None = None
+    """The pids cgroup folder the launcher makes the sandbox's own cgroup in."""
 
     def with_(self, **changes: object) -> SandboxPolicy:
         return replace(self, **changes)  # type: ignore[arg-type]
 
     def environment(self) -> dict[str, str]:
         return dict(self.env)
+
+    @property
+    def denial(self) -> Denial:
+        """How the sandbox is in fact kept from making user namespaces: bubblewrap's
+        option only where bubblewrap makes the user namespace itself."""
+        if self.userns_denial == "bwrap" and self.route == "userns" and not self.joined:
+            return "bwrap"
+        return "seccomp"
 
 
 def _inside(path: str, folder: str) -> bool:
@@ -165,6 +188,8 @@ def render(policy: SandboxPolicy, argv: Sequence[str], *, bwrap: str) -> list[st
     out = [bwrap, "--die-with-parent", "--new-session", "--cap-drop", "ALL"]
     if policy.route == "userns" and not policy.joined:
         out += ["--unshare-user", "--uid", str(NOBODY), "--gid", str(NOBODY)]
+    if policy.denial == "bwrap":
+        out.append("--disable-userns")
     if not policy.joined:
         out += ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
         if not policy.network:
@@ -222,7 +247,23 @@ def launcher_argv(policy: SandboxPolicy, bwrap: str, bound: Sequence[str] = ()) 
     }
     if policy.joined:
         spec["holder"] = policy.holder
+    if policy.denial == "seccomp":
+        spec["seccomp"] = _filter().hex()
+    if policy.pids_max is not None and policy.pids_under is not None:
+        spec["pids"] = {"max": policy.pids_max, "under": policy.pids_under}
     return [sys.executable, "-I", "-S", str(LAUNCHER), json.dumps(spec), "--"]
+
+
+def _filter() -> bytes:
+    found = seccomp.program()
+    if found is None:
+        # Never a sandbox that may make user namespaces: refused, with what would do.
+        raise UsageError(
+            f"no seccomp filter for this machine ({platform.machine()}) to keep the "
+            "sandbox from making user namespaces; only the userns route with a "
+            "bubblewrap that has --disable-userns (0.8 or later) sandboxes here"
+        )
+    return found
 
 
 def _keys(policy: SandboxPolicy) -> list[str]:
@@ -255,9 +296,11 @@ def find_bwrap() -> str | None:
 
 
 @functools.cache
-def _works(bwrap: str, proc: bool = True, route: Route = "userns") -> str | None:
+def _works(
+    bwrap: str, proc: bool = True, route: Route = "userns", deny: Denial = "seccomp"
+) -> str | None:
     """None when bubblewrap can build our sandbox here, else why not."""
-    policy = SandboxPolicy(proc=proc, route=route)
+    policy = SandboxPolicy(proc=proc, route=route, userns_denial=deny)
     probe = render(policy, ["/bin/sh", "-c", "exit 0"], bwrap=bwrap)
     try:
         done = subprocess.run(probe, capture_output=True, text=True, timeout=30, check=False)
@@ -415,11 +458,20 @@ def resolve(
     if forced and forced not in ROUTES:
         raise UsageError(f"{ROUTE_VAR} must be one of {', '.join(ROUTES)}, got {forced!r}")
     routes: list[Route] = [r for r in get_args(Route) if forced in (None, "", r)]
-    forms = [(proc, route) for route in routes for proc in (True, False)]
+    # bubblewrap's own --disable-userns first where it makes the user namespace (the
+    # one on PATH may be older than 0.8, which added it), else the seccomp filter.
+    denials: dict[Route, tuple[Denial, ...]] = {"userns": ("bwrap", "seccomp")}
+    forms = [
+        (proc, route, deny)
+        for route in routes
+        for proc in (True, False)
+        for deny in denials.get(route, ("seccomp",))
+    ]
     why = None
     proc, route = True, routes[0]
-    for proc, route in forms:
-        why = _works(bwrap, proc, route)
+    deny: Denial = "seccomp"
+    for proc, route, deny in forms:
+        why = _works(bwrap, proc, route, deny)
         if why is None:
             break
     if why is not None:
@@ -437,8 +489,18 @@ def resolve(
         proc=proc,
         route=route,
         tmp_bytes=quota.cap(environ) if quota.tmpfs_size(bwrap) else None,
+        userns_denial=deny,
+        **_pids(environ),
     )
     return Sandbox("bwrap", bwrap, base)
+
+
+def _pids(environ: Mapping[str, str]) -> dict[str, Any]:
+    """The policy's process limit: a pids cgroup per sandbox where the launcher can make
+    one (as root, a pids controller here), else none (and the receipt says so)."""
+    most = pids.most(environ)
+    under = pids.controller() if os.geteuid() == 0 else None
+    return {"pids_max": most if under else None, "pids_under": under}
 
 
 def child_status(rc: int) -> int:

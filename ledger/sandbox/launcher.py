@@ -7,7 +7,8 @@ fresh claims, every rank, the namespace holder of a claim's ranks, the doctor,
 root, in this order:
 
 1. (the caller's ``preexec_fn`` has already joined the claim's cgroup: a join
-   after the drop would fail);
+   after the drop would fail); a pids cgroup of the sandbox's own is made and
+   entered, where the spec names one (`limit_pids`, `ledger.sandbox.pids`);
 2. a private mount namespace, in which the folders Ledger made for the sandbox
    are handed to the uid (never one a user named; never through a link or a hard
    link), and then every folder on the way to a bound path that the uid still
@@ -21,6 +22,10 @@ root, in this order:
    each set, checked;
 5. exec bubblewrap, unprivileged: it makes the user namespace itself (route
    ``userns``).
+
+On every route the sandbox may make no user namespace of its own: bubblewrap's
+``--disable-userns`` where the policy says so (`ledger.sandbox.render`), else the
+seccomp filter the spec carries, handed to bubblewrap (`deny_userns`).
 
 The ranks of one claim join one holder's user, pid, network and ipc namespaces
 instead (`enter`): the holder is started on the ``rootmap`` route, so that root
@@ -42,6 +47,7 @@ BWRAP ...``): nothing of this project, nor of the environment, is imported.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import json
 import os
@@ -61,6 +67,9 @@ MS_REC = 0x4000
 MS_PRIVATE = 1 << 18
 PR_SET_PDEATHSIG = 1
 PR_SET_NAME = 15
+
+PIDS_PREFIX = "ledger-sandbox-"
+"""The name of each sandbox's own pids cgroup, followed by its launcher's pid."""
 
 REFUSED = 125
 """The launcher's own exit status when it will not start the sandbox (a reason on
@@ -371,6 +380,39 @@ def _rootmap(cmd: Sequence[str], uid: int, gid: int) -> int:
     return os.WEXITSTATUS(status)
 
 
+def deny_userns(program: bytes, cmd: list[str]) -> list[str]:
+    """``cmd`` (a bubblewrap command line) with the seccomp filter that keeps the
+    sandbox from making user namespaces (`ledger.sandbox.seccomp`): held in a memfd
+    bubblewrap inherits and loads just before the sandbox's command (``--seccomp``)."""
+    fd = os.memfd_create("ledger-userns-filter", 0)
+    view = memoryview(program)
+    while view:
+        view = view[os.write(fd, view) :]
+    os.lseek(fd, 0, os.SEEK_SET)
+    os.set_inheritable(fd, True)
+    return [cmd[0], "--seccomp", str(fd), *cmd[1:]]
+
+
+def limit_pids(under: str, most: int) -> str:
+    """Enter a pids cgroup of this sandbox's own below ``under`` with ``pids.max`` at
+    ``most`` (everything it starts is counted there, not as its uid, which every
+    sandbox shares). Those of launchers that ended are removed first (an empty
+    cgroup cannot be removed by the sandbox it held). Returns its folder."""
+    for name in os.listdir(under):
+        ended = not os.path.exists(f"/proc/{name[len(PIDS_PREFIX) :]}")
+        if name.startswith(PIDS_PREFIX) and ended:
+            # One that still holds a process, or was removed meanwhile, stays as it is.
+            with contextlib.suppress(OSError):
+                os.rmdir(os.path.join(under, name))
+    here = os.path.join(under, f"{PIDS_PREFIX}{os.getpid()}")
+    if not os.path.isdir(here):
+        os.mkdir(here)
+    for name, value in (("pids.max", str(most)), ("cgroup.procs", "0")):
+        with open(os.path.join(here, name), "w") as f:
+            f.write(value)
+    return here
+
+
 def launch(spec: dict[str, object], cmd: list[str]) -> int:
     """Start ``cmd`` (a bubblewrap command line) as ``spec`` says; returns only on the
     ``rootmap`` route or a refusal (the ``userns`` route execs)."""
@@ -380,6 +422,8 @@ def launch(spec: dict[str, object], cmd: list[str]) -> int:
     if uid == 0 or gid == 0:
         raise LaunchError("the sandbox's host uid and gid must not be 0")
     needs = [str(p) for p in spec.get("needs", []) or []]  # type: ignore[attr-defined]
+    if spec.get("seccomp"):
+        cmd = deny_userns(bytes.fromhex(str(spec["seccomp"])), cmd)
     if os.geteuid() != 0:
         # Already unprivileged: nothing to drop, nothing to reach or hand over.
         if holder is not None:
@@ -388,6 +432,9 @@ def launch(spec: dict[str, object], cmd: list[str]) -> int:
         if why is not None:
             raise LaunchError(why)
         os.execv(cmd[0], cmd)
+    pids = spec.get("pids")
+    if isinstance(pids, dict):
+        limit_pids(str(pids["under"]), int(str(pids["max"])))
     _check(_libc.unshare(CLONE_NEWNS), "unshare mount")
     _mount(None, "/", None, MS_REC | MS_PRIVATE, None)
     # Handed over first: a folder of Ledger's is then the uid's to traverse, and only

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from ledger.evidence.errors import EXIT_INFRA, Error
+from ledger.sandbox import pids
 from ledger.sandbox.launcher import hand_over
 
 __all__ = ["SandboxBreach", "SelfTest", "below", "policy_digest", "prove", "read_outside"]
@@ -61,6 +62,11 @@ class SelfTest:
     outside: tuple[str, ...]
     """What the parent read from outside that must not be (uid 0, a capability, the
     host's pid or user namespace)."""
+    userns: str = ""
+    """How the sandbox was kept from making user namespaces (the probe
+    ``user-namespace`` proves it); empty in a self-test of an earlier release."""
+    pids: str = ""
+    """The sandbox's process limit, and by what (read from outside where one applied)."""
 
     @property
     def ok(self) -> bool:
@@ -76,11 +82,16 @@ class SelfTest:
     def facts(self, mode: str = "bwrap") -> dict[str, str]:
         """The receipt's sandbox facts (the runner's environment, which every earlier
         release's verifier accepts with any key)."""
-        return {
+        facts = {
             "sandbox_selftest": f"{mode}, {self.summary}",
             "sandbox_policy": self.policy,
             "sandbox_host_uid": str(self.host_uid),
         }
+        if self.userns:
+            facts["sandbox_userns"] = self.userns
+        if self.pids:
+            facts["sandbox_pids"] = self.pids
+        return facts
 
 
 def policy_digest(policy: Any) -> str:
@@ -269,12 +280,15 @@ def _prove(
         try:
             line = proc.stdout.readline()
             outside, uid = read_outside(proc.pid, bwrap)
+            outside += _unlimited(proc.pid, policy.pids_max)
         finally:
             try:
                 _, err = proc.communicate(timeout=TIMEOUT_S)
             except subprocess.TimeoutExpired:
                 proc.kill()
                 _, err = proc.communicate()
+            if policy.pids_under is not None:
+                pids.release(policy.pids_under, proc.pid)
     try:
         report = json.loads(line)
     except ValueError:
@@ -290,4 +304,40 @@ def _prove(
         devices=_devices(report.get("devices", {}), policy.devices, dict(policy.env)),
         host_uid=-1 if uid is None else uid,
         outside=tuple(outside) if uid is not None else ("no sandboxed process was seen",),
+        userns=USERNS_DENIED[policy.denial],
+        pids=(
+            f"pids.max {policy.pids_max} per sandbox (a cgroup v1 pids cgroup of its own)"
+            if policy.pids_max is not None
+            else NO_PIDS_LIMIT
+        ),
     )
+
+
+USERNS_DENIED = {
+    "bwrap": "user namespaces denied by bubblewrap --disable-userns",
+    "seccomp": (
+        "user namespaces denied by a seccomp filter (clone and unshare with CLONE_NEWUSER, clone3)"
+    ),
+}
+NO_PIDS_LIMIT = (
+    "no process limit of its own: no pids cgroup Ledger may make here (RLIMIT_NPROC "
+    "counts per uid, which every sandbox shares)"
+)
+
+
+def _unlimited(pid: int, most: int | None) -> list[str]:
+    """Where ``most`` applies: each sandboxed process below ``pid`` that is not held to
+    it, read from the host."""
+    if most is None:
+        return []
+    host_ns = os.readlink("/proc/self/ns/user")
+    bad = []
+    for p in below(pid):
+        try:
+            if os.readlink(f"/proc/{p}/ns/user") == host_ns:
+                continue
+        except OSError:
+            continue  # gone
+        if pids.held(p) != most:
+            bad.append(f"pid {p} is not held to pids.max {most}")
+    return bad

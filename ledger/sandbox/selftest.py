@@ -132,6 +132,57 @@ def _root() -> str | None:
     return None
 
 
+CLONE_NEWUSER = 0x10000000
+_SIGCHLD = 17
+_CLONE = {"x86_64": 56, "aarch64": 220}
+"""``clone``'s number where its first argument is the flags (as on these two)."""
+_CLONE3 = 435
+
+
+def _userns() -> str | None:
+    """A user namespace made, by each way the kernel offers one: every sandbox is one
+    host uid, and the namespaces one makes count against the quota all share. Each is
+    tried in a child of this process, which exits at once: this one stays as it is."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    machine = os.uname().machine
+    tries: list[tuple[str, Callable[[], int]]] = [
+        ("unshare(CLONE_NEWUSER)", lambda: _forked(lambda: libc.unshare(CLONE_NEWUSER))),
+    ]
+    if machine in _CLONE:
+        nr = _CLONE[machine]
+        flags = ctypes.c_ulong(CLONE_NEWUSER | _SIGCHLD)
+        tries.append(("clone(CLONE_NEWUSER)", lambda: _cloned(libc.syscall(nr, flags, 0, 0, 0, 0))))
+        # struct clone_args: flags, pidfd, child_tid, parent_tid, exit_signal, stack,
+        # stack_size, tls (the first version's 64 bytes).
+        args = (ctypes.c_uint64 * 8)(CLONE_NEWUSER, 0, 0, 0, _SIGCHLD, 0, 0, 0)
+        size = ctypes.c_size_t(ctypes.sizeof(args))
+        tries.append(("clone3(CLONE_NEWUSER)", lambda: _cloned(libc.syscall(_CLONE3, args, size))))
+    for name, attempt in tries:
+        if attempt() == 0:
+            return f"{name} made a user namespace"
+    return None
+
+
+def _forked(call: Callable[[], int]) -> int:
+    """``call`` in a child: 0 where it returned 0 there."""
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0 if call() == 0 else 1)
+    return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+
+
+def _cloned(pid: int) -> int:
+    """After a raw clone (a fork with the flags asked): the child leaves at once; 0
+    where it was made."""
+    if pid == 0:
+        os._exit(0)
+    if pid < 0:
+        return 1
+    os.waitpid(pid, 0)
+    return 0
+
+
 def _network(port: int) -> str | None:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.settimeout(5)
@@ -196,6 +247,7 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
         ("host-pid", lambda: _host_pid(list(spec.get("pids", [])))),
         ("sibling-folder", lambda: _sibling(spec["sibling"])),
         ("uid-0", _root),
+        ("user-namespace", _userns),
     ]
     if not spec.get("network", False):
         probes.append(("network", lambda: _network(int(spec["port"]))))

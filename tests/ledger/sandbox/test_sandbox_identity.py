@@ -109,7 +109,7 @@ def test_a_workload_cannot_open_a_host_sysctl_from_the_fork_server_or_a_forked_c
     env = shown["statement"]["predicate"]["runner"]["environment"]
     assert env["sandbox_host_uid"] == "65534"
     assert re.fullmatch(
-        r"bwrap, self-test 8 of 8 refused, no devices, as given", env["sandbox_selftest"]
+        r"bwrap, self-test 9 of 9 refused, no devices, as given", env["sandbox_selftest"]
     )
     # The control: unsandboxed, as root, the same probe opens both.
     r = run(capfd, "qualify", "--pr", "2", "--repo", str(example), *claim, "--sandbox", "none")
@@ -138,9 +138,12 @@ def test_a_ledger_run_command_cannot_open_a_host_sysctl(
     assert _probed(r.err) == {"run:-c": REFUSED}, r.err
     shown = json.loads(run(capfd, "show", r.out.strip(), "--json").out)
     env = shown["statement"]["predicate"]["runner"]["environment"]
-    assert env["sandbox_selftest"].startswith("bwrap, self-test 8 of 8 refused")
+    assert env["sandbox_selftest"].startswith("bwrap, self-test 9 of 9 refused")
+    # Both of what keeps one sandbox from starving another, as the host applied them.
+    assert env["sandbox_userns"] == "user namespaces denied by bubblewrap --disable-userns"
+    assert env["sandbox_pids"].startswith("pids.max 4096 per sandbox"), env
     verified = run(capfd, "verify", r.out.strip())
-    assert "sandbox: bwrap, self-test 8 of 8 refused" in verified.out + verified.err
+    assert "sandbox: bwrap, self-test 9 of 9 refused" in verified.out + verified.err
     r = run(capfd, *args, "--sandbox", "none", *cmd)
     assert _probed(r.err) == {"run:-c": "core_pattern=opened drop_caches=opened"}, r.err
 
@@ -302,7 +305,7 @@ def test_a_policy_that_opens_a_door_fails_its_self_test_and_runs_nothing(tmp_pat
     # The honest policy passes the same self-test, and says so in one line.
     box.launch(box.policy(scratch=scratch), [sys.executable, "-c", code], {})
     [proof] = box.proofs.values()
-    assert proof.ok and proof.summary == "self-test 8 of 8 refused, no devices, as given"
+    assert proof.ok and proof.summary == "self-test 9 of 9 refused, no devices, as given"
     assert proof.host_uid == 65534
 
 
