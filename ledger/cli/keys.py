@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, TypeVar
 
 import click
 
@@ -16,6 +18,8 @@ from ledger.cli._common import (
     read_file,
     server_option,
 )
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 @click.command()
@@ -39,22 +43,90 @@ def keys() -> None:
     """Ed25519 keys: runner, reviewer and ledger roles. Private keys stay in $LEDGER_KEYS."""
 
 
+def _host_options(f: F) -> F:
+    f = click.option(
+        "--gpu",
+        "gpus",
+        multiple=True,
+        metavar="UUID",
+        help="A GPU UUID of the one --host, where known: the key's receipts there name "
+        "no other GPU (repeatable).",
+    )(f)
+    return click.option(
+        "--host",
+        "hosts",
+        multiple=True,
+        metavar="HOST",
+        help="A host a runner key speaks for, as its receipts name it (repeatable); "
+        "its receipts may speak of no other host's devices.",
+    )(f)
+
+
+def _bound(role: str, hosts: tuple[str, ...], gpus: tuple[str, ...]) -> dict[str, tuple[str, ...]]:
+    """The hosts a runner key is registered for, each with its declared GPUs."""
+    from ledger.evidence.errors import UsageError
+
+    if role != "runner":
+        if hosts or gpus:
+            raise UsageError(f"--host, --gpu: a {role} key speaks for no host")
+        return {}
+    if not hosts:
+        raise UsageError("a runner key names the hosts it speaks for: --host HOST")
+    if gpus and len(hosts) != 1:
+        raise UsageError("--gpu names the GPUs of one host: give one --host with them")
+    bound = {h: gpus for h in hosts}
+    from ledger.evidence.errors import RefusedError
+    from ledger.evidence.hosts import read_hosts
+
+    try:
+        read_hosts({h: list(g) for h, g in bound.items()})
+    except RefusedError as e:
+        raise UsageError(e.reason()) from None
+    return bound
+
+
+def _said_hosts(bound: dict[str, tuple[str, ...]]) -> str:
+    return ", ".join(
+        f"{h!a}"[1:-1] + (f" ({len(g)} GPU{'s' if len(g) != 1 else ''})" if g else "")
+        for h, g in sorted(bound.items())
+    )
+
+
 @keys.command("new")
 @click.argument("name")
 @click.option("--role", type=click.Choice(["runner", "reviewer"]), required=True)
+@_host_options
 @db_option
-def keys_new(name: str, role: str, db: str | None) -> None:
-    """Make a key pair (private key mode 0600 in $LEDGER_KEYS) and register its public key."""
+def keys_new(
+    name: str, role: str, hosts: tuple[str, ...], gpus: tuple[str, ...], db: str | None
+) -> None:
+    """Make a key pair (private key mode 0600 in $LEDGER_KEYS) and register its public key.
+    A runner key speaks for this host unless --host names others."""
+    import socket
+
     from ledger.write.ingest import register_key
 
+    if role == "runner" and not hosts:
+        # Made where it runs: the host its receipts name (`socket.gethostname()`).
+        hosts = (socket.gethostname(),)
+    bound = _bound(role, hosts, gpus)
     store = open_store(db)
     kd = keydir()
+    kd.file(name)  # a bad name is refused before anything is written
     local = kd.create(name)
-    kid, _ = register_key(store, name, role, local.public)  # type: ignore[arg-type]
+    kid, _ = register_key(
+        store,
+        name,
+        role,  # type: ignore[arg-type]
+        local.public,
+        hosts=bound if role == "runner" else None,
+    )
     # Labelled: a bare 64-hex line says nothing of what it is.
     click.echo(f"name         {name}")
     click.echo(f"role         {role}")
     click.echo(f"key id       {kid}")
+    if bound:
+        click.echo(f"hosts        {_said_hosts(bound)}")
     click.echo(f"private key  {kd.file(name)} (mode 0600; never leaves this machine)")
 
 
@@ -62,24 +134,42 @@ def keys_new(name: str, role: str, db: str | None) -> None:
 @click.argument("pem", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--name", required=True)
 @click.option("--role", type=click.Choice(["runner", "reviewer", "ledger"]), required=True)
+@_host_options
 @server_option("A `ledger serve` at URL instead of --db.")
 @click.option("--token", metavar="TOKEN", help="With --server: its token (default: $LEDGER_TOKEN).")
 @db_option
 def keys_add(
-    pem: Path, name: str, role: str, server: str | None, token: str | None, db: str | None
+    pem: Path,
+    name: str,
+    role: str,
+    hosts: tuple[str, ...],
+    gpus: tuple[str, ...],
+    server: str | None,
+    token: str | None,
+    db: str | None,
 ) -> None:
-    """Register someone else's public key (PEM) under a name and role."""
+    """Register someone else's public key (PEM) under a name and role; a runner key
+    with the hosts it speaks for (--host)."""
     from ledger.evidence.keys import load_public_pem
     from ledger.write.ingest import register_key
 
     public = load_public_pem(read_file(pem), str(pem))
+    bound = _bound(role, hosts, gpus)
     if server:
         from ledger.remote.client import register_key as remote_register
 
-        doc = remote_register(server, name, role, read_file(pem), token)
+        doc = remote_register(
+            server, name, role, read_file(pem), token, hosts=bound if bound else None
+        )
         click.echo(doc["keyid"] if doc["added"] else f"{doc['keyid']} (already registered)")
         return
-    kid, new = register_key(open_store(db), name, role, public)  # type: ignore[arg-type]
+    kid, new = register_key(
+        open_store(db),
+        name,
+        role,  # type: ignore[arg-type]
+        public,
+        hosts=bound if role == "runner" else None,
+    )
     click.echo(kid if new else f"{kid} (already registered)")
 
 
@@ -100,6 +190,41 @@ def keys_list(server: str | None, db: str | None, as_json: bool) -> None:
         emit_json(rows)
     else:
         click.echo(render_keys(rows), nl=False)
+
+
+@keys.group("host")
+def keys_host() -> None:
+    """The hosts a runner key speaks for: add or remove one (logged, with the reason)."""
+
+
+@keys_host.command("add")
+@click.argument("key")
+@click.argument("host")
+@click.option(
+    "--gpu", "gpus", multiple=True, metavar="UUID", help="A GPU UUID of HOST (repeatable)."
+)
+@click.option("--reason", required=True, help="Why; recorded in the log.")
+@db_option
+def keys_host_add(key: str, host: str, gpus: tuple[str, ...], reason: str, db: str | None) -> None:
+    """Let runner key KEY speak for HOST (and, with --gpu, only those GPUs there)."""
+    from ledger.write.hosts import change_host
+
+    info, after = change_host(open_store(db), key, "add", host, gpus, reason)
+    click.echo(f"{info.name} {info.keyid[:16]} speaks for {after.said()}")
+
+
+@keys_host.command("remove")
+@click.argument("key")
+@click.argument("host")
+@click.option("--reason", required=True, help="Why; recorded in the log.")
+@db_option
+def keys_host_remove(key: str, host: str, reason: str, db: str | None) -> None:
+    """Stop runner key KEY speaking for HOST: its receipts there are refused from now
+    on, and those logged already no longer count in the fleet."""
+    from ledger.write.hosts import change_host
+
+    info, after = change_host(open_store(db), key, "remove", host, (), reason)
+    click.echo(f"{info.name} {info.keyid[:16]} speaks for {after.said()}")
 
 
 @keys.command("export")

@@ -12,21 +12,33 @@ fault the code cannot cause, or an XID the code can cause (13, 31, 43, ...)
 once it has appeared under two or more pull requests (one pull request's
 illegal memory access is that pull request's). Quarantine (`quarantined`)
 takes devices whose fault-rate lower bound exceeds a bound.
+
+Each key speaks only for its hosts (`ledger.write.hosts`): the fleet counts a
+receipt only where its key speaks for the host it names, a GPU only for the host
+that declares it (else the first host whose receipts named it), and never a
+failure the baseline attributed to the pull request ("introduced by this pull
+request": the base passes on the same device), which is the code's, not the
+device's. Otherwise one registered key could name another host's GPUs with bad
+health, or one pull request break a device on purpose, and quarantine it.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ledger.fleet.faults import CODE_XIDS
 
 if TYPE_CHECKING:
+    from ledger.evidence.entry import LoggedEntry
+    from ledger.evidence.keys import KeyInfo
+    from ledger.evidence.models import QualificationPredicate
     from ledger.store.store import Store
 
 __all__ = [
+    "INTRODUCED",
     "QUARANTINE_ENV",
     "Tally",
     "fleet_report",
@@ -38,6 +50,10 @@ __all__ = [
 
 QUARANTINE_ENV = "LEDGER_QUARANTINE_ABOVE"
 """The runner setting: quarantine devices whose fault-rate lower bound exceeds it."""
+
+INTRODUCED = "_introduced"
+"""The fleet's own mark on a predicate it was handed (never signed): the baseline
+attributed this failure to the pull request, so the device is not blamed for it."""
 
 Z = 1.959963984540054
 """The normal quantile of a two-sided 95 % interval."""
@@ -112,6 +128,8 @@ class _Seen:
     faults: list[ReceiptFault]
     who: str
     """The pull request (or commit) whose code ran."""
+    introduced: bool = False
+    """The baseline attributed its failure to the pull request (`INTRODUCED`)."""
 
 
 def _seen(p: Mapping[str, Any]) -> _Seen:
@@ -126,6 +144,7 @@ def _seen(p: Mapping[str, Any]) -> _Seen:
         outcome=str(p.get("outcome") or ""),
         faults=receipt_faults(str(env.get("gpu_health") or "")),
         who=who,
+        introduced=bool(p.get(INTRODUCED)),
     )
 
 
@@ -136,7 +155,7 @@ def fleet_report(predicates: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     code_by: dict[str, set[str]] = {}
     for r in seen:
         for f in r.faults:
-            if f.code_xid:
+            if f.code_xid and not r.introduced:
                 code_by.setdefault(f.uuid, set()).add(r.who)
     recurring = {u for u, whos in code_by.items() if len(whos) >= 2}
     devices: dict[str, Tally] = {}
@@ -145,16 +164,18 @@ def fleet_report(predicates: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     for r in seen:
         blamed = {f.uuid for f in r.faults if f.infra or (f.code_xid and f.uuid in recurring)}
         named = {f.uuid for f in r.faults}
-        rows = [(devices.setdefault(u, Tally()), {u}) for u in r.uuids]
-        rows += [(hosts.setdefault(r.host, Tally()), set(r.uuids))]
-        rows += [(claims.setdefault(r.claim, Tally()), set(r.uuids))]
-        for t, where in rows:
+        # A failure the pull request brought is its claim's, never its device's or host's.
+        mine = not r.introduced
+        rows = [(devices.setdefault(u, Tally()), {u}, mine) for u in r.uuids]
+        rows += [(hosts.setdefault(r.host, Tally()), set(r.uuids), mine)]
+        rows += [(claims.setdefault(r.claim, Tally()), set(r.uuids), True)]
+        for t, where, counts in rows:
             t.hosts.add(r.host)
             t.runs += 1
-            t.failures += r.outcome == "failed"
-            t.infra_errors += r.outcome == "infra-error"
-            t.health_faults += bool(named & where)
-            t.device_faults += bool(blamed & where)
+            t.failures += counts and r.outcome == "failed"
+            t.infra_errors += counts and r.outcome == "infra-error"
+            t.health_faults += counts and bool(named & where)
+            t.device_faults += counts and bool(blamed & where)
     return {
         "devices": [
             {"uuid": u, "hosts": sorted(t.hosts), **t.doc()} for u, t in sorted(devices.items())
@@ -165,19 +186,86 @@ def fleet_report(predicates: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
 
 
 def store_predicates(store: Store) -> list[dict[str, Any]]:
-    """Every receipt's predicate whose signer stands (registered runner, not revoked),
-    in log order; an entry that does not read counts for nothing (`ledger audit`)."""
+    """Every receipt's predicate the fleet counts, in log order: its signer stands
+    (registered runner, not revoked) and speaks for the host it names; of its GPUs only
+    those of that host (declared there, else first named there); a failure the
+    baseline attributed to the pull request marked `INTRODUCED`. An entry that does
+    not read counts for nothing (`ledger audit`)."""
     from ledger.evidence.errors import Error
     from ledger.transparency.logged import standing
+    from ledger.write.hosts import registry
 
     keys = store.keys()
-    out = []
+    hosts = registry(store, keys)
+    kept: list[tuple[LoggedEntry, QualificationPredicate]] = []
     for e in store.entries(kinds=["receipt"]):
         try:
-            if standing(e, keys) is None:
-                out.append(e.receipt.predicate.model_dump(mode="json"))
+            if standing(e, keys) is not None:
+                continue
+            p = e.receipt.predicate
         except Error:
             continue
+        bound = hosts.of(e.signer)
+        if p.runner.host and (bound is None or not bound.speaks_for(p.runner.host)):
+            continue  # a host its key does not speak for (or no longer does)
+        kept.append((e, p))
+    owner = {u: min(hs) for u, hs in hosts.owners.items() if len(hs) == 1}
+    for _, p in kept:
+        for u in p.runner.gpu_uuids:
+            if p.runner.host:
+                owner.setdefault(u, p.runner.host)
+    introduced = _introduced(kept, keys)
+    out = []
+    for e, p in kept:
+        doc = p.model_dump(mode="json")
+        here = p.runner.host
+        doc["runner"]["gpu_uuids"] = [u for u in p.runner.gpu_uuids if owner.get(u) == here]
+        if e.entry_id in introduced:
+            doc[INTRODUCED] = True
+        out.append(doc)
+    return out
+
+
+def _introduced(
+    kept: Sequence[tuple[LoggedEntry, QualificationPredicate]], keys: Mapping[str, KeyInfo]
+) -> set[str]:
+    """The failed or inconclusive receipts whose baseline says the pull request brought
+    the failure (`ledger.qualification.attribution`: the base passes on the same
+    device, by the same runner)."""
+    from ledger.qualification.attribution import BLAMED, attribute
+    from ledger.qualification.evidence import ReceiptEvidence
+
+    def evidence(e: LoggedEntry) -> ReceiptEvidence:
+        k = keys[e.signer]
+        return ReceiptEvidence(
+            id=e.entry_id,
+            seq=e.seq,
+            statement=e.receipt,
+            signer=e.signer,
+            signer_role=k.role,
+            signer_revoked_seq=k.revoked_seq,
+            signer_registered_by=k.registered_by,
+        )
+
+    heads = [
+        (e, p)
+        for e, p in kept
+        if p.outcome in BLAMED and p.source.base and p.source.base != p.source.commit
+    ]
+    if not heads:
+        return set()
+    by: dict[tuple[str, str, str], list[ReceiptEvidence]] = {}
+    bases = {(p.source.repo, str(p.source.base), p.claim) for _, p in heads}
+    for e, p in kept:
+        at = (p.source.repo, p.source.commit, p.claim)
+        if at in bases:
+            by.setdefault(at, []).append(evidence(e))
+    out = set()
+    for e, p in heads:
+        base = by.get((p.source.repo, str(p.source.base), p.claim), [])
+        found = attribute(p.claim, p.check.name, dict(p.scope), [evidence(e)], base)
+        if found is not None and found.label == "introduced":
+            out.add(e.entry_id)
     return out
 
 

@@ -31,6 +31,7 @@ if TYPE_CHECKING:  # a reader loads SQLAlchemy, httpx or the log only where it a
     from ledger.store.store import Store
     from ledger.transparency.policy import Policy
     from ledger.transparency.witness import DbSource, ServerSource
+    from ledger.write.hosts import Registry
 
 __all__ = [
     "SERVERS_WORD",
@@ -105,10 +106,12 @@ class Reader(Protocol):
         """Let go of what the reader opened (a database's connections)."""
 
 
-def key_rows(keys: Iterable[KeyInfo]) -> list[dict[str, Any]]:
-    """The registered keys as `keys list --json` and `GET /v1/keys` show them."""
-    return [
-        {
+def key_rows(keys: Iterable[KeyInfo], hosts: Registry | None = None) -> list[dict[str, Any]]:
+    """The registered keys as `keys list --json` and `GET /v1/keys` show them; a runner
+    key with the hosts it speaks for (`hosts`, `hosts_source`) where ``hosts`` is given."""
+    out = []
+    for k in keys:
+        row: dict[str, Any] = {
             "keyid": k.keyid,
             "name": k.name,
             "role": k.role,
@@ -116,8 +119,11 @@ def key_rows(keys: Iterable[KeyInfo]) -> list[dict[str, Any]]:
             "revoked_reason": k.revoked_reason,
             "registered_by": k.registered_by,
         }
-        for k in keys
-    ]
+        bound = hosts.of(k.keyid) if hosts is not None else None
+        if bound is not None:
+            row.update(bound.to_json())
+        out.append(row)
+    return out
 
 
 def question_of(q: Identity, claims: list[str], scope: dict[str, str | int]) -> dict[str, Any]:
@@ -269,7 +275,10 @@ class LocalReader:
         return consistency_from(self.store, note, self._signing_keys())
 
     def registered_keys(self) -> list[dict[str, Any]]:
-        return key_rows(self.store.keys().values())
+        from ledger.write.hosts import registry
+
+        keys = self.store.keys()
+        return key_rows(keys.values(), registry(self.store, keys))
 
     def fleet(self, quarantine_above: float | None = None) -> dict[str, Any]:
         from ledger.fleet.report import fleet_report, quarantined, store_predicates

@@ -216,7 +216,23 @@ def render_keys(rows: list[dict[str, Any]]) -> str:
         state = f"revoked: {r['revoked_reason']}" if r["revoked"] else "active"
         mine = " (private key here)" if r["private_key_here"] else ""
         lines.append(f"{r['keyid'][:16]}  {r['role']:<8}  {r['name']:<16}  {state}{mine}")
+        if "hosts" in r:
+            lines.append(f"{'':16}  hosts: {_hosts_said(r)}")
     return "".join(line + "\n" for line in lines)
+
+
+def _hosts_said(r: dict[str, Any]) -> str:
+    """A runner key's hosts, each with its declared GPUs' count, and where they come
+    from when its registration did not name them."""
+    hosts = r.get("hosts") or {}
+    said = ", ".join(
+        h + (f" ({len(g)} GPU{'s' if len(g) != 1 else ''})" if g else "")
+        for h, g in sorted(hosts.items())
+    )
+    source = r.get("hosts_source")
+    if source and source != "registered":
+        return f"{said} ({source})" if said else str(source)
+    return said or "none"
 
 
 @_inert

@@ -17,7 +17,7 @@ import json
 import os
 import time
 import urllib.parse
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ledger.evidence.errors import (
@@ -273,9 +273,18 @@ def fetch_keys(url: str, timeout: float = 30) -> list[dict[str, Any]]:
 
 
 def register_key(
-    url: str, name: str, role: str, pem: bytes, token: str | None = None
+    url: str,
+    name: str,
+    role: str,
+    pem: bytes,
+    token: str | None = None,
+    hosts: Mapping[str, Sequence[str]] | None = None,
 ) -> dict[str, Any]:
-    doc = {"name": name, "role": role, "public_key_pem": pem.decode()}
+    """Register a public key; ``hosts``: the hosts a runner key speaks for, each with
+    the GPU UUIDs declared there (none: not known)."""
+    doc: dict[str, Any] = {"name": name, "role": role, "public_key_pem": pem.decode()}
+    if hosts is not None:
+        doc["hosts"] = {h: sorted(set(g)) for h, g in hosts.items()}
     return dict(_post(url, "/v1/keys", doc, _token(token)))
 
 

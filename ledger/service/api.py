@@ -259,10 +259,15 @@ async def consistency(request: Request) -> Response:
 
 async def list_keys(request: Request) -> Response:
     from ledger.read.reader import key_rows
+    from ledger.write.hosts import registry
 
     led = _ledger(request)
-    keys = await run_in_threadpool(lambda: led.store().keys(fresh=True))
-    return json_response(key_rows(keys.values()))
+
+    def rows() -> list[dict[str, Any]]:
+        keys = led.store().keys(fresh=True)
+        return key_rows(keys.values(), registry(led.store(), keys))
+
+    return json_response(await run_in_threadpool(rows))
 
 
 async def add_key(request: Request) -> Response:
@@ -278,14 +283,34 @@ async def add_key(request: Request) -> Response:
         raise RefusedError("role: expected runner or reviewer")
     pem = _str(doc, "public_key_pem").encode()
     public = load_public_pem(pem, "public_key_pem")
+    hosts = _hosts(doc, role)
     kid, new = await run_in_threadpool(
-        lambda: register_key(led.store(), name, role, public, registered_by=holder)  # type: ignore[arg-type]
+        lambda: register_key(
+            led.store(),
+            name,
+            role,  # type: ignore[arg-type]
+            public,
+            registered_by=holder,
+            hosts=hosts,
+        )
     )
     led.log(f"key {name} ({role}) {kid[:12]} registered by {holder}")
     await run_in_threadpool(led.vouch)
     return json_response(
         {"keyid": kid, "name": name, "role": role, "added": new}, 201 if new else 200
     )
+
+
+def _hosts(doc: dict[str, Any], role: str) -> dict[str, tuple[str, ...]] | None:
+    """A registration's ``hosts`` (host -> GPU UUIDs declared there): a runner key
+    names the hosts it speaks for, so that its receipts speak of no other host's."""
+    from ledger.evidence.hosts import read_hosts
+
+    if doc.get("hosts") is None:
+        return None  # refused for a runner key where its name is checked (`register_key`)
+    if role != "runner":
+        raise RefusedError(f"hosts: a {role} key speaks for no host")
+    return read_hosts(doc["hosts"])
 
 
 async def add_plan(request: Request) -> Response:

@@ -161,6 +161,13 @@ def _key(e: LoggedEntry, rows: _Rows, keys: dict[str, KeyInfo]) -> list[str]:
         data.get("public_key"),
     ):
         out.append("key row differs from the entry")
+    if "hosts" in data:
+        from ledger.evidence.hosts import read_hosts
+
+        try:
+            read_hosts(data["hosts"])
+        except Error as err:
+            out.append(err.reason())
     keys[info.keyid] = info
     return out
 
@@ -211,6 +218,24 @@ def _alias(e: LoggedEntry, rows: _Rows, keys: dict[str, KeyInfo]) -> list[str]:
     return out
 
 
+def _hosts(e: LoggedEntry, rows: _Rows, keys: dict[str, KeyInfo]) -> list[str]:
+    """A change of the hosts a runner key speaks for: its id is its body's digest, and
+    it names a runner key registered before it."""
+    from ledger.evidence.hosts import read_hosts_entry
+
+    out = []
+    if e.body_id() != e.entry_id:
+        out.append("id differs from the body digest")
+    try:
+        change = read_hosts_entry(e.document)
+    except Error as err:
+        return [*out, err.reason()]
+    key = keys.get(change.keyid)
+    if key is None or key.role != "runner":
+        out.append(f"it names {change.keyid[:12]}, which is no runner key registered before it")
+    return out
+
+
 _CHECKS = {
     "receipt": _statement,
     "review": _statement,
@@ -218,6 +243,7 @@ _CHECKS = {
     "revocation": _revocation,
     "plan": _plan,
     "alias": _alias,
+    "hosts": _hosts,
 }
 
 

@@ -7,7 +7,7 @@ input leaves the database exactly as it was.
 from __future__ import annotations
 
 import base64
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,6 +19,7 @@ from ledger.evidence import dsse, limits
 from ledger.evidence.canonical import receipt_id
 from ledger.evidence.entry import envelope_body, key_body, revocation_body
 from ledger.evidence.errors import RefusedError, UsageError, VerificationError
+from ledger.evidence.hosts import with_hosts
 from ledger.evidence.keys import KeyDir, KeyInfo, Role, find_key, key_id, raw_public, valid_key_name
 from ledger.evidence.models import QualificationStatement, ReviewStatement
 from ledger.evidence.statement import ArtifactFile
@@ -35,6 +36,7 @@ from ledger.store.store import (
 )
 from ledger.verify.envelope import Verified, verify_envelope
 from ledger.write.artifacts import MAX_ARTIFACT_BYTES, ArtifactStore, for_ledger
+from ledger.write.hosts import Registry, check_names, check_speaks_for, registry
 
 __all__ = [
     "Initialized",
@@ -150,11 +152,17 @@ def record(
     nxt = store.size()
     checked: list[Verified] = []
     batch: dict[str, Verified] = {}
+    reg: Registry | None = None
     for i, raw in enumerate(raws):
         try:
             v = verify_envelope(dsse.parse_envelope(raw), keys, at_seq=nxt + i)
             _check_limits(v)
             _check_links(store, v, batch)
+            if isinstance(v.statement, QualificationStatement):
+                # Each key speaks only for its hosts; every name it signs is printable.
+                reg = registry(store, keys) if reg is None else reg
+                check_names(v.statement.predicate)
+                check_speaks_for(reg, v.signer, v.statement.predicate)
         except (RefusedError, VerificationError) as e:
             where = f"input {i + 1}: " if len(raws) > 1 else ""
             raise RefusedError(where + e.reason()) from None
@@ -240,8 +248,14 @@ def register_key(
     *,
     registered_by: str | None = None,
     rotation: bool = False,
+    hosts: Mapping[str, Sequence[str]] | None = None,
 ) -> tuple[str, bool]:
     """Log a public key with its role; returns (key id, newly added).
+
+    `hosts`: the hosts a runner key speaks for, each with the GPU UUIDs declared
+    there (none: not known); its receipts may speak of no other host's devices
+    (`ledger.write.hosts`). None registers it as earlier releases did: it speaks for
+    the hosts it records from.
 
     `registered_by` is the token holder of a registration over HTTP: such a
     key is a runner or reviewer key, never the ledger key nor one of its names.
@@ -250,8 +264,16 @@ def register_key(
     """
     kid = key_id(public)
     limits.check_row("key", {"name": name, "role": role})
+    if hosts is not None and role != "runner":
+        raise (RefusedError if registered_by is not None else UsageError)(
+            f"a {role} key speaks for no host: only a runner key names hosts"
+        )
     if registered_by is not None:
         _check_remote_key(store, name, role)
+        if role == "runner" and not hosts:
+            raise RefusedError(
+                "hosts: a runner key names the hosts it speaks for ({host: [GPU UUIDs]})"
+            )
     # Over HTTP these are the client's mistakes (400), not the operator's.
     err = RefusedError if registered_by is not None else UsageError
     existing = store.keys(fresh=True).get(kid)
@@ -268,6 +290,13 @@ def register_key(
             "would sign its checkpoints from now on; replace it with `ledger keys rotate-ledger`"
         )
     body = key_body(kid, name, role, public, registered_by)
+    if hosts is not None:
+        try:
+            body = with_hosts(body, hosts)
+        except RefusedError as e:
+            if registered_by is not None:
+                raise
+            raise UsageError(e.reason()) from None
     with store.append_tx() as tx:
 
         def idx(conn: Connection, seq: int) -> None:

@@ -23,6 +23,7 @@ from starlette.responses import HTMLResponse, JSONResponse, Response
 
 from ledger.evidence.errors import Error
 from ledger.read import humanize
+from ledger.read.inert import inert
 from ledger.service.web import charts, views
 
 __all__ = ["ROUTES", "STATIC", "error_page", "wants_html"]
@@ -40,6 +41,9 @@ _env.filters["short"] = lambda s: str(s).removeprefix("sha256:")[:12]
 _env.filters["q"] = lambda d: urlencode(d)
 _env.filters["path"] = lambda s: quote(str(s), safe=":")
 _env.filters["envline"] = lambda env: humanize.environment_line(dict(env or {}))
+# A signed name (a host, a GPU) shown with its control characters visible, never sent
+# (a receipt logged before ingest checked names may still carry one).
+_env.filters["inert"] = lambda s: inert(str(s))
 
 
 def _commands(text: str | None) -> Markup:

@@ -39,7 +39,9 @@ def repo(tmp_path: Path, key_dir: Path, monkeypatch: pytest.MonkeyPatch, capsys:
     monkeypatch.setenv("LEDGER_DB", str(tmp_path / "l.db"))
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))  # the outbox's folder
     assert run(capsys, "init").code == 0
-    assert run(capsys, "keys", "new", "runner", "--role", "runner").code == 0
+    # The key speaks for this host and for the GPU host whose fault a receipt names.
+    here = ("--host", socket.gethostname(), "--host", "gpu-host-7")
+    assert run(capsys, "keys", "new", "runner", "--role", "runner", *here).code == 0
     r = git.Repo.init(tmp_path / "up", initial_branch="main")
     commit_file(r, "qualification.toml", PLAN, "plan")
     return Path(str(r.working_tree_dir))

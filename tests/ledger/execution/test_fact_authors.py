@@ -210,19 +210,37 @@ def test_an_honest_claim_keeps_the_scope_it_computed_itself(
 
 
 def test_fleet_shows_the_host_strings_of_earlier_receipts_escaped(
-    tmp_path: Path, ledger_env: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path,
+    ledger_env: Path,
+    key_dir: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
-    # An earlier release signed the host and GPU UUIDs a claim's result named; such a
-    # receipt, signed here the same way, keeps its bytes, and `ledger fleet` shows them
-    # escaped, never sent to the terminal.
+    # An earlier release signed the host and GPU UUIDs a claim's result named, by a key
+    # registered as it registered them (no hosts). Today ingest refuses such names, and
+    # writes nothing.
+    from ledger.evidence.keys import KeyDir
+    from ledger.store.store import Store
+    from ledger.write.ingest import register_key
+
+    old = KeyDir(key_dir).create("old")
+    register_key(Store.open(f"sqlite:///{ledger_env / 'l.db'}"), "old", "runner", old.public)
     repo = make_probe_repo(tmp_path / "repo", claim("a.old"))
     evil = "<b>h</b>\x1b]52;c;cm0gLXJmIH4K\x07\x1b[2J"
-    r = run(
-        capsys,
+    args = (
         "attest", "--unplanned", "--claim", "a.old", "--rev", "HEAD", "--repo", str(repo),
-        "--outcome", "failed", "--reason", "r", "--key", "runner",
+        "--outcome", "failed", "--reason", "r", "--key", "old",
         "--host", evil, "--gpu-uuid", "GPU-1\x1b[31m",
     )  # fmt: skip
+    r = run(capsys, *args)
+    assert r.code == 1 and "runner.host" in r.err and "is not printable text" in r.err
+    assert "\x1b" not in r.err
+    # Such a receipt, logged as the earlier release logged it (no check of names), keeps
+    # its bytes, and `ledger fleet` shows them escaped, never sent to the terminal.
+    import ledger.write.ingest as ingest
+
+    monkeypatch.setattr(ingest, "check_names", lambda p: None)
+    r = run(capsys, *args)
     assert r.code == 0, r.err
     r = run(capsys, "fleet")
     assert r.code == 0, r.err

@@ -46,7 +46,9 @@ def _over(commit: str, outcome: str) -> dict[str, Any]:
 def ledger(ledger_env: Path, key_dir: Path, capsys: pytest.CaptureFixture[str]) -> str:
     """The head's failed receipt; the base passes by the same runner key; another
     runner key then signs a newer failed receipt of the base. Returns the head's id."""
-    assert run(capsys, "keys", "new", "other", "--role", "runner").code == 0
+    assert run(capsys, "keys", "new", "other", "--role", "runner", "--host", "gpu-host").code == 0
+    add = ("keys", "host", "add", "runner", "gpu-host", "--reason", "the GPU host")
+    assert run(capsys, *add).code == 0
     keys = KeyDir(key_dir)
     mine, other = keys.load("runner"), keys.load("other")
     store = Store.open(f"sqlite:///{ledger_env / 'l.db'}")

@@ -80,7 +80,9 @@ def test_a_holders_own_reviewer_key_is_not_an_independent_review(
     keys = KeyDir(key_dir)
     srv = start(ledger_db, keys, tokens=tokens)
     try:
-        client.register_key(srv.url, "h7", "runner", _pem(keys, "h7"), token=desk)
+        client.register_key(
+            srv.url, "h7", "runner", _pem(keys, "h7"), token=desk, hosts={"gpu-host-7": []}
+        )
         client.register_key(srv.url, "h7-rev", "reviewer", _pem(keys, "h7-rev"), token=desk)
         client.register_key(srv.url, "alice", "reviewer", _pem(keys, "alice"), token=other)
         [rec] = client.post_envelopes(srv.url, [envelope(keys.load("h7"))])
@@ -114,15 +116,17 @@ def test_a_revoked_token_stops_working_without_a_restart(
     token = r.out.strip()
     srv = start(ledger_db, keys, tokens=tokens)
     try:
-        client.register_key(srv.url, "a1", "runner", _pem(keys, "a1"), token=token)
+        client.register_key(srv.url, "a1", "runner", _pem(keys, "a1"), token=token, hosts={"h": []})
         listed = run(capsys, "token", "list", "--tokens", str(tokens))
         assert listed.out.split() == ["desk", "keys"] and token not in tokens.read_text()
         assert run(capsys, "token", "revoke", "desk", "--tokens", str(tokens)).code == 0
         with pytest.raises(UsageError, match="unknown token"):
-            client.register_key(srv.url, "a2", "runner", _pem(keys, "a2"), token=token)
+            client.register_key(
+                srv.url, "a2", "runner", _pem(keys, "a2"), token=token, hosts={"h": []}
+            )
         # Removing the file altogether also takes effect at once.
         again = new_token("desk2", tokens, ["keys"])
-        client.register_key(srv.url, "a3", "runner", _pem(keys, "a3"), token=again)
+        client.register_key(srv.url, "a3", "runner", _pem(keys, "a3"), token=again, hosts={"h": []})
         tokens.unlink()
         r2 = httpx.post(
             srv.url + "/v1/keys/a3/revoke",

@@ -70,7 +70,7 @@ def test_tokens_guard_key_writes(ledger_db: str, key_dir: Path, tmp_path: Path) 
         assert r.status_code == 401 and list(r.json()) == ["error"]
         with pytest.raises(UsageError, match="unknown token"):
             client.register_key(srv.url, "host7", "runner", pem, token="ldg_wrong")
-        doc = client.register_key(srv.url, "host7", "runner", pem, token=token)
+        doc = client.register_key(srv.url, "host7", "runner", pem, token=token, hosts={"h7": []})
         assert doc["added"] is True
         assert "host7" in {k["name"] for k in client.fetch_keys(srv.url)}
         client.revoke_key(srv.url, "host7", "host retired", token=token)

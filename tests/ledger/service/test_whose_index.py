@@ -11,6 +11,7 @@ import httpx
 from ledger.evidence.keys import KeyDir
 from ledger.service.run import start
 from ledger.store.store import Store
+from ledger.write.hosts import change_host
 from ledger.write.ingest import record
 from tests.ledger.factories import envelope
 
@@ -41,6 +42,7 @@ def test_a_baseline_run_is_filed_under_the_pr_that_asked_for_it(
     keys = KeyDir(key_dir)
     runner = keys.load("runner")
     store = Store.open(f"sqlite:///{ledger_env / 'l.db'}")
+    change_host(store, "runner", "add", "gpu-host", (), "the GPU host")
     record(store, [envelope(runner, **_over(HEAD, "failed"))])
     asked = f"the head {HEAD} of PR #3"
     record(store, [envelope(runner, **_over(BASE, "passed", baseline_for=asked))])

@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +42,9 @@ def ledger(
     db = tmp_path / "l.db"
     monkeypatch.setenv("LEDGER_DB", str(db))
     assert run(capsys, "init").code == 0
-    assert run(capsys, "keys", "new", "h200", "--role", "runner").code == 0
+    # The runner key speaks for this host and for h1, the host an attest names.
+    here = ("--host", socket.gethostname(), "--host", "h1")
+    assert run(capsys, "keys", "new", "h200", "--role", "runner", *here).code == 0
     assert run(capsys, "keys", "new", "alice", "--role", "reviewer").code == 0
     return db
 
