@@ -2,10 +2,19 @@
 
 The ready adapter's own steps are measured at small shapes under the harness's
 probe (the reset-to-peak increment a check measures): every phase at a grid of
-``batch x seq`` shapes up to half the calibration's token budget, its first step
+``batch x seq`` shapes up to the calibration's token budget, its first step
 measured cold. Each phase's step cost (the increment less the gradients the model
-is known to allocate) is fit to an upper envelope, then checked against one larger
-shape (the whole budget), the stated error widening to cover it if it must.
+is known to allocate) is fit to an upper envelope, then checked against two shapes
+of the whole budget it was not fit on (one long sequence, many short ones), the
+stated error widening to cover them if it must.
+
+A mixture of experts is calibrated under the worst routing its routers allow: through
+the harness's router hooks (`runners.adapt.routers`, the replay the checks use),
+every token is sent to the same top-k experts, so an expert's working set is priced
+at every token, not at the share random inputs give it. Where the routers cannot be
+replayed that way the calibration says so (``routing.forced``: false). The same
+validation shape is measured once more under the routers' own choice, and the
+record states the share of the bound that the routing costs (``routing.share_permille``).
 
 Calibrating leaves the workload as it found it: the random state is forked, buffers
 a training-mode forward updates (BatchNorm's running statistics) are put back, and
@@ -31,7 +40,9 @@ from typing import Any, Protocol
 
 import torch
 
+from runners.adapt.held import modules_held
 from runners.adapt.model_bytes import model_bytes
+from runners.adapt.routers import RouterHooks, _experts_of, find_routers
 from runners.harness.probe import CpuProbe, make_probe
 from runners.harness.steps import measure_step
 from runners.protocol import Batch, ForwardOutputs, Shape
@@ -84,12 +95,13 @@ def cache_dir(env: Mapping[str, str] = os.environ) -> Path:
     return Path(base) / "ledger" / "calibration"
 
 
-def shapes(max_tokens: int) -> tuple[list[Shape], Shape]:
-    """The fit's grid (batches 1 and 2, three sequence lengths, up to half of
-    ``max_tokens``) and the validation shape (one sequence of ``max_tokens``)."""
+def shapes(max_tokens: int) -> tuple[list[Shape], list[Shape]]:
+    """The fit's grid (batches 1, 2 and 4 at three sequence lengths, up to
+    ``max_tokens``) and the validation shapes, each of ``max_tokens`` too but of
+    another aspect: one long sequence, and many short ones."""
     s = max(1, max_tokens // 16)
-    grid = [Shape(batch=b, seq=q) for b in (1, 2) for q in (s, 2 * s, 4 * s)]
-    return grid, Shape(batch=1, seq=16 * s)
+    grid = [Shape(batch=b, seq=q) for b in (1, 2, 4) for q in (s, 2 * s, 4 * s)]
+    return grid, [Shape(batch=1, seq=16 * s), Shape(batch=8, seq=2 * s)]
 
 
 def _key(digest: str, device: str, terms: tuple[str, ...], max_tokens: int) -> str:
@@ -125,36 +137,84 @@ def _step(w: Calibrated, shape: Shape, grad: bool) -> Callable[[], ForwardOutput
     return step
 
 
+class _WorstRouting:
+    """Every token routed to experts ``0..k-1`` of every router that can be replayed
+    (module docstring); `off` leaves the routers their own choice."""
+
+    def __init__(self, w: Calibrated) -> None:
+        routers = find_routers(modules_held(w))
+        self.top_k = {n: k for n, m in routers.items() if (k := _experts_of(m)[1])}
+        self.hooks = RouterHooks({n: routers[n] for n in self.top_k}) if self.top_k else None
+        self.count = len(routers)
+
+    def on(self, shape: Shape) -> None:
+        if self.hooks is not None:
+            self.hooks.replay(
+                {
+                    n: torch.arange(k).expand(shape.batch * shape.seq, k)
+                    for n, k in self.top_k.items()
+                }
+            )
+
+    def off(self) -> None:
+        if self.hooks is not None:
+            self.hooks.replay(None)
+
+    def forced(self) -> bool:
+        """Whether every router took the worst routing (none refused the replay)."""
+        h = self.hooks
+        return h is not None and len(self.top_k) == len(h.replayable) == self.count and not h.broken
+
+    def detach(self) -> None:
+        if self.hooks is not None:
+            self.hooks.detach()
+
+
 def measure(w: Calibrated, terms: tuple[str, ...], max_tokens: int) -> Calibration:
     """Calibrate ``w`` on its device now (module docstring)."""
     if w.model is None or w.device is None:
         raise RuntimeError("the built-in estimator calibrates a workload set up on its device")
     device = w.device
     mb = model_bytes(w.model, w.optimizer)
-    grid, check = shapes(max_tokens)
+    grid, checks = shapes(max_tokens)
     probe = make_probe(device)
     fits: dict[str, PhaseFit] = {}
+    routing = _WorstRouting(w)
+    share: dict[str, int] = {}
     try:
         with _untouched(w.model, device), probe.session():
             for phase in PHASE_NAMES:
                 grad = phase == "forward_backward"
                 known = mb.gradient_bytes if grad else 0
 
-                def one(shape: Shape, grad: bool = grad, known: int = known) -> Point:
+                def one(shape: Shape, grad: bool = grad, worst: bool = True) -> Point:
                     w.zero_grad()
-                    rec = measure_step(probe, f"calibrate {shape}", _step(w, shape, grad))
+                    if worst:
+                        routing.on(shape)
+                    try:
+                        rec = measure_step(probe, f"calibrate {shape}", _step(w, shape, grad))
+                    finally:
+                        routing.off()
                     w.zero_grad()
                     if not rec.ok:
                         raise RuntimeError(
                             f"calibration step {shape} failed: {rec.outcome.sentence()}"
                         )
-                    return Point(shape.batch, shape.seq, max(0, rec.increment_bytes - known))
+                    return Point(shape.batch, shape.seq, rec.increment_bytes)
 
                 cold = one(grid[0])
-                f = fit(terms, [one(s) for s in grid])
-                f = widened(with_cold(f, cold), one(check), known_bytes=known)
+                f = with_cold(fit(terms, [one(s) for s in grid], known), cold)
+                for check in checks:
+                    worst = one(check)
+                    f = widened(f, worst)
                 fits[phase] = f
+                if routing.count:
+                    own = one(checks[-1], worst=False)
+                    bound = worst.measured_bytes
+                    cost = worst.measured_bytes - own.measured_bytes
+                    share[phase] = max(0, cost) * 1000 // bound if bound else 0
     finally:
+        routing.detach()
         if isinstance(probe, CpuProbe):
             probe.close()
     return Calibration(
@@ -163,7 +223,14 @@ def measure(w: Calibrated, terms: tuple[str, ...], max_tokens: int) -> Calibrati
         terms=terms,
         model=mb,
         phases=fits,
-        measured_up_to_tokens=check.tokens,
+        measured_up_to_tokens=max(c.tokens for c in checks),
+        routing={
+            "routers": routing.count,
+            "forced": routing.forced(),
+            "share_permille": dict(share),
+        }
+        if routing.count
+        else {},
     )
 
 

@@ -2,19 +2,24 @@
 
 A step's peak increment is modelled per phase as the exactly known bytes of the
 model (the gradients a backward allocates, `ModelBytes`) plus a step cost that is
-a non-negative combination of named basis terms of the shape:
+a non-negative combination of named basis terms of the shape (an upper bound even
+where the peak comes before every gradient is allocated: the sum bounds the
+larger of the two):
 
 - ``constant``: 1 (what every step allocates whatever its size);
+- ``sequences``: ``batch`` (what each sequence adds whatever its length: a pooled
+  row, a per-row loss, a mask's rows);
 - ``tokens``: ``batch * seq`` (activations, logits, routed rows);
 - ``attention``: ``batch * seq**2``, where attention scores are materialised.
 
-The coefficients are fit by non-negative least squares on relative residuals (so
-small shapes weigh as much as large ones), giving the *point* estimate; the stated
-error is the largest relative residual over the measured shapes, so the returned
-prediction (point plus error) lies on or above every measured point: an upper
-envelope, not a line through the middle. Coefficients are stored as exact
-integers (bytes per 1024 units, rounded up) and the error in permille (rounded
-up), so the record signs integers and every prediction is recomputed exactly.
+The coefficients are fit by non-negative least squares on residuals relative to
+the measured increment (so small shapes weigh as much as large ones), giving the
+*point* estimate; the stated error is the largest relative residual over the
+measured shapes, so the returned prediction (point plus error) lies on or above
+every measured point: an upper envelope, not a line through the middle.
+Coefficients are stored as exact integers (bytes per 1024 units, rounded up) and
+the error in permille (rounded up), so the record signs integers and every
+prediction is recomputed exactly.
 
 Imports nothing heavy: the fit is small linear algebra in Python, readable and
 checkable without torch.
@@ -33,7 +38,7 @@ from typing import Any
 VERSION = "1"
 """The built-in estimator's method: a calibration recorded under another is refit."""
 
-TERMS = ("constant", "tokens", "attention")
+TERMS = ("constant", "sequences", "tokens", "attention")
 """Every basis term the method knows, in order."""
 
 UNIT = 1024
@@ -42,7 +47,12 @@ UNIT = 1024
 
 def features(terms: Sequence[str], batch: int, seq: int) -> dict[str, int]:
     """Each basis term's value at a ``batch x seq`` shape."""
-    values = {"constant": 1, "tokens": batch * seq, "attention": batch * seq * seq}
+    values = {
+        "constant": 1,
+        "sequences": batch,
+        "tokens": batch * seq,
+        "attention": batch * seq * seq,
+    }
     return {t: values[t] for t in terms}
 
 
@@ -53,7 +63,7 @@ class Point:
     batch: int
     seq: int
     measured_bytes: int
-    """The step's reset-to-peak increment less the model's known bytes for the phase."""
+    """The step's reset-to-peak increment."""
 
     def json(self) -> dict[str, int]:
         return {"batch": self.batch, "seq": self.seq, "measured_bytes": self.measured_bytes}
@@ -108,18 +118,25 @@ class PhaseFit:
     """Term -> bytes per `UNIT` units, rounded up."""
     error_permille: int
     """Stated error: the prediction is the point plus this share of it."""
+    known_bytes: int = 0
+    """The model's exactly known bytes in a step of the phase (a backward's gradients),
+    part of the point whatever the shape."""
     cold_extra_bytes: int = 0
     """Bytes a cold step (first of its phase in the process) measured above the warm
     prediction at the same shape: workspaces and lazily loaded kernels."""
     points: tuple[Point, ...] = ()
-    validation: dict[str, int | bool] = field(default_factory=dict)
-    """The largest shape measured after the fit: batch, seq, measured, predicted before
-    it was seen, and whether the stated error had to widen to cover it."""
+    validation: tuple[dict[str, int | bool], ...] = ()
+    """Shapes measured after the fit, each: batch, seq, measured, predicted before it
+    was seen, and whether the stated error had to widen to cover it."""
 
     def point(self, batch: int, seq: int) -> dict[str, int]:
-        """Each term's bytes at the shape (rounded up)."""
+        """Each term's bytes of the step cost at the shape (rounded up)."""
         f = features(list(self.coefficients), batch, seq)
         return {t: -(-c * f[t] // UNIT) for t, c in self.coefficients.items()}
+
+    def total(self, batch: int, seq: int) -> int:
+        """The warm point estimate: the step cost and the model's known bytes."""
+        return sum(self.point(batch, seq).values()) + self.known_bytes
 
     def error(self, point: int) -> int:
         return -(-point * self.error_permille // 1000)
@@ -128,9 +145,10 @@ class PhaseFit:
         return {
             "coefficients_per_1024": dict(self.coefficients),
             "error_permille": self.error_permille,
+            "known_bytes": self.known_bytes,
             "cold_extra_bytes": self.cold_extra_bytes,
             "points": [p.json() for p in self.points],
-            "validation": dict(self.validation),
+            "validation": [dict(v) for v in self.validation],
         }
 
     @classmethod
@@ -138,11 +156,12 @@ class PhaseFit:
         return cls(
             coefficients={str(k): int(v) for k, v in d["coefficients_per_1024"].items()},
             error_permille=int(d["error_permille"]),
+            known_bytes=int(d["known_bytes"]),
             cold_extra_bytes=int(d["cold_extra_bytes"]),
             points=tuple(
                 Point(int(p["batch"]), int(p["seq"]), int(p["measured_bytes"])) for p in d["points"]
             ),
-            validation=dict(d.get("validation", {})),
+            validation=tuple(dict(v) for v in d.get("validation", ())),
         )
 
 
@@ -150,7 +169,7 @@ def _error_permille(fit: PhaseFit, points: Iterable[Point]) -> int:
     """The least permille error that puts every point on or under the prediction."""
     worst = 0
     for p in points:
-        point = sum(fit.point(p.batch, p.seq).values())
+        point = fit.total(p.batch, p.seq)
         if p.measured_bytes <= point:
             continue
         if point <= 0:
@@ -166,8 +185,9 @@ def _error_permille(fit: PhaseFit, points: Iterable[Point]) -> int:
     return worst
 
 
-def fit(terms: Sequence[str], points: Sequence[Point]) -> PhaseFit:
-    """The upper envelope of ``points`` on ``terms`` (module docstring)."""
+def fit(terms: Sequence[str], points: Sequence[Point], known_bytes: int = 0) -> PhaseFit:
+    """The upper envelope of ``points`` on ``terms`` above ``known_bytes`` (module
+    docstring)."""
     unknown = [t for t in terms if t not in TERMS]
     if unknown:
         raise ValueError(f"unknown basis terms {unknown}; known: {', '.join(TERMS)}")
@@ -176,38 +196,47 @@ def fit(terms: Sequence[str], points: Sequence[Point]) -> PhaseFit:
     rows: list[list[float]] = []
     target: list[float] = []
     for p in points:
+        # Relative to the whole increment: a step whose cost is mostly the known bytes
+        # does not pull the fit by its small remainder.
         w = 1.0 / max(p.measured_bytes, 1)
         f = features(terms, p.batch, p.seq)
         rows.append([f[t] * w for t in terms])
-        target.append(p.measured_bytes * w)
+        target.append(max(0, p.measured_bytes - known_bytes) * w)
     coef = _nnls(rows, target)
     ints = {t: math.ceil(c * UNIT) for t, c in zip(terms, coef, strict=True)}
-    if all(v == 0 for v in ints.values()) and any(p.measured_bytes > 0 for p in points):
+    if all(v == 0 for v in ints.values()) and any(p.measured_bytes > known_bytes for p in points):
         # Nothing fit: price the largest measurement as a constant (an envelope still).
-        ints["constant"] = max(p.measured_bytes for p in points) * UNIT
-    bare = PhaseFit(coefficients=ints, error_permille=0, points=tuple(points))
+        ints["constant"] = max(p.measured_bytes - known_bytes for p in points) * UNIT
+    bare = PhaseFit(coefficients=ints, error_permille=0, known_bytes=known_bytes)
     return PhaseFit(
-        coefficients=ints, error_permille=_error_permille(bare, points), points=tuple(points)
+        coefficients=ints,
+        error_permille=_error_permille(bare, points),
+        known_bytes=known_bytes,
+        points=tuple(points),
     )
 
 
-def widened(f: PhaseFit, seen: Point, *, known_bytes: int = 0) -> PhaseFit:
+def widened(f: PhaseFit, seen: Point) -> PhaseFit:
     """``f`` with its stated error widened (if need be) to cover ``seen`` too, which is
-    recorded as its validation."""
+    recorded among its validations."""
     before = predict_step(f, seen.batch, seen.seq)
     err = max(f.error_permille, _error_permille(f, [seen]))
     return PhaseFit(
         coefficients=f.coefficients,
         error_permille=err,
+        known_bytes=f.known_bytes,
         cold_extra_bytes=f.cold_extra_bytes,
         points=f.points,
-        validation={
-            "batch": seen.batch,
-            "seq": seen.seq,
-            "measured_bytes": seen.measured_bytes + known_bytes,
-            "predicted_bytes": before + known_bytes,
-            "widened": err > f.error_permille,
-        },
+        validation=(
+            *f.validation,
+            {
+                "batch": seen.batch,
+                "seq": seen.seq,
+                "measured_bytes": seen.measured_bytes,
+                "predicted_bytes": before,
+                "widened": err > f.error_permille,
+            },
+        ),
     )
 
 
@@ -217,6 +246,7 @@ def with_cold(f: PhaseFit, cold: Point) -> PhaseFit:
     return PhaseFit(
         coefficients=f.coefficients,
         error_permille=f.error_permille,
+        known_bytes=f.known_bytes,
         cold_extra_bytes=extra,
         points=f.points,
         validation=f.validation,
@@ -224,8 +254,8 @@ def with_cold(f: PhaseFit, cold: Point) -> PhaseFit:
 
 
 def predict_step(f: PhaseFit, batch: int, seq: int) -> int:
-    """The warm step cost's upper bound at the shape (point plus stated error)."""
-    point = sum(f.point(batch, seq).values())
+    """The warm step's upper bound at the shape (point plus stated error)."""
+    point = f.total(batch, seq)
     return point + f.error(point)
 
 
@@ -277,6 +307,11 @@ class Calibration:
     phases: dict[str, PhaseFit]
     measured_up_to_tokens: int
     """The stated error holds for shapes up to this many tokens; beyond, extrapolated."""
+    routing: dict[str, Any] = field(default_factory=dict)
+    """A mixture of experts: its routers, whether they were forced to the worst routing
+    while measuring (``forced``), and per phase the share of the validation shape's
+    bound that routing costs (``share_permille``: worst less the routers' own choice).
+    Empty: no routers."""
     version: str = VERSION
 
     def json(self) -> dict[str, Any]:
@@ -289,6 +324,7 @@ class Calibration:
             "model": self.model.json(),
             "phases": {k: v.json() for k, v in sorted(self.phases.items())},
             "measured_up_to_tokens": self.measured_up_to_tokens,
+            "routing": dict(self.routing),
         }
 
     @property
@@ -308,26 +344,20 @@ class Calibration:
             model=ModelBytes.from_json(d["model"]),
             phases={str(k): PhaseFit.from_json(v) for k, v in d["phases"].items()},
             measured_up_to_tokens=int(d["measured_up_to_tokens"]),
+            routing=dict(d.get("routing", {})),
             version=str(d["version"]),
         )
-
-    def known_bytes(self, phase: str) -> int:
-        """The model's exactly known bytes in a step of ``phase``."""
-        return self.model.gradient_bytes if phase == "forward_backward" else 0
 
     def estimate(
         self, batch: int, seq: int, phase: str, *, cold: bool
     ) -> tuple[int, int, dict[str, int]]:
         """(predicted upper bound, point estimate, terms summing to the bound)."""
         f = self.phases[phase]
-        by_term = f.point(batch, seq)
-        point = sum(by_term.values())
-        terms = {f"step.{t}": v for t, v in by_term.items()}
-        known = self.known_bytes(phase)
-        if known:
-            terms["model.gradients"] = known
+        terms = {f"step.{t}": v for t, v in f.point(batch, seq).items()}
+        if f.known_bytes:
+            terms["model.gradients"] = f.known_bytes
+        terms["stated_error"] = f.error(f.total(batch, seq))
         if cold and f.cold_extra_bytes:
             terms["cold"] = f.cold_extra_bytes
-        point_total = sum(terms.values())
-        terms["stated_error"] = f.error(point)
-        return point_total + terms["stated_error"], point_total, terms
+        predicted = sum(terms.values())
+        return predicted, predicted - terms["stated_error"], terms
