@@ -23,22 +23,30 @@ from pathlib import Path
 from ledger.evidence.errors import UsageError
 from ledger.sandbox.launcher import PIDS_PREFIX
 
-__all__ = ["DEFAULT_MOST", "MOST_VAR", "controller", "held", "most", "release"]
+__all__ = ["DEFAULT_MOST", "FLOOR", "MOST_VAR", "controller", "held", "most", "release"]
 
 MOST_VAR = "LEDGER_SANDBOX_PIDS_MAX"
-DEFAULT_MOST = 4096
-"""Processes and threads one sandbox may hold at once: a training rank's threads and
-data-loader workers are a few hundred."""
+DEFAULT_MOST = 16384
+"""Processes and threads one sandbox may hold at once, at most: a training rank's
+threads (one intra-op pool a core) and data-loader workers stay well below it on a
+host of 128 cores; an eighth of the host's ``pid_max`` where that is less, so that
+no one sandbox can take the host's pids (`most`)."""
+FLOOR = 1024
 
 _V1 = Path("/sys/fs/cgroup/pids")
 
 
 def most(environ: Mapping[str, str] | None = None) -> int:
-    """``$LEDGER_SANDBOX_PIDS_MAX`` (a whole number above 0), else `DEFAULT_MOST`;
+    """``$LEDGER_SANDBOX_PIDS_MAX`` (a whole number above 0), else `DEFAULT_MOST` or an
+    eighth of this host's ``pid_max`` where that is less (never under `FLOOR`);
     `UsageError` for anything else."""
     raw = (os.environ if environ is None else environ).get(MOST_VAR, "").strip()
     if not raw:
-        return DEFAULT_MOST
+        try:
+            pid_max = int(Path("/proc/sys/kernel/pid_max").read_text())
+        except (OSError, ValueError):
+            return DEFAULT_MOST
+        return max(FLOOR, min(DEFAULT_MOST, pid_max // 8))
     if not raw.isdigit() or int(raw) <= 0:
         raise UsageError(f"{MOST_VAR} must be a whole number above 0, got {raw!r}")
     return int(raw)

@@ -145,7 +145,7 @@ def test_a_ledger_run_command_cannot_open_a_host_sysctl(
     from ledger.sandbox.proof import NO_PIDS_LIMIT, USERNS_DENIED
 
     assert env["sandbox_userns"] in USERNS_DENIED.values()
-    limited = "pids.max 4096 per sandbox (a cgroup v1 pids cgroup of its own)"
+    limited = f"pids.max {pids.most()} per sandbox (a cgroup v1 pids cgroup of its own)"
     assert env["sandbox_pids"] == (limited if pids.controller() else NO_PIDS_LIMIT), env
     verified = run(capfd, "verify", r.out.strip())
     assert "sandbox: bwrap, self-test 9 of 9 refused" in verified.out + verified.err

@@ -177,3 +177,14 @@ def test_the_filter_is_whole_instructions_and_known_machines_only() -> None:
         prog = filters.program(machine)
         assert prog is not None and len(prog) % 8 == 0 and len(prog) // 8 < 64
     assert filters.program("s390x") is None
+
+
+def test_the_process_limit_is_read_from_the_environment_or_the_hosts_pid_max() -> None:
+    from ledger.sandbox import pids
+
+    assert pids.most({"LEDGER_SANDBOX_PIDS_MAX": "64"}) == 64
+    for bad in ("0", "-3", "many", "1e4"):
+        with pytest.raises(UsageError, match="LEDGER_SANDBOX_PIDS_MAX must be a whole number"):
+            pids.most({"LEDGER_SANDBOX_PIDS_MAX": bad})
+    pid_max = int(Path("/proc/sys/kernel/pid_max").read_text())
+    assert pids.most({}) == max(pids.FLOOR, min(pids.DEFAULT_MOST, pid_max // 8))
