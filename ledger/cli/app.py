@@ -58,6 +58,7 @@ for _command in (
     _qualify.qualify,
     _doctor.doctor,
     _write.supersede,
+    _write.revoke,
     _read.status,
     _read.history,
     _read.show,

@@ -21,7 +21,7 @@ from ledger.cli.verify import VerifyRequest
 
 __all__ = ["verify_request"]
 
-# The command's options that take a value, and its one flag.
+# The command's options that take a value, and its flags.
 _VALUED = (
     "--trust",
     "--repo",
@@ -33,7 +33,7 @@ _VALUED = (
     "--server",
     "--db",
 )
-_FLAGS = ("--json",)
+_FLAGS = ("--json", "--fresh")
 _PATHS = ("--trust", "--checkpoint", "--policy")
 
 
@@ -105,4 +105,5 @@ def verify_request(args: Sequence[str]) -> VerifyRequest | None:
         db=values.get("--db"),
         as_json="--json" in flags,
         policy=None if policy is None else Path(policy),
+        fresh="--fresh" in flags,
     )

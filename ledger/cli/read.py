@@ -226,6 +226,13 @@ def show(receipt: str, server: str | None, db: str | None, as_json: bool) -> Non
     help="A C2SP tlog-policy file: the checkpoint must be signed by one of its logs and "
     "cosigned by its witnesses' quorum (its log keys are trusted as --trust is).",
 )
+@click.option(
+    "--fresh",
+    is_flag=True,
+    help="Require the key's and the receipt's status as of the newest checkpoint held "
+    "(a bundle's: a --checkpoint of its size); without it, unknown after the bundle's "
+    "checkpoint is said, not required.",
+)
 @ask_server
 @db_option
 @json_option
@@ -238,11 +245,18 @@ def verify(
     want_signer: str | None,
     newer: Path | None,
     policy: Path | None,
+    fresh: bool,
     server: str | None,
     db: str | None,
     as_json: bool,
 ) -> None:
     """Verify a receipt: a bundle FILE offline (with --trust), or an ID against the ledger.
+
+    It states each fact apart (signature and role at signing, inclusion up to a
+    checkpoint, the witness quorum, the key's and the receipt's revocation status
+    as of the key registry given, with its freshness) and passes only when every
+    fact required is established: a --checkpoint newer than the bundle's leaves
+    the status after the bundle's unknown, and fails.
 
     With --server and --trust, the receipt's bundle is fetched and verified
     here against --trust alone; with --server and no --trust the answer is
@@ -268,6 +282,7 @@ def verify(
             db=db,
             as_json=as_json,
             policy=policy,
+            fresh=fresh,
         )
     )
 

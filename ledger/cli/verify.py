@@ -32,6 +32,8 @@ class VerifyRequest(NamedTuple):
     as_json: bool = False
     policy: Path | None = None
     """A C2SP tlog-policy: the checkpoint must carry its witnesses' quorum."""
+    fresh: bool = False
+    """Require the key's and receipt's status as of the newest checkpoint held."""
 
 
 def _policy_logs(policy: Path | None) -> list[Any]:
@@ -50,6 +52,39 @@ def _witnessed_bundle(policy: Path | None, raw: bytes) -> str | None:
     from ledger.transparency.enforce import witnessed_bundle
 
     return witnessed_bundle(raw, read_file(policy))
+
+
+def _quorum(policy: Path | None, raw: bytes) -> tuple[list[str] | None, str | None]:
+    """The names of the witnesses that cosigned the bundle's checkpoint (after the
+    policy's quorum was checked), and the earliest time they cosigned it (UTC): the
+    checkpoint existed by then. (None, None) without a policy."""
+    if policy is None:
+        return None, None
+    from ledger.evidence.limits import load_json
+    from ledger.transparency.cosignature import cosigned_by
+    from ledger.transparency.policy import parse_policy
+
+    doc = load_json(raw, "bundle")
+    parsed = parse_policy(read_file(policy))
+    cp, cosigned = parsed.check(str(doc["checkpoint"]).encode())
+    times = [
+        t for name in cosigned if (t := cosigned_by(cp, parsed.witnesses[name].vkey)) is not None
+    ]
+    if not times:
+        return sorted(cosigned), None
+    import time
+
+    return sorted(cosigned), time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(min(times)))
+
+
+def _newest(newer: Path | None) -> int | None:
+    """The size of the newer checkpoint the verifier holds (consistency checked)."""
+    if newer is None:
+        return None
+    from ledger._internal.checkpoint import parse_checkpoint
+    from ledger._internal.witness import parse_newer
+
+    return parse_checkpoint(parse_newer(read_file(newer)).note).size
 
 
 def _refuse_test_result(target: str, raw: bytes) -> None:
@@ -115,7 +150,8 @@ def run_verify(req: VerifyRequest) -> None:
     if doc.get("trust") == "server":
         echo(f"ledger: this answer rests on {SERVERS_WORD}", err=True)
     if not doc["verified"]:
-        echo(f"ledger: not the receipt expected: {doc['reason']}", err=True)
+        what = "not the receipt expected" if doc.get("mismatches") else "not verified"
+        echo(f"ledger: {what}: {doc['reason']}", err=True)
         raise SystemExit(EXIT_NEGATIVE)
 
 
@@ -169,6 +205,16 @@ def _verification(
             from ledger._internal.witness import check_bundle_against
 
             consistent = check_bundle_against(raw, read_file(newer), anchors)
+        from ledger.verify.facts import Requirements
+
+        # Each fact against the newest checkpoint held and what the policy requires.
+        names, cosigned_at = _quorum(req.policy, raw)
+        report = report.with_facts(
+            newest=_newest(newer),
+            witnesses=names,
+            witnessed_at=cosigned_at,
+            required=Requirements(witnesses=req.policy is not None, fresh=req.fresh),
+        )
     elif newer is not None:
         raise UsageError("--checkpoint applies to a bundle FILE")
     else:
@@ -189,6 +235,9 @@ def _verification(
         doc["witnesses"] = witnessed
     wrong = mismatches(doc, expect)
     if wrong:
+        # What could not be established (if anything) stays said first.
+        unproven = [] if doc.get("verified", True) else [str(doc.get("reason"))]
         doc["verified"] = False
-        doc["reason"] = "; ".join(wrong)
+        doc["mismatches"] = wrong
+        doc["reason"] = "; ".join([*unproven, *wrong])
     return doc, consistent, witnessed

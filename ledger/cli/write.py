@@ -1,4 +1,5 @@
-"""Commands that write: `attest`, `record`, `review`, `supersede` (`qualify`: its own module)."""
+"""Commands that write: `attest`, `record`, `review`, `supersede`, `revoke` (`qualify`: its own
+module)."""
 
 from __future__ import annotations
 
@@ -354,3 +355,30 @@ def supersede(
     click.echo(new)
     # Said once it is signed and recorded, so in the past tense.
     click.echo(f"recorded {new}; " + inert(planned.describe("did")), err=True, nl=False)
+
+
+@click.command()
+@click.argument("receipt")
+@click.option("--reason", required=True, help="Why the receipt no longer stands; logged.")
+@click.option(
+    "--review",
+    metavar="ID",
+    help="A counterexample's: an independent reviewer's review disputing it.",
+)
+@json_option
+@db_option
+def revoke(receipt: str, reason: str, review: str | None, as_json: bool, db: str | None) -> None:
+    """Revoke RECEIPT: from its revocation on, it counts for nothing anywhere.
+
+    The ledger's operator revokes on the ledger's host. A counterexample (a
+    failed receipt) is revoked only on an independent review disputing it
+    (--review), as its supersession would need; anything refused writes nothing.
+    """
+    from ledger.write.revoke import revoke_receipt
+
+    rev = revoke_receipt(open_store(db), receipt, reason, review)
+    doc = {"receipt": rev.receipt, "seq": rev.seq, "reason": rev.reason, "review": rev.review}
+    if as_json:
+        emit_json(doc)
+        return
+    click.echo(f"revoked {rev.receipt} (seq {rev.seq}): {reason}")

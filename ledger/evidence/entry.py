@@ -12,7 +12,7 @@ import base64
 import binascii
 import json
 from functools import cached_property
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
@@ -27,7 +27,27 @@ if TYPE_CHECKING:
     from ledger.evidence.models import QualificationStatement, ReviewStatement
     from ledger.evidence.statement import Statement
 
-__all__ = ["LoggedEntry", "envelope_body", "key_body", "revocation_body"]
+__all__ = [
+    "LoggedEntry",
+    "ReceiptRevocation",
+    "envelope_body",
+    "key_body",
+    "receipt_revocation_body",
+    "revocation_body",
+]
+
+
+class ReceiptRevocation(NamedTuple):
+    """One receipt revoked, as its log entry says (a NamedTuple: read offline too)."""
+
+    seq: int
+    """The revocation's own log position: from there on the receipt is void."""
+    receipt: str
+    reason: str
+    review: str | None
+    """The independent review a counterexample's revocation rests on (its id)."""
+    revoked: str | None = None
+    """When the operator revoked it (UTC), as the entry says; the position counts."""
 
 
 class LoggedEntry:
@@ -239,8 +259,14 @@ class LoggedEntry:
             keyid, name, role, pub, self.seq, registered_by=by if isinstance(by, str) else None
         )
 
+    @property
+    def revokes_receipt(self) -> bool:
+        """A revocation of one receipt (not of a key): its body names `receipt`."""
+        data = self.document if self.kind == "revocation" else None
+        return isinstance(data, dict) and "receipt" in data and "keyid" not in data
+
     def revocation(self) -> tuple[str, str]:
-        """A revocation entry's (key id, reason)."""
+        """A key revocation entry's (key id, reason)."""
         data = self.document
         if not isinstance(data, dict) or data.get("kind") != "revocation":
             raise RefusedError("not a revocation entry")
@@ -248,6 +274,21 @@ class LoggedEntry:
         if not isinstance(keyid, str) or not isinstance(reason, str):
             raise RefusedError("not a revocation entry")
         return keyid, reason
+
+    def receipt_revocation(self) -> ReceiptRevocation:
+        """A receipt revocation entry's receipt, reason and the review it rests on."""
+        data = self.document
+        if not isinstance(data, dict) or data.get("kind") != "revocation":
+            raise RefusedError("not a revocation entry")
+        rid, reason, review = data.get("receipt"), data.get("reason"), data.get("review")
+        if not isinstance(rid, str) or not rid.startswith("sha256:") or "keyid" in data:
+            raise RefusedError("not a receipt revocation entry")
+        if not isinstance(reason, str) or not (review is None or isinstance(review, str)):
+            raise RefusedError("not a receipt revocation entry")
+        when = data.get("revoked")
+        return ReceiptRevocation(
+            self.seq, rid, reason, review, when if isinstance(when, str) else None
+        )
 
     def body_id(self) -> str:
         """The id a key or revocation entry must have: the digest of its body."""
@@ -287,4 +328,16 @@ def revocation_body(keyid: str, reason: str, when: str, revoked_by: str | None =
     doc = {"kind": "revocation", "keyid": keyid, "reason": reason, "revoked": when}
     if revoked_by is not None:
         doc["revoked_by"] = revoked_by
+    return canonical_bytes(doc)
+
+
+def receipt_revocation_body(
+    receipt: str, reason: str, when: str, review: str | None = None
+) -> bytes:
+    """A revocation of one receipt: the key revocation's entry kind, naming `receipt`
+    instead of `keyid`; `review` names the independent review a counterexample's
+    revocation needs (`ledger.write.revoke`)."""
+    doc = {"kind": "revocation", "receipt": receipt, "reason": reason, "revoked": when}
+    if review is not None:
+        doc["review"] = review
     return canonical_bytes(doc)

@@ -16,6 +16,7 @@ from ledger.evidence.models import (
     ReviewPredicate,
     ReviewStatement,
 )
+from ledger.evidence.verification import VerificationReportDoc
 
 __all__ = ["SCHEMAS", "render", "write"]
 
@@ -25,6 +26,7 @@ SCHEMAS: dict[str, type[BaseModel]] = {
     "qualification-predicate-v1.schema.json": QualificationPredicate,
     "review-statement.schema.json": ReviewStatement,
     "review-predicate-v1.schema.json": ReviewPredicate,
+    "verification-report.schema.json": VerificationReportDoc,
 }
 
 ROOT = Path(__file__).resolve().parents[2] / "schemas"

@@ -12,7 +12,30 @@ from typing import Literal
 from ledger.evidence.models import QualificationPredicate, QualificationStatement
 from ledger.identity.revision import Revision
 
-__all__ = ["ReceiptEvidence", "ReviewEvidence", "Revision", "short_id"]
+__all__ = ["ReceiptEvidence", "ReviewEvidence", "Revision", "Revoked", "short_id"]
+
+
+@dataclass(frozen=True, slots=True)
+class Revoked:
+    """A receipt's revocation, as the judge weighs it (`qualification.revocation`)."""
+
+    seq: int
+    """The revocation's log position."""
+    reason: str
+    review: str | None
+    """The review the revocation names (a counterexample's independent dispute)."""
+    authority: str | None
+    """Who vouches for it; None: it is pending and the receipt stands."""
+
+    @property
+    def effective(self) -> bool:
+        return self.authority is not None
+
+    def text(self) -> str:
+        """`revoked: REASON`, or why the revocation does not count yet."""
+        if self.effective:
+            return f"revoked: {self.reason}"
+        return f"revocation pending review: {self.reason}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +56,8 @@ class ReceiptEvidence:
     """Set by the store when the signature or key does not verify."""
     signer_registered_by: str | None = None
     """The token holder who registered the signing key over HTTP (None: on the ledger's host)."""
+    revocation: Revoked | None = None
+    """The receipt's own revocation, weighed (`qualification.revocation`), if revoked."""
 
     @property
     def predicate(self) -> QualificationPredicate:

@@ -38,6 +38,7 @@ __all__ = [
     "PASSING_EVIDENCE",
     "PLANNED_CHECK",
     "QUARANTINE",
+    "RECEIPT_REVOKED",
     "REFUSAL",
     "REVIEWS",
     "RULES",
@@ -72,6 +73,7 @@ REVIEWS = "reviews"
 DISPUTE = "dispute"
 SIGNATURE = "signature"
 KEY_REVOKED = "key-revoked"
+RECEIPT_REVOKED = "receipt-revoked"
 SIGNER_ROLE = "signer-role"
 NO_EVIDENCE = "no-evidence"
 SCOPE = "scope"
@@ -109,6 +111,8 @@ RULES: Mapping[str, str] = {
     DISPUTE: "a valid review disputing a pass keeps it from qualifying",
     SIGNATURE: "a receipt or review whose signature or key does not verify does not count",
     KEY_REVOKED: "a receipt or review logged after its key's revocation does not count",
+    RECEIPT_REVOKED: "a revoked receipt counts for nothing; a counterexample's revocation "
+    "counts only where an independent reviewer disputes it, as its supersession would need",
     SIGNER_ROLE: "receipts count only from runner keys, reviews only from reviewer keys",
     NO_EVIDENCE: "no receipt of the claim covers the scope",
     SCOPE: "a claim asked at a scope its plan excludes is not applicable there",
@@ -441,6 +445,15 @@ def integrity(r: ReceiptEvidence) -> list[Reason]:
                 KEY_REVOKED,
                 f"{sid} was logged at seq {r.seq}, after key {r.signer[:12]} was revoked "
                 f"at seq {r.signer_revoked_seq}",
+                r.id,
+            )
+        )
+    if r.revocation is not None and r.revocation.effective:
+        out.append(
+            Reason(
+                RECEIPT_REVOKED,
+                f"{sid} {r.revocation.text()} (revocation at seq {r.revocation.seq}, "
+                f"{r.revocation.authority})",
                 r.id,
             )
         )

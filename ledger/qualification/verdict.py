@@ -96,6 +96,7 @@ _BY_RULE: tuple[tuple[str, Meaning], ...] = (
     (rules.BASE_CONFIRMATION, "inconclusive"),
     (rules.SIGNATURE, "does-not-hold"),
     (rules.KEY_REVOKED, "does-not-hold"),
+    (rules.RECEIPT_REVOKED, "does-not-hold"),
     (rules.SIGNER_ROLE, "does-not-hold"),
     (rules.DIRTY_TREE, "does-not-hold"),
     (rules.DISPUTE, "disputed"),

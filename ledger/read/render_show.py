@@ -76,6 +76,12 @@ def render_show(doc: dict[str, Any], *, width: int = 80) -> str:
         lines += [f"reviews    {p['receipt']}", f"verdict    {p['verdict']}"]
         lines += wrap(f"note       {p.get('note') or '-'}", width, "", "           ")
         return "\n".join(lines) + "\n"
+    rev = doc.get("revocation")
+    if rev:
+        # First, before what the receipt says: from its revocation on it says nothing.
+        lines += wrap(
+            f"{one_line(rev['text'], 2000)} (revocation at entry {rev['seq']})", width, "", "  "
+        )
     lines += _show_found(p, width)
     lines += _show_label(doc.get("attribution"), width)
     lines += _show_source(p, width)

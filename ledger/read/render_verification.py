@@ -21,6 +21,8 @@ def render_verification(doc: dict[str, Any]) -> str:
     subj = doc.get("subject") or {}
     scope = doc.get("scope") or {}
     head = "verified" if doc.get("verified", True) else "NOT the receipt expected"
+    if not doc.get("verified", True) and not doc.get("mismatches"):
+        head = "NOT verified"
     if doc.get("trust") == "server":
         # Nothing was checked here: say whose word it is, never "verified".
         head = "the server reports" if doc.get("verified", True) else "NOT the receipt expected:"
@@ -48,6 +50,11 @@ def render_verification(doc: dict[str, Any]) -> str:
             f"  unanchored review {r['id'][:19]}: {r['verdict']} by {_who(r['signer'])}"
             " (its log is not vouched for by a trusted ledger key; not counted)"
         )
+    # Each fact apart, with what it holds as of (`ledger.verify.facts`).
+    for fact in doc.get("established", []):
+        lines.append(f"  established: {fact}")
+    for fact in doc.get("not_established", []):
+        lines.append(f"  NOT established: {fact}")
     for step in doc.get("steps", []):
         lines.append(f"  checked: {step}")
     return inert("".join(line + "\n" for line in lines))

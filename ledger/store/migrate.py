@@ -27,7 +27,7 @@ MIGRATIONS = Path(__file__).resolve().parent.parent / "migrations"
 # The newest revision in ledger/migrations/versions. Kept as a constant so opening a
 # ledger needs one query, not a parse of every migration file; a test checks
 # that it matches the script directory.
-HEAD = "0004"
+HEAD = "0005"
 
 
 def alembic_config(url: str | None = None) -> Config:

@@ -20,7 +20,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, OperationalError
 
 from ledger._internal.merkle import entry_leaf
-from ledger.evidence.entry import LoggedEntry
+from ledger.evidence.entry import LoggedEntry, ReceiptRevocation
 from ledger.evidence.errors import InputError, NotFoundError, UsageError
 from ledger.evidence.keys import KeyInfo
 from ledger.store import migrate
@@ -32,13 +32,14 @@ from ledger.store.tables import (
     CosignatureRow,
     KeyRow,
     LogEntry,
+    ReceiptRevocationRow,
     ReceiptRow,
     ReviewRow,
     RevocationRow,
     ScopeFacet,
 )
 
-__all__ = ["DEFAULT_DB", "Store", "resolve_url", "utc_now"]
+__all__ = ["DEFAULT_DB", "RECEIPT_REVOCATION", "Store", "resolve_url", "utc_now"]
 
 
 def default_db() -> Path:
@@ -59,6 +60,7 @@ FACET = ScopeFacet.__table__  # type: ignore[attr-defined]
 REVIEW = ReviewRow.__table__  # type: ignore[attr-defined]
 KEY = KeyRow.__table__  # type: ignore[attr-defined]
 REVOCATION = RevocationRow.__table__  # type: ignore[attr-defined]
+RECEIPT_REVOCATION = ReceiptRevocationRow.__table__  # type: ignore[attr-defined]
 CHECKPOINT = CheckpointRow.__table__  # type: ignore[attr-defined]
 ARTIFACT = ArtifactBlob.__table__  # type: ignore[attr-defined]
 COSIGNATURE = CosignatureRow.__table__  # type: ignore[attr-defined]
@@ -353,6 +355,23 @@ class Store:
         ).bindparams(bindparam("ids", expanding=True))
         with self.engine.connect() as conn:
             return [ENTRIES.get(r) for r in conn.execute(stmt, {"ids": list(receipt_ids)})]
+
+    def revoked_receipts(self, receipt_ids: Sequence[str]) -> dict[str, ReceiptRevocation]:
+        """The first revocation of each of `receipt_ids` that has one (an index lookup)."""
+        out: dict[str, ReceiptRevocation] = {}
+        ids = sorted(set(receipt_ids))
+        with self.engine.connect() as conn:
+            for i in range(0, len(ids), 500):  # bounded IN lists
+                rows = conn.execute(
+                    select(LOG)
+                    .join(RECEIPT_REVOCATION, RECEIPT_REVOCATION.c.seq == LOG.c.seq)
+                    .where(RECEIPT_REVOCATION.c.receipt_id.in_(ids[i : i + 500]))
+                    .order_by(LOG.c.seq)
+                ).all()
+                for row in rows:
+                    rev = LoggedEntry.of(row, trusted=True).receipt_revocation()
+                    out.setdefault(rev.receipt, rev)
+        return out
 
     def receipt_signer(self, receipt_id: str) -> str | None:
         with self.engine.connect() as conn:

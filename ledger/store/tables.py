@@ -18,6 +18,7 @@ __all__ = [
     "CosignatureRow",
     "KeyRow",
     "LogEntry",
+    "ReceiptRevocationRow",
     "ReceiptRow",
     "ReviewRow",
     "RevocationRow",
@@ -108,6 +109,18 @@ class RevocationRow(SQLModel, table=True):
     reason: str = Field(sa_column=Column(Text, nullable=False))
 
 
+class ReceiptRevocationRow(SQLModel, table=True):
+    """A receipt revoked (a `revocation` entry naming a receipt, not a key)."""
+
+    __tablename__ = "receipt_revocation"
+
+    seq: int = Field(primary_key=True, foreign_key="log_entry.seq")
+    receipt_id: str = Field(max_length=80, index=True)
+    reason: str = Field(sa_column=Column(Text, nullable=False))
+    review: str | None = Field(default=None, max_length=80)
+    """The independent review a counterexample's revocation rests on."""
+
+
 class CheckpointRow(SQLModel, table=True):
     __tablename__ = "checkpoint"
 
@@ -147,4 +160,5 @@ APPEND_ONLY_TABLES = (
     "checkpoint",
     "artifact",
     "cosignature",
+    "receipt_revocation",
 )

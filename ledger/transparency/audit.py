@@ -22,6 +22,7 @@ from ledger.store.store import (
     FACET,
     KEY,
     RECEIPT,
+    RECEIPT_REVOCATION,
     REVIEW,
     REVOCATION,
     Store,
@@ -64,6 +65,7 @@ class _Rows:
     reviews: dict[int, dict[str, Any]]
     keys: dict[int, dict[str, Any]]
     revocations: dict[int, dict[str, Any]]
+    receipt_revocations: dict[int, dict[str, Any]]
     kinds: dict[int, str] = field(default_factory=dict)
     """The kind of the log entry at each seq: a derived row is explained by an
     entry of its own kind at its seq, whether or not that entry verified (an
@@ -84,6 +86,9 @@ class _Rows:
             reviews={r["seq"]: r for r in store.table_rows(REVIEW, REVIEW.c.seq)},
             keys={r["seq"]: r for r in store.table_rows(KEY, KEY.c.seq)},
             revocations={r["seq"]: r for r in store.table_rows(REVOCATION, REVOCATION.c.seq)},
+            receipt_revocations={
+                r["seq"]: r for r in store.table_rows(RECEIPT_REVOCATION, RECEIPT_REVOCATION.c.seq)
+            },
         )
 
     def unexplained(self) -> Iterable[str]:
@@ -92,6 +97,7 @@ class _Rows:
             ("review", self.reviews),
             ("key", self.keys),
             ("revocation", self.revocations),
+            ("revocation", self.receipt_revocations),
         ):
             for seq in sorted(s for s in rows if self.kinds.get(s) != table):
                 yield f"{table} row {seq} has no matching log entry"
@@ -176,6 +182,8 @@ def _revocation(e: LoggedEntry, rows: _Rows, keys: dict[str, KeyInfo]) -> list[s
     out = []
     if e.body_id() != e.entry_id:
         out.append("id differs from the body digest")
+    if e.revokes_receipt:
+        return out + _receipt_revocation(e, rows)
     try:
         keyid, reason = e.revocation()
     except Error as err:
@@ -186,6 +194,25 @@ def _revocation(e: LoggedEntry, rows: _Rows, keys: dict[str, KeyInfo]) -> list[s
     old = keys.get(keyid)
     if old is not None and old.revoked_seq is None:
         keys[keyid] = old._replace(revoked_seq=e.seq, revoked_reason=reason)
+    return out
+
+
+def _receipt_revocation(e: LoggedEntry, rows: _Rows) -> list[str]:
+    """A receipt's revocation: it names a receipt logged before it; its row matches."""
+    try:
+        rev = e.receipt_revocation()
+    except Error as err:
+        return [err.reason()]
+    out = []
+    if not any(r["id"] == rev.receipt and r["seq"] < e.seq for r in rows.receipts.values()):
+        out.append(f"it revokes {rev.receipt[:19]}, which is no receipt logged before it")
+    rr = rows.receipt_revocations.get(e.seq)
+    if rr is None or (rr["receipt_id"], rr["reason"], rr["review"]) != (
+        rev.receipt,
+        rev.reason,
+        rev.review,
+    ):
+        out.append("receipt revocation row differs from the entry")
     return out
 
 

@@ -1,6 +1,6 @@
-"""Export a bundle: a receipt's entry, its reviews and its signers' keys, each
-with an inclusion proof against one signed checkpoint (`ledger.verify.bundle`
-checks it offline)."""
+"""Export a bundle: a receipt's entry, its reviews, its signers' keys and the
+revocations of either, each with an inclusion proof against one signed
+checkpoint (`ledger.verify.bundle` checks it offline)."""
 
 from __future__ import annotations
 
@@ -17,11 +17,25 @@ from ledger.transparency.proofs import inclusion
 __all__ = ["export"]
 
 
+def _revocation_seqs(store: Store, entry: LoggedEntry, signers: set[str]) -> list[int]:
+    """The revocations a verifier needs to see: the signers' keys' (the first each,
+    the one that counts) and the receipt's own."""
+    all_keys = store.keys()
+    seqs = {k.revoked_seq for s in signers if (k := all_keys.get(s)) and k.revoked_seq is not None}
+    if entry.kind == "receipt":
+        rev = store.revoked_receipts([entry.entry_id]).get(entry.entry_id)
+        if rev is not None:
+            seqs.add(rev.seq)
+    return sorted(seqs)
+
+
 def export(store: Store, ref: str, keys: KeyDir | None) -> bytes:
     entry = store.resolve(ref)
     reviews = store.review_entries([entry.entry_id]) if entry.kind == "receipt" else []
-    # A checkpoint covering the newest review too; signed afresh when the key is here.
-    inc = inclusion(store, max([entry.seq, *(r.seq for r in reviews)]), keys)
+    revoked = _revocation_seqs(store, entry, {s for e in [entry, *reviews] for s in e.signers})
+    # A checkpoint covering the newest review and revocation too; signed afresh when
+    # the key is here.
+    inc = inclusion(store, max([entry.seq, *(r.seq for r in reviews), *revoked]), keys)
     reviews = [r for r in reviews if r.seq < inc.size]
     leaves = inc.leaves
 
@@ -50,4 +64,8 @@ def export(store: Store, ref: str, keys: KeyDir | None) -> bytes:
         "reviews": [item(r) for r in reviews],
         "keys": [item(k) for k in store.entries_at(key_seqs)],
     }
+    if revoked:
+        # Only where there is one: a verifier of an earlier release reads no such
+        # field and verifies the bundle as before; this one refuses what it revokes.
+        doc["revocations"] = [item(r) for r in store.entries_at(revoked)]
     return canonical_bytes(doc)

@@ -4,48 +4,18 @@ offline verifier in `ledger.verify.bundle` does not)."""
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
 
-from ledger.evidence.entry import LoggedEntry
-from ledger.evidence.errors import Error, NotFoundError
+from ledger._internal.checkpoint import parse_checkpoint
+from ledger.evidence.errors import NotFoundError
 from ledger.evidence.keys import KeyInfo
-from ledger.evidence.kinds import ROLE_FOR
-from ledger.evidence.statement import kind_of
 from ledger.store.store import Store
 from ledger.transparency.proofs import current_inclusion, inclusion
 from ledger.verify.envelope import verify_entry
+from ledger.verify.facts import Registry, RevokedReceipt, revocation_authority
 from ledger.verify.report import LogState, VerificationReport, review_item
-from ledger.verify.strict import check_signers
+from ledger.verify.standing import standing
 
 __all__ = ["keys_at", "standing", "verify_in_ledger"]
-
-
-def standing(entry: LoggedEntry, keys: Mapping[str, KeyInfo]) -> str | None:
-    """Why a logged receipt or review does not count, as the key table has it
-    now, or None: every signer registered before the entry, of the role that
-    may sign it, not revoked before it; the id the digest of the payload.
-
-    No signature is verified again: ingest verified each one before the entry
-    was written, and the append-only log keeps it so. `ledger audit` and
-    `ledger verify` re-check every signature; a revocation is a fact of the
-    key table, read here.
-    """
-    try:
-        stmt = entry.statement
-        if not entry.payload_matches_id:
-            return f"entry {entry.seq}: id differs from its payload digest"
-        signers = list(entry.signers)
-        roles = {
-            k: (info.name, info.role, info.revoked_seq, info.revoked_reason)
-            for k in signers
-            if (info := keys.get(k)) is not None and info.seq < entry.seq
-        }
-        check_signers(
-            signers, signers, roles, ROLE_FOR[stmt.predicateType], kind_of(stmt), entry.seq
-        )
-    except Error as e:
-        return e.reason()
-    return None
 
 
 def keys_at(store: Store, seq: int) -> dict[str, KeyInfo]:
@@ -60,10 +30,12 @@ def verify_in_ledger(store: Store, ref: str) -> VerificationReport:
     Read-only: it never signs a checkpoint."""
     entry = store.resolve(ref)
     v = verify_entry(entry, keys_at(store, entry.seq))
+    time: str | None = None
     try:
         inc = inclusion(store, entry.seq, None)
         size, how = inc.size, f"verified against the signed checkpoint at size {inc.size}"
         anchor = "this ledger's signed checkpoint"
+        time = parse_checkpoint(inc.note).timestamp
     except NotFoundError:
         # No signed checkpoint covers it yet; verifying writes nothing, so prove
         # inclusion against the root recomputed from the rows and say so.
@@ -72,19 +44,37 @@ def verify_in_ledger(store: Store, ref: str) -> VerificationReport:
         anchor = "this ledger's current root"
     keys = store.keys()
     signer = keys[v.signer]
-    reviews = [
-        review_item(verify_entry(r, keys_at(store, r.seq)), keys)
-        for r in store.review_entries([entry.entry_id])
-    ]
-    return VerificationReport(
+    checked = [(r, verify_entry(r, keys_at(store, r.seq))) for r in store.review_entries([v.id])]
+    reviews = [review_item(rv, keys) for _, rv in checked]
+    report = VerificationReport(
         id=v.id,
         kind=v.kind,
         signer=v.signer,
         signer_name=signer.name,
         signer_role=signer.role,
         anchor=anchor,
-        log=LogState(index=entry.seq, size=size, origin=None, inclusion=how),
+        log=LogState(index=entry.seq, size=size, origin=None, inclusion=how, time=time),
         statement=json.loads(v.payload),
         reviews=reviews,
         unanchored_reviews=[],
+        signer_seq=signer.seq,
     )
+    revoked = None
+    rev = store.revoked_receipts([v.id]).get(v.id) if v.kind == "receipt" else None
+    if rev is not None:
+        sound = [
+            (rv.id, rv.document["predicate"]["verdict"], rv.signer, r.seq) for r, rv in checked
+        ]
+        outcome = str(report.statement["predicate"].get("outcome"))
+        who = revocation_authority(outcome, v.signer, rev.review, rev.seq, sound)
+        revoked = RevokedReceipt(rev.seq, rev.reason, rev.review, who)
+    # The ledger's own key table, as of now: fresh.
+    registry = Registry(
+        as_of=store.size(),
+        source="ledger",
+        key_revoked=None
+        if signer.revoked_seq is None
+        else (signer.revoked_seq, signer.revoked_reason or ""),
+        receipt_revoked=revoked,
+    )
+    return report._replace(registry=registry).with_facts()

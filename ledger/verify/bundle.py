@@ -29,6 +29,7 @@ from ledger.evidence.keys import KeyInfo, key_id
 from ledger.evidence.kinds import BUNDLE_TYPE
 from ledger.evidence.limits import load_json
 from ledger.verify.envelope import Verified, verify_envelope
+from ledger.verify.facts import Registry, RevokedReceipt, revocation_authority
 from ledger.verify.report import LogState, VerificationReport, review_item
 
 __all__ = ["BUNDLE_TYPE", "verify_bundle"]
@@ -119,6 +120,49 @@ def _bundle_keys(cp: Checkpoint, key_entries: Any) -> dict[str, KeyInfo]:
     return keys
 
 
+def _revocations(
+    cp: Checkpoint, items: Any, keys: dict[str, KeyInfo], receipt: Any
+) -> tuple[LoggedEntry, ...]:
+    """The bundle's revocation entries (bundles of earlier releases carry none), each
+    proven included; a key's applies to `keys` (the first one counts), and a receipt's
+    must be of this bundle's receipt. Returns the receipt's revocations."""
+    mine = []
+    for i, item in enumerate(_list(items)):
+        what = f"revocations[{i}]"
+        logged = _included(cp, item, what, "revocation")
+        try:
+            if logged.revokes_receipt:
+                if logged.receipt_revocation().receipt != receipt:
+                    raise _fail(f"{what} revokes another receipt")
+                mine.append(logged)
+                continue
+            keyid, reason = logged.revocation()
+        except Error as e:
+            if isinstance(e, VerificationError):
+                raise
+            raise _fail(f"{what} is not a valid revocation entry") from None
+        info = keys.get(keyid)
+        if info is not None and (info.revoked_seq is None or logged.seq < info.revoked_seq):
+            keys[keyid] = info._replace(revoked_seq=logged.seq, revoked_reason=reason)
+    return tuple(sorted(mine, key=lambda e: e.seq))
+
+
+def _revoked_before(e: LoggedEntry, keys: dict[str, KeyInfo]) -> str:
+    """Where a signer's key was revoked before `e` was logged, in words; else ''."""
+    try:
+        signers = e.signers
+    except Error:
+        return ""
+    for k in signers:
+        at = keys[k].revoked_seq if k in keys else None
+        if at is not None and at < e.seq:
+            return (
+                f" (revoked at entry {at}, before entry {e.seq} was logged;"
+                " the time a statement gives itself does not count)"
+            )
+    return ""
+
+
 def _ledger_anchor(note: bytes, keys: dict[str, KeyInfo], signed_by: str | None) -> str | None:
     """The checkpoint must be signed by a ledger key of the bundle whatever the
     anchor (after a rotation the bundle names older ledger keys too); only a
@@ -179,13 +223,16 @@ def verify_bundle(raw: bytes, trust: list[Ed25519PublicKey]) -> VerificationRepo
     keys = _bundle_keys(cp, key_entries)
     anchor = _ledger_anchor(note, keys, signed_by)
     log_anchored = anchor is not None
+    revoked = _revocations(cp, doc.get("revocations"), keys, doc.get("id"))
 
     def verified(item: Any, what: str) -> Verified:
         e = _included(cp, item, what, "entry")
         try:
             return verify_envelope(e.envelope, keys, at_seq=e.seq)
         except Error as err:
-            raise _fail(f"{what}: {err.reason()}") from None
+            # By log position, never by the time a statement gives itself: a key
+            # revoked before the entry was logged signs nothing that counts.
+            raise _fail(f"{what}: {err.reason()}{_revoked_before(e, keys)}") from None
 
     v = verified(entry, "entry")
     if v.id != doc.get("id"):
@@ -208,11 +255,14 @@ def verify_bundle(raw: bytes, trust: list[Ed25519PublicKey]) -> VerificationRepo
             size=cp.size,
             origin=cp.origin,
             inclusion=f"verified against the signed checkpoint at size {cp.size}",
+            time=cp.timestamp,
         ),
         statement=json.loads(v.payload),
         reviews=[],
         unanchored_reviews=[],
+        signer_seq=keys[v.signer].seq,
     )
+    sound: list[tuple[Any, ...]] = []
     for i, item in enumerate(_list(reviews)):
         rv = verified(item, f"reviews[{i}]")
         if rv.kind != "review":
@@ -222,4 +272,26 @@ def verify_bundle(raw: bytes, trust: list[Ed25519PublicKey]) -> VerificationRepo
         (report.reviews if log_anchored else report.unanchored_reviews).append(
             review_item(rv, keys)
         )
-    return report
+        if log_anchored:
+            p = rv.document["predicate"]
+            sound.append((rv.id, p["verdict"], rv.signer, int(item["index"])))
+    key = keys[v.signer]
+    receipt_revoked = None
+    if revoked:
+        first = revoked[0].receipt_revocation()
+        outcome = str(report.statement.get("predicate", {}).get("outcome"))
+        receipt_revoked = RevokedReceipt(
+            first.seq,
+            first.reason,
+            first.review,
+            revocation_authority(outcome, v.signer, first.review, first.seq, sound),
+        )
+    registry = Registry(
+        as_of=cp.size,
+        source="bundle",
+        key_revoked=None
+        if key.revoked_seq is None
+        else (key.revoked_seq, key.revoked_reason or ""),
+        receipt_revoked=receipt_revoked,
+    )
+    return report._replace(registry=registry).with_facts()

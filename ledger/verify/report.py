@@ -8,6 +8,7 @@ from typing import Any, NamedTuple
 
 from ledger.evidence.keys import KeyInfo
 from ledger.verify.envelope import Verified
+from ledger.verify.facts import Fact, Registry, Requirements, establish
 
 __all__ = ["LogState", "VerificationReport", "mismatches", "review_item"]
 
@@ -16,15 +17,39 @@ __all__ = ["LogState", "VerificationReport", "mismatches", "review_item"]
 class LogState:
     """Where the entry is in the log, and what its inclusion was proven against."""
 
-    __slots__ = ("inclusion", "index", "origin", "size")
+    __slots__ = ("inclusion", "index", "origin", "size", "time", "time_from")
 
-    def __init__(self, *, index: int, size: int, origin: str | None, inclusion: str) -> None:
+    def __init__(
+        self,
+        *,
+        index: int,
+        size: int,
+        origin: str | None,
+        inclusion: str,
+        time: str | None = None,
+    ) -> None:
         self.index = index
         self.size = size
         """Size of the tree the inclusion was proven against."""
         self.origin = origin
         self.inclusion = inclusion
         """What the inclusion was proven against, in words."""
+        self.time = time
+        """When the checkpoint existed by: its note's `timestamp` line, or the earliest
+        cosignature of the witness quorum; None where neither says."""
+        self.time_from: str | None = None if time is None else "checkpoint"
+
+    def at(self, time: str, source: str) -> LogState:
+        """This state with the checkpoint's time as `source` (`witnesses`) says it."""
+        out = LogState(
+            index=self.index,
+            size=self.size,
+            origin=self.origin,
+            inclusion=self.inclusion,
+            time=time,
+        )
+        out.time_from = source
+        return out
 
 
 class VerificationReport(NamedTuple):
@@ -43,6 +68,63 @@ class VerificationReport(NamedTuple):
     Each is proven to be in the log; that the list is complete is not."""
     unanchored_reviews: list[dict[str, Any]]
     """Reviews in a log no trusted key vouches for: shown, never counted."""
+    registry: Registry | None = None
+    """The key registry the verification was given (`ledger.verify.facts`)."""
+    signer_seq: int | None = None
+    """The log position of the signer's key entry."""
+    facts: tuple[Fact, ...] = ()
+    """Each fact established or not, with what the policy requires (`with_facts`)."""
+
+    def with_facts(
+        self,
+        *,
+        newest: int | None = None,
+        witnesses: list[str] | None = None,
+        witnessed_at: str | None = None,
+        required: Requirements | None = None,
+    ) -> VerificationReport:
+        """This report with its facts stated against the newest checkpoint the verifier
+        holds (`newest`: its size), the witnesses that cosigned, and the policy."""
+        if self.registry is None:
+            return self
+        base = self
+        if witnessed_at is not None:
+            # The time a reviewer can trust is the witnesses' own, in their cosignatures.
+            base = self._replace(log=self.log.at(witnessed_at, "witnesses"))
+        facts = establish(
+            signer={
+                "keyid": self.signer,
+                "name": self.signer_name,
+                "role": self.signer_role,
+                "registered_at": self.signer_seq,
+            },
+            entry=base.log.index,
+            checkpoint=base.checkpoint(),
+            registry=self.registry,
+            newest=newest,
+            witnesses=witnesses,
+            required=required or Requirements(),
+        )
+        return base._replace(facts=facts)
+
+    def checkpoint(self) -> dict[str, Any]:
+        """The checkpoint the inclusion was proven against: size, origin, time and
+        whose word the time is (`checkpoint`: its note's; `witnesses`: cosigned)."""
+        return {
+            "size": self.log.size,
+            "origin": self.log.origin,
+            "time": self.log.time,
+            "time_from": self.log.time_from,
+        }
+
+    @property
+    def passed(self) -> bool:
+        """Every fact the policy requires is established."""
+        return all(f.established for f in self.facts if f.required)
+
+    def unestablished(self) -> list[str]:
+        """What the policy requires and the verification could not establish, in words."""
+        return [f.text for f in self.facts if f.required and not f.established]
 
     def steps(self) -> list[str]:
         """Each verification step that was performed, in words."""
@@ -59,8 +141,8 @@ class VerificationReport(NamedTuple):
     def to_json(self) -> dict[str, Any]:
         p = self.statement.get("predicate", {})
         src = p.get("source") or {}
-        return {
-            "verified": True,
+        doc = {
+            "verified": self.passed,
             "id": self.id,
             "kind": self.kind,
             "subject": {
@@ -83,11 +165,19 @@ class VerificationReport(NamedTuple):
                 "origin": self.log.origin,
                 "inclusion": self.log.inclusion,
             },
-            "checkpoint": {"size": self.log.size, "origin": self.log.origin},
+            "checkpoint": self.checkpoint(),
             "reviews": self.reviews,
             "unanchored_reviews": self.unanchored_reviews,
             "steps": self.steps(),
         }
+        if self.facts:
+            # Added fields only: a reader of the earlier report finds every field it had.
+            doc["facts"] = {f.name: f.to_json() for f in self.facts}
+            doc["established"] = [f.text for f in self.facts if f.established]
+            doc["not_established"] = [f.text for f in self.facts if not f.established]
+            if not self.passed:
+                doc["reason"] = "; ".join(self.unestablished())
+        return doc
 
 
 def sandbox_line(predicate: Mapping[str, Any]) -> str | None:

@@ -312,6 +312,12 @@ def test_database_rejects_update_and_delete(
     line = cosign(parse_checkpoint(row.note.encode()).body, "w.example", witness, 1)
     vkey = VKey("w.example", WITNESS_ED25519, witness.public_key())
     store.add_cosignature(8, vkey.text(), line)
+    # A receipt's revocation, so that its table is tried too.
+    from ledger.store.store import RECEIPT
+    from ledger.write.revoke import revoke_receipt
+
+    rows = store.table_rows(RECEIPT, RECEIPT.c.seq)
+    revoke_receipt(store, next(r["id"] for r in rows if r["outcome"] != "failed"), "tried")
     before = snapshot(store)
     assert all(before.values()), {t: len(v) for t, v in before.items()}
     statements = []

@@ -1,0 +1,113 @@
+"""`ledger revoke ID --reason TEXT [--review ID]`: one receipt void from here on.
+
+A `revocation` entry naming the receipt (not a key), logged by the ledger's
+operator on its host. Checked before anything is written, with the judge's own
+rule (`ledger.qualification.revocation`): a counterexample is revoked only on an
+independent reviewer's dispute of it, named by `--review`, so revoking is never
+a way around what a supersession of it needs. A refusal writes nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from sqlalchemy import Connection
+
+from ledger.evidence import limits
+from ledger.evidence.canonical import receipt_id
+from ledger.evidence.entry import LoggedEntry, ReceiptRevocation, receipt_revocation_body
+from ledger.evidence.errors import InputError, RefusedError, UsageError
+from ledger.evidence.keys import KeyInfo
+from ledger.qualification.evidence import ReceiptEvidence, ReviewEvidence, short_id
+from ledger.qualification.revocation import authority, missing_review
+from ledger.store.store import RECEIPT_REVOCATION, Store, utc_now
+from ledger.verify.standing import standing
+
+__all__ = ["revoke_receipt"]
+
+
+def _evidence(entry: LoggedEntry, keys: Mapping[str, KeyInfo]) -> ReceiptEvidence:
+    info = keys.get(entry.signer)
+    return ReceiptEvidence(
+        id=entry.entry_id,
+        seq=entry.seq,
+        statement=entry.receipt,
+        signer=entry.signer,
+        signer_role=info.role if info else "unknown",
+        signer_revoked_seq=info.revoked_seq if info else None,
+        problem=standing(entry, keys),
+    )
+
+
+def _review(store: Store, ref: str, r: ReceiptEvidence, keys: Mapping[str, KeyInfo]) -> str:
+    """The full id of review `ref` of `r`, once it is the independent dispute a
+    counterexample's revocation needs; RefusedError saying what it lacks."""
+    entry = store.resolve(ref)
+    if entry.kind != "review":
+        raise RefusedError(f"--review {ref}: a {entry.kind}, not a review")
+    p = entry.review.predicate
+    info = keys.get(entry.signer)
+    v = ReviewEvidence(
+        id=entry.entry_id,
+        seq=entry.seq,
+        receipt=p.receipt,
+        verdict=p.verdict,
+        note=p.note,
+        signer=entry.signer,
+        signer_role=info.role if info else "unknown",
+        signer_revoked_seq=info.revoked_seq if info else None,
+        problem=standing(entry, keys),
+    )
+    if authority(r, v.id, store.size(), [v]) is None:
+        rid, vid = short_id(r.id), short_id(v.id)
+        why = (
+            f"it reviews {short_id(v.receipt)}"
+            if v.receipt != r.id
+            else f"it {v.verdict}s"
+            if v.verdict != "dispute"
+            else "it is signed by the counterexample's own signer"
+            if v.signer == r.signer
+            else f"it does not count ({v.problem or 'not a reviewer key'})"
+        )
+        raise RefusedError(
+            f"review {vid} is not an independent dispute of {rid}: {why}; " + missing_review(r)
+        )
+    return v.id
+
+
+def revoke_receipt(
+    store: Store, ref: str, reason: str, review: str | None = None
+) -> ReceiptRevocation:
+    """Log the revocation of receipt `ref` (id or unique prefix) with `reason`; a
+    counterexample's needs `review`, an independent reviewer's dispute of it."""
+    if not reason.strip():
+        raise UsageError("a revocation needs a --reason")
+    limits.check_text(reason, "--reason", limits.COLUMN_LIMITS["reason"])
+    entry = store.resolve(ref)
+    if entry.kind != "receipt":
+        raise InputError(f"{entry.entry_id} is a {entry.kind}: only receipts are revoked")
+    rid = entry.entry_id
+    done = store.revoked_receipts([rid]).get(rid)
+    if done is not None:
+        raise RefusedError(
+            f"receipt {short_id(rid)} is already revoked (seq {done.seq}): {done.reason}"
+        )
+    keys = store.keys(fresh=True)
+    r = _evidence(entry, keys)
+    named: str | None = None
+    if review is not None:
+        named = _review(store, review, r, keys)
+    elif authority(r, None, store.size(), []) is None:
+        raise RefusedError(missing_review(r))
+    body = receipt_revocation_body(rid, reason, utc_now(), named)
+    with store.append_tx() as tx:
+
+        def idx(conn: Connection, seq: int) -> None:
+            conn.execute(
+                RECEIPT_REVOCATION.insert().values(
+                    seq=seq, receipt_id=rid, reason=reason, review=named
+                )
+            )
+
+        seq = tx.add(kind="revocation", entry_id=receipt_id(body), body=body, index=idx)
+    return ReceiptRevocation(seq, rid, reason, named)
