@@ -196,8 +196,8 @@ def store_predicates(store: Store) -> list[dict[str, Any]]:
     from ledger.write.hosts import registry
 
     keys = store.keys()
-    hosts = registry(store, keys)
-    kept: list[tuple[LoggedEntry, QualificationPredicate]] = []
+    standing_: list[tuple[LoggedEntry, QualificationPredicate]] = []
+    recorded: dict[str, set[str]] = {}
     for e in store.entries(kinds=["receipt"]):
         try:
             if standing(e, keys) is not None:
@@ -205,6 +205,14 @@ def store_predicates(store: Store) -> list[dict[str, Any]]:
             p = e.receipt.predicate
         except Error:
             continue
+        standing_.append((e, p))
+        if p.runner.host:
+            recorded.setdefault(e.signer, set()).add(p.runner.host)
+    # Every receipt was read here already: a key registered before binding speaks for
+    # the hosts these name (less those its operator removed since).
+    hosts = registry(store, keys, recorded=recorded)
+    kept = []
+    for e, p in standing_:
         bound = hosts.of(e.signer)
         if p.runner.host and (bound is None or not bound.speaks_for(p.runner.host)):
             continue  # a host its key does not speak for (or no longer does)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -133,24 +133,65 @@ def _registered(store: Store, keys: Iterable[KeyInfo]) -> dict[str, Any]:
     return out
 
 
-def _recorded(store: Store, keyid: str) -> set[str]:
-    """The hosts a key's logged receipts name (a receipt that does not read names none)."""
-    q = select(RECEIPT.c.seq).where(RECEIPT.c.signer == keyid)
+# The hosts each key registered before binding recorded from, per ledger, once read in
+# full, with the last receipt read (the signer column is indexed): later reads go on
+# from there.
+_RECORDED: dict[tuple[str, str], tuple[int, frozenset[str]]] = {}
+_CHUNK = 256
+
+
+def _recorded(store: Store, keyid: str, want: Collection[str] = ()) -> frozenset[str]:
+    """The hosts a key's logged receipts name (a receipt that does not read names none).
+    With ``want``, its newest receipts are read first: a key of an earlier release asked
+    about the host it always records from reads a few, not all."""
+    with _LOCK:
+        upto, have = _RECORDED.get((store.url, keyid), (-1, frozenset()))
+    if upto >= store.size():
+        upto, have = -1, frozenset()  # a ledger made again at the same place
+    q = select(RECEIPT.c.seq).where(RECEIPT.c.signer == keyid, RECEIPT.c.seq > upto)
+    if want and not set(want) <= have:
+        with store.engine.connect() as conn:
+            newest = [int(s) for (s,) in conn.execute(q.order_by(RECEIPT.c.seq.desc()).limit(4))]
+        near = have | _hosts_of(store, newest)
+        if set(want) <= near:
+            return near  # found without reading them all: not kept as complete
+    elif want:
+        return have
     with store.engine.connect() as conn:
-        seqs = [int(s) for (s,) in conn.execute(q)]
-    out: set[str] = set()
-    for e in store.entries_at(seqs):
-        try:
-            host = e.payload_document["predicate"]["runner"].get("host")
-        except (Error, KeyError, TypeError, AttributeError):
-            continue
-        if isinstance(host, str) and host:
-            out.add(host)
-    return out
+        seqs = sorted(int(s) for (s,) in conn.execute(q))
+    if not seqs:
+        return have
+    got = have | _hosts_of(store, seqs)
+    with _LOCK:
+        _RECORDED[(store.url, keyid)] = (seqs[-1], got)
+    return got
 
 
-def registry(store: Store, keys: Mapping[str, KeyInfo] | None = None) -> Registry:
-    """Every runner key's hosts as the log says now (`KeyHosts`)."""
+def _hosts_of(store: Store, seqs: Sequence[int]) -> frozenset[str]:
+    out = set()
+    for at in range(0, len(seqs), _CHUNK):
+        for e in store.entries_at(seqs[at : at + _CHUNK]):
+            try:
+                host = e.payload_document["predicate"]["runner"].get("host")
+            except (Error, KeyError, TypeError, AttributeError):
+                continue
+            if isinstance(host, str) and host:
+                out.add(host)
+    return frozenset(out)
+
+
+def registry(
+    store: Store,
+    keys: Mapping[str, KeyInfo] | None = None,
+    *,
+    only: Mapping[str, Collection[str]] | None = None,
+    recorded: Mapping[str, Collection[str]] | None = None,
+) -> Registry:
+    """Every runner key's hosts as the log says now (`KeyHosts`). A key registered
+    before binding has its recorded hosts read for the keys in ``only`` (default:
+    every key; others then speak for none), as far as needed to find the hosts it
+    names for each, or taken from ``recorded`` (the hosts each key's receipts name,
+    where the caller read them all already)."""
     keys = store.keys() if keys is None else keys
     runners = [k for k in keys.values() if k.role == "runner"]
     registered = _registered(store, runners)
@@ -164,7 +205,15 @@ def registry(store: Store, keys: Mapping[str, KeyInfo] | None = None) -> Registr
             with contextlib.suppress(Error):
                 kh.hosts = {h: frozenset(g) for h, g in read_hosts(registered[k.keyid]).items()}
         else:
-            kh.hosts = {h: frozenset() for h in _recorded(store, k.keyid)}
+            if recorded is not None:
+                found: Collection[str] = recorded.get(k.keyid, ())
+            elif only is None:
+                found = _recorded(store, k.keyid)
+            elif only.get(k.keyid):
+                found = _recorded(store, k.keyid, only[k.keyid])
+            else:
+                found = ()
+            kh.hosts = {h: frozenset() for h in found}
             kh.source = BEFORE_BINDING if kh.hosts or k.keyid in changed else FIRST_USE
         out[k.keyid] = kh
     for _, c in changes:

@@ -36,7 +36,7 @@ from ledger.store.store import (
 )
 from ledger.verify.envelope import Verified, verify_envelope
 from ledger.write.artifacts import MAX_ARTIFACT_BYTES, ArtifactStore, for_ledger
-from ledger.write.hosts import Registry, check_names, check_speaks_for, registry
+from ledger.write.hosts import check_names, check_speaks_for, registry
 
 __all__ = [
     "Initialized",
@@ -152,22 +152,16 @@ def record(
     nxt = store.size()
     checked: list[Verified] = []
     batch: dict[str, Verified] = {}
-    reg: Registry | None = None
     for i, raw in enumerate(raws):
         try:
             v = verify_envelope(dsse.parse_envelope(raw), keys, at_seq=nxt + i)
             _check_limits(v)
             _check_links(store, v, batch)
-            if isinstance(v.statement, QualificationStatement):
-                # Each key speaks only for its hosts; every name it signs is printable.
-                reg = registry(store, keys) if reg is None else reg
-                check_names(v.statement.predicate)
-                check_speaks_for(reg, v.signer, v.statement.predicate)
         except (RefusedError, VerificationError) as e:
-            where = f"input {i + 1}: " if len(raws) > 1 else ""
-            raise RefusedError(where + e.reason()) from None
+            raise RefusedError(_where(i, raws) + e.reason()) from None
         checked.append(v)
         batch[v.id] = v
+    _check_hosts(store, keys, checked, raws)
     _check_artifacts(checked, artifacts)
     files = artifact_store or for_ledger(store.url)
     for a in artifacts:
@@ -199,6 +193,33 @@ def record(
         for a in artifacts:
             tx.put_artifact(a.artifact.digest["sha256"], a.artifact.size, a.artifact.mediaType)
     return out
+
+
+def _where(i: int, raws: Sequence[bytes]) -> str:
+    return f"input {i + 1}: " if len(raws) > 1 else ""
+
+
+def _check_hosts(
+    store: Store, keys: Mapping[str, KeyInfo], checked: Sequence[Verified], raws: Sequence[bytes]
+) -> None:
+    """Each receipt's key speaks for the host and GPUs it names, and every name it
+    signs is printable (`ledger.write.hosts`)."""
+    receipts = [(i, v) for i, v in enumerate(checked) if v.kind == "receipt"]
+    if not receipts:
+        return
+    asked: dict[str, set[str]] = {}
+    for _, v in receipts:
+        assert isinstance(v.statement, QualificationStatement)
+        host = v.statement.predicate.runner.host
+        asked.setdefault(v.signer, set()).update([host] if host else [])
+    reg = registry(store, keys, only=asked)
+    for i, v in receipts:
+        assert isinstance(v.statement, QualificationStatement)
+        try:
+            check_names(v.statement.predicate)
+            check_speaks_for(reg, v.signer, v.statement.predicate)
+        except RefusedError as e:
+            raise RefusedError(_where(i, raws) + e.reason()) from None
 
 
 def _check_artifacts(checked: Sequence[Verified], artifacts: Sequence[ArtifactFile]) -> None:

@@ -220,7 +220,8 @@ def test_ledger_records_a_securesystemslib_envelope(
     # Not yet registered, then registered with the wrong role: refused, nothing written.
     r = run(capsys, "record", str(good), "--db", db)
     assert (r.code, r.err) == (1, f"ledger: signed by unknown key {kid[:16]}\n")
-    ok(run(capsys, "keys", "add", str(pem), "--name", "harness", "--role", "runner", "--db", db))
+    add = ("keys", "add", str(pem), "--name", "harness", "--role", "runner", "--host", "ci")
+    ok(run(capsys, *add, "--db", db))
     before = size_of(db)
     r = run(capsys, "record", str(tampered), "--db", db)
     assert (r.code, r.err) == (1, f"ledger: DSSE: invalid signature by key {kid[:16]}\n")
@@ -283,7 +284,7 @@ def test_known_bad_envelopes_are_refused(
 ) -> None:
     db = ledger_db
     pem = str(FIXTURES / "fixture-runner.pub.pem")
-    ledger(capsys, "keys add --name fixture-runner --role runner", pem, "--db", db)
+    ledger(capsys, "keys add --name fixture-runner --role runner --host ci", pem, "--db", db)
     before = size_of(db)
     for name, reason in KNOWN_BAD.items():
         r = run(capsys, "record", str(FIXTURES / name), "--db", db)

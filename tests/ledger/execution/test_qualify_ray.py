@@ -11,6 +11,7 @@ import json
 import os
 import re
 import signal
+import socket
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -114,9 +115,9 @@ def ledger_server(
     pem = tmp_path / "worker.pub.pem"
     pem.write_text(run(capsys, "keys", "export", "gpu-worker").out)
     monkeypatch.setenv("LEDGER_KEYS", str(key_dir))
-    assert (
-        run(capsys, "keys", "add", str(pem), "--name", "gpu-worker", "--role", "runner").code == 0
-    )
+    # The worker's key speaks for the Ray nodes' host (here, this one).
+    add = ("keys", "add", str(pem), "--name", "gpu-worker", "--role", "runner")
+    assert run(capsys, *add, "--host", socket.gethostname()).code == 0
     srv = start(db, KeyDir(key_dir))
     try:
         yield srv

@@ -81,9 +81,9 @@ def sick_fleet(
     pem = tmp_path / "worker.pub.pem"
     pem.write_text(run(capsys, "keys", "export", "gpu-worker").out)
     monkeypatch.setenv("LEDGER_KEYS", str(key_dir))
-    assert (
-        run(capsys, "keys", "add", str(pem), "--name", "gpu-worker", "--role", "runner").code == 0
-    )
+    # The worker's key speaks for the Ray nodes' host (here, this one).
+    add = ("keys", "add", str(pem), "--name", "gpu-worker", "--role", "runner")
+    assert run(capsys, *add, "--host", socket.gethostname()).code == 0
     tokens = tmp_path / "tokens"
     host = new_token("gpu-host", tokens, ["runner", "read"])
     runner_only = new_token("other-host", tokens, ["runner"])

@@ -52,8 +52,9 @@ class Ledger:
         pub = tmp / "runner.pub.pem"
         pub.write_bytes(public_pem(KEY.private.public_key()))
         added = run(
-            capsys, "keys", "add", str(pub), "--name", KEY.name, "--role", "runner", *self.db
-        )
+            capsys, "keys", "add", str(pub), "--name", KEY.name, "--role", "runner",
+            "--host", "fixture-host", *self.db,  # the host the frozen receipts name
+        )  # fmt: skip
         assert added.code == 0, added.err
 
     def record(self, name: str) -> str:
