@@ -22,6 +22,7 @@ if TYPE_CHECKING:  # the CLI imports its machinery lazily, so `--help` starts fa
     from ledger.evidence.keys import KeyDir
     from ledger.read.reader import Reader
     from ledger.store.store import Store
+    from ledger.write.record import Recorder
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -153,20 +154,11 @@ sandbox_option = click.option(
 )
 
 
-def recorder_paths(recorder: object) -> list[str]:
-    """Where a recorder keeps what the sandbox must not reach: the SQLite file's
-    folder and its artifact store, and the outbox."""
-    from ledger.remote.outbox import default_dir
-    from ledger.write.artifacts import default_location
+def recorder_paths(recorder: Recorder) -> list[str]:
+    """Where a recorder keeps what the sandbox must not reach (`ledger.read.handle`)."""
+    from ledger.read.handle import recorder_paths as paths
 
-    out = [str(default_dir())]
-    store = getattr(recorder, "store", None)
-    url = str(getattr(store, "url", ""))
-    if url.startswith("sqlite:///"):
-        db = Path(url.removeprefix("sqlite:///"))
-        # The folder, and the file itself: a folder the command may write can hold it.
-        out += [str(db.parent), str(db), default_location(url)]
-    return out
+    return paths(recorder)
 
 
 def server_option(help_text: str) -> Callable[[F], F]:
@@ -191,14 +183,12 @@ def verdict_exit(doc: dict[str, Any]) -> int:
     return EXIT_NEGATIVE
 
 
-def kept(recorder: object) -> bool:
+def kept(recorder: Recorder) -> bool:
     """Say so when receipts stayed in the outbox because the server could not take them
     (the caller exits 3: the revision was not judged, the server was not reached)."""
-    n = getattr(recorder, "kept", 0)
-    if n:
-        click.echo(
-            f"ledger: {n} signed statement(s) kept in the outbox {recorder.outbox.path}"  # type: ignore[attr-defined]
-            f" ({recorder.failure}); send them with `ledger push --server URL` (exit 3)",  # type: ignore[attr-defined]
-            err=True,
-        )
-    return bool(n)
+    from ledger.read.handle import kept_line
+
+    line = kept_line(recorder)
+    if line is not None:
+        click.echo(f"ledger: {line}", err=True)
+    return line is not None

@@ -170,7 +170,7 @@ def calibrate(
     from ledger.plans import governing
     from ledger.read.calibration import calibrate as report_of
     from ledger.read.calibration import render
-    from ledger.read.query import load_evidence
+    from ledger.read.evidence import load_evidence
 
     ident = governing.identify(source.open_repo(repo), rev=rev, pr=pr, offline=offline, base=base)
     receipts, _ = load_evidence(open_store(db), ident.revision, claims=[claim])

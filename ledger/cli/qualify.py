@@ -16,7 +16,6 @@ from ledger.cli._common import (
     kept,
     keydir,
     plan_option,
-    recorder_paths,
     rev_options,
     sandbox_option,
     server_option,
@@ -27,7 +26,7 @@ from ledger.evidence.errors import EXIT_INFRA, EXIT_OK, UsageError
 if TYPE_CHECKING:
     from ledger.execution.qualify import QualifyRun
     from ledger.qualification.report import StatusReport
-    from ledger.write.record import Recorder
+    from ledger.read.handle import OpenLedger
 
 
 def qualify_exit(ran: Sequence[tuple[str, str, str]], doc: dict[str, Any] | None) -> int:
@@ -159,17 +158,18 @@ def qualify(
 
     from ledger.execution.qualify import Interrupted
     from ledger.execution.qualify import qualify as run_plan
-    from ledger.write.record import open_recorder
+    from ledger.read.handle import open_ledger
 
     _validate(executor, server, gpus)
-    recorder = open_recorder(db, server)
+    # Opened once: the receipts are recorded, and the fleet and the base read, through it.
+    ledger = open_ledger(db, server)
     keys = keydir()
     # With Ray the workers sign, each with its own key: no key is read here.
     key = keys.load(key_name) if executor == "local" else None
 
     try:
         result = run_plan(
-            recorder,
+            ledger,
             key,
             repo_path=repo,
             rev=rev,
@@ -182,7 +182,7 @@ def qualify(
             base=base,
             profile=profile,
             sandbox=sandbox,
-            secrets=[keys.path, *map(Path, recorder_paths(recorder))],
+            secrets=[keys.path, *map(Path, ledger.private_paths())],
             gpus=gpus,
             executor=executor,
             ray_address=ray_address,
@@ -194,7 +194,7 @@ def qualify(
         # One line, after every claim process stopped: what the ledger holds now.
         click.echo(f"ledger: {e.line()}", err=True)
         raise SystemExit(130) from None
-    code = _report(result, recorder, claims, server, as_json, progress)
+    code = _report(result, ledger, claims, server, as_json, progress)
     if code != EXIT_OK:
         raise SystemExit(code)
 
@@ -215,7 +215,7 @@ def _validate(executor: str, server: str | None, gpus: str | None) -> None:
 
 def _report(
     result: QualifyRun,
-    recorder: Recorder,
+    ledger: OpenLedger,
     claims: Sequence[str],
     server: str | None,
     as_json: bool,
@@ -230,13 +230,14 @@ def _report(
     report: StatusReport | None = None
     doc: dict[str, Any] | None = None
     unjudged = ""
+    recorder = ledger.recorder
     if isinstance(recorder, LocalRecorder):
         from ledger.read.query import query_status
 
         # The PR's whole verdict, also when only some claims ran now.
         report = query_status(recorder.store, result.query(), claims=(), scope={})
         doc = report.to_json()
-    elif getattr(recorder, "kept", 0):
+    elif ledger.kept:
         unjudged = "receipts wait in the outbox: the server holds no verdict on them yet"
     else:
         doc, unjudged = _server_verdict(server, result)

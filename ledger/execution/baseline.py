@@ -22,17 +22,18 @@ import git
 
 from ledger.evidence.errors import Error
 from ledger.evidence.keys import LocalKey
-from ledger.evidence.models import QualificationPredicate
 from ledger.execution import local_run
 from ledger.execution.claimrun import ClaimRun
 from ledger.execution.devices import Device as GpuDevice
 from ledger.execution.devices import visible_gpus
 from ledger.identity.revision import Revision
-from ledger.qualification.attribution import BLAMED, of_claim, same_runner, where_ran
-from ledger.qualification.evidence import short_id
+from ledger.qualification.attribution import BLAMED, of_claim, vouches, where_ran
+from ledger.qualification.evidence import ReceiptEvidence, short_id
 from ledger.qualification.plan import ClaimSpec, Plan
+from ledger.read.handle import OpenLedger
+from ledger.read.question import Question
+from ledger.read.reader import Reader
 from ledger.sandbox import Sandbox
-from ledger.write.record import Recorder
 
 COULD_NOT_RUN = "could_not_run"
 """The measurement of a check that could not run as asked with what it was handed
@@ -61,76 +62,24 @@ class BaseRow:
         }
 
 
-@dataclass(frozen=True, slots=True)
-class _Held:
-    """A receipt the ledger holds, as a baseline reads it."""
-
-    id: str
-    seq: int
-    predicate: QualificationPredicate
-    signer: tuple[str, str | None]
-    """Its key id and the token holder who registered that key (None: on the host)."""
-
-
-def _receipts(recorder: Recorder, repo: str, commit: str, claims: Sequence[str]) -> list[_Held]:
-    """The ledger's receipts of ``commit`` for ``claims`` that a runner's key signed: the
-    local store's (standing keys only), or a server's (its history of the commit, each
-    receipt read back)."""
-    store = getattr(recorder, "store", None)
-    if store is None:
-        url = getattr(recorder, "url", None)
-        return _served(url, repo, commit, claims) if isinstance(url, str) else []
-    from ledger.identity.aliases import aliases_of
-    from ledger.transparency.logged import standing
-
-    keys = store.keys()
-    out = []
-    for repo_id in (repo, *aliases_of(store, repo)):
-        for e in store.receipt_entries(repo_id, commits=[commit], claims=list(claims)):
-            try:
-                if standing(e, keys) is None:
-                    info = keys.get(e.signer)
-                    by = info.registered_by if info is not None else None
-                    out.append(_Held(e.entry_id, e.seq, e.receipt.predicate, (e.signer, by)))
-            except Error:
-                continue  # an entry that does not read counts for nothing (`ledger audit`)
-    return out
+def _receipts(
+    reader: Reader, repo: str, commit: str, claims: Sequence[str]
+) -> list[ReceiptEvidence]:
+    """The ledger's receipts of ``commit`` for ``claims`` whose runner key stands, read
+    through the ledger's reader in one go: the local store's, or a server's in one
+    request (`POST /v1/evidence`), never one request per receipt."""
+    got = reader.evidence(Question.about(repo, commit, claims)).receipts
+    return [r for r in got if r.problem is None and r.predicate.source.commit == commit]
 
 
-def _served(url: str, repo: str, commit: str, claims: Sequence[str]) -> list[_Held]:
-    """A server's receipts of ``commit`` for ``claims`` signed by a runner's key, read
-    back one by one (the server judged each signature at ingest)."""
-    from ledger.remote.client import fetch_entry, fetch_history
-
-    subject = {"repo": repo, "commit": commit, "tree": ""}
-    doc = fetch_history(
-        url, {"subject": subject, "plan": None, "notes": [], "claims": list(claims)}
-    )
-    out = []
-    for item in doc.get("entries") or []:
-        if (
-            item.get("kind") != "receipt"
-            or item.get("claim") not in claims
-            or item.get("signer_role") != "runner"
-        ):
-            continue
-        shown = fetch_entry(url, str(item["id"]))
-        predicate = QualificationPredicate.model_validate(shown["statement"]["predicate"])
-        if predicate.source.commit == commit:
-            # A server's history names the key, not who registered it: the same key only.
-            signer = (str(item.get("signer") or ""), None)
-            out.append(_Held(str(shown["id"]), int(shown["seq"]), predicate, signer))
-    return out
-
-
-def _mine(r: _Held, spec: ClaimSpec, head: _Held) -> bool:
+def _mine(r: ReceiptEvidence, spec: ClaimSpec, head: ReceiptEvidence) -> bool:
     """A base receipt the read side will weigh beside ``head`` (`attribution`): of the
     claim at its scope, on the head's device, by the head's runner."""
     p = r.predicate
     return (
         of_claim(p, spec.name, spec.check, spec.scope)
         and where_ran(p) == where_ran(head.predicate)
-        and same_runner(head.signer, r.signer)
+        and vouches(head, r)
     )
 
 
@@ -140,7 +89,7 @@ def baseline(
     plan: Plan,
     runs: Sequence[ClaimRun],
     recorded: Sequence[tuple[str, str, str]],
-    recorder: Recorder,
+    ledger: OpenLedger,
     key: LocalKey,
     box: Sandbox,
     explicit: bool,
@@ -159,11 +108,11 @@ def baseline(
         return []
     at = base[:12]
     try:
-        mine = _head_receipts(recorder, head, recorded)
-        found = _receipts(recorder, head.repo, base, blamed)
+        mine = _head_receipts(ledger.reader, head, recorded)
+        found = _receipts(ledger.reader, head.repo, base, blamed)
     except Error as e:
         # Said, never silent: without the head's receipts read back, no device is known.
-        say(f"baseline: the ledger at {recorder.where} could not be read ({e.reason()}): none")
+        say(f"baseline: the ledger at {ledger.where} could not be read ({e.reason()}): none")
         return []
     out: list[BaseRow] = []
     todo: dict[str, list[ClaimRun]] = {}
@@ -208,7 +157,7 @@ def baseline(
             local_run.run(
                 st,
                 [_on_base(r, i, plan, head) for i, r in enumerate(group, 1)],
-                recorder,
+                ledger,
                 key,
                 revision,
                 _devices(device) if explicit else None,
@@ -254,14 +203,14 @@ def _devices(device: str) -> list[GpuDevice] | None:
 
 
 def _head_receipts(
-    recorder: Recorder, head: Revision, recorded: Sequence[tuple[str, str, str]]
-) -> dict[str, _Held]:
+    reader: Reader, head: Revision, recorded: Sequence[tuple[str, str, str]]
+) -> dict[str, ReceiptEvidence]:
     """Per blocked claim, its receipt (this run's) read back from the ledger it was
     recorded into: the device it ran on, as the host observed it, and its signer."""
     ids = {i for i, _, o in recorded if o in BLAMED}
     claims = sorted({c for _, c, _ in recorded})
     return {
         r.predicate.claim: r
-        for r in _receipts(recorder, head.repo, head.commit, claims)
+        for r in _receipts(reader, head.repo, head.commit, claims)
         if r.id in ids
     }

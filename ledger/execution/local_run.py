@@ -35,6 +35,7 @@ from ledger.fleet.dcgm import diagnose
 from ledger.fleet.quarantine import bound, skip_quarantined
 from ledger.identity.revision import Revision
 from ledger.qualification.plan import ClaimSpec, Plan
+from ledger.read.handle import OpenLedger
 from ledger.sandbox import Sandbox
 from ledger.write.record import Recorder
 
@@ -182,7 +183,7 @@ def unforkable(ready: Ready) -> str | None:
 def run(
     st: Started,
     runs: Sequence[ClaimRun],
-    recorder: Recorder,
+    ledger: OpenLedger,
     key: LocalKey,
     revision: Revision,
     devices: Sequence[GpuDevice] | None,
@@ -202,7 +203,7 @@ def run(
         devices = skip_quarantined(
             devices,
             visible_gpus(),
-            recorder,
+            ledger.reader,
             bound(os.environ) or st.quarantine_above,
             say,
             quarantine,
@@ -240,7 +241,7 @@ def run(
     )
     _diagnose(ex, pool.devices if explicit else visible_gpus(), say)
     try:
-        recording = _Recording(recorder, key, revision, done, quarantine)
+        recording = _Recording(ledger.recorder, key, revision, done, quarantine)
         skipped = schedule(ex, pool, explicit, runs, recording, say, len(visible_gpus()))
     finally:
         ex.close()

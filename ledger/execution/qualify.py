@@ -34,6 +34,7 @@ from ledger.identity.revision import Revision
 from ledger.plans import governing
 from ledger.plans.governing import Identity
 from ledger.qualification.plan import PLAN_FILE, ClaimSpec, Plan
+from ledger.read.handle import OpenLedger
 from ledger.sandbox import Sandbox
 from ledger.sandbox import resolve as resolve_sandbox
 from ledger.write.record import Recorder
@@ -97,7 +98,7 @@ class _Say:
 
 
 def qualify(
-    recorder: Recorder | None,
+    ledger: OpenLedger | None,
     key: LocalKey | None,
     *,
     repo_path: Path | None,
@@ -146,7 +147,7 @@ def qualify(
         done = QualifyRun([], p.revision, p.plan, p.ident.notes, tuple(c.name for c, _ in skipped))
         # The governing plan first: a reader without a checkout proves it from the
         # ledger alone, for every receipt this run records (here or on Ray workers).
-        _record_plan(recorder, p.ident, say)
+        _record_plan(ledger.recorder if ledger else None, p.ident, say)
         try:
             if st is None:
                 if baseline and pr is not None:
@@ -154,14 +155,14 @@ def qualify(
                 _on_ray(p, runs, done, ray_address, server, key_name, sandbox, say)
                 return done
             box = p.box
-            assert recorder is not None and key is not None and box is not None
+            assert ledger is not None and key is not None and box is not None
             done.not_here = local_run.run(
-                st, runs, recorder, key, p.revision, pool_devices, box, say, done.receipts
+                st, runs, ledger, key, p.revision, pool_devices, box, say, done.receipts
             )
             if baseline and pr is not None:
                 judged = p.base_plan or p.run_plan
                 done.baseline = _judge_base(
-                    p.repo, judged, runs, done, recorder, key, box, pool_devices is not None, say
+                    p.repo, judged, runs, done, ledger, key, box, pool_devices is not None, say
                 )
         except KeyboardInterrupt:
             # Said once, after the claims' processes and the trees are gone.
@@ -246,7 +247,7 @@ def _judge_base(
     plan: Plan,
     runs: Sequence[ClaimRun],
     done: QualifyRun,
-    recorder: Recorder,
+    ledger: OpenLedger,
     key: LocalKey,
     box: Sandbox,
     pool: bool,
@@ -256,7 +257,7 @@ def _judge_base(
     from (`ledger.execution.baseline`), on the same devices."""
     from ledger.execution.baseline import baseline as judge_base
 
-    return judge_base(repo, done.revision, plan, runs, done.receipts, recorder, key, box, pool, say)
+    return judge_base(repo, done.revision, plan, runs, done.receipts, ledger, key, box, pool, say)
 
 
 @dataclass(frozen=True)

@@ -24,10 +24,10 @@ import math
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-from ledger.evidence.errors import UsageError
-from ledger.fleet.report import QUARANTINE_ENV, fleet_report, quarantined, store_predicates
+from ledger.evidence.errors import Error, UsageError
+from ledger.fleet.report import QUARANTINE_ENV, quarantined
 
 if TYPE_CHECKING:
     from ledger.hardware.gpus import Device
@@ -35,6 +35,7 @@ if TYPE_CHECKING:
 __all__ = [
     "MAX_SHARE_ENV",
     "Decision",
+    "FleetReader",
     "add_fact",
     "bound",
     "decide",
@@ -77,16 +78,25 @@ def max_share(env: Mapping[str, str]) -> float:
     return x
 
 
-def _fleet(recorder: object, above: float) -> tuple[dict[str, Any] | None, str | None]:
+class FleetReader(Protocol):
+    """What quarantine reads the fleet through: the reader of the ledger the run records
+    into (`ledger.read.reader.Reader`, handed down with its recorder), here or a
+    server's."""
+
+    remote: bool
+
+    def fleet(self, quarantine_above: float | None = None) -> dict[str, Any]: ...
+
+
+def _fleet(reader: FleetReader, above: float) -> tuple[dict[str, Any] | None, str | None]:
     """The fleet report of the ledger the run records into, read once: the local
     store's, or the server's; else None and why."""
-    store = getattr(recorder, "store", None)
-    if store is not None:
-        return fleet_report(store_predicates(store)), None
-    url = getattr(recorder, "url", None)
-    if not isinstance(url, str):
-        return None, "the run records into no ledger with a fleet"
-    return server_fleet(url, above, getattr(recorder, "token", None))
+    try:
+        return reader.fleet(above), None
+    except Error as e:
+        # Said, never silent: a GPU host without the read role runs on every device.
+        whose = "the server's" if reader.remote else "the ledger's"
+        return None, f"{whose} fleet could not be read ({e})"
 
 
 def server_fleet(
@@ -187,7 +197,7 @@ def decide(
 def skip_quarantined(
     devices: Sequence[Device],
     every: Sequence[Device],
-    recorder: object,
+    reader: FleetReader,
     above: float | None,
     say: Callable[[str], None],
     facts: dict[str, str] | None = None,
@@ -200,7 +210,7 @@ def skip_quarantined(
     if above is None or not any(d.uuid for d in devices):
         return list(devices)
     share = max_share(os.environ)
-    report, why_not = _fleet(recorder, above)
+    report, why_not = _fleet(reader, above)
     notes = [not_applied(str(why_not))] if report is None else []
     decision = Decision(list(devices), notes)
     if report is not None:

@@ -12,124 +12,34 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
-from ledger.evidence.entry import LoggedEntry
-from ledger.evidence.errors import Error
-from ledger.evidence.keys import KeyInfo
 from ledger.identity.repoid import canonical_repo
 from ledger.identity.revision import Revision
 from ledger.plans.governing import Identity
 from ledger.qualification import (
     HistoryItem,
     ReceiptEvidence,
-    ReviewEvidence,
     StatusReport,
     evaluate,
     history,
 )
 from ledger.qualification.attribution import BLAMED, Attribution, attribute
 from ledger.qualification.plan import Plan
+from ledger.read.evidence import load_evidence, read_evidence, repo_ids
 from ledger.read.whose import receipt_label
 from ledger.store.store import Store
-from ledger.transparency.logged import standing
 
 __all__ = [
-    "Evidence",
     "definition_notes",
     "history_answer",
     "history_document",
-    "load_evidence",
     "proved",
     "quarantined_gpus",
     "query_history",
     "query_status",
-    "read_evidence",
     "show_document",
 ]
-
-
-@dataclass(frozen=True, slots=True)
-class Evidence:
-    """What the ledger holds on a revision, and the entries it could not read."""
-
-    receipts: list[ReceiptEvidence]
-    reviews: list[ReviewEvidence]
-    unreadable: list[str] = field(default_factory=list)
-    """One line per entry the index names that does not parse (`ledger audit` says why)."""
-
-
-def _unreadable(e: LoggedEntry, err: Error) -> str:
-    return (
-        f"entry {e.seq} ({e.entry_id[:19]}) cannot be read: {err.reason()};"
-        " it counts for nothing here: run `ledger audit`"
-    )
-
-
-def read_evidence(
-    store: Store, revision: Revision, claims: Sequence[str] | None = None
-) -> Evidence:
-    """The receipts (and their reviews) of the revision's repository that bear on it."""
-    # The asked id is canonical already; normalising again is idempotent and covers a
-    # question posted with a raw URL. Ids the operator aliased to it count as it.
-    entries: list[LoggedEntry] = []
-    for repo_id in repo_ids(store, revision.repo):
-        entries += store.receipt_entries(
-            repo_id,
-            # With the environment in the package identity, an upgrade changes the
-            # digest: the parents' receipts are read too, so status can name the part
-            # that differed instead of finding no evidence.
-            commits=[revision.commit, *(revision.parents if revision.package_parts else ())],
-            trees=[revision.tree],
-            # Receipts recorded before the package identity covered the workload
-            # definition name the digest without it: found, then judged by their
-            # commit's definition (`proved`).
-            packages=[d for d in (revision.package_digest, revision.prior_package_digest) if d],
-            pr=revision.pr,
-            claims=claims or None,
-        )
-    entries.sort(key=lambda e: e.seq)
-    keys = store.keys()
-
-    def signed(e: LoggedEntry) -> dict[str, Any]:
-        """What both kinds of evidence say about an entry's signature."""
-        info: KeyInfo | None = keys.get(e.signer)
-        return {
-            "id": e.entry_id,
-            "seq": e.seq,
-            "signer": e.signer,
-            "signer_role": info.role if info else "unknown",
-            "signer_revoked_seq": info.revoked_seq if info else None,
-            "signer_registered_by": info.registered_by if info else None,
-            "problem": standing(e, keys),
-        }
-
-    unreadable: list[str] = []
-    receipts: list[ReceiptEvidence] = []
-    for e in entries:
-        try:
-            receipts.append(ReceiptEvidence(statement=e.receipt, **signed(e)))
-        except Error as err:
-            unreadable.append(_unreadable(e, err))
-    reviews: list[ReviewEvidence] = []
-    for e in store.review_entries([r.id for r in receipts]):
-        try:
-            p = e.review.predicate
-            reviews.append(
-                ReviewEvidence(receipt=p.receipt, verdict=p.verdict, note=p.note, **signed(e))
-            )
-        except Error as err:
-            unreadable.append(_unreadable(e, err))
-    return Evidence(receipts, reviews, unreadable)
-
-
-def repo_ids(store: Store, repo: str) -> list[str]:
-    """The repository's canonical id, then the earlier ids aliased to it."""
-    from ledger.identity.aliases import aliases_of
-
-    want = canonical_repo(repo)
-    return [want, *aliases_of(store, want)]
 
 
 def _elsewhere_notes(store: Store, revision: Revision, claims: Sequence[str]) -> tuple[str, ...]:
@@ -146,13 +56,6 @@ def _elsewhere_notes(store: Store, revision: Revision, claims: Sequence[str]) ->
         f"`ledger repo alias {other} {want} --reason TEXT` on the ledger's host counts them here"
         for other, n in elsewhere(store, revision.commit, repo_ids(store, want), claims)
     )
-
-
-def load_evidence(
-    store: Store, revision: Revision, claims: Sequence[str] | None = None
-) -> tuple[list[ReceiptEvidence], list[ReviewEvidence]]:
-    ev = read_evidence(store, revision, claims)
-    return ev.receipts, ev.reviews
 
 
 def quarantined_gpus(store: Store, plan: Plan | None) -> frozenset[str]:

@@ -28,6 +28,8 @@ if TYPE_CHECKING:  # a reader loads SQLAlchemy, httpx or the log only where it a
     from ledger.evidence.keys import KeyDir, KeyInfo
     from ledger.monitor.watch import LogView
     from ledger.plans.governing import Identity
+    from ledger.read.evidence import Evidence
+    from ledger.read.question import Question
     from ledger.store.store import Store
     from ledger.transparency.policy import Policy
     from ledger.transparency.witness import DbSource, ServerSource
@@ -40,7 +42,6 @@ __all__ = [
     "RemoteReader",
     "key_rows",
     "open_reader",
-    "question_of",
 ]
 
 SERVERS_WORD = "the server's word only, nothing verified here"
@@ -51,6 +52,13 @@ Scope = Mapping[str, str | int]
 class Reader(Protocol):
     verified: str
     """How its proofs were checked, for messages: "verified" here, else by the server."""
+    remote: bool
+    """Whether a server answers (its word on what its store holds), for messages."""
+
+    def evidence(self, question: Question) -> Evidence:
+        """The receipts and reviews the ledger holds on the question's subject (only of
+        its claims, where it names some), each signer as the key table stands: read in
+        one go, here or in one request of a server."""
 
     def status(
         self, ident: Identity, claims: Sequence[str] = (), scope: Scope | None = None
@@ -126,26 +134,6 @@ def key_rows(keys: Iterable[KeyInfo], hosts: Registry | None = None) -> list[dic
     return out
 
 
-def question_of(q: Identity, claims: list[str], scope: dict[str, str | int]) -> dict[str, Any]:
-    """What a remote `status` or `history` posts: the locally identified revision and plan."""
-    import dataclasses  # here: `ledger verify FILE` imports this module, and starts fast
-
-    subject = dataclasses.asdict(q.revision)
-    # What a checkout showed is read where the evidence is gathered, never taken from a
-    # question; and a field at its default stays out, so a server of an earlier release
-    # (which refuses fields it does not know) still answers.
-    subject.pop("definition_proofs", None)
-    if subject.get("prior_package_digest") is None:
-        subject.pop("prior_package_digest", None)
-    return {
-        "subject": subject,
-        "plan": q.plan.model_dump(mode="json") if q.plan else None,
-        "notes": list(q.notes),
-        "claims": claims,
-        "scope": scope,
-    }
-
-
 class LocalReader:
     """A ledger database: `db` (`--db`, `$LEDGER_DB`, default), opened at the first
     question, or a `store` already open (the server's).
@@ -157,6 +145,7 @@ class LocalReader:
     digest; the server's: the store it was given)."""
 
     verified = "verified"
+    remote = False
 
     def __init__(
         self,
@@ -199,6 +188,11 @@ class LocalReader:
         from ledger.read.query import query_status
 
         return query_status(self.store, ident, claims=claims, scope=scope or {}).to_json()
+
+    def evidence(self, question: Question) -> Evidence:
+        from ledger.read.evidence import read_evidence
+
+        return read_evidence(self.store, question.subject, question.claims or None)
 
     def history(self, ident: Identity) -> dict[str, Any]:
         from ledger.read.query import history_answer
@@ -319,24 +313,33 @@ class RemoteReader:
     questions that need one (the fleet: the read role; the audit: the operator's)."""
 
     verified = "verified by the server"
+    remote = True
 
     def __init__(self, url: str, token: str | None = None) -> None:
         self.url = url
         self.token = token
+
+    def evidence(self, question: Question) -> Evidence:
+        from ledger.read.evidence import Evidence
+        from ledger.remote.client import fetch_evidence
+
+        return Evidence.from_json(fetch_evidence(self.url, question.to_json()))
 
     def status(
         self, ident: Identity, claims: Sequence[str] = (), scope: Scope | None = None
     ) -> dict[str, Any]:
         # The question is identified here, in this checkout, as a local status would
         # be; the server answers it from its ledger.
+        from ledger.read.question import Question
         from ledger.remote.client import fetch_status
 
-        return fetch_status(self.url, question_of(ident, list(claims), dict(scope or {})))
+        return fetch_status(self.url, Question.of(ident, claims, scope).to_json())
 
     def history(self, ident: Identity) -> dict[str, Any]:
+        from ledger.read.question import Question
         from ledger.remote.client import fetch_history
 
-        return fetch_history(self.url, question_of(ident, [], {}))
+        return fetch_history(self.url, Question.of(ident).to_json())
 
     def show(self, ref: str) -> dict[str, Any]:
         from ledger.remote.client import fetch_entry

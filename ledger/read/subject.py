@@ -134,7 +134,7 @@ def judged_from_log(
     proved from git where the server has a checkout of the repository.
     """
     from ledger.identity.aliases import current_id
-    from ledger.read.query import repo_ids
+    from ledger.read.evidence import repo_ids
 
     want = current_id(store, canonical_repo(repo))
     ids = repo_ids(store, want)
@@ -169,7 +169,7 @@ def judged_from_log(
             paths = tuple(package.paths) if package else ()
             parts = dict(package.parts or {}) if package else {}
         except Error:
-            pass  # the unreadable body is a problem of the answer (query.read_evidence)
+            pass  # the unreadable body is a problem of the answer (evidence.read_evidence)
     from ledger.plans.ledger import governing_plan
 
     gov = governing_plan(store, want, pr, row.commit, aliases=ids[1:])

@@ -252,6 +252,11 @@ def fetch_history(url: str, question: dict[str, Any], timeout: float = 60) -> di
     return dict(_post(url, "/v1/history", question, timeout=timeout))
 
 
+def fetch_evidence(url: str, question: dict[str, Any], timeout: float = 60) -> dict[str, Any]:
+    """The receipts and reviews the server holds on a question's subject, in one request."""
+    return dict(_post(url, "/v1/evidence", question, timeout=timeout))
+
+
 def fetch_verification(url: str, ref: str, timeout: float = 60) -> dict[str, Any]:
     """The `verify ID --json` document, computed by the server against its ledger."""
     return dict(_get(url, "/v1/verify/" + _quoted(ref), timeout))
@@ -286,6 +291,20 @@ def register_key(
     if hosts is not None:
         doc["hosts"] = {h: sorted(set(g)) for h, g in hosts.items()}
     return dict(_post(url, "/v1/keys", doc, _token(token)))
+
+
+def change_host(
+    url: str,
+    ref: str,
+    action: str,
+    host: str,
+    reason: str,
+    gpus: Sequence[str] = (),
+    token: str | None = None,
+) -> dict[str, Any]:
+    """Add or remove a host runner key ``ref`` speaks for (the keys role)."""
+    doc = {"action": action, "host": host, "gpus": list(gpus), "reason": reason}
+    return dict(_post(url, f"/v1/keys/{_quoted(ref)}/hosts", doc, _token(token)))
 
 
 def revoke_key(url: str, ref: str, reason: str, token: str | None = None) -> dict[str, Any]:

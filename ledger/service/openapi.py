@@ -96,6 +96,13 @@ def _answers(ref: list[dict[str, Any]]) -> dict[str, Any]:
             ),
             "post": _op("the `history --json` document for a question", body=_OBJECT),
         },
+        "/v1/evidence": {
+            "post": _op(
+                "the receipts and reviews held on a question's subject, each signer's "
+                "standing with it, in one answer",
+                body=_OBJECT,
+            )
+        },
     }
 
 
@@ -140,6 +147,15 @@ def _administration(ref: list[dict[str, Any]]) -> dict[str, Any]:
         },
         "/v1/keys/{ref}/revoke": {
             "post": _op("revoke a key", body=_OBJECT, parameters=ref, security=_BEARER)
+        },
+        "/v1/keys/{ref}/hosts": {
+            "post": _op(
+                "add or remove a host a runner key speaks for ({action, host, gpus, reason}; "
+                "the keys role; logged with the holder's name)",
+                body=_OBJECT,
+                parameters=ref,
+                security=_BEARER,
+            )
         },
         "/v1/artifacts/{digest}": {
             "get": _op("an artifact's bytes", parameters=_path_param("digest")),

@@ -25,53 +25,23 @@ from collections.abc import Callable, Hashable, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import ValidationError
-
-from ledger.evidence.errors import Error, InputError, RefusedError, first_validation_error
+from ledger.evidence.errors import Error, InputError
 from ledger.identity.repoid import canonical_repo
-from ledger.identity.revision import Revision
 from ledger.plans.governing import Identity
-from ledger.qualification.plan import Plan
-from ledger.read.reader import LocalReader, question_of
+from ledger.read.question import Question
+from ledger.read.reader import LocalReader
 from ledger.read.subject import judged_from_log, with_plan_source
 from ledger.service.answers import Answers
 from ledger.store.store import Store
 
 __all__ = ["How", "Which", "answer", "kept", "with_notes"]
 
-Which = Literal["status", "history"]
-"""Which answer: `status --json` or `history --json`."""
+Which = Literal["status", "history", "evidence"]
+"""Which answer: `status --json`, `history --json`, or the evidence under them (the
+receipts and reviews a client judges itself: a baseline reading the base's)."""
 How = Literal["question", "query"]
 """How the question arrives: a question document the CLI identified in its checkout
 (`POST`), or query parameters that name a repository and a PR or commit (`GET`)."""
-
-_REVISION_FIELDS = {f.name for f in dataclasses.fields(Revision)}
-
-
-def _identity(doc: dict[str, Any]) -> Identity:
-    subject = doc.get("subject")
-    if not isinstance(subject, dict) or not set(subject) <= _REVISION_FIELDS:
-        raise RefusedError(f"subject: expected an object with fields {sorted(_REVISION_FIELDS)}")
-    try:
-        fields: dict[str, Any] = {
-            k: tuple(v) if isinstance(v, list) else v for k, v in subject.items()
-        }
-        revision = Revision(**fields)
-        for name in ("repo", "commit", "tree"):
-            if not isinstance(getattr(revision, name), str):
-                raise TypeError(name)
-    except TypeError as e:
-        raise RefusedError(f"subject: {e}") from None
-    plan = None
-    if doc.get("plan") is not None:
-        try:
-            plan = Plan.model_validate(doc["plan"])
-        except ValidationError as e:
-            raise RefusedError(f"plan: {first_validation_error(e)}") from None
-    notes = doc.get("notes") or []
-    if not isinstance(notes, list) or not all(isinstance(n, str) for n in notes):
-        raise RefusedError("notes: expected a list of strings")
-    return Identity(revision, plan, tuple(notes))
 
 
 def _current(store: Store, q: Identity) -> Identity:
@@ -87,18 +57,6 @@ def _current(store: Store, q: Identity) -> Identity:
     if now == q.revision.repo:
         return q
     return dataclasses.replace(q, revision=dataclasses.replace(q.revision, repo=now))
-
-
-def _claims_scope(doc: dict[str, Any]) -> tuple[list[str], dict[str, str | int]]:
-    claims = doc.get("claims") or []
-    scope = doc.get("scope") or {}
-    if not isinstance(claims, list) or not all(isinstance(c, str) for c in claims):
-        raise RefusedError("claims: expected a list of strings")
-    if not isinstance(scope, dict) or not all(
-        isinstance(v, str | int) and not isinstance(v, bool) for v in scope.values()
-    ):
-        raise RefusedError("scope: expected an object of strings and integers")
-    return claims, scope
 
 
 def _answer(
@@ -203,11 +161,19 @@ def answer(
 
         def compute() -> dict[str, Any]:
             # Only a status question names claims and a scope; history reads neither.
-            claims, scope = _claims_scope(asked) if which == "status" else ([], {})
-            ident = _identity(asked)
+            asks = asked if which != "history" else {**asked, "claims": [], "scope": {}}
+            question = Question.from_json(asks)
+            if which == "evidence":
+                subject = _current(store, question.identity()).revision
+                return reader.evidence(dataclasses.replace(question, subject=subject)).to_json()
             # The asker's checkout named the plan; the server did not prove it.
-            source = "asker" if ident.plan is not None else "none"
-            return judge(_current(store, ident), source, claims, scope)
+            source = "asker" if question.plan is not None else "none"
+            return judge(
+                _current(store, question.identity()),
+                source,
+                question.claims,
+                dict(question.scope),
+            )
 
         return _answer(store, answers, (kind, _key(asked)), compute)
     repo, pr, rev = _parse(asked)
@@ -218,5 +184,5 @@ def answer(
     # A mirror checkout moves on its own (the team's fetch): identify first,
     # and key the answer by what was identified.
     ident, source = judged_from_log(store, repo, pr, rev, mirrors)
-    key = (kind, _key(question_of(ident, [], {})))
+    key = (kind, _key(Question.of(ident).to_json()))
     return _answer(store, answers, key, lambda: judge(ident, source))

@@ -216,8 +216,11 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("runners",),
     # The fleet that runs them, conformance before GPU time.
     ("ledger.fleet", "ledger.conformance"),
-    # The read side; orchestration.
-    ("ledger.read", "ledger.execution"),
+    # The read side: questions, their evidence, the reader, a ledger opened once with
+    # its recorder, the answers rendered.
+    ("ledger.read",),
+    # Orchestration, which records and reads through one opened ledger.
+    ("ledger.execution",),
     # The surfaces, then the entry point.
     ("ledger.service",),
     ("ledger.cli",),
@@ -328,6 +331,9 @@ MAY_IMPORT: dict[str, tuple[str, ...]] = {
         "runners",
         "ledger.fleet",
         "ledger.conformance",
+        # The ledger opened once (`read/handle.py`): its recorder writes, its reader asks
+        # for the fleet and the base's evidence.
+        "ledger.read",
     ),
     # The surfaces may import any room below them; the server runs no claim (no
     # orchestration, no torch).
@@ -338,8 +344,9 @@ MAY_IMPORT: dict[str, tuple[str, ...]] = {
     "ledger.__main__": ("ledger.cli",),
 }
 
-# Who may import the read side: the surfaces.
-READERS = ("ledger.cli", "ledger.service")
+# Who may import the read side: the surfaces, and orchestration, which reads the fleet
+# and the base's receipts through the ledger it records into.
+READERS = ("ledger.cli", "ledger.service", "ledger.execution")
 
 
 def _under(module: str, prefixes: Collection[str]) -> bool:
@@ -461,7 +468,11 @@ def test_the_room_rule_reads_as_meant() -> None:
     ]
     assert wrong_arrows({"ledger.read.query": {"ledger.execution.said"}}) == [
         "ledger.read.query -> ledger.execution.said: ledger.read imports "
-        "ledger.execution, a room beside it"
+        "ledger.execution, a room above it"
+    ]
+    assert wrong_arrows({"ledger.fleet.quarantine": {"ledger.read.reader"}}) == [
+        "ledger.fleet.quarantine -> ledger.read.reader: ledger.fleet imports "
+        "ledger.read, a room above it"
     ]
     # Below, but not listed: the read side never imports the sandbox.
     assert wrong_arrows({"ledger.read.query": {"ledger.sandbox.launcher"}}) == [

@@ -77,7 +77,7 @@ def _base_commits(
     from: the base branch's last commits in the server's checkout of the repository
     where it has one, then the merge-bases the PR's receipts record (`source.base`)."""
     from ledger.identity import source
-    from ledger.read.query import repo_ids
+    from ledger.read.evidence import repo_ids
 
     ids = repo_ids(store, repo)
     commits: list[str] = []

@@ -23,7 +23,7 @@ import pytest
 
 from ledger.identity.revision import Revision
 from ledger.qualification.attribution import attribute
-from ledger.read.query import read_evidence
+from ledger.read.evidence import read_evidence
 from ledger.store.store import Store
 from ledger.transparency.audit import audit
 

@@ -22,9 +22,8 @@ from ledger.evidence.keys import KeyDir
 from ledger.identity.source import package_identity, repo_name
 from ledger.plans.governing import identify
 from ledger.read.query import history_answer, query_status
-from ledger.read.reader import question_of
+from ledger.read.question import Question
 from ledger.read.subject import identity_from_log
-from ledger.service.questions import _identity
 from ledger.store.store import Store
 from tests.ledger.factories import envelope
 
@@ -233,8 +232,8 @@ def test_an_old_receipt_does_not_carry_without_a_checkout_and_says_why(frozen: W
     # A question posted to a server (`status --server`): the revision identified in a
     # checkout, judged where none is.
     q = identify(frozen.repo, pr=3, offline=True)
-    doc = question_of(q, [], {})
-    posted = _identity(doc)
+    doc = Question.of(q).to_json()
+    posted = Question.from_json(doc).identity()
     assert posted.definitions is None
     store = Store.open(frozen.db)
     row = query_status(store, posted, claims=None, scope={}).at_required_scope(CLAIM)
@@ -242,7 +241,7 @@ def test_an_old_receipt_does_not_carry_without_a_checkout_and_says_why(frozen: W
     # A question that brings its own proof is judged by the server's reading alone.
     main = frozen.repo.commit("main").hexsha
     doc["subject"]["definition_proofs"] = [{"commit": main, "same": True, "said": ""}]
-    forged = query_status(store, _identity(doc), claims=None, scope={})
+    forged = query_status(store, Question.from_json(doc).identity(), claims=None, scope={})
     assert forged.at_required_scope(CLAIM).state == "not-run"
     said = " ".join(str(r) for r in row.reasons)
     assert "recorded before the package identity covered the workload definition" in said

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from ledger.identity.revision import DefinitionProof, Revision
 from ledger.plans.governing import Identity
-from ledger.read.reader import question_of
+from ledger.read.question import Question
 
 # The subject's fields as the 2026-12-05 release knew them, frozen.
 EARLIER = {
@@ -27,13 +27,13 @@ def _rev(**extra: object) -> Revision:
 
 
 def test_a_question_without_a_workload_definition_names_only_earlier_fields() -> None:
-    q = question_of(Identity(_rev(), None, ()), [], {})
+    q = Question.of(Identity(_rev(), None, ())).to_json()
     assert set(q["subject"]) == EARLIER
 
 
 def test_a_checkouts_proof_never_travels_in_a_question() -> None:
     proof = DefinitionProof(commit="d" * 40, same=True)
-    q = question_of(Identity(_rev(definition_proofs=(proof,)), None, ()), [], {})
+    q = Question.of(Identity(_rev(definition_proofs=(proof,)), None, ())).to_json()
     assert "definition_proofs" not in q["subject"]
-    q = question_of(Identity(_rev(prior_package_digest="e" * 64), None, ()), [], {})
+    q = Question.of(Identity(_rev(prior_package_digest="e" * 64), None, ())).to_json()
     assert q["subject"]["prior_package_digest"] == "e" * 64

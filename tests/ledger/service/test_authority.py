@@ -15,7 +15,7 @@ from ledger.evidence.errors import RefusedError, UsageError
 from ledger.evidence.keys import KeyDir, public_pem
 from ledger.identity.revision import Revision
 from ledger.qualification import evaluate
-from ledger.read.query import load_evidence
+from ledger.read.evidence import load_evidence
 from ledger.remote import client
 from ledger.service.auth import new_token, revoke_token
 from ledger.service.run import start
