@@ -6,10 +6,12 @@ namespaces). Each forked claim process is therefore made three things here:
 - the subreaper of what it starts (`subreaper`): a process that double-forks
   and calls ``setsid`` is still below it, and once the claim process exits the
   server ends whatever is left (`end_strays`), before the claim is reported done;
-- the only writer of its own folder (`own_folder`): in a mount namespace of its
-  own (inside a user namespace of its own, where the host allows one) the run's
-  folder is read-only but for this claim's request/result folder and the
-  artifact folder, so one claim cannot rewrite another's result;
+- the only writer of its own folder (`own_folder`): the run's folder is
+  read-only to it but for this claim's request/result folder and the artifact
+  folder, so one claim cannot rewrite another's result. By Landlock where the
+  kernel has it (no namespace needed: the sandbox lets no process make a user
+  namespace, `ledger.sandbox.seccomp`), else in a mount namespace of its own
+  inside a user namespace of its own, where the host allows one;
 - without any capability once that is set up (`drop_capabilities`): creating the
   namespaces gave it a full set inside them, which it gives up before any of the
   pull request's code runs.
@@ -21,8 +23,10 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import errno
 import os
 import signal
+import stat
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -104,10 +108,108 @@ def _write(path: str, text: str) -> None:
         os.close(fd)
 
 
-def own_folder(run_dir: str, writable: Iterable[str]) -> None:
-    """In a user and mount namespace of this process's own, make ``run_dir`` read-only
-    but for ``writable`` (this claim's folder, the artifact folder). Raises OSError
-    where the host allows no nested user namespace."""
+def own_folder(run_dir: str, writable: Iterable[str]) -> str:
+    """Make ``run_dir`` read-only to this process and what it starts, but for
+    ``writable`` (this claim's folder, the artifact folder): by Landlock
+    (`_landlocked`), else in a user and mount namespace of its own. Returns which;
+    raises OSError where neither is to be had here."""
+    own = [w for w in writable if os.path.isdir(w)]
+    try:
+        _landlocked(run_dir, own)
+        return "landlock"
+    except OSError as e:
+        if e.errno not in (errno.ENOSYS, errno.EOPNOTSUPP):
+            raise
+    _namespaced(run_dir, own)
+    return "mount namespace"
+
+
+# Landlock (linux/landlock.h): the system calls' numbers are the same on every
+# architecture, as for every call added since 5.1.
+_LANDLOCK_CREATE_RULESET, _LANDLOCK_ADD_RULE, _LANDLOCK_RESTRICT_SELF = 444, 445, 446
+_LANDLOCK_CREATE_RULESET_VERSION = 1
+_LANDLOCK_RULE_PATH_BENEATH = 1
+_PR_SET_NO_NEW_PRIVS = 38
+_FS_WRITE_FILE = 1 << 1
+_FS_WRITES_V1 = sum(1 << b for b in (1, 4, 5, 6, 7, 8, 9, 10, 11, 12))
+"""write a file, remove a folder or file, make a device, folder, file, socket, FIFO,
+block device or link: every way to change what a folder holds (ABI 1)."""
+_FS_REFER = 1 << 13  # ABI 2: a link or rename into another folder
+_FS_TRUNCATE = 1 << 14  # ABI 3
+
+
+class _PathBeneath(ctypes.Structure):
+    _pack_ = 1
+    _fields_ = (("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32))
+
+
+def _landlock(nr: int, *args: object) -> int:
+    _libc.syscall.restype = ctypes.c_long
+    rc = int(_libc.syscall(nr, *args))
+    if rc < 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"landlock ({nr}): {os.strerror(err)}")
+    return rc
+
+
+def _landlocked(run_dir: str, own: list[str]) -> None:
+    """Landlock: every change to what a folder holds is refused but beneath ``own``
+    and beneath everything that is not on the way to ``run_dir`` (each entry beside
+    that way, from /, is allowed as before). Nothing under ``run_dir`` but ``own`` can
+    be written, and a file made directly in a folder on the way (``/tmp/x`` where the
+    run lies in /tmp) is refused too: the claim's HOME and TMPDIR are its scratch.
+    ENOSYS or EOPNOTSUPP where the kernel has no Landlock."""
+    abi = _landlock(_LANDLOCK_CREATE_RULESET, None, 0, _LANDLOCK_CREATE_RULESET_VERSION)
+    handled = _FS_WRITES_V1 | (_FS_REFER if abi >= 2 else 0) | (_FS_TRUNCATE if abi >= 3 else 0)
+    attr = ctypes.c_uint64(handled)
+    ruleset = _landlock(_LANDLOCK_CREATE_RULESET, ctypes.byref(attr), ctypes.sizeof(attr), 0)
+    try:
+        real = os.path.realpath(run_dir)
+        allowed = [os.path.realpath(w) for w in own]
+        for here in _ancestors_of(real):
+            on_way = _next_on_way(here, real)
+            for name in os.listdir(here):
+                if name != on_way:
+                    _allow(ruleset, os.path.join(here, name), handled)
+        for w in allowed:
+            _allow(ruleset, w, handled)
+        _check(_libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(PR_SET_NO_NEW_PRIVS)")
+        _landlock(_LANDLOCK_RESTRICT_SELF, ruleset, 0)
+    finally:
+        os.close(ruleset)
+
+
+def _ancestors_of(path: str) -> list[str]:
+    parts = path.strip("/").split("/")[:-1]
+    return ["/"] + ["/" + "/".join(parts[: i + 1]) for i in range(len(parts))]
+
+
+def _next_on_way(folder: str, path: str) -> str:
+    return path[len(folder.rstrip("/")) + 1 :].split("/", 1)[0]
+
+
+def _allow(ruleset: int, path: str, handled: int) -> None:
+    """Every handled right beneath ``path`` (a file: writing and truncating it); a link
+    is passed over (what it names has a rule of its own, or is not writable)."""
+    try:
+        fd = os.open(path, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return  # gone, or not this process's to reach
+    try:
+        st = os.fstat(fd)
+        if stat.S_ISLNK(st.st_mode):
+            return
+        rights = handled if stat.S_ISDIR(st.st_mode) else handled & (_FS_WRITE_FILE | _FS_TRUNCATE)
+        rule = _PathBeneath(rights, fd)
+        _landlock(_LANDLOCK_ADD_RULE, ruleset, _LANDLOCK_RULE_PATH_BENEATH, ctypes.byref(rule), 0)
+    finally:
+        os.close(fd)
+
+
+def _namespaced(run_dir: str, own: list[str]) -> None:
+    """In a user and mount namespace of this process's own, ``run_dir`` read-only but
+    for ``own``. OSError where the host (or the sandbox) allows no nested user
+    namespace."""
     uid, gid = os.getuid(), os.getgid()
     _check(_libc.unshare(_CLONE_NEWUSER | _CLONE_NEWNS), "unshare(NEWUSER|NEWNS)")
     # The same ids inside as outside: files keep their owners.
@@ -123,7 +225,6 @@ def own_folder(run_dir: str, writable: Iterable[str]) -> None:
     # claim's own folders on top, then every mount in the run's folder but those
     # made read-only: a remount changes only the topmost mount at its path.
     _check(mount(root, root, None, _MS_BIND | _MS_REC, None), "bind run folder")
-    own = [w for w in writable if os.path.isdir(w)]
     for w in own:
         b = os.fsencode(w)
         _check(mount(b, b, None, _MS_BIND | _MS_REC, None), f"bind {w}")
