@@ -10,20 +10,20 @@ import json
 from pathlib import Path
 from typing import Any
 
-import jsonschema
 import pytest
 
 from ledger.evidence.canonical import receipt_id
 from ledger.evidence.entry import envelope_body
 from ledger.evidence.keys import KeyDir, LocalKey
+from ledger.evidence.verification import VerificationReportDoc
 from ledger.store.store import Store, resolve_url
 from ledger.write.ingest import register_key, revoke_key
 from ledger.write.revoke import revoke_receipt
 from tests.ledger.factories import dump, envelope
 from tests.ledger.helpers import Run, run
+from tests.ledger.write.test_revoke import force_revocation
 
 ROOT = Path(__file__).resolve().parents[3]
-SCHEMA = json.loads((ROOT / "schemas" / "verification-report.schema.json").read_text())
 CORPUS = ROOT / "tests" / "corpus" / "2026-12-03"
 
 
@@ -56,11 +56,12 @@ class Lg:
         return out
 
     def verify(self, bundle: Path, *more: str) -> tuple[Run, dict[str, Any]]:
-        """`verify BUNDLE --trust LEDGER --json`: the run and its document, held to the schema."""
+        """`verify BUNDLE --trust LEDGER --json`: the run and its document, held to the
+        model its checked-in schema is generated from (schemas/verification-report)."""
         r = run(self.capsys, "verify", str(bundle), "--trust", str(self.pem), *more, "--json")
         doc = json.loads(r.out)
         if "facts" in doc:
-            jsonschema.validate(doc, SCHEMA)
+            VerificationReportDoc.model_validate(doc, strict=True)
         return r, doc
 
     def newer(self, bundle: Path) -> Path:
@@ -198,19 +199,7 @@ def test_a_counterexamples_revocation_without_its_review_leaves_it_standing(lg: 
     """A bundle whose revocation of a failed receipt names no independent dispute: the
     counterexample stands (pending review), as the judge has it."""
     fid = lg.record(outcome="failed", reason="OOM at step 3")
-    from ledger.evidence.entry import receipt_revocation_body
-    from ledger.store.store import RECEIPT_REVOCATION
-
-    body = receipt_revocation_body(fid, "no review", "2026-12-07T00:00:00Z")
-    with lg.store.append_tx() as tx:
-        tx.add(
-            kind="revocation",
-            entry_id=receipt_id(body),
-            body=body,
-            index=lambda conn, seq: conn.execute(
-                RECEIPT_REVOCATION.insert().values(seq=seq, receipt_id=fid, reason="no review")
-            ),
-        )
+    force_revocation(lg.store, fid, "no review")
     r, doc = lg.verify(lg.export(fid, "f.json"))
     assert r.code == 0, r.err
     assert doc["facts"]["revocation"]["status"] == "pending"
@@ -225,7 +214,7 @@ def test_the_witness_quorum_is_named_with_the_time_it_cosigned(
     )  # fmt: skip
     assert r.code == 0, r.err
     doc = json.loads(r.out)
-    jsonschema.validate(doc, SCHEMA)
+    VerificationReportDoc.model_validate(doc, strict=True)
     assert doc["facts"]["witnesses"]["quorum"] == ["w1", "w2"]
     assert doc["facts"]["witnesses"]["required"] is True
     assert doc["checkpoint"]["time_from"] == "witnesses"

@@ -63,6 +63,24 @@ def make_lg(db_url: str, key_dir: Path, repo: git.Repo, capsys: pytest.CaptureFi
     return Lg(db_url, key_dir, Path(repo.working_tree_dir or "."), capsys)
 
 
+def force_revocation(store: Store, rid: str, reason: str) -> None:
+    """A revocation of `rid` naming no review, written behind the write path's back
+    (as a ledger that skipped its checks would): what the judge must weigh again."""
+    from sqlalchemy import Connection
+
+    from ledger.evidence.canonical import receipt_id
+    from ledger.evidence.entry import receipt_revocation_body
+    from ledger.store.store import RECEIPT_REVOCATION
+
+    body = receipt_revocation_body(rid, reason, "2026-12-07T00:00:00Z")
+
+    def index(conn: Connection, seq: int) -> None:
+        conn.execute(RECEIPT_REVOCATION.insert().values(seq=seq, receipt_id=rid, reason=reason))
+
+    with store.append_tx() as tx:
+        tx.add(kind="revocation", entry_id=receipt_id(body), body=body, index=index)
+
+
 @pytest.fixture
 def lg(db_url: str, key_dir: Path, repo: git.Repo, capsys: pytest.CaptureFixture[str]) -> Lg:
     return make_lg(db_url, key_dir, repo, capsys)
