@@ -3,10 +3,12 @@
 The ready adapter's own steps are measured at small shapes under the harness's
 probe (the reset-to-peak increment a check measures): every phase at a grid of
 ``batch x seq`` shapes up to the calibration's token budget, its first step
-measured cold. Each phase's step cost (the increment less the gradients the model
-is known to allocate) is fit to an upper envelope, then checked against two shapes
-of the whole budget it was not fit on (one long sequence, many short ones), the
-stated error widening to cover them if it must.
+measured cold. Each phase's step cost is fit to an upper envelope above the
+gradients the model is known to allocate (a backward's grid steps accumulate into
+the gradients the cold step left, so each measures its own cost alone), then
+checked against shapes it was not fit on (one long sequence and eight short ones,
+of its own budget and of the largest a plan runs, ``validate_tokens``, where the
+device affords them), the stated error widening to cover them if it must.
 
 A mixture of experts is calibrated under the worst routing its routers allow: through
 the harness's router hooks (`runners.adapt.routers`, the replay the checks use),
@@ -35,6 +37,7 @@ import hashlib
 import json
 import os
 from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -53,6 +56,7 @@ from runners.workloads.envelope import (
     PhaseFit,
     Point,
     fit,
+    unaffordable,
     widened,
     with_cold,
 )
@@ -95,17 +99,45 @@ def cache_dir(env: Mapping[str, str] = os.environ) -> Path:
     return Path(base) / "ledger" / "calibration"
 
 
-def shapes(max_tokens: int) -> tuple[list[Shape], list[Shape]]:
+@dataclass(frozen=True, slots=True)
+class Budget:
+    """How large the calibration's steps are."""
+
+    max_tokens: int = DEFAULT_MAX_TOKENS
+    """Tokens of the largest step the fit is measured on (1/8 of the plan's largest)."""
+    validate_tokens: int | None = None
+    """Tokens of the validation steps: the largest a plan runs. None: 8 x max_tokens."""
+    max_seq: int | None = None
+    """The longest sequence the model takes (a causal LM's positions); None: any."""
+
+    def key(self) -> str:
+        return f"{self.max_tokens},{self.validate_tokens},{self.max_seq}"
+
+
+def _seq(n: int, budget: Budget) -> int:
+    return max(1, n if budget.max_seq is None else min(n, budget.max_seq))
+
+
+def shapes(budget: Budget) -> tuple[list[Shape], list[Shape]]:
     """The fit's grid (batches 1, 2 and 4 at three sequence lengths, up to
-    ``max_tokens``) and the validation shapes, each of ``max_tokens`` too but of
-    another aspect: one long sequence, and many short ones."""
-    s = max(1, max_tokens // 16)
-    grid = [Shape(batch=b, seq=q) for b in (1, 2, 4) for q in (s, 2 * s, 4 * s)]
-    return grid, [Shape(batch=1, seq=16 * s), Shape(batch=8, seq=2 * s)]
+    ``max_tokens``) and the validation shapes, each of another aspect than the grid:
+    one long sequence and eight short ones of ``max_tokens``, then the same of
+    ``validate_tokens`` (the largest a plan runs: the stated error then covers it)."""
+    s = _seq(max(1, budget.max_tokens // 16), budget)
+    grid = [Shape(batch=b, seq=q) for b in (1, 2, 4) for q in (s, _seq(2 * s, budget))]
+    grid += [Shape(batch=b, seq=_seq(4 * s, budget)) for b in (1, 2, 4)]
+    checks: list[Shape] = []
+    for n in (budget.max_tokens, budget.validate_tokens or 8 * budget.max_tokens):
+        long = _seq(n, budget)
+        many = Shape(batch=8, seq=_seq(n // 8, budget))
+        for shape in (Shape(batch=max(1, n // long), seq=long), many):
+            if shape not in checks and shape not in grid:
+                checks.append(shape)
+    return list(dict.fromkeys(grid)), checks
 
 
-def _key(digest: str, device: str, terms: tuple[str, ...], max_tokens: int) -> str:
-    text = f"{VERSION}\n{digest}\n{device}\n{','.join(terms)}\n{max_tokens}"
+def _key(digest: str, device: str, terms: tuple[str, ...], budget: Budget) -> str:
+    text = f"{VERSION}\n{digest}\n{device}\n{','.join(terms)}\n{budget.key()}"
     return hashlib.sha256(text.encode()).hexdigest()
 
 
@@ -170,15 +202,15 @@ class _WorstRouting:
             self.hooks.detach()
 
 
-def measure(w: Calibrated, terms: tuple[str, ...], max_tokens: int) -> Calibration:
+def measure(w: Calibrated, terms: tuple[str, ...], budget: Budget) -> Calibration:
     """Calibrate ``w`` on its device now (module docstring)."""
     if w.model is None or w.device is None:
         raise RuntimeError("the built-in estimator calibrates a workload set up on its device")
     device = w.device
     mb = model_bytes(w.model, w.optimizer)
-    grid, checks = shapes(max_tokens)
+    grid, checks = shapes(budget)
     probe = make_probe(device)
-    fits: dict[str, PhaseFit] = {}
+    phase_fits: dict[str, PhaseFit] = {}
     routing = _WorstRouting(w)
     share: dict[str, int] = {}
     try:
@@ -187,32 +219,60 @@ def measure(w: Calibrated, terms: tuple[str, ...], max_tokens: int) -> Calibrati
                 grad = phase == "forward_backward"
                 known = mb.gradient_bytes if grad else 0
 
-                def one(shape: Shape, grad: bool = grad, worst: bool = True) -> Point:
-                    w.zero_grad()
+                def one(
+                    shape: Shape,
+                    grad: bool = grad,
+                    worst: bool = True,
+                    fresh: bool = True,
+                    affordable: bool = False,
+                ) -> Point | None:
+                    # affordable: a validation step the device may not fit (None then).
+                    # fresh: from no gradients, as a check runs it; else accumulating
+                    # into the gradients the last step left (its own cost alone).
+                    if fresh:
+                        w.zero_grad()
                     if worst:
                         routing.on(shape)
                     try:
                         rec = measure_step(probe, f"calibrate {shape}", _step(w, shape, grad))
                     finally:
                         routing.off()
-                    w.zero_grad()
+                    if rec.outcome.status == "oom" and affordable:
+                        w.zero_grad()
+                        return None
                     if not rec.ok:
+                        w.zero_grad()
                         raise RuntimeError(
                             f"calibration step {shape} failed: {rec.outcome.sentence()}"
                         )
-                    return Point(shape.batch, shape.seq, rec.increment_bytes)
+                    with_known = fresh or not grad
+                    return Point(shape.batch, shape.seq, rec.increment_bytes, with_known)
+
+                def fits(shape: Shape) -> Point:
+                    got = one(shape, fresh=False)
+                    assert got is not None
+                    return got
 
                 cold = one(grid[0])
-                f = with_cold(fit(terms, [one(s) for s in grid], known), cold)
+                assert cold is not None
+                # The gradients the cold step left stay: the grid accumulates into them.
+                f = with_cold(fit(terms, [fits(s) for s in grid], known), cold)
+                seen: list[Point] = []
                 for check in checks:
-                    worst = one(check)
-                    f = widened(f, worst)
-                fits[phase] = f
-                if routing.count:
-                    own = one(checks[-1], worst=False)
-                    bound = worst.measured_bytes
-                    cost = worst.measured_bytes - own.measured_bytes
+                    got = one(check, affordable=True)
+                    if got is None:
+                        f = unaffordable(f, check.batch, check.seq)
+                        continue
+                    seen.append(got)
+                    f = widened(f, got)
+                phase_fits[phase] = f
+                if routing.count and seen:
+                    own = one(Shape(batch=seen[0].batch, seq=seen[0].seq), worst=False)
+                    assert own is not None
+                    bound = seen[0].measured_bytes
+                    cost = bound - own.measured_bytes
                     share[phase] = max(0, cost) * 1000 // bound if bound else 0
+                w.zero_grad()
     finally:
         routing.detach()
         if isinstance(probe, CpuProbe):
@@ -222,8 +282,13 @@ def measure(w: Calibrated, terms: tuple[str, ...], max_tokens: int) -> Calibrati
         device=device_key(device),
         terms=terms,
         model=mb,
-        phases=fits,
-        measured_up_to_tokens=max(c.tokens for c in checks),
+        phases=phase_fits,
+        measured_up_to_tokens=max(
+            int(v["batch"]) * int(v["seq"])
+            for f in phase_fits.values()
+            for v in f.validation
+            if "measured_bytes" in v
+        ),
         routing={
             "routers": routing.count,
             "forced": routing.forced(),
@@ -237,7 +302,7 @@ def measure(w: Calibrated, terms: tuple[str, ...], max_tokens: int) -> Calibrati
 def calibration(
     w: Calibrated,
     terms: tuple[str, ...],
-    max_tokens: int,
+    budget: Budget,
     env: Mapping[str, str] = os.environ,
 ) -> tuple[Calibration, str]:
     """``w``'s calibration and where it came from (``memo``, ``cache`` or ``measured``):
@@ -245,7 +310,7 @@ def calibration(
     if w.device is None:
         raise RuntimeError("the built-in estimator calibrates a workload set up on its device")
     digest, device = w.digest(), device_key(w.device)
-    key = _key(digest, device, terms, max_tokens)
+    key = _key(digest, device, terms, budget)
     if key in _MEMO:
         return _MEMO[key], "memo"
     path = cache_dir(env) / f"{key}.json"
@@ -260,7 +325,7 @@ def calibration(
         ):
             _MEMO[key] = got
             return got, "cache"
-    got = measure(w, terms, max_tokens)
+    got = measure(w, terms, budget)
     _MEMO[key] = got
     with contextlib.suppress(OSError):
         path.parent.mkdir(parents=True, exist_ok=True)

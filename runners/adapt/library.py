@@ -22,8 +22,9 @@ is predicted by a plan-named ``estimator`` (``module:function``, called as
 ``"builtin"``, by the built-in estimator: calibrated on the device at small shapes
 (`runners.adapt.calibrate`, kept per workload digest and device) and fit to an upper
 envelope that states its own error (`runners.workloads.envelope`). ``calibration``
-(``{max_tokens = N}``) sizes its largest measured step (default 256 tokens, never
-more than the model's positions).
+(``{max_tokens = N, validate_tokens = M}``) sizes its largest fitted step (default
+256 tokens) and its largest validation step (default 8 x N), never a sequence
+longer than the model's positions.
 """
 
 from __future__ import annotations
@@ -113,10 +114,22 @@ class _Adapter:
         """The basis the built-in estimator fits on (`runners.workloads.envelope`)."""
         return envelope.TERMS
 
-    def _max_tokens(self) -> int:
-        """Tokens of the built-in estimator's largest calibration step."""
-        got = (self.params.get("calibration") or {}).get("max_tokens")
-        return int(got) if got else calibrate.DEFAULT_MAX_TOKENS
+    def _max_seq(self) -> int | None:
+        """The longest sequence the model takes; None: any."""
+        return None
+
+    def _budget(self) -> calibrate.Budget:
+        """The built-in estimator's calibration sizes: the plan's ``calibration``
+        (``max_tokens``, ``validate_tokens``), within the model's sequence length."""
+        asked = self.params.get("calibration") or {}
+        top = int(asked.get("max_tokens") or calibrate.DEFAULT_MAX_TOKENS)
+        seq = self._max_seq()
+        validate = asked.get("validate_tokens")
+        return calibrate.Budget(
+            max_tokens=top if seq is None else min(top, seq),
+            validate_tokens=int(validate) if validate else None,
+            max_seq=seq,
+        )
 
     def calibration(self) -> envelope.Calibration:
         """The built-in estimator's calibration on this workload's device, measured now
@@ -124,7 +137,7 @@ class _Adapter:
         self._model()
         # Both subclasses make batches and run steps: what calibrating needs.
         me = cast("calibrate.Calibrated", self)
-        got, self.calibration_source = calibrate.calibration(me, self._terms(), self._max_tokens())
+        got, self.calibration_source = calibrate.calibration(me, self._terms(), self._budget())
         return got
 
     def _train(self, model: Any, device: torch.device) -> None:
@@ -254,12 +267,11 @@ class CausalLM(_Adapter):
             return tuple(t for t in envelope.TERMS if t != "attention")
         return envelope.TERMS
 
-    def _max_tokens(self) -> int:
-        """At most the model's positions: one sequence of the budget must fit them."""
+    def _max_seq(self) -> int | None:
+        """The model's positions, where its config names them."""
         cfg = self.params["config"]
         positions = cfg.get("n_positions") or cfg.get("max_position_embeddings")
-        got = super()._max_tokens()
-        return min(got, int(positions)) if positions else got
+        return int(positions) if positions else None
 
     def digest(self) -> str:
         """Over the parameters, this adapter, the estimator, and the library versions."""

@@ -2,9 +2,10 @@
 
 A step's peak increment is modelled per phase as the exactly known bytes of the
 model (the gradients a backward allocates, `ModelBytes`) plus a step cost that is
-a non-negative combination of named basis terms of the shape (an upper bound even
-where the peak comes before every gradient is allocated: the sum bounds the
-larger of the two):
+a non-negative combination of named basis terms of the shape. The step cost is
+measured with the gradients already allocated (a backward accumulating into them),
+so a peak of activations hidden under the gradients at small shapes is still
+seen, and the sum bounds a step that allocates its gradients afresh:
 
 - ``constant``: 1 (what every step allocates whatever its size);
 - ``sequences``: ``batch`` (what each sequence adds whatever its length: a pooled
@@ -64,9 +65,23 @@ class Point:
     seq: int
     measured_bytes: int
     """The step's reset-to-peak increment."""
+    with_known: bool = True
+    """Whether the increment includes the model's known bytes (a backward that
+    allocated its gradients); False: they were allocated before the step (a backward
+    accumulating into them), so the increment is the step's own cost."""
 
-    def json(self) -> dict[str, int]:
-        return {"batch": self.batch, "seq": self.seq, "measured_bytes": self.measured_bytes}
+    def bound(self, known_bytes: int) -> int:
+        """What the prediction must cover for this step: its increment, with the known
+        bytes added where they were allocated before it."""
+        return self.measured_bytes + (0 if self.with_known else known_bytes)
+
+    def json(self) -> dict[str, int | bool]:
+        return {
+            "batch": self.batch,
+            "seq": self.seq,
+            "measured_bytes": self.measured_bytes,
+            "with_known": self.with_known,
+        }
 
 
 def _solve(a: list[list[float]], b: list[float]) -> list[float] | None:
@@ -125,9 +140,10 @@ class PhaseFit:
     """Bytes a cold step (first of its phase in the process) measured above the warm
     prediction at the same shape: workspaces and lazily loaded kernels."""
     points: tuple[Point, ...] = ()
-    validation: tuple[dict[str, int | bool], ...] = ()
+    validation: tuple[dict[str, int | bool | str], ...] = ()
     """Shapes measured after the fit, each: batch, seq, measured, predicted before it
-    was seen, and whether the stated error had to widen to cover it."""
+    was seen, and whether the stated error had to widen to cover it (or, where the
+    device could not afford the step, why it was not measured)."""
 
     def point(self, batch: int, seq: int) -> dict[str, int]:
         """Each term's bytes of the step cost at the shape (rounded up)."""
@@ -159,7 +175,13 @@ class PhaseFit:
             known_bytes=int(d["known_bytes"]),
             cold_extra_bytes=int(d["cold_extra_bytes"]),
             points=tuple(
-                Point(int(p["batch"]), int(p["seq"]), int(p["measured_bytes"])) for p in d["points"]
+                Point(
+                    int(p["batch"]),
+                    int(p["seq"]),
+                    int(p["measured_bytes"]),
+                    bool(p.get("with_known", True)),
+                )
+                for p in d["points"]
             ),
             validation=tuple(dict(v) for v in d.get("validation", ())),
         )
@@ -170,16 +192,17 @@ def _error_permille(fit: PhaseFit, points: Iterable[Point]) -> int:
     worst = 0
     for p in points:
         point = fit.total(p.batch, p.seq)
-        if p.measured_bytes <= point:
+        seen = p.bound(fit.known_bytes)
+        if seen <= point:
             continue
         if point <= 0:
             raise ValueError(
                 f"no upper envelope: the fit predicts {point} bytes at {p.batch}x{p.seq}, "
-                f"measured {p.measured_bytes}"
+                f"measured {seen}"
             )
-        need = -(-(p.measured_bytes - point) * 1000 // point)
+        need = -(-(seen - point) * 1000 // point)
         # Rounding the error up may still fall short by a byte: step until it covers.
-        while point + -(-point * need // 1000) < p.measured_bytes:
+        while point + -(-point * need // 1000) < seen:
             need += 1
         worst = max(worst, need)
     return worst
@@ -196,17 +219,20 @@ def fit(terms: Sequence[str], points: Sequence[Point], known_bytes: int = 0) -> 
     rows: list[list[float]] = []
     target: list[float] = []
     for p in points:
-        # Relative to the whole increment: a step whose cost is mostly the known bytes
+        # Relative to the whole bound: a step whose cost is mostly the known bytes
         # does not pull the fit by its small remainder.
-        w = 1.0 / max(p.measured_bytes, 1)
+        whole = p.bound(known_bytes)
+        w = 1.0 / max(whole, 1)
         f = features(terms, p.batch, p.seq)
         rows.append([f[t] * w for t in terms])
-        target.append(max(0, p.measured_bytes - known_bytes) * w)
+        target.append(max(0, whole - known_bytes) * w)
     coef = _nnls(rows, target)
     ints = {t: math.ceil(c * UNIT) for t, c in zip(terms, coef, strict=True)}
-    if all(v == 0 for v in ints.values()) and any(p.measured_bytes > known_bytes for p in points):
+    if all(v == 0 for v in ints.values()) and any(
+        p.bound(known_bytes) > known_bytes for p in points
+    ):
         # Nothing fit: price the largest measurement as a constant (an envelope still).
-        ints["constant"] = max(p.measured_bytes - known_bytes for p in points) * UNIT
+        ints["constant"] = max(p.bound(known_bytes) - known_bytes for p in points) * UNIT
     bare = PhaseFit(coefficients=ints, error_permille=0, known_bytes=known_bytes)
     return PhaseFit(
         coefficients=ints,
@@ -232,7 +258,7 @@ def widened(f: PhaseFit, seen: Point) -> PhaseFit:
             {
                 "batch": seen.batch,
                 "seq": seen.seq,
-                "measured_bytes": seen.measured_bytes,
+                "measured_bytes": seen.bound(f.known_bytes),
                 "predicted_bytes": before,
                 "widened": err > f.error_permille,
             },
@@ -240,9 +266,21 @@ def widened(f: PhaseFit, seen: Point) -> PhaseFit:
     )
 
 
+def unaffordable(f: PhaseFit, batch: int, seq: int) -> PhaseFit:
+    """``f`` with a validation shape the device could not afford, recorded as such."""
+    return PhaseFit(
+        coefficients=f.coefficients,
+        error_permille=f.error_permille,
+        known_bytes=f.known_bytes,
+        cold_extra_bytes=f.cold_extra_bytes,
+        points=f.points,
+        validation=(*f.validation, {"batch": batch, "seq": seq, "skipped": "out of memory"}),
+    )
+
+
 def with_cold(f: PhaseFit, cold: Point) -> PhaseFit:
     """``f`` with its cold allowance: what ``cold`` measured above the warm prediction."""
-    extra = max(0, cold.measured_bytes - predict_step(f, cold.batch, cold.seq))
+    extra = max(0, cold.bound(f.known_bytes) - predict_step(f, cold.batch, cold.seq))
     return PhaseFit(
         coefficients=f.coefficients,
         error_permille=f.error_permille,

@@ -48,7 +48,7 @@ CNN: dict[str, Json] = {
     "loss": "cnn_team:loss",
     "batch": "cnn_team:batch",
     "factory_params": {"width": 4},
-    "calibration": {"max_tokens": 64},
+    "calibration": {"max_tokens": 64, "validate_tokens": 128},
 }
 
 GPT2: dict[str, Json] = {"n_embd": 16, "n_layer": 1, "n_head": 2, "vocab_size": 64}
@@ -138,7 +138,7 @@ def test_calibration_lies_under_its_prediction_and_is_kept(team: Path, _cache: P
     w.setup(CPU, 0)
     cal = w.calibration()
     assert w.calibration_source == "measured"
-    assert cal.measured_up_to_tokens == 64
+    assert cal.measured_up_to_tokens == 128
     for phase, f in cal.phases.items():
         # The gradients a backward allocates are known exactly, not fit.
         assert f.known_bytes == (cal.model.gradient_bytes if phase == "forward_backward" else 0)
