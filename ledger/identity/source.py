@@ -118,9 +118,12 @@ def fetch_refs(
     remote: git.Remote,
     refspecs: Sequence[str],
     *,
-    timeout_s: int = FETCH_TIMEOUT_S,
+    timeout_s: int | None = None,
 ) -> str | None:
-    """Fetch refspecs; None when done, else git's one-line reason."""
+    """Fetch refspecs; None when done, else git's one-line reason. Without
+    ``timeout_s``, `FETCH_TIMEOUT_S` as it reads at the call (not at import)."""
+    if timeout_s is None:
+        timeout_s = FETCH_TIMEOUT_S
     try:
         # `--` ends the options: a remote *named* `--upload-pack=CMD` is a name,
         # never an option that runs a command.
