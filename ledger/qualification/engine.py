@@ -333,6 +333,16 @@ def _sort(ctx: _Context, req: Requirement, r: ReceiptEvidence, row: _Row) -> Non
         via_said = rules.via_text(r, via, ctx.revision)
         row.why[r.id].append(Reason(reason.rule, f"{reason.text} {via_said}", r.id))
         row.why[r.id].extend(_review_notes(ctx, r))
+        if r.revocation is not None:
+            # Revoked without the independent dispute its supersession would need.
+            row.why[r.id].append(
+                Reason(
+                    rules.COUNTEREXAMPLE,
+                    f"{short_id(r.id)} stands: {r.revocation.text()} (revocation at seq "
+                    f"{r.revocation.seq} names no independent reviewer's dispute of it)",
+                    r.id,
+                )
+            )
         return
     if outcome == "inconclusive":
         row.inconclusive.append(r)

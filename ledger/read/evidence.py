@@ -12,13 +12,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ledger.evidence.entry import LoggedEntry
+from ledger.evidence.entry import LoggedEntry, ReceiptRevocation
 from ledger.evidence.errors import Error, RefusedError
 from ledger.evidence.keys import KeyInfo
 from ledger.evidence.models import QualificationStatement
 from ledger.identity.repoid import canonical_repo
 from ledger.identity.revision import Revision
 from ledger.qualification.evidence import ReceiptEvidence, ReviewEvidence
+from ledger.qualification.revocation import with_revocations
+from ledger.read.revoked import revoked_evidence
 from ledger.store.store import Store
 from ledger.transparency.logged import standing
 
@@ -39,7 +41,12 @@ class Evidence:
         its signer stands (the server's key table)."""
         return {
             "receipts": [
-                {**_signed(r), "statement": r.statement.model_dump(mode="json", by_alias=True)}
+                {
+                    **_signed(r),
+                    "statement": r.statement.model_dump(mode="json", by_alias=True),
+                    # Only where revoked: an earlier client reads no such field.
+                    **({"revocation": _revocation(r)} if r.revocation is not None else {}),
+                }
                 for r in self.receipts
             ],
             "reviews": [
@@ -69,9 +76,28 @@ class Evidence:
                 )
                 for r in doc.get("reviews") or []
             ]
+            # Each revocation as the server logged it, weighed here against the reviews.
+            revoked = {
+                str(r["id"]): ReceiptRevocation(
+                    int(v["seq"]), str(r["id"]), str(v["reason"]), _text_or_none(v.get("review"))
+                )
+                for r in doc.get("receipts") or []
+                if isinstance(v := r.get("revocation"), Mapping)
+            }
         except (KeyError, TypeError, ValueError) as e:
             raise RefusedError(f"the server's evidence does not read: {e}") from None
+        receipts = with_revocations(receipts, reviews, revoked)
         return cls(receipts, reviews, [str(u) for u in doc.get("unreadable") or []])
+
+
+def _revocation(r: ReceiptEvidence) -> dict[str, Any]:
+    rev = r.revocation
+    assert rev is not None
+    return {"seq": rev.seq, "reason": rev.reason, "review": rev.review}
+
+
+def _text_or_none(value: Any) -> str | None:
+    return None if value is None else str(value)
 
 
 _SIGNER_FIELDS = (
@@ -154,7 +180,8 @@ def read_evidence(
             )
         except Error as err:
             unreadable.append(_unreadable(e, err))
-    return Evidence(receipts, reviews, unreadable)
+    # A revoked receipt carries its revocation, weighed by the judge's rule.
+    return Evidence(revoked_evidence(store, receipts, reviews), reviews, unreadable)
 
 
 def repo_ids(store: Store, repo: str) -> list[str]:
