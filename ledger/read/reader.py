@@ -210,8 +210,15 @@ class LocalReader:
 
     def show(self, ref: str) -> dict[str, Any]:
         from ledger.read.query import show_document
+        from ledger.read.revoked import revocation_document
 
-        return show_document(self.store, ref)
+        doc = show_document(self.store, ref)
+        # Its revocation, weighed (`read/revoked.py`): void from then on, and why; only
+        # where revoked, so an earlier release's reader of `show --json` sees no change.
+        revoked = revocation_document(self.store, self.store.resolve(ref))
+        if revoked is not None:
+            doc["revocation"] = revoked
+        return doc
 
     def bundle(self, ref: str, artifacts: bool = False) -> bytes:
         from ledger.transparency.export import export

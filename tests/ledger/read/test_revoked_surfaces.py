@@ -32,6 +32,11 @@ def test_a_revoked_pass_counts_for_nothing_and_every_surface_says_why(lg: Lg) ->
     for words in (("history",), ("status", "--claim", CLAIM)):
         said = lg(*words, "--rev", "HEAD", "--repo", str(lg.repo)).out
         assert "revoked: ran on a mislabelled host" in " ".join(said.split()), said
+    shown = lg("show", rid)
+    assert "revoked: ran on a mislabelled host" in " ".join(shown.out.split()), shown.out
+    shown_json = json.loads(lg("show", rid, "--json").out)
+    assert shown_json["revocation"]["reason"] == "ran on a mislabelled host"
+    assert shown_json["revocation"]["effective"] is True
     audit = lg("audit")
     assert audit.code == 0, audit.out + audit.err
 
@@ -44,6 +49,7 @@ def test_a_counterexample_revoked_without_its_review_still_stands(lg: Lg) -> Non
     st = lg.status()
     assert st["state"] == "failed"
     assert any(REVOCATION_PENDING in str(x) for x in st["reasons"])  # type: ignore[attr-defined]
+    assert REVOCATION_PENDING in " ".join(lg("show", fid).out.split())
 
 
 def test_a_counterexample_revoked_on_an_independent_dispute_blocks_no_more(lg: Lg) -> None:
