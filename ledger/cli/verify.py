@@ -55,26 +55,16 @@ def _witnessed_bundle(policy: Path | None, raw: bytes) -> str | None:
 
 
 def _quorum(policy: Path | None, raw: bytes) -> tuple[list[str] | None, str | None]:
-    """The names of the witnesses that cosigned the bundle's checkpoint (after the
-    policy's quorum was checked), and the earliest time they cosigned it (UTC): the
-    checkpoint existed by then. (None, None) without a policy."""
+    """The witnesses that cosigned the bundle's checkpoint (after the policy's quorum
+    was checked) and the earliest time they did; (None, None) without a policy."""
     if policy is None:
         return None, None
     from ledger.evidence.limits import load_json
-    from ledger.transparency.cosignature import cosigned_by
-    from ledger.transparency.policy import parse_policy
+    from ledger.transparency.enforce import quorum_of
 
     doc = load_json(raw, "bundle")
-    parsed = parse_policy(read_file(policy))
-    cp, cosigned = parsed.check(str(doc["checkpoint"]).encode())
-    times = [
-        t for name in cosigned if (t := cosigned_by(cp, parsed.witnesses[name].vkey)) is not None
-    ]
-    if not times:
-        return sorted(cosigned), None
-    import time
-
-    return sorted(cosigned), time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(min(times)))
+    names, when = quorum_of(str(doc["checkpoint"]).encode(), read_file(policy))
+    return names, when
 
 
 def _newest(newer: Path | None) -> int | None:

@@ -245,11 +245,17 @@ class LocalReader:
 
         store = self.store
         report = verify_in_ledger(store, ref)
-        doc = report.to_json()
-        if policy is not None:
-            from ledger.transparency.enforce import witnessed_in_ledger
+        if policy is None:
+            return report.to_json()
+        from ledger.transparency.enforce import quorum_in_ledger, witnessed_in_ledger
+        from ledger.verify.facts import Requirements
 
-            doc["witnesses"] = witnessed_in_ledger(store, report.id, policy)
+        witnessed = witnessed_in_ledger(store, report.id, policy)
+        names, when = quorum_in_ledger(store, report.id, policy)
+        doc = report.with_facts(
+            witnesses=names, witnessed_at=when, required=Requirements(witnesses=True)
+        ).to_json()
+        doc["witnesses"] = witnessed
         return doc
 
     def proof(self, ref: str) -> dict[str, Any]:
@@ -370,11 +376,19 @@ class RemoteReader:
             raw = self.bundle(ref)
             report = verify_bundle(raw, anchors)
             _check_is_asked(report.id, ref)
-            doc = report.to_json()
-            if policy is not None:
-                from ledger.transparency.enforce import witnessed_bundle
+            if policy is None:
+                return report.to_json()
+            from ledger.evidence.limits import load_json
+            from ledger.transparency.enforce import quorum_of, witnessed_bundle
+            from ledger.verify.facts import Requirements
 
-                doc["witnesses"] = witnessed_bundle(raw, policy)
+            witnessed = witnessed_bundle(raw, policy)
+            note = str(load_json(raw, "bundle")["checkpoint"]).encode()
+            names, when = quorum_of(note, policy)
+            doc = report.with_facts(
+                witnesses=names, witnessed_at=when, required=Requirements(witnesses=True)
+            ).to_json()
+            doc["witnesses"] = witnessed
             return doc
         if policy is not None:
             raise UsageError("--policy with --server needs --trust (the bundle is verified here)")

@@ -11,7 +11,7 @@ from ledger.transparency.policy import parse_policy, witnessed_line
 if TYPE_CHECKING:
     from ledger.store.store import Store
 
-__all__ = ["witnessed_bundle", "witnessed_in_ledger"]
+__all__ = ["quorum_in_ledger", "quorum_of", "witnessed_bundle", "witnessed_in_ledger"]
 
 
 def witnessed_bundle(raw: bytes, policy: bytes) -> str:
@@ -34,3 +34,29 @@ def witnessed_in_ledger(store: Store, entry_id: str, policy: bytes) -> str:
             f"no checkpoint covers entry {entry.seq} yet: run `ledger log checkpoint --witnesses`"
         )
     return witnessed_line(parse_policy(policy), inclusion(store, entry.seq, None).note)
+
+
+def quorum_of(note: bytes, policy: bytes) -> tuple[list[str], str | None]:
+    """The names of the witnesses whose cosignatures make the policy's quorum on the
+    checkpoint `note`, and the earliest time they cosigned it (UTC): the checkpoint
+    existed by then (None where no cosignature gives a time). VerificationError
+    naming what is missing where they do not make it."""
+    import time
+
+    from ledger.transparency.cosignature import cosigned_by
+
+    parsed = parse_policy(policy)
+    cp, cosigned = parsed.check(note)
+    times = [
+        t for name in cosigned if (t := cosigned_by(cp, parsed.witnesses[name].vkey)) is not None
+    ]
+    when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(min(times))) if times else None
+    return sorted(cosigned), when
+
+
+def quorum_in_ledger(store: Store, entry_id: str, policy: bytes) -> tuple[list[str], str | None]:
+    """`quorum_of` the checkpoint that proves `entry_id`'s inclusion in this ledger."""
+    from ledger.transparency.proofs import inclusion
+
+    entry = store.resolve(entry_id)
+    return quorum_of(inclusion(store, entry.seq, None).note, policy)

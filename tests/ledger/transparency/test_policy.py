@@ -112,6 +112,11 @@ def test_a_forked_log_is_refused_under_a_2_of_2_policy(
     assert r.code == 0, r.err
     # In the ledgers themselves, by id.
     assert ok(ledger("verify", honest, "--policy", str(policy_file)))
+    # Which witnesses, and when they cosigned: facts of the verification, in the ledger too.
+    doc = json.loads(ok(ledger("verify", honest, "--policy", str(policy_file), "--json")).out)
+    assert doc["facts"]["witnesses"]["quorum"] == ["w1", "w2"]
+    assert doc["facts"]["witnesses"]["required"] is True
+    assert doc["checkpoint"]["time_from"] == "witnesses"
     r = fork("verify", forged, "--policy", str(policy_file))
     assert r.code == 1 and "missing cosignatures from w1, w2" in r.err
 
