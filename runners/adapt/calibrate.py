@@ -6,9 +6,10 @@ probe (the reset-to-peak increment a check measures): every phase at a grid of
 measured cold. Each phase's step cost is fit to an upper envelope above the
 gradients the model is known to allocate (a backward's grid steps accumulate into
 the gradients the cold step left, so each measures its own cost alone), then
-checked against shapes it was not fit on (one long sequence and eight short ones,
-of its own budget and of the largest a plan runs, ``validate_tokens``, where the
-device affords them), the stated error widening to cover them if it must.
+checked against shapes it was not fit on (one long sequence and eight short ones
+of the largest a plan runs, ``validate_tokens``, where the device affords them).
+Where the fit does not cover one, it is made again on every step measured (the
+record says ``refit``), so the stated error covers the validation steps too.
 
 A mixture of experts is calibrated under the worst routing its routers allow: through
 the harness's router hooks (`runners.adapt.routers`, the replay the checks use),
@@ -56,6 +57,7 @@ from runners.workloads.envelope import (
     PhaseFit,
     Point,
     fit,
+    refit,
     unaffordable,
     widened,
     with_cold,
@@ -119,15 +121,19 @@ def _seq(n: int, budget: Budget) -> int:
 
 
 def shapes(budget: Budget) -> tuple[list[Shape], list[Shape]]:
-    """The fit's grid (batches 1, 2 and 4 at three sequence lengths, up to
-    ``max_tokens``) and the validation shapes, each of another aspect than the grid:
-    one long sequence and eight short ones of ``max_tokens``, then the same of
-    ``validate_tokens`` (the largest a plan runs: the stated error then covers it)."""
-    s = _seq(max(1, budget.max_tokens // 16), budget)
-    grid = [Shape(batch=b, seq=q) for b in (1, 2, 4) for q in (s, _seq(2 * s, budget))]
-    grid += [Shape(batch=b, seq=_seq(4 * s, budget)) for b in (1, 2, 4)]
+    """The fit's grid (batches 1, 2, 4 and 8, sequences from 1/16 of ``max_tokens`` in
+    doublings, up to ``max_tokens`` a step: the longest sequence a single one) and the
+    validation shapes: one long sequence and eight short ones of ``validate_tokens``
+    (the largest a plan runs)."""
+    s = max(1, budget.max_tokens // 16)
+    grid = [
+        Shape(batch=b, seq=_seq(q * s, budget))
+        for b in (1, 2, 4, 8)
+        for q in (1, 2, 4, 8, 16)
+        if b * q <= 16
+    ]
     checks: list[Shape] = []
-    for n in (budget.max_tokens, budget.validate_tokens or 8 * budget.max_tokens):
+    for n in (budget.validate_tokens or 8 * budget.max_tokens,):
         long = _seq(n, budget)
         many = Shape(batch=8, seq=_seq(n // 8, budget))
         for shape in (Shape(batch=max(1, n // long), seq=long), many):
@@ -265,6 +271,10 @@ def measure(w: Calibrated, terms: tuple[str, ...], budget: Budget) -> Calibratio
                         continue
                     seen.append(got)
                     f = widened(f, got)
+                if not all(v.get("covered", True) for v in f.validation):
+                    # Extrapolating from the small shapes fell short: fit on every step
+                    # measured, so the slopes follow the large ones (recorded as refit).
+                    f = with_cold(refit(f, terms, seen), cold)
                 phase_fits[phase] = f
                 if routing.count and seen:
                     own = one(Shape(batch=seen[0].batch, seq=seen[0].seq), worst=False)

@@ -142,8 +142,11 @@ class PhaseFit:
     points: tuple[Point, ...] = ()
     validation: tuple[dict[str, int | bool | str], ...] = ()
     """Shapes measured after the fit, each: batch, seq, measured, predicted before it
-    was seen, and whether the stated error had to widen to cover it (or, where the
-    device could not afford the step, why it was not measured)."""
+    was seen, and whether that prediction covered it (or, where the device could not
+    afford the step, why it was not measured)."""
+    refit: bool = False
+    """A validation step was not covered: the fit was made again on every measured
+    step, the validation steps included, so the stated error covers them all."""
 
     def point(self, batch: int, seq: int) -> dict[str, int]:
         """Each term's bytes of the step cost at the shape (rounded up)."""
@@ -165,6 +168,7 @@ class PhaseFit:
             "cold_extra_bytes": self.cold_extra_bytes,
             "points": [p.json() for p in self.points],
             "validation": [dict(v) for v in self.validation],
+            "refit": self.refit,
         }
 
     @classmethod
@@ -184,6 +188,7 @@ class PhaseFit:
                 for p in d["points"]
             ),
             validation=tuple(dict(v) for v in d.get("validation", ())),
+            refit=bool(d.get("refit", False)),
         )
 
 
@@ -260,9 +265,23 @@ def widened(f: PhaseFit, seen: Point) -> PhaseFit:
                 "seq": seen.seq,
                 "measured_bytes": seen.bound(f.known_bytes),
                 "predicted_bytes": before,
-                "widened": err > f.error_permille,
+                "covered": err == f.error_permille,
             },
         ),
+    )
+
+
+def refit(f: PhaseFit, terms: Sequence[str], seen: Sequence[Point]) -> PhaseFit:
+    """``f`` fit again on its points and the validation steps ``seen`` (one of which
+    it did not cover), its validations kept as they were measured."""
+    g = fit(terms, [*f.points, *seen], f.known_bytes)
+    return PhaseFit(
+        coefficients=g.coefficients,
+        error_permille=g.error_permille,
+        known_bytes=f.known_bytes,
+        points=g.points,
+        validation=f.validation,
+        refit=True,
     )
 
 
@@ -288,6 +307,7 @@ def with_cold(f: PhaseFit, cold: Point) -> PhaseFit:
         cold_extra_bytes=extra,
         points=f.points,
         validation=f.validation,
+        refit=f.refit,
     )
 
 

@@ -92,7 +92,7 @@ def test_the_fit_is_an_upper_envelope_of_what_it_measured() -> None:
     # A validation point above the envelope widens the stated error to cover it.
     big = Point(8, 64, 2 * predict_step(f, 8, 64))
     wider = widened(f, big)
-    assert wider.validation[-1]["widened"] is True and wider.error_permille > f.error_permille
+    assert wider.validation[-1]["covered"] is False and wider.error_permille > f.error_permille
     assert big.measured_bytes <= predict_step(wider, 8, 64)
 
 
