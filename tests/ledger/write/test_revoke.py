@@ -123,3 +123,29 @@ def test_revoke_refuses_what_it_cannot_revoke_and_writes_nothing(lg: Lg) -> None
     again = lg("revoke", rid, "--reason", "second")
     assert again.code == 1 and "already revoked" in again.err
     assert lg.size() == before + 1
+
+
+def test_the_audit_names_a_revocation_its_row_or_its_receipt_disagrees_with(lg: Lg) -> None:
+    """Each receipt revocation is re-derived: its index row from its body, and the
+    receipt it names must be logged before it."""
+    from sqlalchemy import Connection
+
+    from ledger.evidence.canonical import receipt_id
+    from ledger.evidence.entry import receipt_revocation_body
+    from ledger.store.store import RECEIPT_REVOCATION
+
+    rid = lg.attest("passed")
+    store = lg.store()
+    nowhere = "sha256:" + "0" * 64
+    for named, row_reason in ((rid, "another reason"), (nowhere, "gone")):
+        body = receipt_revocation_body(named, "gone", "2026-12-07T00:00:00Z")
+
+        def index(conn: Connection, seq: int, named: str = named, why: str = row_reason) -> None:
+            conn.execute(RECEIPT_REVOCATION.insert().values(seq=seq, receipt_id=named, reason=why))
+
+        with store.append_tx() as tx:
+            tx.add(kind="revocation", entry_id=receipt_id(body), body=body, index=index)
+    audit = lg("audit")
+    assert audit.code == 1
+    assert "receipt revocation row differs from the entry" in audit.out
+    assert "which is no receipt logged before it" in audit.out
