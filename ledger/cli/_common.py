@@ -171,13 +171,17 @@ ask_server = server_option("Ask a `ledger serve` at URL instead of --db.")
 
 
 def verdict_exit(doc: dict[str, Any]) -> int:
-    """The exit status of a whole-plan answer (`status --json`, as the one judge gives
-    it, here or through a server): 0 qualified; 3 not qualified only because of
-    infrastructure (every blocker an infra-error: a retry, not a fix, decides it);
-    else 1 (the code was judged, or evidence is missing, or an entry is unreadable)."""
+    """The exit status of a whole-plan answer (`status --json`, here or through a
+    server): the one the judge decided with the verdict (`verdict.exit_code`: 0
+    qualified; 3 not qualified only because of infrastructure; else 1). A server of
+    an earlier release sends none: it is read from the same facts, as that release
+    did."""
+    verdict = doc.get("verdict") or {}
+    code = verdict.get("exit_code")
+    if code in (EXIT_OK, EXIT_NEGATIVE, EXIT_INFRA):
+        return int(code)
     if doc.get("qualified"):
         return EXIT_OK
-    verdict = doc.get("verdict") or {}
     if verdict.get("infra_only") and not doc.get("problems"):
         return EXIT_INFRA
     return EXIT_NEGATIVE

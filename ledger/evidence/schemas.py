@@ -16,6 +16,7 @@ from ledger.evidence.models import (
     ReviewPredicate,
     ReviewStatement,
 )
+from ledger.evidence.status import StatusDocument
 from ledger.evidence.verification import VerificationReportDoc
 
 __all__ = ["SCHEMAS", "render", "write"]
@@ -27,6 +28,7 @@ SCHEMAS: dict[str, type[BaseModel]] = {
     "review-statement.schema.json": ReviewStatement,
     "review-predicate-v1.schema.json": ReviewPredicate,
     "verification-report.schema.json": VerificationReportDoc,
+    "status.schema.json": StatusDocument,
 }
 
 ROOT = Path(__file__).resolve().parents[2] / "schemas"

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ledger.qualification.attribution import Attribution
 from ledger.qualification.evidence import ReceiptEvidence, Revision
 from ledger.qualification.states import STATES, ClaimStatus, ScopeRole, State
+
+if TYPE_CHECKING:
+    from ledger.qualification.verdict import Verdict
 
 __all__ = ["STATES", "ClaimStatus", "ScopeRole", "State", "StatusReport"]
 
@@ -35,6 +38,9 @@ class StatusReport:
     baselines: tuple[Attribution, ...] = ()
     """Per blocking claim, whose failure it is, beside the commit the head branched from
     (`ledger.qualification.attribution`): it explains, it never unblocks."""
+    verdict: Verdict | None = None
+    """The verdict the judge decided with the rest (`ledger.qualification.judge`); None
+    for the engine's own report, whose verdict is read from it where it is rendered."""
 
     def at_required_scope(self, claim: str) -> ClaimStatus:
         """The row that decides `claim`; KeyError if it was not asked."""
@@ -55,7 +61,7 @@ class StatusReport:
             "scope": dict(self.query_scope),
             "judged": list(self.notes),
             "claims": [row.to_json() for row in self.claims],
-            "verdict": verdict_of(self).to_json(),
+            "verdict": (self.verdict or verdict_of(self)).to_json(),
             "problems": list(self.problems),
             "governed": self.governed,
         }

@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, TypeAlias
 
+from ledger.evidence.errors import EXIT_INFRA, EXIT_NEGATIVE, EXIT_OK
 from ledger.qualification import rules
 from ledger.qualification.attribution import Attribution, next_step
 from ledger.qualification.evidence import ReceiptEvidence, Revision, short_id
@@ -224,6 +225,19 @@ class Verdict:
     run_once: tuple[str, tuple[str, ...]] | None = None
     """One `ledger qualify` that records evidence for several blockers at once (the
     command, the claims it serves), where each would otherwise get its own."""
+    problems: int = 0
+    """Entries that bear on the answer but do not read, and what keeps the plan unknown:
+    the answer is open while any stands (never only infrastructure's)."""
+
+    @property
+    def exit_code(self) -> int:
+        """The exit status the answer asks of every command that ends on it: 0 qualified;
+        3 not qualified only because of infrastructure (every blocker an infra-error: a
+        retry, not a fix, decides it); else 1 (the code was judged, evidence is missing,
+        or an entry does not read)."""
+        if self.qualified:
+            return EXIT_OK
+        return EXIT_INFRA if self.infra_only and not self.problems else EXIT_NEGATIVE
 
     @property
     def infra_only(self) -> bool:
@@ -320,6 +334,7 @@ class Verdict:
                 if self.run_once is None
                 else {"command": self.run_once[0], "claims": list(self.run_once[1])}
             ),
+            "exit_code": self.exit_code,
         }
 
 
@@ -337,13 +352,19 @@ class Answer(Protocol):
     def evidence(self) -> Sequence[ReceiptEvidence]: ...
     @property
     def governed(self) -> bool: ...
+    @property
+    def ungoverned(self) -> str: ...
+    @property
+    def baselines(self) -> Sequence[Attribution]: ...
+    @property
+    def problems(self) -> Sequence[str]: ...
 
 
 def verdict_of(report: Answer) -> Verdict:
-    """The verdict of one status answer (the engine's report and its evidence)."""
+    """The verdict of one status answer (the engine's report and its evidence, with
+    whose each failure is where the judge set it beside its base)."""
     target = _target(report)
-    # Read by name: an answer built before baselines were asked has none.
-    labels = {a.claim: a for a in getattr(report, "baselines", ())}
+    labels = {a.claim: a for a in report.baselines}
     claims: list[ClaimVerdict] = []
     for row in report.claims:
         if row.scope_role != "required":
@@ -371,8 +392,9 @@ def verdict_of(report: Answer) -> Verdict:
         claims=tuple(claims),
         scopes=tuple(dict.fromkeys(c.scope_text for c in claims)),
         governed=report.governed,
-        ungoverned=getattr(report, "ungoverned", "no governing plan recorded"),
+        ungoverned=report.ungoverned,
         run_once=_run_once(report.claims, claims, target),
+        problems=len(report.problems),
     )
 
 

@@ -17,14 +17,8 @@ from typing import Any
 from ledger.identity.repoid import canonical_repo
 from ledger.identity.revision import Revision
 from ledger.plans.governing import Identity
-from ledger.qualification import (
-    HistoryItem,
-    ReceiptEvidence,
-    StatusReport,
-    evaluate,
-    history,
-)
-from ledger.qualification.attribution import BLAMED, Attribution, attribute
+from ledger.qualification import HistoryItem, ReceiptEvidence, StatusReport, history
+from ledger.qualification.judge import Gathered, judge
 from ledger.qualification.plan import Plan
 from ledger.read.evidence import load_evidence, read_evidence, repo_ids
 from ledger.read.whose import receipt_label
@@ -32,6 +26,7 @@ from ledger.store.store import Store
 
 __all__ = [
     "definition_notes",
+    "gather",
     "history_answer",
     "history_document",
     "proved",
@@ -99,61 +94,47 @@ def query_status(
     claims: Sequence[str] | None,
     scope: Mapping[str, str | int],
 ) -> StatusReport:
+    """The status answer: what the ledger holds on the revision gathered here, and
+    decided once by the judge (`ledger.qualification.judge`); nothing here decides."""
+    return judge(gather(store, q, claims=claims, scope=scope))
+
+
+def gather(
+    store: Store,
+    q: Identity,
+    *,
+    claims: Sequence[str] | None,
+    scope: Mapping[str, str | int],
+) -> Gathered:
+    """Everything the judge decides a status answer from, read from the store: the
+    revision's evidence, the fleet's quarantine under the plan, and how to read the
+    base's receipts, the fleet's counts and the receipts under other ids, where the
+    judge needs them."""
     ev = read_evidence(store, q.revision)
-    sick = quarantined_gpus(store, q.plan)
-    # No plan governs and no claim was named: nothing is required, and default rules
-    # would be a guess. The answer judges nothing and says so (not qualified).
-    unplanned = q.plan is None and not claims
-    report = evaluate(
+    repo = q.revision.repo
+
+    def base(commits: Sequence[str], blocking: Sequence[str]) -> list[ReceiptEvidence]:
+        out: list[ReceiptEvidence] = []
+        for commit in commits:
+            at = Revision(repo=repo, commit=commit, tree="")
+            out += read_evidence(store, at, list(blocking)).receipts
+        return out
+
+    return Gathered(
         plan=q.plan,
         revision=proved(q, ev.receipts),
         receipts=ev.receipts,
         reviews=ev.reviews,
         claims=list(claims) if claims else None,
-        query_scope=dict(scope),
-        quarantined=sick,
+        scope=dict(scope),
+        quarantined=quarantined_gpus(store, q.plan),
+        notes=q.notes,
+        problems=q.problems,
+        unreadable=tuple(ev.unreadable),
+        base=base,
+        fleet=lambda: _fleet_counts(store),
+        elsewhere=lambda asked: _elsewhere_notes(store, q.revision, asked),
     )
-    # An entry that should bear on the answer but cannot be read leaves the
-    # answer open: it is named, and the revision is not qualified while it stands.
-    if unplanned:
-        report = dataclasses.replace(report, claims=(), qualified=False)
-    return dataclasses.replace(
-        report,
-        baselines=_baselines(store, q.revision, report),
-        notes=q.notes
-        + _elsewhere_notes(store, q.revision, sorted({row.claim for row in report.claims})),
-        problems=(*q.problems, *ev.unreadable),
-        qualified=report.qualified and not ev.unreadable and not q.problems,
-        governed=not unplanned,
-        ungoverned=(
-            "conflicting governing plans recorded"
-            if any(p.startswith("conflicting governing plans") for p in q.problems)
-            else "no governing plan recorded"
-        ),
-    )
-
-
-def _baselines(store: Store, revision: Revision, report: StatusReport) -> tuple[Attribution, ...]:
-    """Each blocking claim beside the commit its head branched from, read from the
-    ledger's receipts of that commit (none asked where nothing blocks)."""
-    rows = [r for r in report.claims if r.scope_role == "required" and r.state in BLAMED]
-    head = [r for r in report.evidence if r.predicate.source.commit == revision.commit]
-    bases = sorted(
-        {b for r in head if (b := r.predicate.source.base) is not None and b != revision.commit}
-    )
-    if not rows or not bases:
-        return ()
-    base: list[ReceiptEvidence] = []
-    for commit in bases:
-        at = Revision(repo=revision.repo, commit=commit, tree="")
-        base += read_evidence(store, at, [r.claim for r in rows]).receipts
-    out = [attribute(r.claim, r.check, r.scope, head, base) for r in rows]
-    if any(a is not None and a.label == "device-only" for a in out):
-        # Only a device-only label says what the fleet counts on the device: the whole
-        # ledger is read for it then, never for an answer that needs none.
-        fleet = _fleet_counts(store)
-        out = [attribute(r.claim, r.check, r.scope, head, base, fleet) for r in rows]
-    return tuple(a for a in out if a is not None)
 
 
 def _fleet_counts(store: Store) -> dict[str, str]:
