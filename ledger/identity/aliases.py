@@ -4,15 +4,17 @@ set of ids whose receipts count for a repository."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import func, select
 
 from ledger.evidence.canonical import canonical_bytes, receipt_id
+from ledger.evidence.entry import LoggedEntry
 from ledger.evidence.errors import Error, RefusedError, UsageError
 from ledger.identity.repoid import canonical_repo
-from ledger.store.store import RECEIPT, Store
+from ledger.store.store import LOG, RECEIPT, Store
 
 __all__ = [
     "add_alias",
@@ -40,14 +42,36 @@ def read_alias(doc: Any) -> tuple[str, str]:
     return old, new
 
 
+# Alias entries read once per process and ledger, then only the entries logged since
+# (keyed by the ledger's first entry too: a fresh ledger at the same URL is another
+# ledger): every question asks for its repository's aliases, and reading the whole log
+# for them would cost more the more other repositories the ledger holds.
+_CACHE: dict[tuple[str, str], tuple[int, list[tuple[str, str]]]] = {}
+_LOCK = threading.Lock()
+
+
 def _all(store: Store) -> list[tuple[str, str]]:
-    out = []
-    for e in store.entries(kinds=["alias"]):
+    with store.engine.connect() as conn:
+        first = conn.execute(select(LOG.c.entry_id).where(LOG.c.seq == 0)).scalar()
+        end = conn.execute(select(func.max(LOG.c.seq))).scalar()
+        key = (store.url, str(first))
+        with _LOCK:
+            last, links = _CACHE.get(key, (-1, []))
+        if end is None or end <= last:
+            return links
+        rows = conn.execute(
+            select(LOG).where(LOG.c.kind == "alias", LOG.c.seq > last, LOG.c.seq <= end)
+        ).all()
+    added = []
+    for row in sorted(rows, key=lambda r: r.seq):
         try:
-            out.append(read_alias(e.document))
+            added.append(read_alias(LoggedEntry.of(row).document))
         except Error:
             continue  # `ledger audit` names it; an unreadable alias links nothing
-    return out
+    links = [*links, *added]
+    with _LOCK:
+        _CACHE[key] = (int(end), links)
+    return links
 
 
 def aliases_of(store: Store, repo: str) -> list[str]:

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 
 from ledger.evidence.canonical import receipt_id
 from ledger.evidence.errors import Error, ForbiddenError, RefusedError
@@ -226,13 +226,17 @@ def _entries(store: Store) -> list[tuple[int, str, Any]]:
         key = (store.url, str(first))
         with _LOCK:
             last, rows = _CACHE.get(key, (-1, []))
+        # Read up to the log's end as it is now, and remember that end, not the last
+        # plan entry: the entries logged since are read once, so a question costs the
+        # same however many other repositories' receipts followed the plan.
+        end = conn.execute(select(func.max(LOG.c.seq))).scalar()
+        if end is None or end <= last:
+            return rows
         new = conn.execute(
             select(LOG.c.seq, LOG.c.entry_id, LOG.c.body)
-            .where(LOG.c.kind == "plan", LOG.c.seq > last)
+            .where(LOG.c.kind == "plan", LOG.c.seq > last, LOG.c.seq <= end)
             .order_by(LOG.c.seq)
         ).all()
-    if not new:
-        return rows
     added = []
     for seq, eid, body in new:
         try:
@@ -242,5 +246,5 @@ def _entries(store: Store) -> list[tuple[int, str, Any]]:
         added.append((int(seq), str(eid), doc))
     rows = [*rows, *added]
     with _LOCK:
-        _CACHE[key] = (added[-1][0], rows)
+        _CACHE[key] = (int(end), rows)
     return rows
