@@ -63,11 +63,15 @@ def record(
         if pr is not None or rev is not None or base is not None:
             raise UsageError("--branch records the branch's tip: give no --pr, --rev or --base")
         tip = source.base_commit(r_, branch, offline)
-        if governing.plan_at(r_, tip, None) is None:
+        at_tip = governing.plan_at(r_, tip, None)
+        if at_tip is None:
             raise UsageError(
                 f"no {PLAN_FILE} at the tip of {branch} ({tip[:12]}): nothing to record"
             )
-        repo_id, pr_, commit, ev = source.repo_name(r_), None, tip, collect(r_, tip, PLAN_FILE)
+        # The repository's one identity, as its receipts name it: the remote, else the
+        # plan's `[project] repo` (never the root commit where the plan names one).
+        repo_id, pr_, commit = source.repo_name(r_, at_tip), None, tip
+        ev = collect(r_, tip, PLAN_FILE)
         what = f"branch {branch} (tip {tip[:12]})"
         on: str | None = branch
     else:
