@@ -206,7 +206,8 @@ def keys_host() -> None:
 @click.option("--reason", required=True, help="Why; recorded in the log.")
 @db_option
 def keys_host_add(key: str, host: str, gpus: tuple[str, ...], reason: str, db: str | None) -> None:
-    """Let runner key KEY speak for HOST (and, with --gpu, only those GPUs there)."""
+    """Let runner key KEY speak for HOST (and, with --gpu, only those GPUs there).
+    Through a server: POST /v1/keys/KEY/hosts with a keys token."""
     from ledger.write.hosts import change_host
 
     info, after = change_host(open_store(db), key, "add", host, gpus, reason)

@@ -293,6 +293,20 @@ def register_key(
     return dict(_post(url, "/v1/keys", doc, _token(token)))
 
 
+def change_host(
+    url: str,
+    ref: str,
+    action: str,
+    host: str,
+    reason: str,
+    gpus: Sequence[str] = (),
+    token: str | None = None,
+) -> dict[str, Any]:
+    """Add or remove a host runner key ``ref`` speaks for (the keys role)."""
+    doc = {"action": action, "host": host, "gpus": list(gpus), "reason": reason}
+    return dict(_post(url, f"/v1/keys/{_quoted(ref)}/hosts", doc, _token(token)))
+
+
 def revoke_key(url: str, ref: str, reason: str, token: str | None = None) -> dict[str, Any]:
     path = f"/v1/keys/{_quoted(ref)}/revoke"
     return dict(_post(url, path, {"reason": reason}, _token(token)))

@@ -343,6 +343,42 @@ async def revoke(request: Request) -> Response:
     return json_response({"keyid": info.keyid, "name": info.name, "revoked": True})
 
 
+async def change_hosts(request: Request) -> Response:
+    """Add or remove a host a runner key speaks for (the keys role): logged as a hosts
+    entry naming the holder, with the reason."""
+    from ledger.write.hosts import change_host
+
+    led = _ledger(request)
+    holder = led.holder(request, "keys")
+    doc = await _doc(request)
+    action, host, reason = _str(doc, "action"), _str(doc, "host"), _str(doc, "reason")
+    if action not in ("add", "remove"):
+        raise RefusedError("action: expected add or remove")
+    gpus = doc.get("gpus") or []
+    if not isinstance(gpus, list) or not all(isinstance(g, str) for g in gpus):
+        raise RefusedError("gpus: expected a list of GPU UUIDs")
+
+    def work() -> Any:
+        try:
+            return change_host(
+                led.store(),
+                _ref(request),
+                action,  # type: ignore[arg-type]
+                host,
+                gpus,
+                reason,
+                by=holder,
+            )
+        except UsageError as e:
+            # Over HTTP these are the client's mistakes, not the operator's.
+            raise RefusedError(e.reason()) from None
+
+    info, after = await run_in_threadpool(work)
+    led.log(f"key {info.name} {info.keyid[:12]}: host {action} by {holder}")
+    await run_in_threadpool(led.vouch)
+    return json_response({"keyid": info.keyid, "name": info.name, **after.to_json()})
+
+
 def _digest_param(request: Request) -> str:
     from ledger.write.artifacts import _digest
 
@@ -464,6 +500,7 @@ def _routes() -> list[tuple[str, Handler, list[str]]]:
         ("/v1/keys", g(add_key), ["POST"]),
         ("/v1/plans", g(add_plan), ["POST"]),
         ("/v1/keys/{ref}/revoke", g(revoke), ["POST"]),
+        ("/v1/keys/{ref}/hosts", g(change_hosts), ["POST"]),
         ("/v1/artifacts/{digest}", g(put_artifact), ["PUT"]),
         ("/v1/artifacts/{digest}", g(get_artifact), ["GET"]),
         ("/v1/audit", g(audit), ["GET"]),

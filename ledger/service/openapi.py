@@ -148,6 +148,15 @@ def _administration(ref: list[dict[str, Any]]) -> dict[str, Any]:
         "/v1/keys/{ref}/revoke": {
             "post": _op("revoke a key", body=_OBJECT, parameters=ref, security=_BEARER)
         },
+        "/v1/keys/{ref}/hosts": {
+            "post": _op(
+                "add or remove a host a runner key speaks for ({action, host, gpus, reason}; "
+                "the keys role; logged with the holder's name)",
+                body=_OBJECT,
+                parameters=ref,
+                security=_BEARER,
+            )
+        },
         "/v1/artifacts/{digest}": {
             "get": _op("an artifact's bytes", parameters=_path_param("digest")),
             "put": _op(

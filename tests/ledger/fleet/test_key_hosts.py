@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 import pytest
 
-from ledger.evidence.errors import RefusedError
+from ledger.evidence.errors import RefusedError, UsageError
 from ledger.evidence.keys import KeyDir, LocalKey, public_pem
 from ledger.fleet.report import fleet_report, store_predicates
 from ledger.remote import client
@@ -182,6 +182,21 @@ def test_the_poisoning_is_refused_through_the_server_and_its_fleet_stays_clean(
             headers={"Accept": "text/html", "Authorization": f"Bearer {gpu}"},
         )
         assert page.status_code == 200 and "<strong>quarantined</strong>" not in page.text
+        # The key desk moves eve to another host over HTTP (the keys role), in the log.
+        moved = _receipt(eve, "eve-host-2", [], outcome="passed")
+        with pytest.raises(RefusedError, match="speaks for eve-host, not this host"):
+            client.post_envelopes(srv.url, [moved])
+        with pytest.raises(UsageError, match="lacks the 'keys' role"):
+            client.change_host(srv.url, "eve", "add", "eve-host-2", "moved", token=gpu)
+        with pytest.raises(RefusedError, match="does not speak for"):
+            client.change_host(srv.url, "eve", "remove", "nowhere", "r", token=admin)
+        doc = client.change_host(srv.url, "eve", "add", "eve-host-2", "moved", token=admin)
+        assert doc["hosts"] == {"eve-host": [], "eve-host-2": []}
+        client.post_envelopes(srv.url, [moved])
+        doc = client.change_host(srv.url, "eve", "remove", "eve-host", "retired", token=admin)
+        assert doc["hosts"] == {"eve-host-2": []} and doc["hosts_source"] == "registered"
+        [change, _] = [e.document for e in _store(led).entries(kinds=["hosts"])]
+        assert (change["by"], change["reason"]) == ("key-desk", "moved")
     finally:
         srv.stop()
 
