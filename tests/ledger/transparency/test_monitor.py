@@ -138,7 +138,9 @@ def test_entries_after_revocation_and_reviews_by_the_same_holder(
     keys = KeyDir(ledger.keys)
     alice_runner, alice_reviewer = keys.create("alice-runner"), keys.create("alice-reviewer")
     bob = keys.create("bob-reviewer")
-    register_key(store, "alice-runner", "runner", alice_runner.public, registered_by="alice")
+    register_key(
+        store, "alice-runner", "runner", alice_runner.public, registered_by="alice", hosts={"h": []}
+    )
     register_key(store, "alice-reviewer", "reviewer", alice_reviewer.public, registered_by="alice")
     register_key(store, "bob-reviewer", "reviewer", bob.public, registered_by="bob")
     f = tmp_path / "alice.json"
