@@ -26,7 +26,7 @@ from ledger.execution import local_run
 from ledger.execution.baseline import BaseRow
 from ledger.execution.claimrun import ClaimRun
 from ledger.execution.claims import Device, asked_claims, scope_notes, to_run
-from ledger.execution.definitions import claim_runs, definitions, file_differs
+from ledger.execution.definitions import claim_runs, definitions
 from ledger.execution.devices import Device as GpuDevice
 from ledger.execution.devices import parse_gpus, visible_gpus
 from ledger.identity import source as src
@@ -40,11 +40,6 @@ from ledger.sandbox import resolve as resolve_sandbox
 from ledger.write.record import Recorder
 
 __all__ = ["QualifyRun", "qualify"]
-
-# The names these steps had here, where earlier callers import them.
-_runs = claim_runs
-_asked = asked_claims
-_file_differs = file_differs
 
 
 @dataclass

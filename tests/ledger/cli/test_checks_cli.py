@@ -44,7 +44,7 @@ def test_checks_lists_the_import_checks_and_command(capsys: pytest.CaptureFixtur
 
 def test_qualify_leaves_imported_and_command_claims_to_import_and_run() -> None:
     from ledger.evidence.errors import InputError
-    from ledger.execution.qualify import _asked
+    from ledger.execution.claims import asked_claims
     from ledger.qualification.plan import parse_plan
     from runners.api import check_names, params_error
 
@@ -54,11 +54,11 @@ def test_qualify_leaves_imported_and_command_claims_to_import_and_run() -> None:
         "[[claims]]\nname = 'art.spool'\ncheck = 'import-admission-events'\n"
         "[[claims]]\nname = 'suite.cmd'\ncheck = 'command'\n"
     )
-    asked, skipped = _asked(plan, [], check_names(), params_error)
+    asked, skipped = asked_claims(plan, [], check_names(), params_error)
     assert [c.name for c in asked] == ["cleanup.all"]
     assert [c.name for c, _ in skipped] == ["suite.junit", "art.spool", "suite.cmd"]
     with pytest.raises(InputError, match="recorded by `ledger import`"):
-        _asked(plan, ["suite.junit"], check_names(), params_error)
+        asked_claims(plan, ["suite.junit"], check_names(), params_error)
 
 
 def test_checks_text_fits_80_columns_in_plain_quotes(capsys: pytest.CaptureFixture[str]) -> None:

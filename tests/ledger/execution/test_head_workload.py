@@ -118,18 +118,18 @@ def test_a_prs_model_change_is_tested_and_its_gate_change_is_not_applied(
 
 
 def test_a_comparison_names_a_workload_file_that_differs(tmp_path: Path) -> None:
-    from ledger.execution.qualify import _file_differs
+    from ledger.execution.definitions import file_differs
 
     r = git.Repo.init(tmp_path / "w", initial_branch="main")
     base = commit_file(r, "model/workload.py", "SCALE = 1\n", "base")
     head = commit_file(r, "model/workload.py", "SCALE = 2\n", "head")
-    said = _file_differs(r, base, head, "model.workload:make_workload")
+    said = file_differs(r, base, head, "model.workload:make_workload")
     blob = (r.commit(head).tree / "model/workload.py").hexsha
     assert said is not None and said.startswith("workload file model/workload.py: ")
     assert said.endswith(blob[:12])
-    assert _file_differs(r, head, head, "model.workload:make_workload") is None
+    assert file_differs(r, head, head, "model.workload:make_workload") is None
     # A library's entry point is no file of the repository.
-    assert _file_differs(r, base, head, "runners.adapt.library:causal_lm") is None
+    assert file_differs(r, base, head, "runners.adapt.library:causal_lm") is None
 
 
 def test_the_doctor_probes_the_heads_workload_definition(

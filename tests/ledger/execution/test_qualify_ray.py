@@ -206,7 +206,7 @@ def test_ctrl_c_ends_every_claims_processes_before_the_driver_returns(
     tmp_path: Path, cluster: dict[str, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from ledger.evidence.keys import KeyDir
-    from ledger.execution.qualify import _runs
+    from ledger.execution.definitions import claim_runs
     from ledger.execution.ray_executor import run_on_ray
     from ledger.identity.revision import Revision
     from ledger.qualification.plan import load_plan
@@ -215,7 +215,7 @@ def test_ctrl_c_ends_every_claims_processes_before_the_driver_returns(
     repo = make_probe_repo(tmp_path / "repo", claim("a.hangs", "hang") + claim("b.hangs", "hang"))
     head = git.Repo(repo).head.commit
     plan = load_plan(repo / "qualification.toml")
-    runs = _runs(plan, plan.claims, "cpu", None)
+    runs = claim_runs(plan, plan.claims, "cpu", None)
     revision = Revision(repo=str(repo), commit=head.hexsha, tree=head.tree.hexsha)
     lines: list[str] = []
 
