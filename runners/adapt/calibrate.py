@@ -314,17 +314,22 @@ def calibration(
     terms: tuple[str, ...],
     budget: Budget,
     env: Mapping[str, str] = os.environ,
+    *,
+    fresh: bool = False,
 ) -> tuple[Calibration, str]:
     """``w``'s calibration and where it came from (``memo``, ``cache`` or ``measured``):
-    kept ones first, else measured now and kept (module docstring)."""
+    kept ones first, else measured now and kept (module docstring). ``fresh``: measured
+    now whatever is kept, and kept in its place."""
     if w.device is None:
         raise RuntimeError("the built-in estimator calibrates a workload set up on its device")
     digest, device = w.digest(), device_key(w.device)
     key = _key(digest, device, terms, budget)
-    if key in _MEMO:
+    if key in _MEMO and not fresh:
         return _MEMO[key], "memo"
     path = cache_dir(env) / f"{key}.json"
     with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+        if fresh:
+            raise OSError("measured afresh")
         got = Calibration.from_json(json.loads(path.read_text()))
         # The file's own words must agree with its name: a copied or stale file is refit.
         if (got.workload_digest, got.device, got.terms, got.version) == (

@@ -131,13 +131,16 @@ class _Adapter:
             max_seq=seq,
         )
 
-    def calibration(self) -> envelope.Calibration:
+    def calibration(self, *, fresh: bool = False) -> envelope.Calibration:
         """The built-in estimator's calibration on this workload's device, measured now
-        unless one is kept for its digest and device (`runners.adapt.calibrate`)."""
+        unless one is kept for its digest and device (`runners.adapt.calibrate`);
+        ``fresh``: measured now in any case."""
         self._model()
         # Both subclasses make batches and run steps: what calibrating needs.
         me = cast("calibrate.Calibrated", self)
-        got, self.calibration_source = calibrate.calibration(me, self._terms(), self._budget())
+        got, self.calibration_source = calibrate.calibration(
+            me, self._terms(), self._budget(), fresh=fresh
+        )
         return got
 
     def _train(self, model: Any, device: torch.device) -> None:

@@ -9,6 +9,7 @@ from typing import Any
 
 from runners.checks import (
     admission,
+    calibration,
     cleanup,
     full_prefix_backward,
     gradient_compare,
@@ -77,6 +78,7 @@ CHECKS: dict[str, CheckSpec] = {
         gradient_compare,
         cleanup,
         mesh_handoff,
+        calibration,
     )
 }
 CHECKS[observer_off_control.NAME] = _spec(

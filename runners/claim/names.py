@@ -27,6 +27,7 @@ DeviceKind = Literal["cuda", "cpu"]
 
 ADMISSION: Final = "admission"
 CLEANUP: Final = "cleanup"
+ESTIMATOR_CALIBRATION: Final = "estimator-calibration"
 FULL_PREFIX_BACKWARD: Final = "full-prefix-backward"
 GRADIENT_COMPARE: Final = "gradient-compare"
 MESH_HANDOFF: Final = "mesh-handoff"

@@ -25,6 +25,7 @@ NEEDS: dict[str, tuple[str, ...]] = {
     "gradient-compare": _GRAD_STEPS,
     "full-prefix-backward": (*_GRAD_STEPS, "optimizer_step", "zero_grad", "estimate"),
     "cleanup": (*_GRAD_STEPS, "optimizer_step", "zero_grad"),
+    "estimator-calibration": (*_GRAD_STEPS, "zero_grad"),
 }
 """Steps each check cannot do without (a broken or missing one: no verdict)."""
 

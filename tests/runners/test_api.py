@@ -38,6 +38,7 @@ def test_check_names() -> None:
         [
             "admission",
             "cleanup",
+            "estimator-calibration",
             "full-prefix-backward",
             "gradient-compare",
             "mesh-handoff",

@@ -185,11 +185,13 @@ def test_a_teams_own_estimator_is_used_as_before(team: Path) -> None:
     assert w.calibration_source is None
 
 
-def _admission(team: Path, params: dict[str, Json]) -> CheckResult:
+def _admission(
+    team: Path, params: dict[str, Json], check: str = "admission", given: Json = None
+) -> CheckResult:
     [r] = run_claim(
-        claim="admission.no-oom-after-admit",
-        check="admission",
-        params={"batches": [1, 2], "seqs": [4, 8], "warm_runs": 1},
+        claim=f"{check}.x",
+        check=check,
+        params={"batches": [1, 2], "seqs": [4, 8], "warm_runs": 1} if given is None else given,  # type: ignore[arg-type]
         repo_root=team,
         workload_ref="runners.adapt.library:module",
         workload_params=params,
@@ -325,3 +327,26 @@ def test_doctor_names_the_estimator_each_claim_will_use(team: Path) -> None:
         "adm: can be judged through a fallback (estimate: the built-in estimator"
     )
     assert "3 can be judged (2 on the built-in estimator), 0 cannot" in report["summary"]
+
+
+def test_the_calibration_is_a_receipt_that_admission_rows_name(team: Path) -> None:
+    from runners.workloads.envelope import Calibration
+
+    r = _admission(team, CNN, "estimator-calibration", {})
+    assert r.outcome == "passed", r.reason
+    m = r.measurements
+    assert m["calibration_source"] == "measured"
+    record = m["record"]
+    assert isinstance(record, dict)
+    cal = Calibration.from_json(record)
+    # The record is the fit itself: its id recomputed from what the receipt holds.
+    assert cal.id == m["calibration"] and cal.workload_digest == r.scope["workload_digest"]
+    assert cal.device == "cpu" and cal.measured_up_to_tokens == m["measured_up_to_tokens"]
+    # Admission in a later claim uses the kept calibration and names it on every row.
+    adm = _admission(team, CNN)
+    rows = [x for x in adm.measurements["shapes"] if isinstance(x, dict)]  # type: ignore[union-attr]
+    assert {x["calibration"] for x in rows} == {m["calibration"]}
+    # A team's own estimator has nothing to calibrate: inconclusive, and says why.
+    own = _admission(team, {**CNN, "estimator": "cnn_team:estimate"}, "estimator-calibration", {})
+    assert own.outcome == "inconclusive"
+    assert own.reason is not None and "estimator of its own" in own.reason

@@ -1,0 +1,67 @@
+"""The built-in estimator's published table (benchmarks/estimator_accuracy.py), as
+committed under evidence/: every shape reported and none dropped, each ratio the
+integers' own, the summaries recomputed from the rows, and the figures docs/estimator.md
+quotes."""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+RUNS = sorted(ROOT.glob("evidence/*-estimator/estimator_accuracy.json"))
+HELD_OUT = {"llama+lora", "mixtral", "vit", "cnn"}
+DEVELOPMENT = {"gpt2", "qwen3_moe+lora"}
+
+
+def _load(path: Path) -> dict[str, Any]:
+    doc: dict[str, Any] = json.loads(path.read_text())
+    return doc
+
+
+def test_there_is_a_cpu_table() -> None:
+    assert any(p.parent.name == "cpu-estimator" for p in RUNS), RUNS
+
+
+@pytest.mark.parametrize("path", RUNS, ids=lambda p: p.parent.name)
+def test_every_shape_is_reported_and_each_figure_is_its_own(path: Path) -> None:
+    doc = _load(path)
+    families = {f["family"]: f for f in doc["families"]}
+    assert set(families) == HELD_OUT | DEVELOPMENT
+    for name, f in families.items():
+        assert f["role"] == ("held-out" if name in HELD_OUT else "development")
+        rows = f["rows"]
+        by_phase: dict[str, list[tuple[int, int]]] = {}
+        for r in rows:
+            by_phase.setdefault(r["phase"], []).append((r["batch"], r["seq"]))
+            assert r["tokens"] == r["batch"] * r["seq"]
+            assert r["measured_over_predicted"] == round(
+                r["measured_bytes"] / r["predicted_bytes"], 4
+            )
+            assert r["point_bytes"] <= r["predicted_bytes"]
+        # Ten or more shapes, the same in both phases: none dropped.
+        assert set(by_phase) == {"forward_nograd", "forward_backward"}
+        assert by_phase["forward_nograd"] == by_phase["forward_backward"]
+        assert len(by_phase["forward_nograd"]) >= 10
+        ratios = [r["measured_over_predicted"] for r in rows]
+        s = f["summary"]
+        assert s["shapes"] == len(rows)
+        assert s["measured_above_predicted"] == sum(x > 1 for x in ratios)
+        assert s["median_measured_over_predicted"] == round(statistics.median(ratios), 4)
+        assert s["min_measured_over_predicted"] == min(ratios)
+        # accelerate's rule for the same parameter counts, as the increment it implies.
+        w = f["weights_bytes"]
+        for r in rows:
+            rule = w // 5 if r["phase"] == "forward_nograd" else 3 * w
+            assert r["accelerate_increment_bytes"] == rule
+
+
+@pytest.mark.parametrize("path", RUNS, ids=lambda p: p.parent.name)
+def test_no_shape_measured_above_its_prediction(path: Path) -> None:
+    # The bound the estimator states held at every shape of every family.
+    for f in _load(path)["families"]:
+        assert f["summary"]["measured_above_predicted"] == 0, f["family"]
