@@ -17,8 +17,11 @@ nvidia-smi --query-gpu=name,uuid,driver_version,memory.total --format=csv > "$OU
 echo "bench exit $?"
 R=/tmp/qwen3-builtin
 rm -rf "$R" && cp -r examples/qwen3_adapter "$R" && rm -f "$R/mem.py"
-sed -i '/^estimator = "mem:estimate"$/d' "$R/qualification.toml"
-grep -c estimator "$R/qualification.toml"
+# No estimator: the built-in one, fit up to 1/8 of the h200 profile's largest step
+# (4 x 2048 tokens) and validated at it.
+sed -i 's/^estimator = "mem:estimate"$/calibration = { max_tokens = 1024, validate_tokens = 8192 }/' \
+  "$R/qualification.toml"
+grep -n "estimator\|calibration" "$R/qualification.toml"
 git -C "$R" init -q && git -C "$R" add -A
 git -C "$R" -c user.name=Example -c user.email=example@example.invalid commit -q -m plan
 git -C "$R" remote add origin https://example.invalid/qwen3-builtin.git
