@@ -3,6 +3,7 @@ beside "N of M", labelled key output, the server's note on what it judged."""
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 
 import pytest
@@ -51,5 +52,13 @@ def test_keys_new_labels_what_it_prints(
     r = run(capsys, "keys", "new", "h9", "--role", "runner")
     assert r.code == 0, r.err
     labels = [line.split()[0:2] for line in r.out.splitlines()]
-    assert [" ".join(x) for x in labels] == ["name h9", "role runner", "key id", "private key"]
+    # A runner key made here speaks for this host, and says so.
+    here = f"hosts {socket.gethostname()}"
+    assert [" ".join(x) for x in labels] == [
+        "name h9",
+        "role runner",
+        "key id",
+        here,
+        "private key",
+    ]
     assert len(r.out.splitlines()[2].split()[-1]) == 64
