@@ -147,7 +147,8 @@ def _index(led: Any, request: Request) -> dict[str, Any]:
     from ledger.service.api import public_reason
 
     fresh(led)  # the checkouts fetched once for every PR the index judges
-    repos = views.index(led.store(), led.mirrors)
+    # Each verdict the status answer the JSON routes keep (`Ledger.answers`).
+    repos = views.index(led.store(), led.mirrors, led.answers)
     # Each PR's or revision's error is shown to any client: without the server's
     # paths, as every other public error is.
     for r in repos:

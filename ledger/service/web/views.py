@@ -15,6 +15,8 @@ from ledger.read.findings import findings
 from ledger.read.query import query_history, query_status, show_document
 from ledger.read.subject import judged_from_log, with_plan_source
 from ledger.read.whose import BASELINE_FOR
+from ledger.service.answers import Answers
+from ledger.service.questions import answer
 from ledger.service.web import charts
 from ledger.service.web.measurements import cell as _cell
 from ledger.service.web.measurements import flat as _flat
@@ -52,9 +54,13 @@ def _scope(asked: Sequence[str]) -> dict[str, str | int]:
     return out
 
 
-def index(store: Store, mirrors: Sequence[Path] = ()) -> list[dict[str, Any]]:
+def index(
+    store: Store, mirrors: Sequence[Path] = (), answers: Answers | None = None
+) -> list[dict[str, Any]]:
     """Repositories, their PRs (each with its verdict, head, last time and counts)
-    and revisions."""
+    and revisions. Each verdict is the status answer `GET /v1/status` gives, kept in
+    ``answers`` (the server's answers, `ledger.service.answers`) while the log is
+    unchanged: a page loaded again judges nothing."""
     q = select(
         RECEIPT.c.repo, RECEIPT.c.pr, RECEIPT.c.commit, func.count(), func.max(RECEIPT.c.seq)
     ).group_by(RECEIPT.c.repo, RECEIPT.c.pr, RECEIPT.c.commit)
@@ -100,14 +106,14 @@ def index(store: Store, mirrors: Sequence[Path] = ()) -> list[dict[str, Any]]:
                     {
                         **p,
                         "heads": len(p["heads"]),
-                        **_summary(store, r["repo"], p["pr"], None, mirrors),
+                        **_summary(store, r["repo"], p["pr"], None, mirrors, answers),
                     }
                     for p in prs[:_INDEX_VERDICTS]
                 ],
                 "revisions": [
                     {
                         **{k: x for k, x in v.items() if k != "ids"},
-                        **_summary(store, r["repo"], None, v["commit"], mirrors),
+                        **_summary(store, r["repo"], None, v["commit"], mirrors, answers),
                     }
                     for v in revisions[:_INDEX_VERDICTS]
                 ],
@@ -149,11 +155,19 @@ _INDEX_VERDICTS = 50
 
 
 def _summary(
-    store: Store, repo: str, pr: int | None, rev: str | None, mirrors: Sequence[Path]
+    store: Store,
+    repo: str,
+    pr: int | None,
+    rev: str | None,
+    mirrors: Sequence[Path],
+    answers: Answers | None,
 ) -> dict[str, Any]:
-    """What the index shows of one PR or revision: its verdict, head and time."""
+    """What the index shows of one PR or revision: its verdict, head and time, from
+    the status answer to ``GET /v1/status?repo=R&pr=N`` (or ``&rev=C``), kept where
+    that route keeps it."""
+    asked = {"repo": repo, **({"pr": str(pr)} if pr is not None else {"rev": str(rev)})}
     try:
-        _, report = _verdict_of(store, repo, pr, rev, mirrors)
+        report = answer("status", "query", store, asked, mirrors, answers)
     except Error as e:
         return {"verdict": None, "error": e.reason()}
     v = report["verdict"]
