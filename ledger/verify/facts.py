@@ -198,14 +198,6 @@ def _key_status(
         "as_of": n,
         "freshness": fresh,
     }
-    if fresh == "stale" or (required.fresh and fresh != "fresh"):
-        return Fact(
-            "key_status",
-            False,
-            True,
-            f"key status: unknown after checkpoint {n}{after or _NOT_FRESH}",
-            {**detail, "status": "unknown"},
-        )
     if revoked_at is not None and revoked_at < entry:
         # verify_envelope refuses this before any fact is stated; kept for the record.
         return Fact(
@@ -214,6 +206,14 @@ def _key_status(
             True,
             f"key status: revoked at entry {revoked_at}, before entry {entry} was logged: {reason}",
             detail,
+        )
+    if fresh == "stale" or (required.fresh and fresh != "fresh"):
+        return Fact(
+            "key_status",
+            False,
+            True,
+            f"key status: unknown after checkpoint {n}{after or _NOT_FRESH}",
+            {**detail, "status": "unknown"},
         )
     text = f"key status: active as of checkpoint {n}"
     if revoked_at is not None:
@@ -238,14 +238,7 @@ def _revocation(
             review=rev.review,
             authority=rev.authority,
         )
-    if fresh == "stale" or (required.fresh and fresh != "fresh"):
-        return Fact(
-            "revocation",
-            False,
-            True,
-            f"revocation status: unknown after checkpoint {n}{after or _NOT_FRESH}",
-            {**detail, "status": "unknown"},
-        )
+    # A revocation the registry holds stands, whatever was logged after it.
     if rev is not None and rev.authority is not None:
         return Fact(
             "revocation",
@@ -253,6 +246,14 @@ def _revocation(
             True,
             f"revoked: {rev.reason} (entry {rev.seq}, {rev.authority}; as of checkpoint {n})",
             detail,
+        )
+    if fresh == "stale" or (required.fresh and fresh != "fresh"):
+        return Fact(
+            "revocation",
+            False,
+            True,
+            f"revocation status: unknown after checkpoint {n}{after or _NOT_FRESH}",
+            {**detail, "status": "unknown"},
         )
     text = f"revocation: not revoked as of checkpoint {n}"
     if rev is not None:

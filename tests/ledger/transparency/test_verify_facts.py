@@ -184,6 +184,9 @@ def test_a_revoked_receipt_is_refused_from_the_checkpoint_that_holds_its_revocat
     assert r.code == 1
     assert "revoked: ran on a mislabelled host" in r.err
     assert doc["facts"]["revocation"]["status"] == "revoked"
+    # With --fresh and nothing newer held: still revoked, as of what it holds.
+    r, doc = lg.verify(new, "--fresh")
+    assert r.code == 1 and "revoked: ran on a mislabelled host" in r.err
     # The bundle from before, with a checkpoint at or after the revocation: unknown.
     r, doc = lg.verify(old, "--checkpoint", str(lg.newer(old)))
     assert r.code == 1 and "revocation status: unknown after checkpoint" in r.err
