@@ -31,6 +31,7 @@ from pydantic_core import ErrorDetails
 
 from ledger.evidence.errors import InputError
 from ledger.evidence.limits import check_nesting
+from ledger.qualification.adapters import adapter_version
 
 __all__ = [
     "DEFAULT_TIMEOUT_S",
@@ -368,6 +369,18 @@ class Plan(_Frozen):
                         f"profiles.{pname}.claims.{cname}: no such claim in the plan "
                         f"(claims: {', '.join(seen)})"
                     )
+        for i, claim in enumerate(self.claims):
+            if adapter_version(claim.workload or self.workload) is None:
+                continue
+            why = _adapter_params(self.workload_params_for(claim))
+            for pname, prof in self.profiles.items():
+                over = prof.claims.get(claim.name)
+                sized = {**self.workload_params_for(claim), **prof.workload_params}
+                why = why or _adapter_params(
+                    {**sized, **(over.workload_params if over else {})}, f"profiles.{pname}."
+                )
+            if why:
+                raise _PlanError(f"claims[{i}] ({claim.name}): {why}")
         return self
 
     def workload_params_for(self, claim: ClaimSpec) -> dict[str, JsonValue]:
@@ -403,6 +416,33 @@ class Plan(_Frozen):
     def workload_for(self, claim: ClaimSpec) -> str | None:
         """The entry point that runs `claim`: its own, else the plan's."""
         return claim.workload or self.workload
+
+
+_REF = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_][\w.]*")
+
+
+def _adapter_params(params: Mapping[str, JsonValue], where: str = "") -> str | None:
+    """Why a ready adapter's ``estimator`` or ``calibration`` cannot be used, or None:
+    the estimator is ``"builtin"`` or ``module:function``; the calibration sizes are
+    positive integers."""
+    est = params.get("estimator")
+    if est is not None and not (isinstance(est, str) and (est == "builtin" or _REF.fullmatch(est))):
+        return (
+            f'{where}workload_params.estimator: must be "builtin" or "module:function", got {est!r}'
+        )
+    cal = params.get("calibration")
+    if cal is None:
+        return None
+    if not isinstance(cal, dict):
+        return f"{where}workload_params.calibration: must be a table, got {_toml_type(cal)}"
+    for key, value in cal.items():
+        if key not in ("max_tokens", "validate_tokens"):
+            return (
+                f"{where}workload_params.calibration.{key}: unknown (max_tokens, validate_tokens)"
+            )
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            return f"{where}workload_params.calibration.{key}: must be a positive integer"
+    return None
 
 
 class _PlanError(ValueError):
