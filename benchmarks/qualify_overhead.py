@@ -46,6 +46,7 @@ import tempfile  # noqa: E402
 from ledger.execution.local_run import server_sandbox  # noqa: E402
 from ledger.sandbox import Sandbox, resolve  # noqa: E402
 from runners.claim.isolated import ClaimRequest, run_claim_isolated  # noqa: E402
+from runners.claim.request import Claim  # noqa: E402
 from runners.fork.forkparent import ForkServer  # noqa: E402
 from runners.harness.child import env as child_env  # noqa: E402
 
@@ -67,14 +68,16 @@ def _claim(
     t0 = time.perf_counter_ns()
     [r] = run_claim_isolated(
         ClaimRequest(
-            claim="bench.cleanup",
-            check="cleanup",
-            params={"batch": 1, "seq": 16},
+            Claim(
+                claim="bench.cleanup",
+                check="cleanup",
+                params={"batch": 1, "seq": 16},
+                workload_ref=ref,
+                workload_params=wparams,
+                device=device,
+                observer_off=False,
+            ),
             repo_root=root,
-            workload_ref=ref,
-            workload_params=wparams,
-            device=device,
-            observer_off_required=False,
             base_root=None,
             artifact_dir=None,
             work_root=run_dir,

@@ -7,9 +7,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from runners.claim.request import Claim
+
 if TYPE_CHECKING:
     from runners.claim.request import ClaimRequest
-    from runners.claim.result import CheckResult
+    from runners.claim.result import Stamped
 
 __all__ = ["ClaimRun", "Finished", "ReceiptRow"]
 
@@ -17,26 +19,15 @@ ReceiptRow = tuple[str, str, str]
 """(receipt id, claim, outcome)."""
 
 
-@dataclass(frozen=True, slots=True)
-class ClaimRun:
-    """A plan claim, sized by the profile, ready to run anywhere (JSON round-trips)."""
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ClaimRun(Claim):
+    """A plan claim, sized by the profile, ready to run anywhere (JSON round-trips): the
+    claim itself (`runners.claim.request.Claim`, every field of which reaches the claim's
+    processes whole, `request`) and its place in this run."""
 
     index: int
     """1-based position in the run (for progress lines)."""
-    claim: str
-    check: str
-    params: dict[str, Any]
-    workload_ref: str
-    workload_params: dict[str, Any]
-    observer_off: bool
-    world_size: int
-    timeout_s: int
-    device: str
-    """auto | cpu | cuda, as `ledger qualify --device`."""
     needs_base: bool = False
-    profile: str | None = None
-    network: bool = False
-    """The claim runs with a network (the plan allows it); else none, in its sandbox."""
     sources: dict[str, str] = field(default_factory=dict)
     """Where its definition came from, as each receipt's `runner.environment` names it:
     the governing plan (claims, checks, parameters) and the head's plan (the workload),
@@ -46,16 +37,6 @@ class ClaimRun:
     def gpus(self) -> int:
         """GPUs the claim needs to itself (one per rank)."""
         return self.world_size
-
-    def stamp(self, results: list[CheckResult], sandbox: str) -> None:
-        """Set the scope facets only the runner knows: the sandbox the claim ran under,
-        whether it had a network, its profile. Set after the child ran: what it says
-        about itself does not count."""
-        for r in results:
-            r.scope["sandbox"] = sandbox
-            r.scope["network"] = "on" if self.network else "off"
-            if self.profile is not None:
-                r.scope["profile"] = self.profile
 
     def request(
         self,
@@ -68,26 +49,18 @@ class ClaimRun:
         gpu_uuids: Sequence[str] | None,
         shared: bool = False,
     ) -> ClaimRequest:
-        """What `runners.claim.isolated.run_claim_isolated` runs for this claim on the checkout
-        at ``repo_root`` (its base's at ``base_root``), its artifacts in ``artifact_dir``,
-        its folder under ``work_root``, with ``env`` added (its GPUs: ``gpu_uuids``);
-        ``shared``: beside other claims on its devices (`ledger.execution.sharing`)."""
+        """What `runners.claim.isolated.run_claim_isolated` runs for this claim (this value
+        itself, never a copy of its fields) on the checkout at ``repo_root`` (its base's
+        at ``base_root``), its artifacts in ``artifact_dir``, its folder under
+        ``work_root``, with ``env`` added (its GPUs: ``gpu_uuids``); ``shared``: beside
+        other claims on its devices (`ledger.execution.sharing`)."""
         from runners.claim.request import ClaimRequest
 
         return ClaimRequest(
-            claim=self.claim,
-            check=self.check,
-            device=self.device,
+            run=self,
             repo_root=repo_root,
-            workload_ref=self.workload_ref,
-            params=dict(self.params),
-            workload_params=dict(self.workload_params),
-            observer_off_required=self.observer_off,
             base_root=base_root,
             artifact_dir=artifact_dir,
-            world_size=self.world_size,
-            timeout_s=self.timeout_s,
-            network=self.network,
             work_root=work_root,
             env=dict(env),
             gpu_uuids=gpu_uuids,
@@ -113,7 +86,7 @@ class Finished:
     devices: tuple[str, ...] = ()
     """The device indices (or logical slots) the claim had to itself."""
     gpu_uuids: tuple[str, ...] = ()
-    results: list[CheckResult] | None = None
+    results: list[Stamped] | None = None
     receipts: list[ReceiptRow] = field(default_factory=list)
     error: str | None = None
     """Why the executor could not produce results (nothing recorded)."""

@@ -331,7 +331,7 @@ class _Recording:
         facts.update(extra or {})
         # Which devices quarantine left out, or reported, and by what figure and bound.
         facts.update(self.run_facts)
-        recs = record_finished(
+        recorded = record_finished(
             fin,
             self.recorder,
             self.key,
@@ -339,15 +339,11 @@ class _Recording:
             ci=ci_job(os.environ, fin.host or None),
             facts=facts,
         )
-        results = fin.results or []
         from ledger.execution.said import Said, finished_line
 
-        for rec, r in zip(recs, results, strict=True):
+        for rec, r in recorded:
             self.done.append((rec.id, r.claim, r.outcome))
         took = f"{time.monotonic() - t0:.1f} s"
-        said = [
-            Said(rec.id, r.check, r.observer, r.outcome, r.reason)
-            for rec, r in zip(recs, results, strict=True)
-        ]
+        said = [Said(rec.id, r.check, r.observer, r.outcome, r.reason) for rec, r in recorded]
         # One line per claim: a control's several receipts say what each is.
         say(finished_line(tag, run.claim, run.check, said, took))

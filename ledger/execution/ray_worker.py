@@ -41,7 +41,7 @@ from ledger.execution.ray_quarantine import declined, hold
 if TYPE_CHECKING:
     from ledger.evidence.keys import LocalKey
     from ledger.sandbox import Sandbox
-    from runners.claim.result import CheckResult
+    from runners.claim.result import Stamped
 
 __all__ = ["run_claim_task"]
 
@@ -394,7 +394,7 @@ def _record(
     task: _Task,
     out: dict[str, Any],
     revision: Any,
-    results: list[CheckResult],
+    results: list[Stamped],
     gpus: Sequence[str],
     artifacts: Path,
     health: dict[str, Any] | None,
@@ -426,7 +426,7 @@ def _record(
     )
     # The submitting job's facts (the node is where the claim ran), and what
     # quarantine did for the run: which devices it held back, by what figure.
-    recs = record_finished(
+    recorded = record_finished(
         fin,
         recorder,
         task.key,
@@ -434,9 +434,9 @@ def _record(
         ci={**ci, "ci_node": out["host"]} if ci else {},
         facts=(payload.get("quarantine") or {}).get("facts") or {},
     )
-    out["receipts"] = [(rec.id, r.claim, r.outcome) for rec, r in zip(recs, results, strict=True)]
-    out["reasons"] = [r.reason or "" for r in results]
+    out["receipts"] = [(rec.id, r.claim, r.outcome) for rec, r in recorded]
+    out["reasons"] = [r.reason or "" for _, r in recorded]
     # What each receipt is (a control's several: the inner check's, the comparison).
-    out["parts"] = [[r.check, r.observer] for r in results]
+    out["parts"] = [[r.check, r.observer] for _, r in recorded]
     out["kept"] = recorder.kept
     out["failure"] = recorder.failure

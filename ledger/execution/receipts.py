@@ -33,12 +33,14 @@ from ledger.write.record import Recorder, sign_and_record
 if TYPE_CHECKING:
     from ledger.execution.claimrun import Finished
     from ledger.write.ingest import Recorded
-    from runners.claim.result import CheckResult
+    from runners.claim.result import CheckResult, Stamped
 
 __all__ = ["claim_artifacts", "record_finished", "record_results"]
 
 
-def claim_artifacts(r: CheckResult, inside: Path) -> tuple[list[ArtifactFile], list[Refused]]:
+def claim_artifacts(
+    r: CheckResult | Stamped, inside: Path
+) -> tuple[list[ArtifactFile], list[Refused]]:
     """The artifacts a claim's result names, read beneath ``inside`` (the claim's
     artifact folder), and those refused there, each with why."""
     files: list[ArtifactFile] = []
@@ -76,7 +78,7 @@ def _below(path: Path, inside: Path) -> str:
 
 
 def _facts(
-    r: CheckResult,
+    r: CheckResult | Stamped,
     inside: Path,
     environment: Mapping[str, str] | None = None,
     uuids: Sequence[str] = (),
@@ -96,8 +98,8 @@ def _facts(
         claim=r.claim,
         check=r.check,
         check_version=r.check_version,
-        parameters=r.params,
-        scope=r.scope,
+        parameters=dict(r.params),
+        scope=dict(r.scope),
         outcome=outcome,
         reason=reason,
         measurements=measurements,
@@ -120,7 +122,7 @@ def record_results(
     recorder: Recorder,
     key: LocalKey,
     revision: Revision,
-    results: Sequence[CheckResult],
+    results: Sequence[CheckResult | Stamped],
     artifacts: Path,
     environment: Mapping[str, str] | None = None,
     uuids: Sequence[str] = (),
@@ -141,24 +143,25 @@ def record_finished(
     *,
     ci: Mapping[str, str],
     facts: Mapping[str, str] | None = None,
-) -> list[Recorded]:
+) -> list[tuple[Recorded, Stamped]]:
     """A finished claim's receipts, one per result, signed and recorded (in the order of
-    ``fin.results``). The results get the scope facets only the runner knows
-    (`ClaimRun.stamp`) and are judged by the health of their GPUs, read by the parent;
-    each receipt's environment names the executor (and its job), ``ci`` (the job that
-    ran the qualification), the GPUs' health, the devices the claim had to itself,
-    ``facts`` (what the executor alone knows of this run: its wait for devices, the
-    claims beside it, what quarantine did), the plans that defined the claim and the
-    sandbox's self-tests."""
-    results = fin.results or []
-    fin.run.stamp(results, fin.sandbox)
+    ``fin.results``), each with the result it says. The results came stamped with the
+    host's facts (`runners.claim.authors`) and are judged by the health of their GPUs,
+    read by the parent, as new values; each receipt's environment names the executor
+    (and its job), ``ci`` (the job that ran the qualification), the GPUs' health, the
+    devices the claim had to itself, ``facts`` (what the executor alone knows of this
+    run: its wait for devices, the claims beside it, what quarantine did), the plans
+    that defined the claim and the sandbox's self-tests."""
     assert fin.artifacts is not None
     environment = {"executor": fin.executor}
     if fin.job_id:
         environment["executor_job_id"] = fin.job_id
     environment.update(ci)
     # Judged by the parent's readings, never by what the claim says of itself.
-    environment.update(health_evidence(results, fin.health, fin.artifacts, str(fin.run.index)))
+    results, health = health_evidence(
+        fin.results or [], fin.health, fin.artifacts, str(fin.run.index)
+    )
+    environment.update(health)
     if fin.devices:
         environment["executor_devices"] = ",".join(fin.devices)
     environment.update(facts or {})
@@ -166,6 +169,7 @@ def record_finished(
     environment.update(fin.run.sources)
     # The sandbox proved itself before the claim's code ran (`ledger.sandbox.proof`).
     environment.update(fin.sandbox_facts)
-    return record_results(
+    recs = record_results(
         recorder, key, revision, results, fin.artifacts, environment, fin.gpu_uuids
     )
+    return list(zip(recs, results, strict=True))

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from ledger.evidence.errors import UsageError
 
 if TYPE_CHECKING:
-    from runners.claim.result import CheckResult
+    from runners.claim.result import CheckResult, Stamped
 
 __all__ = ["CHILD_VAR", "DEFAULT_ON_GPU", "SHAREABLE", "VAR", "limit", "rerun_why", "shares"]
 
@@ -62,7 +62,7 @@ def limit(on_gpu: bool, environ: Mapping[str, str] | None = None) -> int:
     return int(text)
 
 
-def rerun_why(results: Iterable[CheckResult]) -> str | None:
+def rerun_why(results: Iterable[CheckResult | Stamped]) -> str | None:
     """Why a shared run's results are not recorded (it runs again alone), or None: an
     outcome other than passed, or a cleanup proof that is not complete."""
     results = list(results)

@@ -4,6 +4,7 @@ whole document an artifact of every receipt, and a one-line summary in the recei
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import secrets
@@ -14,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from ledger.fleet.faults import judge, summary
 
 if TYPE_CHECKING:
-    from runners.claim.result import CheckResult
+    from runners.claim.result import Stamped
 
 __all__ = ["ARTIFACT", "health_evidence"]
 
@@ -33,14 +34,15 @@ def _dcgm(health: Mapping[str, Any]) -> str | None:
 
 
 def health_evidence(
-    results: Sequence[CheckResult], health: Mapping[str, Any] | None, folder: Path, tag: str
-) -> dict[str, str]:
-    """Judge ``results`` by ``health``, write it to ``folder`` (named by ``tag``) as an
-    artifact of each, and return the environment entries; nothing where there is no
-    health (no GPU visible)."""
+    results: Sequence[Stamped], health: Mapping[str, Any] | None, folder: Path, tag: str
+) -> tuple[list[Stamped], dict[str, str]]:
+    """``results`` judged by ``health``, which is written to ``folder`` (named by
+    ``tag``) as an artifact of each (new values: a stamped result is never changed in
+    place), and the environment entries; the results as they are and nothing where
+    there is no health (no GPU visible)."""
     if health is None:
-        return {}
-    judge(results, health)
+        return list(results), {}
+    judged = judge(results, health)
     from runners.claim.result import Artifact
 
     # The folder is one the claims' sandbox can write: a name they cannot guess,
@@ -49,10 +51,10 @@ def health_evidence(
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o444)
     with os.fdopen(fd, "w") as f:
         f.write(json.dumps(health, indent=1, sort_keys=True))
-    for r in results:
-        r.artifacts.append(Artifact(name=ARTIFACT, path=str(path), media_type="application/json"))
+    report = Artifact(name=ARTIFACT, path=str(path), media_type="application/json")
+    judged = [dataclasses.replace(r, artifacts=(*r.artifacts, report)) for r in judged]
     out = {"gpu_health": summary(health)}
     dcgm = _dcgm(health)
     if dcgm is not None:
         out["dcgm_diag"] = dcgm
-    return out
+    return judged, out

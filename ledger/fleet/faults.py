@@ -9,12 +9,13 @@ stays one.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from runners.claim.result import CheckResult
+    from runners.claim.result import Stamped
 
 __all__ = [
     "CODE_XIDS",
@@ -149,17 +150,26 @@ def summary(health: Mapping[str, Any] | None) -> str:
     return " | ".join(parts)
 
 
-def judge(results: Sequence[CheckResult], health: Mapping[str, Any] | None) -> None:
-    """A failed result on a device with a fault the code cannot cause becomes an
-    `infra-error` naming the fault (its check's reason kept after it); an
-    `infra-error` names the fault too. Others stay as the check said."""
+def judge(results: Sequence[Stamped], health: Mapping[str, Any] | None) -> list[Stamped]:
+    """The results judged by their GPUs' health, as new values (a stamped result is
+    never changed in place): a failed result on a device with a fault the code cannot
+    cause becomes an `infra-error` naming the fault (its check's reason kept after it);
+    an `infra-error` names the fault too. Others stay as the check said."""
     infra = [f for f in faults_of(health) if f.infra]
     if not infra:
-        return
+        return list(results)
     named = "; ".join(map(str, infra))
+    out = []
     for r in results:
         if r.outcome not in ("failed", "infra-error"):
+            out.append(r)
             continue
         said = f"the check said {r.outcome}: {r.reason}" if r.reason else f"was {r.outcome}"
-        r.outcome = "infra-error"
-        r.reason = f"GPU fault the code under test cannot cause: {named}; {said}"
+        out.append(
+            dataclasses.replace(
+                r,
+                outcome="infra-error",
+                reason=f"GPU fault the code under test cannot cause: {named}; {said}",
+            )
+        )
+    return out

@@ -15,7 +15,9 @@ word. So each fact has one author:
 - *reported by the code under test*: the check's own figures, phase times,
   module lists, kept in the measurements, bounded and validated.
 
-`authored` sets the host's facts over whatever the result said (a claim that said
+`stamped` sets the host's facts (`HostFacts`: what it observed, and the runner's
+own facets: the sandbox, the network, the profile) over whatever the result said,
+once, in one place, into a frozen `runners.claim.result.Stamped` (a claim that said
 otherwise has its words kept, as reported, under ``reported_facts``), and makes
 the claim's own ``infra-error`` a ``failed``: only the parent's evidence (a device
 fault read through NVML, `ledger.fleet.faults.judge`; a fork refused before the
@@ -36,16 +38,17 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from runners.claim.result import CheckResult, Json, untrusted
+from runners.claim.result import CheckResult, Json, Stamped, untrusted
 
 __all__ = [
     "HOST_FACETS",
     "PLAN_FACETS",
     "REPORTED_FACTS",
+    "HostFacts",
     "Observed",
-    "authored",
     "observe",
     "packages_digest",
+    "stamped",
 ]
 
 HOST_FACETS = (
@@ -293,47 +296,101 @@ _INFRA_SAID = (
 )
 
 
-def authored(
-    results: Sequence[CheckResult],
-    seen: Observed,
-    *,
-    world_size: int | None = None,
-    window: tuple[int, int] | None = None,
-) -> None:
-    """Each result's host facts and scope as the host observed them (``seen``), the plan's
-    facets as the result gave them, and the claim's own ``infra-error`` a ``failed``.
-    Where the claim said otherwise of a host fact, its words stay in the measurements
-    under `REPORTED_FACTS`, as reported. ``window``: when the parent launched the claim
-    and saw it exit (ns since the epoch); a claim's start and finish outside it are
-    replaced by those."""
-    for r in results:
-        said: dict[str, Json] = {}
-        if window is not None and not (window[0] <= r.started_ns <= r.finished_ns <= window[1]):
-            said["started_ns"], said["finished_ns"] = r.started_ns, r.finished_ns
-            r.started_ns, r.finished_ns = window
-        for k in HOST_FACETS:
-            if k in r.scope and r.scope[k] != seen.scope[k]:
-                said[k] = r.scope[k]
-        if r.host and r.host != seen.host:
-            said["host"] = r.host
-        if r.gpu_uuids and tuple(r.gpu_uuids) != seen.gpu_uuids:
-            said["gpu_uuids"] = list[Json](r.gpu_uuids)
-        plan = {k: r.scope[k] for k in PLAN_FACETS if k in r.scope}
-        if world_size is not None and "world_size" in plan:
-            plan["world_size"] = world_size
-        r.scope = {**seen.scope, **plan}
-        r.host = seen.host
-        r.gpu_uuids = list(seen.gpu_uuids)
-        if said:
-            r.measurements[REPORTED_FACTS] = said
-        if r.outcome == "infra-error":
-            if seen.scope["device_kind"] == "cuda" and not seen.gpu_uuids:
-                # The host's own reading: a CUDA claim, and no GPU it could run on here.
-                r.reason = (
-                    "the host has no GPU for a CUDA claim (none through NVML, or a torch "
-                    "without a CUDA build); the claim process said: "
-                    f"{untrusted(r.reason or 'no reason given', 2000)}"
-                )
-            else:
-                r.outcome = "failed"
-                r.reason = _INFRA_SAID + untrusted(r.reason or "no reason given", 2000)
+@dataclass(frozen=True, slots=True)
+class HostFacts:
+    """Everything the host says of one claim's run, from outside it: what it observed
+    (`observe`), the sandbox the claim ran under, whether it had a network, the
+    profile that sized it, its ranks' number where they ran as a group, and when the
+    host launched it and saw it exit. Stamped over its results once (`stamped`)."""
+
+    seen: Observed
+    sandbox: str
+    """The receipts' ``sandbox`` facet: the mode the claim ran under (``none``)."""
+    network: bool
+    profile: str | None = None
+    world_size: int | None = None
+    """The ranks of a grouped claim: the ``world_size`` facet, whatever the claim said."""
+    window: tuple[int, int] | None = None
+    """When the host launched the claim and saw it exit (ns since the epoch); a
+    claim's start and finish outside it are replaced by those."""
+    claims_word: bool = True
+    """The results are what the claim process wrote; False: the host's own, for a
+    claim that never started (its outcome and reason stand as the host wrote them)."""
+
+    @property
+    def scope(self) -> dict[str, str | int]:
+        """The facets the host alone sets: its observations and the runner's own."""
+        out: dict[str, str | int] = {
+            **self.seen.scope,
+            "sandbox": self.sandbox,
+            "network": "on" if self.network else "off",
+        }
+        if self.profile is not None:
+            out["profile"] = self.profile
+        return out
+
+
+def stamped(results: Sequence[CheckResult], host: HostFacts) -> list[Stamped]:
+    """Each result with the host's facts stamped over it, once, as a `Stamped` value no
+    one changes after: the host's facts and scope as the host observed them, the plan's
+    facets as the result gave them, the runner's facets (sandbox, network, profile);
+    the claim's own ``infra-error`` a ``failed``. Where the claim said otherwise of a
+    host fact, its words stay in the measurements under `REPORTED_FACTS`, as
+    reported. A result stamped already is refused (`TypeError`): no fact is set twice."""
+    return [_stamped(r, host) for r in results]
+
+
+def _stamped(r: CheckResult, host: HostFacts) -> Stamped:
+    if isinstance(r, Stamped):
+        raise TypeError(f"{r.claim}: its result was stamped already (the host's facts once)")
+    seen, window = host.seen, host.window
+    said: dict[str, Json] = {}
+    started, finished = r.started_ns, r.finished_ns
+    if window is not None and not (window[0] <= started <= finished <= window[1]):
+        said["started_ns"], said["finished_ns"] = started, finished
+        started, finished = window
+    for k in HOST_FACETS:
+        if k in r.scope and r.scope[k] != seen.scope[k]:
+            said[k] = r.scope[k]
+    if r.host and r.host != seen.host:
+        said["host"] = r.host
+    if r.gpu_uuids and tuple(r.gpu_uuids) != seen.gpu_uuids:
+        said["gpu_uuids"] = list[Json](r.gpu_uuids)
+    plan = {k: r.scope[k] for k in PLAN_FACETS if k in r.scope}
+    if host.world_size is not None and "world_size" in plan:
+        plan["world_size"] = host.world_size
+    # The observed facets, then the plan's, then the runner's: the order receipts
+    # have always listed them in.
+    scope = {**seen.scope, **plan, **host.scope}
+    measurements = dict(r.measurements)
+    if said:
+        measurements[REPORTED_FACTS] = said
+    outcome, reason = r.outcome, r.reason
+    if outcome == "infra-error" and host.claims_word:
+        if seen.scope["device_kind"] == "cuda" and not seen.gpu_uuids:
+            # The host's own reading: a CUDA claim, and no GPU it could run on here.
+            reason = (
+                "the host has no GPU for a CUDA claim (none through NVML, or a torch "
+                "without a CUDA build); the claim process said: "
+                f"{untrusted(reason or 'no reason given', 2000)}"
+            )
+        else:
+            outcome = "failed"
+            reason = _INFRA_SAID + untrusted(reason or "no reason given", 2000)
+    return Stamped(
+        claim=r.claim,
+        check=r.check,
+        check_version=r.check_version,
+        params=r.params,
+        scope=scope,
+        outcome=outcome,
+        reason=reason,
+        measurements=measurements,
+        observer=r.observer,
+        cleanup=r.cleanup,
+        artifacts=tuple(r.artifacts),
+        gpu_uuids=seen.gpu_uuids,
+        host=seen.host,
+        started_ns=started,
+        finished_ns=finished,
+    )

@@ -28,7 +28,6 @@ from typing import TYPE_CHECKING, Any
 
 from ledger.sandbox import quota
 from ledger.sandbox.proof import SandboxBreach
-from runners.claim.authors import authored
 from runners.claim.claim_exit import (
     GpuState,
     cleanup_verdict,
@@ -46,6 +45,7 @@ from runners.claim.result import (
     Json,
     ReleasedResource,
     ResultError,
+    Stamped,
     check_result,
     infra_error,
     untrusted,
@@ -87,7 +87,7 @@ def _requests(
     the ranks are not joined in a process group."""
     argvs = []
     body = request.body()
-    world_size = request.world_size
+    world_size = request.run.world_size
     for rank in range(world_size):
         req, out = work / f"request{rank}.json", work / f"result{rank}.json"
         mine = dict(body)
@@ -97,7 +97,7 @@ def _requests(
                 "world_size": world_size,
                 "backend": backend,
                 "init_file": str(work / "rendezvous"),
-                "timeout_s": max(1, int(request.timeout_s)),
+                "timeout_s": max(1, int(request.run.timeout_s)),
             }
         child.write_request(req, mine)
         forked = fork_server if world_size == 1 else None
@@ -137,7 +137,7 @@ def _launches(
     policy = sandbox.policy(
         writable=writable,
         read_only=request.code(),
-        network=request.network,
+        network=request.run.network,
         shm=shm if len(argvs) > 1 else None,
         scratch=scratch,
     ).with_(joined=shared, holder=holder)
@@ -155,8 +155,10 @@ def run_claim_isolated(
     fork_server: ForkServer | None = None,
     sandbox: Sandbox | None = None,
     cancel: threading.Event | None = None,
-) -> list[CheckResult]:
-    """`runners.api.run_claim` in fresh child processes, one per rank; same results.
+) -> list[Stamped]:
+    """`runners.api.run_claim` in fresh child processes, one per rank; its results, with
+    the host's facts stamped on them once, here (`ClaimRequest.stamp`: the host's
+    observation, the ``sandbox`` facet, the claim's network and profile).
 
     All ranks form one process group: on the request's ``timeout_s`` it is killed and
     the one result is a failure "timed out after N s". A rank that dies without results
@@ -171,8 +173,26 @@ def run_claim_isolated(
 
     Three steps, each once: launch (`_launch`: the folder, the requests, the sandbox),
     wait (`_wait`: the ranks run and are stopped) and read (`_read`: each rank's result
-    file read once, into results with their exit proof).
+    file read once, into results with their exit proof); then the stamp.
     """
+    facet = sandbox.facet if sandbox is not None else "none"
+    ran = _run(request, progress, fork_server, sandbox, cancel)
+    if isinstance(ran, CheckResult):
+        # The host's own result: the claim never started.
+        return request.stamp([ran], facet, claims_word=False)
+    results, window = ran
+    return request.stamp(results, facet, window)
+
+
+def _run(
+    request: ClaimRequest,
+    progress: Callable[[str], None],
+    fork_server: ForkServer | None,
+    sandbox: Sandbox | None,
+    cancel: threading.Event | None,
+) -> CheckResult | tuple[list[CheckResult], tuple[int, int]]:
+    """The claim's results as read, and when it was launched and seen to exit; or the
+    host's own infra-error where it never started."""
     if fork_server is not None and fork_server.ready.fork_refused:
         # It said at ready that it will not fork (`runners.fork.forksafety`): its client runs
         # outside the sandbox and never runs a claim itself, so start afresh inside it.
@@ -180,7 +200,7 @@ def run_claim_isolated(
     while True:
         launched = _launch(request, fork_server, sandbox)
         if isinstance(launched, CheckResult):
-            return [launched]
+            return launched
         try:
             ran = _wait(request, launched, progress, cancel)
             late = launched.refused(ran.group)
@@ -263,9 +283,9 @@ def _launch(
         if full.whose == "code":
             r.outcome = "failed"
         return r
-    backend = _backend(request.device)
+    backend = _backend(request.run.device)
     argvs = _requests(work, request, backend if request.grouped else None, fork_server)
-    forked = fork_server is not None and request.world_size == 1
+    forked = fork_server is not None and request.run.world_size == 1
     # Every process of the claim in a cgroup of its own: the kernel's peak over all of
     # them, however briefly each lived (none here: the view is sampled, and says so).
     launch = _Launch(work, argvs, backend, forked, ClaimCgroup.make())
@@ -285,7 +305,7 @@ def _launch(
                 from ledger.sandbox.namespaces import shared_namespaces
 
                 holder = launch.stack.enter_context(
-                    shared_namespaces(sandbox.bwrap, sandbox.base, network=request.network)
+                    shared_namespaces(sandbox.bwrap, sandbox.base, network=request.run.network)
                 )
             launch.argvs, launch.envs = _launches(
                 argvs, request, sandbox=sandbox, work=work, holder=holder
@@ -367,12 +387,12 @@ def _wait(
         got = results.of(rank)
         if not isinstance(got, list):
             return True
-        return request.world_size > 1 and any(
+        return request.run.world_size > 1 and any(
             not isinstance(d, dict) or d.get("outcome") in _BAD for d in got
         )
 
     try:
-        group.wait(timeout_s=request.timeout_s, died=ended, cancel=cancel)
+        group.wait(timeout_s=request.run.timeout_s, died=ended, cancel=cancel)
     finally:
         exited = time.time_ns()
         view.stop()
@@ -386,10 +406,10 @@ def _read(
     ran: _Ran,
     progress: Callable[[str], None],
     fork_server: ForkServer | None,
-) -> list[CheckResult]:
+) -> tuple[list[CheckResult], tuple[int, int]]:
     """How each rank ended, into the claim's results: its own (bounded by what the
     parent saw), or a failure that says how it died or timed out; each with the exit
-    proof and its facts by their authors."""
+    proof. And the window the host saw the claim run in, for the stamp."""
     group, view, stopped = ran.group, ran.view, list(ran.stopped)
     paths = launch.result_paths
     if launch.forked:
@@ -415,17 +435,12 @@ def _read(
                 r.measurements.get(timeline.MEASUREMENT), stamps, (r.started_ns, r.finished_ns)
             )
         )
-    # Each fact by its author: the host's own readings, the plan's facets; the claim's
-    # own word on an infrastructure error is a failure (`runners.claim.authors`).
-    authored(
-        results,
-        request.observed(),
-        world_size=request.world_size if request.grouped else None,
-        window=(ran.started, time.time_ns()),
-    )
+    # Seen to end now: the host's facts are stamped by the caller, once, each fact by
+    # its author (`runners.claim.authors`).
+    window = (ran.started, time.time_ns())
     for path in paths:
         note_learned(path.with_name(path.name + ".modules"), request.repo_root)
-    return results
+    return results, window
 
 
 def _claim_pids(pids: list[int], paths: Sequence[Path], view: OutsideView) -> list[int]:
@@ -453,7 +468,12 @@ def _ended(
     every rank's own results merged, or how the first rank to fail died (its peers
     stopped after it)."""
     group, view = ran.group, ran.view
-    claim, check, device, params = request.claim, request.check, request.device, request.params
+    claim, check, device, params = (
+        request.run.claim,
+        request.run.check,
+        request.run.device,
+        request.run.params,
+    )
     common: dict[str, Any] = {
         "claim": claim,
         "check": check,
@@ -481,7 +501,9 @@ def _ended(
         results = [wrong]
     elif group.timed_out:
         running = [e.rank for e in exits if e.rc is None or e.rc < 0]
-        results = [timed_out(**common, params=params, timeout_s=request.timeout_s, ranks=running)]
+        results = [
+            timed_out(**common, params=params, timeout_s=request.run.timeout_s, ranks=running)
+        ]
     elif all(g is not None for g in got):
         per_rank = [_bounded(g, view, i, progress) for i, g in enumerate(got) if g is not None]
         results = merged(
@@ -493,7 +515,7 @@ def _ended(
         first = got[bad]
         if first is None:
             gone = exits[bad]
-            who = f"rank {bad} of {request.world_size} " if request.world_size > 1 else ""
+            who = f"rank {bad} of {request.run.world_size} " if request.run.world_size > 1 else ""
             how = f"{who}claim runner process {gone.how()}"
             results = [died(**common, params=params, pid=gone.pid, how=how, tail=gone.tail)]
         else:

@@ -1,9 +1,17 @@
-"""One claim to run in processes of its own, as one value: `ClaimRequest`.
+"""One claim as one value, from the plan to the claim's processes and back: `Claim`.
 
-What each rank runs (`runners.api.run_claim`'s arguments, written to its request
-file) and how the parent runs the ranks (their number, the time limit, the network,
-the environment, the GPUs). `runners.claim.isolated.run_claim_isolated` takes it. Imports no
-torch: the ledger's executors build one from a plan's claim (`ClaimRun.request`).
+`Claim` is what a plan says of a claim once sized (the ledger's `ClaimRun` is one,
+with its place in the run); `ClaimRequest` is that value and where it runs: what each
+rank runs (`runners.api.run_claim`'s arguments, written to its request file, `body`)
+and how the parent runs the ranks (the checkouts, the folders, the environment, the
+GPUs). `runners.claim.isolated.run_claim_isolated` takes it and stamps the host's facts
+on the results once (`stamp`). Imports no torch: the ledger's executors build one from
+a plan's claim (`ClaimRun.request`), never copying its fields.
+
+The request file each rank reads is written and read by one installation: the parent
+writes it, and the claim process (started afresh, or forked from a fork server this
+parent launched) reads it at once. None crosses versions; its keys are
+`runners.api.run_claim`'s arguments, which a test holds.
 """
 
 from __future__ import annotations
@@ -13,42 +21,55 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from runners.claim.authors import Observed, authored, observe
-from runners.claim.result import CheckResult, Json, infra_error
+from runners.claim.authors import HostFacts, Observed, observe, stamped
+from runners.claim.result import CheckResult, Json, Stamped, infra_error
 
-__all__ = ["DEFAULT_TIMEOUT_S", "ClaimRequest"]
+__all__ = ["DEFAULT_TIMEOUT_S", "Claim", "ClaimRequest"]
 
 DEFAULT_TIMEOUT_S = 1800
 """A claim's time limit when its caller states none (the plan's default, docs/plan.md)."""
 
 
-@dataclass(frozen=True)
-class ClaimRequest:
-    """One claim to run in processes of its own: what each rank runs (`runners.api.run_claim`'s
-    arguments) and how the parent runs its ranks. A value; what it runs with (the progress
-    callback, a fork server, the sandbox, a cancel) are `run_claim_isolated`'s arguments."""
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """One claim as the plan states it, sized by the profile: the check that judges it
+    with its parameters, the workload it runs, on what, how long, with what around it.
+    The one value from the plan to the claim's processes and back: the request carries
+    it whole, and the host stamps its network and profile on the results."""
 
     claim: str
     check: str
     device: str
-    """cpu | cuda | auto."""
-    repo_root: Path
+    """cpu | cuda | auto, as `ledger qualify --device`."""
     workload_ref: str
     params: Mapping[str, Json] = field(default_factory=dict)
     workload_params: Mapping[str, Json] = field(default_factory=dict)
-    observer_off_required: bool = False
+    observer_off: bool = False
+    """With an observer-on run, the observer-off control runs too."""
+    world_size: int = 1
+    timeout_s: float = DEFAULT_TIMEOUT_S
+    """On it the claim's process group is killed: a failed "timed out after N s"."""
+    network: bool = False
+    """The claim runs with a network (the plan allows it); else none, in its sandbox."""
+    profile: str | None = None
+    """The profile that sized it (the receipts' ``profile`` facet), if any."""
+
+
+@dataclass(frozen=True)
+class ClaimRequest:
+    """One claim to run in processes of its own: the claim (`Claim`, whole) and where its
+    ranks run. A value; what it runs with (the progress callback, a fork server, the
+    sandbox, a cancel) are `run_claim_isolated`'s arguments."""
+
+    run: Claim
+    repo_root: Path
     base_root: Path | None = None
     """The base revision's checkout, for a check that compares against it."""
     artifact_dir: Path | None = None
     """Where the claim writes its artifacts: the parent reads them only inside it."""
-    world_size: int = 1
-    timeout_s: float = DEFAULT_TIMEOUT_S
-    """On it the claim's process group is killed: a failed "timed out after N s"."""
     distributed: bool | None = None
     """The ranks inside a process group (default: ``world_size > 1``); True at one rank
     exercises the multi-rank path on a single device."""
-    network: bool = False
-    """A network inside the sandbox; else none."""
     work_root: Path | None = None
     """Where the claim's folder goes (one the fork server's sandbox can write)."""
     env: Mapping[str, str] = field(default_factory=dict)
@@ -62,7 +83,7 @@ class ClaimRequest:
     @property
     def grouped(self) -> bool:
         """Whether its ranks run inside one process group."""
-        return self.world_size > 1 if self.distributed is None else self.distributed
+        return self.run.world_size > 1 if self.distributed is None else self.distributed
 
     def code(self) -> list[Path]:
         """The trees its ranks read."""
@@ -70,15 +91,16 @@ class ClaimRequest:
 
     def body(self) -> dict[str, Json]:
         """What each rank's request carries: `runners.api.run_claim`'s arguments."""
+        c = self.run
         return {
-            "device": self.device,
-            "claim": self.claim,
-            "check": self.check,
-            "params": dict(self.params),
+            "device": c.device,
+            "claim": c.claim,
+            "check": c.check,
+            "params": dict(c.params),
             "repo_root": str(self.repo_root),
-            "workload_ref": self.workload_ref,
-            "workload_params": dict(self.workload_params),
-            "observer_off_required": self.observer_off_required,
+            "workload_ref": c.workload_ref,
+            "workload_params": dict(c.workload_params),
+            "observer_off_required": c.observer_off,
             "base_root": None if self.base_root is None else str(self.base_root),
             "artifact_dir": None if self.artifact_dir is None else str(self.artifact_dir),
         }
@@ -86,28 +108,49 @@ class ClaimRequest:
     def observed(self) -> Observed:
         """The host's facts about the claim, read from outside it (`runners.claim.authors`)."""
         return observe(
-            self.device,
+            self.run.device,
             self.gpu_uuids,
             env=self.env,
             outside=[Path(str(p)) for p in self.code()],
-            ranks=self.world_size if self.grouped and self.device != "cpu" else None,
+            ranks=self.run.world_size if self.grouped and self.run.device != "cpu" else None,
+        )
+
+    def stamp(
+        self,
+        results: Sequence[CheckResult],
+        sandbox: str,
+        window: tuple[int, int] | None = None,
+        *,
+        claims_word: bool = True,
+    ) -> list[Stamped]:
+        """The results with the host's facts stamped on them, once (`runners.claim.authors
+        .stamped`): its observation, the ``sandbox`` facet, the claim's network and
+        profile; ``window`` when it launched the claim and saw it exit; ``claims_word``
+        False for the host's own results of a claim that never started."""
+        return stamped(
+            results,
+            HostFacts(
+                seen=self.observed(),
+                sandbox=sandbox,
+                network=self.run.network,
+                profile=self.run.profile,
+                world_size=self.run.world_size if self.grouped else None,
+                window=window,
+                claims_word=claims_word,
+            ),
         )
 
     def not_started(self, reason: str) -> CheckResult:
-        """An infra-error for a claim that did not start (none of its code ran), each fact
-        by its author."""
-        r = infra_error(
-            claim=self.claim,
-            check=self.check,
+        """An infra-error for a claim that did not start (none of its code ran): the
+        host's own word, stamped as such (`stamp` with ``claims_word=False``)."""
+        c = self.run
+        return infra_error(
+            claim=c.claim,
+            check=c.check,
             version="unknown",
-            params=dict(self.params),
-            scope={"device_kind": self.device},
+            params=dict(c.params),
+            scope={"device_kind": c.device},
             reason=reason,
             started_ns=time.time_ns(),
             finished_ns=time.time_ns(),
         )
-        authored([r], self.observed())
-        # The parent's own observation, before any of the claim's code ran: it stays an
-        # infrastructure error (`authored` makes only a claim's word of one `failed`).
-        r.outcome, r.reason = "infra-error", reason
-        return r

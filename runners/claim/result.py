@@ -12,7 +12,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
-from typing import Any, NoReturn, get_args
+from typing import Any, NoReturn, Self, get_args
 
 from runners.claim.names import Observer, Outcome
 
@@ -20,11 +20,13 @@ __all__ = [
     "Artifact",
     "CheckResult",
     "CleanupProof",
+    "Frozen",
     "Json",
     "Observer",
     "Outcome",
     "ReleasedResource",
     "ResultError",
+    "Stamped",
     "check_result",
     "infra_error",
     "result_from_dict",
@@ -88,6 +90,61 @@ class CheckResult:
     started_ns: int = 0
     """UTC wall clock, ns since the epoch."""
     finished_ns: int = 0
+
+
+class Frozen(dict[str, Any]):
+    """A dict no one can change once made: a stamped result's scope, parameters and
+    measurements. Still a dict (JSON, `dataclasses.asdict` and ``isinstance`` read it as
+    one); every in-place change raises `TypeError`, a copy is a new `Frozen`."""
+
+    __slots__ = ()
+
+    def _refuse(self, *_: Any, **__: Any) -> NoReturn:
+        raise TypeError("a stamped result is not changed in place: make a new one")
+
+    __setitem__ = __delitem__ = __ior__ = _refuse
+    clear = pop = popitem = setdefault = update = _refuse
+
+    def __copy__(self) -> Self:
+        return self
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Self:
+        return self
+
+    def __reduce__(self) -> tuple[type[Self], tuple[dict[str, Any]]]:
+        return type(self), (dict(self),)
+
+
+@dataclass(kw_only=True, frozen=True, slots=True)
+class Stamped:
+    """A claim's result once the host stamped its facts on it (`runners.claim.authors`):
+    what its receipt says, as `CheckResult` names it. Made once, by the host, and never
+    changed: frozen, its scope, parameters and measurements `Frozen`, its lists tuples.
+    A later judgement (a GPU fault, `ledger.fleet.faults.judge`) makes a new one."""
+
+    claim: str
+    check: str
+    check_version: str
+    params: Mapping[str, Json]
+    scope: Mapping[str, str | int]
+    outcome: Outcome
+    reason: str | None
+    measurements: Mapping[str, Json]
+    observer: Observer
+    cleanup: CleanupProof
+    artifacts: tuple[Artifact, ...] = ()
+    gpu_uuids: tuple[str, ...] = ()
+    host: str = ""
+    started_ns: int = 0
+    finished_ns: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("params", "scope", "measurements"):
+            got = getattr(self, name)
+            if not isinstance(got, Frozen):
+                object.__setattr__(self, name, Frozen(got))
+        object.__setattr__(self, "artifacts", tuple(self.artifacts))
+        object.__setattr__(self, "gpu_uuids", tuple(self.gpu_uuids))
 
 
 def infra_error(

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from runners.claim.result import CheckResult, Json
+from runners.claim.result import CheckResult, Json, Stamped
 
 WORKLOAD = "runners.workloads.moe:make_workload"
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -73,7 +73,7 @@ PRESETS: dict[str, dict[str, Any]] = {
 defaults, ``medium`` a bf16 model that gives an H200 real memory to account for."""
 
 
-def result_dict(r: CheckResult, out_dir: Path) -> dict[str, Json]:
+def result_dict(r: CheckResult | Stamped, out_dir: Path) -> dict[str, Json]:
     """``dataclasses.asdict(r)`` with artifact paths relative to ``out_dir`` (where
     possible), so the output folder can be moved before signing."""
     d: dict[str, Any] = dataclasses.asdict(r)

@@ -25,7 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from runners.claim.isolated import ClaimRequest, run_claim_isolated
-from runners.claim.result import CheckResult, Json
+from runners.claim.request import Claim
+from runners.claim.result import Json, Stamped
 from scripts.device.common import REPO_ROOT, Log, result_dict, write_json
 from scripts.example_plans import MULTI_RANK_PLAN
 
@@ -54,7 +55,7 @@ def _admission(rank: dict[str, Any]) -> dict[str, Json]:
     }
 
 
-def _summary(r: CheckResult, wall_s: float) -> dict[str, Json]:
+def _summary(r: Stamped, wall_s: float) -> dict[str, Json]:
     ranks = r.measurements.get("ranks")
     per_rank: list[Json] = []
     for m in ranks if isinstance(ranks, list) else []:
@@ -108,18 +109,20 @@ def main(argv: list[str] | None = None) -> int:
         t0 = time.monotonic()
         got = run_claim_isolated(
             ClaimRequest(
-                device=args.device,
-                claim=c["name"],
-                check=c["check"],
-                params=params,
+                Claim(
+                    device=args.device,
+                    claim=c["name"],
+                    check=c["check"],
+                    params=params,
+                    workload_ref=EP,
+                    workload_params=dict(plan.get("workload_params", {})),
+                    observer_off=False,
+                    world_size=world,
+                    timeout_s=float(c.get("timeout_s", 600)),
+                ),
                 repo_root=REPO_ROOT,
-                workload_ref=EP,
-                workload_params=dict(plan.get("workload_params", {})),
-                observer_off_required=False,
                 base_root=None,
                 artifact_dir=out / "artifacts",
-                world_size=world,
-                timeout_s=float(c.get("timeout_s", 600)),
                 distributed=True if args.grouped else None,
             ),
             progress=log,

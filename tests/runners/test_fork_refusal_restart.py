@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from runners.claim.isolated import ClaimRequest, run_claim_isolated
+from runners.claim.request import Claim
 from runners.claim.result import CheckResult
 from runners.fork.forkparent import ForkServer
 from runners.harness.child import env
@@ -77,14 +78,16 @@ def server(tmp_path: Path) -> Iterator[tuple[ForkServer, Path]]:
 def _run(server: ForkServer, root: Path, mode: str, said: list[str]) -> CheckResult:
     [r] = run_claim_isolated(
         ClaimRequest(
-            claim="t.cleanup",
-            check="cleanup",
-            params={"batch": 1, "seq": 8},
+            Claim(
+                claim="t.cleanup",
+                check="cleanup",
+                params={"batch": 1, "seq": 8},
+                workload_ref="poison:make_workload",
+                workload_params={"mode": mode},
+                device="cpu",
+                observer_off=False,
+            ),
             repo_root=root,
-            workload_ref="poison:make_workload",
-            workload_params={"mode": mode},
-            device="cpu",
-            observer_off_required=False,
             base_root=None,
             artifact_dir=None,
         ),

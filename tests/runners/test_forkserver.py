@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from runners.claim.isolated import ClaimRequest, run_claim_isolated
+from runners.claim.request import Claim
 from runners.fork.forkparent import ForkServer
 from runners.harness.child import env
 
@@ -24,20 +25,24 @@ def server() -> Iterator[ForkServer]:
     s.close()
 
 
-def _run(server: ForkServer | None, check: str, params: dict, ref: str = MOE, **kw: object) -> list:
+def _run(
+    server: ForkServer | None, check: str, params: dict, ref: str = MOE, timeout_s: float = 1800
+) -> list:
     return run_claim_isolated(
         ClaimRequest(
-            claim=f"t.{check}",
-            check=check,
-            params=params,
+            Claim(
+                claim=f"t.{check}",
+                check=check,
+                params=params,
+                workload_ref=ref,
+                workload_params=TINY,
+                device="cpu",
+                observer_off=False,
+                timeout_s=timeout_s,
+            ),
             repo_root=ROOT,
-            workload_ref=ref,
-            workload_params=TINY,
-            device="cpu",
-            observer_off_required=False,
             base_root=None,
             artifact_dir=None,
-            **kw,
         ),
         progress=lambda _m: None,
         fork_server=server,

@@ -8,6 +8,7 @@ import threading
 from pathlib import Path
 
 from runners.claim.isolated import ClaimRequest, run_claim_isolated
+from runners.claim.request import Claim
 from runners.fork.forkparent import ForkServer
 from runners.harness.child import env
 from tests.ledger.probe_repo import claim, make_probe_repo, notes
@@ -18,14 +19,16 @@ REF = "probe_wl:make_workload"
 def _run(root: Path, server: ForkServer, mode: str, cvd: str, said: list[str]) -> str:
     [r] = run_claim_isolated(
         ClaimRequest(
-            claim="t.cleanup",
-            check="cleanup",
-            params={"batch": 1, "seq": 8},
+            Claim(
+                claim="t.cleanup",
+                check="cleanup",
+                params={"batch": 1, "seq": 8},
+                workload_ref=REF,
+                workload_params={"mode": mode},
+                device="cpu",
+                observer_off=False,
+            ),
             repo_root=root,
-            workload_ref=REF,
-            workload_params={"mode": mode},
-            device="cpu",
-            observer_off_required=False,
             base_root=None,
             artifact_dir=None,
             env={"CUDA_VISIBLE_DEVICES": cvd},

@@ -17,6 +17,7 @@ import pytest
 
 from ledger.execution.local_run import unforkable
 from runners.claim.isolated import ClaimRequest, run_claim_isolated
+from runners.claim.request import Claim
 from runners.fork.forkparent import ForkServer
 from runners.fork.forksafety import FORK_SAFE_THREADS
 from runners.harness.child import env
@@ -72,17 +73,19 @@ def _claim(s: ForkServer, ref: str) -> tuple[str, dict[str, int]]:
     and its timeline."""
     [r] = run_claim_isolated(
         ClaimRequest(
-            claim="t.cleanup",
-            check="cleanup",
-            params={"batch": 1, "seq": 8},
+            Claim(
+                claim="t.cleanup",
+                check="cleanup",
+                params={"batch": 1, "seq": 8},
+                workload_ref=ref,
+                workload_params=TINY,
+                device="cpu",
+                observer_off=False,
+                timeout_s=120,
+            ),
             repo_root=ROOT,
-            workload_ref=ref,
-            workload_params=TINY,
-            device="cpu",
-            observer_off_required=False,
             base_root=None,
             artifact_dir=None,
-            timeout_s=120,
         ),
         progress=lambda _m: None,
         fork_server=s,

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from runners.claim.isolated import ClaimRequest, run_claim_isolated
+from runners.claim.request import Claim
 
 KILLER = """
 import os, signal
@@ -21,14 +22,16 @@ def make_workload(**params):
 def _run(root: Path, ref: str, msgs: list[str]) -> list:  # type: ignore[type-arg]
     return run_claim_isolated(
         ClaimRequest(
-            device="cpu",
-            claim="cleanup.all-released",
-            check="cleanup",
-            params={"batch": 1, "seq": 8},
+            Claim(
+                device="cpu",
+                claim="cleanup.all-released",
+                check="cleanup",
+                params={"batch": 1, "seq": 8},
+                workload_ref=ref,
+                workload_params={},
+                observer_off=False,
+            ),
             repo_root=root,
-            workload_ref=ref,
-            workload_params={},
-            observer_off_required=False,
             base_root=None,
             artifact_dir=None,
         ),

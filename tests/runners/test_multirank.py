@@ -9,7 +9,8 @@ import pytest
 
 from runners.claim.isolated import ClaimRequest, run_claim_isolated
 from runners.claim.ranks import merge_ranks
-from runners.claim.result import CheckResult, CleanupProof, ReleasedResource
+from runners.claim.request import Claim
+from runners.claim.result import CheckResult, CleanupProof, ReleasedResource, Stamped
 from runners.harness import launch
 
 REPO = Path(__file__).resolve().parents[2]
@@ -50,21 +51,29 @@ def _short_peer_grace(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def _claim(
-    root: Path, ref: str, check: str, params: dict[str, Any], **kw: Any
-) -> list[CheckResult]:
+    root: Path,
+    ref: str,
+    check: str,
+    params: dict[str, Any],
+    world_size: int = 1,
+    timeout_s: float = 1800,
+) -> list[Stamped]:
     return run_claim_isolated(
         ClaimRequest(
-            device="cpu",
-            claim=f"ep.{check}",
-            check=check,
-            params=params,
+            Claim(
+                device="cpu",
+                claim=f"ep.{check}",
+                check=check,
+                params=params,
+                workload_ref=ref,
+                workload_params=SMALL,
+                observer_off=False,
+                world_size=world_size,
+                timeout_s=timeout_s,
+            ),
             repo_root=root,
-            workload_ref=ref,
-            workload_params=SMALL,
-            observer_off_required=False,
             base_root=None,
             artifact_dir=None,
-            **kw,
         ),
         progress=lambda _m: None,
     )

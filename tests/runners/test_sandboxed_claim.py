@@ -10,7 +10,8 @@ import pytest
 
 from ledger.sandbox import find_bwrap, resolve
 from runners.claim.isolated import ClaimRequest, run_claim_isolated
-from runners.claim.result import CheckResult
+from runners.claim.request import Claim
+from runners.claim.result import CheckResult, Stamped
 from runners.harness.outside import CPU_SLACK_BYTES, REPORTED
 
 if TYPE_CHECKING:
@@ -48,17 +49,19 @@ def _run(
     sandbox: Sandbox | None = None,
     fork_server: ForkServer | None = None,
     **kw: Any,
-) -> list[CheckResult]:
+) -> list[Stamped]:
     return run_claim_isolated(
         ClaimRequest(
-            device="cpu",
-            claim="cleanup.all-released",
-            check="cleanup",
-            params={"batch": 1, "seq": 8},
+            Claim(
+                device="cpu",
+                claim="cleanup.all-released",
+                check="cleanup",
+                params={"batch": 1, "seq": 8},
+                workload_ref=ref,
+                workload_params={},
+                observer_off=False,
+            ),
             repo_root=root,
-            workload_ref=ref,
-            workload_params={},
-            observer_off_required=False,
             base_root=None,
             **kw,
         ),
@@ -133,17 +136,19 @@ def test_a_claim_gets_the_network_only_when_it_says_so(tmp_path: Path) -> None:
             msgs: list[str] = []
             run_claim_isolated(
                 ClaimRequest(
-                    device="cpu",
-                    claim="cleanup.all-released",
-                    check="cleanup",
-                    params={"batch": 1, "seq": 8},
+                    Claim(
+                        device="cpu",
+                        claim="cleanup.all-released",
+                        check="cleanup",
+                        params={"batch": 1, "seq": 8},
+                        workload_ref="caller:make_workload",
+                        workload_params={},
+                        observer_off=False,
+                        network=network,
+                    ),
                     repo_root=tmp_path,
-                    workload_ref="caller:make_workload",
-                    workload_params={},
-                    observer_off_required=False,
                     base_root=None,
                     artifact_dir=None,
-                    network=network,
                 ),
                 progress=msgs.append,
                 sandbox=box,

@@ -34,8 +34,8 @@ def test_a_worker_serves_one_commit_at_a_time_with_its_workload_prepared(
     (home / "code").mkdir()
     (home / "work").mkdir()
     worker = _Worker((box.mode, ()), home, Checkouts(home / "code" / "shipped"))
-    run = ClaimRun(1, "x", "cleanup", {}, "probe_wl:make_workload", {"mode": "plain"},
-                   False, 1, 60, "cpu")  # fmt: skip
+    run = ClaimRun(index=1, claim="x", check="cleanup", workload_ref="probe_wl:make_workload",
+                   workload_params={"mode": "plain"}, timeout_s=60, device="cpu")  # fmt: skip
     try:
         # The base commit's claim: its server imports the plan's preload list and
         # prepares the workload, once.

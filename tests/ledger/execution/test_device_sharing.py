@@ -220,6 +220,7 @@ def test_a_shared_run_that_fails_is_judged_again_alone_and_recorded_once(
 def test_a_claim_started_afresh_in_the_sandbox_knows_its_device_is_shared(tmp_path: Path) -> None:
     # The sandbox passes no LEDGER_* variable of its own accord: this one is handed in.
     from runners.claim.isolated import ClaimRequest, _launches
+    from runners.claim.request import Claim
 
     box = resolve("bwrap")
     (tmp_path / "w").mkdir()
@@ -227,7 +228,9 @@ def test_a_claim_started_afresh_in_the_sandbox_knows_its_device_is_shared(tmp_pa
         work = tmp_path / "w" / str(bool(extra))
         work.mkdir()
         request = ClaimRequest(
-            claim="c", check="cleanup", device="cpu", repo_root=work, workload_ref="", env=extra
+            Claim(claim="c", check="cleanup", device="cpu", workload_ref=""),
+            repo_root=work,
+            env=extra,
         )
         _, envs = _launches([["python3", "-c", "pass"]], request, sandbox=box, work=work)
         assert envs[0].get(DEVICE_SHARED_VAR) == want

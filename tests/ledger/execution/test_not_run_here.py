@@ -32,7 +32,15 @@ def one_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def _run(world_size: int, device: str = "auto") -> ClaimRun:
-    return ClaimRun(1, "c", "mesh-handoff", {}, "w:m", {}, False, world_size, 60, device)
+    return ClaimRun(
+        index=1,
+        claim="c",
+        check="mesh-handoff",
+        workload_ref="w:m",
+        world_size=world_size,
+        timeout_s=60,
+        device=device,
+    )
 
 
 @pytest.mark.parametrize(

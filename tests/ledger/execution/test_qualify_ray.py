@@ -173,7 +173,8 @@ def test_claims_run_as_ray_tasks_and_record_through_the_server(
     assert len({n["prepared_in"] for n in seen}) <= len(workers)
     assert r.err.count("1 workload(s) prepared") == len(workers), r.err
     # A claim wider than every node of this cluster is named before Ray waits on it.
-    runs = [ClaimRun(i, f"w{w}", "cleanup", {}, "", {}, False, w, 60, "cpu")
+    runs = [ClaimRun(index=i, claim=f"w{w}", check="cleanup", workload_ref="", world_size=w,
+                     timeout_s=60, device="cpu")
             for i, w in ((1, 2), (2, 3))]  # fmt: skip
     assert too_wide(runs, ray.nodes()) == [
         "[2/2] w3: waits: it needs 3 GPUs on one node and the widest node of the cluster "

@@ -216,7 +216,15 @@ def test_a_claim_wider_than_every_nodes_gpus_outside_quarantine_is_not_run_and_s
     from ledger.execution.ray_quarantine import Quarantine
 
     runs = [
-        ClaimRun(i, f"w{w}", "cleanup", {}, "", {}, False, w, 60, "cpu")
+        ClaimRun(
+            index=i,
+            claim=f"w{w}",
+            check="cleanup",
+            workload_ref="",
+            world_size=w,
+            timeout_s=60,
+            device="cpu",
+        )
         for i, w in ((1, 1), (2, 2))
     ]
     said: list[str] = []

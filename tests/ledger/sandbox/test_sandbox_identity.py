@@ -209,6 +209,7 @@ def test_each_rank_of_a_two_rank_claim_is_unprivileged_and_sees_only_its_claim(
     tmp_path: Path,
 ) -> None:
     from runners.claim.isolated import ClaimRequest, run_claim_isolated
+    from runners.claim.request import Claim
 
     box = resolve("auto")
     # A sibling sandbox running beside the claim, with a folder of its own.
@@ -241,25 +242,27 @@ def test_each_rank_of_a_two_rank_claim_is_unprivileged_and_sees_only_its_claim(
     try:
         [r] = run_claim_isolated(
             ClaimRequest(
-                device="cpu",
-                claim="ep.cleanup",
-                check="cleanup",
-                params={},
+                Claim(
+                    device="cpu",
+                    claim="ep.cleanup",
+                    check="cleanup",
+                    params={},
+                    workload_ref="rank_probe:make_workload",
+                    workload_params={
+                        "d_model": 32,
+                        "n_layers": 1,
+                        "n_heads": 2,
+                        "n_experts": 4,
+                        "d_ff": 64,
+                        "vocab": 128,
+                    },
+                    observer_off=False,
+                    world_size=2,
+                    timeout_s=240,
+                ),
                 repo_root=root,
-                workload_ref="rank_probe:make_workload",
-                workload_params={
-                    "d_model": 32,
-                    "n_layers": 1,
-                    "n_heads": 2,
-                    "n_experts": 4,
-                    "d_ff": 64,
-                    "vocab": 128,
-                },
-                observer_off_required=False,
                 base_root=None,
                 artifact_dir=None,
-                world_size=2,
-                timeout_s=240,
             ),
             progress=progress,
             sandbox=box,
@@ -360,6 +363,7 @@ def test_a_claim_whose_sandbox_fails_its_self_test_is_an_infra_error_and_runs_no
     tmp_path: Path,
 ) -> None:
     from runners.claim.isolated import ClaimRequest, run_claim_isolated
+    from runners.claim.request import Claim
 
     box = resolve("auto")
     broken = Sandbox(box.mode, box.bwrap, box.base.with_(writable=("/tmp",)))
@@ -372,17 +376,19 @@ def test_a_claim_whose_sandbox_fails_its_self_test_is_an_infra_error_and_runs_no
     )
     [r] = run_claim_isolated(
         ClaimRequest(
-            device="cpu",
-            claim="c.cleanup",
-            check="cleanup",
-            params={},
+            Claim(
+                device="cpu",
+                claim="c.cleanup",
+                check="cleanup",
+                params={},
+                workload_ref="wl:make_workload",
+                workload_params={},
+                observer_off=False,
+                timeout_s=120,
+            ),
             repo_root=root,
-            workload_ref="wl:make_workload",
-            workload_params={},
-            observer_off_required=False,
             base_root=None,
             artifact_dir=None,
-            timeout_s=120,
         ),
         progress=lambda _m: None,
         sandbox=broken,
