@@ -91,8 +91,6 @@ class Finished:
     error: str | None = None
     """Why the executor could not produce results (nothing recorded)."""
     host: str = ""
-    sandbox: str = ""
-    """The receipts' ``sandbox`` facet: the mode the claim ran under."""
     sandbox_facts: dict[str, str] = field(default_factory=dict)
     """The self-tests of the sandboxes the claim's code ran in, the policies' digests
     and the host uid (`ledger.sandbox.Sandbox.facts`): the host's observations."""

@@ -115,7 +115,6 @@ class LocalExecutor:
             gpu_uuids=uuids,
             results=results,
             host=socket.gethostname(),
-            sandbox=self.sandbox.facet if self.sandbox is not None else "none",
             sandbox_facts=self.sandbox.facts() if self.sandbox is not None else {},
             artifacts=self.artifacts,
             health=health,

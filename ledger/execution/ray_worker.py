@@ -405,7 +405,7 @@ def _record(
     from ledger.execution.receipts import record_finished
     from ledger.write.record import RemoteRecorder
 
-    run, payload, box = task.run, task.payload, task.box
+    run, payload = task.run, task.payload
     recorder = RemoteRecorder(payload["server"])
     ci = {str(k): str(v) for k, v in dict(payload.get("ci") or {}).items()}
     fin = Finished(
@@ -417,7 +417,6 @@ def _record(
         gpu_uuids=tuple(gpus),
         results=results,
         host=out["host"],
-        sandbox=box.facet,
         # The sandboxes proved themselves before the claim's code ran, as a local run's
         # do (`ledger.sandbox.proof`): the host's observation, in the receipt.
         sandbox_facts=_proven(task),
