@@ -77,6 +77,20 @@ def _plan_file(repo: Path | None, ident: Any, override: Path | None) -> Any:
 )
 @plan_option
 @ask_server
+@click.option(
+    "--trust",
+    "trust",
+    multiple=True,
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="With --server: check its answer against its log, whose checkpoint this ledger "
+    "key PEM (repeatable) must have signed; exit 1 where the answer is refused.",
+)
+@click.option(
+    "--policy",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="With --server: check its answer against its log, whose checkpoint must meet "
+    "this C2SP tlog-policy (log key and witness quorum); exit 1 where it is refused.",
+)
 @db_option
 @json_option
 @click.option(
@@ -106,6 +120,8 @@ def status(
     scope: Sequence[str],
     plan: Path | None,
     server: str | None,
+    trust: Sequence[Path],
+    policy: Path | None,
     db: str | None,
     as_json: bool,
     fmt: str,
@@ -118,6 +134,14 @@ def status(
     and shows as stale otherwise. Exit 0 only when every required claim is
     qualified at the requested scope; 3 when only infrastructure keeps it from
     qualifying (every blocker an infra-error: retry); else 1.
+
+    With --server and --trust or --policy the server's answer is checked: this host
+    keeps its log up to the newest checkpoint signed (and witnessed, with --policy),
+    fetching only what was logged since the last one seen ($LEDGER_CACHE, else the
+    user's cache folder), and the same judge decides on it. An answer that differs,
+    leaves out a counterexample, or rests on a checkpoint that does not extend the
+    last one seen is refused in one line, exit 1 (input refused: the server's).
+    What the log does not decide (the fleet's quarantine) is labelled the server's word.
     """
     from ledger.read import formats
     from ledger.read.render import render_status, terminal_width
@@ -132,7 +156,12 @@ def status(
             f"no {PLAN_FILE} governs {ident.revision.commit[:12]}: "
             "pass --plan FILE (or --claim NAME to ask about claims by name)"
         )
-    doc = open_reader(db, server).status(ident, claims, parse_scope(scope))
+    if (trust or policy is not None) and not server:
+        raise UsageError("--trust and --policy go with --server (they check its answer)")
+    asked = parse_scope(scope)
+    doc = open_reader(db, server).status(ident, claims, asked)
+    if server and (trust or policy is not None):
+        doc = _checked(server, ident, claims, asked, doc, trust, policy)
     if "plan_source" not in doc:  # a local answer, or a server of an earlier release
         from ledger.read.subject import local_plan_source, with_plan_source
 
@@ -153,6 +182,29 @@ def status(
     code = verdict_exit(doc)
     if code != EXIT_OK:
         raise SystemExit(code)
+
+
+def _checked(
+    server: str,
+    ident: Any,
+    claims: Sequence[str],
+    scope: dict[str, str | int],
+    doc: dict[str, Any],
+    trust: Sequence[Path],
+    policy: Path | None,
+) -> dict[str, Any]:
+    """The server's answer once its log decides the same (`ledger.read.checked`)."""
+    from ledger.cli._io import read_file
+    from ledger.evidence.keys import load_public_pem
+    from ledger.read.checked import check_status
+
+    rules = None
+    if policy is not None:
+        from ledger.transparency.policy import parse_policy
+
+        rules = parse_policy(read_file(policy))
+    pems = [load_public_pem(read_file(p), str(p)) for p in trust]
+    return check_status(server, ident, claims, scope, doc, pems, rules)
 
 
 @click.command()

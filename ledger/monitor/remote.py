@@ -5,11 +5,13 @@ the ledger key signed, not whatever the server chose to send."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from ledger._internal import merkle
+from ledger._internal.checkpoint import Checkpoint
 from ledger._internal.witness import signed_by_any
 from ledger.evidence.entry import LoggedEntry
 from ledger.evidence.errors import Error, UsageError, VerificationError
@@ -17,7 +19,14 @@ from ledger.evidence.keys import KeyInfo
 from ledger.monitor.watch import LogView
 from ledger.transparency.policy import Policy
 
-__all__ = ["remote_view"]
+__all__ = [
+    "extended",
+    "fetch_entries",
+    "keys_of",
+    "leaf_of",
+    "remote_view",
+    "verified_checkpoint",
+]
 
 
 def _entry(doc: Any) -> LoggedEntry:
@@ -29,7 +38,8 @@ def _entry(doc: Any) -> LoggedEntry:
         raise VerificationError("the server sent a malformed log entry") from None
 
 
-def _keys(entries: list[LoggedEntry]) -> dict[str, KeyInfo]:
+def keys_of(entries: Iterable[LoggedEntry]) -> dict[str, KeyInfo]:
+    """The key registry as the log's key and revocation entries state it."""
     keys: dict[str, KeyInfo] = {}
     for e in entries:
         try:
@@ -46,33 +56,63 @@ def _keys(entries: list[LoggedEntry]) -> dict[str, KeyInfo]:
     return keys
 
 
-def remote_view(
+def verified_checkpoint(
     url: str, trust: list[Ed25519PublicKey], policy: Policy | None, timeout: float = 30
-) -> LogView:
-    """The log at `url` up to its served checkpoint (signed by `trust`, or meeting `policy`)."""
+) -> Checkpoint:
+    """The checkpoint `url` serves, once signed by `trust` or meeting `policy` (its
+    witnesses' quorum)."""
     from ledger.remote import client
 
     if not trust and policy is None:
         raise UsageError("--server needs --trust LEDGER_KEY_PEM or --policy POLICY")
     note = client.fetch_checkpoint(url, timeout)
-    cp = policy.check(note)[0] if policy is not None else signed_by_any(note, trust)
+    return policy.check(note)[0] if policy is not None else signed_by_any(note, trust)
+
+
+def fetch_entries(url: str, start: int, end: int, timeout: float = 30) -> list[LoggedEntry]:
+    """Entries `start`.. before `end`, page by page, each the one asked for (not yet
+    checked against a root: the caller hashes them with what it holds)."""
+    from ledger.remote import client
+
     entries: list[LoggedEntry] = []
-    while len(entries) < cp.size:
-        page = client.fetch_log_entries(url, len(entries), cp.size, timeout)
+    while start + len(entries) < end:
+        page = client.fetch_log_entries(url, start + len(entries), end, timeout)
         got = [_entry(d) for d in page]
-        if not got or any(e.seq != len(entries) + i for i, e in enumerate(got)):
+        at = start + len(entries)
+        if not got or any(e.seq != at + i for i, e in enumerate(got)):
             raise VerificationError("the server's log entries are not the ones asked for")
         entries += got
-    leaves = [
-        merkle.leaf_hash(e.body)
-        if e.logged_at is None
-        else merkle.entry_leaf(e.seq, e.logged_at, e.body)
-        for e in entries
-    ]
-    if merkle.root(leaves) != cp.root:
+    return entries
+
+
+def leaf_of(e: LoggedEntry) -> bytes:
+    """An entry's leaf hash: its position, time and body (the body alone before times
+    were logged)."""
+    if e.logged_at is None:
+        return merkle.leaf_hash(e.body)
+    return merkle.entry_leaf(e.seq, e.logged_at, e.body)
+
+
+def extended(
+    size: int, nodes: Sequence[bytes], entries: Iterable[LoggedEntry]
+) -> tuple[bytes, tuple[bytes, ...]]:
+    """The root and compact range (`nodes`) of a tree of `size` leaves once `entries`
+    are appended: what a copy kept elsewhere resumes from, without its leaves."""
+    tree = merkle.CompactRange(size, nodes)
+    tree.extend(leaf_of(e) for e in entries)
+    return tree.root(), tree.nodes
+
+
+def remote_view(
+    url: str, trust: list[Ed25519PublicKey], policy: Policy | None, timeout: float = 30
+) -> LogView:
+    """The log at `url` up to its served checkpoint (signed by `trust`, or meeting `policy`)."""
+    cp = verified_checkpoint(url, trust, policy, timeout)
+    entries = fetch_entries(url, 0, cp.size, timeout)
+    if merkle.root([leaf_of(e) for e in entries]) != cp.root:
         raise VerificationError(
             f"the served entries do not hash to the signed root at size {cp.size}"
         )
-    keys = _keys(entries)
+    keys = keys_of(entries)
     judged = [e for e in entries if e.kind in ("receipt", "review")]
     return LogView(cp.origin, cp.size, cp.root, judged, keys)

@@ -1,0 +1,285 @@
+"""The client checks the server: `status --server URL` with `--trust` or `--policy`.
+
+A server's status answer is not believed. The client holds the log up to the newest
+checkpoint the ledger key signed (and, with a policy, its witnesses cosigned), synced
+from the last checkpoint it saw (`read/log_cache.py`, over the monitor's reading of a
+served log, `monitor/remote.py`), gathers the question's evidence from those entries as
+the server gathers it from its store, and has the one judge (`qualification/judge.py`)
+decide. The server's answer is refused, with a one-line reason (`VerificationError`,
+exit 1), where a claim's state or the receipts it rests on differ from that decision,
+where it leaves out a counterexample the entries hold, or where its checkpoint is not
+an extension of the last one seen here (a forked log).
+
+What the entries do not decide is taken from the answer and said to be the server's
+word: the GPUs its fleet quarantines (a claim whose state it puts down to a quarantined
+GPU), what its fleet counts on a device (a blocker's device-only label), the notes it
+adds (receipts under another repository id, how its plan was identified), and the key
+registry as of its store (the entries here give it as of the checkpoint).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ledger.evidence.errors import Error, VerificationError
+from ledger.identity.repoid import canonical_repo
+from ledger.identity.revision import Revision
+from ledger.qualification.evidence import ReceiptEvidence, ReviewEvidence
+from ledger.qualification.judge import Gathered, judge
+from ledger.qualification.report import StatusReport
+from ledger.qualification.revocation import with_revocations
+from ledger.read.log_cache import LogCache
+from ledger.read.query import proved
+from ledger.verify.standing import standing
+
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+    from ledger.evidence.entry import LoggedEntry
+    from ledger.evidence.keys import KeyInfo
+    from ledger.plans.governing import Identity
+    from ledger.transparency.policy import Policy
+
+__all__ = ["SERVERS_WORD", "Checked", "check_status", "differs"]
+
+SERVERS_WORD = "the server's word, not recomputed here"
+
+_QUARANTINE = "quarantine"
+
+
+@dataclass(frozen=True, slots=True)
+class Checked:
+    """How an answer was checked: against which checkpoint, what the sync cost, and
+    what is the server's word."""
+
+    origin: str
+    size: int
+    root: str
+    fetched: int
+    witnessed: bool
+    servers_word: tuple[str, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "origin": self.origin,
+            "checkpoint": {"size": self.size, "root": self.root},
+            "fetched": self.fetched,
+            "witnessed": self.witnessed,
+            "servers_word": list(self.servers_word),
+        }
+
+    def lines(self) -> list[str]:
+        """What a person reads of it, beside the answer's other notes."""
+        by = "the ledger key and its witnesses" if self.witnessed else "the ledger key"
+        out = [
+            f"checked here: recomputed from the log up to checkpoint {self.size} "
+            f"(signed by {by}; {self.fetched} new entries fetched)"
+        ]
+        return out + [f"{w}: {SERVERS_WORD}" for w in self.servers_word]
+
+
+def check_status(
+    url: str,
+    ident: Identity,
+    claims: Sequence[str],
+    scope: Mapping[str, str | int],
+    answer: dict[str, Any],
+    trust: Sequence[Ed25519PublicKey],
+    policy: Policy | None,
+    where: Path | None = None,
+) -> dict[str, Any]:
+    """The server's `answer`, once the log up to its checkpoint decides the same; with
+    `checked` (how) and its lines added to `judged`. `VerificationError` otherwise."""
+    from ledger.monitor.remote import fetch_entries, verified_checkpoint
+
+    cp = verified_checkpoint(url, list(trust), policy)
+    cache = LogCache.open(cp.origin, where)
+    try:
+        fetched = cache.sync(cp.size, cp.root, lambda start, end: fetch_entries(url, start, end))
+        report = recompute(cache, ident, claims, scope, answer)
+    finally:
+        cache.close()
+    said = _servers_word(ident, answer)
+    why = differs(report, answer)
+    if why is not None:
+        raise VerificationError(
+            f"the server's status answer is refused: {why} (recomputed from its log up to "
+            f"checkpoint {cp.size})"
+        )
+    checked = Checked(cp.origin, cp.size, cp.root.hex(), fetched, policy is not None, tuple(said))
+    out = dict(answer)
+    out["checked"] = checked.to_json()
+    out["judged"] = [*answer.get("judged", []), *checked.lines()]
+    return out
+
+
+def recompute(
+    cache: LogCache,
+    ident: Identity,
+    claims: Sequence[str],
+    scope: Mapping[str, str | int],
+    answer: Mapping[str, Any],
+) -> StatusReport:
+    """The answer the one judge gives on the log held here, gathered as the server
+    gathers it from its store (`read/query.py` `gather`)."""
+    import dataclasses
+
+    repo = _current(cache, canonical_repo(ident.revision.repo))
+    ident = dataclasses.replace(ident, revision=dataclasses.replace(ident.revision, repo=repo))
+    keys = cache.keys()
+    receipts, reviews, unreadable = _evidence(cache, keys, ident.revision, None)
+
+    def base(commits: Sequence[str], blocking: Sequence[str]) -> list[ReceiptEvidence]:
+        out: list[ReceiptEvidence] = []
+        for commit in commits:
+            at = Revision(repo=repo, commit=commit, tree="")
+            out += _evidence(cache, keys, at, list(blocking))[0]
+        return out
+
+    return judge(
+        Gathered(
+            plan=ident.plan,
+            revision=proved(ident, receipts),
+            receipts=receipts,
+            reviews=reviews,
+            claims=list(claims) if claims else None,
+            scope=dict(scope),
+            notes=ident.notes,
+            problems=ident.problems,
+            unreadable=tuple(unreadable),
+            base=base,
+        )
+    )
+
+
+def _current(cache: LogCache, repo: str) -> str:
+    """The id `repo`'s receipts count under now, through the log's alias entries (as
+    the server's `_current` follows them in its store)."""
+    links = dict(cache.links())
+    seen = {repo}
+    while repo in links and links[repo] not in seen:
+        repo = links[repo]
+        seen.add(repo)
+    return repo
+
+
+def _evidence(
+    cache: LogCache,
+    keys: Mapping[str, KeyInfo],
+    revision: Revision,
+    claims: Sequence[str] | None,
+) -> tuple[list[ReceiptEvidence], list[ReviewEvidence], list[str]]:
+    """As `read/evidence.py` `read_evidence` reads it from a store."""
+    entries = cache.receipts(
+        [revision.repo, *cache.aliases_of(revision.repo)],
+        commits=[revision.commit, *(revision.parents if revision.package_parts else ())],
+        trees=[revision.tree],
+        packages=[d for d in (revision.package_digest, revision.prior_package_digest) if d],
+        pr=revision.pr,
+        claims=claims,
+    )
+
+    def signed(e: LoggedEntry) -> dict[str, Any]:
+        info = keys.get(e.signer)
+        return {
+            "id": e.entry_id,
+            "seq": e.seq,
+            "signer": e.signer,
+            "signer_role": info.role if info else "unknown",
+            "signer_revoked_seq": info.revoked_seq if info else None,
+            "signer_registered_by": info.registered_by if info else None,
+            "problem": standing(e, keys),
+        }
+
+    unreadable: list[str] = []
+    receipts: list[ReceiptEvidence] = []
+    for e in entries:
+        try:
+            receipts.append(ReceiptEvidence(statement=e.receipt, **signed(e)))
+        except Error as err:
+            unreadable.append(f"entry {e.seq} ({e.entry_id[:19]}) cannot be read: {err.reason()}")
+    reviews: list[ReviewEvidence] = []
+    for e in cache.reviews([r.id for r in receipts]):
+        try:
+            p = e.review.predicate
+            reviews.append(
+                ReviewEvidence(receipt=p.receipt, verdict=p.verdict, note=p.note, **signed(e))
+            )
+        except Error as err:
+            unreadable.append(f"entry {e.seq} ({e.entry_id[:19]}) cannot be read: {err.reason()}")
+    revoked = cache.revocations([r.id for r in receipts])
+    return with_revocations(receipts, reviews, revoked), reviews, unreadable
+
+
+def _servers_word(ident: Identity, answer: Mapping[str, Any]) -> list[str]:
+    out = []
+    if ident.plan is not None and ident.plan.quarantine_above is not None:
+        out.append("the GPUs the fleet quarantines")
+    if any(
+        isinstance(b, Mapping) and (b.get("attribution") or {}).get("label") == "device-only"
+        for b in (answer.get("verdict") or {}).get("blockers") or []
+    ):
+        out.append("what the fleet counts on a device")
+    out.append("the key registry as of the server's store (the log's is as of the checkpoint)")
+    return out
+
+
+def _row_key(row: Mapping[str, Any]) -> tuple[str, str, str]:
+    return (
+        str(row.get("claim")),
+        str(row.get("scope_role")),
+        json.dumps(row.get("scope") or {}, sort_keys=True),
+    )
+
+
+def _short(receipt: str) -> str:
+    return receipt.removeprefix("sha256:")[:12]
+
+
+def differs(report: StatusReport, answer: Mapping[str, Any]) -> str | None:
+    """Where the server's answer departs from the judge's on the log, in one line;
+    None where it does not."""
+    mine = {_row_key(r.to_json()): r.to_json() for r in report.claims}
+    rows = answer.get("claims")
+    if not isinstance(rows, list) or not all(isinstance(r, Mapping) for r in rows):
+        return "it carries no claims list"
+    theirs = {_row_key(r): r for r in rows}
+    failed = {r.id for r in report.evidence if r.predicate.outcome == "failed"}
+    for key, row in mine.items():
+        claim, role = key[0], key[1]
+        other = theirs.get(key)
+        if other is None:
+            return f"it leaves out claim {claim} at its {role} scope"
+        named = set(other.get("receipts") or [])
+        dropped = [r for r in row["receipts"] if r in failed and r not in named]
+        if dropped:
+            return f"it leaves out counterexample {_short(dropped[0])} of claim {claim}"
+        if _quarantined(other):
+            continue  # its state rests on the fleet's quarantine: the server's word
+        if other.get("state") != row["state"]:
+            return (
+                f"claim {claim} ({role} scope) is {other.get('state')} in it, "
+                f"{row['state']} on the log"
+            )
+        if named != set(row["receipts"]):
+            return f"claim {claim} ({role} scope) rests on other receipts than the log's"
+    extra = sorted(set(theirs) - set(mine))
+    if extra:
+        return f"it names claim {extra[0][0]} at a {extra[0][1]} scope the log does not bear"
+    if any(_quarantined(r) for r in rows):
+        return None
+    if bool(answer.get("qualified")) != report.qualified:
+        return f"it says qualified={bool(answer.get('qualified'))}, the log {report.qualified}"
+    code = (answer.get("verdict") or {}).get("exit_code")
+    want = report.verdict.exit_code if report.verdict is not None else None
+    if code is not None and code != want:
+        return f"its exit code is {code}, the log's {want}"
+    return None
+
+
+def _quarantined(row: Mapping[str, Any]) -> bool:
+    return any(_QUARANTINE in str(r) for r in row.get("reasons") or [])

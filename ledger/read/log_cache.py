@@ -1,0 +1,321 @@
+"""A served log kept on the client (`status --server` with `--trust` or `--policy`): its
+entries up to the newest checkpoint this host verified, with the checkpoint and the
+Merkle tree's compact range, so the next question fetches only what was logged since.
+
+One SQLite file per log (its checkpoint origin) under the cache folder: `$LEDGER_CACHE`,
+else `$XDG_CACHE_HOME/ledger`, else `~/.cache/ledger`. Keyed by origin, not by URL: two
+servers of one log must serve one history, and a second whose checkpoint is not an
+extension of the last one seen is refused (a forked log). New entries are written
+only once they and the entries held hash to the new signed root, in one transaction:
+a refused sync writes nothing. Beside each receipt, review and receipt revocation the
+few index columns a question selects by (`read/evidence.py` asks the store the same).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sqlite3
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import closing
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ledger.evidence.entry import LoggedEntry, ReceiptRevocation
+from ledger.evidence.errors import Error, UsageError, VerificationError
+from ledger.evidence.keys import KeyInfo
+from ledger.identity.aliases import read_alias
+from ledger.identity.repoid import canonical_repo
+from ledger.monitor.remote import extended, keys_of
+
+__all__ = ["Held", "LogCache", "cache_dir"]
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (k TEXT PRIMARY KEY, v TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS entry (
+  seq INTEGER PRIMARY KEY, kind TEXT NOT NULL, id TEXT NOT NULL,
+  body BLOB NOT NULL, logged_at TEXT);
+CREATE TABLE IF NOT EXISTS receipt (
+  seq INTEGER PRIMARY KEY, repo_id TEXT, "commit" TEXT, tree TEXT, package TEXT,
+  pr INTEGER, claim TEXT);
+CREATE INDEX IF NOT EXISTS receipt_commit ON receipt (repo_id, "commit");
+CREATE INDEX IF NOT EXISTS receipt_tree ON receipt (repo_id, tree);
+CREATE INDEX IF NOT EXISTS receipt_package ON receipt (repo_id, package);
+CREATE INDEX IF NOT EXISTS receipt_pr ON receipt (repo_id, pr);
+CREATE TABLE IF NOT EXISTS review (seq INTEGER PRIMARY KEY, receipt_id TEXT);
+CREATE INDEX IF NOT EXISTS review_receipt ON review (receipt_id);
+CREATE TABLE IF NOT EXISTS revoked (seq INTEGER PRIMARY KEY, receipt_id TEXT);
+CREATE INDEX IF NOT EXISTS revoked_receipt ON revoked (receipt_id);
+"""
+
+
+def cache_dir() -> Path:
+    """Where logs are kept: `$LEDGER_CACHE`, else the user's cache folder."""
+    if env := os.environ.get("LEDGER_CACHE"):
+        return Path(env)
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "ledger"
+
+
+@dataclass(frozen=True, slots=True)
+class Held:
+    """The newest checkpoint a log's copy here was verified against."""
+
+    size: int
+    root: bytes
+
+
+class LogCache:
+    """One log's entries as this host verified them (`open`, then `sync`)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._db = sqlite3.connect(path, isolation_level=None)
+        self._db.executescript(_SCHEMA)
+
+    @classmethod
+    def open(cls, origin: str, where: Path | None = None) -> LogCache:
+        folder = (where or cache_dir()) / "logs"
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise UsageError(f"cannot keep the log here ({folder}): {e.strerror}") from None
+        # The origin names the file; anything but a plain name character is replaced,
+        # so no origin a server chose reaches outside the folder.
+        name = re.sub(r"[^A-Za-z0-9._-]", "_", origin)[:120] or "_"
+        return cls(folder / f"{name}.sqlite")
+
+    def close(self) -> None:
+        self._db.close()
+
+    # -- the checkpoint ------------------------------------------------------------
+
+    def _meta(self, k: str) -> str | None:
+        row = self._db.execute("SELECT v FROM meta WHERE k = ?", (k,)).fetchone()
+        return None if row is None else str(row[0])
+
+    def held(self) -> Held | None:
+        size, root = self._meta("size"), self._meta("root")
+        if size is None or root is None:
+            return None
+        return Held(int(size), bytes.fromhex(root))
+
+    def _nodes(self) -> list[bytes]:
+        nodes = self._meta("nodes")
+        return [bytes.fromhex(n) for n in nodes.split()] if nodes else []
+
+    def sync(self, size: int, root: bytes, fetch: Callable[[int, int], list[LoggedEntry]]) -> int:
+        """Bring the copy up to the checkpoint of `size` and `root` (its signature
+        verified by the caller), fetching entries from the
+        last checkpoint held onward; returns how many were fetched. A checkpoint that
+        is not an extension of the one held is refused (`VerificationError`), and
+        nothing is written."""
+        held = self.held()
+        if held is not None:
+            if size < held.size:
+                raise VerificationError(
+                    f"the server's checkpoint (size {size}) is older than the last one "
+                    f"seen here (size {held.size}): a log never shrinks"
+                )
+            if size == held.size:
+                if root != held.root:
+                    raise VerificationError(_fork(size, root, held))
+                return 0
+        start = 0 if held is None else held.size
+        new = fetch(start, size)
+        got, nodes = extended(start, self._nodes() if held is not None else [], new)
+        if got != root:
+            if held is not None:
+                raise VerificationError(_fork(size, root, held))
+            raise VerificationError(
+                f"the served entries do not hash to the signed root at size {size}"
+            )
+        with self._tx():
+            if self.held() != held:
+                # Another process of this host synced meanwhile: its copy stands (it was
+                # verified as this one was), and the next question checks it again.
+                return len(new)
+            self._db.executemany(
+                "INSERT INTO entry VALUES (?, ?, ?, ?, ?)",
+                [(e.seq, e.kind, e.entry_id, e.body, e.logged_at) for e in new],
+            )
+            for table, rows in _index(new).items():
+                marks = ", ".join("?" * len(rows[0]))
+                self._db.executemany(f"INSERT INTO {table} VALUES ({marks})", rows)
+            self._db.executemany(
+                "INSERT OR REPLACE INTO meta VALUES (?, ?)",
+                [
+                    ("size", str(size)),
+                    ("root", root.hex()),
+                    ("nodes", " ".join(n.hex() for n in nodes)),
+                ],
+            )
+        return len(new)
+
+    def _tx(self) -> Any:
+        from contextlib import contextmanager
+
+        @contextmanager
+        def tx() -> Iterator[None]:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                yield
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
+
+        return tx()
+
+    # -- reading -------------------------------------------------------------------
+
+    def _entries(self, sql: str, args: Sequence[Any]) -> list[LoggedEntry]:
+        with closing(self._db.execute(sql, list(args))) as cur:
+            return [LoggedEntry(s, k, i, bytes(b), t, trusted=True) for s, k, i, b, t in cur]
+
+    def receipts(
+        self,
+        repo_ids: Sequence[str],
+        *,
+        commits: Sequence[str],
+        trees: Sequence[str],
+        packages: Sequence[str],
+        pr: int | None,
+        claims: Sequence[str] | None,
+    ) -> list[LoggedEntry]:
+        """Receipts that could bear on a revision: the same keys, united, as the
+        store's `receipt_entries` selects them."""
+        parts: list[str] = []
+        args: list[Any] = []
+        for col, values in (
+            ('"commit"', commits),
+            ("tree", trees),
+            ("package", packages),
+            ("pr", [] if pr is None else [pr]),
+        ):
+            for repo_id in repo_ids:
+                for v in values:
+                    part = f"SELECT seq FROM receipt WHERE repo_id = ? AND {col} = ?"
+                    args += [repo_id, v]
+                    if claims:
+                        part += f" AND claim IN ({', '.join('?' * len(claims))})"
+                        args += list(claims)
+                    parts.append(part)
+        if not parts:
+            return []
+        return self._entries(
+            "SELECT seq, kind, id, body, logged_at FROM entry WHERE seq IN "
+            f"({' UNION '.join(parts)}) ORDER BY seq",
+            args,
+        )
+
+    def reviews(self, receipt_ids: Sequence[str]) -> list[LoggedEntry]:
+        return self._by_receipt("review", receipt_ids)
+
+    def revocations(self, receipt_ids: Sequence[str]) -> dict[str, ReceiptRevocation]:
+        """The first revocation of each receipt that has one."""
+        out: dict[str, ReceiptRevocation] = {}
+        for e in self._by_receipt("revoked", receipt_ids):
+            try:
+                rev = e.receipt_revocation()
+            except Error:
+                continue
+            out.setdefault(rev.receipt, rev)
+        return out
+
+    def _by_receipt(self, table: str, receipt_ids: Sequence[str]) -> list[LoggedEntry]:
+        out: list[LoggedEntry] = []
+        ids = sorted(set(receipt_ids))
+        for i in range(0, len(ids), 500):  # bounded IN lists
+            chunk = ids[i : i + 500]
+            out += self._entries(
+                "SELECT seq, kind, id, body, logged_at FROM entry WHERE seq IN "
+                f"(SELECT seq FROM {table} WHERE receipt_id IN ({', '.join('?' * len(chunk))}))"
+                " ORDER BY seq",
+                chunk,
+            )
+        return sorted(out, key=lambda e: e.seq)
+
+    def keys(self) -> dict[str, KeyInfo]:
+        """The key registry as the log held here states it."""
+        return keys_of(
+            self._entries(
+                "SELECT seq, kind, id, body, logged_at FROM entry"
+                " WHERE kind IN ('key', 'revocation') ORDER BY seq",
+                (),
+            )
+        )
+
+    def links(self) -> list[tuple[str, str]]:
+        """Each alias entry's (earlier id, id it counts under), in log order."""
+        out = []
+        for e in self._entries(
+            "SELECT seq, kind, id, body, logged_at FROM entry WHERE kind = 'alias' ORDER BY seq",
+            (),
+        ):
+            try:
+                out.append(read_alias(_json(e.body)))
+            except Error:
+                continue  # as the store's reader skips it
+        return out
+
+    def aliases_of(self, repo_id: str) -> list[str]:
+        """The earlier ids the log's alias entries count under `repo_id` (chains too)."""
+        links = self.links()
+        found: list[str] = []
+        todo = [repo_id]
+        while todo:
+            at = todo.pop()
+            for old, new in links:
+                if new == at and old != repo_id and old not in found:
+                    found.append(old)
+                    todo.append(old)
+        return found
+
+
+def _fork(size: int, root: bytes, held: Held) -> str:
+    return (
+        f"the server's checkpoint (size {size}, root {root.hex()[:16]}) is not "
+        f"consistent with the last one seen here (size {held.size}, root "
+        f"{held.root.hex()[:16]}): a forked log"
+    )
+
+
+def _json(raw: bytes) -> dict[str, Any]:
+    try:
+        doc = json.loads(raw)
+    except ValueError:
+        return {}
+    return doc if isinstance(doc, dict) else {}
+
+
+def _index(entries: Sequence[LoggedEntry]) -> dict[str, list[tuple[Any, ...]]]:
+    """The columns a question selects by, read from each entry's payload; an entry that
+    does not read gets none (its question's answer cannot count it either)."""
+    out: dict[str, list[tuple[Any, ...]]] = {}
+    for e in entries:
+        try:
+            if e.kind == "receipt":
+                p = e.payload_document["predicate"]
+                src = p["source"]
+                package = (src.get("package") or {}).get("digest")
+                row: tuple[Any, ...] = (
+                    e.seq,
+                    canonical_repo(str(src["repo"])),
+                    src.get("commit"),
+                    src.get("tree"),
+                    package,
+                    src.get("pr"),
+                    p.get("claim"),
+                )
+                out.setdefault("receipt", []).append(row)
+            elif e.kind == "review":
+                rid = e.payload_document["predicate"]["receipt"]
+                out.setdefault("review", []).append((e.seq, str(rid)))
+            elif e.kind == "revocation" and e.revokes_receipt:
+                out.setdefault("revoked", []).append((e.seq, str(_json(e.body)["receipt"])))
+        except (Error, KeyError, TypeError, AttributeError, ValueError):
+            continue
+    return out

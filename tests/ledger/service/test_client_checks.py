@@ -1,0 +1,227 @@
+"""`status --server --trust` checks the server: the client keeps the log up to a signed
+checkpoint, syncing from the last one it saw, and the one judge decides on it. A server
+that flips a state, drops a counterexample or serves a forked log is refused in one
+line (exit 1); the honest server's answer passes, with what it did not decide labelled
+as its word."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import git
+import pytest
+
+import ledger.service.questions as questions
+from ledger.evidence.keys import KeyDir
+from ledger.service.run import Running, start
+from tests.conftest import commit_file
+from tests.ledger.helpers import Run, run
+
+PLAN = """
+[[claims]]
+name = "admission.no-oom-after-admit"
+check = "admission"
+cleanup = false
+
+[[claims]]
+name = "determinism.bitwise"
+check = "determinism"
+cleanup = false
+"""
+
+FAILED = "determinism.bitwise"
+
+
+def _attest(
+    capsys: pytest.CaptureFixture[str],
+    repo: git.Repo,
+    claim: str,
+    outcome: str,
+    key: str = "h200",
+) -> str:
+    extra = [] if outcome == "passed" else ["--reason", "differs"]
+    res = run(
+        capsys,
+        "attest",
+        "--repo",
+        str(repo.working_tree_dir),
+        "--key",
+        key,
+        "--pr",
+        "3",
+        "--offline",
+        "--claim",
+        claim,
+        "--outcome",
+        outcome,
+        *extra,
+    )
+    assert res.code == 0, res.err
+    return res.out.strip()
+
+
+@pytest.fixture
+def served(
+    tmp_path: Path,
+    key_dir: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> Iterator[tuple[Running, git.Repo, Path]]:
+    db = f"sqlite:///{tmp_path / 'ledger.db'}"
+    monkeypatch.setenv("LEDGER_DB", db)
+    monkeypatch.setenv("LEDGER_CACHE", str(tmp_path / "cache"))
+    assert run(capsys, "init").code == 0
+    assert run(capsys, "keys", "new", "h200", "--role", "runner").code == 0
+    r = git.Repo.init(tmp_path / "up", initial_branch="main")
+    commit_file(r, "qualification.toml", PLAN, "plan")
+    head = commit_file(r, "model/a.py", "x = 2\n", "pr")
+    r.git.update_ref("refs/pull/3/head", head)
+    _attest(capsys, r, "admission.no-oom-after-admit", "passed")
+    _attest(capsys, r, FAILED, "failed")
+    assert run(capsys, "log", "checkpoint").code == 0
+    pem = tmp_path / "ledger.pem"
+    pem.write_text(run(capsys, "keys", "export", "ledger").out)
+    srv = start(db, KeyDir(key_dir))
+    try:
+        yield srv, r, pem
+    finally:
+        srv.stop()
+
+
+def _status(
+    capsys: pytest.CaptureFixture[str], srv: Running, r: git.Repo, pem: Path, *more: str
+) -> Run:
+    return run(
+        capsys,
+        "status",
+        "--repo",
+        str(r.working_tree_dir),
+        "--pr",
+        "3",
+        "--offline",
+        "--server",
+        srv.url,
+        "--trust",
+        str(pem),
+        *more,
+    )
+
+
+def _patched(monkeypatch: pytest.MonkeyPatch, change: Callable[[dict[str, Any]], None]) -> None:
+    """The server's status answers changed by `change` after it judged (none kept)."""
+    honest = questions.answer
+
+    def lying(*args: Any, **kwargs: Any) -> dict[str, Any]:
+        doc: dict[str, Any] = json.loads(json.dumps(honest(*args, **kwargs)))
+        if args[0] == "status":
+            change(doc)
+        return doc
+
+    monkeypatch.setattr(questions, "answer", lying)
+    monkeypatch.setattr(questions, "kept", lambda *a, **k: None)
+
+
+def test_the_honest_answer_passes_and_says_what_is_the_servers_word(
+    served: tuple[Running, git.Repo, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    srv, r, pem = served
+    first = _status(capsys, srv, r, pem, "--json")
+    assert first.code == 1, first.err  # the failed claim: the answer, not a refusal
+    doc = json.loads(first.out)
+    checked = doc["checked"]
+    assert checked["checkpoint"]["size"] > 0 and checked["fetched"] == checked["checkpoint"]["size"]
+    assert any("key registry" in w for w in checked["servers_word"])
+    assert any(line.startswith("checked here: recomputed") for line in doc["judged"])
+    # Warm: nothing logged since, nothing fetched.
+    again = json.loads(_status(capsys, srv, r, pem, "--json").out)
+    assert again["checked"]["fetched"] == 0
+    text = _status(capsys, srv, r, pem)
+    assert "checked here: recomputed from the log up to checkpoint" in text.out
+    assert "the server's word" in text.out
+
+
+def test_a_flipped_state_is_refused(
+    served: tuple[Running, git.Repo, Path],
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    srv, r, pem = served
+
+    def flip(doc: dict[str, Any]) -> None:
+        for row in doc["claims"]:
+            if row["claim"] == FAILED:
+                row["state"] = "qualified"
+
+    _patched(monkeypatch, flip)
+    res = _status(capsys, srv, r, pem, "--json")
+    assert res.code == 1 and res.out == ""
+    assert "status answer is refused" in res.err and f"claim {FAILED}" in res.err
+    assert "is qualified in it, failed on the log" in res.err
+    assert len(res.err.strip().splitlines()) == 1
+
+
+def test_a_dropped_counterexample_is_refused(
+    served: tuple[Running, git.Repo, Path],
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    srv, r, pem = served
+
+    def drop(doc: dict[str, Any]) -> None:
+        for row in doc["claims"]:
+            if row["claim"] == FAILED:
+                row["receipts"] = []
+
+    _patched(monkeypatch, drop)
+    res = _status(capsys, srv, r, pem)
+    assert res.code == 1 and res.out == ""
+    assert "leaves out counterexample" in res.err and f"of claim {FAILED}" in res.err
+    assert len(res.err.strip().splitlines()) == 1
+
+
+def test_a_forked_log_is_refused(
+    served: tuple[Running, git.Repo, Path],
+    tmp_path: Path,
+    key_dir: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    srv, r, pem = served
+    assert _status(capsys, srv, r, pem).code == 1  # synced: the last checkpoint seen
+    # The same ledger key signs another history: a second database, the same keys.
+    fork = f"sqlite:///{tmp_path / 'fork.db'}"
+    monkeypatch.setenv("LEDGER_DB", fork)
+    assert run(capsys, "init").code == 0
+    assert run(capsys, "keys", "new", "h100", "--role", "runner").code == 0
+    for claim in ("admission.no-oom-after-admit", FAILED, FAILED):
+        _attest(capsys, r, claim, "passed", key="h100")
+    assert run(capsys, "log", "checkpoint").code == 0
+    other = start(fork, KeyDir(key_dir))
+    try:
+        res = _status(capsys, other, r, pem)
+    finally:
+        other.stop()
+    assert res.code == 1 and res.out == ""
+    assert "not consistent with the last one seen here" in res.err
+    assert "a forked log" in res.err
+
+
+def test_trust_without_server_is_a_usage_error(
+    served: tuple[Running, git.Repo, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    _, r, pem = served
+    res = run(
+        capsys,
+        "status",
+        "--repo",
+        str(r.working_tree_dir),
+        "--pr",
+        "3",
+        "--offline",
+        "--trust",
+        str(pem),
+    )
+    assert res.code == 2 and "go with --server" in res.err
