@@ -2,8 +2,14 @@
 
 The core (models, signing, store, log, queries, CLI) imports without torch;
 only `ledger qualify` and the `runners` package load it.
+
+`__all__` names, beside the version, the rooms that are the public API: their
+names keep their meaning across releases and a change to them is in the
+CHANGELOG. Every other room (`_internal/`, the store, the server, the
+orchestration, ...) is the command line's machinery, importable but promised to
+no caller (docs/architecture.md, "Faces"). Naming them imports none of them.
 """
 
 __version__ = "0.1.0"
 
-__all__ = ["__version__"]
+__all__ = ["__version__", "evidence", "identity", "qualification", "read", "verify", "write"]

@@ -187,8 +187,8 @@ def test_the_top_level_of_ledger_holds_only_entry_points_and_packages() -> None:
 # The house as layers, bottom first (docs/architecture.md, "Who may import whom"):
 # a room imports only rooms of the layers below its own, never one beside it or
 # above it. A room is a package under `ledger/` (`ledger.X` and all below it), with
-# three more: `ledger` names the package's own `__init__` (`__version__`, the
-# moved names' finder), `ledger.__main__` the entry point, and `runners` the whole
+# three more: `ledger` names the package's own `__init__` (`__version__`, and
+# `__all__`: the public rooms), `ledger.__main__` the entry point, and `runners` the whole
 # of `runners/`, above ledger's core and below what runs it.
 LAYERS: tuple[tuple[str, ...], ...] = (
     # Nothing below: the version, numbers for people, this host's GPUs.
@@ -518,7 +518,10 @@ def test_only_the_surfaces_import_the_read_side() -> None:
     assert not wrong, "the read side imported below the surfaces: " + "; ".join(wrong)
 
 
-# The rooms whose `__init__` imports none of their modules.
+# The rooms whose `__init__` must stay closed (imports none of their modules) whatever
+# else changes: those `ledger verify FILE` and every command pass through. Every room's
+# face, closed or not, is held to docs/architecture.md's "Faces" by
+# tests/ledger/test_architecture_docs.py.
 LIGHT = (
     "ledger.evidence",
     "ledger.identity",
