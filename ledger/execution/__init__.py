@@ -10,8 +10,9 @@ of one host: across hosts, Ray does.
 `qualify` orchestrates them (`ledger qualify`): a plan's claims on a temporary
 checkout of the revision, each finished claim signed and recorded at once
 through the write path. Orchestration imports the write path, identity, the
-plan, the sandbox and, lazily, `runners` (torch: the only way into it from
-`ledger`); only the command line (`cli/qualify.py`) imports it.
+plan, the sandbox and, lazily, `runners` (torch; docs/architecture.md, "Who
+loads `runners`", lists every module of `ledger` that imports it); only the command
+line (`cli/qualify.py`) imports `qualify`.
 """
 
 from ledger.execution.claimrun import ClaimRun, Finished

@@ -10,6 +10,7 @@ generated, and a property test sends requests drawn from it.
 Modules: `app` (assembly), `state` (what every request shares), `api` (the
 JSON routes), `auth` (bearer tokens), `limits` (body size and the
 whole-request deadline; the connection cap and timeouts are uvicorn's, set in
-`run`), `web/` (the reviewer's pages). Arrows run app -> api -> state.
+`run`), `web/` (the reviewer's pages). Arrows run app -> api and app -> state; a
+route reaches the shared state through `responses`, never the app.
 Importing `ledger` never imports this package: it needs the `server` extra.
 """
