@@ -1,7 +1,9 @@
 """Ledger: signed, append-only qualification receipts for GPU training code.
 
 The core (models, signing, store, log, queries, CLI) imports without torch;
-only `ledger qualify` and the `runners` package load it.
+only the `runners` package loads it, and `ledger` reaches that only from the
+modules docs/architecture.md lists under "Who loads `runners`" (`ledger qualify`,
+`ledger checks` and `ledger profile` among the commands).
 
 `__all__` names, beside the version, the rooms that are the public API: their
 names keep their meaning across releases and a change to them is in the
