@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -159,9 +159,13 @@ def status(
     if (trust or policy is not None) and not server:
         raise UsageError("--trust and --policy go with --server (they check its answer)")
     asked = parse_scope(scope)
-    doc = open_reader(db, server).status(ident, claims, asked)
+    reader = open_reader(db, server)
     if server and (trust or policy is not None):
-        doc = _checked(server, ident, claims, asked, doc, trust, policy)
+        doc = _checked(
+            server, ident, claims, asked, lambda: reader.status(ident, claims, asked), trust, policy
+        )
+    else:
+        doc = reader.status(ident, claims, asked)
     if "plan_source" not in doc:  # a local answer, or a server of an earlier release
         from ledger.read.subject import local_plan_source, with_plan_source
 
@@ -189,7 +193,7 @@ def _checked(
     ident: Any,
     claims: Sequence[str],
     scope: dict[str, str | int],
-    doc: dict[str, Any],
+    ask: Callable[[], dict[str, Any]],
     trust: Sequence[Path],
     policy: Path | None,
 ) -> dict[str, Any]:
@@ -204,7 +208,7 @@ def _checked(
 
         rules = parse_policy(read_file(policy))
     pems = [load_public_pem(read_file(p), str(p)) for p in trust]
-    return check_status(server, ident, claims, scope, doc, pems, rules)
+    return check_status(server, ident, claims, scope, ask, pems, rules)
 
 
 @click.command()

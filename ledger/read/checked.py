@@ -20,7 +20,7 @@ registry as of its store (the entries here give it as of the checkpoint).
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -87,22 +87,44 @@ def check_status(
     ident: Identity,
     claims: Sequence[str],
     scope: Mapping[str, str | int],
-    answer: dict[str, Any],
+    ask: Callable[[], dict[str, Any]],
     trust: Sequence[Ed25519PublicKey],
     policy: Policy | None,
     where: Path | None = None,
 ) -> dict[str, Any]:
-    """The server's `answer`, once the log up to its checkpoint decides the same; with
-    `checked` (how) and its lines added to `judged`. `VerificationError` otherwise."""
+    """The server's answer (`ask()`), once the log up to its checkpoint decides the
+    same; with `checked` (how) and its lines added to `judged`. `VerificationError`
+    otherwise. A warm check costs two small round trips (the checkpoint, the entries
+    since the last) more than believing the answer: the judge decides while the server
+    computes it."""
+    from concurrent.futures import Future, ThreadPoolExecutor
+
     from ledger.monitor.remote import fetch_entries, verified_checkpoint
 
-    cp = verified_checkpoint(url, list(trust), policy)
-    cache = LogCache.open(cp.origin, where)
-    try:
-        fetched = cache.sync(cp.size, cp.root, lambda start, end: fetch_entries(url, start, end))
-        report = recompute(cache, ident, claims, scope, answer)
-    finally:
-        cache.close()
+    with ThreadPoolExecutor(1) as pool:
+        asked: list[Future[dict[str, Any]]] = []
+
+        def begin() -> None:
+            # The answer is asked once the log's new entries are here: the server then
+            # computes it while this host writes them and the judge decides on them
+            # (asked at once, the checkpoint and the entries waited behind it).
+            if not asked:
+                asked.append(pool.submit(ask))
+
+        def fetch(start: int, end: int) -> list[LoggedEntry]:
+            got = fetch_entries(url, start, end)
+            begin()
+            return got
+
+        cp = verified_checkpoint(url, list(trust), policy)
+        cache = LogCache.open(cp.origin, where)
+        try:
+            fetched = cache.sync(cp.size, cp.root, fetch)
+            begin()
+            report = recompute(cache, ident, claims, scope)
+        finally:
+            cache.close()
+        answer = asked[0].result()
     said = _servers_word(ident, answer)
     why = differs(report, answer)
     if why is not None:
@@ -122,7 +144,6 @@ def recompute(
     ident: Identity,
     claims: Sequence[str],
     scope: Mapping[str, str | int],
-    answer: Mapping[str, Any],
 ) -> StatusReport:
     """The answer the one judge gives on the log held here, gathered as the server
     gathers it from its store (`read/query.py` `gather`)."""

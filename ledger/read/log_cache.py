@@ -32,11 +32,13 @@ from ledger.monitor.remote import extended, keys_of
 
 __all__ = ["Held", "LogCache", "cache_dir"]
 
+_VERSION = 1
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (k TEXT PRIMARY KEY, v TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS entry (
   seq INTEGER PRIMARY KEY, kind TEXT NOT NULL, id TEXT NOT NULL,
   body BLOB NOT NULL, logged_at TEXT);
+CREATE INDEX IF NOT EXISTS entry_kind ON entry (kind, seq);
 CREATE TABLE IF NOT EXISTS receipt (
   seq INTEGER PRIMARY KEY, repo_id TEXT, "commit" TEXT, tree TEXT, package TEXT,
   pr INTEGER, claim TEXT);
@@ -72,8 +74,20 @@ class LogCache:
 
     def __init__(self, path: Path) -> None:
         self.path = path
+        try:
+            self._open(path)
+        except sqlite3.DatabaseError as e:
+            raise UsageError(f"the log kept at {path} does not read ({e}): remove it") from None
+
+    def _open(self, path: Path) -> None:
         self._db = sqlite3.connect(path, isolation_level=None)
-        self._db.executescript(_SCHEMA)
+        # A copy that can be fetched again: neither a commit nor the checkpoint of the
+        # write-ahead log on close waits for the disk (a power cut may lose the newest
+        # sync, which the next question repeats; a file that no longer reads is named).
+        self._db.execute("PRAGMA synchronous=OFF")
+        if self._db.execute("PRAGMA user_version").fetchone()[0] != _VERSION:
+            self._db.execute("PRAGMA journal_mode=WAL")  # kept in the file
+            self._db.executescript(_SCHEMA + f"PRAGMA user_version = {_VERSION};")
 
     @classmethod
     def open(cls, origin: str, where: Path | None = None) -> LogCache:
