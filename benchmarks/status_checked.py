@@ -179,13 +179,15 @@ def main() -> None:
     print(f"{'status --server (the server believed)':<52} {_ms(a):>10}")
     print(f"{'status --server --trust, warm (2 new entries)':<52} {_ms(b):>10}")
     print(f"warm / today: {number(b / a)}x (target: within 2x)")
-    c, d = statistics.median(cmd_plain), statistics.median(cmd_warm)
-    print(f"{'the whole command, `ledger status --server ...`':<52} {_ms(c):>10}")
-    print(f"{'the whole command with --trust, warm':<52} {_ms(d):>10}")
-    print(f"warm / today, whole command ({len(cmd_plain)} each): {number(d / c)}x")
+    if cmd_plain:
+        c, d = statistics.median(cmd_plain), statistics.median(cmd_warm)
+        print(f"{'the whole command, `ledger status --server ...`':<52} {_ms(c):>10}")
+        print(f"{'the whole command with --trust, warm':<52} {_ms(d):>10}")
+        print(f"warm / today, whole command ({len(cmd_plain)} each): {number(d / c)}x")
+    first = statistics.median(cold)
     print(
         f"first sync (empty cache, {size:,} entries up to the checkpoint), "
-        f"median of {len(cold)}: {_ms(statistics.median(cold))}"
+        f"median of {len(cold)}: {_ms(first)}"
     )
 
 

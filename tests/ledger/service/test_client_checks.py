@@ -207,6 +207,9 @@ def test_a_forked_log_is_refused(
     assert res.code == 1 and res.out == ""
     assert "not consistent with the last one seen here" in res.err
     assert "a forked log" in res.err
+    # Nothing of the fork was kept: the honest log still extends what is held here.
+    honest = _status(capsys, srv, r, pem, "--json")
+    assert honest.code == 1 and json.loads(honest.out)["checked"]["fetched"] == 0
 
 
 def test_trust_without_server_is_a_usage_error(
