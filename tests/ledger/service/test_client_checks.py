@@ -228,3 +228,35 @@ def test_trust_without_server_is_a_usage_error(
         str(pem),
     )
     assert res.code == 2 and "go with --server" in res.err
+
+
+def test_with_a_policy_only_a_checkpoint_the_witnesses_cosigned_is_held(
+    served: tuple[Running, git.Repo, Path],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from tests.ledger.transparency.conftest import Witnesses
+
+    srv, r, _ = served
+    vkey = run(capsys, "log", "vkey").out.strip()
+    ws = Witnesses(tmp_path, f"log {vkey}\n".encode())
+    for n in ws.names:
+        ws.start(n)
+    try:
+        policy = tmp_path / "policy.txt"
+        policy.write_bytes(ws.policy(vkey))
+        ask = ["status", "--repo", str(r.working_tree_dir), "--pr", "3", "--offline"]
+        ask += ["--server", srv.url, "--policy", str(policy), "--json"]
+        # The checkpoint served was signed by the ledger key alone: not the quorum.
+        alone = run(capsys, *ask)
+        assert alone.code == 1 and alone.out == "" and "witness" in alone.err
+        assert not (tmp_path / "cache" / "logs").exists() or not any(
+            (tmp_path / "cache" / "logs").iterdir()
+        )
+        assert run(capsys, "log", "checkpoint", "--witnesses", str(policy)).code == 0
+        cosigned = run(capsys, *ask)
+        assert cosigned.code == 1, cosigned.err  # the failed claim: the answer stands
+        assert json.loads(cosigned.out)["checked"]["witnessed"] is True
+    finally:
+        for n in list(ws.servers):
+            ws.stop(n)
