@@ -20,13 +20,18 @@ from ledger.monitor.watch import LogView
 from ledger.transparency.policy import Policy
 
 __all__ = [
+    "PAGE",
     "extended",
     "fetch_entries",
+    "fetch_page",
     "keys_of",
     "leaf_of",
     "remote_view",
     "verified_checkpoint",
 ]
+
+PAGE = 1000
+"""The most entries a server sends in one answer (`GET /v1/log/entries`)."""
 
 
 def _entry(doc: Any) -> LoggedEntry:
@@ -69,17 +74,24 @@ def verified_checkpoint(
     return policy.check(note)[0] if policy is not None else signed_by_any(note, trust)
 
 
-def fetch_entries(url: str, start: int, end: int, timeout: float = 30) -> list[LoggedEntry]:
-    """Entries `start`.. before `end`, page by page, each the one asked for (not yet
-    checked against a root: the caller hashes them with what it holds)."""
+def fetch_page(url: str, start: int, end: int, timeout: float = 30) -> list[LoggedEntry]:
+    """One page of entries from `start` (before `end`; fewer where the log or the page
+    ends first), each the one asked for."""
     from ledger.remote import client
 
+    got = [_entry(d) for d in client.fetch_log_entries(url, start, end, timeout)]
+    if any(e.seq != start + i for i, e in enumerate(got)):
+        raise VerificationError("the server's log entries are not the ones asked for")
+    return got
+
+
+def fetch_entries(url: str, start: int, end: int, timeout: float = 30) -> list[LoggedEntry]:
+    """Entries `start`.. before `end`, page by page (not yet checked against a root: the
+    caller hashes them with what it holds)."""
     entries: list[LoggedEntry] = []
     while start + len(entries) < end:
-        page = client.fetch_log_entries(url, start + len(entries), end, timeout)
-        got = [_entry(d) for d in page]
-        at = start + len(entries)
-        if not got or any(e.seq != at + i for i, e in enumerate(got)):
+        got = fetch_page(url, start + len(entries), end, timeout)
+        if not got:
             raise VerificationError("the server's log entries are not the ones asked for")
         entries += got
     return entries

@@ -37,6 +37,8 @@ from ledger.read.query import proved
 from ledger.verify.standing import standing
 
 if TYPE_CHECKING:
+    from concurrent.futures import Executor
+
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
     from ledger.evidence.entry import LoggedEntry
@@ -94,14 +96,12 @@ def check_status(
 ) -> dict[str, Any]:
     """The server's answer (`ask()`), once the log up to its checkpoint decides the
     same; with `checked` (how) and its lines added to `judged`. `VerificationError`
-    otherwise. A warm check costs two small round trips (the checkpoint, the entries
-    since the last) more than believing the answer: the judge decides while the server
-    computes it."""
+    otherwise. A warm check costs one small round trip more than believing the answer
+    (the checkpoint, with the entries since the last one seen asked beside it): the
+    judge decides while the server computes the answer."""
     from concurrent.futures import Future, ThreadPoolExecutor
 
-    from ledger.monitor.remote import fetch_entries, verified_checkpoint
-
-    with ThreadPoolExecutor(1) as pool:
+    with ThreadPoolExecutor(2) as pool:
         asked: list[Future[dict[str, Any]]] = []
 
         def begin() -> None:
@@ -111,15 +111,8 @@ def check_status(
             if not asked:
                 asked.append(pool.submit(ask))
 
-        def fetch(start: int, end: int) -> list[LoggedEntry]:
-            got = fetch_entries(url, start, end)
-            begin()
-            return got
-
-        cp = verified_checkpoint(url, list(trust), policy)
-        cache = LogCache.open(cp.origin, where)
+        cp, cache, fetched = _synced(url, trust, policy, where, pool, begin)
         try:
-            fetched = cache.sync(cp.size, cp.root, fetch)
             begin()
             report = recompute(cache, ident, claims, scope)
         finally:
@@ -137,6 +130,52 @@ def check_status(
     out["checked"] = checked.to_json()
     out["judged"] = [*answer.get("judged", []), *checked.lines()]
     return out
+
+
+def _synced(
+    url: str,
+    trust: Sequence[Ed25519PublicKey],
+    policy: Policy | None,
+    where: Path | None,
+    pool: Executor,
+    begin: Callable[[], None],
+) -> tuple[Any, LogCache, int]:
+    """The log held here, brought up to the checkpoint `url` serves: its entries since
+    the last one seen asked beside the checkpoint where the origin `url` served last
+    time is known (what the checkpoint names decides which log is synced)."""
+    from ledger.monitor.remote import PAGE, fetch_entries, fetch_page, verified_checkpoint
+
+    hint = LogCache.remembered(url, where)
+    cache = LogCache.open(hint, where) if hint is not None else None
+    held = cache.held() if cache is not None else None
+    early = pool.submit(fetch_page, url, held.size, held.size + PAGE) if held else None
+    try:
+        cp = verified_checkpoint(url, list(trust), policy)
+    except BaseException:
+        if cache is not None:
+            cache.close()
+        raise
+    if cache is None or cp.origin != hint:
+        if cache is not None:
+            cache.close()
+        cache, early = LogCache.open(cp.origin, where), None
+
+    def fetch(start: int, end: int) -> list[LoggedEntry]:
+        got: list[LoggedEntry] = []
+        if early is not None and held is not None and start == held.size:
+            got = [e for e in early.result() if e.seq < end]
+        if start + len(got) < end:
+            got += fetch_entries(url, start + len(got), end)
+        begin()
+        return got
+
+    try:
+        fetched = cache.sync(cp.size, cp.root, fetch)
+    except BaseException:
+        cache.close()
+        raise
+    LogCache.remember(url, cp.origin, where)
+    return cp, cache, fetched
 
 
 def recompute(

@@ -101,6 +101,27 @@ class LogCache:
         name = re.sub(r"[^A-Za-z0-9._-]", "_", origin)[:120] or "_"
         return cls(folder / f"{name}.sqlite")
 
+    @staticmethod
+    def remembered(url: str, where: Path | None = None) -> str | None:
+        """The origin `url` served last time, or None: a hint only, so the entries since
+        can be asked beside the checkpoint (whose origin decides which log is synced)."""
+        try:
+            return _hint(url, where).read_text(encoding="utf-8").strip() or None
+        except (OSError, UnicodeDecodeError):
+            return None
+
+    @staticmethod
+    def remember(url: str, origin: str, where: Path | None = None) -> None:
+        path = _hint(url, where)
+        try:
+            if LogCache.remembered(url, where) != origin:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                tmp = path.with_suffix(f".{os.getpid()}")
+                tmp.write_text(origin + "\n", encoding="utf-8")
+                tmp.replace(path)
+        except OSError:
+            pass  # a hint not kept costs the next question one round trip, nothing else
+
     def close(self) -> None:
         self._db.close()
 
@@ -287,6 +308,13 @@ class LogCache:
                     found.append(old)
                     todo.append(old)
         return found
+
+
+def _hint(url: str, where: Path | None) -> Path:
+    import hashlib
+
+    digest = hashlib.sha256(url.rstrip("/").encode()).hexdigest()[:32]
+    return (where or cache_dir()) / "servers" / digest
 
 
 def _fork(size: int, root: bytes, held: Held) -> str:
