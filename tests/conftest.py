@@ -73,3 +73,17 @@ def repo(tmp_path: Path) -> git.Repo:
     r = git.Repo.init(tmp_path / "repo", initial_branch="main")
     commit_file(r, "model/a.py", "x = 1\n", "initial")
     return r
+
+
+# The files that take the longest (real torch in several processes per test) are
+# collected first, so that under `pytest -n N --dist loadfile` a worker starts them
+# early instead of one worker running them alone at the end while the others idle.
+_FIRST = ("tests/runners/", "tests/examples/")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    def rank(item: pytest.Item) -> int:
+        path = item.nodeid.split("::", 1)[0]
+        return next((i for i, p in enumerate(_FIRST) if path.startswith(p)), len(_FIRST))
+
+    items.sort(key=rank)  # stable: the order within each group is kept
