@@ -28,10 +28,11 @@ from typing import TYPE_CHECKING, Any
 from ledger.evidence.errors import Error, VerificationError
 from ledger.identity.repoid import canonical_repo
 from ledger.identity.revision import Revision
-from ledger.qualification.evidence import ReceiptEvidence, ReviewEvidence
+from ledger.qualification.evidence import ReceiptEvidence, ReviewEvidence, short_id
 from ledger.qualification.judge import Gathered, judge
 from ledger.qualification.report import StatusReport
 from ledger.qualification.revocation import with_revocations
+from ledger.qualification.rules import QUARANTINE
 from ledger.read.log_cache import LogCache
 from ledger.read.query import proved
 from ledger.verify.standing import standing
@@ -49,8 +50,6 @@ if TYPE_CHECKING:
 __all__ = ["SERVERS_WORD", "Checked", "check_status", "differs"]
 
 SERVERS_WORD = "the server's word, not recomputed here"
-
-_QUARANTINE = "quarantine"
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,7 +118,8 @@ def check_status(
             cache.close()
         answer = asked[0].result()
     said = _servers_word(ident, answer)
-    why = differs(report, answer)
+    quarantine = ident.plan is not None and ident.plan.quarantine_above is not None
+    why = differs(report, answer, quarantine=quarantine)
     if why is not None:
         raise VerificationError(
             f"the server's status answer is refused: {why} (recomputed from its log up to "
@@ -296,13 +296,13 @@ def _row_key(row: Mapping[str, Any]) -> tuple[str, str, str]:
     )
 
 
-def _short(receipt: str) -> str:
-    return receipt.removeprefix("sha256:")[:12]
-
-
-def differs(report: StatusReport, answer: Mapping[str, Any]) -> str | None:
+def differs(
+    report: StatusReport, answer: Mapping[str, Any], *, quarantine: bool = False
+) -> str | None:
     """Where the server's answer departs from the judge's on the log, in one line;
-    None where it does not."""
+    None where it does not. `quarantine`: the plan asks for the fleet's quarantine, so
+    a row the server puts down to it is its word (without it, such a reason is one
+    more difference)."""
     mine = {_row_key(r.to_json()): r.to_json() for r in report.claims}
     rows = answer.get("claims")
     if not isinstance(rows, list) or not all(isinstance(r, Mapping) for r in rows):
@@ -315,10 +315,16 @@ def differs(report: StatusReport, answer: Mapping[str, Any]) -> str | None:
         if other is None:
             return f"it leaves out claim {claim} at its {role} scope"
         named = set(other.get("receipts") or [])
-        dropped = [r for r in row["receipts"] if r in failed and r not in named]
+        dropped = [
+            r
+            for r in row["receipts"]
+            if r in failed
+            and r not in named
+            and not (quarantine and _quarantined(other, short_id(r)))
+        ]
         if dropped:
-            return f"it leaves out counterexample {_short(dropped[0])} of claim {claim}"
-        if _quarantined(other):
+            return f"it leaves out counterexample {short_id(dropped[0])} of claim {claim}"
+        if quarantine and _quarantined(other):
             continue  # its state rests on the fleet's quarantine: the server's word
         if other.get("state") != row["state"]:
             return (
@@ -330,7 +336,7 @@ def differs(report: StatusReport, answer: Mapping[str, Any]) -> str | None:
     extra = sorted(set(theirs) - set(mine))
     if extra:
         return f"it names claim {extra[0][0]} at a {extra[0][1]} scope the log does not bear"
-    if any(_quarantined(r) for r in rows):
+    if quarantine and any(_quarantined(r) for r in rows):
         return None
     if bool(answer.get("qualified")) != report.qualified:
         return f"it says qualified={bool(answer.get('qualified'))}, the log {report.qualified}"
@@ -341,5 +347,9 @@ def differs(report: StatusReport, answer: Mapping[str, Any]) -> str | None:
     return None
 
 
-def _quarantined(row: Mapping[str, Any]) -> bool:
-    return any(_QUARANTINE in str(r) for r in row.get("reasons") or [])
+def _quarantined(row: Mapping[str, Any], receipt: str = "") -> bool:
+    """Whether the server puts the row's state (or, given its short id, one receipt's
+    leaving it) down to a GPU its fleet quarantines."""
+    return any(
+        str(r).startswith(f"{QUARANTINE}:") and receipt in str(r) for r in row.get("reasons") or []
+    )

@@ -260,3 +260,48 @@ def test_with_a_policy_only_a_checkpoint_the_witnesses_cosigned_is_held(
     finally:
         for n in list(ws.servers):
             ws.stop(n)
+
+
+def _blame_quarantine(doc: dict[str, Any]) -> None:
+    """The failed claim put down to a GPU the fleet quarantines, and so qualified."""
+    for row in doc["claims"]:
+        if row["claim"] == FAILED:
+            gone = row["receipts"]
+            row["state"], row["receipts"] = "qualified", []
+            row["reasons"] = [
+                f"quarantine: {g.removeprefix('sha256:')[:12]} ran on quarantined GPU GPU-1"
+                for g in gone
+            ]
+    doc["qualified"] = True
+    doc["verdict"]["exit_code"] = 0
+
+
+def test_a_quarantine_the_plan_does_not_ask_for_is_no_excuse(
+    served: tuple[Running, git.Repo, Path],
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    srv, r, pem = served
+    _patched(monkeypatch, _blame_quarantine)
+    res = _status(capsys, srv, r, pem)
+    assert res.code == 1 and res.out == ""
+    assert "leaves out counterexample" in res.err and f"of claim {FAILED}" in res.err
+
+
+def test_the_fleets_quarantine_is_the_servers_word_and_says_so(
+    served: tuple[Running, git.Repo, Path],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    srv, r, pem = served
+    plan = tmp_path / "quarantining.toml"
+    plan.write_text("quarantine_above = 0.3\n" + PLAN)
+    honest = _status(capsys, srv, r, pem, "--plan", str(plan), "--json")
+    assert honest.code == 1, honest.err
+    said = json.loads(honest.out)["checked"]["servers_word"]
+    assert "the GPUs the fleet quarantines" in said
+    _patched(monkeypatch, _blame_quarantine)
+    res = _status(capsys, srv, r, pem, "--plan", str(plan))
+    assert res.code == 0, res.err  # the server's word on its fleet, labelled as such
+    assert "the GPUs the fleet quarantines: the server's word, not recomputed here" in res.out
