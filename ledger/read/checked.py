@@ -12,9 +12,10 @@ an extension of the last one seen here (a forked log).
 
 What the entries do not decide is taken from the answer and said to be the server's
 word: the GPUs its fleet quarantines (a claim whose state it puts down to a quarantined
-GPU), what its fleet counts on a device (a blocker's device-only label), the notes it
-adds (receipts under another repository id, how its plan was identified), and the key
-registry as of its store (the entries here give it as of the checkpoint).
+GPU, only where the plan asks for the quarantine), what its fleet counts on a device
+(a blocker's device-only label), the notes it adds (receipts under another repository
+id, how its plan was identified), and the key registry as of its store (the entries
+here give it as of the checkpoint).
 """
 
 from __future__ import annotations
