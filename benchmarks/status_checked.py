@@ -63,6 +63,154 @@ def _cli(env: dict[str, str], *args: str, ok: int) -> subprocess.CompletedProces
     return r
 
 
+class _Bench:
+    """The ledger, its server and the asked question: each path timed against them."""
+
+    def __init__(self, tmp: Path, others: int, fillers: int) -> None:
+        self.tmp = tmp
+        self.keys = KeyDir(tmp / "keys")
+        self.url = f"sqlite:///{tmp / 'ledger.db'}"
+        init_ledger(self.url, self.keys)
+        runner = self.keys.create("runner")
+        store = Store.open(self.url)
+        register_key(store, "runner", "runner", runner.public)
+        store.dispose()
+        root = Path(__file__).resolve().parents[1]
+        self.env = {
+            **os.environ,
+            "PYTHONPATH": str(root),
+            "LEDGER_KEYS": str(self.keys.path),
+            "LEDGER_DB": self.url,
+            "XDG_DATA_HOME": str(tmp / "data"),
+        }
+        _shared._asked(tmp, self.env)
+        _shared._others(self.url, runner, others)
+        self.store = Store.open(self.url)
+        checkpoint(self.store, self.keys)
+        self.ledger_key = next(k.public for k in self.store.keys().values() if k.role == "ledger")
+        self.ident = identify(git.Repo(tmp / "asked"), pr=PR, offline=True)
+        self.fillers = _shared._fillers(runner, fillers)
+        self.base = ""
+
+    def serve(self) -> subprocess.Popen[bytes]:
+        port = _shared._port()
+        cmd = [sys.executable, "-m", "ledger", "serve", "--port", str(port), "--db", self.url]
+        srv = subprocess.Popen(
+            cmd,
+            env={**self.env, "LEDGER_DB": ""},
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        self.base = f"http://127.0.0.1:{port}"
+        _shared._wait(self.base + "/healthz")
+        self.reader = RemoteReader(self.base)
+        return srv
+
+    def fresh(self) -> None:
+        record(self.store, [next(self.fillers)])  # a new log size: the answer is computed
+        checkpoint(self.store, self.keys)
+
+    def today(self) -> float:
+        t0 = time.perf_counter()
+        doc = self.reader.status(self.ident)
+        took = time.perf_counter() - t0
+        if doc["verdict"]["exit_code"] != 1:
+            raise SystemExit("the asked PR was not judged as failed")
+        return took
+
+    def checked(self, cache: Path) -> tuple[float, int]:
+        t0 = time.perf_counter()
+        doc = check_status(
+            self.base,
+            self.ident,
+            (),
+            {},
+            lambda: self.reader.status(self.ident),
+            [self.ledger_key],
+            None,
+            cache,
+        )
+        return time.perf_counter() - t0, int(doc["checked"]["fetched"])
+
+    def first_syncs(self, n: int) -> tuple[list[float], int]:
+        """Seconds of `n` checks from an empty cache, and the log's size."""
+        out, size = [], 0
+        for i in range(n):
+            self.fresh()
+            where = self.tmp / f"cold{i}"
+            took, size = self.checked(where)
+            out.append(took)
+            shutil.rmtree(where)
+        return out, size
+
+    def questions(self, n: int) -> tuple[list[float], list[float]]:
+        """Today's and the warm check's seconds, alternating, `n` each."""
+        cache = self.tmp / "warm"
+        self.fresh()
+        self.checked(cache)  # the first sync of the warm client
+        plain: list[float] = []
+        warm: list[float] = []
+        for _ in range(n):
+            self.fresh()
+            plain.append(self.today())
+            self.fresh()
+            took, fetched = self.checked(cache)
+            if fetched != 2:  # the one appended before each path's question
+                raise SystemExit(f"the warm client fetched {fetched} entries, not 2")
+            warm.append(took)
+        return plain, warm
+
+    def commands(self, n: int) -> tuple[list[float], list[float]]:
+        """The whole command's seconds, without and with --trust (warm), `n` each."""
+        pem = self.tmp / "ledger.pem"
+        pem.write_text(_cli(self.env, "keys", "export", "ledger", ok=0).stdout)
+        env = {**self.env, "LEDGER_DB": "", "LEDGER_CACHE": str(self.tmp / "cli-cache")}
+        ask = ["status", "--repo", str(self.tmp / "asked"), "--pr", str(PR), "--offline"]
+        ask += ["--server", self.base, "--json"]
+
+        def command(*more: str) -> float:
+            t0 = time.perf_counter()
+            _cli(env, *ask, *more, ok=1)
+            return time.perf_counter() - t0
+
+        self.fresh()
+        command("--trust", str(pem))  # the command's cache, synced once
+        plain: list[float] = []
+        warm: list[float] = []
+        for _ in range(n):
+            self.fresh()
+            plain.append(command())
+            self.fresh()
+            warm.append(command("--trust", str(pem)))
+        return plain, warm
+
+
+def _report(
+    args: argparse.Namespace,
+    questions: tuple[list[float], list[float]],
+    commands: tuple[list[float], list[float]],
+    cold: tuple[list[float], int],
+) -> None:
+    a, b = statistics.median(questions[0]), statistics.median(questions[1])
+    print(
+        f"\n{args.others:,} other repositories share PR #{PR}; SQLite; "
+        f"{args.requests} questions per path, alternating; each answer computed by the server"
+    )
+    print(f"{'path':<52} {'median':>10}")
+    print(f"{'status --server (the server believed)':<52} {_ms(a):>10}")
+    print(f"{'status --server --trust, warm (2 new entries)':<52} {_ms(b):>10}")
+    print(f"warm / today: {number(b / a)}x (target: within 2x)")
+    if commands[0]:
+        c, d = statistics.median(commands[0]), statistics.median(commands[1])
+        print(f"{'the whole command, `ledger status --server ...`':<52} {_ms(c):>10}")
+        print(f"{'the whole command with --trust, warm':<52} {_ms(d):>10}")
+        print(f"warm / today, whole command ({len(commands[0])} each): {number(d / c)}x")
+    print(
+        f"first sync (empty cache, {cold[1]:,} entries up to the checkpoint), "
+        f"median of {len(cold[0])}: {_ms(statistics.median(cold[0]))}"
+    )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -73,122 +221,17 @@ def main() -> None:
     ap.add_argument("--commands", type=int, default=10, help="whole commands per path")
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="ledger-status-checked-"))
-    keys = KeyDir(tmp / "keys")
-    db = tmp / "ledger.db"
-    url = f"sqlite:///{db}"
-    init_ledger(url, keys)
-    runner = keys.create("runner")
-    store = Store.open(url)
-    register_key(store, "runner", "runner", runner.public)
-    store.dispose()
-    root = Path(__file__).resolve().parents[1]
-    env = {
-        **os.environ,
-        "PYTHONPATH": str(root),
-        "LEDGER_KEYS": str(keys.path),
-        "LEDGER_DB": url,
-        "XDG_DATA_HOME": str(tmp / "data"),
-    }
-    _shared._asked(tmp, env)
-    _shared._others(url, runner, args.others)
-    store = Store.open(url)
-    checkpoint(store, keys)
-    ledger_key = next(k.public for k in store.keys().values() if k.role == "ledger")
-    ident = identify(git.Repo(tmp / "asked"), pr=PR, offline=True)
-
-    port = _shared._port()
-    cmd = [sys.executable, "-m", "ledger", "serve", "--port", str(port), "--db", url]
-    serve_env = {**env, "LEDGER_DB": ""}
-    srv = subprocess.Popen(cmd, env=serve_env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    fillers = _shared._fillers(runner, 2 * (args.requests + args.commands) + args.cold + 3)
+    bench = _Bench(tmp, args.others, 2 * (args.requests + args.commands) + args.cold + 3)
+    srv = bench.serve()
     try:
-        base = f"http://127.0.0.1:{port}"
-        _shared._wait(base + "/healthz")
-        reader = RemoteReader(base)
-
-        def fresh() -> None:
-            record(store, [next(fillers)])  # a new log size: the answer is computed
-            checkpoint(store, keys)
-
-        def today() -> float:
-            t0 = time.perf_counter()
-            doc = reader.status(ident)
-            took = time.perf_counter() - t0
-            if doc["verdict"]["exit_code"] != 1:
-                raise SystemExit("the asked PR was not judged as failed")
-            return took
-
-        def checked(cache: Path) -> tuple[float, int]:
-            t0 = time.perf_counter()
-            doc = check_status(
-                base, ident, (), {}, lambda: reader.status(ident), [ledger_key], None, cache
-            )
-            return time.perf_counter() - t0, int(doc["checked"]["fetched"])
-
-        pem = tmp / "ledger.pem"
-        pem.write_text(_cli(env, "keys", "export", "ledger", ok=0).stdout)
-        cli_env = {**env, "LEDGER_DB": "", "LEDGER_CACHE": str(tmp / "cli-cache")}
-        ask = ["status", "--repo", str(tmp / "asked"), "--pr", str(PR), "--offline"]
-        ask += ["--server", base, "--json"]
-
-        def command(*more: str) -> float:
-            t0 = time.perf_counter()
-            _cli(cli_env, *ask, *more, ok=1)
-            return time.perf_counter() - t0
-
-        cold: list[float] = []
-        size = 0
-        for i in range(args.cold):
-            fresh()
-            where = tmp / f"cold{i}"
-            took, size = checked(where)
-            cold.append(took)
-            shutil.rmtree(where)
-        warm_cache = tmp / "warm"
-        fresh()
-        checked(warm_cache)  # the first sync of the warm client
-        plain: list[float] = []
-        warm: list[float] = []
-        for _ in range(args.requests):
-            fresh()
-            plain.append(today())
-            fresh()
-            took, fetched = checked(warm_cache)
-            if fetched != 2:  # the one appended before each path's question
-                raise SystemExit(f"the warm client fetched {fetched} entries, not 2")
-            warm.append(took)
-        fresh()
-        command("--trust", str(pem))  # the command's cache, synced once
-        cmd_plain: list[float] = []
-        cmd_warm: list[float] = []
-        for _ in range(args.commands):
-            fresh()
-            cmd_plain.append(command())
-            fresh()
-            cmd_warm.append(command("--trust", str(pem)))
+        cold = bench.first_syncs(args.cold)
+        questions = bench.questions(args.requests)
+        commands = bench.commands(args.commands)
     finally:
         srv.terminate()
         srv.wait()
-        store.dispose()
-    a, b = statistics.median(plain), statistics.median(warm)
-    print(
-        f"\n{args.others:,} other repositories share PR #{PR}; SQLite; "
-        f"{args.requests} questions per path, alternating; each answer computed by the server"
-    )
-    print(f"{'path':<52} {'median':>10}")
-    print(f"{'status --server (the server believed)':<52} {_ms(a):>10}")
-    print(f"{'status --server --trust, warm (2 new entries)':<52} {_ms(b):>10}")
-    print(f"warm / today: {number(b / a)}x (target: within 2x)")
-    if cmd_plain:
-        c, d = statistics.median(cmd_plain), statistics.median(cmd_warm)
-        print(f"{'the whole command, `ledger status --server ...`':<52} {_ms(c):>10}")
-        print(f"{'the whole command with --trust, warm':<52} {_ms(d):>10}")
-        print(f"warm / today, whole command ({len(cmd_plain)} each): {number(d / c)}x")
-    first = statistics.median(cold)
-    print(
-        f"first sync (empty cache, {size:,} entries up to the checkpoint), "
-        f"median of {len(cold)}: {_ms(first)}"
-    )
+        bench.store.dispose()
+    _report(args, questions, commands, cold)
 
 
 if __name__ == "__main__":
