@@ -11,7 +11,7 @@ tools read (in-toto test-result, SLSA verification summary), `calibration` what
 admission receipts say about an estimator; `humanize` and `inert` are the text
 helpers every rendering shares (values for people; signed text made inert where
 it is shown). Only the surfaces (`cli/`, `service/`) and the reports beside them
-(`execution.said`, `trend.figures`: the text helpers) import it; it reads the
+(`execution.said`) import it; it reads the
 store, the verdict and the evidence, and never writes: of the write path it reads
 only the artifact store, of a server only what its client fetches, and nothing here
 imports `runners`. Importing this package imports none of its modules."""

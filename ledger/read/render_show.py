@@ -107,8 +107,8 @@ def _show_found(p: dict[str, Any], width: int) -> list[str]:
 
 def _decided(p: dict[str, Any], width: int) -> list[str]:
     """The one figure that decided it against its bound, said as the receipt page, the
-    blocker's trend link and the trend say it (`ledger.trend.deciding`)."""
-    from ledger.trend.deciding import deciding_of
+    blocker's trend link and the trend say it (`ledger.qualification.deciding`)."""
+    from ledger.qualification.deciding import deciding_of
 
     d = deciding_of(p)
     if d is None or d.bound is None:

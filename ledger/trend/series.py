@@ -12,9 +12,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from ledger.qualification.deciding import bound_of, figure_by_key
+from ledger.qualification.figures import Figure, figure_of, least_of, percent_text, scope_text
 from ledger.store.store import Store
-from ledger.trend.deciding import bound_of, figure_by_key
-from ledger.trend.figures import Figure, figure_of, least_of, percent_text, scope_text
 
 __all__ = ["Change", "Point", "Trend", "compared_scope", "percent_text", "scope_text", "trend"]
 
@@ -55,7 +55,7 @@ class Point:
     the same scope."""
     bound: float | None = None
     """Where the trend follows a named figure (`trend(figure=KEY)`): the bound this
-    receipt's check judged it against (`ledger.trend.deciding.bound_of`)."""
+    receipt's check judged it against (`ledger.qualification.deciding.bound_of`)."""
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -142,7 +142,7 @@ class Trend:
     base_asked: int = 0
     """Base commits looked at (those without a receipt of the claim have no point)."""
     key: str | None = None
-    """The figure it follows by name (`ledger.trend.deciding.KEYS`); None: each
+    """The figure it follows by name (`ledger.qualification.deciding.KEYS`); None: each
     receipt's own figure (`figure_of`)."""
 
     @property
@@ -291,7 +291,7 @@ def trend(
 ) -> Trend:
     """The claim's figure on `base_commits` (newest first, as `git log` lists them)
     and on PR `pr`'s heads, from the receipts the store holds; ``figure``: the series
-    of that figure by name (`ledger.trend.deciding.KEYS`: a blocker's deciding one),
+    of that figure by name (`ledger.qualification.deciding.KEYS`: a blocker's deciding one),
     with each receipt's bound, else each receipt's own figure."""
     from ledger.identity.aliases import aliases_of
 

@@ -244,11 +244,11 @@ MAY_IMPORT: dict[str, tuple[str, ...]] = {
     # `aliases` lives in the store; the plan is handed to `source`, never loaded there.
     "ledger.identity": ("ledger.evidence", "ledger.store"),
     "ledger.verify": ("ledger.evidence", "ledger._internal", "ledger.identity"),
-    "ledger.qualification": ("ledger.evidence", "ledger.identity"),
+    "ledger.qualification": ("ledger.units", "ledger.evidence", "ledger.identity"),
     "ledger.importers": ("ledger.evidence", "ledger.identity"),
     "ledger.migrations": ("ledger.store", "ledger.identity"),
     "ledger.plans": ("ledger.evidence", "ledger.store", "ledger.identity", "ledger.qualification"),
-    "ledger.trend": ("ledger.units", "ledger.store", "ledger.identity"),
+    "ledger.trend": ("ledger.units", "ledger.store", "ledger.identity", "ledger.qualification"),
     "ledger.write": (
         "ledger",
         "ledger.evidence",

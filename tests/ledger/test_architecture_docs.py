@@ -343,10 +343,10 @@ def test_each_room_s_face_is_the_documented_one() -> None:
     # Planted: a face listed as closed, and a module it does not load.
     planted = dict(documented)
     planted["ledger/verify/"] = (CLOSED, set())
-    planted["ledger/trend/"] = (FACE, {"ledger.trend.figures", "ledger.trend.nowhere"})
+    planted["ledger/trend/"] = (FACE, {"ledger.trend.series", "ledger.trend.nowhere"})
     assert face_mismatch(planted, found) == [
-        "ledger/trend/ is a face loading ['ledger.trend.figures', 'ledger.trend.series'], "
-        "listed as a face loading ['ledger.trend.figures', 'ledger.trend.nowhere']",
+        "ledger/trend/ is a face loading ['ledger.trend.series'], "
+        "listed as a face loading ['ledger.trend.nowhere', 'ledger.trend.series']",
         "ledger/verify/ is a face loading "
         f"{sorted(found['ledger/verify/'][1])}, listed as closed loading []",
     ]

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from ledger.qualification.figures import figure_of, least_of
 from ledger.read.render import render_trend
 from ledger.trend import Point, Trend
-from ledger.trend.figures import figure_of, least_of
 from runners.claim.result import CheckResult, Json
 
 from .conftest import MOE, make_runner

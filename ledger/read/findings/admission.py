@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ledger.qualification.deciding import KEYS, Deciding, deciding_of
+from ledger.qualification.figures import Figure
 from ledger.read.findings.model import (
     _ROWS,
     COUNTEREXAMPLE,
@@ -16,8 +18,6 @@ from ledger.read.findings.model import (
     _r,
 )
 from ledger.read.humanize import number
-from ledger.trend.deciding import KEYS, Deciding, deciding_of
-from ledger.trend.figures import Figure
 
 
 def _shape_rows(m: dict[str, Any]) -> list[dict[str, Any]]:
@@ -49,7 +49,7 @@ def admission(m: dict[str, Any], _: dict[str, Any], predicate: dict[str, Any]) -
     deciding = deciding_of(predicate)
     if deciding is not None and deciding.key == "least-ratio" and judged:
         # Failed for looseness: the least ratio decided it, said as every surface says it
-        # (`ledger.trend.deciding`), then the worst, which stayed safe.
+        # (`ledger.qualification.deciding`), then the worst, which stayed safe.
         w = min(judged, key=lambda r: float(r["measured_over_predicted"]))
         top = max(judged, key=lambda r: float(r["measured_over_predicted"]))
         lead = (

@@ -61,7 +61,7 @@ _BASE_COMMITS = 10
 
 def trend_url(repo: str, pr: int, claim: str, figure: str | None = None) -> str:
     """A claim's trend page; with ``figure``, the series of that figure (a blocker's
-    deciding one, `ledger.trend.deciding`), its bound drawn."""
+    deciding one, `ledger.qualification.deciding`), its bound drawn."""
     from urllib.parse import urlencode
 
     q: dict[str, Any] = {"repo": repo, "pr": pr, "claim": claim}
@@ -141,7 +141,7 @@ def trend_page(
     if pr_text is None or not pr_text.isdigit() or not 0 < int(pr_text) < 2**31:
         raise InputError("pr: expected a pull request number")
     pr = int(pr_text)
-    from ledger.trend.deciding import KEYS
+    from ledger.qualification.deciding import KEYS
 
     if figure is not None and figure not in KEYS:
         raise InputError(f"figure: expected one of {', '.join(KEYS)}")
@@ -185,7 +185,7 @@ def trend_page(
 
 def _bound_text(t: Trend) -> str | None:
     """The bound of the figure the trend follows, as its points say it (`1x`, `0.25x`)."""
-    from ledger.trend.figures import Figure
+    from ledger.qualification.figures import Figure
 
     if t.bound is None or t.name is None:
         return None

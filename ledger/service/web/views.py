@@ -228,9 +228,9 @@ def pr_page(
 
 
 def _deciding(store: Store, repo: str, pr: int, verdict: dict[str, Any]) -> dict[str, Any]:
-    """Per blocker, the figure that decides its deciding receipt (`ledger.trend.deciding`)
+    """Per blocker, the figure that decides its deciding receipt (`ledger.qualification.deciding`)
     and the trend page of that figure's series, where its link leads."""
-    from ledger.trend.deciding import deciding_of
+    from ledger.qualification.deciding import deciding_of
 
     out: dict[str, Any] = {}
     claims = {c["claim"]: c for c in verdict["claims"]}
@@ -388,8 +388,8 @@ def receipt_page(store: Store, ref: str, led: Any) -> dict[str, Any]:
     ctx["m"] = _measurements(p.get("check", {}).get("name", ""), p.get("measurements") or {})
     # The deciding figures first, in the words `ledger show` prints.
     ctx["found"] = findings(p)
-    # The one figure that decided it, beside what it means (`ledger.trend.deciding`).
-    from ledger.trend.deciding import deciding_of
+    # The one figure that decided it, beside what it means (`ledger.qualification.deciding`).
+    from ledger.qualification.deciding import deciding_of
 
     decided = deciding_of(p)
     ctx["deciding"] = decided.to_json() if decided is not None else None

@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 
 from ledger.evidence.keys import key_id, load_public_pem
+from ledger.qualification.figures import figure_of
 from ledger.read.humanize import iec, number
-from ledger.trend import figure_of
 from ledger.verify import verify_bundle
 from tests.ledger.helpers import run
 

@@ -18,8 +18,8 @@ import git
 import httpx
 import pytest
 
+from ledger.qualification.deciding import deciding_of, figure_by_key
 from ledger.service.run import Running, start
-from ledger.trend.deciding import deciding_of, figure_by_key
 from tests.conftest import commit_file
 from tests.ledger.helpers import run
 

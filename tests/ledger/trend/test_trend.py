@@ -10,8 +10,8 @@ from pathlib import Path
 import git
 import pytest
 
+from ledger.qualification.figures import figure_of
 from ledger.read.render import render_trend
-from ledger.trend import figure_of
 from tests.conftest import commit_file
 from tests.ledger.helpers import run
 
@@ -263,7 +263,8 @@ def test_each_head_is_compared_with_the_newest_base_receipt_at_its_scope(
 
 
 def test_a_percentage_is_three_digits_signed_and_never_of_zero() -> None:
-    from ledger.trend import Figure, Point, Trend
+    from ledger.qualification.figures import Figure
+    from ledger.trend import Point, Trend
     from ledger.trend.series import percent_text
 
     assert [percent_text(x) for x in (12.345, -99.91, 0.0, 1234.5, 0.012345)] == [

@@ -1,8 +1,10 @@
 """The one figure a receipt's check records that a trend follows: admission's
 worst measured/predicted ratio, gradient-compare's worst error over its floor,
 else the claim process's peak bytes; and how a trend says a scope and a change
-in % (`scope_text`, `percent_text`: the text helpers the trend reads from
-ledger.read, kept here so that series.py stays below the read side)."""
+in % (`scope_text`, `percent_text`: the text helpers the trend reads, kept here so
+that series.py stays below the read side). Beside the judge, so that the verdict
+carries each claim's deciding figure (`deciding.py`) and the trend, a layer above,
+follows the same figures."""
 
 from __future__ import annotations
 

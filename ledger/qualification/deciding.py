@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from ledger.trend.figures import Figure, figure_of, least_of
+from ledger.qualification.figures import Figure, figure_of, least_of
 
 __all__ = ["KEYS", "Deciding", "bound_of", "deciding_of", "figure_by_key"]
 
