@@ -17,6 +17,7 @@ __all__ = [
     "AttributionDoc",
     "BlockerDoc",
     "ClaimVerdictDoc",
+    "DecidingDoc",
     "ReceiptMeaningDoc",
     "RunOnceDoc",
     "StatusDocument",
@@ -49,6 +50,24 @@ class AttributionDoc(_Open):
     inherited: bool
 
 
+class DecidingDoc(_Open):
+    """The one figure that decides a claim's deciding receipt, with its bound: as the
+    receipt page and `ledger show` say it (`said`)."""
+
+    key: str
+    """The series a trend of it follows (`/trend?figure=KEY`)."""
+    name: str
+    value: float
+    unit: Literal["bytes", "ratio", "number"]
+    text: str
+    bound: float | None
+    direction: Literal["max", "min"]
+    """max: the figure must stay at or under its bound; min: at or above it."""
+    past: bool | None
+    """Past its bound (None: the check records no bound)."""
+    said: str
+
+
 class ReceiptMeaningDoc(_Open):
     """What one receipt means for the question asked."""
 
@@ -79,6 +98,8 @@ class ClaimVerdictDoc(_Open):
     next: str | None
     receipts: list[ReceiptMeaningDoc]
     attribution: AttributionDoc | None
+    deciding: DecidingDoc | None = None
+    """The figure of the receipt that decides the state (absent from earlier answers)."""
 
 
 class BlockerDoc(_Open):
@@ -90,6 +111,8 @@ class BlockerDoc(_Open):
     reasons: list[str]
     next: str | None
     attribution: AttributionDoc | None
+    deciding: DecidingDoc | None = None
+    """As its claim's (absent from earlier answers)."""
 
 
 class RunOnceDoc(_Open):

@@ -5,7 +5,8 @@ pages), so no surface decides a state of its own.
 It is computed once per question from the engine's report: the headline
 ("N of M required claims qualified"), the blockers in order with their
 reasons and the next command to run, per claim the required scope's state
-and the evidence behind it, and per receipt what it means for this question.
+and the evidence behind it with the one figure that decides it, and per receipt
+what it means for this question.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any, Literal, Protocol, TypeAlias
 from ledger.evidence.errors import EXIT_INFRA, EXIT_NEGATIVE, EXIT_OK
 from ledger.qualification import rules
 from ledger.qualification.attribution import Attribution, next_step
+from ledger.qualification.deciding import Deciding, deciding_of
 from ledger.qualification.evidence import ReceiptEvidence, Revision, short_id
 from ledger.qualification.plan import OBSERVER_OFF_CONTROL_CHECK
 from ledger.qualification.scope import covers, format_scope
@@ -186,6 +188,11 @@ class ClaimVerdict:
     """Every receipt of the claim the ledger holds for this question, deciding ones first."""
     attribution: Attribution | None = None
     """For a blocker: whose failure it is, beside the commit the head branched from."""
+    deciding: Deciding | None = None
+    """The figure of the receipt that decides the state (the counterexample of a failed
+    claim, else the receipt it is qualified on; the newest where several do), with its
+    bound: what the receipt page, `ledger show` and the blocker's trend link say.
+    None where no receipt decides it or the receipt records no figure."""
 
     @property
     def scope_text(self) -> str:
@@ -203,6 +210,7 @@ class ClaimVerdict:
             "next": self.next,
             "receipts": [r.to_json() for r in self.receipts],
             "attribution": self.attribution.to_json() if self.attribution else None,
+            "deciding": self.deciding.to_json() if self.deciding else None,
         }
 
 
@@ -325,6 +333,7 @@ class Verdict:
                     "reasons": list(c.reasons),
                     "next": c.next,
                     "attribution": c.attribution.to_json() if c.attribution else None,
+                    "deciding": c.deciding.to_json() if c.deciding else None,
                 }
                 for c in self.blockers
             ],
@@ -382,6 +391,7 @@ def verdict_of(report: Answer) -> Verdict:
                 receipts=_meanings(row, evidence),
                 # Only a claim that blocks carries its label.
                 attribution=labels.get(row.claim) if row.state != "qualified" else None,
+                deciding=_deciding(row, evidence),
             )
         )
     required = [c for c in claims if c.required]
@@ -396,6 +406,16 @@ def verdict_of(report: Answer) -> Verdict:
         run_once=_run_once(report.claims, claims, target),
         problems=len(report.problems),
     )
+
+
+def _deciding(row: ClaimStatus, evidence: Sequence[ReceiptEvidence]) -> Deciding | None:
+    """The figure of the newest receipt that decides the row, read from its predicate as
+    signed (its JSON), as every surface that shows one receipt reads it."""
+    decides = [r for r in evidence if r.id in set(row.receipts)]
+    if not decides:
+        return None
+    newest = max(decides, key=lambda r: r.seq)
+    return deciding_of(newest.predicate.model_dump(mode="json", include={"check", "measurements"}))
 
 
 def _run_once(

@@ -218,7 +218,7 @@ def pr_page(
         "pr": pr,
         "report": report,
         "verdict": verdict,
-        "deciding": _deciding(store, ident.revision.repo, pr, verdict) if pr else {},
+        "deciding": _deciding(ident.revision.repo, pr, verdict) if pr else {},
         "trends": pr_trends(store, ident.revision.repo, pr, verdict, mirrors) if pr else [],
         "heads": heads,
         "items": items,
@@ -227,24 +227,14 @@ def pr_page(
     }
 
 
-def _deciding(store: Store, repo: str, pr: int, verdict: dict[str, Any]) -> dict[str, Any]:
-    """Per blocker, the figure that decides its deciding receipt (`ledger.qualification.deciding`)
-    and the trend page of that figure's series, where its link leads."""
-    from ledger.qualification.deciding import deciding_of
-
+def _deciding(repo: str, pr: int, verdict: dict[str, Any]) -> dict[str, Any]:
+    """Per blocker, the figure the judge says decides it (`ClaimVerdict.deciding`) and
+    the trend page of that figure's series, where its link leads."""
     out: dict[str, Any] = {}
-    claims = {c["claim"]: c for c in verdict["claims"]}
     for b in verdict["blockers"]:
-        receipts = claims.get(b["claim"], {}).get("receipts") or []
-        if not receipts:
-            continue
-        try:
-            p = store.resolve(receipts[0]["id"]).payload_document["predicate"]
-        except (Error, KeyError, TypeError):
-            continue
-        d = deciding_of(p)
-        if d is not None:
-            out[b["claim"]] = {**d.to_json(), "url": trend_url(repo, pr, b["claim"], d.key)}
+        d = b.get("deciding")
+        if isinstance(d, dict):
+            out[b["claim"]] = {**d, "url": trend_url(repo, pr, b["claim"], str(d["key"]))}
     return out
 
 
