@@ -1,6 +1,8 @@
 """The one figure that decides a receipt, with its bound: what its findings lead with,
 what its reason and badge speak of, and the series its trend follows (`deciding_of`).
-Every surface prints it one way (`Deciding.text`).
+Every surface prints it one way (`Deciding.text`). It sits beside the judge so that the
+verdict decides it once per claim (`ClaimVerdict.deciding`); a surface that shows one
+receipt without a verdict calls `deciding_of` itself.
 
 The rule is general: a receipt whose measurements name their deciding figure
 (``measurements.deciding``: ``key``, ``name``, ``value``, ``bound``, ``unit``,
