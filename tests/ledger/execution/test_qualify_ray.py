@@ -219,10 +219,16 @@ def test_ctrl_c_ends_every_claims_processes_before_the_driver_returns(
     runs = claim_runs(plan, plan.claims, "cpu", None)
     revision = Revision(repo=str(repo), commit=head.hexsha, tree=head.tree.hexsha)
     lines: list[str] = []
+    started: dict[int, str | None] = {}
 
     def say(line: str) -> None:
         lines.append(line)
         if sum("probe: hanging now" in x for x in lines) == 2:
+            # Each claim process as it is now: a pid the host hands to another process
+            # after the claim's ended (a busy host wraps pid_max) is not the claim.
+            for n in notes(lines):
+                if n.get("event") == "setup":
+                    started[int(str(n["pid"]))] = _started(int(str(n["pid"])))
             raise KeyboardInterrupt  # Ctrl-C once both claims' workloads are running
 
     driver = run_on_ray(
@@ -233,8 +239,18 @@ def test_ctrl_c_ends_every_claims_processes_before_the_driver_returns(
         list(driver)
     pids = [int(str(n["pid"])) for n in notes(lines) if n.get("event") == "setup"]
     assert len(pids) == 2
+    assert sorted(started) == sorted(pids) and None not in started.values()
     for pid in pids:  # the claim processes are gone (or reaped any moment now)
-        assert not Path(f"/proc/{pid}").exists() or _zombie(pid)
+        assert _started(pid) != started[pid] or _zombie(pid)
+
+
+def _started(pid: int) -> str | None:
+    """The process's start time in clock ticks since boot (field 22 of its stat), which
+    tells it from a later process given the same pid; None where there is no process."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1].split()[19]
+    except OSError:
+        return None
 
 
 def _zombie(pid: int) -> bool:
