@@ -422,13 +422,22 @@ _REF = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_][\w.]*")
 
 
 def _adapter_params(params: Mapping[str, JsonValue], where: str = "") -> str | None:
-    """Why a ready adapter's ``estimator`` or ``calibration`` cannot be used, or None:
-    the estimator is ``"builtin"`` or ``module:function``; the calibration sizes are
-    positive integers."""
+    """Why a ready adapter's ``estimator``, ``builtin_beside`` or ``calibration`` cannot
+    be used, or None: the estimator is ``"builtin"`` or ``module:function``;
+    ``builtin_beside`` (the built-in prediction recorded beside a team's) is a boolean,
+    true only beside a team's estimator; the calibration sizes are positive integers."""
     est = params.get("estimator")
     if est is not None and not (isinstance(est, str) and (est == "builtin" or _REF.fullmatch(est))):
         return (
             f'{where}workload_params.estimator: must be "builtin" or "module:function", got {est!r}'
+        )
+    beside = params.get("builtin_beside")
+    if beside is not None and not isinstance(beside, bool):
+        return f"{where}workload_params.builtin_beside: must be true or false, got {beside!r}"
+    if beside and est in (None, "builtin"):
+        return (
+            f"{where}workload_params.builtin_beside: needs a team's estimator "
+            '(estimator = "module:function"); the built-in one decides already'
         )
     cal = params.get("calibration")
     if cal is None:

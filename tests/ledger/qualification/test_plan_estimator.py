@@ -43,6 +43,9 @@ def _plan(extra: str = "", profile: str = "", workload: str = ADAPTER) -> str:
         'estimator = "builtin"',
         'estimator = "team.mem:estimate"',
         "calibration = { max_tokens = 64, validate_tokens = 512 }",
+        'estimator = "team.mem:estimate"\nbuiltin_beside = true',
+        'estimator = "team.mem:estimate"\nbuiltin_beside = false',
+        "builtin_beside = false",
     ],
 )
 def test_what_an_adapter_plan_may_name(extra: str) -> None:
@@ -62,6 +65,21 @@ def test_what_an_adapter_plan_may_name(extra: str) -> None:
         ("calibration = { tokens = 8 }", "", "calibration.tokens: unknown"),
         ("calibration = 5", "", "workload_params.calibration: must be a table"),
         ("", 'estimator = "x"', "profiles.big.workload_params.estimator: must be"),
+        (
+            'estimator = "team.mem:estimate"\nbuiltin_beside = "yes"',
+            "",
+            "workload_params.builtin_beside: must be true or false, got 'yes'",
+        ),
+        (
+            "builtin_beside = true",
+            "",
+            "workload_params.builtin_beside: needs a team's estimator",
+        ),
+        (
+            'estimator = "builtin"\nbuiltin_beside = true',
+            "",
+            "workload_params.builtin_beside: needs a team's estimator",
+        ),
     ],
 )
 def test_a_bad_estimator_or_calibration_is_refused_naming_the_field(
