@@ -5,7 +5,7 @@ the ledger key signed, not whatever the server chose to send."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
@@ -43,9 +43,12 @@ def _entry(doc: Any) -> LoggedEntry:
         raise VerificationError("the server sent a malformed log entry") from None
 
 
-def keys_of(entries: Iterable[LoggedEntry]) -> dict[str, KeyInfo]:
-    """The key registry as the log's key and revocation entries state it."""
-    keys: dict[str, KeyInfo] = {}
+def keys_of(
+    entries: Iterable[LoggedEntry], held: Mapping[str, KeyInfo] | None = None
+) -> dict[str, KeyInfo]:
+    """The key registry as the log's key and revocation entries state it (after
+    `held`, the registry of the entries before them)."""
+    keys: dict[str, KeyInfo] = dict(held or {})
     for e in entries:
         try:
             if e.kind == "key":

@@ -7,7 +7,10 @@ else `$XDG_CACHE_HOME/ledger`, else `~/.cache/ledger`. Keyed by origin, not by U
 servers of one log must serve one history, and a second whose checkpoint is not an
 extension of the last one seen is refused (a forked log). New entries are written
 only once they and the entries held hash to the new signed root, in one transaction:
-a refused sync writes nothing. Beside each receipt, review and receipt revocation the
+a refused sync writes nothing. A tree holds together over whatever bodies the server
+logged, so each new receipt's and review's signature is verified too, by the keys the
+log registered before it: a body changed after it was signed is refused by its position.
+Beside each receipt, review and receipt revocation the
 few index columns a question selects by (`read/evidence.py` asks the store the same).
 """
 
@@ -17,7 +20,7 @@ import json
 import os
 import re
 import sqlite3
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
@@ -167,6 +170,7 @@ class LogCache:
             raise VerificationError(
                 f"the served entries do not hash to the signed root at size {size}"
             )
+        _check_signatures(self.keys() if held is not None else {}, new)
         with self._tx():
             if self.held() != held:
                 # Another process of this host synced meanwhile: its copy stands (it was
@@ -315,6 +319,32 @@ def _hint(url: str, where: Path | None) -> Path:
 
     digest = hashlib.sha256(url.rstrip("/").encode()).hexdigest()[:32]
     return (where or cache_dir()) / "servers" / digest
+
+
+def _check_signatures(held: Mapping[str, KeyInfo], new: Sequence[LoggedEntry]) -> None:
+    """Each of `new`'s receipts and reviews signed by a key the log registered before it
+    (`held`: the registry of the entries kept here, the new entries' own added in log
+    order), every signature by such a key verifying; `VerificationError` naming the
+    first that does not. The judge reads a held entry's signers without verifying them
+    again (`verify/standing.py`), as the server's store does after its ingest."""
+    from ledger.evidence import dsse
+
+    keys = dict(held)
+    for e in new:
+        if e.kind in ("key", "revocation"):
+            keys = keys_of([e], keys)
+            continue
+        if e.kind not in ("receipt", "review"):
+            continue
+        before = {k: v.public for k, v in keys.items() if v.seq < e.seq}
+        try:
+            dsse.verify(e.envelope, before)
+        except Error as err:
+            raise VerificationError(
+                f"entry {e.seq} ({e.kind} {e.entry_id[:19]}) served by the log does not "
+                f"verify: {err.reason()}; its signature is not by a key the log registered "
+                "before it, or its body is not what was signed"
+            ) from None
 
 
 def _fork(size: int, root: bytes, held: Held) -> str:

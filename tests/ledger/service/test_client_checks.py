@@ -1,8 +1,9 @@
 """`status --server --trust` checks the server: the client keeps the log up to a signed
 checkpoint, syncing from the last one it saw, and the one judge decides on it. A server
 that flips a state, drops a counterexample or serves a forked log is refused in one
-line (exit 1); the honest server's answer passes, with what it did not decide labelled
-as its word."""
+line (exit 1), and so is an entry whose signature does not verify under a tree that
+holds; the honest server's answer passes, with what it did not decide labelled as its
+word (real SQLite and PostgreSQL behind the server)."""
 
 from __future__ import annotations
 
@@ -65,12 +66,13 @@ def _attest(
 
 @pytest.fixture
 def served(
+    db_url: str,
     tmp_path: Path,
     key_dir: Path,
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> Iterator[tuple[Running, git.Repo, Path]]:
-    db = f"sqlite:///{tmp_path / 'ledger.db'}"
+    db = db_url  # real SQLite and PostgreSQL
     monkeypatch.setenv("LEDGER_DB", db)
     monkeypatch.setenv("LEDGER_CACHE", str(tmp_path / "cache"))
     assert run(capsys, "init").code == 0
@@ -305,3 +307,50 @@ def test_the_fleets_quarantine_is_the_servers_word_and_says_so(
     res = _status(capsys, srv, r, pem, "--plan", str(plan))
     assert res.code == 0, res.err  # the server's word on its fleet, labelled as such
     assert "the GPUs the fleet quarantines: the server's word, not recomputed here" in res.out
+
+
+def _tamper(db: str) -> int:
+    """A counterexample logged again with its payload changed after it was signed (to a
+    pass, the signature kept): the ledger's own log, a tree over it that holds together, as a
+    server that writes behind its ingest would serve it. Returns its position."""
+    import base64
+
+    from ledger.evidence.canonical import canonical_bytes, receipt_id
+    from ledger.store.store import Store, resolve_url
+
+    store = Store.open(resolve_url(db))
+    failed = next(
+        e
+        for e in store.entries_at(list(range(store.size())))
+        if e.kind == "receipt" and e.receipt.predicate.outcome == "failed"
+    )
+    env = json.loads(failed.body)
+    doc = json.loads(base64.b64decode(env["payload"]))
+    doc["predicate"]["outcome"] = "passed"
+    doc["predicate"].pop("reason", None)
+    payload = canonical_bytes(doc)
+    env["payload"] = base64.b64encode(payload).decode()
+    with store.append_tx() as tx:
+        return tx.add(kind="receipt", entry_id=receipt_id(payload), body=canonical_bytes(env))
+
+
+def test_an_entry_whose_signature_does_not_verify_is_refused(
+    served: tuple[Running, git.Repo, Path],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A tampered body under a tree the ledger key signed: the tree holds, the envelope's
+    signature does not verify by the key the log registered, so nothing is kept."""
+    srv, r, pem = served
+    assert _status(capsys, srv, r, pem).code == 1  # synced: the honest log is held
+    import os
+
+    seq = _tamper(os.environ["LEDGER_DB"])
+    assert run(capsys, "log", "checkpoint").code == 0
+    res = _status(capsys, srv, r, pem)
+    assert res.code == 1 and res.out == ""
+    assert f"entry {seq}" in res.err and "signature" in res.err, res.err
+    assert len(res.err.strip().splitlines()) == 1
+    # Nothing of it was kept: the copy here is still at the honest checkpoint.
+    again = _status(capsys, srv, r, pem, "--json")
+    assert again.code == 1 and again.out == ""
