@@ -26,17 +26,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ledger.evidence.errors import Error, VerificationError
+from ledger.evidence.errors import VerificationError
 from ledger.identity.repoid import canonical_repo
 from ledger.identity.revision import Revision
 from ledger.qualification.evidence import ReceiptEvidence, ReviewEvidence, short_id
 from ledger.qualification.judge import Gathered, judge
 from ledger.qualification.report import StatusReport
-from ledger.qualification.revocation import with_revocations
 from ledger.qualification.rules import QUARANTINE
+from ledger.read.evidence import gathered, selection
 from ledger.read.log_cache import LogCache
 from ledger.read.query import proved
-from ledger.verify.standing import standing
 
 if TYPE_CHECKING:
     from concurrent.futures import Executor
@@ -234,46 +233,13 @@ def _evidence(
     revision: Revision,
     claims: Sequence[str] | None,
 ) -> tuple[list[ReceiptEvidence], list[ReviewEvidence], list[str]]:
-    """As `read/evidence.py` `read_evidence` reads it from a store."""
+    """As `read/evidence.py` `read_evidence` reads it from a store: the same selection
+    of the log's entries and the same gathering."""
     entries = cache.receipts(
-        [revision.repo, *cache.aliases_of(revision.repo)],
-        commits=[revision.commit, *(revision.parents if revision.package_parts else ())],
-        trees=[revision.tree],
-        packages=[d for d in (revision.package_digest, revision.prior_package_digest) if d],
-        pr=revision.pr,
-        claims=claims,
+        [revision.repo, *cache.aliases_of(revision.repo)], **selection(revision, claims)
     )
-
-    def signed(e: LoggedEntry) -> dict[str, Any]:
-        info = keys.get(e.signer)
-        return {
-            "id": e.entry_id,
-            "seq": e.seq,
-            "signer": e.signer,
-            "signer_role": info.role if info else "unknown",
-            "signer_revoked_seq": info.revoked_seq if info else None,
-            "signer_registered_by": info.registered_by if info else None,
-            "problem": standing(e, keys),
-        }
-
-    unreadable: list[str] = []
-    receipts: list[ReceiptEvidence] = []
-    for e in entries:
-        try:
-            receipts.append(ReceiptEvidence(statement=e.receipt, **signed(e)))
-        except Error as err:
-            unreadable.append(f"entry {e.seq} ({e.entry_id[:19]}) cannot be read: {err.reason()}")
-    reviews: list[ReviewEvidence] = []
-    for e in cache.reviews([r.id for r in receipts]):
-        try:
-            p = e.review.predicate
-            reviews.append(
-                ReviewEvidence(receipt=p.receipt, verdict=p.verdict, note=p.note, **signed(e))
-            )
-        except Error as err:
-            unreadable.append(f"entry {e.seq} ({e.entry_id[:19]}) cannot be read: {err.reason()}")
-    revoked = cache.revocations([r.id for r in receipts])
-    return with_revocations(receipts, reviews, revoked), reviews, unreadable
+    ev = gathered(entries, keys, cache.reviews, cache.revocations)
+    return ev.receipts, ev.reviews, ev.unreadable
 
 
 def _servers_word(ident: Identity, answer: Mapping[str, Any]) -> list[str]:

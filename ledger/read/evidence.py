@@ -3,12 +3,14 @@ on a revision (its repository's, under its id and every id aliased to it), each 
 how its signer stands in the key table now, and the entries the index names that do not
 read. Read once per question (`read_evidence`), here from the store or, from a server,
 in one request (`Evidence.from_json` of what `POST /v1/evidence` sends), never one
-request per receipt.
+request per receipt. One gathering (`gathered`) turns the entries selected into the
+evidence, wherever they were selected: the store here, the log a client holds and
+checks a server's answer on (`read/checked.py`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,11 +22,10 @@ from ledger.identity.repoid import canonical_repo
 from ledger.identity.revision import Revision
 from ledger.qualification.evidence import ReceiptEvidence, ReviewEvidence
 from ledger.qualification.revocation import with_revocations
-from ledger.read.revoked import revoked_evidence
 from ledger.store.store import Store
 from ledger.transparency.logged import standing
 
-__all__ = ["Evidence", "load_evidence", "read_evidence", "repo_ids"]
+__all__ = ["Evidence", "gathered", "load_evidence", "read_evidence", "repo_ids", "selection"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,22 +135,38 @@ def read_evidence(
     # question posted with a raw URL. Ids the operator aliased to it count as it.
     entries: list[LoggedEntry] = []
     for repo_id in repo_ids(store, revision.repo):
-        entries += store.receipt_entries(
-            repo_id,
-            # With the environment in the package identity, an upgrade changes the
-            # digest: the parents' receipts are read too, so status can name the part
-            # that differed instead of finding no evidence.
-            commits=[revision.commit, *(revision.parents if revision.package_parts else ())],
-            trees=[revision.tree],
-            # Receipts recorded before the package identity covered the workload
-            # definition name the digest without it: found, then judged by their
-            # commit's definition (`proved`).
-            packages=[d for d in (revision.package_digest, revision.prior_package_digest) if d],
-            pr=revision.pr,
-            claims=claims or None,
-        )
-    entries.sort(key=lambda e: e.seq)
-    keys = store.keys()
+        entries += store.receipt_entries(repo_id, **selection(revision, claims))
+    return gathered(entries, store.keys(), store.review_entries, store.revoked_receipts)
+
+
+def selection(revision: Revision, claims: Sequence[str] | None) -> dict[str, Any]:
+    """What selects the receipts that could bear on a revision, by the index's columns:
+    the store's `receipt_entries` and the client's log (`read/log_cache.py`) alike."""
+    return {
+        # With the environment in the package identity, an upgrade changes the digest:
+        # the parents' receipts are read too, so status can name the part that differed
+        # instead of finding no evidence.
+        "commits": [revision.commit, *(revision.parents if revision.package_parts else ())],
+        "trees": [revision.tree],
+        # Receipts recorded before the package identity covered the workload definition
+        # name the digest without it: found, then judged by their commit's definition
+        # (`proved`).
+        "packages": [d for d in (revision.package_digest, revision.prior_package_digest) if d],
+        "pr": revision.pr,
+        "claims": list(claims) if claims else None,
+    }
+
+
+def gathered(
+    entries: Iterable[LoggedEntry],
+    keys: Mapping[str, KeyInfo],
+    reviews_of: Callable[[list[str]], Iterable[LoggedEntry]],
+    revocations_of: Callable[[list[str]], Mapping[str, ReceiptRevocation]],
+) -> Evidence:
+    """The evidence in `entries` (a revision's receipts, wherever they were selected:
+    the server's store, the log a client holds): each signer as `keys` stands, the
+    reviews of the receipts that read (`reviews_of`), each revocation
+    (`revocations_of`) weighed by the judge's rule, and what does not read named."""
 
     def signed(e: LoggedEntry) -> dict[str, Any]:
         """What both kinds of evidence say about an entry's signature."""
@@ -166,13 +183,13 @@ def read_evidence(
 
     unreadable: list[str] = []
     receipts: list[ReceiptEvidence] = []
-    for e in entries:
+    for e in sorted(entries, key=lambda e: e.seq):
         try:
             receipts.append(ReceiptEvidence(statement=e.receipt, **signed(e)))
         except Error as err:
             unreadable.append(_unreadable(e, err))
     reviews: list[ReviewEvidence] = []
-    for e in store.review_entries([r.id for r in receipts]):
+    for e in reviews_of([r.id for r in receipts]):
         try:
             p = e.review.predicate
             reviews.append(
@@ -181,7 +198,8 @@ def read_evidence(
         except Error as err:
             unreadable.append(_unreadable(e, err))
     # A revoked receipt carries its revocation, weighed by the judge's rule.
-    return Evidence(revoked_evidence(store, receipts, reviews), reviews, unreadable)
+    revoked = revocations_of([r.id for r in receipts])
+    return Evidence(with_revocations(receipts, reviews, revoked), reviews, unreadable)
 
 
 def repo_ids(store: Store, repo: str) -> list[str]:

@@ -4,24 +4,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from ledger.evidence.entry import LoggedEntry
 from ledger.evidence.keys import KeyInfo
 from ledger.qualification.evidence import ReceiptEvidence, ReviewEvidence
-from ledger.qualification.revocation import judged, with_revocations
+from ledger.qualification.revocation import judged
 from ledger.store.store import Store
 from ledger.transparency.logged import standing
 
-__all__ = ["revocation_document", "revoked_evidence"]
-
-
-def revoked_evidence(
-    store: Store, receipts: Sequence[ReceiptEvidence], reviews: Sequence[ReviewEvidence]
-) -> list[ReceiptEvidence]:
-    """`receipts`, each revoked one carrying its revocation, weighed (one index lookup)."""
-    return with_revocations(receipts, reviews, store.revoked_receipts([r.id for r in receipts]))
+__all__ = ["revocation_document"]
 
 
 def _signed(e: LoggedEntry, keys: Mapping[str, KeyInfo]) -> dict[str, Any]:
