@@ -156,6 +156,9 @@ class MemoryEstimate:
     the upper bound it is held to (point plus stated error). None: not said."""
     calibration: str | None = None
     """The calibration the prediction was fit on (``sha256:<hex>``), where it has one."""
+    builtin: MemoryEstimate | None = None
+    """The built-in estimator's prediction of the same step, recorded beside a team's
+    estimate where the plan asks (``builtin_beside``); the team's decides."""
 
     def __post_init__(self) -> None:
         if self.predicted_bytes < 0:
@@ -181,11 +184,14 @@ class AdmissionDecision:
     """The estimate's point where it states an error (`MemoryEstimate.point_bytes`)."""
     calibration: str | None = None
     """The calibration the prediction was fit on (`MemoryEstimate.calibration`)."""
+    builtin: MemoryEstimate | None = None
+    """The built-in estimator's prediction beside a team's (`MemoryEstimate.builtin`):
+    recorded, never deciding."""
 
     def measurements(self) -> dict[str, int | bool | str | None]:
-        """The decision as flat receipt measurements (exact integers); the point and the
-        calibration only where the estimate has them, so earlier receipts' rows read
-        as they did."""
+        """The decision as flat receipt measurements (exact integers); the point, the
+        calibration and the built-in prediction beside a team's only where the estimate
+        has them, so earlier receipts' rows read as they did."""
         out: dict[str, int | bool | str | None] = {
             "admitted": self.admitted,
             "predicted_bytes": self.predicted_bytes,
@@ -197,6 +203,10 @@ class AdmissionDecision:
             out["point_bytes"] = self.point_bytes
         if self.calibration is not None:
             out["calibration"] = self.calibration
+        if self.builtin is not None:
+            out["builtin_predicted_bytes"] = self.builtin.predicted_bytes
+            out["builtin_point_bytes"] = self.builtin.point_bytes
+            out["builtin_calibration"] = self.builtin.calibration
         return out
 
 

@@ -24,12 +24,15 @@ is predicted by a plan-named ``estimator`` (``module:function``, called as
 envelope that states its own error (`runners.workloads.envelope`). ``calibration``
 (``{max_tokens = N, validate_tokens = M}``) sizes its largest fitted step (default
 256 tokens) and its largest validation step (default 8 x N), never a sequence
-longer than the model's positions.
+longer than the model's positions. Beside a team's estimator, ``builtin_beside = true``
+has the built-in one predict too: its bound, point and calibration are recorded on each
+admission row (`runners.protocol.AdmissionDecision.builtin`), the team's deciding.
 """
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import inspect
 import sys
 from collections.abc import Callable, Mapping
@@ -78,13 +81,25 @@ class _Adapter:
 
     name = "adapter"
 
-    def __init__(self, params: Mapping[str, Any], dtype: str, lr: float, estimator: str | None):
+    def __init__(
+        self,
+        params: Mapping[str, Any],
+        dtype: str,
+        lr: float,
+        estimator: str | None,
+        builtin_beside: bool = False,
+    ):
+        if builtin_beside:
+            # Only where asked: the digest of a plan that says nothing stays as it was.
+            params = {**params, "builtin_beside": True}
         self.params = dict(params)
         self._dtype = _dtype(dtype)
         self.lr = lr
         team = estimator if estimator not in (None, "", BUILTIN) else None
         self._estimator: Callable[..., Any] | None = import_ref(team) if team else None
         self._estimator_ref = estimator
+        self.builtin_beside = builtin_beside and self._estimator is not None
+        """The built-in estimator predicts too, recorded beside the team's estimate."""
         self.calibration_source: str | None = None
         """Where the built-in estimator's calibration came from (``memo``, ``cache``,
         ``measured``); None: not used yet, or a team's estimator."""
@@ -105,8 +120,8 @@ class _Adapter:
         out: list[Any] = [sys.modules[__name__]]
         if self._estimator is not None:
             out.append(inspect.getsource(self._estimator))
-        else:
-            # The built-in estimator is what predicts: its method is in the identity.
+        if self._estimator is None or self.builtin_beside:
+            # The built-in estimator predicts (or is recorded): its method is in the identity.
             out.extend([envelope, calibrate, model_bytes])
         return out
 
@@ -159,16 +174,23 @@ class _Adapter:
             raise RuntimeError(f"workload {self.name!r} used before setup()")
         return self.model
 
+    def _builtin(self, shape: Shape, phase: Phase, *, cold: bool) -> MemoryEstimate:
+        cal = self.calibration()
+        predicted, point, terms = cal.estimate(shape.batch, shape.seq, phase, cold=cold)
+        return MemoryEstimate(
+            predicted_bytes=predicted, terms=terms, point_bytes=point, calibration=cal.id
+        )
+
     def estimate(self, shape: Shape, phase: Phase, *, cold: bool = False) -> MemoryEstimate:
         if self._estimator is None:
-            cal = self.calibration()
-            predicted, point, terms = cal.estimate(shape.batch, shape.seq, phase, cold=cold)
-            return MemoryEstimate(
-                predicted_bytes=predicted, terms=terms, point_bytes=point, calibration=cal.id
-            )
+            return self._builtin(shape, phase, cold=cold)
         kind = self.device.type if self.device is not None else "cpu"
         got = self._estimator(self.params, shape, phase, kind, cold=cold)
-        return got if isinstance(got, MemoryEstimate) else MemoryEstimate(predicted_bytes=int(got))
+        est = got if isinstance(got, MemoryEstimate) else MemoryEstimate(predicted_bytes=int(got))
+        if self.builtin_beside:
+            # The team's estimate decides; the built-in one is recorded beside it.
+            est = dataclasses.replace(est, builtin=self._builtin(shape, phase, cold=cold))
+        return est
 
     def admit(
         self, shape: Shape, phase: Phase, free_bytes: int, *, cold: bool = False
@@ -187,6 +209,7 @@ class _Adapter:
             suggestion=None if ok else f"{shape} needs {est.predicted_bytes} of {usable} bytes",
             point_bytes=est.point_bytes,
             calibration=est.calibration,
+            builtin=est.builtin,
         )
 
     def set_mode(self, mode: Mode) -> None:
@@ -241,6 +264,7 @@ class CausalLM(_Adapter):
         lr: float = 1e-3,
         estimator: str | None = None,
         calibration: Mapping[str, Any] | None = None,
+        builtin_beside: bool = False,
     ) -> None:
         params = {
             "model_type": model_type,
@@ -257,7 +281,7 @@ class CausalLM(_Adapter):
         if calibration is not None:
             # Only where given: the digest of a plan that says none stays as it was.
             params["calibration"] = dict(calibration)
-        super().__init__(params, dtype, lr, estimator)
+        super().__init__(params, dtype, lr, estimator, builtin_beside)
         self.name = f"hf-{model_type}" + ("-lora" if lora is not None else "")
         self.vocab = int(config.get("vocab_size", 32000))
         self._prepared: Any = None
@@ -353,6 +377,7 @@ class ModuleAdapter(_Adapter):
         estimator: str | None = None,
         name: str | None = None,
         calibration: Mapping[str, Any] | None = None,
+        builtin_beside: bool = False,
     ) -> None:
         params = {
             "factory": factory,
@@ -365,7 +390,7 @@ class ModuleAdapter(_Adapter):
         }
         if calibration is not None:
             params["calibration"] = dict(calibration)
-        super().__init__(params, dtype, lr, estimator)
+        super().__init__(params, dtype, lr, estimator, builtin_beside)
         self._factory = import_ref(factory)
         self._loss = import_ref(loss)
         self._batch = import_ref(batch)
