@@ -336,7 +336,12 @@ class RemoteReader:
         from ledger.read.evidence import Evidence
         from ledger.remote.client import fetch_evidence
 
-        return Evidence.from_json(fetch_evidence(self.url, question.to_json()))
+        doc = fetch_evidence(self.url, question.to_json())
+        if doc is None:  # a server of an earlier release: read per receipt, as it was
+            from ledger.read.per_receipt import per_receipt_evidence
+
+            return per_receipt_evidence(self.url, question)
+        return Evidence.from_json(doc)
 
     def status(
         self, ident: Identity, claims: Sequence[str] = (), scope: Scope | None = None

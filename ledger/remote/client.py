@@ -111,8 +111,10 @@ def _request(
     token: str | None = None,
     timeout: float = 30,
     retries: int | None = None,
+    absent: tuple[int, ...] = (),
 ) -> tuple[int, bytes, str]:
-    """(status, body, content type) of a 2xx answer; anything else raises."""
+    """(status, body, content type) of a 2xx answer, or of a status in `absent` (a
+    route the server may not have); anything else raises."""
     retries = RETRIES if retries is None else retries
     try:
         import httpx
@@ -145,7 +147,7 @@ def _request(
             continue
         break
     status, data = resp.status_code, resp.content
-    if 200 <= status < 300:
+    if 200 <= status < 300 or status in absent:
         return status, data, resp.headers.get("content-type", "")
     # The server answered: its one-line reason is what the person needs.
     reason = _reason(data, status)
@@ -252,9 +254,17 @@ def fetch_history(url: str, question: dict[str, Any], timeout: float = 60) -> di
     return dict(_post(url, "/v1/history", question, timeout=timeout))
 
 
-def fetch_evidence(url: str, question: dict[str, Any], timeout: float = 60) -> dict[str, Any]:
-    """The receipts and reviews the server holds on a question's subject, in one request."""
-    return dict(_post(url, "/v1/evidence", question, timeout=timeout))
+def fetch_evidence(
+    url: str, question: dict[str, Any], timeout: float = 60
+) -> dict[str, Any] | None:
+    """The receipts and reviews the server holds on a question's subject, in one request;
+    None where the server has no such route (a server of an earlier release answers 404
+    or 405: its evidence is read per receipt, `ledger.read.per_receipt`)."""
+    body = json.dumps(question).encode()
+    status, data, _ = _request(url, "/v1/evidence", body=body, timeout=timeout, absent=(404, 405))
+    if status in (404, 405):
+        return None
+    return dict(_json(url, data))
 
 
 def fetch_verification(url: str, ref: str, timeout: float = 60) -> dict[str, Any]:
