@@ -48,6 +48,12 @@ class ReceiptRevocation(NamedTuple):
     """The independent review a counterexample's revocation rests on (its id)."""
     revoked: str | None = None
     """When the operator revoked it (UTC), as the entry says; the position counts."""
+    by: str = "operator"
+    """Whose word it is: the ledger's `operator` (on its host, or an operator token), or
+    a `reviewer` (a reviewer token, on the reviewer's dispute it names), which counts
+    for a pass only where the plan says so (`[review] revoke_pass`)."""
+    revoked_by: str | None = None
+    """The token holder who revoked it over HTTP (None: on the ledger's host)."""
 
 
 class LoggedEntry:
@@ -285,9 +291,16 @@ class LoggedEntry:
             raise RefusedError("not a receipt revocation entry")
         if not isinstance(reason, str) or not (review is None or isinstance(review, str)):
             raise RefusedError("not a receipt revocation entry")
-        when = data.get("revoked")
+        when, holder = data.get("revoked"), data.get("revoked_by")
         return ReceiptRevocation(
-            self.seq, rid, reason, review, when if isinstance(when, str) else None
+            self.seq,
+            rid,
+            reason,
+            review,
+            when if isinstance(when, str) else None,
+            # Anything but a reviewer's is the operator's, as before the field existed.
+            "reviewer" if data.get("by") == "reviewer" else "operator",
+            holder if isinstance(holder, str) else None,
         )
 
     def body_id(self) -> str:
@@ -332,12 +345,22 @@ def revocation_body(keyid: str, reason: str, when: str, revoked_by: str | None =
 
 
 def receipt_revocation_body(
-    receipt: str, reason: str, when: str, review: str | None = None
+    receipt: str,
+    reason: str,
+    when: str,
+    review: str | None = None,
+    by: str = "operator",
+    revoked_by: str | None = None,
 ) -> bytes:
     """A revocation of one receipt: the key revocation's entry kind, naming `receipt`
     instead of `keyid`; `review` names the independent review a counterexample's
-    revocation needs (`ledger.write.revoke`)."""
+    revocation needs (`ledger.write.revoke`); `by` is written only for a reviewer's
+    (the operator's reads as before), `revoked_by` only over HTTP."""
     doc = {"kind": "revocation", "receipt": receipt, "reason": reason, "revoked": when}
     if review is not None:
         doc["review"] = review
+    if by != "operator":
+        doc["by"] = by
+    if revoked_by is not None:
+        doc["revoked_by"] = revoked_by
     return canonical_bytes(doc)

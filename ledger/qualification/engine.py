@@ -397,6 +397,16 @@ def _sort_pass(ctx: _Context, req: Requirement, r: ReceiptEvidence, via: Via, ro
             )
         )
     disputes = [_dispute(v, r) for v in tally.dispute]
+    if r.revocation is not None:
+        # Revoked on a word that does not count (an effective one is an integrity
+        # problem, above): the pass stands, and says why.
+        support.append(
+            Reason(
+                rules.RECEIPT_REVOKED,
+                f"{sid} stands: {r.revocation.text()} (revocation at seq {r.revocation.seq})",
+                r.id,
+            )
+        )
     # A pass's own note (an import whose signature was not verified) goes with it.
     note = f" ({r.predicate.reason})" if r.predicate.reason else ""
     via_said = rules.via_text(r, via, ctx.revision)

@@ -26,6 +26,11 @@ class Revoked:
     """The review the revocation names (a counterexample's independent dispute)."""
     authority: str | None
     """Who vouches for it; None: it is pending and the receipt stands."""
+    by: str = "operator"
+    """Whose word it is: the ledger's `operator`, or a `reviewer` (on the dispute it names)."""
+    refused: str | None = None
+    """Why the plan does not let it count (a reviewer's revocation of a pass where the
+    plan leaves revoking a pass to the operator); None: the plan is not what holds it."""
 
     @property
     def effective(self) -> bool:
@@ -35,6 +40,8 @@ class Revoked:
         """`revoked: REASON`, or why the revocation does not count yet."""
         if self.effective:
             return f"revoked: {self.reason}"
+        if self.refused is not None:
+            return f"revocation not counted ({self.refused}): {self.reason}"
         return f"revocation pending review: {self.reason}"
 
 

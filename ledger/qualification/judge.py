@@ -25,6 +25,7 @@ from ledger.qualification.engine import evaluate
 from ledger.qualification.evidence import ReceiptEvidence, ReviewEvidence
 from ledger.qualification.plan import Plan
 from ledger.qualification.report import ClaimStatus, StatusReport
+from ledger.qualification.revocation import under_plan
 from ledger.qualification.verdict import verdict_of
 
 __all__ = ["CONFLICT", "NO_PLAN", "Gathered", "judge"]
@@ -67,6 +68,9 @@ class Gathered:
 def judge(g: Gathered) -> StatusReport:
     """The answer, decided once: states, whether it was judged, whose each failure is,
     the verdict and its exit code."""
+    # Whether a reviewer's revocation of a pass counts is the plan's to say.
+    revoke_pass = g.plan.review.revoke_pass if g.plan is not None else "operator"
+    g = dataclasses.replace(g, receipts=under_plan(g.receipts, revoke_pass))
     engine = evaluate(
         plan=g.plan,
         revision=g.revision,
@@ -113,7 +117,8 @@ def _baselines(
     bases = sorted({b for r in head if (b := r.predicate.source.base) is not None and b != commit})
     if not blocking or not bases or g.base is None:
         return ()
-    base = list(g.base(bases, [r.claim for r in blocking]))
+    revoke_pass = g.plan.review.revoke_pass if g.plan is not None else "operator"
+    base = under_plan(g.base(bases, [r.claim for r in blocking]), revoke_pass)
     out = [attribute(r.claim, r.check, r.scope, head, base) for r in blocking]
     if g.fleet is not None and any(a is not None and a.label == "device-only" for a in out):
         # Only a device-only label says what the fleet counts on the device: the fleet

@@ -43,6 +43,7 @@ __all__ = [
     "Plan",
     "ProfileClaim",
     "ProfileSpec",
+    "ReviewSpec",
     "RunnerSpec",
     "load_plan",
     "parse_plan",
@@ -269,6 +270,16 @@ class RunnerSpec(_Frozen):
     (e.g. ``HF_HOME``); never ``LEDGER_*``."""
 
 
+class ReviewSpec(_Frozen):
+    """`[review]`: who may do what a review decides beyond a claim's `reviews`."""
+
+    revoke_pass: Literal["operator", "reviewer"] = "operator"
+    """Who may revoke a pass: the ledger's operator only (as before the setting), or a
+    reviewer too, on its own dispute of the pass (`ledger revoke --server` with a
+    token of the reviewer role). A counterexample's revocation always needs an
+    independent reviewer's dispute, whatever this says."""
+
+
 class ClaimSpec(_Frozen):
     """One `[[claims]]` entry: what is asserted, how it is checked, what it needs."""
 
@@ -330,6 +341,7 @@ class Plan(_Frozen):
     project: ProjectSpec | None = None
     package: PackageSpec | None = None
     runner: RunnerSpec = Field(default_factory=RunnerSpec)
+    review: ReviewSpec = Field(default_factory=ReviewSpec)
     profiles: dict[Name, ProfileSpec] = Field(default_factory=dict)
     claims: tuple[ClaimSpec, ...] = Field(min_length=1)
     evidence_max_age: Annotated[str, PlainValidator(_duration)] | None = None

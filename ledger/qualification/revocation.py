@@ -8,6 +8,12 @@ and lifting a failure needs the independent review a supersession of it needs
 in a review logged before the revocation, which the revocation names. Without
 that review the revocation is pending and the counterexample stands, however
 the entry reached the log: the write path refuses it, and the judge checks again.
+
+A reviewer (a token of the `reviewer` role) revokes on its own dispute, which the
+revocation names: a counterexample as above; a pass only where the plan says so
+(`[review] revoke_pass = "reviewer"`). Under a plan that does not (every plan
+written before the setting), a reviewer's revocation of a pass does not count and
+says why, and the pass stands: revoking a pass stays the operator's.
 """
 
 from __future__ import annotations
@@ -25,8 +31,15 @@ __all__ = [
     "judged",
     "missing_review",
     "needs_review",
+    "under_plan",
     "with_revocations",
 ]
+
+PLAN_KEEPS_PASSES = (
+    'the plan lets only the operator revoke a pass; [review] revoke_pass = "reviewer" '
+    "lets a reviewer"
+)
+"""Why a reviewer's revocation of a pass does not count under the plan (`Revoked.refused`)."""
 
 REVOCATION_PENDING = "revocation pending review"
 """The words every surface uses for a counterexample's revocation without its review
@@ -39,11 +52,17 @@ def needs_review(r: ReceiptEvidence) -> bool:
 
 
 def authority(
-    r: ReceiptEvidence, review: str | None, before: int, reviews_of_r: Sequence[ReviewEvidence]
+    r: ReceiptEvidence,
+    review: str | None,
+    before: int,
+    reviews_of_r: Sequence[ReviewEvidence],
+    by: str = "operator",
 ) -> str | None:
-    """Who vouches for revoking `r` by a revocation logged at `before` naming `review`;
-    None when nobody does."""
-    if not needs_review(r):
+    """Who vouches for revoking `r` by a revocation logged at `before` naming `review`,
+    on the word of `by` (`operator` or `reviewer`); None when nobody does. A reviewer's
+    revocation rests on its dispute whatever `r` is (the plan then decides whether it
+    counts for a pass: `under_plan`)."""
+    if not needs_review(r) and by != "reviewer":
         return "the ledger's operator"
     for v in reviews_of_r:
         if v.id != review or v.receipt != r.id or v.seq >= before:
@@ -70,7 +89,22 @@ def judged(
     r: ReceiptEvidence, rev: ReceiptRevocation, reviews_of_r: Sequence[ReviewEvidence]
 ) -> Revoked:
     """The revocation `rev` of `r`, with its authority weighed."""
-    return Revoked(rev.seq, rev.reason, rev.review, authority(r, rev.review, rev.seq, reviews_of_r))
+    who = authority(r, rev.review, rev.seq, reviews_of_r, rev.by)
+    return Revoked(rev.seq, rev.reason, rev.review, who, rev.by)
+
+
+def under_plan(receipts: Sequence[ReceiptEvidence], revoke_pass: str) -> list[ReceiptEvidence]:
+    """`receipts`, a reviewer's revocation of a pass counted only where the plan's
+    `[review] revoke_pass` is `reviewer` (the judge's step: the reader has no plan)."""
+    if revoke_pass == "reviewer":
+        return list(receipts)
+    out = []
+    for r in receipts:
+        rev = r.revocation
+        if rev is not None and rev.by == "reviewer" and not needs_review(r):
+            r = replace(r, revocation=replace(rev, authority=None, refused=PLAN_KEEPS_PASSES))
+        out.append(r)
+    return out
 
 
 def with_revocations(

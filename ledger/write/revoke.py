@@ -5,6 +5,11 @@ operator on its host. Checked before anything is written, with the judge's own
 rule (`ledger.qualification.revocation`): a counterexample is revoked only on an
 independent reviewer's dispute of it, named by `--review`, so revoking is never
 a way around what a supersession of it needs. A refusal writes nothing.
+
+Over HTTP (`--server`, `POST /v1/receipts/ID/revoke`): an operator token revokes as
+on the host; a reviewer token only on its own dispute of the receipt (`--review`),
+logged as a reviewer's, which counts for a pass only where the plan says so
+(`[review] revoke_pass`, weighed by the judge: the write path knows no plan).
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ from ledger.evidence.entry import LoggedEntry, ReceiptRevocation, receipt_revoca
 from ledger.evidence.errors import InputError, RefusedError, UsageError
 from ledger.evidence.keys import KeyInfo
 from ledger.qualification.evidence import ReceiptEvidence, ReviewEvidence, short_id
-from ledger.qualification.revocation import authority, missing_review
+from ledger.qualification.revocation import authority, missing_review, needs_review
 from ledger.store.store import RECEIPT_REVOCATION, Store, utc_now
 from ledger.verify.standing import standing
 
@@ -39,7 +44,9 @@ def _evidence(entry: LoggedEntry, keys: Mapping[str, KeyInfo]) -> ReceiptEvidenc
     )
 
 
-def _review(store: Store, ref: str, r: ReceiptEvidence, keys: Mapping[str, KeyInfo]) -> str:
+def _review(
+    store: Store, ref: str, r: ReceiptEvidence, keys: Mapping[str, KeyInfo], by: str
+) -> str:
     """The full id of review `ref` of `r`, once it is the independent dispute a
     counterexample's revocation needs; RefusedError saying what it lacks."""
     entry = store.resolve(ref)
@@ -58,7 +65,7 @@ def _review(store: Store, ref: str, r: ReceiptEvidence, keys: Mapping[str, KeyIn
         signer_revoked_seq=info.revoked_seq if info else None,
         problem=standing(entry, keys),
     )
-    if authority(r, v.id, store.size(), [v]) is None:
+    if authority(r, v.id, store.size(), [v], by) is None:
         rid, vid = short_id(r.id), short_id(v.id)
         why = (
             f"it reviews {short_id(v.receipt)}"
@@ -69,17 +76,24 @@ def _review(store: Store, ref: str, r: ReceiptEvidence, keys: Mapping[str, KeyIn
             if v.signer == r.signer
             else f"it does not count ({v.problem or 'not a reviewer key'})"
         )
-        raise RefusedError(
-            f"review {vid} is not an independent dispute of {rid}: {why}; " + missing_review(r)
-        )
+        need = missing_review(r) if needs_review(r) else "a reviewer revokes on its own dispute"
+        raise RefusedError(f"review {vid} is not an independent dispute of {rid}: {why}; {need}")
     return v.id
 
 
 def revoke_receipt(
-    store: Store, ref: str, reason: str, review: str | None = None
+    store: Store,
+    ref: str,
+    reason: str,
+    review: str | None = None,
+    by: str = "operator",
+    revoked_by: str | None = None,
 ) -> ReceiptRevocation:
     """Log the revocation of receipt `ref` (id or unique prefix) with `reason`; a
-    counterexample's needs `review`, an independent reviewer's dispute of it."""
+    counterexample's needs `review`, an independent reviewer's dispute of it, and so
+    does any revocation `by` a reviewer. `revoked_by`: the token holder over HTTP."""
+    if by == "reviewer" and review is None:
+        raise UsageError("a reviewer revokes on its own dispute of the receipt: --review REVIEW_ID")
     if not reason.strip():
         raise UsageError("a revocation needs a --reason")
     limits.check_text(reason, "--reason", limits.COLUMN_LIMITS["reason"])
@@ -96,10 +110,10 @@ def revoke_receipt(
     r = _evidence(entry, keys)
     named: str | None = None
     if review is not None:
-        named = _review(store, review, r, keys)
+        named = _review(store, review, r, keys, by)
     elif authority(r, None, store.size(), []) is None:
         raise RefusedError(missing_review(r))
-    body = receipt_revocation_body(rid, reason, utc_now(), named)
+    body = receipt_revocation_body(rid, reason, utc_now(), named, by, revoked_by)
     with store.append_tx() as tx:
 
         def idx(conn: Connection, seq: int) -> None:
@@ -110,4 +124,4 @@ def revoke_receipt(
             )
 
         seq = tx.add(kind="revocation", entry_id=receipt_id(body), body=body, index=idx)
-    return ReceiptRevocation(seq, rid, reason, named)
+    return ReceiptRevocation(seq, rid, reason, named, None, by, revoked_by)
