@@ -46,7 +46,7 @@ import tempfile  # noqa: E402
 from ledger.execution.local_run import server_sandbox  # noqa: E402
 from ledger.sandbox import Sandbox, resolve  # noqa: E402
 from runners.claim.isolated import ClaimRequest, run_claim_isolated  # noqa: E402
-from runners.claim.request import Claim  # noqa: E402
+from runners.contract.request import Claim  # noqa: E402
 from runners.fork.forkparent import ForkServer  # noqa: E402
 from runners.harness.child import env as child_env  # noqa: E402
 

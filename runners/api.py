@@ -18,8 +18,8 @@ import torch
 
 from runners.checks.catalog import CHECKS, describe, get_check, params_error
 from runners.checks.context import CheckContext, infra_result
-from runners.claim.names import NEEDS_BASE, OBSERVER_OFF_CONTROL, Device
-from runners.claim.result import CheckResult, Json, Observer
+from runners.contract.names import NEEDS_BASE, OBSERVER_OFF_CONTROL, Device
+from runners.contract.result import CheckResult, Json, Observer
 from runners.harness import timeline
 from runners.harness.fingerprint import fingerprint
 

@@ -97,10 +97,11 @@ _tokens_file = click.option(
     "--role",
     "roles",
     multiple=True,
-    type=click.Choice(["runner", "keys", "operator", "plans", "read"]),
+    type=click.Choice(["runner", "keys", "operator", "plans", "read", "reviewer"]),
     help="What the token may do (repeatable; default runner): runner uploads artifacts, "
     "read reads the fleet's device health and quarantine (GET /v1/fleet), "
-    "keys registers/revokes runner and reviewer keys, operator signs checkpoints and audits, "
+    "keys registers/revokes runner and reviewer keys, operator signs checkpoints, audits "
+    "and revokes receipts, reviewer revokes a receipt on its own dispute of it, "
     "plans records the base branch's plan (its post-merge job, never a pull request's).",
 )
 @_tokens_file

@@ -365,20 +365,42 @@ def supersede(
     metavar="ID",
     help="A counterexample's: an independent reviewer's review disputing it.",
 )
+@server_option("A `ledger serve` at URL instead of --db.")
+@click.option("--token", metavar="TOKEN", help="With --server: its token (default: $LEDGER_TOKEN).")
 @json_option
 @db_option
-def revoke(receipt: str, reason: str, review: str | None, as_json: bool, db: str | None) -> None:
+def revoke(
+    receipt: str,
+    reason: str,
+    review: str | None,
+    server: str | None,
+    token: str | None,
+    as_json: bool,
+    db: str | None,
+) -> None:
     """Revoke RECEIPT: from its revocation on, it counts for nothing anywhere.
 
-    The ledger's operator revokes on the ledger's host. A counterexample (a
-    failed receipt) is revoked only on an independent review disputing it
-    (--review), as its supersession would need; anything refused writes nothing.
+    The ledger's operator revokes on the ledger's host, or through --server with an
+    operator token. A counterexample (a failed receipt) is revoked only on an
+    independent review disputing it (--review), as its supersession would need. A
+    reviewer token revokes only on its own dispute (--review), and a pass so only
+    where the plan says so ([review] revoke_pass). Anything refused writes nothing.
     """
-    from ledger.write.revoke import revoke_receipt
+    if server:
+        from ledger.remote.client import revoke_receipt as remote_revoke
 
-    rev = revoke_receipt(open_store(db), receipt, reason, review)
-    doc = {"receipt": rev.receipt, "seq": rev.seq, "reason": rev.reason, "review": rev.review}
+        doc = remote_revoke(server, receipt, reason, review, token)
+        doc = {k: doc.get(k) for k in ("receipt", "seq", "reason", "review", "by")}
+    else:
+        from ledger.write.revoke import revoke_receipt
+
+        rev = revoke_receipt(open_store(db), receipt, reason, review)
+        doc = {"receipt": rev.receipt, "seq": rev.seq, "reason": rev.reason, "review": rev.review}
     if as_json:
         emit_json(doc)
         return
-    click.echo(f"revoked {rev.receipt} (seq {rev.seq}): {reason}")
+    by = " (a reviewer's: a pass counts as revoked only where the plan says so)"
+    click.echo(
+        f"revoked {doc['receipt']} (seq {doc['seq']}): {reason}"
+        + (by if doc.get("by") == "reviewer" else "")
+    )

@@ -55,7 +55,7 @@ def probe(
     ``work_root`` (the run's): the libraries are imported and the model built already
     (a copy, `runners.workloads.prebuilt`), where a fresh interpreter paid both again
     beside the server's own start."""
-    from runners.claim.childenv import env as child_env
+    from runners.contract.childenv import env as child_env
     from runners.fork.forkclient import REFUSED, STRICT_VAR
 
     with tempfile.TemporaryDirectory(prefix="ledger-doctor-", dir=work_root) as tmp:

@@ -7,11 +7,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from runners.claim.request import Claim
+from runners.contract.request import Claim
 
 if TYPE_CHECKING:
-    from runners.claim.request import ClaimRequest
-    from runners.claim.result import Stamped
+    from runners.contract.request import ClaimRequest
+    from runners.contract.result import Stamped
 
 __all__ = ["ClaimRun", "Finished", "ReceiptRow"]
 
@@ -22,7 +22,7 @@ ReceiptRow = tuple[str, str, str]
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ClaimRun(Claim):
     """A plan claim, sized by the profile, ready to run anywhere (JSON round-trips): the
-    claim itself (`runners.claim.request.Claim`, every field of which reaches the claim's
+    claim itself (`runners.contract.request.Claim`, every field of which reaches the claim's
     processes whole, `request`) and its place in this run."""
 
     index: int
@@ -54,7 +54,7 @@ class ClaimRun(Claim):
         at ``base_root``), its artifacts in ``artifact_dir``, its folder under
         ``work_root``, with ``env`` added (its GPUs: ``gpu_uuids``); ``shared``: beside
         other claims on its devices (`ledger.execution.sharing`)."""
-        from runners.claim.request import ClaimRequest
+        from runners.contract.request import ClaimRequest
 
         return ClaimRequest(
             run=self,

@@ -66,7 +66,7 @@ class CommitServers:
         each imports and prepares ``run``'s workload as its tree has it, and what earlier
         runs of the head's ``tree`` (its git tree id) learned it imports."""
         from ledger.execution.local_run import server_sandbox
-        from runners.claim.childenv import env
+        from runners.contract.childenv import env
         from runners.fork.forkparent import Launched, Spec
         from runners.fork.preload import recorded_modules
 

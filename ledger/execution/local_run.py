@@ -99,7 +99,7 @@ def _refs(plan: Plan, claims: Sequence[ClaimSpec]) -> list[str]:
 def _spec(root: Path, plan: Plan, claims: Sequence[ClaimSpec], modules: Sequence[str]) -> Spec:
     """What ``root``'s fork server imports and prepares before the first claim: each
     workload's module, and each workload (with its parameters) built and prepared once."""
-    from runners.claim.names import SETUPS_PER_CLAIM
+    from runners.contract.names import SETUPS_PER_CLAIM
     from runners.fork.forkparent import Spec
 
     workloads = [
@@ -139,8 +139,8 @@ def started(
     no torch: the caller imports it while the servers do. The base tree's server
     prepares the workloads as ``base_plan`` (the base tree's definition) defines them,
     which its arms run; without one, as ``plan`` does."""
-    from runners.claim.childenv import env
-    from runners.claim.names import NEEDS_BASE
+    from runners.contract.childenv import env
+    from runners.contract.names import NEEDS_BASE
     from runners.fork.forkparent import Launched
     from runners.fork.preload import recorded_modules
 

@@ -41,7 +41,7 @@ from ledger.execution.ray_quarantine import declined, hold
 if TYPE_CHECKING:
     from ledger.evidence.keys import LocalKey
     from ledger.sandbox import Sandbox
-    from runners.claim.result import Stamped
+    from runners.contract.result import Stamped
 
 __all__ = ["run_claim_task"]
 

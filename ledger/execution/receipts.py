@@ -33,7 +33,7 @@ from ledger.write.record import Recorder, sign_and_record
 if TYPE_CHECKING:
     from ledger.execution.claimrun import Finished
     from ledger.write.ingest import Recorded
-    from runners.claim.result import CheckResult, Stamped
+    from runners.contract.result import CheckResult, Stamped
 
 __all__ = ["claim_artifacts", "record_finished", "record_results"]
 
@@ -55,7 +55,7 @@ def claim_artifacts(
     with folder:
         for a in r.artifacts:
             # The child named the path (checked lexically inside the folder already,
-            # `runners.claim.result.check_result`); what it is is decided only here.
+            # `runners.contract.result.check_result`); what it is is decided only here.
             try:
                 rel = _below(Path(a.path), inside)
                 files.append(

@@ -26,12 +26,12 @@ from typing import TYPE_CHECKING, Any
 from ledger.evidence.errors import UsageError
 
 if TYPE_CHECKING:
-    from runners.claim.result import CheckResult, Stamped
+    from runners.contract.result import CheckResult, Stamped
 
 __all__ = ["CHILD_VAR", "DEFAULT_ON_GPU", "SHAREABLE", "VAR", "limit", "rerun_why", "shares"]
 
 SHAREABLE = frozenset({"regression-24view", "gradient-compare"})
-"""Checks whose verdict reads no device memory (`runners.claim.names`' spellings: the ledger
+"""Checks whose verdict reads no device memory (`runners.contract.names`' spellings: the ledger
 imports no runner module at import time)."""
 
 VAR = "LEDGER_SHARE_DEVICE"

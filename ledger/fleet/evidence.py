@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from ledger.fleet.faults import judge, summary
 
 if TYPE_CHECKING:
-    from runners.claim.result import Stamped
+    from runners.contract.result import Stamped
 
 __all__ = ["ARTIFACT", "health_evidence"]
 
@@ -43,7 +43,7 @@ def health_evidence(
     if health is None:
         return list(results), {}
     judged = judge(results, health)
-    from runners.claim.result import Artifact
+    from runners.contract.result import Artifact
 
     # The folder is one the claims' sandbox can write: a name they cannot guess,
     # created here, never a file or link they left.

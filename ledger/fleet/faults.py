@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from runners.claim.result import Stamped
+    from runners.contract.result import Stamped
 
 __all__ = [
     "CODE_XIDS",

@@ -322,6 +322,14 @@ def revoke_key(url: str, ref: str, reason: str, token: str | None = None) -> dic
     return dict(_post(url, path, {"reason": reason}, _token(token)))
 
 
+def revoke_receipt(
+    url: str, ref: str, reason: str, review: str | None, token: str | None = None
+) -> dict[str, Any]:
+    """Revoke one receipt through the server (an operator or reviewer token)."""
+    path = f"/v1/receipts/{_quoted(ref)}/revoke"
+    return dict(_post(url, path, {"reason": reason, "review": review}, _token(token)))
+
+
 def fetch_proof(url: str, ref: str, timeout: float = 30) -> dict[str, Any]:
     return dict(_get(url, "/v1/log/proof/" + _quoted(ref), timeout))
 

@@ -22,6 +22,7 @@ from starlette.responses import Response
 
 from ledger.evidence.errors import (
     Error,
+    ForbiddenError,
     InputError,
     NotFoundError,
     RefusedError,
@@ -343,6 +344,45 @@ async def revoke(request: Request) -> Response:
     return json_response({"keyid": info.keyid, "name": info.name, "revoked": True})
 
 
+async def revoke_receipt(request: Request) -> Response:
+    """Revoke one receipt: an operator token on the operator's word (as on the ledger's
+    host), a reviewer token only on its own dispute of it, named by `review` (logged as
+    a reviewer's: it counts for a pass only where the plan says so). Refused: nothing
+    written, one line."""
+    from ledger.write.revoke import revoke_receipt as revoke
+
+    led = _ledger(request)
+    grant = led.tokens.grant(request.headers.get("authorization"))
+    if "operator" in grant.roles:
+        by = "operator"
+    elif "reviewer" in grant.roles:
+        by = "reviewer"
+    else:
+        have = ", ".join(sorted(grant.roles))
+        raise ForbiddenError(
+            f"token of {grant.holder} ({have}) lacks the 'operator' or 'reviewer' role"
+        )
+    doc = await _doc(request)
+    reason, review = _str(doc, "reason"), doc.get("review")
+    if review is not None and not isinstance(review, str):
+        raise InputError("review: must be a string (a review's id)")
+    rev = await run_in_threadpool(
+        lambda: revoke(led.store(), _ref(request), reason, review, by, grant.holder)
+    )
+    led.log(f"receipt {rev.receipt[:19]} revoked by {grant.holder} ({by})")
+    await run_in_threadpool(led.vouch)
+    return json_response(
+        {
+            "receipt": rev.receipt,
+            "seq": rev.seq,
+            "reason": rev.reason,
+            "review": rev.review,
+            "by": rev.by,
+            "revoked_by": rev.revoked_by,
+        }
+    )
+
+
 async def change_hosts(request: Request) -> Response:
     """Add or remove a host a runner key speaks for (the keys role): logged as a hosts
     entry naming the holder, with the reason."""
@@ -501,6 +541,7 @@ def _routes() -> list[tuple[str, Handler, list[str]]]:
         ("/v1/plans", g(add_plan), ["POST"]),
         ("/v1/keys/{ref}/revoke", g(revoke), ["POST"]),
         ("/v1/keys/{ref}/hosts", g(change_hosts), ["POST"]),
+        ("/v1/receipts/{ref}/revoke", g(revoke_receipt), ["POST"]),
         ("/v1/artifacts/{digest}", g(put_artifact), ["PUT"]),
         ("/v1/artifacts/{digest}", g(get_artifact), ["GET"]),
         ("/v1/audit", g(audit), ["GET"]),

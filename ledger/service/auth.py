@@ -3,7 +3,9 @@ holder and the roles it may use (least authority):
 
 - `runner`: upload artifacts (and push an outbox, whose receipts are signed);
 - `keys`: register and revoke runner and reviewer keys;
-- `operator`: sign checkpoints, run the audit;
+- `operator`: sign checkpoints, run the audit, revoke a receipt on the operator's word;
+- `reviewer`: revoke a receipt on the holder's own signed dispute of it, which the
+  revocation names (a pass only where the plan says so: `[review] revoke_pass`);
 - `plans`: record which plan governs a base branch (`POST /v1/plans`): the job that
   runs on the base branch after a merge (trusted code), never a pull request's job,
   whose runner token runs the pull request's code.
@@ -49,7 +51,7 @@ __all__ = [
     "revoke_token",
 ]
 
-TokenRole = Literal["runner", "keys", "operator", "plans", "read"]
+TokenRole = Literal["runner", "keys", "operator", "plans", "read", "reviewer"]
 ROLES: tuple[TokenRole, ...] = get_args(TokenRole)
 
 _HOLDER = re.compile(r"[A-Za-z0-9._@-]{1,64}")

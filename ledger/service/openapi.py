@@ -148,6 +148,16 @@ def _administration(ref: list[dict[str, Any]]) -> dict[str, Any]:
         "/v1/keys/{ref}/revoke": {
             "post": _op("revoke a key", body=_OBJECT, parameters=ref, security=_BEARER)
         },
+        "/v1/receipts/{ref}/revoke": {
+            "post": _op(
+                "revoke one receipt ({reason, review}; the operator role on the operator's "
+                "word, the reviewer role on the holder's own dispute it names; logged with "
+                "the holder's name)",
+                body=_OBJECT,
+                parameters=ref,
+                security=_BEARER,
+            )
+        },
         "/v1/keys/{ref}/hosts": {
             "post": _op(
                 "add or remove a host a runner key speaks for ({action, host, gpus, reason}; "

@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from runners.claim.result import Json
+from runners.contract.result import Json
 
 EAGER = "eager"
 """transformers' experts implementation that is a plain loop over experts."""

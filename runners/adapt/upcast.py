@@ -31,7 +31,7 @@ import torch
 
 from runners.adapt.equivalent import Equivalent, switch
 from runners.adapt.held import modules_held
-from runners.claim.result import Json
+from runners.contract.result import Json
 from runners.protocol import Batch, ForwardOutputs, PrecisionUnsupported, Workload, supports_dtype
 from runners.workloads import prebuilt
 

@@ -35,8 +35,8 @@ from runners.checks.edge import CUDA_EDGE_MARGIN, min_admitting_free, to_edge
 from runners.checks.execute import execute
 from runners.checks.params import CheckParams, ParamError
 from runners.claim.distributed import agreed_decision, any_rank
-from runners.claim.names import ADMISSION
-from runners.claim.result import CheckResult, Json
+from runners.contract.names import ADMISSION
+from runners.contract.result import CheckResult, Json
 from runners.harness.probe import CpuProbe
 from runners.harness.steps import StepRecord, measure_step
 from runners.protocol import PHASES, AdmissionDecision, Phase, Shape, Workload
@@ -159,6 +159,12 @@ def _body(sess: Session, p: Params) -> Verdict:
                 )
             )
 
+    source = getattr(w, "calibration_source", None)
+    if source is not None:
+        # Where the built-in estimator's fit came from (measured in this claim, or kept
+        # from an earlier run of the same workload on this device): a later run says
+        # it measured nothing.
+        m["calibration_source"] = str(source)
     return _verdict(p, rows, counterexamples, failures, m)
 
 

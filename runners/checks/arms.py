@@ -17,7 +17,7 @@ import torch
 
 from ledger.outputs.beneath import Folder, Refused
 from runners.checks.context import Session
-from runners.claim.result import Json
+from runners.contract.result import Json
 from runners.fork.forkparent import client_argv
 from runners.harness import child
 

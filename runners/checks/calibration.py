@@ -20,8 +20,8 @@ from typing import Any
 from runners.checks.context import CheckContext, Session, Verdict
 from runners.checks.execute import execute
 from runners.checks.params import CheckParams
-from runners.claim.names import ESTIMATOR_CALIBRATION
-from runners.claim.result import CheckResult, Json
+from runners.contract.names import ESTIMATOR_CALIBRATION
+from runners.contract.result import CheckResult, Json
 
 NAME = ESTIMATOR_CALIBRATION
 VERSION = "1"

@@ -19,7 +19,7 @@ from runners.checks import (
 )
 from runners.checks.context import CheckContext, infra_result
 from runners.checks.params import CheckParams, ParamError
-from runners.claim.result import CheckResult, Json
+from runners.contract.result import CheckResult, Json
 
 
 @dataclass(frozen=True, slots=True)

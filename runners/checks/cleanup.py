@@ -14,8 +14,8 @@ from functools import partial
 from runners.checks.context import CheckContext, Session, Verdict, phase_step
 from runners.checks.execute import execute
 from runners.checks.params import CheckParams
-from runners.claim.names import CLEANUP
-from runners.claim.result import CheckResult, Json
+from runners.contract.names import CLEANUP
+from runners.contract.result import CheckResult, Json
 from runners.harness.proofs import describe_incomplete
 from runners.protocol import Shape
 

@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 
 import torch
 
-from runners.claim.result import Artifact, CheckResult, Json, Observer, Outcome, infra_error
+from runners.contract.result import Artifact, CheckResult, Json, Observer, Outcome, infra_error
 from runners.harness.fingerprint import Fingerprint
 from runners.harness.observer import ObserverSession
 from runners.harness.oom import StepOutcome, capture
@@ -42,7 +42,7 @@ _KEEP = (
     "runners.harness",
     "runners.checks",
     "runners.api",
-    "runners.claim.result",
+    "runners.contract.result",
     "runners.protocol",
 )
 _KEEP_PACKAGES = ("runners", "runners.claim")

@@ -31,7 +31,7 @@ from runners.checks.context import (
     verdict_of_failure,
 )
 from runners.checks.params import CheckParams, ParamError
-from runners.claim.result import CheckResult, CleanupProof, Json, Observer
+from runners.contract.result import CheckResult, CleanupProof, Json, Observer
 from runners.harness.determinism import apply_determinism
 from runners.harness.observer import ObserverSession
 from runners.harness.probe import CpuProbe, MemoryProbe, make_probe

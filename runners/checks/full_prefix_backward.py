@@ -21,8 +21,8 @@ from functools import partial
 from runners.checks.context import CheckContext, Session, Verdict, phase_step
 from runners.checks.execute import execute
 from runners.checks.params import CheckParams
-from runners.claim.names import FULL_PREFIX_BACKWARD
-from runners.claim.result import CheckResult, Json
+from runners.contract.names import FULL_PREFIX_BACKWARD
+from runners.contract.result import CheckResult, Json
 from runners.harness.probe import CpuProbe
 from runners.harness.steps import StepRecord, measure_step
 from runners.protocol import AdmissionDecision, Shape, Workload

@@ -46,8 +46,8 @@ from runners.checks.execute import execute
 from runners.checks.gradient_verdicts import by_reference as _by_reference
 from runners.checks.gradient_verdicts import by_threshold, compare, errors, rel_l2
 from runners.checks.params import CheckParams
-from runners.claim.names import GRADIENT_COMPARE
-from runners.claim.result import CheckResult, Json
+from runners.contract.names import GRADIENT_COMPARE
+from runners.contract.result import CheckResult, Json
 
 NAME = GRADIENT_COMPARE
 VERSION = "3"

@@ -19,7 +19,7 @@ import torch
 
 from runners.checks import noise, precision
 from runners.checks.context import Verdict
-from runners.claim.result import Json
+from runners.contract.result import Json
 
 
 class ReferenceRule(Protocol):

@@ -23,7 +23,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-from runners.claim.result import Json
+from runners.contract.result import Json
 
 FamilyState = Literal["passed", "failed", "inconclusive"]
 

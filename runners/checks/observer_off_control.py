@@ -8,7 +8,7 @@ increments, predictions, admission decisions, statuses, output digests, NLLs,
 gradient comparisons). The results are the observer-on run, the observer-off
 run (the control receipt) and a comparison saying whether the observer changed
 anything: passed iff nothing compared differs. A check that compares against the
-base (`runners.claim.names.NEEDS_BASE`) runs the base's arms in the first run only:
+base (`runners.contract.names.NEEDS_BASE`) runs the base's arms in the first run only:
 the second reuses them, so what differs is the head's run alone.
 """
 
@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from runners.checks.context import CheckContext, could_not_run
 from runners.checks.execute import json_safe
 from runners.checks.params import CheckParams, ParamError
-from runners.claim.names import NEEDS_BASE, OBSERVER_OFF_CONTROL, REGRESSION_24VIEW
-from runners.claim.result import CheckResult, Json
+from runners.contract.names import NEEDS_BASE, OBSERVER_OFF_CONTROL, REGRESSION_24VIEW
+from runners.contract.result import CheckResult, Json
 from runners.harness.proofs import merge_proofs
 
 NAME = OBSERVER_OFF_CONTROL

@@ -19,8 +19,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
-from runners.claim.names import Observer
-from runners.claim.result import Json
+from runners.contract.names import Observer
+from runners.contract.result import Json
 
 P = TypeVar("P", bound="CheckParams")
 

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from runners.checks.noise import FamilyState, family
-from runners.claim.result import Json
+from runners.contract.result import Json
 
 Floor = Literal["precision", "repeat-noise"]
 

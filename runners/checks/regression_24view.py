@@ -49,8 +49,8 @@ from runners.checks.execute import execute
 from runners.checks.outputs import bitwise_equal, host_copy, sha256_of
 from runners.checks.params import CheckParams
 from runners.checks.regression_reference import reference
-from runners.claim.names import REGRESSION_24VIEW
-from runners.claim.result import CheckResult, Json
+from runners.contract.names import REGRESSION_24VIEW
+from runners.contract.result import CheckResult, Json
 from runners.harness.steps import measure_step
 from runners.protocol import (
     Batch,

@@ -50,7 +50,7 @@ from runners.checks.arms import Planned, Schedule, run_arms
 from runners.checks.context import Session, Verdict, phase_step, seeded
 from runners.checks.grad_arm import replay, router_hooks, routing_of
 from runners.checks.gradient_verdicts import compare, errors
-from runners.claim.result import Json
+from runners.contract.result import Json
 from runners.protocol import Batch, DeclaresRouting, ForwardOutputs, ReplaysRouting, Workload
 
 _ARM_KEYS = (

@@ -20,7 +20,7 @@ from runners.checks.context import (
 )
 from runners.checks.execute import capture_where
 from runners.checks.outputs import rel_err
-from runners.claim.result import Json
+from runners.contract.result import Json
 from runners.protocol import (
     Batch,
     DeclaresRouting,

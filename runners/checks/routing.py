@@ -13,7 +13,7 @@ from collections.abc import Mapping
 
 import torch
 
-from runners.claim.result import Json
+from runners.contract.result import Json
 
 Routing = Mapping[str, torch.Tensor]
 """Top-k expert indices ``[tokens, k]`` by routed layer name."""

@@ -10,14 +10,14 @@ word. So each fact has one author:
   (`observe`);
 - *set by the plan or the harness's reading of it*: ``workload``,
   ``workload_digest``, ``dtype``, ``world_size``, ``backend`` (taken from the
-  result after `runners.claim.result.check_result` bounded them; the parent cannot
+  result after `runners.contract.result.check_result` bounded them; the parent cannot
   import the workload to read its digest itself);
 - *reported by the code under test*: the check's own figures, phase times,
   module lists, kept in the measurements, bounded and validated.
 
 `stamped` sets the host's facts (`HostFacts`: what it observed, and the runner's
 own facets: the sandbox, the network, the profile) over whatever the result said,
-once, in one place, into a frozen `runners.claim.result.Stamped` (a claim that said
+once, in one place, into a frozen `runners.contract.result.Stamped` (a claim that said
 otherwise has its words kept, as reported, under ``reported_facts``), and makes
 the claim's own ``infra-error`` a ``failed``: only the parent's evidence (a device
 fault read through NVML, `ledger.fleet.faults.judge`; a fork refused before the
@@ -38,7 +38,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from runners.claim.result import CheckResult, Json, Stamped, untrusted
+from runners.contract.request import ClaimRequest
+from runners.contract.result import CheckResult, Json, Stamped, untrusted
 
 __all__ = [
     "HOST_FACETS",
@@ -47,7 +48,9 @@ __all__ = [
     "HostFacts",
     "Observed",
     "observe",
+    "observed",
     "packages_digest",
+    "stamp",
     "stamped",
 ]
 
@@ -338,6 +341,44 @@ def stamped(results: Sequence[CheckResult], host: HostFacts) -> list[Stamped]:
     host fact, its words stay in the measurements under `REPORTED_FACTS`, as
     reported. A result stamped already is refused (`TypeError`): no fact is set twice."""
     return [_stamped(r, host) for r in results]
+
+
+def observed(request: ClaimRequest) -> Observed:
+    """The host's facts about ``request``'s claim, read from outside it (`observe`)."""
+    return observe(
+        request.run.device,
+        request.gpu_uuids,
+        env=request.env,
+        outside=[Path(str(p)) for p in request.code()],
+        ranks=request.run.world_size if request.grouped and request.run.device != "cpu" else None,
+    )
+
+
+def stamp(
+    request: ClaimRequest,
+    results: Sequence[CheckResult],
+    sandbox: str,
+    window: tuple[int, int] | None = None,
+    *,
+    claims_word: bool = True,
+) -> list[Stamped]:
+    """``request``'s results with the host's facts stamped on them, once (`stamped`):
+    its observation, the ``sandbox`` facet, the claim's network and profile;
+    ``window`` when the host launched the claim and saw it exit; ``claims_word`` False
+    for the host's own results of a claim that never started."""
+    c = request.run
+    return stamped(
+        results,
+        HostFacts(
+            seen=observed(request),
+            sandbox=sandbox,
+            network=c.network,
+            profile=c.profile,
+            world_size=c.world_size if request.grouped else None,
+            window=window,
+            claims_word=claims_word,
+        ),
+    )
 
 
 def _stamped(r: CheckResult, host: HostFacts) -> Stamped:

@@ -19,7 +19,7 @@ from typing import Any
 
 from runners.checks.cleanup import decide as decide_cleanup
 from runners.claim.ranks import merge_ranks
-from runners.claim.result import CheckResult, CleanupProof, ReleasedResource, infra_error
+from runners.contract.result import CheckResult, CleanupProof, ReleasedResource, infra_error
 from runners.harness import nvml
 from runners.harness.launch import RankExit
 from runners.harness.proofs import CUDA_TOLERANCE_BYTES

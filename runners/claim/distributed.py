@@ -20,7 +20,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from runners.claim.result import CheckResult, CleanupProof, Json, ReleasedResource
+from runners.contract.result import CheckResult, CleanupProof, Json, ReleasedResource
 from runners.harness.collect import collect
 from runners.harness.probe import CudaProbe
 from runners.harness.proofs import CUDA_TOLERANCE_BYTES

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from ledger.sandbox import quota
 from ledger.sandbox.proof import SandboxBreach
+from runners.claim.authors import stamp
 from runners.claim.claim_exit import (
     GpuState,
     cleanup_verdict,
@@ -38,9 +39,9 @@ from runners.claim.claim_exit import (
     timed_out,
     with_exit_proof,
 )
-from runners.claim.names import DEVICE_SHARED_VAR
-from runners.claim.request import ClaimRequest
-from runners.claim.result import (
+from runners.contract.names import DEVICE_SHARED_VAR
+from runners.contract.request import ClaimRequest
+from runners.contract.result import (
     CheckResult,
     Json,
     ReleasedResource,
@@ -50,7 +51,7 @@ from runners.claim.result import (
     infra_error,
     untrusted,
 )
-from runners.claim.result import result_from_dict as _result_from
+from runners.contract.result import result_from_dict as _result_from
 from runners.fork.forkclient import CGROUP_VAR, REFUSAL_VAR, REFUSED, STRICT_VAR
 from runners.fork.forkparent import ForkServer
 from runners.fork.preload import note_learned
@@ -179,9 +180,9 @@ def run_claim_isolated(
     ran = _run(request, progress, fork_server, sandbox, cancel)
     if isinstance(ran, CheckResult):
         # The host's own result: the claim never started.
-        return request.stamp([ran], facet, claims_word=False)
+        return stamp(request, [ran], facet, claims_word=False)
     results, window = ran
-    return request.stamp(results, facet, window)
+    return stamp(request, results, facet, window)
 
 
 def _run(

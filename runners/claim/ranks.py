@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from runners.claim.names import Outcome
-from runners.claim.result import CheckResult, CleanupProof, Json, ReleasedResource
+from runners.contract.names import Outcome
+from runners.contract.result import CheckResult, CleanupProof, Json, ReleasedResource
 
 __all__ = ["merge_ranks"]
 

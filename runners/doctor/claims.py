@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from runners.claim.result import Json
+from runners.contract.result import Json
 
 Judgement = Literal["judged", "fallback", "inconclusive", "broken", "not-probed"]
 

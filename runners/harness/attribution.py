@@ -26,7 +26,7 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from runners.claim.result import Json
+from runners.contract.result import Json
 from runners.harness.tracker import _tensors
 
 BACKWARD = "(backward)"

@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from runners.claim.childenv import env as env  # re-exported: callers import it from here
+from runners.contract.childenv import env as env  # re-exported: callers import it from here
 
 PROGRESS = "\x1eprogress "
 """Prefix of a stderr line that is a progress message, not log output."""

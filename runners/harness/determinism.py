@@ -7,7 +7,7 @@ import random
 
 import torch
 
-from runners.claim.result import Json
+from runners.contract.result import Json
 
 CUBLAS_WORKSPACE = ":4096:8"
 

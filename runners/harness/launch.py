@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from runners.claim.result import ReleasedResource
+from runners.contract.result import ReleasedResource
 from runners.harness import child
 from runners.harness.processes import proc_table, stop_group, stop_popen
 

@@ -33,7 +33,7 @@ from typing import Any, Final
 
 import torch
 
-from runners.claim.result import Artifact, Json, Observer
+from runners.contract.result import Artifact, Json, Observer
 from runners.harness.probe import CpuProbe, MemoryProbe
 from runners.harness.tracker import count_saved_bytes
 

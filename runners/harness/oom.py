@@ -16,7 +16,7 @@ from typing import Generic, Literal, TypeVar
 
 import torch
 
-from runners.claim.result import Json
+from runners.contract.result import Json
 from runners.harness.collect import collect
 
 T = TypeVar("T")

@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from runners.claim.result import CheckResult
+from runners.contract.result import CheckResult
 from runners.harness import nvml
 from runners.harness.cgroup import ClaimCgroup
 from runners.harness.hostpid import write_note
@@ -106,7 +106,7 @@ class OutsideView:
     """The claim's cgroup, where one could be made: every process of the claim."""
     notes: Sequence[Path] = ()
     shared: bool = False
-    """The claim's device may hold other claims (`runners.claim.names.DEVICE_SHARED_VAR`): the
+    """The claim's device may hold other claims (`runners.contract.names.DEVICE_SHARED_VAR`): the
     device's used memory is not read as the claim's."""
     """Per rank, where to note the claim process's host pid once seen (a process
     started afresh in the sandbox cannot know it: `runners.harness.hostpid`)."""

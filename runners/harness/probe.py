@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 import torch
 
-from runners.claim.result import Json
+from runners.contract.result import Json
 from runners.harness import nvml
 from runners.harness.collect import collect
 from runners.harness.tracker import LiveStorageTracker

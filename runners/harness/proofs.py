@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import os
 
-from runners.claim.names import DEVICE_SHARED_VAR
-from runners.claim.result import CleanupProof, ReleasedResource
+from runners.contract.names import DEVICE_SHARED_VAR
+from runners.contract.result import CleanupProof, ReleasedResource
 from runners.harness.probe import CudaProbe, MemoryProbe, MemorySample
 
 MiB = 1024**2

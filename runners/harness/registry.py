@@ -31,7 +31,7 @@ from typing import Any
 
 import torch
 
-from runners.claim.result import CleanupProof, ReleasedResource
+from runners.contract.result import CleanupProof, ReleasedResource
 from runners.harness.collect import collect
 from runners.harness.probe import CpuProbe, CudaProbe, MemoryProbe, MemorySample
 from runners.harness.processes import descendants, proc_table, stop_group, stop_pid, stop_popen

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from runners.claim.result import Json
+from runners.contract.result import Json
 from runners.harness.oom import StepOutcome, capture
 from runners.harness.probe import MemoryProbe, PeakIncrement
 

@@ -22,7 +22,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-from runners.claim.result import Json
+from runners.contract.result import Json
 
 
 def _tensors(items: tuple[Any, ...]) -> list[torch.Tensor]:

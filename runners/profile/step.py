@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from runners.checks.context import phase_step
-from runners.claim.result import Json
+from runners.contract.result import Json
 from runners.harness.attribution import AttributingTracker, module_names
 from runners.protocol import (
     EstimatorMissing,

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from runners.claim.result import CheckResult, Json, Stamped
+from runners.contract.result import CheckResult, Json, Stamped
 
 WORKLOAD = "runners.workloads.moe:make_workload"
 REPO_ROOT = Path(__file__).resolve().parents[2]

@@ -24,7 +24,7 @@ from pathlib import Path
 import torch
 
 from runners.api import check_names, run_claim
-from runners.claim.result import CheckResult, Json
+from runners.contract.result import CheckResult, Json
 from runners.harness.fingerprint import fingerprint
 from scripts.device.common import (
     PRESETS,

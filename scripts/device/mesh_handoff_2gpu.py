@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 
 from runners.api import run_claim
-from runners.claim.result import CheckResult
+from runners.contract.result import CheckResult
 from runners.harness.fingerprint import fingerprint
 from scripts.device.common import REPO_ROOT, WORKLOAD, Log, result_dict, write_json
 

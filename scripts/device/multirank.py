@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from runners.claim.isolated import ClaimRequest, run_claim_isolated
-from runners.claim.request import Claim
-from runners.claim.result import Json, Stamped
+from runners.contract.request import Claim
+from runners.contract.result import Json, Stamped
 from scripts.device.common import REPO_ROOT, Log, result_dict, write_json
 from scripts.example_plans import MULTI_RANK_PLAN
 

@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from runners.checks.context import load_preserving
-from runners.claim.result import Json
+from runners.contract.result import Json
 from runners.harness.determinism import apply_determinism
 from runners.harness.probe import make_probe
 from runners.harness.registry import ResourceRegistry

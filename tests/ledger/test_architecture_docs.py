@@ -176,7 +176,7 @@ def test_the_modules_that_load_runners_are_the_documented_ones() -> None:
     assert loader_mismatch(documented, {**found, **runners_loaders({"x/y.py": source})}) == [
         "x/y.py imports runners (in a function), unlisted"
     ]
-    typed = "if TYPE_CHECKING:\n    import runners.claim.result\nimport runners.protocol\n"
+    typed = "if TYPE_CHECKING:\n    import runners.contract.result\nimport runners.protocol\n"
     assert runners_loaders({"x/y.py": typed}) == {"x/y.py": {_TYPES, _NOW}}
 
 

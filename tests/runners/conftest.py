@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from runners.api import run_claim
-from runners.claim.result import CheckResult, Json
+from runners.contract.result import CheckResult, Json
 
 REPO = Path(__file__).resolve().parents[2]
 MOE = "runners.workloads.moe:make_workload"

@@ -11,7 +11,7 @@ import pytest
 from ledger.qualification.figures import figure_of, least_of
 from ledger.read.render import render_trend
 from ledger.trend import Point, Trend
-from runners.claim.result import CheckResult, Json
+from runners.contract.result import CheckResult, Json
 
 from .conftest import MOE, make_runner
 

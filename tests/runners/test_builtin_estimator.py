@@ -14,7 +14,7 @@ from runners.adapt import calibrate
 from runners.adapt.library import ModuleAdapter, causal_lm, module
 from runners.adapt.model_bytes import model_bytes
 from runners.api import run_claim
-from runners.claim.result import CheckResult, Json
+from runners.contract.result import CheckResult, Json
 from runners.protocol import Batch, Shape
 from runners.workloads.envelope import Point, fit, predict_step, widened
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from runners.api import run_claim
-from runners.claim.result import CheckResult
+from runners.contract.result import CheckResult
 
 from .conftest import MOE, REPO, TINY, Recorder, RunClaim
 

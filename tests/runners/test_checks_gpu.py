@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from runners.claim.result import CheckResult
+from runners.contract.result import CheckResult
 from runners.harness import CudaProbe, ResourceRegistry
 
 from .conftest import RunClaim

@@ -22,7 +22,7 @@ import pytest
 
 from ledger.execution.local_run import server_sandbox
 from ledger.sandbox import Sandbox, find_bwrap, resolve
-from runners.claim.result import CheckResult
+from runners.contract.result import CheckResult
 from runners.fork.forkparent import ForkServer, client_argv
 from runners.harness.cgroup import ClaimCgroup
 from runners.harness.child import env as child_env

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from runners.claim.isolated import ClaimRequest, run_claim_isolated
-from runners.claim.request import Claim
-from runners.claim.result import CheckResult
+from runners.contract.request import Claim
+from runners.contract.result import CheckResult
 from runners.fork.forkparent import ForkServer
 from runners.harness.child import env
 

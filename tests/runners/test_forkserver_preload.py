@@ -8,7 +8,7 @@ import threading
 from pathlib import Path
 
 from runners.claim.isolated import ClaimRequest, run_claim_isolated
-from runners.claim.request import Claim
+from runners.contract.request import Claim
 from runners.fork.forkparent import ForkServer
 from runners.harness.child import env
 from tests.ledger.probe_repo import claim, make_probe_repo, notes

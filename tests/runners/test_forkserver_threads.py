@@ -17,7 +17,7 @@ import pytest
 
 from ledger.execution.local_run import unforkable
 from runners.claim.isolated import ClaimRequest, run_claim_isolated
-from runners.claim.request import Claim
+from runners.contract.request import Claim
 from runners.fork.forkparent import ForkServer
 from runners.fork.forksafety import FORK_SAFE_THREADS
 from runners.harness.child import env

@@ -22,7 +22,7 @@ import torch
 
 from runners.api import run_claim
 from runners.checks.grad_arm import run_arm
-from runners.claim.result import CheckResult, Json
+from runners.contract.result import CheckResult, Json
 from runners.doctor.claims import judge
 from runners.doctor.probe import probe
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from runners.claim.isolated import ClaimRequest, run_claim_isolated
-from runners.claim.request import Claim
+from runners.contract.request import Claim
 
 KILLER = """
 import os, signal
@@ -62,7 +62,7 @@ def test_a_child_killed_by_a_signal_fails_its_claim(tmp_path: Path) -> None:
 
 def test_gpu_memory_counts_as_released_only_when_nvml_saw_it_return() -> None:
     from runners.claim.claim_exit import with_exit_proof
-    from runners.claim.result import CleanupProof, ReleasedResource
+    from runners.contract.result import CleanupProof, ReleasedResource
 
     held = ReleasedResource(
         kind="gpu-memory",
@@ -84,7 +84,7 @@ def test_gpu_memory_counts_as_released_only_when_nvml_saw_it_return() -> None:
 
 def test_cleanup_verdict_follows_the_whole_proof() -> None:
     from runners.claim.claim_exit import cleanup_verdict, with_exit_proof
-    from runners.claim.result import CheckResult, CleanupProof, ReleasedResource
+    from runners.contract.result import CheckResult, CleanupProof, ReleasedResource
 
     held = ReleasedResource(
         kind="gpu-memory", id="GPU-1:outside-pool", released=False, proof="delta > tolerance"

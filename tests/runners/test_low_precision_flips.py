@@ -7,7 +7,7 @@ from __future__ import annotations
 from runners.checks import routing
 from runners.checks.gradient_compare import Params, _by_reference
 from runners.checks.precision import TensorVerdict
-from runners.claim.result import Json
+from runners.contract.result import Json
 
 
 def verdict(name: str, err_candidate: float, err_function: float) -> TensorVerdict:

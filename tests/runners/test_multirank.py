@@ -9,8 +9,8 @@ import pytest
 
 from runners.claim.isolated import ClaimRequest, run_claim_isolated
 from runners.claim.ranks import merge_ranks
-from runners.claim.request import Claim
-from runners.claim.result import CheckResult, CleanupProof, ReleasedResource, Stamped
+from runners.contract.request import Claim
+from runners.contract.result import CheckResult, CleanupProof, ReleasedResource, Stamped
 from runners.harness import launch
 
 REPO = Path(__file__).resolve().parents[2]

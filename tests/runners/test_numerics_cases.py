@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 
 from runners.api import run_claim
-from runners.claim.childenv import env
-from runners.claim.result import CheckResult, Json
+from runners.contract.childenv import env
+from runners.contract.result import CheckResult, Json
 from runners.fork.forkparent import ForkServer, Starting
 from scripts.numerics_cases import CASES, CasesRepo, checkout, make_cases_repo
 

@@ -22,7 +22,7 @@ import torch
 from runners.adapt.library import module
 from runners.api import run_claim
 from runners.checks import observer_off_control, regression_24view
-from runners.claim.result import CheckResult, Json
+from runners.contract.result import CheckResult, Json
 from runners.fork.forkparent import ForkServer
 from runners.harness.child import env
 from runners.protocol import Shape, SupportsModes, enter_mode

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from ledger.outputs.beneath import Folder, Refused
-from runners.claim.result import Artifact, ResultError, check_result, infra_error
+from runners.contract.result import Artifact, ResultError, check_result, infra_error
 
 
 def _doc(**changes: Any) -> dict[str, Any]:

@@ -8,7 +8,7 @@ from typing import Any
 
 from runners.checks import gradient_compare as gc
 from runners.checks import precision, routing
-from runners.claim.result import Json
+from runners.contract.result import Json
 
 
 def _verdict(flipped: int, function_err: float = 0.00549) -> Any:

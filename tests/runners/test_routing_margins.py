@@ -10,7 +10,7 @@ from runners.adapt.routers import margin
 from runners.checks import routing
 from runners.checks.grad_arm import margins_of
 from runners.checks.regression_base import _Kept
-from runners.claim.result import Json
+from runners.contract.result import Json
 
 
 def test_the_margin_is_the_kth_less_the_next_probability() -> None:

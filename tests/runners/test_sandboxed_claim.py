@@ -10,8 +10,8 @@ import pytest
 
 from ledger.sandbox import find_bwrap, resolve
 from runners.claim.isolated import ClaimRequest, run_claim_isolated
-from runners.claim.request import Claim
-from runners.claim.result import CheckResult, Stamped
+from runners.contract.request import Claim
+from runners.contract.result import CheckResult, Stamped
 from runners.harness.outside import CPU_SLACK_BYTES, REPORTED
 
 if TYPE_CHECKING:
@@ -158,7 +158,7 @@ def test_a_claim_gets_the_network_only_when_it_says_so(tmp_path: Path) -> None:
 
 def test_on_cuda_the_bound_is_nvml_per_process_else_the_device_above_its_level() -> None:
     """The CUDA decision, with the figures NVML would give (no GPU needed)."""
-    from runners.claim.result import CleanupProof
+    from runners.contract.result import CleanupProof
     from runners.harness.outside import CUDA_SLACK_BYTES, OutsideView, bound
 
     def result(reported: int) -> CheckResult:

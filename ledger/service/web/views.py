@@ -1,4 +1,8 @@
-"""What each page shows, gathered from the store (no HTML here)."""
+"""What each page shows (no HTML here), read through the server's reader
+(`Ledger.reader`, the read side's `LocalReader` over the one store): the status,
+history and entry documents the JSON routes answer, so a page and its route never
+differ. Each verdict the index shows, and the PR page's where no scope is asked, is
+the answer `GET /v1/status` keeps (`service/answers.py`)."""
 
 from __future__ import annotations
 
@@ -7,38 +11,45 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import func, select
-
 from ledger.evidence.errors import Error, InputError
 from ledger.identity.repoid import canonical_repo
+from ledger.plans.governing import Identity
 from ledger.read.findings import findings
-from ledger.read.query import query_history, query_status, show_document
+from ledger.read.question import Question
+from ledger.read.reader import LocalReader
 from ledger.read.subject import judged_from_log, with_plan_source
 from ledger.read.whose import BASELINE_FOR
 from ledger.service.answers import Answers
-from ledger.service.questions import answer
+from ledger.service.questions import answer, with_notes
 from ledger.service.web import charts
 from ledger.service.web.measurements import cell as _cell
 from ledger.service.web.measurements import flat as _flat
 from ledger.service.web.measurements import measurement_charts as _charts
 from ledger.service.web.measurements import measurement_tables as _measurements
 from ledger.service.web.trends import pr_trends, trend_page, trend_url
-from ledger.store.store import RECEIPT, Store
 
 __all__ = ["index", "memory_page", "pr_page", "receipt_page", "trend_page"]
 
 
 def _verdict_of(
-    store: Store,
+    reader: LocalReader,
     repo: str,
     pr: int | None,
     rev: str | None,
     mirrors: Sequence[Path],
     scope: dict[str, str | int] | None = None,
-) -> tuple[Any, dict[str, Any]]:
-    ident, source = judged_from_log(store, repo, pr, rev, mirrors)
-    doc = query_status(store, ident, claims=None, scope=scope or {}).to_json()
-    return ident, with_plan_source(doc, source)
+    answers: Answers | None = None,
+) -> tuple[Identity, dict[str, Any]]:
+    """The subject as the server resolves it, and its status answer: the one
+    `GET /v1/status?repo=R&pr=N` (or `&rev=C`) gives, kept where that route keeps it;
+    with a scope, the reader's answer at that scope (the route takes none)."""
+    ident, source = judged_from_log(reader.store, repo, pr, rev, mirrors)
+    if scope:
+        return ident, with_plan_source(reader.status(ident, (), scope), source)
+    asked = {"repo": repo, **({"pr": str(pr)} if pr is not None else {"rev": str(rev)})}
+    # A copy: the page adds its notes to what the kept answer judged.
+    doc = with_notes(answer("status", "query", reader.store, asked, mirrors, answers), [])
+    return ident, dict(doc)
 
 
 def _scope(asked: Sequence[str]) -> dict[str, str | int]:
@@ -55,20 +66,17 @@ def _scope(asked: Sequence[str]) -> dict[str, str | int]:
 
 
 def index(
-    store: Store, mirrors: Sequence[Path] = (), answers: Answers | None = None
+    reader: LocalReader, mirrors: Sequence[Path] = (), answers: Answers | None = None
 ) -> list[dict[str, Any]]:
     """Repositories, their PRs (each with its verdict, head, last time and counts)
     and revisions. Each verdict is the status answer `GET /v1/status` gives, kept in
     ``answers`` (the server's answers, `ledger.service.answers`) while the log is
     unchanged: a page loaded again judges nothing."""
-    q = select(
-        RECEIPT.c.repo, RECEIPT.c.pr, RECEIPT.c.commit, func.count(), func.max(RECEIPT.c.seq)
-    ).group_by(RECEIPT.c.repo, RECEIPT.c.pr, RECEIPT.c.commit)
     from ledger.identity.aliases import current_id
 
+    store = reader.store
     repos: dict[str, dict[str, Any]] = {}
-    with store.engine.connect() as conn:
-        rows = conn.execute(q).all()
+    rows = store.receipt_groups()
     names: dict[str, str] = {}
     for repo, pr, commit, n, last in rows:
         if repo not in names:
@@ -93,7 +101,7 @@ def index(
             rv["last"] = max(rv["last"], last)
             rv["ids"].add(repo)
     for r in repos.values():
-        _file_baselines(store, r)
+        _file_baselines(reader, r)
     out = []
     for r in sorted(repos.values(), key=lambda r: r["repo"]):
         prs = sorted(r["prs"].values(), key=lambda p: -p["last"])
@@ -106,14 +114,14 @@ def index(
                     {
                         **p,
                         "heads": len(p["heads"]),
-                        **_summary(store, r["repo"], p["pr"], None, mirrors, answers),
+                        **_summary(reader, r["repo"], p["pr"], None, mirrors, answers),
                     }
                     for p in prs[:_INDEX_VERDICTS]
                 ],
                 "revisions": [
                     {
                         **{k: x for k, x in v.items() if k != "ids"},
-                        **_summary(store, r["repo"], None, v["commit"], mirrors, answers),
+                        **_summary(reader, r["repo"], None, v["commit"], mirrors, answers),
                     }
                     for v in revisions[:_INDEX_VERDICTS]
                 ],
@@ -125,19 +133,18 @@ def index(
 _BASELINE_OF_PR = re.compile(r" of PR #(\d+)\Z")
 
 
-def _file_baselines(store: Store, r: dict[str, Any]) -> None:
+def _file_baselines(reader: LocalReader, r: dict[str, Any]) -> None:
     """A base commit whose every receipt is a baseline run (`execution/baseline.py`: its
     environment names the head and PR it judged the base for) is filed under that PR,
     not listed as a revision of its own: nobody asked about the base for its own sake."""
     for commit, rv in list(r["revisions"].items()):
         asked: set[int] = set()
         for repo_id in rv["ids"]:
-            for e in store.receipt_entries(repo_id, commits=[commit]):
-                try:
-                    p = e.receipt.predicate
-                except Error:
-                    asked.add(0)  # unreadable: it stays where it is, as a revision
-                    continue
+            ev = reader.evidence(Question.about(repo_id, commit))
+            if ev.unreadable:
+                asked.add(0)  # unreadable: it stays where it is, as a revision
+            for e in ev.receipts:
+                p = e.predicate
                 if p.source.commit != commit:
                     continue
                 m = _BASELINE_OF_PR.search(p.runner.environment.get(BASELINE_FOR) or "")
@@ -155,7 +162,7 @@ _INDEX_VERDICTS = 50
 
 
 def _summary(
-    store: Store,
+    reader: LocalReader,
     repo: str,
     pr: int | None,
     rev: str | None,
@@ -167,7 +174,7 @@ def _summary(
     that route keeps it."""
     asked = {"repo": repo, **({"pr": str(pr)} if pr is not None else {"rev": str(rev)})}
     try:
-        report = answer("status", "query", store, asked, mirrors, answers)
+        report = answer("status", "query", reader.store, asked, mirrors, answers)
     except Error as e:
         return {"verdict": None, "error": e.reason()}
     v = report["verdict"]
@@ -184,12 +191,13 @@ def _scope_text(scope: dict[str, Any]) -> str:
 
 
 def pr_page(
-    store: Store,
+    reader: LocalReader,
     repo: str,
     pr_text: str | None,
     rev: str | None,
     mirrors: Sequence[Path] = (),
     scope: Sequence[str] = (),
+    answers: Answers | None = None,
 ) -> dict[str, Any]:
     """The PR (or revision) page: the verdict as every surface renders it, the
     head history with times, and the reviews."""
@@ -200,12 +208,12 @@ def pr_page(
         if not pr_text.isdigit() or not 0 < int(pr_text) < 2**31:
             raise InputError("pr: expected a pull request number")
         pr = int(pr_text)
-    ident, report = _verdict_of(store, repo, pr, rev, mirrors, _scope(scope))
+    ident, report = _verdict_of(reader, repo, pr, rev, mirrors, _scope(scope), answers)
     verdict = report["verdict"]
-    items = [i.to_json() for i in query_history(store, ident)]
+    items: list[dict[str, Any]] = reader.history(ident)["entries"]
     meanings = {r["id"]: r for c in verdict["claims"] for r in c["receipts"]}
-    heads = _heads(store, items, ident.revision.commit, meanings)
-    reviews = _reviews(store, items)
+    heads = _heads(reader, items, ident.revision.commit, meanings)
+    reviews = _reviews(reader, items)
     # What the verdict says of each receipt a later one names as replaced: the
     # page never calls a supersession done that the verdict says had no effect.
     supersessions = [
@@ -219,7 +227,7 @@ def pr_page(
         "report": report,
         "verdict": verdict,
         "deciding": _deciding(ident.revision.repo, pr, verdict) if pr else {},
-        "trends": pr_trends(store, ident.revision.repo, pr, verdict, mirrors) if pr else [],
+        "trends": pr_trends(reader, ident.revision.repo, pr, verdict, mirrors) if pr else [],
         "heads": heads,
         "items": items,
         "reviews": reviews,
@@ -239,7 +247,7 @@ def _deciding(repo: str, pr: int, verdict: dict[str, Any]) -> dict[str, Any]:
 
 
 def _heads(
-    store: Store, items: list[dict[str, Any]], current: str, meanings: dict[str, Any]
+    reader: LocalReader, items: list[dict[str, Any]], current: str, meanings: dict[str, Any]
 ) -> list[dict[str, Any]]:
     """The PR's heads in the order recorded: each its receipts (with what the verdict
     says each means), first and last time, whether it is current and whether it came
@@ -268,7 +276,7 @@ def _heads(
             h["last"] = max(h["last"] or when, when)
     known: set[str] = set()
     for h in heads:
-        e = store.entry(h["receipts"][0]["id"])
+        e = reader.store.entry(h["receipts"][0]["id"])
         parents = e.receipt.predicate.source.parents if e is not None else []
         h["force_push"] = bool(known) and not (set(parents) & known)
         h["current"] = h["commit"] == current
@@ -279,9 +287,10 @@ def _heads(
     return heads
 
 
-def _reviews(store: Store, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _reviews(reader: LocalReader, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The reviews of the PR's receipts: each with its reviewer's name, the claim of
     the receipt it reviews and what it says was reviewed."""
+    store = reader.store
     keys = store.keys()
     claim_of = {it["id"]: it.get("claim") for it in items if it["kind"] == "receipt"}
     reviews = []
@@ -305,21 +314,20 @@ def _reviews(store: Store, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return reviews
 
 
-def receipt_page(store: Store, ref: str, led: Any) -> dict[str, Any]:
+def receipt_page(reader: LocalReader, ref: str, led: Any) -> dict[str, Any]:
     """A receipt (or review): what it means for its PR, what ran, where, every
-    measurement, and how to check it offline."""
-    from ledger.transparency.logged import verify_in_ledger
-
-    doc = show_document(store, ref)
+    measurement, and how to check it offline. The entry as `GET /v1/entries/ID` shows
+    it (a revoked receipt's revocation, weighed), verified as `GET /v1/verify/ID`."""
+    doc = reader.show(ref)
     try:
-        verification: dict[str, Any] = verify_in_ledger(store, doc["id"]).to_json()
+        verification: dict[str, Any] = reader.verification(doc["id"])
     except Error as e:
         from ledger.service.api import public_reason
 
         # Shown to any client: without the server's paths, as every error is.
         verification = {"verified": False, "reason": public_reason(led, e.reason())}
     p = doc["statement"].get("predicate", {})
-    keys = store.keys()
+    keys = reader.store.keys()
     for r in doc.get("reviews", []):
         info = keys.get(r.get("signer", ""))
         r["reviewer"] = info.name if info else None
@@ -334,7 +342,7 @@ def receipt_page(store: Store, ref: str, led: Any) -> dict[str, Any]:
     }
     if doc["kind"] == "review":
         try:
-            target = show_document(store, p["receipt"])
+            target = reader.show(p["receipt"])
             ctx["reviewed"] = target["statement"]["predicate"]
         except Error:
             ctx["reviewed"] = None
@@ -344,11 +352,12 @@ def receipt_page(store: Store, ref: str, led: Any) -> dict[str, Any]:
     try:
         pr = src.get("pr")
         ident, report = _verdict_of(
-            store,
+            reader,
             src.get("repo", ""),
             pr,
             None if pr is not None else src.get("commit"),
             led.mirrors,
+            answers=led.answers,
         )
         v = report["verdict"]
         meaning = None
@@ -364,9 +373,9 @@ def receipt_page(store: Store, ref: str, led: Any) -> dict[str, Any]:
             "head": ident.revision.commit,
             "headline": v["headline"],
         }
-        for it in query_history(store, ident):
-            if it.id == doc["id"]:
-                ctx["superseded_by"] = [s.to_json() for s in it.superseded_by]
+        for it in reader.history(ident)["entries"]:
+            if it["id"] == doc["id"]:
+                ctx["superseded_by"] = it["superseded_by"]
     except Error:
         pass
     ctx["params"] = [

@@ -17,7 +17,7 @@ from ledger.evidence.keys import KeyDir
 from ledger.execution.receipts import record_results
 from ledger.identity.revision import Revision
 from ledger.write.record import open_recorder
-from runners.claim.result import Artifact, CheckResult, infra_error
+from runners.contract.result import Artifact, CheckResult, infra_error
 from tests.ledger.helpers import run
 
 BIG = 300 * 1024 * 1024

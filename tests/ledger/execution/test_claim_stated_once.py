@@ -1,6 +1,6 @@
 """A claim is stated once and stamped once.
 
-One value (`runners.claim.request.Claim`; the ledger's `ClaimRun` is one) describes a
+One value (`runners.contract.request.Claim`; the ledger's `ClaimRun` is one) describes a
 claim from the plan to the claim's processes and back: the request carries it whole,
 never a copy of its fields, so a field added to it arrives. The host's facts are
 stamped on the results once, in one place (`runners.claim.authors.stamped`), into a
@@ -21,8 +21,8 @@ import pytest
 from ledger.execution.claimrun import ClaimRun
 from ledger.fleet.evidence import health_evidence
 from runners.claim.authors import HOST_FACETS, REPORTED_FACTS, HostFacts, Observed, stamped
-from runners.claim.request import Claim, ClaimRequest
-from runners.claim.result import CheckResult, CleanupProof, Stamped
+from runners.contract.request import Claim, ClaimRequest
+from runners.contract.result import CheckResult, CleanupProof, Stamped
 
 
 def _run() -> ClaimRun:

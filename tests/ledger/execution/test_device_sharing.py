@@ -18,8 +18,8 @@ from ledger.execution.devices import Device, DevicePool
 from ledger.sandbox import find_bwrap, resolve
 from runners.api import check_names
 from runners.claim import claim_exit
-from runners.claim.names import DEVICE_SHARED_VAR
-from runners.claim.result import CheckResult, CleanupProof, ReleasedResource
+from runners.contract.names import DEVICE_SHARED_VAR
+from runners.contract.result import CheckResult, CleanupProof, ReleasedResource
 from runners.harness import nvml
 from runners.harness.probe import CudaProbe, MemorySample
 from runners.harness.proofs import memory_proofs
@@ -220,7 +220,7 @@ def test_a_shared_run_that_fails_is_judged_again_alone_and_recorded_once(
 def test_a_claim_started_afresh_in_the_sandbox_knows_its_device_is_shared(tmp_path: Path) -> None:
     # The sandbox passes no LEDGER_* variable of its own accord: this one is handed in.
     from runners.claim.isolated import ClaimRequest, _launches
-    from runners.claim.request import Claim
+    from runners.contract.request import Claim
 
     box = resolve("bwrap")
     (tmp_path / "w").mkdir()

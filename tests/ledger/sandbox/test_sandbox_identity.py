@@ -209,7 +209,7 @@ def test_each_rank_of_a_two_rank_claim_is_unprivileged_and_sees_only_its_claim(
     tmp_path: Path,
 ) -> None:
     from runners.claim.isolated import ClaimRequest, run_claim_isolated
-    from runners.claim.request import Claim
+    from runners.contract.request import Claim
 
     box = resolve("auto")
     # A sibling sandbox running beside the claim, with a folder of its own.
@@ -363,7 +363,7 @@ def test_a_claim_whose_sandbox_fails_its_self_test_is_an_infra_error_and_runs_no
     tmp_path: Path,
 ) -> None:
     from runners.claim.isolated import ClaimRequest, run_claim_isolated
-    from runners.claim.request import Claim
+    from runners.contract.request import Claim
 
     box = resolve("auto")
     broken = Sandbox(box.mode, box.bwrap, box.base.with_(writable=("/tmp",)))

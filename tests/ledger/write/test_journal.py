@@ -25,7 +25,7 @@ from ledger.identity.revision import Revision
 from ledger.write.ingest import Recorded
 from ledger.write.journal import read_journal
 from ledger.write.record import open_recorder
-from runners.claim.result import infra_error
+from runners.contract.result import infra_error
 from tests.conftest import commit_file
 from tests.ledger.helpers import run
 

@@ -14,7 +14,7 @@ from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import Any, NoReturn, Self, get_args
 
-from runners.claim.names import Observer, Outcome
+from runners.contract.names import Observer, Outcome
 
 __all__ = [
     "Artifact",

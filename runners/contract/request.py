@@ -4,9 +4,10 @@
 with its place in the run); `ClaimRequest` is that value and where it runs: what each
 rank runs (`runners.api.run_claim`'s arguments, written to its request file, `body`)
 and how the parent runs the ranks (the checkouts, the folders, the environment, the
-GPUs). `runners.claim.isolated.run_claim_isolated` takes it and stamps the host's facts
-on the results once (`stamp`). Imports no torch: the ledger's executors build one from
-a plan's claim (`ClaimRun.request`), never copying its fields.
+GPUs). `runners.claim.isolated.run_claim_isolated` takes it, and the parent stamps the
+host's facts on the results once (`runners.claim.authors.stamp`). Imports no torch and
+nothing that runs a claim: the ledger's executors build one from a plan's claim
+(`ClaimRun.request`), never copying its fields.
 
 The request file each rank reads is written and read by one installation: the parent
 writes it, and the claim process (started afresh, or forked from a fork server this
@@ -21,8 +22,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from runners.claim.authors import HostFacts, Observed, observe, stamped
-from runners.claim.result import CheckResult, Json, Stamped, infra_error
+from runners.contract.result import CheckResult, Json, infra_error
 
 __all__ = ["DEFAULT_TIMEOUT_S", "Claim", "ClaimRequest"]
 
@@ -77,7 +77,7 @@ class ClaimRequest:
     gpu_uuids: Sequence[str] | None = None
     """The claim's GPUs: the exit proof reads these alone."""
     shared: bool = False
-    """Other claims may run on its GPUs meanwhile (`runners.claim.names.DEVICE_SHARED_VAR`), so
+    """Other claims may run on its GPUs meanwhile (`runners.contract.names.DEVICE_SHARED_VAR`), so
     the devices' used memory proves nothing of this claim's."""
 
     @property
@@ -105,44 +105,10 @@ class ClaimRequest:
             "artifact_dir": None if self.artifact_dir is None else str(self.artifact_dir),
         }
 
-    def observed(self) -> Observed:
-        """The host's facts about the claim, read from outside it (`runners.claim.authors`)."""
-        return observe(
-            self.run.device,
-            self.gpu_uuids,
-            env=self.env,
-            outside=[Path(str(p)) for p in self.code()],
-            ranks=self.run.world_size if self.grouped and self.run.device != "cpu" else None,
-        )
-
-    def stamp(
-        self,
-        results: Sequence[CheckResult],
-        sandbox: str,
-        window: tuple[int, int] | None = None,
-        *,
-        claims_word: bool = True,
-    ) -> list[Stamped]:
-        """The results with the host's facts stamped on them, once (`runners.claim.authors
-        .stamped`): its observation, the ``sandbox`` facet, the claim's network and
-        profile; ``window`` when it launched the claim and saw it exit; ``claims_word``
-        False for the host's own results of a claim that never started."""
-        return stamped(
-            results,
-            HostFacts(
-                seen=self.observed(),
-                sandbox=sandbox,
-                network=self.run.network,
-                profile=self.run.profile,
-                world_size=self.run.world_size if self.grouped else None,
-                window=window,
-                claims_word=claims_word,
-            ),
-        )
-
     def not_started(self, reason: str) -> CheckResult:
         """An infra-error for a claim that did not start (none of its code ran): the
-        host's own word, stamped as such (`stamp` with ``claims_word=False``)."""
+        host's own word, stamped as such (`runners.claim.authors.stamp` with
+        ``claims_word=False``)."""
         c = self.run
         return infra_error(
             claim=c.claim,
