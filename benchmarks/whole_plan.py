@@ -1,0 +1,262 @@
+"""A plan qualified whole, as a pull request's author waits for it: wall time and breakdown.
+
+Each plan is a fresh repository whose pull request 1 makes a benign change, so the
+24-view check compares the head with its base:
+
+- ``example``: the example plan (``examples/qwen3_moe``: Qwen3-MoE + LoRA with its
+  own workload and estimator, 5 claims; PR 1 adds a comment to its model file);
+- ``adapter``: a third party's Qwen3-MoE + PEFT LoRA trainer through the ready
+  adapter (``examples/qwen3_adapter``; PR 1 swaps the attention kernel);
+- ``frozen``: the same trainer written against the earlier workload protocol
+  (``tests/examples/frozen_protocol``; PR 1 adds a comment to its model file).
+
+``ledger qualify --pr 1 --offline --gpus all --json`` runs twice on each: the first
+run on a fresh ledger with empty caches (``LEDGER_CACHE``, the calibration folder),
+the second on the same ledger and caches, as the author's second push would. With
+``--baseline DIR`` (a checkout of an earlier revision) the same plans run under that
+code first, in the same process, so both sit on one card in one run.
+
+The breakdown is read from qualify's own progress lines, stamped here as each
+arrives: its first line, the doctor's probe, the fork server ready, each claim's
+start and end, the base's runs (``baseline:``), the whole plan's verdict, the exit.
+The critical path is printed as the spans between consecutive events.
+
+    python -m benchmarks.whole_plan [--plans example,adapter,frozen] [--runs 2]
+        [--baseline DIR] [--device cuda] [--profile h200] [--out DIR] [--timeout 300]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PLANS = ("example", "adapter", "frozen")
+_COPIED = {"example": "examples/qwen3_moe", "frozen": "tests/examples/frozen_protocol"}
+
+_STAMP = re.compile(r"^\s*(\d+(?:\.\d+)?)s\s+(.*)$")
+_START = re.compile(r"^\[(\d+)/(\d+)\] (\S+) \(")
+_END = re.compile(
+    r"^\[(\d+)/(\d+)\] (\S+) (passed|failed|inconclusive|infra-error|not run\S*)\b.*?"
+    r"(?:\((\d+(?:\.\d+)?) s\))?"
+)
+_FORK = re.compile(r"^fork server: .*\((\d+(?:\.\d+)?) s\)")
+
+
+@dataclass
+class Run:
+    """One qualify command: events (seconds after its spawn), claims, exit."""
+
+    plan: str
+    code: str
+    run: int
+    wall: float = 0.0
+    rc: int = -1
+    events: list[tuple[float, str]] = field(default_factory=list)
+    claims: dict[str, dict[str, float | str]] = field(default_factory=dict)
+    fork_own: float | None = None
+    tail: list[str] = field(default_factory=list)
+
+
+def _benign_comment(repo: Path, name: str) -> None:
+    import git
+
+    r = git.Repo(repo)
+    r.git.checkout("-b", "pr-1")
+    with open(repo / name, "a") as f:
+        f.write("\n# Reviewed: no change to what the model computes.\n")
+    r.index.add([name])
+    who = git.Actor("Third Party", "tp@example.invalid")
+    head = r.index.commit("A comment on the model\n", author=who, committer=who)
+    r.git.update_ref("refs/pull/1/head", head.hexsha)
+    r.git.checkout("main")
+
+
+def make_repo(plan: str, dest: Path) -> None:
+    """The plan's repository with its pull request 1 (the same input for every code)."""
+    if plan == "adapter":
+        from scripts.device.against_base import qwen3_eager
+
+        qwen3_eager(dest)
+    elif plan in _COPIED:
+        import git
+
+        shutil.copytree(ROOT / _COPIED[plan], dest)
+        for cache in dest.rglob("__pycache__"):
+            shutil.rmtree(cache)
+        r = git.Repo.init(dest, initial_branch="main")
+        r.git.remote("add", "origin", f"https://example.invalid/qwen3-{plan}.git")
+        r.git.add("-A")
+        who = git.Actor("Third Party", "tp@example.invalid")
+        r.index.commit("Qwen3-MoE LoRA trainer\n", author=who, committer=who)
+        model = next(p for p in sorted(dest.rglob("*.py")) if p.name != "__init__.py")
+        _benign_comment(dest, str(model.relative_to(dest)))
+    else:
+        raise SystemExit(f"whole_plan: no plan {plan!r} (one of {', '.join(PLANS)})")
+
+
+def _env(code: Path, home: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LEDGER_")}
+    env.update(
+        PYTHONPATH=os.pathsep.join([str(code), *filter(None, [os.environ.get("PYTHONPATH", "")])]),
+        PYTHONUNBUFFERED="1",
+        LEDGER_DB=str(home / "ledger.db"),
+        LEDGER_KEYS=str(home / "keys"),
+        LEDGER_CACHE=str(home / "cache"),
+        LEDGER_CALIBRATION_DIR=str(home / "calibration"),
+    )
+    return env
+
+
+def _ledger(env: dict[str, str], cwd: Path, *args: str) -> None:
+    subprocess.run(
+        [sys.executable, "-m", "ledger", *args],
+        env=env,
+        cwd=cwd,
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
+
+
+def qualify(env: dict[str, str], repo: Path, cwd: Path, a: argparse.Namespace, run: Run) -> Run:
+    args = [sys.executable, "-m", "ledger", "qualify", "--pr", "1", "--offline"]
+    args += ["--repo", str(repo), "--device", a.device, "--gpus", "all", "--json"]
+    args += ["--sandbox", a.sandbox] + (["--profile", a.profile] if a.profile else [])
+    t0 = time.perf_counter()
+    p = subprocess.Popen(args, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert p.stderr is not None and p.stdout is not None
+    deadline = t0 + a.timeout
+    for raw in p.stderr:
+        at = time.perf_counter() - t0
+        text = raw.decode(errors="replace").rstrip()
+        run.tail = [*run.tail[-11:], text]
+        m = _STAMP.match(text)
+        if m:
+            _event(run, at, m.group(2))
+        elif text.startswith("whole plan"):
+            run.events.append((at, text[:90]))
+        if time.perf_counter() > deadline:
+            p.kill()
+            break
+    p.stdout.read()
+    run.rc = p.wait()
+    run.wall = time.perf_counter() - t0
+    run.events.append((run.wall, "exit"))
+    return run
+
+
+def _event(run: Run, at: float, line: str) -> None:
+    if s := _START.match(line):
+        run.claims.setdefault(s.group(3), {})["start"] = at
+        run.events.append((at, f"start {s.group(3)}"))
+    elif (e := _END.match(line)) and e.group(3) in run.claims:
+        c = run.claims[e.group(3)]
+        c.update(end=at, outcome=e.group(4))
+        run.events.append((at, f"end {e.group(3)} {e.group(4)}"))
+    elif f := _FORK.match(line):
+        run.fork_own = float(f.group(1))
+        run.events.append((at, "fork server ready"))
+    elif line.startswith("qualify:") and not any(n == "first line" for _, n in run.events):
+        run.events.append((at, "first line"))
+    elif line.startswith(("doctor:", "baseline:", "whole plan")):
+        run.events.append((at, line[:70]))
+
+
+def _one(code_name: str, code: Path, plan: str, a: argparse.Namespace, scratch: Path) -> list[Run]:
+    home = Path(tempfile.mkdtemp(prefix=f"{plan}-", dir=scratch))
+    repo = home / "repo"
+    make_repo(plan, repo)
+    env = _env(code, home)
+    _ledger(env, home, "init")
+    _ledger(env, home, "keys", "new", "runner", "--role", "runner")
+    runs = []
+    for k in range(1, a.runs + 1):
+        r = qualify(env, repo, home, a, Run(plan=plan, code=code_name, run=k))
+        runs.append(r)
+        print(_summary(r), flush=True)
+    shutil.rmtree(home, ignore_errors=True)
+    return runs
+
+
+def _summary(r: Run) -> str:
+    verdicts = [str(c.get("outcome", "?")) for c in r.claims.values()]
+    ok = sum(v == "passed" for v in verdicts)
+    ready = next((t for t, n in r.events if n == "fork server ready"), None)
+    longest = max(
+        (
+            (float(c["end"]) - float(c["start"]), name)
+            for name, c in r.claims.items()
+            if "end" in c and "start" in c
+        ),
+        default=(0.0, "-"),
+    )
+    return (
+        f"{r.code:<14} {r.plan:<8} run {r.run}: {r.wall:6.1f} s, exit {r.rc}, "
+        f"{ok}/{len(verdicts)} passed, fork server ready at "
+        + (f"{ready:.1f} s ({r.fork_own:.1f} s own)" if ready is not None else "-")
+        + f", longest claim {longest[1]} {longest[0]:.1f} s"
+    )
+
+
+def render(runs: list[Run]) -> str:
+    """Every run's events as the critical path: each span since the previous event."""
+    out = []
+    for r in runs:
+        out.append(f"\n{r.code} / {r.plan} / run {r.run}: {r.wall:.1f} s wall, exit {r.rc}")
+        prev = 0.0
+        for at, name in sorted(r.events):
+            out.append(f"  {at:7.2f} s  (+{at - prev:6.2f})  {name}")
+            prev = at
+        for name, c in r.claims.items():
+            if "start" in c and "end" in c:
+                span = float(c["end"]) - float(c["start"])
+                out.append(f"  claim {name:<34} {span:6.2f} s  {c.get('outcome')}")
+        if r.rc != 0:
+            out += ["  last lines:", *(f"    {t}" for t in r.tail[-4:])]
+    return "\n".join(out)
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--plans", default=",".join(PLANS))
+    ap.add_argument("--runs", type=int, default=2)
+    ap.add_argument("--baseline", type=Path, help="a checkout of the earlier code")
+    ap.add_argument("--device", default="cuda")
+    ap.add_argument("--profile", default="h200")
+    ap.add_argument("--sandbox", default="auto")
+    ap.add_argument("--timeout", type=float, default=300.0)
+    ap.add_argument("--out", type=Path)
+    a = ap.parse_args(argv)
+    plans = [p for p in a.plans.split(",") if p]
+    if a.runs < 1 or not plans:
+        raise SystemExit("whole_plan: at least one plan and one run")
+    codes = ([("before", a.baseline.resolve())] if a.baseline else []) + [("after", ROOT)]
+    runs: list[Run] = []
+    with tempfile.TemporaryDirectory(prefix="whole-plan-") as scratch:
+        for plan in plans:
+            for name, code in codes:
+                runs += _one(name, code, plan, a, Path(scratch))
+                _write(a.out, runs)  # what has run so far survives a cut-off call
+    print(render(runs))
+
+
+def _write(out: Path | None, runs: list[Run]) -> None:
+    if out is None:
+        return
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "whole_plan.json").write_text(json.dumps([asdict(r) for r in runs], indent=1))
+    summary = "\n".join(_summary(r) for r in runs)
+    (out / "whole_plan.txt").write_text(summary + "\n" + render(runs) + "\n")
+
+
+if __name__ == "__main__":
+    main()
