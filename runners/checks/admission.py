@@ -34,9 +34,9 @@ from runners.checks.context import CheckContext, Session, Verdict, phase_step
 from runners.checks.edge import CUDA_EDGE_MARGIN, min_admitting_free, to_edge
 from runners.checks.execute import execute
 from runners.checks.params import CheckParams, ParamError
-from runners.claim.distributed import agreed_decision, any_rank
 from runners.contract.names import ADMISSION
 from runners.contract.result import CheckResult, Json
+from runners.harness.distributed import agreed_decision, any_rank
 from runners.harness.probe import CpuProbe
 from runners.harness.steps import StepRecord, measure_step
 from runners.protocol import PHASES, AdmissionDecision, Phase, Shape, Workload
