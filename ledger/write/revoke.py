@@ -93,9 +93,11 @@ def revoke_receipt(
     counterexample's needs `review`, an independent reviewer's dispute of it, and so
     does any revocation `by` a reviewer. `revoked_by`: the token holder over HTTP."""
     if by == "reviewer" and review is None:
-        raise UsageError("a reviewer revokes on its own dispute of the receipt: --review REVIEW_ID")
+        raise InputError("a reviewer revokes on its own dispute of the receipt: --review REVIEW_ID")
     if not reason.strip():
-        raise UsageError("a revocation needs a --reason")
+        # Over HTTP a bad request (400); on the host a usage error, as before.
+        err = InputError if revoked_by is not None else UsageError
+        raise err("a revocation needs a --reason")
     limits.check_text(reason, "--reason", limits.COLUMN_LIMITS["reason"])
     entry = store.resolve(ref)
     if entry.kind != "receipt":
