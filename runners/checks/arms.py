@@ -17,8 +17,8 @@ import torch
 
 from ledger.outputs.beneath import Folder, Refused
 from runners.checks.context import Session
+from runners.contract.forkwire import client_argv
 from runners.contract.result import Json
-from runners.fork.forkparent import client_argv
 from runners.harness import child
 
 __all__ = ["Arm", "Schedule", "finish_arm", "run_arms", "side_by_side_fits", "start_arm"]

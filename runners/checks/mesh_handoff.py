@@ -42,11 +42,11 @@ import torch
 from runners.checks.context import CheckContext, Session, Verdict, could_not_run
 from runners.checks.execute import execute
 from runners.checks.params import CheckParams, ParamError
-from runners.claim.distributed import is_distributed
 from runners.contract.names import MESH_HANDOFF
 from runners.contract.result import CheckResult, Json
 from runners.harness import child
 from runners.harness.collect import collect
+from runners.harness.distributed import is_distributed
 from runners.harness.probe import CudaProbe, MiB
 
 NAME = MESH_HANDOFF

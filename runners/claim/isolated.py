@@ -1,4 +1,4 @@
-"""Run one claim in a child process.
+"""Run one claim in a child process, from the parent's side: launch, wait, read.
 
 A check can leave the CUDA context unusable (after an out-of-memory at the
 edge of the device, a sticky "unknown error" fails every later kernel in
@@ -8,13 +8,12 @@ claim the same cold start. The child is a resource this module owns: it is
 reaped, its process group is ended on Ctrl-C, and its exit is recorded in the
 cleanup proof of every result it produced.
 
-    python -m runners.claim.isolated REQUEST.json RESULT.json   (the child side)
+    python -m runners.rank REQUEST.json RESULT.json   (the child side, `runners.rank`)
 """
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
 import shutil
 import sys
@@ -58,7 +57,7 @@ from runners.fork.preload import note_learned
 from runners.harness import child, nvml, timeline
 from runners.harness.cgroup import ClaimCgroup
 from runners.harness.launch import RankExit, RankGroup
-from runners.harness.outside import REPORTED, OutsideView, bound, read_note
+from runners.harness.outside import OutsideView, bound, read_note
 
 if TYPE_CHECKING:
     from ledger.sandbox import Sandbox
@@ -66,8 +65,8 @@ if TYPE_CHECKING:
 __all__ = ["ClaimRequest", "run_claim_isolated"]
 
 _BAD = ("failed", "infra-error")
-_MODULE = "runners.claim.isolated"
-"""The child side's module: ``python -m MODULE REQUEST RESULT``."""
+_MODULE = "runners.rank"
+"""The claim process's own entry point: ``python -m MODULE REQUEST RESULT``."""
 
 
 def _backend(device: str) -> str:
@@ -633,49 +632,9 @@ def _malformed(got: list[Any], artifact_dir: Path | None, claim: str) -> str | N
     return None
 
 
-def _serve(req: dict[str, Json]) -> list[dict[str, Any]]:
-    from runners.api import run_claim
-
-    timeline.mark("serving")
-
-    base = req.pop("base_root", None)
-    art = req.pop("artifact_dir", None)
-    ranked = req.pop("rank_session", None)
-    sess = None
-    if isinstance(ranked, dict):
-        from runners.claim.distributed import RankSession
-
-        sess = RankSession.from_request(ranked)
-        sess.start()
-    from runners.harness import selfview
-    from runners.harness.collect import freeze
-
-    selfview.install()
-    # What the process imported stays out of the claim's collections.
-    freeze()
-    results = run_claim(
-        progress=child.say,
-        repo_root=Path(str(req.pop("repo_root"))),
-        base_root=None if base is None else Path(str(base)),
-        artifact_dir=None if art is None else Path(str(art)),
-        **req,  # type: ignore[arg-type]
-    )
-    if sess is not None:
-        from runners.claim.distributed import add_rank_proofs
-
-        add_rank_proofs(results, sess, sess.finish())
-    from runners.harness.hostpid import adopt_note
-
-    # Started afresh in the sandbox, this process learns its host pid (the key of
-    # NVML's per-process memory) from the parent's note, written once it saw it.
-    adopt_note(sys.argv[2] + ".host")
-    peak = selfview.peak_bytes()
-    stamps = timeline.stamps()
-    for r in results:
-        r.measurements[REPORTED] = peak
-        r.measurements[timeline.MEASUREMENT] = dict[str, Json](stamps)
-    return [dataclasses.asdict(r) for r in results]
-
-
 if __name__ == "__main__":
-    sys.exit(child.serve(_serve))
+    # The claim process's name before it had a room of its own (`runners.rank`): a
+    # client that names it is served the same request, the same way.
+    from runners.rank.serve import serve
+
+    sys.exit(child.serve(serve))

@@ -7,7 +7,7 @@ server, writes the worker's pid to
 ``RES.pid``, waits, and exits with the worker's status (negative: the
 signal, as a spawned child would). A refusal runs the module here instead, where this
 client runs inside the sandbox already (a gradient arm started by its claim); a client
-started outside it (`STRICT_VAR`, a claim of `runners.claim.isolated`) must not run the
+started outside it (`STRICT_VAR`, a claim of `runners.rank`) must not run the
 claim's code itself: it writes why where `REFUSAL_VAR` says (else ``RES.refused``) and
 exits `REFUSED` (a claim's caller starts the claim afresh in its own sandbox, as does
 the doctor's).

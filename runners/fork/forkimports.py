@@ -97,7 +97,7 @@ def preload(doc: Any) -> Ready:
     cuda_by, threads_by, undo = witness(torch)
 
     import runners.api
-    import runners.claim.isolated  # noqa: F401
+    import runners.rank.serve  # noqa: F401
     from runners.workloads.loader import (
         WorkloadLoadError,
         _import_from,

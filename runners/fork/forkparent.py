@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from runners.contract.forkwire import client_argv
 from runners.fork.forkready import Ready
 
 __all__ = [
@@ -119,12 +120,6 @@ class ForkServer:
         with contextlib.suppress(OSError):
             self.sock.unlink()
             self.sock.parent.rmdir()
-
-
-def client_argv(sock: Path | str, module: str, request: Path, result: Path) -> list[str]:
-    """The command line of a client of the server at ``sock``."""
-    client = [sys.executable, "-m", "runners.fork.forkclient", str(sock)]
-    return [*client, module, str(request), str(result)]
 
 
 class Starting:

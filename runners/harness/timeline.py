@@ -1,7 +1,7 @@
 """Where a claim's time goes outside its check: wall-clock stamps in the claim process.
 
 The fork server stamps ``forked`` (the child exists) and ``go`` (its client placed it
-and said start); `runners.claim.isolated` stamps ``serving`` (the request read), and
+and said start); `runners.rank.serve` stamps ``serving`` (the request read), and
 `runners.api.run_claim` ``device_ready`` (the device resolved: torch's lazy CUDA
 init) and ``fingerprinted``; the CUDA context itself is made as the check's harness
 starts (``harness_phase_times``). The check's own

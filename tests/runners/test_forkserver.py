@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from runners.claim.isolated import ClaimRequest, run_claim_isolated
+from runners.contract.forkwire import client_argv
 from runners.contract.request import Claim
+from runners.contract.result import check_result
 from runners.fork.forkparent import ForkServer
-from runners.harness.child import env
+from runners.harness.child import env, write_request
 
 ROOT = Path(__file__).resolve().parents[2]
 MOE = "runners.workloads.moe:make_workload"
@@ -112,3 +116,26 @@ def test_a_claims_timeline_keeps_only_its_own_stamps() -> None:
         "launched": 0, "forked": 1, "check_started": 2,
         "check_finished": 4, "exited": 5, "proved": 6,
     }  # fmt: skip
+
+
+@pytest.mark.parametrize("module", ["runners.rank", "runners.claim.isolated"])
+def test_a_request_in_the_current_shape_is_served_under_either_name(
+    server: ForkServer, tmp_path: Path, module: str
+) -> None:
+    """The fork client names the module a forked claim runs: `runners.rank`, the claim
+    process's own room. A client that names the module it ran under before
+    (`runners.claim.isolated`) is served the same request file the same way."""
+    claim = Claim(
+        claim="t.cleanup",
+        check="cleanup",
+        params={"batch": 1, "seq": 8},
+        workload_ref=MOE,
+        workload_params=TINY,
+        device="cpu",
+    )
+    req, res = tmp_path / "request.json", tmp_path / "result.json"
+    write_request(req, ClaimRequest(claim, repo_root=ROOT).body())
+    done = subprocess.run(client_argv(server.sock, module, req, res), env=env(), check=False)
+    assert done.returncode == 0
+    [doc] = json.loads(res.read_text())
+    assert check_result(doc).outcome == "passed", doc["reason"]

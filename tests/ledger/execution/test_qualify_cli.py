@@ -170,9 +170,9 @@ def test_ctrl_c_leaves_no_worktree_process_or_receipt(
     deadline = time.monotonic() + 30
     while True:  # the claim's process group is gone (bounded by the deadline)
         ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
-        if "runners.claim.isolated" not in ps or time.monotonic() > deadline:
+        if "runners.rank" not in ps or time.monotonic() > deadline:
             break
-    assert "runners.claim.isolated" not in ps
+    assert "runners.rank" not in ps
     audit = subprocess.run(
         [sys.executable, "-m", "ledger", "audit", "--json"], env=env, capture_output=True, text=True
     )

@@ -199,7 +199,7 @@ def _host_view(inner: int) -> dict[str, str]:
             continue
         fields = {k: v.strip() for k, _, v in (x.partition(":") for x in status.splitlines())}
         nspid = fields.get("NSpid", "").split()
-        if len(nspid) >= 2 and nspid[-1] == str(inner) and b"runners.claim.isolated" in cmd:
+        if len(nspid) >= 2 and nspid[-1] == str(inner) and b"runners.rank" in cmd:
             fields["ns/user"] = os.readlink(entry / "ns" / "user")
             return fields
     raise AssertionError(f"no sandboxed rank with pid {inner} inside")
