@@ -346,6 +346,16 @@ class Store:
         with self.engine.connect() as conn:
             return conn.execute(q.order_by(RECEIPT.c.seq.desc()).limit(1)).first()
 
+    def receipt_groups(self) -> list[tuple[str, int | None, str, int, int]]:
+        """Per repository (as its receipts name it), PR and commit: how many receipts
+        the index holds and the newest one's seq (what the reviewer's index lists)."""
+        c = RECEIPT.c
+        q = select(c.repo, c.pr, c.commit, func.count(), func.max(c.seq)).group_by(
+            c.repo, c.pr, c.commit
+        )
+        with self.engine.connect() as conn:
+            return [(str(r), p, str(h), int(n), int(s)) for r, p, h, n, s in conn.execute(q)]
+
     def review_entries(self, receipt_ids: Sequence[str]) -> list[LoggedEntry]:
         if not receipt_ids:
             return []

@@ -148,7 +148,7 @@ def _index(led: Any, request: Request) -> dict[str, Any]:
 
     fresh(led)  # the checkouts fetched once for every PR the index judges
     # Each verdict the status answer the JSON routes keep (`Ledger.answers`).
-    repos = views.index(led.store(), led.mirrors, led.answers)
+    repos = views.index(led.reader(), led.mirrors, led.answers)
     # Each PR's or revision's error is shown to any client: without the server's
     # paths, as every other public error is.
     for r in repos:
@@ -164,7 +164,13 @@ def _pr(led: Any, request: Request) -> dict[str, Any]:
     # that failed is a note of the page, never its error.
     notes = fresh(led)
     ctx = views.pr_page(
-        led.store(), q.get("repo", ""), q.get("pr"), q.get("rev"), led.mirrors, q.getlist("scope")
+        led.reader(),
+        q.get("repo", ""),
+        q.get("pr"),
+        q.get("rev"),
+        led.mirrors,
+        q.getlist("scope"),
+        led.answers,
     )
     ctx["report"]["judged"] = [*ctx["report"].get("judged", []), *notes]
     return ctx
@@ -175,7 +181,7 @@ def _trend(led: Any, request: Request) -> dict[str, Any]:
     q = request.query_params
     fresh(led)
     return views.trend_page(
-        led.store(),
+        led.reader(),
         q.get("repo", ""),
         q.get("pr"),
         q.get("claim", ""),
@@ -185,7 +191,7 @@ def _trend(led: Any, request: Request) -> dict[str, Any]:
 
 
 def _receipt(led: Any, request: Request) -> dict[str, Any]:
-    return views.receipt_page(led.store(), str(request.path_params["ref"]), led)
+    return views.receipt_page(led.reader(), str(request.path_params["ref"]), led)
 
 
 def _memory(led: Any, request: Request) -> dict[str, Any]:
@@ -195,16 +201,11 @@ def _memory(led: Any, request: Request) -> dict[str, Any]:
 def _fleet(led: Any, request: Request) -> dict[str, Any]:
     """`ledger fleet` of the server's ledger, for a token with the read role (as the
     JSON route `/v1/fleet`)."""
-    from ledger.fleet.report import fleet_report, quarantined, store_predicates
     from ledger.service.api import quarantine_rate
 
     led.holder(request, "read")
     above = quarantine_rate(request.query_params.get("quarantine_above"))
-    doc = fleet_report(store_predicates(led.store()))
-    if above is not None:
-        doc["quarantined"] = quarantined(doc, above)
-        doc["quarantine_above"] = above
-    return {"doc": doc, "above": above}
+    return {"doc": led.reader().fleet(above), "above": above}
 
 
 async def _anchor(request: Request) -> Response:

@@ -1,7 +1,9 @@
 """The reviewer's trend views: per claim on the PR page, its figure across the PR's
 heads (a small chart, each head's change, a link), and the claim's trend page (`/trend`):
 its figure on the base branch's recent commits and each head, plotted, with a table of
-each head's change against the newest base receipt at its scope (`ledger trend`)."""
+each head's change against the newest base receipt at its scope (`ledger trend`).
+The subject and the merge-bases its receipts record are read through the server's
+reader; the series itself is `ledger trend`'s, read from the receipts alone."""
 
 from __future__ import annotations
 
@@ -10,9 +12,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ledger.evidence.errors import Error, InputError
-from ledger.read.subject import identity_from_log
+from ledger.identity.revision import Revision
+from ledger.read.question import Question
+from ledger.read.reader import LocalReader
 from ledger.service.web import charts
-from ledger.store.store import Store
 
 if TYPE_CHECKING:
     from ledger.trend.series import Trend
@@ -21,17 +24,21 @@ __all__ = ["pr_trends", "trend_page", "trend_url"]
 
 
 def pr_trends(
-    store: Store, repo: str, pr: int, verdict: dict[str, Any], mirrors: Sequence[Path] = ()
+    reader: LocalReader,
+    repo: str,
+    pr: int,
+    verdict: dict[str, Any],
+    mirrors: Sequence[Path] = (),
 ) -> list[dict[str, Any]]:
     """Per claim, its figure across the PR's heads (`ledger trend`): a small chart
     where two heads have one, each head's change against the base at its scope, and
     a link to the claim's trend page."""
     from ledger.trend import trend
 
-    base, _ = _base_commits(store, repo, pr, mirrors)
+    base, _ = _base_commits(reader, repo, pr, mirrors)
     out = []
     for c in verdict["claims"]:
-        t = trend(store, repo, c["claim"], pr=pr, base_commits=base)
+        t = trend(reader.store, repo, c["claim"], pr=pr, base_commits=base)
         points = [p for p in t.points if p.figure is not None and p.where != "base"]
         if len(points) < 2 or t.name is None:
             continue
@@ -71,7 +78,7 @@ def trend_url(repo: str, pr: int, claim: str, figure: str | None = None) -> str:
 
 
 def _base_commits(
-    store: Store, repo: str, pr: int, mirrors: Sequence[Path]
+    reader: LocalReader, repo: str, pr: int, mirrors: Sequence[Path]
 ) -> tuple[list[str], str]:
     """The base commits a PR's trend compares with, newest first, and where they came
     from: the base branch's last commits in the server's checkout of the repository
@@ -79,7 +86,7 @@ def _base_commits(
     from ledger.identity import source
     from ledger.read.evidence import repo_ids
 
-    ids = repo_ids(store, repo)
+    ids = repo_ids(reader.store, repo)
     commits: list[str] = []
     said = []
     checkout = None
@@ -100,11 +107,12 @@ def _base_commits(
             said.append(f"the base branch's last {len(commits)} commits in the server's checkout")
         except Exception:  # a checkout without the base branch: the recorded bases remain
             commits = []
+    # The PR's receipts under the repository's id and every id aliased to it, newest first.
+    held = reader.evidence(Question(Revision(repo=repo, commit="", tree="", pr=pr))).receipts
     recorded = [
         b
-        for i in ids
-        for e in sorted(store.receipt_entries(i, pr=pr), key=lambda e: -e.seq)
-        if isinstance(b := e.payload_document["predicate"]["source"].get("base"), str)
+        for r in sorted(held, key=lambda r: -r.seq)
+        if isinstance(b := r.predicate.source.base, str)
     ]
     more = [b for b in dict.fromkeys(recorded) if b not in commits]
     if more:
@@ -120,7 +128,7 @@ def _change_text(t: Any, p: Any) -> str:
 
 
 def trend_page(
-    store: Store,
+    reader: LocalReader,
     repo: str,
     pr_text: str | None,
     claim: str,
@@ -145,10 +153,10 @@ def trend_page(
 
     if figure is not None and figure not in KEYS:
         raise InputError(f"figure: expected one of {', '.join(KEYS)}")
-    ident = identity_from_log(store, repo, pr, None, mirrors)
+    ident = reader.subject(repo, pr, None, mirrors)
     name = ident.revision.repo
-    base, from_where = _base_commits(store, name, pr, mirrors)
-    t = trend(store, name, claim, pr=pr, base_commits=base, figure=figure)
+    base, from_where = _base_commits(reader, name, pr, mirrors)
+    t = trend(reader.store, name, claim, pr=pr, base_commits=base, figure=figure)
     rows, columns, plotted, scopes = _rows(t, pr)
     in_bytes = any(p.figure and p.figure.unit == "bytes" for p in t.points)
     unit = "bytes" if in_bytes else "ratio" if figure != "repeat-difference" else "difference"

@@ -20,7 +20,7 @@ from ledger.read.reader import LocalReader
 from ledger.read.subject import judged_from_log, with_plan_source
 from ledger.read.whose import BASELINE_FOR
 from ledger.service.answers import Answers
-from ledger.service.questions import answer, with_notes
+from ledger.service.questions import answer
 from ledger.service.web import charts
 from ledger.service.web.measurements import cell as _cell
 from ledger.service.web.measurements import flat as _flat
@@ -48,8 +48,7 @@ def _verdict_of(
         return ident, with_plan_source(reader.status(ident, (), scope), source)
     asked = {"repo": repo, **({"pr": str(pr)} if pr is not None else {"rev": str(rev)})}
     # A copy: the page adds its notes to what the kept answer judged.
-    doc = with_notes(answer("status", "query", reader.store, asked, mirrors, answers), [])
-    return ident, dict(doc)
+    return ident, dict(answer("status", "query", reader.store, asked, mirrors, answers))
 
 
 def _scope(asked: Sequence[str]) -> dict[str, str | int]:
