@@ -80,7 +80,11 @@ class Evidence:
             # Each revocation as the server logged it, weighed here against the reviews.
             revoked = {
                 str(r["id"]): ReceiptRevocation(
-                    int(v["seq"]), str(r["id"]), str(v["reason"]), _text_or_none(v.get("review"))
+                    int(v["seq"]),
+                    str(r["id"]),
+                    str(v["reason"]),
+                    _text_or_none(v.get("review")),
+                    by=_by(v),
                 )
                 for r in doc.get("receipts") or []
                 if isinstance(v := r.get("revocation"), Mapping)
@@ -94,7 +98,13 @@ class Evidence:
 def _revocation(r: ReceiptEvidence) -> dict[str, Any]:
     rev = r.revocation
     assert rev is not None
-    return {"seq": rev.seq, "reason": rev.reason, "review": rev.review}
+    return {"seq": rev.seq, "reason": rev.reason, "review": rev.review, "by": rev.by}
+
+
+def _by(rev: Mapping[str, Any]) -> str:
+    """Whose word a revocation is: a reviewer's where it says so, else the operator's
+    (a server of an earlier release says nothing: its revocations were the operator's)."""
+    return "reviewer" if rev.get("by") == "reviewer" else "operator"
 
 
 def _text_or_none(value: Any) -> str | None:

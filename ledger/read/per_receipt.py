@@ -66,6 +66,7 @@ def per_receipt_evidence(url: str, question: Question) -> Evidence:
                     str(item["id"]),
                     str(rev["reason"]),
                     None if rev.get("review") is None else str(rev["review"]),
+                    by="reviewer" if rev.get("by") == "reviewer" else "operator",
                 )
         ids = {r.id for r in receipts}
         reviews = [

@@ -53,6 +53,8 @@ def revocation_document(store: Store, e: LoggedEntry) -> dict[str, Any] | None:
         "review": j.review,
         "revoked": rev.revoked,
         "authority": j.authority,
+        "by": j.by,
+        "revoked_by": rev.revoked_by,
         "effective": j.effective,
         "text": j.text(),
     }

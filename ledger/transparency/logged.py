@@ -66,7 +66,7 @@ def verify_in_ledger(store: Store, ref: str) -> VerificationReport:
             (rv.id, rv.document["predicate"]["verdict"], rv.signer, r.seq) for r, rv in checked
         ]
         outcome = str(report.statement["predicate"].get("outcome"))
-        who = revocation_authority(outcome, v.signer, rev.review, rev.seq, sound)
+        who = revocation_authority(outcome, v.signer, rev.review, rev.seq, sound, rev.by)
         revoked = RevokedReceipt(rev.seq, rev.reason, rev.review, who)
     # The ledger's own key table, as of now: fresh.
     registry = Registry(

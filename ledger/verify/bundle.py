@@ -284,7 +284,7 @@ def verify_bundle(raw: bytes, trust: list[Ed25519PublicKey]) -> VerificationRepo
             first.seq,
             first.reason,
             first.review,
-            revocation_authority(outcome, v.signer, first.review, first.seq, sound),
+            revocation_authority(outcome, v.signer, first.review, first.seq, sound, first.by),
         )
     registry = Registry(
         as_of=cp.size,

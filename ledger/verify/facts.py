@@ -265,16 +265,25 @@ def _revocation(
 
 
 def revocation_authority(
-    outcome: str, signer: str, review: str | None, before: int, reviews: list[tuple[Any, ...]]
+    outcome: str,
+    signer: str,
+    review: str | None,
+    before: int,
+    reviews: list[tuple[Any, ...]],
+    by: str = "operator",
 ) -> str | None:
     """Who vouches for revoking a receipt signed by `signer` with `outcome`, by a
-    revocation logged at `before` naming `review`; None when nobody does.
+    revocation logged at `before` naming `review` on the word of `by`; None when
+    nobody does.
 
     The judge's rule (`ledger.qualification.revocation.authority`), for a verifier
-    that has no judge: a counterexample's revocation needs an independent dispute.
+    that has no judge: a counterexample's revocation needs an independent dispute,
+    and so does a reviewer's revocation of anything. A verifier has no plan: a
+    reviewer's revocation of a pass on such a dispute refuses the receipt here,
+    wherever the plan leaves revoking a pass to the operator (failing closed).
     `reviews`: (id, verdict, signer key id, log position) of verified reviews of it.
     """
-    if outcome != "failed":
+    if outcome != "failed" and by != "reviewer":
         return "the ledger's operator"
     for rid, verdict, by, seq in reviews:
         if rid == review and verdict == "dispute" and by != signer and seq < before:

@@ -15,9 +15,11 @@ import git
 import pytest
 
 from ledger.evidence.keys import KeyDir
+from ledger.qualification.revocation import PLAN_KEEPS_PASSES
 from ledger.service.auth import new_token
 from ledger.service.run import Running, start
-from tests.ledger.write.test_revoke import Lg, make_lg
+from tests.ledger.helpers import run
+from tests.ledger.write.test_revoke import CLAIM, Lg, make_lg
 
 
 class Served:
@@ -107,3 +109,14 @@ def test_a_reviewers_revocation_of_a_pass_counts_only_where_the_plan_says_so(
     assert row["state"] == "disputed", row
     assert "revocation not counted (the plan lets only the operator revoke a pass" in reasons
     assert lg("audit").code == 0
+    # The same answer from the server (the client judges its evidence), and from the log
+    # the client checks the server by: the revocation is a reviewer's there too.
+    url = served.srv.url
+    ask = ["status", "--rev", "HEAD", "--repo", str(lg.repo), "--claim", CLAIM, "--json"]
+    remote = run(lg.capsys, *ask, "--server", url)
+    row = json.loads(remote.out)["claims"][0]
+    assert row["state"] == "disputed", (row, remote.err)
+    assert PLAN_KEEPS_PASSES in " ".join(map(str, row["reasons"]))
+    # A verifier has no plan: it refuses the receipt on the reviewer's dispute.
+    verified = lg("verify", rid)
+    assert verified.code == 1 and "disputes it" in verified.err, verified.err
