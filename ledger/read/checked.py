@@ -117,7 +117,7 @@ def check_status(
         finally:
             cache.close()
         answer = asked[0].result()
-    said = _servers_word(ident, answer)
+    said = _servers_word(ident, answer, report)
     quarantine = ident.plan is not None and ident.plan.quarantine_above is not None
     why = differs(report, answer, quarantine=quarantine)
     if why is not None:
@@ -242,8 +242,13 @@ def _evidence(
     return ev.receipts, ev.reviews, ev.unreadable
 
 
-def _servers_word(ident: Identity, answer: Mapping[str, Any]) -> list[str]:
+def _servers_word(ident: Identity, answer: Mapping[str, Any], report: StatusReport) -> list[str]:
     out = []
+    added = [n for n in answer.get("judged") or [] if n not in report.notes]
+    if added:
+        # How the server identified the subject and its plan, and receipts it holds under
+        # another repository id: its own reading of its store, not recomputed here.
+        out.append(f"the notes it adds ({len(added)})")
     if ident.plan is not None and ident.plan.quarantine_above is not None:
         out.append("the GPUs the fleet quarantines")
     if any(
@@ -300,11 +305,25 @@ def differs(
             )
         if named != set(row["receipts"]):
             return f"claim {claim} ({role} scope) rests on other receipts than the log's"
+        if _rules(other) != _rules(row):
+            return (
+                f"claim {claim} ({role} scope) gives other rules in it "
+                f"({', '.join(_rules(other)) or 'none'}) than on the log ({', '.join(_rules(row))})"
+            )
     extra = sorted(set(theirs) - set(mine))
     if extra:
         return f"it names claim {extra[0][0]} at a {extra[0][1]} scope the log does not bear"
     if quarantine and any(_quarantined(r) for r in rows):
         return None
+    labels = {a.claim: a.label for a in report.baselines}
+    for b in (answer.get("verdict") or {}).get("blockers") or []:
+        label = (b.get("attribution") or {}).get("label") if isinstance(b, Mapping) else None
+        # A device-only label rests on what the fleet counts: the server's word.
+        if label is not None and label != "device-only" and label != labels.get(b.get("claim")):
+            return (
+                f"blocker {b.get('claim')} is labelled {label} in it, "
+                f"{labels.get(b.get('claim')) or 'unlabelled'} on the log"
+            )
     if bool(answer.get("qualified")) != report.qualified:
         return f"it says qualified={bool(answer.get('qualified'))}, the log {report.qualified}"
     code = (answer.get("verdict") or {}).get("exit_code")
@@ -312,6 +331,11 @@ def differs(
     if code is not None and code != want:
         return f"its exit code is {code}, the log's {want}"
     return None
+
+
+def _rules(row: Mapping[str, Any]) -> list[str]:
+    """The rules a row's reasons cite (`rule: text`; the texts may name times)."""
+    return sorted({str(x).split(":", 1)[0] for x in row.get("reasons") or []})
 
 
 def _quarantined(row: Mapping[str, Any], receipt: str = "") -> bool:

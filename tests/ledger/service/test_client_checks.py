@@ -354,3 +354,56 @@ def test_an_entry_whose_signature_does_not_verify_is_refused(
     # Nothing of it was kept: the copy here is still at the honest checkpoint.
     again = _status(capsys, srv, r, pem, "--json")
     assert again.code == 1 and again.out == ""
+
+
+def test_a_changed_reason_is_refused_and_added_notes_are_the_servers_word(
+    served: tuple[Running, git.Repo, Path],
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """What the log decides besides states and receipts (each row's rules) is compared
+    too; a note the server adds (receipts it holds under another repository id) is its
+    word, and labelled so."""
+    srv, r, pem = served
+    honest = json.loads(_status(capsys, srv, r, pem, "--json").out)
+    # Its notes are the client's own here (the plan it posted, the ref it judged).
+    assert not any("notes" in w for w in honest["checked"]["servers_word"]), honest["judged"]
+
+    def note(doc: dict[str, Any]) -> None:
+        doc["judged"].append("receipts of this commit under github.com/old/name: 2")
+
+    _patched(monkeypatch, note)
+    said = _status(capsys, srv, r, pem, "--json")
+    assert said.code == 1 and said.out, said.err  # the failed claim: the answer stands
+    assert "the notes it adds (1)" in json.loads(said.out)["checked"]["servers_word"]
+
+    def excuse(doc: dict[str, Any]) -> None:
+        for row in doc["claims"]:
+            if row["claim"] == FAILED:
+                row["reasons"] = [
+                    x.replace("counterexample:", "infra-error:", 1) for x in row["reasons"]
+                ]
+
+    _patched(monkeypatch, excuse)
+    res = _status(capsys, srv, r, pem)
+    assert res.code == 1 and res.out == "" and len(res.err.strip().splitlines()) == 1
+    assert f"claim {FAILED}" in res.err and "rules" in res.err, res.err
+
+
+def test_a_blocker_label_the_log_does_not_bear_is_refused(
+    served: tuple[Running, git.Repo, Path],
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    srv, r, pem = served
+
+    def relabel(doc: dict[str, Any]) -> None:
+        # The failure put down to the base branch ("fails there too"): an excuse the
+        # log does not bear (no receipt of the base here).
+        for b in doc["verdict"]["blockers"]:
+            b["attribution"] = {**(b.get("attribution") or {}), "label": "base-too"}
+
+    _patched(monkeypatch, relabel)
+    res = _status(capsys, srv, r, pem)
+    assert res.code == 1 and res.out == "" and len(res.err.strip().splitlines()) == 1
+    assert "labelled base-too in it" in res.err, res.err
