@@ -142,7 +142,24 @@ def documented_loaders(text: str) -> dict[str, set[str]]:
     body = body[: body.index("\n#", 1)]
     return {
         m.group(1): {w.strip() for w in m.group(2).split(",")}
-        for m in re.finditer(r"^- `([^`]+\.py)`: ([a-z ,]+)\.?$", body, re.M)
+        for m in re.finditer(_LOADER, body, re.M)
+    }
+
+
+# `- `path`: when, when (`room/`, `face.py`).`: the rooms of runners/ named after the whens.
+_LOADER = r"^- `([^`]+\.py)`: ([a-z ,]+?)(?: \(([^)]*)\))?\.?$"
+
+
+def documented_loader_rooms(text: str) -> dict[str, set[str]]:
+    """The rooms of `runners/` each listed module imports, as the list names them."""
+    body = text[text.index("\n### Who loads `runners`\n") :]
+    body = body[: body.index("\n#", 1)]
+    return {
+        m.group(1): {
+            "runners." + w.removesuffix("/").removesuffix(".py")
+            for w in re.findall(r"`([^`]+)`", m.group(3) or "")
+        }
+        for m in re.finditer(_LOADER, body, re.M)
     }
 
 
@@ -178,6 +195,23 @@ def test_the_modules_that_load_runners_are_the_documented_ones() -> None:
     ]
     typed = "if TYPE_CHECKING:\n    import runners.contract.result\nimport runners.protocol\n"
     assert runners_loaders({"x/y.py": typed}) == {"x/y.py": {_TYPES, _NOW}}
+
+
+def test_the_modules_that_load_runners_name_the_rooms_they_import() -> None:
+    """Each listed module names, in brackets, the rooms of `runners/` it imports
+    (tests/runners/test_architecture.py holds which rooms each room of ledger/ may)."""
+    found: dict[str, set[str]] = {}
+    for path, source in _ledger_sources().items():
+        for node, _ in _imports(ast.parse(source)):
+            if _names_runners(node):
+                name = node.module if isinstance(node, ast.ImportFrom) else node.names[0].name
+                found.setdefault(path, set()).add(".".join((name or "").split(".")[:2]))
+    documented = documented_loader_rooms(_doc())
+    assert documented == found, {
+        p: (sorted(documented.get(p, ())), sorted(found.get(p, ())))
+        for p in set(documented) | set(found)
+        if documented.get(p) != found.get(p)
+    }
 
 
 def test_the_runners_sentence_names_the_list() -> None:

@@ -11,6 +11,7 @@ circle. It also holds what `ledger/` imports of `runners/`, room by room.
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 
@@ -309,3 +310,24 @@ def test_the_estimator_reaches_only_the_protocol() -> None:
     assert out.stdout.strip() == str(
         ["runners", "runners.protocol", "runners.workloads", "runners.workloads.estimator"]
     ), out.stdout
+
+
+def _documented_layers() -> list[set[str]]:
+    """The numbered list of docs/architecture.md's "`runners/`": each item's rooms (its
+    bold names: `runners`, `room/`, `face.py`)."""
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    body = text[text.index("\n## `runners/`\n") :]
+    body = body[: body.index("\n## ", 1)]
+    items = re.split(r"\n(?=\d+\. )", body)
+    return [
+        {
+            "runners" if w == "runners" else "runners." + w.removesuffix("/").removesuffix(".py")
+            for w in re.findall(r"\*\*`([^`]+)`\*\*", item)
+        }
+        for item in items
+        if re.match(r"\d+\. ", item)
+    ]
+
+
+def test_the_documented_layers_of_runners_are_the_ones_the_test_holds() -> None:
+    assert _documented_layers() == [set(layer) for layer in LAYERS]
