@@ -328,7 +328,10 @@ def receipt_page(reader: LocalReader, ref: str, led: Any) -> dict[str, Any]:
     p = doc["statement"].get("predicate", {})
     keys = reader.store.keys()
     for r in doc.get("reviews", []):
-        info = keys.get(r.get("signer", ""))
+        # The entry's reviews carry their statements' predicates, not who signed them:
+        # the reviewer is the signer of the review's own entry.
+        entry = reader.store.entry(r["id"])
+        info = keys.get(entry.signer) if entry is not None else None
         r["reviewer"] = info.name if info else None
     ctx: dict[str, Any] = {
         "doc": doc,

@@ -45,11 +45,11 @@ def test_the_pages_show_what_the_json_routes_answer(lg: Lg) -> None:
         for rid in (passed, failed):
             shown = _json(srv, f"/v1/entries/{rid}")
             page = _json(srv, f"/receipt/{rid}")
-            # The page adds a reviewer's name to each review (the route's reviews name no
-            # signer, so the page has none to show yet: "unknown key").
-            for r in page["reviews"]:
-                r.pop("reviewer")
+            # The page names each review's signer beside what the route shows (it once
+            # looked for a signer the route's reviews do not carry: "unknown key").
+            named = [r.pop("reviewer") for r in page["reviews"]]
             assert page == shown
+            assert named == ["other" if rid == passed else "reviewer"]
         assert "revocation" in _json(srv, f"/v1/entries/{passed}")
         src = _json(srv, f"/v1/entries/{passed}")["statement"]["predicate"]["source"]
         q = urlencode({"repo": src["repo"], "rev": src["commit"]})
