@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import git
 
 from ledger.evidence.keys import LocalKey
-from ledger.execution import sharing
+from ledger.execution import calibrations, sharing
 from ledger.execution.claimrun import ClaimRun, Finished
 from ledger.execution.devices import Device as GpuDevice
 from ledger.execution.devices import DevicePool, visible_gpus
@@ -50,11 +50,12 @@ Recorded = list[tuple[str, str, str]]
 
 
 def server_sandbox(
-    box: Sandbox, run_dir: Path, code: Sequence[Path | None]
+    box: Sandbox, run_dir: Path, code: Sequence[Path | None], calibration: Path | None = None
 ) -> Callable[[list[str], dict[str, str]], tuple[list[str], dict[str, str]]] | None:
     """How the fork server starts: inside the sandbox (it imports the pull request's
     modules, and the claim processes it forks inherit its sandbox), no network,
-    writing only the run's folder."""
+    writing only the run's folder; ``calibration``, a folder in it, is where the
+    built-in estimator keeps its fits (`ledger.execution.calibrations`)."""
     if box.mode == "none":
         return None
     scratch = run_dir / "scratch"
@@ -62,6 +63,10 @@ def server_sandbox(
     policy = box.policy(
         writable=[run_dir], read_only=[c for c in code if c is not None], scratch=scratch
     )
+    if calibration is not None:
+        # The sandbox passes no LEDGER_* variable of its own accord: this one names a
+        # folder of the run's, not the host's.
+        policy = policy.with_(env=(*policy.env, (calibrations.CACHE_VAR, str(calibration))))
 
     def wrap(argv: list[str], env: dict[str, str]) -> tuple[list[str], dict[str, str]]:
         return box.launch(policy, argv, env)
@@ -158,13 +163,21 @@ def started(
         if base is not None:
             # The base tree's arms reuse a model built once, like the head's.
             specs.append(base_spec(base, plan, base_plan, on_base, modules))
-        wrap = server_sandbox(box, run_dir, [root, base])
+        # The fits earlier sandboxed runs of this very tree kept, handed in; what this
+        # run measures is kept for the next run of the tree (`ledger.execution.calibrations`).
+        # Not where the base tree's server runs beside it: its arms would read fits the
+        # head's code could have written for them.
+        alone = box.mode != "none" and base is None
+        fits = calibrations.hand_in(run_dir, revision.tree) if alone else None
+        wrap = server_sandbox(box, run_dir, [root, base], fits)
         confine = None if wrap is None else {"run_dir": str(run_dir)}
         launched = Launched.all(specs, env(), wrap=wrap, sock_dir=run_dir, confine=confine)
         try:
             yield Started(root, base, run_dir, launched, plan.quarantine_above)
         finally:
             launched.close()
+            if fits is not None:
+                calibrations.take_back(fits, revision.tree)
 
 
 def _prefixed(progress: Callable[[str], None], prefix: str) -> Callable[[str], None]:
@@ -190,11 +203,13 @@ def run(
     box: Sandbox,
     say: Callable[[str], None],
     done: Recorded,
+    gate: Callable[[], None] = lambda: None,
 ) -> list[tuple[str, str]]:
     """Run ``runs`` on the started trees: on ``devices`` side by side (each claim on
     devices of its own), or one after another on the default device when None. The
     claims this host cannot run as asked, with why: none of them started
-    (`ledger.execution.scheduler.not_here`)."""
+    (`ledger.execution.scheduler.not_here`). Each receipt waits for ``gate`` before it
+    is recorded (`ledger.execution.preflight`): its refusal stops every claim."""
     from runners.fork.preload import learned, remember_modules
 
     explicit = devices is not None
@@ -241,7 +256,7 @@ def run(
     )
     _diagnose(ex, pool.devices if explicit else visible_gpus(), say)
     try:
-        recording = _Recording(ledger.recorder, key, revision, done, quarantine)
+        recording = _Recording(ledger.recorder, key, revision, done, quarantine, gate)
         skipped = schedule(ex, pool, explicit, runs, recording, say, len(visible_gpus()))
     finally:
         ex.close()
@@ -306,6 +321,9 @@ class _Recording:
     done: Recorded
     run_facts: dict[str, str] = field(default_factory=dict)
     """Facts of the whole run every receipt carries: what quarantine did."""
+    gate: Callable[[], None] = lambda: None
+    """Returns once the run may be recorded, or raises its refusal (`preflight.Gate`),
+    which the scheduler answers by stopping every claim."""
 
     def finished(
         self,
@@ -318,6 +336,7 @@ class _Recording:
         extra: dict[str, str] | None = None,
     ) -> None:
         tag = claim_tag(run, n)
+        self.gate()
         try:
             fin: Finished = fut.result()
         except Exception as e:  # one claim's failure must not stop the others

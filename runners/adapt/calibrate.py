@@ -28,7 +28,8 @@ library versions), the device and the method's version: in this process, and as 
 file under ``$LEDGER_CALIBRATION_DIR`` (default ``$XDG_CACHE_HOME/ledger/calibration``),
 so a later run of the same workload definition on the same device does not measure
 again. A calibration of another device, package or definition has another key and is
-never reused.
+never reused. A sandboxed run is handed a folder of its own by that variable, filled
+with what earlier runs of the same tree kept (`ledger.execution.calibrations`).
 """
 
 from __future__ import annotations

@@ -89,10 +89,8 @@ class _Adapter:
         estimator: str | None,
         builtin_beside: bool = False,
     ):
-        if builtin_beside:
-            # Only where asked: the digest of a plan that says nothing stays as it was.
-            params = {**params, "builtin_beside": True}
-        self.params = dict(params)
+        # Only where asked: the digest of a plan that says nothing stays as it was.
+        self.params = {**params, "builtin_beside": True} if builtin_beside else dict(params)
         self._dtype = _dtype(dtype)
         self.lr = lr
         team = estimator if estimator not in (None, "", BUILTIN) else None
@@ -153,9 +151,10 @@ class _Adapter:
         self._model()
         # Both subclasses make batches and run steps: what calibrating needs.
         me = cast("calibrate.Calibrated", self)
-        got, self.calibration_source = calibrate.calibration(
-            me, self._terms(), self._budget(), fresh=fresh
-        )
+        got, source = calibrate.calibration(me, self._terms(), self._budget(), fresh=fresh)
+        if source != "memo" or self.calibration_source is None:
+            # A later ask finds it in memory: the source stays where the fit came from.
+            self.calibration_source = source
         return got
 
     def _train(self, model: Any, device: torch.device) -> None:

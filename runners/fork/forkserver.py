@@ -159,6 +159,11 @@ def _confined(word: str, msg: dict[str, Any], confine: dict[str, Any]) -> None:
         art = json.loads(Path(args[0]).read_text()).get("artifact_dir")
         if isinstance(art, str):
             mine.append(art)
+    # The built-in estimator's fits, a folder of the run's the run handed in
+    # (`ledger.execution.calibrations`): every claim may add the fit it measured.
+    fits = os.environ.get("LEDGER_CALIBRATION_DIR", "")
+    if fits and os.path.realpath(fits).startswith(os.path.realpath(str(run_dir)) + os.sep):
+        mine.append(fits)
     # A scratch folder of the claim's own (the server's is read-only from here on).
     scratch = os.path.join(folder, "scratch")
     with contextlib.suppress(OSError):
