@@ -6,16 +6,17 @@ from the last checkpoint it saw (`read/log_cache.py`, over the monitor's reading
 served log, `monitor/remote.py`), gathers the question's evidence from those entries as
 the server gathers it from its store, and has the one judge (`qualification/judge.py`)
 decide. The server's answer is refused, with a one-line reason (`VerificationError`,
-exit 1), where a claim's state or the receipts it rests on differ from that decision,
-where it leaves out a counterexample the entries hold, or where its checkpoint is not
-an extension of the last one seen here (a forked log).
+exit 1), where a claim's state, the receipts it rests on or the rules it cites differ
+from that decision, where a blocker's label does, where it leaves out a counterexample
+the entries hold, or where its checkpoint is not an extension of the last one seen
+here (a forked log); an entry whose signature does not verify is refused by the sync.
 
 What the entries do not decide is taken from the answer and said to be the server's
 word: the GPUs its fleet quarantines (a claim whose state it puts down to a quarantined
 GPU, only where the plan asks for the quarantine), what its fleet counts on a device
-(a blocker's device-only label), the notes it adds (receipts under another repository
-id, how its plan was identified), and the key registry as of its store (the entries
-here give it as of the checkpoint).
+(a blocker's device-only label), the notes it adds beyond the asker's own (receipts
+under another repository id), and the key registry as of its store (the entries here
+give it as of the checkpoint).
 """
 
 from __future__ import annotations
