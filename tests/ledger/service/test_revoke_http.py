@@ -73,6 +73,12 @@ def test_only_an_operator_or_reviewer_token_revokes_and_a_refusal_writes_nothing
     assert "revoked: ran on a mislabelled host" in " ".join(map(str, lg.status()["reasons"]))
     again, _, err = served.revoke("operator", rid)
     assert again == 1 and "already revoked" in err and lg.size() == before + 1
+    # The server's bundle carries the revocation's inclusion proof: verifying the receipt
+    # through it, against the ledger key, refuses it from the checkpoint that holds it.
+    pem = lg.keys.parent / "ledger.pem"
+    pem.write_text(lg("keys", "export", "ledger").out)
+    shown = run(lg.capsys, "verify", rid, "--server", served.srv.url, "--trust", str(pem))
+    assert shown.code == 1 and "revoked: ran on a mislabelled host" in shown.err, shown.err
     assert lg("audit").code == 0
 
 
