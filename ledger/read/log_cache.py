@@ -35,7 +35,10 @@ from ledger.monitor.remote import extended, keys_of
 
 __all__ = ["Held", "LogCache", "cache_dir"]
 
-_VERSION = 1
+_VERSION = 2
+"""2: each receipt's and review's signature verified at sync. A copy kept at version 1
+was not, so it is fetched again (and checked) rather than read."""
+_TABLES = ("meta", "entry", "receipt", "review", "revoked")
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (k TEXT PRIMARY KEY, v TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS entry (
@@ -88,9 +91,12 @@ class LogCache:
         # write-ahead log on close waits for the disk (a power cut may lose the newest
         # sync, which the next question repeats; a file that no longer reads is named).
         self._db.execute("PRAGMA synchronous=OFF")
-        if self._db.execute("PRAGMA user_version").fetchone()[0] != _VERSION:
+        version = self._db.execute("PRAGMA user_version").fetchone()[0]
+        if version != _VERSION:
             self._db.execute("PRAGMA journal_mode=WAL")  # kept in the file
-            self._db.executescript(_SCHEMA + f"PRAGMA user_version = {_VERSION};")
+            # A copy of another version starts empty: the next sync fetches it all.
+            drop = "".join(f"DROP TABLE IF EXISTS {t};" for t in _TABLES) if version else ""
+            self._db.executescript(drop + _SCHEMA + f"PRAGMA user_version = {_VERSION};")
 
     @classmethod
     def open(cls, origin: str, where: Path | None = None) -> LogCache:

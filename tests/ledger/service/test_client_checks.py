@@ -407,3 +407,22 @@ def test_a_blocker_label_the_log_does_not_bear_is_refused(
     res = _status(capsys, srv, r, pem)
     assert res.code == 1 and res.out == "" and len(res.err.strip().splitlines()) == 1
     assert "labelled base-too in it" in res.err, res.err
+
+
+def test_a_copy_kept_before_signatures_were_checked_is_fetched_again(
+    served: tuple[Running, git.Repo, Path],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A log kept by a release whose sync verified no signature may hold a tampered body:
+    it is not read, but fetched again and checked."""
+    import sqlite3
+
+    srv, r, pem = served
+    first = json.loads(_status(capsys, srv, r, pem, "--json").out)
+    (kept,) = (tmp_path / "cache" / "logs").iterdir()
+    with sqlite3.connect(kept) as db:
+        db.execute("PRAGMA user_version = 1")
+    db.close()
+    again = json.loads(_status(capsys, srv, r, pem, "--json").out)
+    assert again["checked"]["fetched"] == first["checked"]["checkpoint"]["size"] > 0
