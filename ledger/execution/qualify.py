@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import os
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -22,7 +21,7 @@ import git
 
 from ledger.evidence.errors import UsageError
 from ledger.evidence.keys import LocalKey
-from ledger.execution import local_run
+from ledger.execution import local_run, preflight
 from ledger.execution.baseline import BaseRow
 from ledger.execution.claimrun import ClaimRun
 from ledger.execution.claims import Device, asked_claims, scope_notes, to_run
@@ -138,7 +137,9 @@ def qualify(
         asked, skipped = _checked(p.run_plan, claims, say)
         runs = _claim_runs(p, asked, device, profile, visible, say)
         cuda = device == "cuda" or (device == "auto" and bool(visible))
-        _conformance(p.run_plan, asked, st, p.box, cuda, say)
+        # Judged from the plan at once, or probed beside the first claims: nothing is
+        # recorded before it has judged (`ledger.execution.preflight`).
+        gate = preflight.start(p.run_plan, asked, st, p.box, cuda, say)
         done = QualifyRun([], p.revision, p.plan, p.ident.notes, tuple(c.name for c, _ in skipped))
         # The governing plan first: a reader without a checkout proves it from the
         # ledger alone, for every receipt this run records (here or on Ray workers).
@@ -152,8 +153,9 @@ def qualify(
             box = p.box
             assert ledger is not None and key is not None and box is not None
             done.not_here = local_run.run(
-                st, runs, ledger, key, p.revision, pool_devices, box, say, done.receipts
+                st, runs, ledger, key, p.revision, pool_devices, box, say, done.receipts, gate
             )
+            gate()  # a refusal stands where no claim finished to meet it
             if baseline and pr is not None:
                 judged = p.base_plan or p.run_plan
                 done.baseline = _judge_base(
@@ -351,47 +353,6 @@ def _announce(
         plan.runner.sandbox == "required"
     ):
         say("warning: --sandbox none, and the plan requires a sandbox: no receipt will count")
-
-
-PROBE_VAR = "LEDGER_QUALIFY_PROBE"
-"""``1``: qualify probes the workload (`ledger doctor`'s probe) before the first claim;
-``0``: it judges from the plan alone; unset: it probes when the run uses CUDA."""
-
-
-def _conformance(
-    plan: Plan,
-    asked: Sequence[ClaimSpec],
-    st: local_run.Started | None,
-    box: Sandbox | None,
-    cuda: bool,
-    say: Callable[[str], None],
-) -> None:
-    """Before the first claim: the doctor's one-line summary, and a refusal (exit 2,
-    nothing measured) when a required claim cannot be judged at all."""
-    from ledger.conformance.plan_level import judge_from_plan
-    from ledger.conformance.probe import cannot_judge, plan_claims, probe
-
-    claims = plan_claims(plan, asked)
-    if not claims:
-        return
-    want = os.environ.get(PROBE_VAR, "")
-    if st is not None and box is not None and (want == "1" or (cuda and want != "0")):
-        fork = st.servers.wait()[0]
-        if fork is not None and local_run.unforkable(fork.ready):
-            fork = None
-        how = "forked from the fork server" if fork is not None else "in a fresh interpreter"
-        say(f"doctor: probing the workload at a tiny shape on CPU before the first claim ({how})")
-        report = probe(st.root, claims, box, fork, st.run_dir)
-    else:
-        report = judge_from_plan(claims)
-    say(report["summary"])
-    bad = {str(c["claim"]) for c in cannot_judge(report, required_only=True)}
-    if bad:
-        said = [ln for ln in report["lines"] if ln.split(":", 1)[0] in bad]
-        raise UsageError(
-            f"refused before any claim ran: {len(bad)} required claim(s) cannot be judged: "
-            + "; ".join(said)
-        )
 
 
 def _record_plan(recorder: Recorder | None, ident: Identity, say: Callable[[str], None]) -> None:
