@@ -342,9 +342,12 @@ def _check_signatures(held: Mapping[str, KeyInfo], new: Sequence[LoggedEntry]) -
             continue
         if e.kind not in ("receipt", "review"):
             continue
-        before = {k: v.public for k, v in keys.items() if v.seq < e.seq}
         try:
-            dsse.verify(e.envelope, before)
+            env = e.envelope
+            # Only the keys it names, as registered before it (not the whole registry).
+            named = (keys.get(sig.keyid) for sig in env.signatures)
+            before = {k.keyid: k.public for k in named if k is not None and k.seq < e.seq}
+            dsse.verify(env, before)
         except Error as err:
             raise VerificationError(
                 f"entry {e.seq} ({e.kind} {e.entry_id[:19]}) served by the log does not "
