@@ -11,6 +11,13 @@ import git
 import pytest
 from sqlalchemy import create_engine, text
 
+# Two workers share two cores (`.ci/run`): torch's OpenMP threads in each worker, and in
+# each claim process a worker starts, would spin at every barrier for cores the other
+# worker holds (GNU OpenMP's default), a small check several times slower. Asleep
+# instead, as a claim's processes wait (`runners.contract.childenv`); set before anything
+# imports torch, unless the caller set a policy.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
 PG_URL = os.environ.get(
     "LEDGER_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/ledger_test"
 )
