@@ -288,7 +288,7 @@ if [ "$MODE" = sandbox ]; then
   # folder, capabilities from outside, a helper's memory, another claim's folder, the
   # host pid) on this host, with the unsandboxed controls.
   timeout 300 python3 -m pytest -q -p no:cacheprovider tests/ledger/sandbox/test_sandbox_boundary.py \
-    tests/runners/test_claim_confinement.py --junitxml "$E/boundary.xml" > "$E/boundary.log" 2>&1
+    tests/runners/fork/test_claim_confinement.py --junitxml "$E/boundary.xml" > "$E/boundary.log" 2>&1
   echo "boundary exit $?" >> "$E/boundary.log"
   set -e
   tail -3 "$E/attack.out"; tail -2 "$E/boundary.log"

@@ -7,7 +7,7 @@ the server, which imports it once) makes every fork unsafe, so the server refuse
 The client once ran the claim itself then, unsandboxed: the pull request's `setup`
 read the runner's private key. Now a server that said at ready it will not fork is
 not asked, and each claim starts afresh inside the sandbox; a server that refuses
-after ready has its claim started afresh too (tests/runners/test_fork_refusal_restart.py),
+after ready has its claim started afresh too (tests/runners/fork/test_fork_refusal_restart.py),
 and its client never runs it.
 """
 

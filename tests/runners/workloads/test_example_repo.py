@@ -15,7 +15,7 @@ from runners.protocol import Shape
 from runners.workloads.loader import load_workload
 from scripts.example_repo import PR_BRANCH, PR_REF, make_example_repo
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 CHECKS = {
     "admission",
     "regression-24view",

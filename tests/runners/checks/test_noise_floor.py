@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from runners.checks.noise import by_family, family, judge, threshold_for, verdict_of
+from tests.runners.checks.test_checks import only
 from tests.runners.conftest import RunClaim
-from tests.runners.test_checks import only
 
 NOISY = "runners.workloads.broken:noisy_gradients"
 

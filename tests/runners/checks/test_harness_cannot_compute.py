@@ -25,8 +25,7 @@ from runners.checks.grad_arm import run_arm
 from runners.contract.result import CheckResult, Json
 from runners.doctor.claims import judge
 from runners.doctor.probe import probe
-
-from .conftest import REPO, TINY
+from tests.runners.conftest import REPO, TINY
 
 QWEN: dict[str, Json] = {
     "model_type": "qwen3_moe",

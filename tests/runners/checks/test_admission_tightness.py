@@ -12,8 +12,7 @@ from ledger.qualification.figures import figure_of, least_of
 from ledger.read.render import render_trend
 from ledger.trend import Point, Trend
 from runners.contract.result import CheckResult, Json
-
-from .conftest import MOE, make_runner
+from tests.runners.conftest import MOE, make_runner
 
 LATTICE: dict[str, Json] = {"batches": [1, 2], "seqs": [8, 16]}
 LOOSE = "runners.workloads.broken:over_predicting"

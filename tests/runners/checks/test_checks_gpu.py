@@ -10,8 +10,7 @@ import torch
 
 from runners.contract.result import CheckResult
 from runners.harness import CudaProbe, ResourceRegistry
-
-from .conftest import RunClaim
+from tests.runners.conftest import RunClaim
 
 pytestmark = pytest.mark.gpu
 

@@ -104,7 +104,7 @@ def test_a_forked_claims_model_has_the_digests_of_one_built_the_plain_way(
     assert forked["routes"] == ["prebuilt"]
     plain = subprocess.run(
         [sys.executable, "-c", PLAIN, str(root), json.dumps(PARAMS)],
-        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[3])},
         capture_output=True,
         text=True,
         check=True,

@@ -11,8 +11,7 @@ import pytest
 
 from runners.api import run_claim
 from runners.contract.result import CheckResult
-
-from .conftest import MOE, REPO, TINY, Recorder, RunClaim
+from tests.runners.conftest import MOE, REPO, TINY, Recorder, RunClaim
 
 LATTICE = {"batches": [1, 2], "seqs": [8, 16]}
 

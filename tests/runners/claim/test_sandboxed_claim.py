@@ -83,7 +83,7 @@ def test_a_child_that_under_reports_its_peak_is_inconclusive_with_both_figures(
     assert r.reason is not None
     assert "reported a peak of 1024 bytes" in r.reason and f"saw {seen} bytes" in r.reason
     # The honest harness, the same way, stays within the bound.
-    [ok] = _run(Path(__file__).resolve().parents[2], "runners.workloads.moe:make_workload")
+    [ok] = _run(Path(__file__).resolve().parents[3], "runners.workloads.moe:make_workload")
     assert ok.outcome == "passed", ok.reason
     reported, seen = ok.measurements[REPORTED], ok.measurements["outside_peak_bytes"]
     assert isinstance(reported, int) and isinstance(seen, int)

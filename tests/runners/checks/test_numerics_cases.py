@@ -6,7 +6,7 @@ defects fail.
 As `ledger qualify` runs them, each arm forks from a fork server preloaded from its
 own tree (torch, and for Qwen3 transformers and peft, imported once per tree instead
 of once per arm); the servers only import, so every arm still builds its own workload.
-tests/runners/test_checks.py keeps the arms started as fresh interpreters."""
+tests/runners/checks/test_checks.py keeps the arms started as fresh interpreters."""
 
 from __future__ import annotations
 

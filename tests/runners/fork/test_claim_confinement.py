@@ -26,7 +26,7 @@ from runners.contract.result import CheckResult
 from runners.fork.forkparent import ForkServer, client_argv
 from runners.harness.cgroup import ClaimCgroup
 from runners.harness.child import env as child_env
-from tests.runners.test_sandboxed_claim import _run
+from tests.runners.claim.test_sandboxed_claim import _run
 
 pytestmark = pytest.mark.skipif(
     find_bwrap() is None and os.environ.get("CI") != "true", reason="no bubblewrap"
@@ -150,7 +150,7 @@ def test_the_forked_claim_process_knows_its_host_pid_and_nothing_else(
     box.hand_over(claim)
     try:
         client = subprocess.Popen(
-            client_argv(server.sock, "tests.runners.hostpid_probe", req, res),
+            client_argv(server.sock, "tests.runners.fork.hostpid_probe", req, res),
             env={**child_env(), "PYTHONPATH": os.pathsep.join(sys.path)},
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,

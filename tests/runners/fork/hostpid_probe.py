@@ -1,4 +1,4 @@
-"""Run as a forked claim process (`tests/runners/test_claim_confinement.py`): writes
+"""Run as a forked claim process (`tests/runners/fork/test_claim_confinement.py`): writes
 its host pid as it was told it and its own pid to the result path, says ready, and
 waits for its standard input to close."""
 

@@ -10,8 +10,7 @@ from runners.api import check_names, needs_base, params_error
 from runners.checks.admission import Params as AdmissionParams
 from runners.checks.catalog import describe
 from runners.checks.params import ParamError
-
-from .conftest import RunClaim
+from tests.runners.conftest import RunClaim
 
 
 def test_describe_lists_every_check_with_documented_parameters() -> None:

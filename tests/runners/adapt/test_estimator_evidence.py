@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 RUNS = sorted(ROOT.glob("evidence/*-estimator/estimator_accuracy.json"))
 HELD_OUT = {"llama+lora", "mixtral", "vit", "cnn"}
 DEVELOPMENT = {"gpt2", "qwen3_moe+lora"}

@@ -20,7 +20,7 @@ from runners.contract.result import CheckResult
 from runners.fork.forkparent import ForkServer
 from runners.harness.child import env
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 # Imported by the server. A claim in mode "poison" signals the server (its parent),
 # whose handler starts a thread there: the server refuses every fork after that.

@@ -13,8 +13,7 @@ import torch
 
 from runners.api import UnknownCheck, check_names, resolve_device, run_claim
 from runners.checks.catalog import CHECKS
-
-from .conftest import MOE, REPO, TINY, RunClaim
+from tests.runners.conftest import MOE, REPO, TINY, RunClaim
 
 SCOPE_FACETS = {
     "device_kind",

@@ -13,7 +13,7 @@ from runners.contract.request import Claim
 from runners.contract.result import CheckResult, CleanupProof, ReleasedResource, Stamped
 from runners.harness import launch
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 EP = "runners.workloads.moe_ep:make_workload"
 SMALL = {"d_model": 32, "n_layers": 1, "n_heads": 2, "n_experts": 4, "d_ff": 64, "vocab": 128}
 

@@ -41,7 +41,7 @@ def _run(root: Path, ref: str, msgs: list[str]) -> list:  # type: ignore[type-ar
 
 def test_results_and_progress_cross_the_process_boundary(tmp_path: Path) -> None:
     msgs: list[str] = []
-    [r] = _run(Path(__file__).resolve().parents[2], "runners.workloads.moe:make_workload", msgs)
+    [r] = _run(Path(__file__).resolve().parents[3], "runners.workloads.moe:make_workload", msgs)
     assert r.outcome == "passed", r.reason
     assert any("cleanup" in m for m in msgs)
     own = r.cleanup.resources[-1]

@@ -112,7 +112,8 @@ def tightness_rows(**params: Any) -> Iterator[tuple[Phase, Shape, int, int]]:
 
 
 def print_tightness_table(**params: Any) -> None:
-    """Print measured / predicted per lattice shape (``python -m tests.runners.test_moe``)."""
+    """Print measured / predicted per lattice shape
+    (``python -m tests.runners.workloads.test_moe``)."""
     print(f"config {params or 'defaults'}")
     print(f"{'phase':<17} {'shape':>7} {'measured':>11} {'predicted':>11} {'ratio':>6}")
     for phase, shape, measured, predicted in tightness_rows(**params):

@@ -17,7 +17,7 @@ from runners.contract.result import check_result
 from runners.fork.forkparent import ForkServer
 from runners.harness.child import env, write_request
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 MOE = "runners.workloads.moe:make_workload"
 TINY = {"d_model": 32, "n_layers": 1, "n_experts": 4, "d_ff": 32, "vocab": 64}
 
@@ -94,7 +94,7 @@ def test_a_claim_computes_on_threads_after_the_server_did() -> None:
 
     if torch.get_num_threads() < 2:
         pytest.skip("one CPU thread: no thread pool to inherit")
-    ref = "tests.runners.omp_workload:make_workload"
+    ref = "tests.runners.fork.omp_workload:make_workload"
     s = ForkServer.launch([(str(ROOT), ref)], env(), prepare=[(str(ROOT), ref, TINY)]).wait()
     try:
         assert s.ready["prepared"] == [ref]

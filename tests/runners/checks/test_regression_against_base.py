@@ -29,8 +29,8 @@ from runners.protocol import Shape, SupportsModes, enter_mode
 
 pytest.importorskip("transformers")
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
-FROZEN = Path(__file__).resolve().parents[1] / "examples" / "frozen_protocol"
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
+FROZEN = Path(__file__).resolve().parents[2] / "examples" / "frozen_protocol"
 ACTOR = git.Actor("T", "t@example.invalid")
 
 CNN = """

@@ -20,7 +20,7 @@ from runners.protocol import ForwardOutputs, Shape
 from runners.workloads import prebuilt
 from runners.workloads.loader import load_workload, prebuild_workload
 
-FROZEN = Path(__file__).resolve().parents[1] / "examples" / "frozen_protocol"
+FROZEN = Path(__file__).resolve().parents[2] / "examples" / "frozen_protocol"
 CPU = torch.device("cpu")
 
 
@@ -188,7 +188,7 @@ def test_a_forked_child_copies_the_servers_snapshot(tmp_path: Path) -> None:
         sys.exit(os.waitstatus_to_exitcode(status))
         """
     )
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[3])}
     r = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr[-2000:]
 

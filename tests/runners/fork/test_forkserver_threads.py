@@ -22,9 +22,9 @@ from runners.fork.forkparent import ForkServer
 from runners.fork.forksafety import FORK_SAFE_THREADS
 from runners.harness.child import env
 
-ROOT = Path(__file__).resolve().parents[2]
-OMP = "tests.runners.omp_workload:make_workload"
-THREAD = "tests.runners.thread_workload:make_workload"
+ROOT = Path(__file__).resolve().parents[3]
+OMP = "tests.runners.fork.omp_workload:make_workload"
+THREAD = "tests.runners.fork.thread_workload:make_workload"
 JEMALLOC = next(
     (
         p
@@ -120,7 +120,7 @@ def test_any_other_thread_refuses_every_fork_and_is_named() -> None:
         why = unforkable(s.ready)
         assert why is not None
         assert "poller" in why
-        source = (ROOT / "tests/runners/thread_workload.py").read_text().splitlines()
+        source = (ROOT / "tests/runners/fork/thread_workload.py").read_text().splitlines()
         at = next(i for i, ln in enumerate(source, 1) if ln.startswith("threading.Thread("))
         assert f"thread_workload.py:{at} in <module>" in why  # who started it, and where
         # Still judged: the claim runs in a fresh interpreter instead.

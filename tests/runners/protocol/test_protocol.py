@@ -145,7 +145,7 @@ def test_installed_module_when_checkout_lacks_it(tmp_path: Path) -> None:
 
 
 def test_the_checkout_already_imported_is_kept(tmp_path: Path) -> None:
-    project = Path(__file__).resolve().parents[2]
+    project = Path(__file__).resolve().parents[3]
     w = load_workload(project, "runners.workloads.moe:make_workload", {})
     assert type(w) is moe.MoEWorkload  # not a second copy of the module
     assert sys.modules["runners.workloads.moe"] is moe
