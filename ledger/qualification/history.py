@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 from ledger.qualification import rules, supersession
 from ledger.qualification.evidence import ReceiptEvidence, ReviewEvidence
+from ledger.qualification.revocation import under_plan
 from ledger.qualification.supersession import Effect
 
 __all__ = ["HistoryItem", "Supersession", "history"]
@@ -90,14 +91,18 @@ class HistoryItem:
 
 
 def history(
-    receipts: Sequence[ReceiptEvidence], reviews: Sequence[ReviewEvidence]
+    receipts: Sequence[ReceiptEvidence],
+    reviews: Sequence[ReviewEvidence],
+    revoke_pass: str = "operator",
 ) -> list[HistoryItem]:
     """All entries in log order; supersessions are marked, never applied.
 
     Each is judged as `status` judges it (same claim, later, sound, decisive,
     covering, and with authority), so the two never disagree on whether it
-    took effect; whether it counts for one revision is `status`'s to say.
+    took effect; whether it counts for one revision is `status`'s to say. A
+    revocation too: `revoke_pass` is the plan's `[review] revoke_pass`.
     """
+    receipts = under_plan(receipts, revoke_pass)
     seq_of = {r.id: r.seq for r in receipts}
     by_id = {r.id: r for r in receipts}
     reviews_of: dict[str, list[ReviewEvidence]] = defaultdict(list)

@@ -152,17 +152,22 @@ def _fleet_counts(store: Store) -> dict[str, str]:
 
 def query_history(store: Store, q: Identity) -> list[HistoryItem]:
     receipts, reviews = load_evidence(store, q.revision)
-    return history(receipts, reviews)
+    return history(receipts, reviews, _revoke_pass(q))
 
 
 def history_answer(store: Store, q: Identity) -> dict[str, Any]:
     """What `ledger history --json` prints: the history document, with the
     entries that bear on it but cannot be read named under `problems`."""
     ev = read_evidence(store, q.revision)
-    doc = history_document(q, history(ev.receipts, ev.reviews))
+    doc = history_document(q, history(ev.receipts, ev.reviews, _revoke_pass(q)))
     doc["judged"] += definition_notes(proved(q, ev.receipts))
     doc["problems"] = list(ev.unreadable)
     return doc
+
+
+def _revoke_pass(q: Identity) -> str:
+    """Who may revoke a pass under the governing plan (none known: the operator)."""
+    return q.plan.review.revoke_pass if q.plan is not None else "operator"
 
 
 def definition_notes(revision: Revision) -> list[str]:

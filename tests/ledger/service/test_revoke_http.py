@@ -115,6 +115,10 @@ def test_a_reviewers_revocation_of_a_pass_counts_only_where_the_plan_says_so(
     assert row["state"] == "disputed", row
     assert "revocation not counted (the plan lets only the operator revoke a pass" in reasons
     assert lg("audit").code == 0
+    # History weighs it alike: the pass is not void there either.
+    hist = json.loads(lg("history", "--rev", "HEAD", "--repo", str(lg.repo), "--json").out)
+    (item,) = [e for e in hist["entries"] if e["id"] == rid]
+    assert not any("revoked:" in p for p in item["problems"]), item
     # The same answer from the server (the client judges its evidence), and from the log
     # the client checks the server by: the revocation is a reviewer's there too.
     url = served.srv.url
