@@ -10,7 +10,7 @@ import pytest
 from runners.contract.childenv import env
 from runners.fork.forkparent import ForkServer
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def test_openmp_threads_wait_asleep_unless_the_caller_says(monkeypatch: pytest.MonkeyPatch) -> None:
