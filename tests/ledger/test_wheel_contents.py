@@ -50,6 +50,7 @@ def test_package_discovery_finds_no_device_script() -> None:
         where=str(ROOT), include=spec.get("include", ["*"]), exclude=spec.get("exclude", ())
     )
     assert {"ledger", "runners", "runners.fork", "runners.claim"} <= set(packages)
+    assert {"runners.contract", "runners.rank"} <= set(packages)
     assert all(p.split(".")[0] in ("ledger", "runners") for p in packages), packages
     files = [
         f.relative_to(ROOT).as_posix()
@@ -89,3 +90,4 @@ def test_the_wheel_holds_no_device_script(tmp_path: Path) -> None:
     assert _unshipped(names) == []
     assert "runners/fork/forkserver.py" in names and "runners/claim/isolated.py" in names
     assert "runners/protocol.py" in names and "runners/workloads/estimator.py" in names
+    assert "runners/contract/request.py" in names and "runners/rank/__main__.py" in names

@@ -331,3 +331,19 @@ def _documented_layers() -> list[set[str]]:
 
 def test_the_documented_layers_of_runners_are_the_ones_the_test_holds() -> None:
     assert _documented_layers() == [set(layer) for layer in LAYERS]
+
+
+def test_the_tests_of_runners_sit_in_the_rooms_they_test() -> None:
+    """tests/runners/ mirrors runners/'s rooms, as tests/ledger/ mirrors ledger/'s: each
+    folder names a room, and beside them only the shared fixtures and this test."""
+    here = ROOT / "tests" / "runners"
+    loose = sorted(
+        p.name
+        for p in here.glob("*.py")
+        if p.name not in ("__init__.py", "conftest.py", "test_architecture.py")
+    )
+    assert not loose, f"move each into the folder of the room it tests: {loose}"
+    rooms = {r.removeprefix("runners.") for layer in LAYERS for r in layer}
+    folders = {p.name for p in here.iterdir() if p.is_dir() and p.name != "__pycache__"}
+    assert folders <= rooms, sorted(folders - rooms)
+    assert all((here / f / "__init__.py").is_file() for f in folders)
