@@ -15,9 +15,9 @@ A mixture of experts is calibrated under the worst routing its routers allow: th
 the harness's router hooks (`runners.adapt.routers`, the replay the checks use),
 every token is sent to the same top-k experts, so an expert's working set is priced
 at every token, not at the share random inputs give it. Where the routers cannot be
-replayed that way the calibration says so (``routing.forced``: false). The same
-validation shape is measured once more under the routers' own choice, and the
-record states the share of the bound that the routing costs (``routing.share_permille``).
+replayed that way the calibration says so (``routing.forced``: false). The largest
+step of the grid is measured under both, and the record states the share of its bound
+that the routing costs (``routing.share_permille``).
 
 Calibrating leaves the workload as it found it: the random state is forked, buffers
 a training-mode forward updates (BatchNorm's running statistics) are put back, and
@@ -121,18 +121,20 @@ def _seq(n: int, budget: Budget) -> int:
     return max(1, n if budget.max_seq is None else min(n, budget.max_seq))
 
 
+GRID = ((1, 1), (1, 4), (1, 16), (2, 8), (4, 1), (4, 4), (8, 2))
+"""The fit's grid as (batch, sequence in 1/16 of ``max_tokens``): each term of the
+basis varies apart from the others (sequences, tokens, batch x seq² from 1 to 256 units)
+in seven steps a phase. A step's cost on a small model is mostly its fixed per-step
+overhead, so the grid's size is the calibration's time: the fourteen steps of every
+doubling it was measured on before stated no smaller error (benchmarks/estimator_accuracy.py)."""
+
+
 def shapes(budget: Budget) -> tuple[list[Shape], list[Shape]]:
-    """The fit's grid (batches 1, 2, 4 and 8, sequences from 1/16 of ``max_tokens`` in
-    doublings, up to ``max_tokens`` a step: the longest sequence a single one) and the
-    validation shapes: one long sequence and eight short ones of ``validate_tokens``
-    (the largest a plan runs)."""
+    """The fit's grid (`GRID`, up to ``max_tokens`` a step: the longest sequence a
+    single one) and the validation shapes: one long sequence and eight short ones of
+    ``validate_tokens`` (the largest a plan runs)."""
     s = max(1, budget.max_tokens // 16)
-    grid = [
-        Shape(batch=b, seq=_seq(q * s, budget))
-        for b in (1, 2, 4, 8)
-        for q in (1, 2, 4, 8, 16)
-        if b * q <= 16
-    ]
+    grid = [Shape(batch=b, seq=_seq(q * s, budget)) for b, q in GRID]
     checks: list[Shape] = []
     for n in (budget.validate_tokens or 8 * budget.max_tokens,):
         long = _seq(n, budget)
@@ -277,12 +279,15 @@ def measure(w: Calibrated, terms: tuple[str, ...], budget: Budget) -> Calibratio
                     # measured, so the slopes follow the large ones (recorded as refit).
                     f = with_cold(refit(f, terms, seen), cold)
                 phase_fits[phase] = f
-                if routing.count and seen:
-                    own = one(Shape(batch=seen[0].batch, seq=seen[0].seq), worst=False)
-                    assert own is not None
-                    bound = seen[0].measured_bytes
-                    cost = bound - own.measured_bytes
-                    share[phase] = max(0, cost) * 1000 // bound if bound else 0
+                if routing.count:
+                    # The routing's share at the largest step of the grid (a validation
+                    # step measured once more cost as much again as the whole grid).
+                    top = max(grid, key=lambda g: (g.batch * g.seq, g.seq))
+                    own, bound = one(top, worst=False), one(top)
+                    assert own is not None and bound is not None
+                    cost = bound.measured_bytes - own.measured_bytes
+                    total = bound.measured_bytes
+                    share[phase] = max(0, cost) * 1000 // total if total else 0
                 w.zero_grad()
     finally:
         routing.detach()

@@ -36,8 +36,9 @@ from dataclasses import dataclass, field
 from itertools import combinations
 from typing import Any
 
-VERSION = "1"
-"""The built-in estimator's method: a calibration recorded under another is refit."""
+VERSION = "2"
+"""The built-in estimator's method: a calibration recorded under another is refit (2:
+seven grid steps a phase, `runners.adapt.calibrate.GRID`; 1: fourteen)."""
 
 TERMS = ("constant", "sequences", "tokens", "attention")
 """Every basis term the method knows, in order."""
