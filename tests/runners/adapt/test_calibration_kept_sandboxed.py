@@ -132,3 +132,39 @@ def test_another_trees_calibration_is_never_read(
     assert first["calibration_source"] == "measured"
     other = _admission(capsys, _repo(tmp_path / "two", "two"), set())
     assert other["calibration_source"] == "measured"
+
+
+TWO = (
+    PLAN
+    + """
+[[claims]]
+name = "admission.forward-only"
+check = "admission"
+params = { batches = [1], seqs = [4], phases = ["forward_nograd"], warm_runs = 0 }
+"""
+)
+
+
+def test_the_claims_of_one_sandboxed_run_share_one_calibration(
+    tmp_path: Path, ledger_env: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Each claim forked in the sandbox had a scratch HOME of its own: every claim that
+    predicted memory calibrated again in the same run."""
+    repo = _repo(tmp_path / "two")
+    (repo / "qualification.toml").write_text(TWO)
+    g = git.Repo(repo)
+    g.index.add(["qualification.toml"])
+    actor = git.Actor("T", "t@example.invalid")
+    g.index.commit("two claims", author=actor, committer=actor)
+    r = run(capsys, "qualify", "--rev", "HEAD", "--repo", str(repo), "--device", "cpu")
+    assert r.code == 0, r.err
+    where = ("--rev", "HEAD", "--repo", str(repo), "--json")
+    sources, ids = [], set()
+    for entry in json.loads(run(capsys, "history", *where).out)["entries"]:
+        shown = json.loads(run(capsys, "show", entry["id"], "--json").out)
+        m = shown["statement"]["predicate"]["measurements"]
+        sources.append(m["calibration_source"])
+        ids |= _ids(m)
+    # One claim measured; the other read its fit (claims run one after the other here).
+    assert sorted(sources) == ["cache", "measured"]
+    assert len(ids) == 1
