@@ -36,6 +36,8 @@ __all__ = ["CACHE_VAR", "hand_in", "store", "take_back"]
 
 CACHE_VAR = "LEDGER_CALIBRATION_DIR"
 """Where calibrations are kept (`runners.adapt.calibrate` reads the same name)."""
+FOLDER = "calibration"
+"""The run's calibration folder, in the run's folder."""
 MAX_BYTES = 1024 * 1024
 """A calibration file a sandbox wrote: more than this is not kept."""
 MAX_FILES = 256
@@ -60,28 +62,31 @@ def _kept(tree: str, env: Mapping[str, str]) -> Path:
 def hand_in(run_dir: Path, tree: str, env: Mapping[str, str] = os.environ) -> Path:
     """The run's own calibration folder, made in ``run_dir`` and filled with what earlier
     sandboxed runs of ``tree`` kept; the sandbox is told its path."""
-    folder = run_dir / "calibration"
+    folder = run_dir / FOLDER
     folder.mkdir(exist_ok=True)
-    _copy(_kept(tree, env), folder)
+    store_folder = _kept(tree, env)
+    _copy(store_folder.parent, store_folder.name, folder)
     return folder
 
 
-def take_back(folder: Path, tree: str, env: Mapping[str, str] = os.environ) -> int:
+def take_back(run_dir: Path, tree: str, env: Mapping[str, str] = os.environ) -> int:
     """Keep for later runs of ``tree`` what the run wrote in its calibration folder; the
-    count of files kept. Nothing is followed, nothing outside the folder is read."""
-    return _copy(folder, _kept(tree, env))
+    count of files kept. Read beneath ``run_dir`` (the sandbox may write in it, never
+    replace it): no link is followed, the folder's own name included."""
+    return _copy(run_dir, FOLDER, _kept(tree, env))
 
 
-def _copy(src: Path, dst: Path) -> int:
-    """Copy ``src``'s calibration files (their names, regular files within the limit,
-    read beneath it) into ``dst``, each by a rename; the count copied."""
+def _copy(root: Path, rel: str, dst: Path) -> int:
+    """Copy the calibration files of folder ``rel`` below ``root`` (their names, regular
+    files within the limit, read beneath ``root``) into ``dst``, each by a rename; the
+    count copied."""
     done = 0
-    with contextlib.suppress(OSError, Refused), Folder(src) as folder:
-        for name, _ in folder.listing()[:MAX_FILES]:
+    with contextlib.suppress(OSError, Refused), Folder(root) as folder:
+        for name, _ in folder.listing(rel)[:MAX_FILES]:
             if not _NAME.match(name):
                 continue
             try:
-                data = folder.read(name, MAX_BYTES)
+                data = folder.read(f"{rel}/{name}", MAX_BYTES)
             except (OSError, Refused):
                 continue
             dst.mkdir(parents=True, exist_ok=True)

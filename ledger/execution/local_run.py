@@ -177,7 +177,7 @@ def started(
         finally:
             launched.close()
             if fits is not None:
-                calibrations.take_back(fits, revision.tree)
+                calibrations.take_back(run_dir, revision.tree)
 
 
 def _prefixed(progress: Callable[[str], None], prefix: str) -> Callable[[str], None]:
