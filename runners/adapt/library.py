@@ -186,8 +186,9 @@ class _Adapter:
         kind = self.device.type if self.device is not None else "cpu"
         got = self._estimator(self.params, shape, phase, kind, cold=cold)
         est = got if isinstance(got, MemoryEstimate) else MemoryEstimate(predicted_bytes=int(got))
-        if self.builtin_beside:
-            # The team's estimate decides; the built-in one is recorded beside it.
+        if self.builtin_beside and self.model is not None:
+            # The team's estimate decides; the built-in one (which measures the set-up
+            # model: none before setup, as in doctor) is recorded beside it.
             est = dataclasses.replace(est, builtin=self._builtin(shape, phase, cold=cold))
         return est
 

@@ -126,6 +126,9 @@ def test_the_key_changes_no_digest_where_it_is_not_set(
     off = ModuleAdapter(**common, builtin_beside=False)  # type: ignore[arg-type]
     on = ModuleAdapter(**common, builtin_beside=True)  # type: ignore[arg-type]
     assert plain.digest() == off.digest() != on.digest()
+    # Before setup (as doctor asks) the team's estimate alone: nothing to calibrate yet.
+    early = on.estimate(Shape(batch=1, seq=4), "forward_backward")
+    assert early.predicted_bytes == 1 << 20 and early.builtin is None
     on.setup(torch.device("cpu"), 0)
     plain.setup(torch.device("cpu"), 0)
     d = on.admit(Shape(batch=1, seq=4), "forward_backward", 1 << 30)
@@ -133,3 +136,31 @@ def test_the_key_changes_no_digest_where_it_is_not_set(
     assert d.measurements()["builtin_predicted_bytes"] == d.builtin.predicted_bytes
     alone = plain.admit(Shape(batch=1, seq=4), "forward_backward", 1 << 30)
     assert alone.builtin is None and "builtin_predicted_bytes" not in alone.measurements()
+
+
+def test_the_calibration_check_signs_the_fit_recorded_beside(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where the built-in estimator only stood beside a team's, the calibration check
+    said there was nothing to calibrate, though its fit is named on every admission row."""
+    from runners.api import run_claim
+
+    (tmp_path / "team.py").write_text(TEAM)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("LEDGER_CALIBRATION_DIR", str(tmp_path / "calibration"))
+    refs = {"factory": "team:build", "loss": "team:loss", "batch": "team:batch"}
+    params = {**refs, "factory_params": {"width": 8}, "estimator": "team:estimate"}
+    [r] = run_claim(
+        claim="estimator-calibration.x",
+        check="estimator-calibration",
+        params={},
+        repo_root=tmp_path,
+        workload_ref="runners.adapt.library:module",
+        workload_params={**params, "builtin_beside": True},
+        device="cpu",
+        observer_off_required=False,
+        base_root=None,
+        progress=lambda _m: None,
+    )
+    assert r.outcome == "passed", r.reason
+    assert str(r.measurements["calibration"]).startswith("sha256:")
