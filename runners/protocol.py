@@ -81,11 +81,16 @@ from typing import Literal, Protocol, runtime_checkable
 
 import torch
 
-Phase = Literal["forward_nograd", "forward_backward"]
-"""Which step `Workload.estimate` / `Workload.admit` speak about (see module docstring)."""
+Phase = Literal["forward_nograd", "forward_backward", "optimizer_step"]
+"""Which step `Workload.estimate` / `Workload.admit` speak about (see module docstring):
+``optimizer_step`` is the optimizer's step alone, after a backward made the gradients
+(its first makes the optimizer's state); asked only where a plan names it."""
 
 PHASES: tuple[Phase, ...] = ("forward_nograd", "forward_backward")
-"""All phases, in the order checks usually run them."""
+"""The phases every workload speaks about, in the order checks usually run them."""
+
+STEP_PHASES: tuple[Phase, ...] = (*PHASES, "optimizer_step")
+"""Every phase, in the order admission runs them; ``optimizer_step`` only where asked."""
 
 Batch = dict[str, torch.Tensor]
 """Named input tensors on the workload's device, as made by `Workload.make_batch`."""

@@ -24,9 +24,8 @@ is predicted by a plan-named ``estimator`` (``module:function``, called as
 envelope that states its own error (`runners.workloads.envelope`). ``calibration``
 (``{max_tokens = N, validate_tokens = M}``) sizes its largest fitted step (default
 256 tokens) and its largest validation step (default 8 x N), never a sequence
-longer than the model's positions. Beside a team's estimator, ``builtin_beside = true``
-has the built-in one predict too: its bound, point and calibration are recorded on each
-admission row (`runners.protocol.AdmissionDecision.builtin`), the team's deciding.
+longer than the model's positions. ``builtin_beside = true`` beside a team's estimator
+records the built-in one's bound, point and fit on each admission row, the team's deciding.
 """
 
 from __future__ import annotations
@@ -174,6 +173,9 @@ class _Adapter:
         return self.model
 
     def _builtin(self, shape: Shape, phase: Phase, *, cold: bool) -> MemoryEstimate:
+        if phase == "optimizer_step":  # what the model is in bytes: nothing to fit
+            got = model_bytes.optimizer_step_bytes(self._model(), self.optimizer, cold=cold)
+            return MemoryEstimate(predicted_bytes=sum(got.values()), terms=got)
         cal = self.calibration()
         predicted, point, terms = cal.estimate(shape.batch, shape.seq, phase, cold=cold)
         return MemoryEstimate(
@@ -187,8 +189,7 @@ class _Adapter:
         got = self._estimator(self.params, shape, phase, kind, cold=cold)
         est = got if isinstance(got, MemoryEstimate) else MemoryEstimate(predicted_bytes=int(got))
         if self.builtin_beside and self.model is not None:
-            # The team's estimate decides; the built-in one (which measures the set-up
-            # model: none before setup, as in doctor) is recorded beside it.
+            # The team's decides; the built-in one (once set up) is recorded beside it.
             est = dataclasses.replace(est, builtin=self._builtin(shape, phase, cold=cold))
         return est
 

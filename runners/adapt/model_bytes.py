@@ -48,3 +48,22 @@ def model_bytes(model: torch.nn.Module, optimizer: torch.optim.Optimizer | None)
         gradient_bytes=trainable,
         optimizer_state_bytes=moments * trainable + (STEP_BYTES * steps if moments >= 2 else 0),
     )
+
+
+def optimizer_step_bytes(
+    model: torch.nn.Module, optimizer: torch.optim.Optimizer | None, *, cold: bool
+) -> dict[str, int]:
+    """What one optimizer step allocates above the gradients, by term: on the first step
+    (``cold``) the state it makes (`model_bytes`'s ``optimizer_state_bytes``); on every
+    step its temporaries, one parameter at a time: the adapters' single-tensor AdamW
+    holds two of a parameter's size at once (the second moment's root and its scaled
+    copy) while the previous parameter's scaled root lives until it is replaced, so
+    twice the largest trainable parameter and the next largest."""
+    sizes = sorted(
+        (p.numel() * p.element_size() for p in model.parameters() if p.requires_grad),
+        reverse=True,
+    )
+    terms = {"optimizer_temporaries": 2 * sum(sizes[:1]) + sum(sizes[1:2])}
+    if cold:
+        terms["optimizer_state"] = model_bytes(model, optimizer).optimizer_state_bytes
+    return terms

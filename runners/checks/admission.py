@@ -39,7 +39,7 @@ from runners.contract.result import CheckResult, Json
 from runners.harness.distributed import agreed_decision, any_rank
 from runners.harness.probe import CpuProbe
 from runners.harness.steps import StepRecord, measure_step
-from runners.protocol import PHASES, AdmissionDecision, Phase, Shape, Workload
+from runners.protocol import PHASES, STEP_PHASES, AdmissionDecision, Phase, Shape, Workload
 
 NAME = ADMISSION
 VERSION = "1"
@@ -53,7 +53,8 @@ class Params(CheckParams):
     """Sequence lengths of the lattice."""
     phases: list[Phase] = field(default_factory=lambda: list(PHASES))
     """Phases admitted and run at every shape (run in the order forward_nograd,
-    forward_backward)."""
+    forward_backward, optimizer_step; the last only where named: the optimizer's step
+    alone, measured after an unmeasured forward and backward made its gradients)."""
     pressure: Literal["edge", "none"] = "edge"
     """``edge``: ballast brings the available memory down to just above the least the
     workload admits at; ``none``: each step runs at the memory available."""
@@ -100,16 +101,20 @@ class Params(CheckParams):
 
 
 def _run_phase(sess: Session, w: Workload, shape: Shape, phase: Phase, what: str) -> StepRecord:
-    grad = phase == "forward_backward"
+    grad = phase != "forward_nograd"
     if grad:
         sess.call("zero_grad", w.zero_grad)
     batch = sess.call(f"make_batch {shape}", partial(w.make_batch, shape, sess.seed))
     step = phase_step(w, batch, grad=grad)
     del batch
+    if phase == "optimizer_step":
+        # The gradients are made outside the window: it measures the step alone.
+        sess.call("forward_backward", step)
+        step = w.optimizer_step  # type: ignore[assignment]
     rec = measure_step(sess.probe, what, step)
     sess.ran(phase)
     del step
-    if phase == "forward_backward":
+    if grad:
         sess.call("zero_grad", w.zero_grad)
     return rec
 
@@ -127,7 +132,7 @@ def run(ctx: CheckContext, p: Params, recorded: dict[str, Json]) -> list[CheckRe
 
 
 def _body(sess: Session, p: Params) -> Verdict:
-    phases = [ph for ph in PHASES if ph in p.phases]
+    phases = [ph for ph in STEP_PHASES if ph in p.phases]
     pressure, warm_runs, measure_refused = p.pressure, p.warm_runs, p.measure_refused
     cpu = isinstance(sess.probe, CpuProbe)
     margin_default = 0 if cpu else CUDA_EDGE_MARGIN
