@@ -45,7 +45,7 @@ _KEEP = (
     "runners.contract.result",
     "runners.protocol",
 )
-_KEEP_PACKAGES = ("runners", "runners.claim")
+_KEEP_PACKAGES = ("runners", "runners.contract")
 
 
 @dataclass(kw_only=True, slots=True)
