@@ -23,6 +23,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 from ledger.evidence.errors import UsageError, VerificationError
 
 if TYPE_CHECKING:  # a reader loads SQLAlchemy, httpx or the log only where it asks
+    from pathlib import Path
+
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
     from ledger.evidence.keys import KeyDir, KeyInfo
@@ -142,7 +144,9 @@ class LocalReader:
     key, where $LEDGER_KEYS holds it (the CLI on the ledger's host); the server's
     reads never sign. `artifacts`: where an artifact's bytes and media type are read
     (default: the artifact store beside the database, each checked against its
-    digest; the server's: the store it was given)."""
+    digest; the server's: the store it was given). `mirrors`: the checkouts a server
+    was given (`ledger serve --repo PATH`), where a receipt's governing plan is proved
+    as the server's status proves it (`show` weighs a revocation by it)."""
 
     verified = "verified"
     remote = False
@@ -154,8 +158,10 @@ class LocalReader:
         store: Store | None = None,
         signs: bool = True,
         artifacts: Callable[[str], tuple[bytes, str]] | None = None,
+        mirrors: Sequence[Path] = (),
     ) -> None:
         self._db = db
+        self._mirrors = tuple(mirrors)
         self._store = store
         self._opened = False
         self.signs = signs
@@ -213,9 +219,10 @@ class LocalReader:
         from ledger.read.revoked import revocation_document
 
         doc = show_document(self.store, ref)
-        # Its revocation, weighed (`read/revoked.py`): void from then on, and why; only
+        # Its revocation, weighed (`read/revoked.py`) by the judge's rule and, where the
+        # plan has a say, by the governing plan: void from then on, or why not; only
         # where revoked, so an earlier release's reader of `show --json` sees no change.
-        revoked = revocation_document(self.store, self.store.resolve(ref))
+        revoked = revocation_document(self.store, self.store.resolve(ref), self._mirrors)
         if revoked is not None:
             doc["revocation"] = revoked
         return doc

@@ -79,8 +79,14 @@ def render_show(doc: dict[str, Any], *, width: int = 80) -> str:
     rev = doc.get("revocation")
     if rev:
         # First, before what the receipt says: from its revocation on it says nothing.
+        # Not weighed where the plan has a say but none was found: said so, beside it.
+        weighed = str(rev.get("weighed") or "")
+        unweighed = f"; {weighed}" if weighed.startswith("not weighed") else ""
         lines += wrap(
-            f"{one_line(rev['text'], 2000)} (revocation at entry {rev['seq']})", width, "", "  "
+            f"{one_line(rev['text'], 2000)} (revocation at entry {rev['seq']}{unweighed})",
+            width,
+            "",
+            "  ",
         )
     lines += _show_found(p, width)
     lines += _show_label(doc.get("attribution"), width)

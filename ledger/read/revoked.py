@@ -1,20 +1,30 @@
 """A receipt's revocation as the read side shows it: weighed by the judge's rule
-(`ledger.qualification.revocation`) against the receipt's reviews, for `status`,
-`history`, `show` and the pages alike."""
+(`ledger.qualification.revocation`) against the receipt's reviews and, where the plan
+has a say (a reviewer's revocation of a pass), by the governing plan of the receipt's
+revision as `status` finds it without a checkout (`read/subject.py`), for `show`, the
+receipt page and `GET /v1/entries/ID` alike, so none calls void a pass `status` counts."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 from ledger.evidence.entry import LoggedEntry
+from ledger.evidence.errors import Error
 from ledger.evidence.keys import KeyInfo
 from ledger.qualification.evidence import ReceiptEvidence, ReviewEvidence
-from ledger.qualification.revocation import judged
+from ledger.qualification.plan import Plan
+from ledger.qualification.revocation import judged, needs_review, under_plan
 from ledger.store.store import Store
 from ledger.transparency.logged import standing
 
-__all__ = ["revocation_document"]
+__all__ = ["NOT_WEIGHED", "revocation_document"]
+
+NOT_WEIGHED = "not weighed: no governing plan"
+"""A reviewer's revocation of a pass where no governing plan is found: shown as the log
+records it, and said to be so."""
 
 
 def _signed(e: LoggedEntry, keys: Mapping[str, KeyInfo]) -> dict[str, Any]:
@@ -29,10 +39,28 @@ def _signed(e: LoggedEntry, keys: Mapping[str, KeyInfo]) -> dict[str, Any]:
     }
 
 
-def revocation_document(store: Store, e: LoggedEntry) -> dict[str, Any] | None:
+def _governing(store: Store, r: ReceiptEvidence, mirrors: Sequence[Path]) -> Plan | None:
+    """The plan `status` judges the receipt's revision by, asked as the receipt page asks
+    it (its PR, else its commit); None where none is found or the question fails."""
+    from ledger.read.subject import identity_from_log
+
+    src = r.predicate.source
+    try:
+        return identity_from_log(
+            store, src.repo, src.pr, None if src.pr is not None else src.commit, mirrors
+        ).plan
+    except Error:
+        return None
+
+
+def revocation_document(
+    store: Store, e: LoggedEntry, mirrors: Sequence[Path] = ()
+) -> dict[str, Any] | None:
     """`show --json`'s `revocation`: the receipt's revocation, its reason, the review
-    it rests on, whether it counts (`effective`) and the words every surface shows;
-    None where the receipt is not revoked."""
+    it rests on, whether it counts (`effective`), why the plan does not let it
+    (`refused`), how it was weighed (`weighed`) and the words every surface shows;
+    None where the receipt is not revoked. `mirrors`: the server's checkouts, where
+    the plan is proved as its status proves it."""
     if e.kind != "receipt":
         return None
     rev = store.revoked_receipts([e.entry_id]).get(e.entry_id)
@@ -47,6 +75,18 @@ def revocation_document(store: Store, e: LoggedEntry) -> dict[str, Any] | None:
             ReviewEvidence(receipt=p.receipt, verdict=p.verdict, note=p.note, **_signed(v, keys))
         )
     j = judged(r, rev, reviews)
+    weighed = "by the judge's rule (the plan has no say in it)"
+    if rev.by == "reviewer" and not needs_review(r):
+        # Only a reviewer's revocation of a pass is the plan's to weigh; the plan is
+        # looked for only then (a question of the log and, on a server, its checkouts).
+        plan = _governing(store, r, mirrors)
+        if plan is None:
+            weighed = NOT_WEIGHED
+        else:
+            who = plan.review.revoke_pass
+            (r,) = under_plan([replace(r, revocation=j)], who)
+            j = r.revocation or j
+            weighed = f'by the governing plan ([review] revoke_pass = "{who}")'
     return {
         "seq": j.seq,
         "reason": j.reason,
@@ -56,5 +96,7 @@ def revocation_document(store: Store, e: LoggedEntry) -> dict[str, Any] | None:
         "by": j.by,
         "revoked_by": rev.revoked_by,
         "effective": j.effective,
+        "refused": j.refused,
+        "weighed": weighed,
         "text": j.text(),
     }

@@ -112,7 +112,9 @@ class Ledger:
             media, content = self.artifact(digest)
             return content, media
 
-        return LocalReader(store=self.store(), signs=False, artifacts=artifact)
+        return LocalReader(
+            store=self.store(), signs=False, artifacts=artifact, mirrors=self.mirrors
+        )
 
     def artifact(self, digest: str) -> tuple[str, bytes]:
         """(media type, bytes) of an artifact the log names, digest-checked."""
