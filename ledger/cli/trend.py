@@ -65,8 +65,18 @@ def trend(
     ident = governing.identify(gitrepo, rev=rev, pr=pr, offline=offline, base=base)
     tip = source.base_commit(gitrepo, base, offline=True) if pr is not None else rev
     commits = [c.hexsha for c in gitrepo.iter_commits(tip, first_parent=True, max_count=last)]
+    from ledger.read.revoked import void_receipts
+
     store = open_store(db)
-    found = [trend_of(store, ident.revision.repo, c, pr=pr, base_commits=commits) for c in claims]
+
+    def void(ids: Sequence[str]) -> dict[str, str]:
+        # Weighed as `show` weighs it, by the plan proved here where there is one.
+        return void_receipts(store, ids, plan=ident.plan)
+
+    found = [
+        trend_of(store, ident.revision.repo, c, pr=pr, base_commits=commits, void=void)
+        for c in claims
+    ]
     if as_json:
         emit_json({"repo": ident.revision.repo, "pr": pr, "trends": [t.to_json() for t in found]})
     else:

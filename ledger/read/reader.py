@@ -227,6 +227,13 @@ class LocalReader:
             doc["revocation"] = revoked
         return doc
 
+    def void(self, ids: Sequence[str]) -> dict[str, str]:
+        """Of the receipts `ids`, those their revocation voids, with why, weighed as
+        `show` weighs it (`read/revoked.py`): what a trend leaves out of its series."""
+        from ledger.read.revoked import void_receipts
+
+        return void_receipts(self.store, ids, self._mirrors)
+
     def bundle(self, ref: str, artifacts: bool = False) -> bytes:
         from ledger.transparency.export import export
 

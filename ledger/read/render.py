@@ -283,7 +283,8 @@ def render_trend(repo: str, pr: int | None, trends: list[Trend], *, width: int =
         where = f"PR #{pr} of {repo}" if pr is not None else repo
         out += _wrap(f"{head} ({where}; last {t.base_asked} base commits)", width, "")
         if not t.points:
-            out += _wrap("no receipt of this claim on these revisions", width, "  ")
+            none = "no receipt of this claim" + (" that counts" if t.void else "")
+            out += _wrap(f"{none} on these revisions", width, "  ")
         elif t.base_asked and not t.base_with_receipts:
             # Said, or the heads' figures read as if the base had been compared.
             out += _wrap(str(t.no_base), width, "  ")
@@ -312,5 +313,14 @@ def render_trend(repo: str, pr: int | None, trends: list[Trend], *, width: int =
             least = t.change(p, least=True)
             if least is not None:
                 out += _wrap(least.least_text, width, "    ", "  ")
+        # A void receipt is no point: listed after them, with no figure and with why.
+        for v in t.void:
+            out += _wrap(
+                f"{'void':<14} {v.commit[:12]}  {'-':>10}  {v.outcome:<12} {short(v.receipt)}",
+                width,
+                "  ",
+                "    ",
+            )
+            out += _wrap(f"{v.where}, not a point: {v.why}", width, "    ", "  ")
         out.append("")
     return "\n".join(out)

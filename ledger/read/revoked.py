@@ -20,7 +20,7 @@ from ledger.qualification.revocation import judged, needs_review, under_plan
 from ledger.store.store import Store
 from ledger.transparency.logged import standing
 
-__all__ = ["NOT_WEIGHED", "revocation_document"]
+__all__ = ["NOT_WEIGHED", "revocation_document", "void_receipts"]
 
 NOT_WEIGHED = "not weighed: no governing plan"
 """A reviewer's revocation of a pass where no governing plan is found: shown as the log
@@ -54,13 +54,14 @@ def _governing(store: Store, r: ReceiptEvidence, mirrors: Sequence[Path]) -> Pla
 
 
 def revocation_document(
-    store: Store, e: LoggedEntry, mirrors: Sequence[Path] = ()
+    store: Store, e: LoggedEntry, mirrors: Sequence[Path] = (), plan: Plan | None = None
 ) -> dict[str, Any] | None:
     """`show --json`'s `revocation`: the receipt's revocation, its reason, the review
     it rests on, whether it counts (`effective`), why the plan does not let it
     (`refused`), how it was weighed (`weighed`) and the words every surface shows;
-    None where the receipt is not revoked. `mirrors`: the server's checkouts, where
-    the plan is proved as its status proves it."""
+    None where the receipt is not revoked. `plan`: the governing plan where the
+    caller proved it (a checkout's), else it is looked for as `status` looks without
+    a checkout, in `mirrors` (the server's checkouts) where given."""
     if e.kind != "receipt":
         return None
     rev = store.revoked_receipts([e.entry_id]).get(e.entry_id)
@@ -79,7 +80,7 @@ def revocation_document(
     if rev.by == "reviewer" and not needs_review(r):
         # Only a reviewer's revocation of a pass is the plan's to weigh; the plan is
         # looked for only then (a question of the log and, on a server, its checkouts).
-        plan = _governing(store, r, mirrors)
+        plan = plan or _governing(store, r, mirrors)
         if plan is None:
             weighed = NOT_WEIGHED
         else:
@@ -100,3 +101,19 @@ def revocation_document(
         "weighed": weighed,
         "text": j.text(),
     }
+
+
+def void_receipts(
+    store: Store, ids: Sequence[str], mirrors: Sequence[Path] = (), plan: Plan | None = None
+) -> dict[str, str]:
+    """Of the receipts `ids`, those whose revocation voids them, weighed as `show` weighs
+    it (the words it shows, `not weighed` said where no plan was found): one lookup for
+    all, and a receipt's reviews and plan read only where it is revoked."""
+    out: dict[str, str] = {}
+    for rid in store.revoked_receipts(list(ids)):
+        e = store.entry(rid)
+        doc = revocation_document(store, e, mirrors, plan) if e is not None else None
+        if doc is not None and doc["effective"]:
+            unweighed = "" if doc["weighed"] != NOT_WEIGHED else f" ({NOT_WEIGHED})"
+            out[rid] = f"{doc['text']}{unweighed}"
+    return out

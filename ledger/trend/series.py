@@ -4,11 +4,14 @@ the PR's heads in the order they were recorded, one point per revision and scope
 newest base point of its scope (`Trend.change`). A receipt a later receipt of
 the revision names as superseded stays beside the point with its figure: a
 supersession measures nothing, and the figure it replaced is evidence still
-(whether the supersession lifts it is `ledger status`'s to say)."""
+(whether the supersession lifts it is `ledger status`'s to say). A receipt its
+revocation voids (by the judge's rule, weighed as `ledger show` weighs it: the caller's
+`void`) is no point at all: from its revocation on it says nothing, so it is neither
+drawn nor compared with, and the trend lists it under `void` with why."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -16,7 +19,16 @@ from ledger.qualification.deciding import bound_of, figure_by_key
 from ledger.qualification.figures import Figure, figure_of, least_of, percent_text, scope_text
 from ledger.store.store import Store
 
-__all__ = ["Change", "Point", "Trend", "compared_scope", "percent_text", "scope_text", "trend"]
+__all__ = [
+    "Change",
+    "Point",
+    "Trend",
+    "Void",
+    "compared_scope",
+    "percent_text",
+    "scope_text",
+    "trend",
+]
 
 CODE_FACETS = ("workload_digest",)
 """Scope facets that identify the code under test, not where it ran: a PR changes
@@ -76,6 +88,29 @@ class Point:
         else:
             out["superseded"] = [p.to_json() for p in self.superseded]
         return out
+
+
+@dataclass(frozen=True)
+class Void:
+    """A receipt its revocation voids: no point of the series, said with why."""
+
+    commit: str
+    where: str
+    receipt: str
+    outcome: str
+    why: str
+    """The revocation in the words every surface shows (`revoked: REASON`)."""
+    scope: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "commit": self.commit,
+            "where": self.where,
+            "receipt": self.receipt,
+            "outcome": self.outcome,
+            "scope": dict(self.scope),
+            "why": self.why,
+        }
 
 
 @dataclass(frozen=True)
@@ -144,6 +179,8 @@ class Trend:
     key: str | None = None
     """The figure it follows by name (`ledger.qualification.deciding.KEYS`); None: each
     receipt's own figure (`figure_of`)."""
+    void: list[Void] = field(default_factory=list)
+    """Receipts their revocation voids: no point, each with why (in log order)."""
 
     @property
     def bound(self) -> float | None:
@@ -225,6 +262,8 @@ class Trend:
             "base_commits_with_receipts": self.base_with_receipts,
             "no_base": self.no_base,
             "points": [self._head_json(p) for p in self.points],
+            # Only where a receipt is void: a trend without one reads as it always did.
+            **({"void": [v.to_json() for v in self.void]} if self.void else {}),
         }
 
 
@@ -288,11 +327,14 @@ def trend(
     pr: int | None,
     base_commits: Sequence[str] = (),
     figure: str | None = None,
+    void: Callable[[Sequence[str]], Mapping[str, str]] | None = None,
 ) -> Trend:
     """The claim's figure on `base_commits` (newest first, as `git log` lists them)
     and on PR `pr`'s heads, from the receipts the store holds; ``figure``: the series
     of that figure by name (`ledger.qualification.deciding.KEYS`: a blocker's deciding one),
-    with each receipt's bound, else each receipt's own figure."""
+    with each receipt's bound, else each receipt's own figure. ``void``: of these
+    receipt ids, those their revocation voids, with why (the read side's
+    `read/revoked.py`, which weighs it by the plan: this room reads no plan)."""
     from ledger.identity.aliases import aliases_of
 
     # Receipts under the id and every earlier id `ledger repo alias` linked to it, in log
@@ -304,13 +346,29 @@ def trend(
         return sorted(got, key=lambda e: e.seq)
 
     out = Trend(claim, base_asked=len(base_commits), key=figure)
-    if base_commits:
-        found = _per_commit(entries(commits=list(base_commits)))
-        for c in reversed(base_commits):
-            if c in found:
-                out.points += _revision(found[c], "base", figure)
-    if pr is not None:
-        heads = _per_commit(entries(pr=pr))
-        for i, es in enumerate(heads.values(), 1):
-            out.points += _revision(es, f"PR #{pr} head {i}", figure)
+    found = _per_commit(entries(commits=list(base_commits))) if base_commits else {}
+    heads = _per_commit(entries(pr=pr)) if pr is not None else {}
+    every = [e.entry_id for es in (*found.values(), *heads.values()) for e in es]
+    gone = dict(void(every)) if void is not None and every else {}
+    revisions = [(found[c], "base") for c in reversed(base_commits) if c in found]
+    # A head is numbered among every head recorded, its receipts void or not.
+    revisions += [(es, f"PR #{pr} head {i}") for i, es in enumerate(heads.values(), 1)]
+    for es, where in revisions:
+        out.void += [_void(e, where, gone[e.entry_id]) for e in es if e.entry_id in gone]
+        kept = [e for e in es if e.entry_id not in gone]
+        if kept:
+            out.points += _revision(kept, where, figure)
     return out
+
+
+def _void(e: Any, where: str, why: str) -> Void:
+    p = e.payload_document["predicate"]
+    scope = p.get("scope")
+    return Void(
+        commit=p["source"]["commit"],
+        where=where,
+        receipt=e.entry_id,
+        outcome=p["outcome"],
+        why=why,
+        scope=dict(scope) if isinstance(scope, dict) else {},
+    )

@@ -38,7 +38,7 @@ def pr_trends(
     base, _ = _base_commits(reader, repo, pr, mirrors)
     out = []
     for c in verdict["claims"]:
-        t = trend(reader.store, repo, c["claim"], pr=pr, base_commits=base)
+        t = trend(reader.store, repo, c["claim"], pr=pr, base_commits=base, void=reader.void)
         points = [p for p in t.points if p.figure is not None and p.where != "base"]
         if len(points) < 2 or t.name is None:
             continue
@@ -49,6 +49,8 @@ def pr_trends(
                 "figure": t.name,
                 "url": trend_url(repo, pr, c["claim"]),
                 "changes": [(p.where, _change_text(t, p)) for p in points],
+                # Not drawn: said beneath the chart, with why.
+                "void": [(v.where, v.receipt, v.why) for v in t.void if v.where != "base"],
                 "no_base": t.no_base,
                 "chart": charts.bars(
                     f"{c['claim']}: {t.name} per head",
@@ -156,7 +158,7 @@ def trend_page(
     ident = reader.subject(repo, pr, None, mirrors)
     name = ident.revision.repo
     base, from_where = _base_commits(reader, name, pr, mirrors)
-    t = trend(reader.store, name, claim, pr=pr, base_commits=base, figure=figure)
+    t = trend(reader.store, name, claim, pr=pr, base_commits=base, figure=figure, void=reader.void)
     rows, columns, plotted, scopes = _rows(t, pr)
     in_bytes = any(p.figure and p.figure.unit == "bytes" for p in t.points)
     unit = "bytes" if in_bytes else "ratio" if figure != "repeat-difference" else "difference"
