@@ -211,7 +211,7 @@ def pr_page(
     verdict = report["verdict"]
     items: list[dict[str, Any]] = reader.history(ident)["entries"]
     meanings = {r["id"]: r for c in verdict["claims"] for r in c["receipts"]}
-    heads = _heads(reader, items, ident.revision.commit, meanings)
+    heads = _heads(reader, ident, items, meanings)
     reviews = _reviews(reader, items)
     # What the verdict says of each receipt a later one names as replaced: the
     # page never calls a supersession done that the verdict says had no effect.
@@ -246,11 +246,15 @@ def _deciding(repo: str, pr: int, verdict: dict[str, Any]) -> dict[str, Any]:
 
 
 def _heads(
-    reader: LocalReader, items: list[dict[str, Any]], current: str, meanings: dict[str, Any]
+    reader: LocalReader,
+    ident: Identity,
+    items: list[dict[str, Any]],
+    meanings: dict[str, Any],
 ) -> list[dict[str, Any]]:
     """The PR's heads in the order recorded: each its receipts (with what the verdict
     says each means), first and last time, whether it is current and whether it came
-    by force push (no parent among the heads before it)."""
+    by force push (no parent among the heads before it). The parents are read from the
+    question's evidence through the reader, as the history was (one read for all)."""
     heads: list[dict[str, Any]] = []
     by_head: dict[str, dict[str, Any]] = {}
     for it in items:
@@ -273,12 +277,16 @@ def _heads(
         if when:
             h["first"] = min(h["first"] or when, when)
             h["last"] = max(h["last"] or when, when)
+    parents_of = {
+        r.id: list(r.predicate.source.parents) for r in reader.evidence(Question.of(ident)).receipts
+    }
     known: set[str] = set()
     for h in heads:
-        e = reader.store.entry(h["receipts"][0]["id"])
-        parents = e.receipt.predicate.source.parents if e is not None else []
+        # A receipt whose body does not read has no parents here (it is a problem of
+        # the history's answer).
+        parents = parents_of.get(h["receipts"][0]["id"], [])
         h["force_push"] = bool(known) and not (set(parents) & known)
-        h["current"] = h["commit"] == current
+        h["current"] = h["commit"] == ident.revision.commit
         known.add(h["commit"])
     for h in heads:
         for it in h["receipts"]:
@@ -286,26 +294,31 @@ def _heads(
     return heads
 
 
+def _review_of(reader: LocalReader, ref: str) -> tuple[str | None, str | None]:
+    """A review's reviewer (the name of its entry's signer) and when it says it
+    reviewed, as `GET /v1/entries/ID` shows the review; (None, None) where it does
+    not read."""
+    try:
+        doc = reader.show(ref)
+        reviewed = doc["statement"]["predicate"].get("reviewed")
+        return doc["signer"]["name"], None if reviewed is None else str(reviewed)
+    except Error:
+        return None, None
+
+
 def _reviews(reader: LocalReader, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The reviews of the PR's receipts: each with its reviewer's name, the claim of
     the receipt it reviews and what it says was reviewed."""
-    store = reader.store
-    keys = store.keys()
     claim_of = {it["id"]: it.get("claim") for it in items if it["kind"] == "receipt"}
     reviews = []
     for it in items:
         if it["kind"] != "review":
             continue
-        info = keys.get(it["signer"])
-        e = store.entry(it["id"])
-        try:
-            reviewed = str(e.review.predicate.reviewed) if e is not None else None
-        except Error:
-            reviewed = None
+        reviewer, reviewed = _review_of(reader, it["id"])
         reviews.append(
             {
                 **it,
-                "reviewer": info.name if info else None,
+                "reviewer": reviewer,
                 "claim": claim_of.get(it.get("receipt", "")),
                 "reviewed": reviewed,
             }
@@ -326,13 +339,10 @@ def receipt_page(reader: LocalReader, ref: str, led: Any) -> dict[str, Any]:
         # Shown to any client: without the server's paths, as every error is.
         verification = {"verified": False, "reason": public_reason(led, e.reason())}
     p = doc["statement"].get("predicate", {})
-    keys = reader.store.keys()
     for r in doc.get("reviews", []):
         # The entry's reviews carry their statements' predicates, not who signed them:
         # the reviewer is the signer of the review's own entry.
-        entry = reader.store.entry(r["id"])
-        info = keys.get(entry.signer) if entry is not None else None
-        r["reviewer"] = info.name if info else None
+        r["reviewer"] = _review_of(reader, r["id"])[0]
     ctx: dict[str, Any] = {
         "doc": doc,
         "p": p,
