@@ -229,7 +229,9 @@ class LocalReader:
 
     def void(self, ids: Sequence[str]) -> dict[str, str]:
         """Of the receipts `ids`, those their revocation voids, with why, weighed as
-        `show` weighs it (`read/revoked.py`): what a trend leaves out of its series."""
+        `show` weighs it (`read/revoked.py`): what a trend leaves out of its series.
+        The local side's only: a trend is read from a ledger here (`ledger trend`, the
+        server's pages), never asked of a server, so `RemoteReader` has none."""
         from ledger.read.revoked import void_receipts
 
         return void_receipts(self.store, ids, self._mirrors)
