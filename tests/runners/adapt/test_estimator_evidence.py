@@ -65,3 +65,28 @@ def test_no_shape_measured_above_its_prediction(path: Path) -> None:
     # The bound the estimator states held at every shape of every family.
     for f in _load(path)["families"]:
         assert f["summary"]["measured_above_predicted"] == 0, f["family"]
+
+
+def test_the_adapter_example_on_one_gpu_with_no_estimator_file() -> None:
+    # evidence/h100-estimator/: the Qwen3-MoE + LoRA adapter example at --profile h200,
+    # its estimator removed. Admission passed on the built-in bound, loose at this size
+    # (docs/estimator.md quotes these figures); backward was refused before its target.
+    here = ROOT / "evidence" / "h100-estimator"
+    assert "NVIDIA H100 80GB HBM3" in (here / "nvidia-smi.csv").read_text()
+    by = {p["claim"]: p for p in json.loads((here / "receipts.json").read_text())}
+    adm = by["admission.no-oom-after-admit"]
+    assert adm["outcome"] == "passed"
+    m = adm["measurements"]
+    assert (m["admitted_count"], m["refused_count"], m["counterexample_count"]) == (14, 1, 0)
+    rows = [s for s in m["shapes"] if s.get("measured_bytes")]
+    ratios = [s["measured_bytes"] / s["predicted_bytes"] for s in rows]
+    points = [s["measured_bytes"] / s["point_bytes"] for s in rows]
+    assert max(ratios) <= 1 and round(min(ratios), 3) == 0.080 and round(max(ratios), 3) == 0.212
+    assert round(min(points), 2) == 0.60 and round(max(points), 2) == 1.57
+    assert all(s["calibration"].startswith("sha256:") for s in rows)
+    back = by["backward.full-prefix"]
+    assert back["outcome"] == "refused"
+    assert back["reason"] == (
+        "target forward_backward 4x1024 refused after the prefix: "
+        "predicted 83828118192 > usable 77550373632"
+    )

@@ -1,0 +1,59 @@
+"""A plan qualified whole on one H100, before and after the doctor's probe ran beside the
+first claims (evidence/h100-whole-plan/, `benchmarks/whole_plan.py` on the device):
+every figure the text and the closing figures quote is recomputed from the events."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[3]
+HERE = ROOT / "evidence" / "h100-whole-plan"
+
+
+def _runs(name: str) -> list[dict[str, Any]]:
+    runs: list[dict[str, Any]] = json.loads((HERE / name).read_text())
+    return runs
+
+
+def _at(run: dict[str, Any], prefix: str) -> float:
+    return min(float(t) for t, n in run["events"] if str(n).startswith(prefix))
+
+
+def test_the_card_is_named() -> None:
+    assert "NVIDIA H100 80GB HBM3" in (HERE / "nvidia-smi.csv").read_text()
+
+
+def test_every_run_qualified_every_claim() -> None:
+    for name in ("before-after-frozen.json", "after-example-frozen.json"):
+        for run in _runs(name):
+            assert run["rc"] == 0, (name, run["code"], run["plan"])
+            assert {c["outcome"] for c in run["claims"].values()} == {"passed"}
+            want = 5 if run["plan"] == "example" else 7
+            assert len(run["claims"]) == want
+            # The events are the run's: none after its exit.
+            assert max(float(t) for t, _ in run["events"]) <= run["wall"]
+
+
+def test_before_and_after_on_one_card_in_one_run() -> None:
+    before, after = _runs("before-after-frozen.json")
+    assert (before["code"], after["code"]) == ("before", "after")
+    assert (round(before["wall"], 1), round(after["wall"], 1)) == (66.2, 54.3)
+    # Before: the probe held the first claim back until it judged.
+    assert _at(before, "start admission.no-oom-after-admit") >= _at(before, "doctor: 7 claim")
+    # After: the first claim starts as the fork server is ready, the probe beside it,
+    # and nothing is recorded before the probe judged (the first claim ends after it).
+    first = _at(after, "start admission.no-oom-after-admit")
+    assert first < _at(after, "doctor: 7 claim") < _at(after, "end admission.no-oom-after-admit")
+    assert abs(first - _at(after, "fork server ready")) < 0.1
+    text = (HERE / "before-after-frozen.txt").read_text()
+    assert "before         frozen   run 1:   66.2 s" in text
+    assert "after          frozen   run 1:   54.3 s" in text
+
+
+def test_the_other_plans_first_runs() -> None:
+    by = {r["plan"]: r for r in _runs("after-example-frozen.json")}
+    assert (round(by["example"]["wall"], 1), round(by["frozen"]["wall"], 1)) == (57.7, 52.7)
+    adapter = (HERE / "after-adapter.log").read_text()
+    assert "adapter  run 1:   78.9 s, exit 0, 7/7 passed" in adapter
