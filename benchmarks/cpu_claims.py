@@ -36,6 +36,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from scripts.ledger_run import ledger_cmd, ledger_env
+
 ROOT = Path(__file__).resolve().parents[1]
 CLAIMS = ("regression.24view-nograd", "cleanup.all-released")
 
@@ -104,28 +106,6 @@ def _example_repo(code: Path, dest: Path) -> None:
             )
             return
     raise SystemExit(f"{code}: no example repository generator")
-
-
-def _env(code: Path, home: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LEDGER_")}
-    env.update(
-        PYTHONPATH=str(code),
-        LEDGER_DB=str(home / "ledger.db"),
-        LEDGER_KEYS=str(home / "keys"),
-        LEDGER_CACHE=str(home / "cache"),
-    )
-    return env
-
-
-def _ledger(env: dict[str, str], cwd: Path, *args: str) -> None:
-    # Run from outside any tree: ``-m`` puts the working folder first on sys.path.
-    subprocess.run(
-        [sys.executable, "-m", "ledger", *args],
-        env=env,
-        cwd=cwd,
-        check=True,
-        stdout=subprocess.DEVNULL,
-    )
 
 
 def _qualify(env: dict[str, str], repo: Path, claims: tuple[str, ...], cwd: Path) -> Run:
@@ -253,9 +233,9 @@ def _pair(code: Path, claims: tuple[str, ...], scratch: Path) -> tuple[Run, Run]
     home = Path(tempfile.mkdtemp(dir=scratch))
     repo = home / "repo"
     _example_repo(code, repo)
-    env = _env(code, home)
-    _ledger(env, home, "init")
-    _ledger(env, home, "keys", "new", "runner", "--role", "runner")
+    env = ledger_env(code, home)
+    ledger_cmd(env, home, "init")
+    ledger_cmd(env, home, "keys", "new", "runner", "--role", "runner")
     cold = _qualify(env, repo, claims, home)
     warm = _qualify(env, repo, claims, home)
     shutil.rmtree(home, ignore_errors=True)

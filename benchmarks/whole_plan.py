@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -38,6 +37,8 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+
+from scripts.ledger_run import ledger_cmd, ledger_env
 
 ROOT = Path(__file__).resolve().parents[1]
 PLANS = ("example", "adapter", "frozen")
@@ -104,29 +105,6 @@ def make_repo(plan: str, dest: Path) -> None:
         raise SystemExit(f"whole_plan: no plan {plan!r} (one of {', '.join(PLANS)})")
 
 
-def _env(code: Path, home: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LEDGER_")}
-    env.update(
-        PYTHONPATH=os.pathsep.join([str(code), *filter(None, [os.environ.get("PYTHONPATH", "")])]),
-        PYTHONUNBUFFERED="1",
-        LEDGER_DB=str(home / "ledger.db"),
-        LEDGER_KEYS=str(home / "keys"),
-        LEDGER_CACHE=str(home / "cache"),
-        LEDGER_CALIBRATION_DIR=str(home / "calibration"),
-    )
-    return env
-
-
-def _ledger(env: dict[str, str], cwd: Path, *args: str) -> None:
-    subprocess.run(
-        [sys.executable, "-m", "ledger", *args],
-        env=env,
-        cwd=cwd,
-        check=True,
-        stdout=subprocess.DEVNULL,
-    )
-
-
 def qualify(env: dict[str, str], repo: Path, cwd: Path, a: argparse.Namespace, run: Run) -> Run:
     args = [sys.executable, "-m", "ledger", "qualify", "--pr", "1", "--offline"]
     args += ["--repo", str(repo), "--device", a.device, "--gpus", "all", "--json"]
@@ -175,9 +153,9 @@ def _one(code_name: str, code: Path, plan: str, a: argparse.Namespace, scratch: 
     home = Path(tempfile.mkdtemp(prefix=f"{plan}-", dir=scratch))
     repo = home / "repo"
     make_repo(plan, repo)
-    env = _env(code, home)
-    _ledger(env, home, "init")
-    _ledger(env, home, "keys", "new", "runner", "--role", "runner")
+    env = ledger_env(code, home)
+    ledger_cmd(env, home, "init")
+    ledger_cmd(env, home, "keys", "new", "runner", "--role", "runner")
     runs = []
     for k in range(1, a.runs + 1):
         r = qualify(env, repo, home, a, Run(plan=plan, code=code_name, run=k))
