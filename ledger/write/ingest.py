@@ -37,6 +37,7 @@ from ledger.store.store import (
 from ledger.verify.envelope import Verified, verify_envelope
 from ledger.write.artifacts import MAX_ARTIFACT_BYTES, ArtifactStore, for_ledger
 from ledger.write.hosts import check_names, check_speaks_for, registry
+from ledger.write.recorders import Recorders, check_first_recorded, recorders
 
 __all__ = [
     "Initialized",
@@ -213,11 +214,17 @@ def _check_hosts(
         host = v.statement.predicate.runner.host
         asked.setdefault(v.signer, set()).update([host] if host else [])
     reg = registry(store, keys, only=asked)
+    rec: Recorders | None = None
     for i, v in receipts:
         assert isinstance(v.statement, QualificationStatement)
+        p = v.statement.predicate
         try:
-            check_names(v.statement.predicate)
-            check_speaks_for(reg, v.signer, v.statement.predicate)
+            check_names(p)
+            check_speaks_for(reg, v.signer, p)
+            if p.runner.host and p.runner.gpu_uuids:
+                # Read once a batch, and only for a receipt that names GPUs at all.
+                rec = recorders(store, keys) if rec is None else rec
+                check_first_recorded(rec, reg.owners, p.runner.host, p.runner.gpu_uuids)
         except RefusedError as e:
             raise RefusedError(_where(i, raws) + e.reason()) from None
 

@@ -25,6 +25,7 @@ from ledger.service.run import start
 from ledger.store.store import Store
 from ledger.transparency.audit import audit
 from ledger.write.ingest import record, register_key
+from ledger.write.recorders import recorders
 from tests.ledger.factories import COMMIT, TREE, dump, envelope
 from tests.ledger.helpers import run
 
@@ -32,6 +33,9 @@ GPU_V = "GPU-11111111-0000-0000-0000-000000000000"
 """The victim host's GPU."""
 GPU_W = "GPU-22222222-0000-0000-0000-000000000000"
 """Another victim's GPU, recorded there but declared nowhere."""
+GPU_X = "GPU-33333333-0000-0000-0000-000000000000"
+GPU_Y = "GPU-44444444-0000-0000-0000-000000000000"
+"""GPUs no host declares or recorded yet."""
 BASE, HEAD = "b" * 40, "c" * 40
 
 
@@ -121,11 +125,14 @@ def test_a_key_naming_another_hosts_gpus_is_refused_at_ingest_and_quarantines_no
     assert r.code == 1 and "is not among the GPUs key victim declares" in r.err
     # Written nowhere: the ledger is byte for byte what it was.
     assert dump(store) == before
-    # A GPU nobody declared, recorded on victim2's host: mallory's receipts naming it
-    # from mallory's own host are logged, and the fleet never counts them for it.
+    # A GPU nobody declared, recorded first on victim2's host: mallory's receipts naming
+    # it from mallory's own host are refused as well.
     for i in range(3):
         raw = _receipt(mallory, "mallory-host", [GPU_W], health=_sick(GPU_W), at=i)
-        assert _record(capsys, led, raw).code == 0
+        r = _record(capsys, led, raw)
+        assert r.code == 1 and r.err.count("\n") == 1, r.err
+        assert f"'{GPU_W}' was first recorded on host 'victim2-host', not 'mallory-host'" in r.err
+    assert dump(store) == before
     r = run(capsys, "fleet", "--json", "--quarantine-above", "0.05")
     doc = json.loads(r.out)
     assert doc["quarantined"] == {}, doc
@@ -133,6 +140,47 @@ def test_a_key_naming_another_hosts_gpus_is_refused_at_ingest_and_quarantines_no
     assert dev[GPU_W]["runs"] == 2 and dev[GPU_W]["device_faults"] == 0
     assert dev[GPU_W]["hosts"] == ["victim2-host"]
     assert "QUARANTINED" not in run(capsys, "fleet", "--quarantine-above", "0.05").out
+    store.engine.dispose()
+
+
+def test_a_gpu_no_host_declares_belongs_to_the_first_host_that_recorded_it(
+    led: Path, key_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    keys = KeyDir(key_dir)
+    victim2, mallory = keys.load("victim2"), keys.load("mallory")
+    store = _store(led)
+    # Mallory records first on a GPU no host recorded yet: it is mallory-host's from now.
+    assert (
+        _record(capsys, led, _receipt(mallory, "mallory-host", [GPU_X], outcome="passed")).code == 0
+    )
+    before = dump(store)
+    r = _record(capsys, led, _receipt(victim2, "victim2-host", [GPU_X], health=_sick(GPU_X)))
+    assert r.code == 1 and r.err.count("\n") == 1
+    assert "was first recorded on host 'mallory-host', not 'victim2-host'" in r.err
+    # In one batch: the first receipt to name a new GPU binds it, the second is refused
+    # and neither is written.
+    both = [
+        _receipt(victim2, "victim2-host", [GPU_Y], outcome="passed"),
+        _receipt(mallory, "mallory-host", [GPU_Y], health=_sick(GPU_Y)),
+    ]
+    with pytest.raises(
+        RefusedError, match=r"input 2: runner.gpu_uuids: .* first recorded on host 'victim2-host'"
+    ):
+        record(store, both)
+    assert dump(store) == before
+    # Declared on victim2-host by its operator, the GPU is victim2-host's: its receipts
+    # are taken, mallory's refused, and the fleet counts it there.
+    r = run(
+        capsys, "keys", "host", "add", "victim2", "victim2-host", "--gpu", GPU_X, "--reason", "r"
+    )
+    assert r.code == 0, r.err
+    assert (
+        _record(capsys, led, _receipt(victim2, "victim2-host", [GPU_X], outcome="passed")).code == 0
+    )
+    r = _record(capsys, led, _receipt(mallory, "mallory-host", [GPU_X], health=_sick(GPU_X)))
+    assert r.code == 1 and "is declared on host 'victim2-host'" in r.err
+    dev = {d["uuid"]: d for d in json.loads(run(capsys, "fleet", "--json").out)["devices"]}
+    assert dev[GPU_X]["hosts"] == ["victim2-host"] and dev[GPU_X]["runs"] == 1
     store.engine.dispose()
 
 
@@ -292,7 +340,10 @@ def test_a_frozen_earlier_ledger_keeps_its_fleet_and_shows_its_keys_hosts(
         except Error:
             continue
     # As the earlier release counted them: every standing receipt.
-    assert fleet_report(store_predicates(store)) == fleet_report(every)
+    report = fleet_report(store_predicates(store))
+    assert report == fleet_report(every)
+    # Ingest holds each GPU to the host the fleet counts it for.
+    assert recorders(store).owner == {d["uuid"]: h for d in report["devices"] for h in d["hosts"]}
     rows = json.loads(run(capsys, "keys", "list", "--json", "--db", str(db)).out)
     runners = [r for r in rows if r["role"] == "runner"]
     assert runners and all(r["hosts_source"] == "recorded before binding" for r in runners)
