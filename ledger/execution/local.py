@@ -25,6 +25,7 @@ from ledger.fleet.health import Watch
 
 if TYPE_CHECKING:
     from ledger.sandbox import Sandbox
+    from ledger.sandbox.claimpids import ClaimPids
     from runners.fork.forkparent import ForkServer
 
 __all__ = ["LocalExecutor"]
@@ -85,6 +86,18 @@ class LocalExecutor:
         if run.device == "cpu":
             watched = ()
         watch = Watch(watched).start() if watched else None
+        # A forked claim shares the fork server's sandbox with the claims beside it: a
+        # process limit of its own, a share of the sandbox's (`ledger.sandbox.claimpids`).
+        forked = self.fork is not None and not run.network and run.world_size == 1
+        claim_pids = None
+        if forked and self.sandbox is not None:
+            from ledger.sandbox.claimpids import ClaimPids
+            from runners.fork.forkclient import PIDS_VAR
+
+            assert self.fork is not None
+            claim_pids = ClaimPids.make(self.fork.proc.pid, self.slots)
+            if claim_pids is not None:
+                env[PIDS_VAR] = str(claim_pids.path)
         request = run.request(
             self.root,
             self.base_root,
@@ -94,14 +107,18 @@ class LocalExecutor:
             gpu_uuids=uuids or None,
             shared=shared,
         )
-        results = run_claim_isolated(
-            request,
-            progress=self.progress_for(run),
-            # The fork server has no network: a claim that needs one starts afresh.
-            fork_server=None if run.network else self.fork,
-            sandbox=self.sandbox,
-            cancel=self.cancel,
-        )
+        try:
+            results = run_claim_isolated(
+                request,
+                progress=self.progress_for(run),
+                # The fork server has no network: a claim that needs one starts afresh.
+                fork_server=None if run.network else self.fork,
+                sandbox=self.sandbox,
+                cancel=self.cancel,
+            )
+        finally:
+            if claim_pids is not None:
+                claim_pids.close()
         health = None
         if watch is not None:
             health = watch.finish().to_json()
@@ -115,10 +132,23 @@ class LocalExecutor:
             gpu_uuids=uuids,
             results=results,
             host=socket.gethostname(),
-            sandbox_facts=self.sandbox.facts() if self.sandbox is not None else {},
+            sandbox_facts=self._sandbox_facts(forked, claim_pids),
             artifacts=self.artifacts,
             health=health,
         )
+
+    def _sandbox_facts(self, forked: bool, claim_pids: ClaimPids | None) -> dict[str, str]:
+        """The sandbox's facts, and a forked claim's own process limit (or that it had none)."""
+        if self.sandbox is None:
+            return {}
+        facts = dict(self.sandbox.facts())
+        if forked:
+            from ledger.sandbox.claimpids import NO_CLAIM_LIMIT
+
+            facts["sandbox_claim_pids"] = (
+                NO_CLAIM_LIMIT if claim_pids is None else claim_pids.fact()
+            )
+        return facts
 
     def close(self) -> None:
         self.cancel.set()

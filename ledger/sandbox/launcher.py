@@ -71,6 +71,9 @@ PR_SET_NAME = 15
 PIDS_PREFIX = "ledger-sandbox-"
 """The name of each sandbox's own pids cgroup, followed by its launcher's pid."""
 
+CLAIM_PIDS_PREFIX = "ledger-claim-"
+"""The name of a forked claim's pids cgroup below its sandbox's (`ledger.sandbox.claimpids`)."""
+
 REFUSED = 125
 """The launcher's own exit status when it will not start the sandbox (a reason on
 stderr); bubblewrap's own failures exit 1."""
@@ -393,6 +396,16 @@ def deny_userns(program: bytes, cmd: list[str]) -> list[str]:
     return [cmd[0], "--seccomp", str(fd), *cmd[1:]]
 
 
+def remove_claims(folder: str) -> None:
+    """Remove the forked claims' pids cgroups below a sandbox's ``folder`` (a cgroup
+    with children cannot be removed); one that still holds a process stays."""
+    with contextlib.suppress(OSError):
+        for name in os.listdir(folder):
+            if name.startswith(CLAIM_PIDS_PREFIX):
+                with contextlib.suppress(OSError):
+                    os.rmdir(os.path.join(folder, name))
+
+
 def limit_pids(under: str, most: int) -> str:
     """Enter a pids cgroup of this sandbox's own below ``under`` with ``pids.max`` at
     ``most`` (everything it starts is counted there, not as its uid, which every
@@ -402,6 +415,7 @@ def limit_pids(under: str, most: int) -> str:
         ended = not os.path.exists(f"/proc/{name[len(PIDS_PREFIX) :]}")
         if name.startswith(PIDS_PREFIX) and ended:
             # One that still holds a process, or was removed meanwhile, stays as it is.
+            remove_claims(os.path.join(under, name))
             with contextlib.suppress(OSError):
                 os.rmdir(os.path.join(under, name))
     here = os.path.join(under, f"{PIDS_PREFIX}{os.getpid()}")

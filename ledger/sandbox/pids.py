@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from ledger.evidence.errors import UsageError
-from ledger.sandbox.launcher import PIDS_PREFIX
+from ledger.sandbox.launcher import PIDS_PREFIX, remove_claims
 
 __all__ = ["DEFAULT_MOST", "FLOOR", "MOST_VAR", "controller", "held", "most", "release"]
 
@@ -88,5 +88,6 @@ def held(pid: int) -> int | None:
 def release(under: str, pid: int) -> None:
     """Remove the cgroup the launcher ``pid`` made, once its processes are gone (the
     launcher also removes those of launchers that ended, each time it starts)."""
+    remove_claims(os.path.join(under, f"{PIDS_PREFIX}{pid}"))
     with contextlib.suppress(OSError):
         os.rmdir(os.path.join(under, f"{PIDS_PREFIX}{pid}"))

@@ -78,6 +78,15 @@ def main(argv: list[str]) -> int:
         with open(result + ".pid", "w") as f:
             f.write(str(host))
         _into_cgroup(host)
+    why = _into_pids(host)
+    if why is not None:
+        # Its process limit would not hold: the worker never starts (the server ends it
+        # when this connection closes), and the claim starts afresh in a sandbox of its
+        # own, whose limit is its own.
+        conn.close()
+        with open(os.environ.get(REFUSAL_VAR) or result + ".refused", "w") as f:
+            f.write(why)
+        return REFUSED
     # The worker waits for this word: it is in the claim's cgroup, and knows its host pid.
     conn.sendall(f"go {host if host is not None else ''}\n".encode())
     line = reader.readline()
@@ -131,6 +140,28 @@ def _into_cgroup(pid: int) -> None:
     if where:
         with contextlib.suppress(OSError), open(os.path.join(where, "cgroup.procs"), "w") as f:
             f.write(str(pid))
+
+
+PIDS_VAR = "LEDGER_CLAIM_PIDS_CGROUP"
+"""The claim's own pids cgroup below its sandbox's (`ledger.sandbox.claimpids`), set by
+the parent where it made one."""
+
+
+def _into_pids(pid: int | None) -> str | None:
+    """The worker into the claim's pids cgroup before it starts, so that it and all it
+    starts are held to the claim's limit; why not, where the parent made one and the
+    worker could not be placed there (None: placed, or none was made)."""
+    where = os.environ.get(PIDS_VAR)
+    if not where:
+        return None
+    if pid is None:
+        return "the fork server's worker has no pid seen here: its process limit cannot hold"
+    try:
+        with open(os.path.join(where, "cgroup.procs"), "w") as f:
+            f.write(str(pid))
+    except OSError as e:
+        return f"the claim's pids cgroup could not be entered: {e.strerror}"
+    return None
 
 
 if __name__ == "__main__":
