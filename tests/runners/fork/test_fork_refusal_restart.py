@@ -75,7 +75,7 @@ def server(tmp_path: Path) -> Iterator[tuple[ForkServer, Path]]:
     s.close()
 
 
-def _run(server: ForkServer, root: Path, mode: str, said: list[str]) -> CheckResult:
+def _run(server: ForkServer, root: Path, mode: str, said: list[str], **env: str) -> CheckResult:
     [r] = run_claim_isolated(
         ClaimRequest(
             Claim(
@@ -90,6 +90,7 @@ def _run(server: ForkServer, root: Path, mode: str, said: list[str]) -> CheckRes
             repo_root=root,
             base_root=None,
             artifact_dir=None,
+            env=env,
         ),
         progress=said.append,
         fork_server=server,
@@ -118,5 +119,21 @@ def test_a_fork_the_server_refused_runs_afresh_and_is_judged(
     assert any("started afresh" in x for x in said), said
     assert r.outcome == "passed", r.reason
     # It ran in a fresh interpreter, not below the server.
+    where = [x.split()[-1] for x in said if x.startswith("where ")]
+    assert where and where[-1] != str(s.proc.pid)
+
+
+def test_a_claim_its_process_limit_cannot_hold_never_runs_forked(
+    server: tuple[ForkServer, Path], tmp_path: Path
+) -> None:
+    from runners.fork.forkclient import PIDS_VAR
+
+    s, root = server
+    said: list[str] = []
+    # The claim's pids cgroup is gone: the client will not let the worker start unlimited.
+    r = _run(s, root, "where", said, **{PIDS_VAR: str(tmp_path / "gone")})
+    assert any("pids cgroup could not be entered" in x for x in said), said
+    assert any("started afresh" in x for x in said), said
+    assert r.outcome == "passed", r.reason
     where = [x.split()[-1] for x in said if x.startswith("where ")]
     assert where and where[-1] != str(s.proc.pid)
