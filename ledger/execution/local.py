@@ -65,7 +65,7 @@ class LocalExecutor:
     def _run(
         self, run: ClaimRun, devices: list[Device], explicit: bool, shared: bool = False
     ) -> Finished:
-        from runners.claim.isolated import run_claim_isolated
+        from runners.claim.isolated import AFRESH, run_claim_isolated
 
         env: dict[str, str] = {}
         if shared:
@@ -88,14 +88,15 @@ class LocalExecutor:
         watch = Watch(watched).start() if watched else None
         # A forked claim shares the fork server's sandbox with the claims beside it: a
         # process limit of its own, a share of the sandbox's (`ledger.sandbox.claimpids`).
-        forked = self.fork is not None and not run.network and run.world_size == 1
+        fork = None if run.network else self.fork
+        forked = fork is not None and not fork.ready.fork_refused and run.world_size == 1
         claim_pids = None
         if forked and self.sandbox is not None:
             from ledger.sandbox.claimpids import ClaimPids
             from runners.fork.forkclient import PIDS_VAR
 
-            assert self.fork is not None
-            claim_pids = ClaimPids.make(self.fork.proc.pid, self.slots)
+            assert fork is not None
+            claim_pids = ClaimPids.make(fork.proc.pid, self.slots)
             if claim_pids is not None:
                 env[PIDS_VAR] = str(claim_pids.path)
         request = run.request(
@@ -107,12 +108,20 @@ class LocalExecutor:
             gpu_uuids=uuids or None,
             shared=shared,
         )
+        progress = self.progress_for(run)
+        afresh = threading.Event()
+
+        def said(line: str) -> None:
+            if line.endswith(AFRESH):
+                afresh.set()  # refused by the fork server: in a sandbox of its own now
+            progress(line)
+
         try:
             results = run_claim_isolated(
                 request,
-                progress=self.progress_for(run),
+                progress=said,
                 # The fork server has no network: a claim that needs one starts afresh.
-                fork_server=None if run.network else self.fork,
+                fork_server=fork,
                 sandbox=self.sandbox,
                 cancel=self.cancel,
             )
@@ -132,7 +141,7 @@ class LocalExecutor:
             gpu_uuids=uuids,
             results=results,
             host=socket.gethostname(),
-            sandbox_facts=self._sandbox_facts(forked, claim_pids),
+            sandbox_facts=self._sandbox_facts(forked and not afresh.is_set(), claim_pids),
             artifacts=self.artifacts,
             health=health,
         )

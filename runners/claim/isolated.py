@@ -62,7 +62,7 @@ from runners.harness.outside import OutsideView, bound, read_note
 if TYPE_CHECKING:
     from ledger.sandbox import Sandbox
 
-__all__ = ["ClaimRequest", "run_claim_isolated"]
+__all__ = ["AFRESH", "ClaimRequest", "run_claim_isolated"]
 
 _BAD = ("failed", "infra-error")
 _MODULE = "runners.rank"
@@ -210,8 +210,13 @@ def _run(
             launched.close()
         # The claim's code never ran in this attempt: it starts afresh in a sandbox of
         # its own, as after a refusal at ready.
-        progress(f"the fork server refused the claim ({untrusted(late)}): started afresh")
+        progress(f"the fork server refused the claim ({untrusted(late)}): {AFRESH}")
         fork_server = None
+
+
+AFRESH = "started afresh"
+"""How a claim the fork server refused ends its progress line: it runs in a sandbox of
+its own from then on."""
 
 
 class _Results:

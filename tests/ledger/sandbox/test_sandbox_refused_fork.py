@@ -76,6 +76,11 @@ def test_a_refused_fork_never_runs_the_claim_outside_the_sandbox(
     assert all(isinstance(s["procs"], int) and s["procs"] < 10 for s in seen), seen
     [rec] = json.loads(r.out)["receipts"]
     assert rec["outcome"] == "passed"
+    # Not forked: it ran in a sandbox of its own, held to that sandbox's process limit
+    # alone, and its receipt names no limit per forked claim.
+    shown = json.loads(run(capsys, "show", rec["id"], "--json").out)
+    env = shown["statement"]["predicate"]["runner"]["environment"]
+    assert "sandbox_pids" in env and "sandbox_claim_pids" not in env, env
     # The control: unsandboxed, the same setup reads the key (the probe works).
     r = run(capsys, "qualify", "--rev", "HEAD", "--repo", str(repo), "--sandbox", "none")
     assert any(s["stolen"] for s in _seen(r.err)), r.err
