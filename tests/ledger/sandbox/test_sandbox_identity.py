@@ -102,7 +102,8 @@ def test_a_workload_cannot_open_a_host_sysctl_from_the_fork_server_or_a_forked_c
     got = _probed(r.err)
     # At import in the fork server, and in the claim process it forked.
     assert got.get("import:forkserver.py") == REFUSED, r.err[-3000:]
-    assert got.get("forward:isolated.py") == REFUSED, r.err[-3000:]
+    # The claim process's entry point: `python -m runners.rank` (runners/rank/__main__.py).
+    assert got.get("forward:__main__.py") == REFUSED, r.err[-3000:]
     [receipt] = json.loads(r.out)["receipts"]
     assert receipt["outcome"] == "passed", r.err[-3000:]
     shown = json.loads(run(capfd, "show", receipt["id"], "--json").out)
