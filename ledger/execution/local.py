@@ -67,18 +67,7 @@ class LocalExecutor:
     ) -> Finished:
         from runners.claim.isolated import AFRESH, run_claim_isolated
 
-        env: dict[str, str] = {}
-        if shared:
-            env[CHILD_VAR] = "1"
-        if explicit:
-            env["CUDA_VISIBLE_DEVICES"] = ",".join(d.index for d in devices)
-            if not any(d.uuid for d in devices):
-                # Logical devices share the host's cores: each claim gets its part.
-                env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // max(1, self.slots)))
-        if self.fork_servers:
-            import json
-
-            env["LEDGER_FORK_SERVERS"] = json.dumps(self.fork_servers)
+        env = self._env(devices, explicit, shared)
         uuids = tuple(d.uuid for d in devices if d.uuid)
         # The devices the claim can reach: its own, else every GPU of the host; none for
         # a claim on the CPU (a GPU's fault says nothing of it).
@@ -145,6 +134,23 @@ class LocalExecutor:
             artifacts=self.artifacts,
             health=health,
         )
+
+    def _env(self, devices: list[Device], explicit: bool, shared: bool) -> dict[str, str]:
+        """What the claim's processes are handed beside the child environment: its devices,
+        its share of the host's cores on logical ones, the fork servers, sharing."""
+        env: dict[str, str] = {}
+        if shared:
+            env[CHILD_VAR] = "1"
+        if explicit:
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(d.index for d in devices)
+            if not any(d.uuid for d in devices):
+                # Logical devices share the host's cores: each claim gets its part.
+                env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // max(1, self.slots)))
+        if self.fork_servers:
+            import json
+
+            env["LEDGER_FORK_SERVERS"] = json.dumps(self.fork_servers)
+        return env
 
     def _sandbox_facts(self, forked: bool, claim_pids: ClaimPids | None) -> dict[str, str]:
         """The sandbox's facts, and a forked claim's own process limit (or that it had none)."""

@@ -26,6 +26,7 @@ from ledger.execution import calibrations, sharing
 from ledger.execution.claimrun import ClaimRun, Finished
 from ledger.execution.devices import Device as GpuDevice
 from ledger.execution.devices import DevicePool, visible_gpus
+from ledger.execution.gate import Gate
 from ledger.execution.local import LocalExecutor
 from ledger.execution.receipts import record_finished
 from ledger.execution.scheduler import claim_tag, schedule
@@ -203,7 +204,7 @@ def run(
     box: Sandbox,
     say: Callable[[str], None],
     done: Recorded,
-    gate: Callable[[], None] = lambda: None,
+    gate: Gate | None = None,
 ) -> list[tuple[str, str]]:
     """Run ``runs`` on the started trees: on ``devices`` side by side (each claim on
     devices of its own), or one after another on the default device when None. The
@@ -321,9 +322,13 @@ class _Recording:
     done: Recorded
     run_facts: dict[str, str] = field(default_factory=dict)
     """Facts of the whole run every receipt carries: what quarantine did."""
-    gate: Callable[[], None] = lambda: None
+    gate: Gate | None = None
     """Returns once the run may be recorded, or raises its refusal (`preflight.Gate`),
     which the scheduler answers by stopping every claim."""
+
+    def poll(self) -> None:
+        if self.gate is not None:
+            self.gate.poll()
 
     def finished(
         self,
@@ -336,7 +341,8 @@ class _Recording:
         extra: dict[str, str] | None = None,
     ) -> None:
         tag = claim_tag(run, n)
-        self.gate()
+        if self.gate is not None:
+            self.gate()
         try:
             fin: Finished = fut.result()
         except Exception as e:  # one claim's failure must not stop the others

@@ -18,35 +18,18 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ledger.evidence.errors import UsageError
+from ledger.execution.gate import Gate
 from ledger.qualification.plan import ClaimSpec, Plan
 from ledger.sandbox import Sandbox
 
 if TYPE_CHECKING:
     from ledger.execution.local_run import Started
 
-__all__ = ["PROBE_VAR", "Gate", "start"]
+__all__ = ["PROBE_VAR", "start"]
 
 PROBE_VAR = "LEDGER_QUALIFY_PROBE"
 """``1``: qualify probes the workload (`ledger doctor`'s probe) before anything is
 recorded; ``0``: it judges from the plan alone; unset: it probes when the run uses CUDA."""
-
-
-class Gate:
-    """What every receipt of the run waits for: the probe's judgement. Calling it
-    returns once the plan may be recorded, or raises the refusal (each time)."""
-
-    def __init__(self) -> None:
-        self._judged = threading.Event()
-        self._refusal: BaseException | None = None
-
-    def judged(self, refusal: BaseException | None = None) -> None:
-        self._refusal = refusal
-        self._judged.set()
-
-    def __call__(self) -> None:
-        self._judged.wait()
-        if self._refusal is not None:
-            raise self._refusal
 
 
 def start(

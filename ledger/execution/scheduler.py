@@ -22,6 +22,10 @@ __all__ = ["Recording", "claim_tag", "not_here", "schedule"]
 class Recording(Protocol):
     """Where a finished claim goes (`local_run`'s recording: signed and recorded)."""
 
+    def poll(self) -> None:
+        """Raises when the run may no longer be recorded (the doctor's refusal), so the
+        running claims stop at once."""
+
     def finished(
         self,
         fut: Any,
@@ -100,6 +104,7 @@ def schedule(
                 running[ex.submit(run, got, explicit, shared)] = entry
                 _say_running(running.values(), explicit or pool.share > 1, n, say)
             finished, _ = cf.wait(list(running), timeout=0.25, return_when=cf.FIRST_COMPLETED)
+            recording.poll()
             for fut in finished:
                 r = running.pop(fut)
                 pool.give_back(r.devices)

@@ -77,7 +77,8 @@ def test_an_attacking_pull_request_reaches_nothing_and_honest_claims_pass(
     assert r.code == 1  # three of the plan's six claims ran: the whole plan decides
     # The attack ran where the pull request's code runs, and found nothing.
     assert "attack import:forkserver.py" in r.err
-    assert "attack setup:isolated.py" in r.err
+    # ... and in the claim process (`python -m runners.rank`: runners/rank/__main__.py).
+    assert "attack setup:__main__.py" in r.err
     assert " stole " in r.err and stolen(r.err) == []
     # Nothing arrived anywhere: not outside the scratch folder, not over loopback,
     # not in the progress lines, the receipts or the artifacts.
