@@ -12,6 +12,6 @@ orchestration, ...) is the command line's machinery, importable but promised to
 no caller (docs/architecture.md, "Faces"). Naming them imports none of them.
 """
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __all__ = ["__version__", "evidence", "identity", "qualification", "read", "verify", "write"]

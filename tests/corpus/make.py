@@ -100,7 +100,12 @@ def today(name: str) -> list[dict[str, Any]]:
         ledger("log", "checkpoint", "--witnesses", str(policy), "--db", fork_db, expect=1)
         forked = ledger("log", "checkpoint", "--db", fork_db)
         later = record(db, tmp, envelope(runner, claim="admission.later"), 6)
+        # A receipt revoked by the operator (0.2.0): its bundle carries the revocation's
+        # inclusion proof, and any verifier refuses it from then on.
+        void = record(db, tmp, envelope(runner, claim="admission.revoked"), 7)
+        ledger("revoke", void, "--reason", "the host's clock was wrong", "--db", db)
         ledger("log", "checkpoint", "--db", db)
+        ledger("export", void, "-o", str(out / "bundle-revoked.json"), "--db", db)
         ledger("export", later, "-o", str(out / "bundle-uncosigned.json"), "--db", db)
         ledger("export", forged, "-o", str(out / "bundle-forked.json"), "--db", fork_db)
         (out / "ledger.pub.pem").write_text(ledger("keys", "export", "ledger", "--db", db))
@@ -179,6 +184,13 @@ def today(name: str) -> list[dict[str, Any]]:
             "policy": pol,
             "expect": "refused",
             "reason": missing,
+        },
+        {
+            "file": f"{n}/bundle-revoked.json",
+            "kind": "bundle",
+            "trust": [pem],
+            "expect": "refused",
+            "reason": "revoked",
         },
         {"file": f"{n}/bundle-forked.json", "kind": "bundle", "trust": [pem], "expect": "verified"},
         {
