@@ -83,8 +83,10 @@ def repo(tmp_path: Path) -> git.Repo:
 
 
 # The files that take the longest (real torch in several processes per test) are
-# collected first, so that under `pytest -n N --dist loadfile` a worker starts them
-# early instead of one worker running them alone at the end while the others idle.
+# collected first. Under `pytest -n N --dist loadfile` xdist hands out files by their
+# number of tests unless `--no-loadscope-reorder` is given, so there this order decides
+# only a single process's run; the tests' own time (1,601 s on 2026-12-07) is what two
+# workers share, evenly in either order.
 _FIRST = ("tests/runners/", "tests/examples/")
 
 
