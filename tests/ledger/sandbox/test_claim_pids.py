@@ -34,20 +34,34 @@ SIDE_BY_SIDE = (
     PROBE
     + '''
 import socket
-import time
 
 _BESIDE = b"\\0ledger-test-claim-pids-" + @TOKEN@
 
 
+def _meet():
+    """The two claims' one connection, whichever starts first: the first to bind the
+    name listens and waits for the other; the other connects (refused only in the moment
+    between the first one's bind and listen)."""
+    srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        srv.bind(_BESIDE)
+    except OSError:
+        srv.close()
+        while True:
+            conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                conn.connect(_BESIDE)
+                return conn
+            except ConnectionRefusedError:
+                conn.close()
+    srv.listen(1)
+    conn, _ = srv.accept()
+    return conn
+
+
 def _hog():
     """Fork until refused, holding every child, until the claim beside has started its own."""
-    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    for _ in range(6000):
-        try:
-            conn.connect(_BESIDE)
-            break
-        except OSError:
-            time.sleep(0.05)  # the claim beside has not bound its socket yet
+    conn = _meet()
     r, w = os.pipe()
     held, why = 0, "never refused"
     try:
@@ -69,10 +83,7 @@ def _hog():
 
 def _beside():
     """Once the claim beside is at its limit, start eight processes."""
-    srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    srv.bind(_BESIDE)
-    srv.listen(1)
-    conn, _ = srv.accept()
+    conn = _meet()
     conn.recv(1)
     r, w = os.pipe()
     started, why = 0, ""
