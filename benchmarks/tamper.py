@@ -43,6 +43,7 @@ def build(folder: Path) -> Path:
     """A small ledger with every kind of stored row; returns its single-file path."""
     from ledger.evidence.statement import read_artifact
     from ledger.write.ingest import init_ledger, record, register_key, revoke_key
+    from ledger.write.revocation_signing import operator_key
     from tests.ledger.factories import envelope
 
     db = folder / "base.db"
@@ -60,7 +61,7 @@ def build(folder: Path) -> Path:
         record(store, [envelope(runner, claim=f"claim.{n}", scope={"gpu_count": n, "k": "v"})])
     old = keys.create("old")
     register_key(store, "old", "runner", old.public)
-    revoke_key(store, old.keyid, "host retired")
+    revoke_key(store, old.keyid, "host retired", key=operator_key(store, keys))
     checkpoint(store, keys)
     store.engine.dispose()
     # A consistent single-file copy (the WAL folded in) to copy per trial.

@@ -241,22 +241,41 @@ def keys_export(name: str, db: str | None) -> None:
 @keys.command("revoke")
 @click.argument("keyid")
 @click.option("--reason", required=True, help="Why; recorded in the log.")
+@click.option(
+    "--key",
+    "key_name",
+    metavar="NAME",
+    help="Key in $LEDGER_KEYS that signs the revocation: a ledger key (default on the"
+    " ledger's host: the active one) or the revoked key itself.",
+)
 @server_option("A `ledger serve` at URL instead of --db.")
 @click.option("--token", metavar="TOKEN", help="With --server: its token (default: $LEDGER_TOKEN).")
 @db_option
 def keys_revoke(
-    keyid: str, reason: str, server: str | None, token: str | None, db: str | None
+    keyid: str,
+    reason: str,
+    key_name: str | None,
+    server: str | None,
+    token: str | None,
+    db: str | None,
 ) -> None:
-    """Revoke a key: anything it signs that is logged afterwards does not count."""
+    """Revoke a key: anything it signs that is logged afterwards does not count.
+
+    The revocation is signed (--key), by a ledger key or the revoked key itself: it
+    counts only where that signature verifies."""
+    from ledger.evidence.errors import UsageError
     from ledger.write.ingest import revoke_key
 
+    key = keydir().load(key_name) if key_name else None
     if server:
         from ledger.remote.client import revoke_key as remote_revoke
 
-        doc = remote_revoke(server, keyid, reason, token)
+        if key is None:
+            raise UsageError("--server: the revocation is signed here: --key NAME")
+        doc = remote_revoke(server, keyid, reason, key, token)
         click.echo(f"revoked {doc['name']} {doc['keyid']}")
         return
-    info = revoke_key(open_store(db), keyid, reason)
+    info = revoke_key(open_store(db), keyid, reason, key=key)
     click.echo(f"revoked {info.name} {info.keyid}")
 
 

@@ -365,6 +365,13 @@ def supersede(
     metavar="ID",
     help="A counterexample's: an independent reviewer's review disputing it.",
 )
+@click.option(
+    "--key",
+    "key_name",
+    metavar="NAME",
+    help="Key in $LEDGER_KEYS that signs the revocation: the operator's ledger key"
+    " (default on the ledger's host) or, with --server, the reviewer key of the dispute.",
+)
 @server_option("A `ledger serve` at URL instead of --db.")
 @click.option("--token", metavar="TOKEN", help="With --server: its token (default: $LEDGER_TOKEN).")
 @json_option
@@ -373,6 +380,7 @@ def revoke(
     receipt: str,
     reason: str,
     review: str | None,
+    key_name: str | None,
     server: str | None,
     token: str | None,
     as_json: bool,
@@ -385,16 +393,23 @@ def revoke(
     independent review disputing it (--review), as its supersession would need. A
     reviewer token revokes only on its own dispute (--review), and a pass so only
     where the plan says so ([review] revoke_pass). Anything refused writes nothing.
+
+    The revocation is signed by its authority's key (--key): it counts only where that
+    signature verifies by a ledger key (the operator's word) or by the reviewer key
+    that signed the dispute (a reviewer's).
     """
+    key = keydir().load(key_name) if key_name else None
     if server:
         from ledger.remote.client import revoke_receipt as remote_revoke
 
-        doc = remote_revoke(server, receipt, reason, review, token)
+        if key is None:
+            raise UsageError("--server: the revocation is signed here: --key NAME")
+        doc = remote_revoke(server, receipt, reason, review, key, token)
         doc = {k: doc.get(k) for k in ("receipt", "seq", "reason", "review", "by")}
     else:
         from ledger.write.revoke import revoke_receipt
 
-        rev = revoke_receipt(open_store(db), receipt, reason, review)
+        rev = revoke_receipt(open_store(db), receipt, reason, review, key=key)
         doc = {"receipt": rev.receipt, "seq": rev.seq, "reason": rev.reason, "review": rev.review}
     if as_json:
         emit_json(doc)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+from collections.abc import Iterable, Mapping
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -21,6 +22,7 @@ from ledger.evidence.canonical import canonical_bytes, receipt_id
 from ledger.evidence.errors import InputError, RefusedError
 from ledger.evidence.keys import KeyInfo, key_id, raw_public
 from ledger.evidence.limits import load_json
+from ledger.evidence.signed_revocation import NOT_CHECKED, Signature, check, read_signed
 
 if TYPE_CHECKING:
     # The statement models load on first use: a bundle is verified without them.
@@ -31,6 +33,7 @@ __all__ = [
     "LoggedEntry",
     "ReceiptRevocation",
     "envelope_body",
+    "first_revocations",
     "key_body",
     "receipt_revocation_body",
     "revocation_body",
@@ -54,6 +57,29 @@ class ReceiptRevocation(NamedTuple):
     for a pass only where the plan says so (`[review] revoke_pass`)."""
     revoked_by: str | None = None
     """The token holder who revoked it over HTTP (None: on the ledger's host)."""
+    signer: str | None = None
+    """The key id that signed it (`ledger.evidence.signed_revocation`); None: an
+    earlier release's revocation, unsigned."""
+    problem: str | None = None
+    """Why it counts for nothing (its signature does not verify, or its signer may not
+    assert it); None: it counts as the judge weighs it."""
+
+    @property
+    def unsigned(self) -> bool:
+        """Of the earlier, unsigned form (accepted as before, said to be so)."""
+        return self.signer is None and self.problem is None
+
+
+def first_revocations(revs: Iterable[ReceiptRevocation]) -> dict[str, ReceiptRevocation]:
+    """Per receipt, of its revocations in log order, the first that counts (its
+    signature checked), else the first: a forged one neither voids a receipt nor hides
+    a genuine one after it, and is still shown where it is all there is."""
+    out: dict[str, ReceiptRevocation] = {}
+    for rev in revs:
+        held = out.get(rev.receipt)
+        if held is None or (held.problem is not None and rev.problem is None):
+            out[rev.receipt] = rev
+    return out
 
 
 class LoggedEntry:
@@ -265,15 +291,32 @@ class LoggedEntry:
             keyid, name, role, pub, self.seq, registered_by=by if isinstance(by, str) else None
         )
 
+    @cached_property
+    def signed_revocation(self) -> tuple[dict[str, Any], dsse.ReadEnvelope] | None:
+        """A signed revocation's (document it asserts, envelope); None for one of the
+        earlier, unsigned form; RefusedError where the signed form does not read."""
+        return read_signed(self.document)
+
+    @property
+    def revocation_doc(self) -> Any:
+        """A revocation entry's document: the signed payload, or the body itself for
+        the earlier form; None where the signed form does not read."""
+        try:
+            signed = self.signed_revocation
+        except RefusedError:
+            return None
+        return self.document if signed is None else signed[0]
+
     @property
     def revokes_receipt(self) -> bool:
-        """A revocation of one receipt (not of a key): its body names `receipt`."""
-        data = self.document if self.kind == "revocation" else None
+        """A revocation of one receipt (not of a key): its document names `receipt`."""
+        data = self.revocation_doc if self.kind == "revocation" else None
         return isinstance(data, dict) and "receipt" in data and "keyid" not in data
 
     def revocation(self) -> tuple[str, str]:
-        """A key revocation entry's (key id, reason)."""
-        data = self.document
+        """A key revocation entry's (key id, reason), signed or not: whether it counts
+        is `ledger.evidence.signed_revocation.check`'s."""
+        data = self.revocation_doc
         if not isinstance(data, dict) or data.get("kind") != "revocation":
             raise RefusedError("not a revocation entry")
         keyid, reason = data.get("keyid"), data.get("reason")
@@ -281,9 +324,26 @@ class LoggedEntry:
             raise RefusedError("not a revocation entry")
         return keyid, reason
 
-    def receipt_revocation(self) -> ReceiptRevocation:
-        """A receipt revocation entry's receipt, reason and the review it rests on."""
-        data = self.document
+    def revocation_signature(self, keys: Mapping[str, KeyInfo]) -> Signature:
+        """This revocation's signature checked against `keys` (the log's registry)."""
+        try:
+            parsed = self.signed_revocation
+        except RefusedError as e:
+            return Signature(None, f"its signature does not read ({e.reason()})")
+        return check(self.seq, self.document, keys, parsed)
+
+    def receipt_revocation(self, keys: Mapping[str, KeyInfo] | None = None) -> ReceiptRevocation:
+        """A receipt revocation entry's receipt, reason and the review it rests on. A
+        signed one counts for nothing until its signature is checked against `keys`
+        (without them: `problem` says it was not)."""
+        rev = self._receipt_revocation()
+        if keys is None or rev.unsigned:
+            return rev
+        sig = self.revocation_signature(keys)
+        return rev._replace(signer=sig.signer, problem=sig.problem)
+
+    def _receipt_revocation(self) -> ReceiptRevocation:
+        data = self.revocation_doc
         if not isinstance(data, dict) or data.get("kind") != "revocation":
             raise RefusedError("not a revocation entry")
         rid, reason, review = data.get("receipt"), data.get("reason"), data.get("review")
@@ -301,7 +361,12 @@ class LoggedEntry:
             # Anything but a reviewer's is the operator's, as before the field existed.
             "reviewer" if data.get("by") == "reviewer" else "operator",
             holder if isinstance(holder, str) else None,
+            *self._unchecked(),
         )
+
+    def _unchecked(self) -> tuple[str | None, str | None]:
+        signed = self.signed_revocation
+        return (None, None) if signed is None else (signed[1].signatures[0].keyid, NOT_CHECKED)
 
     def body_id(self) -> str:
         """The id a key or revocation entry must have: the digest of its body."""

@@ -47,7 +47,8 @@ def keys_of(
     entries: Iterable[LoggedEntry], held: Mapping[str, KeyInfo] | None = None
 ) -> dict[str, KeyInfo]:
     """The key registry as the log's key and revocation entries state it (after
-    `held`, the registry of the entries before them)."""
+    `held`, the registry of the entries before them): a key's revocation counts only
+    where its signature does (`ledger.evidence.signed_revocation`)."""
     keys: dict[str, KeyInfo] = dict(held or {})
     for e in entries:
         try:
@@ -57,7 +58,9 @@ def keys_of(
             elif e.kind == "revocation":
                 kid, reason = e.revocation()
                 k2 = keys.get(kid)
-                if k2 is not None and k2.revoked_seq is None:
+                if k2 is None or k2.revoked_seq is not None:
+                    continue
+                if e.revocation_signature(keys).problem is None:
                     keys[kid] = k2._replace(revoked_seq=e.seq, revoked_reason=reason)
         except Error:
             continue

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from ledger.evidence.models import QualificationPredicate, QualificationStatement
+from ledger.evidence.signed_revocation import UNSIGNED
 from ledger.identity.revision import Revision
 
 __all__ = ["ReceiptEvidence", "ReviewEvidence", "Revision", "Revoked", "short_id"]
@@ -29,8 +30,15 @@ class Revoked:
     by: str = "operator"
     """Whose word it is: the ledger's `operator`, or a `reviewer` (on the dispute it names)."""
     refused: str | None = None
-    """Why the plan does not let it count (a reviewer's revocation of a pass where the
-    plan leaves revoking a pass to the operator); None: the plan is not what holds it."""
+    """Why it does not count though it is not pending: the plan leaves revoking a pass
+    to the operator (a reviewer's revocation of one), or its signature does not verify
+    by a key that may assert it; None: neither is what holds it."""
+    unsigned: bool = False
+    """Of the earlier, unsigned form: counted as before, and said to be so."""
+    signer: str | None = None
+    """The key id that signed it (`ReceiptRevocation.signer`)."""
+    problem: str | None = None
+    """Why its signature counts for nothing (`ReceiptRevocation.problem`; then `refused`)."""
 
     @property
     def effective(self) -> bool:
@@ -38,6 +46,8 @@ class Revoked:
 
     def text(self) -> str:
         """`revoked: REASON`, or why the revocation does not count yet."""
+        if self.effective and self.unsigned:
+            return f"revoked: {self.reason}; {UNSIGNED}"
         if self.effective:
             return f"revoked: {self.reason}"
         if self.refused is not None:

@@ -57,15 +57,19 @@ def authority(
     before: int,
     reviews_of_r: Sequence[ReviewEvidence],
     by: str = "operator",
+    signer: str | None = None,
 ) -> str | None:
     """Who vouches for revoking `r` by a revocation logged at `before` naming `review`,
     on the word of `by` (`operator` or `reviewer`); None when nobody does. A reviewer's
     revocation rests on its dispute whatever `r` is (the plan then decides whether it
-    counts for a pass: `under_plan`)."""
+    counts for a pass: `under_plan`), and a signed one (`signer`, its key id) on the
+    dispute that same key signed: its own."""
     if not needs_review(r) and by != "reviewer":
         return "the ledger's operator"
     for v in reviews_of_r:
         if v.id != review or v.receipt != r.id or v.seq >= before:
+            continue
+        if by == "reviewer" and signer is not None and v.signer != signer:
             continue
         independent = v.signer != r.signer
         sound = v.problem is None and not v.revoked and v.signer_role == "reviewer"
@@ -88,9 +92,22 @@ def missing_review(r: ReceiptEvidence) -> str:
 def judged(
     r: ReceiptEvidence, rev: ReceiptRevocation, reviews_of_r: Sequence[ReviewEvidence]
 ) -> Revoked:
-    """The revocation `rev` of `r`, with its authority weighed."""
-    who = authority(r, rev.review, rev.seq, reviews_of_r, rev.by)
-    return Revoked(rev.seq, rev.reason, rev.review, who, rev.by)
+    """The revocation `rev` of `r`, with its authority weighed: none where its
+    signature does not count (`ReceiptRevocation.problem`)."""
+    who = None
+    if rev.problem is None:
+        who = authority(r, rev.review, rev.seq, reviews_of_r, rev.by, rev.signer)
+    return Revoked(
+        rev.seq,
+        rev.reason,
+        rev.review,
+        who,
+        rev.by,
+        refused=rev.problem,
+        unsigned=rev.unsigned,
+        signer=rev.signer,
+        problem=rev.problem,
+    )
 
 
 def under_plan(receipts: Sequence[ReceiptEvidence], revoke_pass: str) -> list[ReceiptEvidence]:
@@ -101,7 +118,7 @@ def under_plan(receipts: Sequence[ReceiptEvidence], revoke_pass: str) -> list[Re
     out = []
     for r in receipts:
         rev = r.revocation
-        if rev is not None and rev.by == "reviewer" and not needs_review(r):
+        if rev is not None and rev.by == "reviewer" and not needs_review(r) and not rev.refused:
             r = replace(r, revocation=replace(rev, authority=None, refused=PLAN_KEEPS_PASSES))
         out.append(r)
     return out

@@ -85,6 +85,8 @@ class Evidence:
                     str(v["reason"]),
                     _text_or_none(v.get("review")),
                     by=_by(v),
+                    signer=_text_or_none(v.get("signer")),
+                    problem=_text_or_none(v.get("problem")),
                 )
                 for r in doc.get("receipts") or []
                 if isinstance(v := r.get("revocation"), Mapping)
@@ -98,7 +100,16 @@ class Evidence:
 def _revocation(r: ReceiptEvidence) -> dict[str, Any]:
     rev = r.revocation
     assert rev is not None
-    return {"seq": rev.seq, "reason": rev.reason, "review": rev.review, "by": rev.by}
+    # Its signature as the server checked it (a server of an earlier release says
+    # nothing: its revocations were unsigned, and read so).
+    return {
+        "seq": rev.seq,
+        "reason": rev.reason,
+        "review": rev.review,
+        "by": rev.by,
+        "signer": rev.signer,
+        "problem": rev.problem,
+    }
 
 
 def _by(rev: Mapping[str, Any]) -> str:

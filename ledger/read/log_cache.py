@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ledger.evidence.entry import LoggedEntry, ReceiptRevocation
+from ledger.evidence.entry import LoggedEntry, ReceiptRevocation, first_revocations
 from ledger.evidence.errors import Error, UsageError, VerificationError
 from ledger.evidence.keys import KeyInfo
 from ledger.identity.aliases import read_alias
@@ -35,9 +35,11 @@ from ledger.monitor.remote import extended, keys_of
 
 __all__ = ["Held", "LogCache", "cache_dir"]
 
-_VERSION = 2
+_VERSION = 3
 """2: each receipt's and review's signature verified at sync. A copy kept at version 1
-was not, so it is fetched again (and checked) rather than read."""
+was not, so it is fetched again (and checked) rather than read. 3: a signed revocation's
+receipt indexed (version 2 indexed only the unsigned form's), so a copy kept at 2 is
+fetched again too."""
 _TABLES = ("meta", "entry", "receipt", "review", "revoked")
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (k TEXT PRIMARY KEY, v TEXT NOT NULL);
@@ -260,15 +262,17 @@ class LogCache:
         return self._by_receipt("review", receipt_ids)
 
     def revocations(self, receipt_ids: Sequence[str]) -> dict[str, ReceiptRevocation]:
-        """The first revocation of each receipt that has one."""
-        out: dict[str, ReceiptRevocation] = {}
-        for e in self._by_receipt("revoked", receipt_ids):
+        """The first revocation that counts of each receipt that has one, its signature
+        checked by the log's keys as held here (else its first, with why it does not)."""
+        found: list[ReceiptRevocation] = []
+        entries = self._by_receipt("revoked", receipt_ids)
+        keys = self.keys() if entries else {}
+        for e in entries:
             try:
-                rev = e.receipt_revocation()
+                found.append(e.receipt_revocation(keys))
             except Error:
                 continue
-            out.setdefault(rev.receipt, rev)
-        return out
+        return first_revocations(found)
 
     def _by_receipt(self, table: str, receipt_ids: Sequence[str]) -> list[LoggedEntry]:
         out: list[LoggedEntry] = []
@@ -396,7 +400,7 @@ def _index(entries: Sequence[LoggedEntry]) -> dict[str, list[tuple[Any, ...]]]:
                 rid = e.payload_document["predicate"]["receipt"]
                 out.setdefault("review", []).append((e.seq, str(rid)))
             elif e.kind == "revocation" and e.revokes_receipt:
-                out.setdefault("revoked", []).append((e.seq, str(_json(e.body)["receipt"])))
+                out.setdefault("revoked", []).append((e.seq, str(e.revocation_doc["receipt"])))
         except (Error, KeyError, TypeError, AttributeError, ValueError):
             continue
     return out

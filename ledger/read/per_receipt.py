@@ -67,6 +67,8 @@ def per_receipt_evidence(url: str, question: Question) -> Evidence:
                     str(rev["reason"]),
                     None if rev.get("review") is None else str(rev["review"]),
                     by="reviewer" if rev.get("by") == "reviewer" else "operator",
+                    signer=None if rev.get("signer") is None else str(rev["signer"]),
+                    problem=None if rev.get("problem") is None else str(rev["problem"]),
                 )
         ids = {r.id for r in receipts}
         reviews = [

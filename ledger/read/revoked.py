@@ -11,9 +11,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from ledger.evidence.entry import LoggedEntry
+from ledger.evidence.entry import LoggedEntry, ReceiptRevocation
 from ledger.evidence.errors import Error
 from ledger.evidence.keys import KeyInfo
+from ledger.evidence.signed_revocation import UNSIGNED
 from ledger.qualification.evidence import ReceiptEvidence, ReviewEvidence
 from ledger.qualification.plan import Plan
 from ledger.qualification.revocation import judged, needs_review, under_plan
@@ -99,8 +100,23 @@ def revocation_document(
         "effective": j.effective,
         "refused": j.refused,
         "weighed": weighed,
+        "signature": _signature(rev, keys),
+        "signer": rev.signer,
+        "problem": rev.problem,
         "text": j.text(),
     }
+
+
+def _signature(rev: ReceiptRevocation, keys: Mapping[str, KeyInfo]) -> str:
+    """Whose signature the revocation carries, as `evidence/signed_revocation.py` checked
+    it: its signer, `UNSIGNED` (an earlier release's), or why it counts for nothing."""
+    if rev.unsigned:
+        return UNSIGNED
+    if rev.problem is not None or rev.signer is None:
+        return f"not counted: {rev.problem}"
+    k = keys.get(rev.signer)
+    name = f"{k.name}, a {k.role} key" if k is not None else "an unknown key"
+    return f"signed by {rev.signer[:12]} ({name})"
 
 
 def void_receipts(

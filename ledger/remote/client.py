@@ -18,7 +18,7 @@ import os
 import time
 import urllib.parse
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ledger.evidence.errors import (
     NotFoundError,
@@ -27,6 +27,9 @@ from ledger.evidence.errors import (
     UsageError,
     VerificationError,
 )
+
+if TYPE_CHECKING:
+    from ledger.evidence.keys import LocalKey
 
 __all__ = [
     "MAX_BODY_BYTES",
@@ -317,17 +320,54 @@ def change_host(
     return dict(_post(url, f"/v1/keys/{_quoted(ref)}/hosts", doc, _token(token)))
 
 
-def revoke_key(url: str, ref: str, reason: str, token: str | None = None) -> dict[str, Any]:
-    path = f"/v1/keys/{_quoted(ref)}/revoke"
-    return dict(_post(url, path, {"reason": reason}, _token(token)))
+def _now() -> str:
+    from datetime import UTC, datetime
+
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def revoke_key(
+    url: str, ref: str, reason: str, key: LocalKey, token: str | None = None
+) -> dict[str, Any]:
+    """Revoke a key through the server (a keys token), the revocation signed here by
+    `key`: a ledger key (the operator's), or the revoked key itself."""
+    from ledger.evidence.entry import revocation_body
+    from ledger.evidence.signed_revocation import sign_revocation
+
+    want = ref.strip().lower()
+    found = [
+        k
+        for k in fetch_keys(url)
+        if k.get("name") == ref or (want and str(k.get("keyid")).startswith(want))
+    ]
+    if len(found) != 1:
+        raise UsageError(f"{ref!r} matches {len(found)} keys the server registered")
+    keyid = str(found[0]["keyid"])
+    env = sign_revocation(revocation_body(keyid, reason, _now()), key)
+    return dict(_post(url, f"/v1/keys/{_quoted(keyid)}/revoke", {"envelope": env}, _token(token)))
 
 
 def revoke_receipt(
-    url: str, ref: str, reason: str, review: str | None, token: str | None = None
+    url: str,
+    ref: str,
+    reason: str,
+    review: str | None,
+    key: LocalKey,
+    token: str | None = None,
 ) -> dict[str, Any]:
-    """Revoke one receipt through the server (an operator or reviewer token)."""
-    path = f"/v1/receipts/{_quoted(ref)}/revoke"
-    return dict(_post(url, path, {"reason": reason, "review": review}, _token(token)))
+    """Revoke one receipt through the server (an operator or reviewer token), the
+    revocation signed here by `key`: the operator's ledger key, or the reviewer key that
+    signed the dispute it names (the server checks both)."""
+    from ledger.evidence.entry import receipt_revocation_body
+    from ledger.evidence.signed_revocation import sign_revocation
+
+    rid = str(fetch_entry(url, ref)["id"])
+    named = None if review is None else str(fetch_entry(url, review)["id"])
+    role = next((k.get("role") for k in fetch_keys(url) if k.get("keyid") == key.keyid), None)
+    by = "reviewer" if role == "reviewer" else "operator"
+    env = sign_revocation(receipt_revocation_body(rid, reason, _now(), named, by), key)
+    path = f"/v1/receipts/{_quoted(rid)}/revoke"
+    return dict(_post(url, path, {"envelope": env}, _token(token)))
 
 
 def fetch_proof(url: str, ref: str, timeout: float = 30) -> dict[str, Any]:

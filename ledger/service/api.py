@@ -329,15 +329,32 @@ async def add_plan(request: Request) -> Response:
     return json_response({"id": eid, "added": new}, 201 if new else 200)
 
 
+def _signed(doc: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A revocation request's signed envelope and the document it asserts (checked by
+    the write path before anything is logged: `write/revocation_signing.py`)."""
+    from ledger.write.revocation_signing import asserted
+
+    env = doc.get("envelope")
+    if not isinstance(env, dict):
+        raise InputError(
+            "envelope: a revocation is signed by its authority (`ledger revoke --key NAME`"
+            " or `ledger keys revoke --key NAME` signs it)"
+        )
+    try:
+        return env, asserted(env)
+    except RefusedError as e:
+        raise InputError(f"envelope: {e.reason()}") from None
+
+
 async def revoke(request: Request) -> Response:
     from ledger.write.ingest import revoke_key
 
     led = _ledger(request)
     holder = led.holder(request, "keys")
-    doc = await _doc(request)
-    reason = _str(doc, "reason")
+    env, said = _signed(await _doc(request))
+    reason = _str(said, "reason")
     info = await run_in_threadpool(
-        lambda: revoke_key(led.store(), _ref(request), reason, revoked_by=holder)
+        lambda: revoke_key(led.store(), _ref(request), reason, revoked_by=holder, envelope=env)
     )
     led.log(f"key {info.name} {info.keyid[:12]} revoked by {holder}")
     await run_in_threadpool(led.vouch)
@@ -362,12 +379,17 @@ async def revoke_receipt(request: Request) -> Response:
         raise ForbiddenError(
             f"token of {grant.holder} ({have}) lacks the 'operator' or 'reviewer' role"
         )
-    doc = await _doc(request)
-    reason, review = _str(doc, "reason"), doc.get("review")
+    env, said = _signed(await _doc(request))
+    reason, review = _str(said, "reason"), said.get("review")
     if review is not None and not isinstance(review, str):
         raise InputError("review: must be a string (a review's id)")
+    if said.get("by", "operator") != by:
+        raise ForbiddenError(
+            f"the signed revocation is on the {said.get('by', 'operator')}'s word; the token"
+            f" of {grant.holder} revokes on the {by}'s"
+        )
     rev = await run_in_threadpool(
-        lambda: revoke(led.store(), _ref(request), reason, review, by, grant.holder)
+        lambda: revoke(led.store(), _ref(request), reason, review, by, grant.holder, envelope=env)
     )
     led.log(f"receipt {rev.receipt[:19]} revoked by {grant.holder} ({by})")
     await run_in_threadpool(led.vouch)

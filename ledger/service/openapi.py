@@ -146,13 +146,20 @@ def _administration(ref: list[dict[str, Any]]) -> dict[str, Any]:
             )
         },
         "/v1/keys/{ref}/revoke": {
-            "post": _op("revoke a key", body=_OBJECT, parameters=ref, security=_BEARER)
+            "post": _op(
+                "revoke a key ({envelope}: the revocation signed by a ledger key or the key "
+                "itself, checked before it is logged)",
+                body=_OBJECT,
+                parameters=ref,
+                security=_BEARER,
+            )
         },
         "/v1/receipts/{ref}/revoke": {
             "post": _op(
-                "revoke one receipt ({reason, review}; the operator role on the operator's "
-                "word, the reviewer role on the holder's own dispute it names; logged with "
-                "the holder's name)",
+                "revoke one receipt ({envelope}: the revocation signed by its authority, a "
+                "ledger key on the operator's word, the reviewer key of its own dispute on a "
+                "reviewer's; the operator role or the reviewer role; logged with the "
+                "holder's name)",
                 body=_OBJECT,
                 parameters=ref,
                 security=_BEARER,

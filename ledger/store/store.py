@@ -20,8 +20,8 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, OperationalError
 
 from ledger._internal.merkle import entry_leaf
-from ledger.evidence.entry import LoggedEntry, ReceiptRevocation
-from ledger.evidence.errors import InputError, NotFoundError, UsageError
+from ledger.evidence.entry import LoggedEntry, ReceiptRevocation, first_revocations
+from ledger.evidence.errors import Error, InputError, NotFoundError, UsageError
 from ledger.evidence.keys import KeyInfo
 from ledger.store import migrate
 from ledger.store.cache import ENTRIES
@@ -367,9 +367,12 @@ class Store:
             return [ENTRIES.get(r) for r in conn.execute(stmt, {"ids": list(receipt_ids)})]
 
     def revoked_receipts(self, receipt_ids: Sequence[str]) -> dict[str, ReceiptRevocation]:
-        """The first revocation of each of `receipt_ids` that has one (an index lookup)."""
-        out: dict[str, ReceiptRevocation] = {}
+        """The first revocation that counts of each of `receipt_ids` that has one, its
+        signature checked by the key registry (else its first, with why it does not:
+        `first_revocations`); an index lookup."""
+        found: list[ReceiptRevocation] = []
         ids = sorted(set(receipt_ids))
+        keys = self.keys() if ids else {}
         with self.engine.connect() as conn:
             for i in range(0, len(ids), 500):  # bounded IN lists
                 rows = conn.execute(
@@ -379,9 +382,11 @@ class Store:
                     .order_by(LOG.c.seq)
                 ).all()
                 for row in rows:
-                    rev = LoggedEntry.of(row, trusted=True).receipt_revocation()
-                    out.setdefault(rev.receipt, rev)
-        return out
+                    try:
+                        found.append(LoggedEntry.of(row, trusted=True).receipt_revocation(keys))
+                    except Error:
+                        continue  # no revocation that reads counts (the audit names it)
+        return first_revocations(sorted(found, key=lambda rev: rev.seq))
 
     def receipt_signer(self, receipt_id: str) -> str | None:
         with self.engine.connect() as conn:
@@ -464,12 +469,8 @@ class Store:
 
 
 def load_keys(conn: Connection) -> dict[str, KeyInfo]:
-    revoked: dict[str, tuple[int, str]] = {}
-    # Plain SQL, like every lookup a question makes once per process (see receipt_entries).
-    for seq, keyid, reason in conn.execute(
-        text("SELECT seq, keyid, reason FROM revocation ORDER BY seq")
-    ):
-        revoked.setdefault(keyid, (seq, reason))
+    """The key registry: each key with its first revocation that counts (its signature
+    checked by the keys as the revocations before it left them: `signed_revocation`)."""
     out: dict[str, KeyInfo] = {}
     # Who registered a key lives only in its log entry (no column), read from there.
     rows = conn.execute(
@@ -480,18 +481,36 @@ def load_keys(conn: Connection) -> dict[str, KeyInfo]:
         )
     )
     for r in rows:
-        rev = revoked.get(r.keyid)
         out[r.keyid] = KeyInfo(
             keyid=r.keyid,
             name=r.name,
             role=r.role,
             public=Ed25519PublicKey.from_public_bytes(base64.b64decode(r.public_key)),
             seq=r.seq,
-            revoked_seq=rev[0] if rev else None,
-            revoked_reason=rev[1] if rev else None,
             registered_by=_registered_by(r.body),
         )
+    # Plain SQL, like every lookup a question makes once per process (see receipt_entries).
+    for row in conn.execute(
+        text(
+            "SELECT revocation.keyid, log_entry.seq, log_entry.body FROM revocation"
+            " JOIN log_entry ON log_entry.seq = revocation.seq ORDER BY revocation.seq"
+        )
+    ):
+        k = out.get(row.keyid)
+        if k is None or k.revoked_seq is not None:
+            continue
+        e = LoggedEntry(int(row.seq), "revocation", "", _bytes(row.body), trusted=True)
+        try:
+            keyid, reason = e.revocation()
+        except Error:
+            continue
+        if keyid == k.keyid and e.revocation_signature(out).problem is None:
+            out[keyid] = k._replace(revoked_seq=e.seq, revoked_reason=reason)
     return out
+
+
+def _bytes(body: str | bytes) -> bytes:
+    return body.encode("utf-8", "surrogateescape") if isinstance(body, str) else bytes(body)
 
 
 def _registered_by(body: str | bytes) -> str | None:

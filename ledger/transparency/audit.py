@@ -182,6 +182,11 @@ def _revocation(e: LoggedEntry, rows: _Rows, keys: dict[str, KeyInfo]) -> list[s
     out = []
     if e.body_id() != e.entry_id:
         out.append("id differs from the body digest")
+    # The write path logs no revocation whose signature would not count: one here was
+    # written behind its back, and counts nowhere (`evidence/signed_revocation.py`).
+    problem = e.revocation_signature(keys).problem
+    if problem is not None:
+        out.append(f"a revocation that counts for nothing: {problem}")
     if e.revokes_receipt:
         return out + _receipt_revocation(e, rows)
     try:
@@ -192,7 +197,7 @@ def _revocation(e: LoggedEntry, rows: _Rows, keys: dict[str, KeyInfo]) -> list[s
     if rr is None or (rr["keyid"], rr["reason"]) != (keyid, reason):
         out.append("revocation row differs from the entry")
     old = keys.get(keyid)
-    if old is not None and old.revoked_seq is None:
+    if old is not None and old.revoked_seq is None and problem is None:
         keys[keyid] = old._replace(revoked_seq=e.seq, revoked_reason=reason)
     return out
 

@@ -119,5 +119,6 @@ def rotate_ledger_key(store: Store, keys: KeyDir, name: str | None = None) -> tu
         checkpoint(store, keys)
     local = keys.create(name)
     kid, _ = register_key(store, name, "ledger", local.public, rotation=True)
-    revoke_key(store, old.keyid, f"rotated to ledger key {name} ({kid[:12]})")
+    # Signed by the new ledger key: the old one's private half may be what is lost.
+    revoke_key(store, old.keyid, f"rotated to ledger key {name} ({kid[:12]})", key=local)
     return old, kid

@@ -11,7 +11,7 @@ from ledger.evidence.keys import KeyInfo
 from ledger.store.store import Store
 from ledger.transparency.proofs import current_inclusion, inclusion
 from ledger.verify.envelope import verify_entry
-from ledger.verify.facts import Registry, RevokedReceipt, revocation_authority
+from ledger.verify.facts import Registry, revoked_receipt
 from ledger.verify.report import LogState, VerificationReport, review_item
 from ledger.verify.standing import standing
 
@@ -66,8 +66,7 @@ def verify_in_ledger(store: Store, ref: str) -> VerificationReport:
             (rv.id, rv.document["predicate"]["verdict"], rv.signer, r.seq) for r, rv in checked
         ]
         outcome = str(report.statement["predicate"].get("outcome"))
-        who = revocation_authority(outcome, v.signer, rev.review, rev.seq, sound, rev.by)
-        revoked = RevokedReceipt(rev.seq, rev.reason, rev.review, who)
+        revoked = revoked_receipt(rev, outcome, v.signer, sound)
     # The ledger's own key table, as of now: fresh.
     registry = Registry(
         as_of=store.size(),

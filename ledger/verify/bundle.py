@@ -23,13 +23,13 @@ from ledger._internal.checkpoint import (
     verify_checkpoint,
 )
 from ledger.evidence.canonical import canonical_bytes
-from ledger.evidence.entry import LoggedEntry
+from ledger.evidence.entry import LoggedEntry, first_revocations
 from ledger.evidence.errors import Error, InputError, UsageError, VerificationError
 from ledger.evidence.keys import KeyInfo, key_id
 from ledger.evidence.kinds import BUNDLE_TYPE
 from ledger.evidence.limits import load_json
 from ledger.verify.envelope import Verified, verify_envelope
-from ledger.verify.facts import Registry, RevokedReceipt, revocation_authority
+from ledger.verify.facts import Registry, revoked_receipt
 from ledger.verify.report import LogState, VerificationReport, review_item
 
 __all__ = ["BUNDLE_TYPE", "verify_bundle"]
@@ -127,9 +127,14 @@ def _revocations(
     proven included; a key's applies to `keys` (the first one counts), and a receipt's
     must be of this bundle's receipt. Returns the receipt's revocations."""
     mine = []
-    for i, item in enumerate(_list(items)):
+    included = [
+        _included(cp, item, f"revocations[{i}]", "revocation")
+        for i, item in enumerate(_list(items))
+    ]
+    # In log order: a key revocation's signature is checked by the keys as the
+    # revocations before it left them.
+    for i, logged in sorted(enumerate(included), key=lambda p: p[1].seq):
         what = f"revocations[{i}]"
-        logged = _included(cp, item, what, "revocation")
         try:
             if logged.revokes_receipt:
                 if logged.receipt_revocation().receipt != receipt:
@@ -142,7 +147,11 @@ def _revocations(
                 raise
             raise _fail(f"{what} is not a valid revocation entry") from None
         info = keys.get(keyid)
-        if info is not None and (info.revoked_seq is None or logged.seq < info.revoked_seq):
+        if info is None or (info.revoked_seq is not None and info.revoked_seq <= logged.seq):
+            continue
+        # Counted only as signed by a key that may assert it (or of the unsigned form
+        # earlier releases logged): `ledger.evidence.signed_revocation`.
+        if logged.revocation_signature(keys).problem is None:
             keys[keyid] = info._replace(revoked_seq=logged.seq, revoked_reason=reason)
     return tuple(sorted(mine, key=lambda e: e.seq))
 
@@ -278,13 +287,9 @@ def verify_bundle(raw: bytes, trust: list[Ed25519PublicKey]) -> VerificationRepo
     key = keys[v.signer]
     receipt_revoked = None
     if revoked:
-        first = revoked[0].receipt_revocation()
-        outcome = str(report.statement.get("predicate", {}).get("outcome"))
-        receipt_revoked = RevokedReceipt(
-            first.seq,
-            first.reason,
-            first.review,
-            revocation_authority(outcome, v.signer, first.review, first.seq, sound, first.by),
+        revs = first_revocations(e.receipt_revocation(keys) for e in revoked)
+        receipt_revoked = revoked_receipt(
+            revs[v.id], str(report.statement.get("predicate", {}).get("outcome")), v.signer, sound
         )
     registry = Registry(
         as_of=cp.size,

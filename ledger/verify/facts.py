@@ -32,7 +32,12 @@ Not dataclasses: offline verification starts without `dataclasses`.
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from ledger.evidence.signed_revocation import UNSIGNED
+
+if TYPE_CHECKING:
+    from ledger.evidence.entry import ReceiptRevocation
 
 __all__ = [
     "FRESHNESS",
@@ -43,6 +48,7 @@ __all__ = [
     "establish",
     "freshness",
     "revocation_authority",
+    "revoked_receipt",
 ]
 
 FRESHNESS = ("fresh", "stale", "unknown")
@@ -77,6 +83,11 @@ class RevokedReceipt(NamedTuple):
     authority: str | None
     """Who vouches for it; None: a counterexample's revocation without its
     independent review, which leaves the receipt standing (pending review)."""
+    problem: str | None = None
+    """Why it counts for nothing: its signature does not verify by a key that may
+    assert it (`ledger.evidence.signed_revocation`); the receipt stands."""
+    unsigned: bool = False
+    """Of the earlier, unsigned form: counted as before, and said to be so."""
 
 
 class Registry(NamedTuple):
@@ -232,19 +243,25 @@ def _revocation(
     detail: dict[str, Any] = {"status": "not revoked", "as_of": n, "freshness": fresh}
     if rev is not None:
         detail.update(
-            status="revoked" if rev.authority is not None else "pending",
+            status="revoked"
+            if rev.authority is not None
+            else "not counted"
+            if rev.problem is not None
+            else "pending",
             seq=rev.seq,
             reason=rev.reason,
             review=rev.review,
             authority=rev.authority,
+            signature=UNSIGNED if rev.unsigned else rev.problem or "signed",
         )
     # A revocation the registry holds stands, whatever was logged after it.
     if rev is not None and rev.authority is not None:
+        how = f", {UNSIGNED}" if rev.unsigned else ""
         return Fact(
             "revocation",
             False,
             True,
-            f"revoked: {rev.reason} (entry {rev.seq}, {rev.authority}; as of checkpoint {n})",
+            f"revoked: {rev.reason} (entry {rev.seq}, {rev.authority}{how}; as of checkpoint {n})",
             detail,
         )
     if fresh == "stale" or (required.fresh and fresh != "fresh"):
@@ -256,7 +273,12 @@ def _revocation(
             {**detail, "status": "unknown"},
         )
     text = f"revocation: not revoked as of checkpoint {n}"
-    if rev is not None:
+    if rev is not None and rev.problem is not None:
+        text = (
+            f"revocation: not revoked as of checkpoint {n} (entry {rev.seq} does not count:"
+            f" {rev.problem})"
+        )
+    elif rev is not None:
         text = (
             f"revocation: pending review as of checkpoint {n} (entry {rev.seq}: "
             f"{rev.reason}; a counterexample's revocation needs an independent dispute)"
@@ -271,6 +293,7 @@ def revocation_authority(
     before: int,
     reviews: list[tuple[Any, ...]],
     by: str = "operator",
+    revoker: str | None = None,
 ) -> str | None:
     """Who vouches for revoking a receipt signed by `signer` with `outcome`, by a
     revocation logged at `before` naming `review` on the word of `by`; None when
@@ -282,10 +305,27 @@ def revocation_authority(
     reviewer's revocation of a pass on such a dispute refuses the receipt here,
     wherever the plan leaves revoking a pass to the operator (failing closed).
     `reviews`: (id, verdict, signer key id, log position) of verified reviews of it.
+    A reviewer's signed revocation (`revoker`, its key id) rests on its own dispute.
     """
     if outcome != "failed" and by != "reviewer":
         return "the ledger's operator"
-    for rid, verdict, by, seq in reviews:
-        if rid == review and verdict == "dispute" and by != signer and seq < before:
+    own = by == "reviewer" and revoker is not None
+    for rid, verdict, of, seq in reviews:
+        if own and of != revoker:
+            continue
+        if rid == review and verdict == "dispute" and of != signer and seq < before:
             return f"review {rid.removeprefix('sha256:')[:12]} disputes it"
     return None
+
+
+def revoked_receipt(
+    rev: ReceiptRevocation, outcome: str, signer: str, reviews: list[tuple[Any, ...]]
+) -> RevokedReceipt:
+    """The receipt's revocation `rev` as the registry holds it, weighed: by nobody where
+    its signature does not count (`rev.problem`), else by `revocation_authority`."""
+    who = None
+    if rev.problem is None:
+        who = revocation_authority(
+            outcome, signer, rev.review, rev.seq, reviews, rev.by, rev.signer
+        )
+    return RevokedReceipt(rev.seq, rev.reason, rev.review, who, rev.problem, rev.unsigned)

@@ -20,7 +20,16 @@ from ledger.evidence.canonical import receipt_id
 from ledger.evidence.entry import envelope_body, key_body, revocation_body
 from ledger.evidence.errors import RefusedError, UsageError, VerificationError
 from ledger.evidence.hosts import with_hosts
-from ledger.evidence.keys import KeyDir, KeyInfo, Role, find_key, key_id, raw_public, valid_key_name
+from ledger.evidence.keys import (
+    KeyDir,
+    KeyInfo,
+    LocalKey,
+    Role,
+    find_key,
+    key_id,
+    raw_public,
+    valid_key_name,
+)
 from ledger.evidence.models import QualificationStatement, ReviewStatement
 from ledger.evidence.statement import ArtifactFile
 from ledger.identity.repoid import canonical_repo
@@ -38,6 +47,7 @@ from ledger.verify.envelope import Verified, verify_envelope
 from ledger.write.artifacts import MAX_ARTIFACT_BYTES, ArtifactStore, for_ledger
 from ledger.write.hosts import check_names, check_speaks_for, registry
 from ledger.write.recorders import Recorders, check_first_recorded, recorders
+from ledger.write.revocation_signing import asserted, signed_entry
 
 __all__ = [
     "Initialized",
@@ -355,11 +365,21 @@ def _check_remote_key(store: Store, name: str, role: str) -> None:
         raise RefusedError(f"{name!r} is the name of a ledger key")
 
 
-def revoke_key(store: Store, ref: str, reason: str, *, revoked_by: str | None = None) -> KeyInfo:
+def revoke_key(
+    store: Store,
+    ref: str,
+    reason: str,
+    *,
+    revoked_by: str | None = None,
+    key: LocalKey | None = None,
+    envelope: Mapping[str, Any] | None = None,
+) -> KeyInfo:
     """Revoke a key by id (or unique prefix) or name; later entries by it stop counting.
 
     `revoked_by` is the token holder of a revocation over HTTP, which reaches
-    runner and reviewer keys only.
+    runner and reviewer keys only. Signed (`write/revocation_signing.py`) by `key`, on
+    this host the operator's ledger key when None, or carried by a client's `envelope`:
+    a ledger key's signature, or the revoked key's own.
     """
     if not reason.strip():
         raise UsageError("a revocation needs a --reason")
@@ -373,7 +393,9 @@ def revoke_key(store: Store, ref: str, reason: str, *, revoked_by: str | None = 
     if info.revoked_seq is not None:
         err = RefusedError if revoked_by is not None else UsageError
         raise err(f"key {info.name} is already revoked")
-    body = revocation_body(info.keyid, reason, utc_now(), revoked_by)
+    when = utc_now() if envelope is None else str(asserted(envelope).get("revoked"))
+    doc = revocation_body(info.keyid, reason, when)
+    body, _ = signed_entry(store, doc, key, envelope, revoked_by)
     with store.append_tx() as tx:
 
         def idx(conn: Connection, seq: int) -> None:

@@ -87,12 +87,18 @@ def test_a_servers_evidence_carries_each_revocation_and_the_client_weighs_it() -
     sent = Evidence([receipt("passed", 1), receipt("failed", 2)], []).to_json()
     doc = json.loads(json.dumps(sent))
     assert [r["revocation"] for r in doc["receipts"]] == [
-        {"seq": 9, "reason": "why", "review": None, "by": "operator"}
-    ] * 2
+        {"seq": 9, "reason": "why", "review": None, "by": "operator", "signer": None,
+         "problem": None}
+    ] * 2  # fmt: skip
     back = Evidence.from_json(doc)
     revs = [r.revocation for r in back.receipts]
     assert revs[0] is not None and revs[0].effective  # a pass: the operator's
     assert revs[1] is not None and not revs[1].effective  # a counterexample: no review
+    # One whose signature the server found not to count voids nothing on the client.
+    forged = json.loads(json.dumps(doc))
+    forged["receipts"][0]["revocation"].update(signer="k" * 64, problem="forged")
+    rev = Evidence.from_json(forged).receipts[0].revocation
+    assert rev is not None and not rev.effective and rev.refused == "forged"
     # A reviewer's revocation stays a reviewer's on the client (the plan then decides);
     # a server that says nothing of whose it is speaks of the operator's.
     doc["receipts"][0]["revocation"]["by"] = "reviewer"

@@ -45,7 +45,7 @@ def test_a_runner_token_registers_no_key_and_a_keys_token_never_touches_the_ledg
         with pytest.raises(UsageError, match="lacks the 'keys' role"):
             client.register_key(srv.url, "rev", "reviewer", _pem(keys, "rev"), token=gpu)
         with pytest.raises(UsageError, match="lacks the 'keys' role"):
-            client.revoke_key(srv.url, "runner", "mine now", token=gpu)
+            client.revoke_key(srv.url, "runner", "mine now", keys.load("runner"), token=gpu)
         with pytest.raises(UsageError, match="lacks the 'operator' role"):
             client.sign_checkpoint(srv.url, token=admin)
         with pytest.raises(UsageError, match="lacks the 'operator' role"):
@@ -54,7 +54,7 @@ def test_a_runner_token_registers_no_key_and_a_keys_token_never_touches_the_ledg
         with pytest.raises(RefusedError, match="runner or reviewer"):
             client.register_key(srv.url, "evil", "ledger", _pem(keys, "evil"), token=admin)
         with pytest.raises(RefusedError, match="ledger key"):
-            client.revoke_key(srv.url, "ledger", "rotated", token=admin)
+            client.revoke_key(srv.url, "ledger", "rotated", keys.load("ledger"), token=admin)
         with pytest.raises(RefusedError, match="name of a ledger key"):
             client.register_key(srv.url, "ledger", "runner", _pem(keys, "x"), token=admin)
         # A name that would act on a terminal is refused, not stored.

@@ -26,10 +26,15 @@ class Served:
     def __init__(self, lg: Lg, srv: Running, tokens: dict[str, str]) -> None:
         self.lg, self.srv, self.tokens = lg, srv, tokens
 
-    def revoke(self, token: str, rid: str, *more: str) -> tuple[int, str, str]:
+    def revoke(
+        self, token: str, rid: str, *more: str, key: str | None = None
+    ) -> tuple[int, str, str]:
+        """Revoke over HTTP, signed here by `key`: by default the ledger key (the
+        operator's) for an operator's token, the `reviewer` key for a reviewer's."""
+        key = key or ("reviewer" if token == "reviewer" else "ledger")
         r = self.lg(
             "revoke", rid, "--reason", "ran on a mislabelled host", *more,
-            "--server", self.srv.url, "--token", self.tokens[token],
+            "--key", key, "--server", self.srv.url, "--token", self.tokens[token],
         )  # fmt: skip
         return r.code, r.out, r.err
 
@@ -91,7 +96,11 @@ def test_a_counterexample_needs_its_independent_dispute_whoever_revokes(served: 
     assert lg.size() == before
     did = lg("review", fid, "--dispute", "--note", "the host's RAM", "--key", "other")
     assert did.code == 0, did.err
-    code, out, err = served.revoke("reviewer", fid, "--review", did.out.split()[0], "--json")
+    review = did.out.split()[0]
+    # A reviewer revokes on its own dispute: signed by another reviewer key, refused.
+    code, _, err = served.revoke("reviewer", fid, "--review", review, key="reviewer")
+    assert code == 1 and "its own dispute" in err and lg.size() == before + 1, err
+    code, out, err = served.revoke("reviewer", fid, "--review", review, "--json", key="other")
     assert code == 0, err
     assert json.loads(out)["by"] == "reviewer"
     assert lg.status()["state"] != "failed"

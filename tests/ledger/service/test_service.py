@@ -73,7 +73,9 @@ def test_tokens_guard_key_writes(ledger_db: str, key_dir: Path, tmp_path: Path) 
         doc = client.register_key(srv.url, "host7", "runner", pem, token=token, hosts={"h7": []})
         assert doc["added"] is True
         assert "host7" in {k["name"] for k in client.fetch_keys(srv.url)}
-        client.revoke_key(srv.url, "host7", "host retired", token=token)
+        # Signed by the key itself (its holder retires it), checked by the server.
+        host7 = KeyDir(key_dir).load("host7")
+        client.revoke_key(srv.url, "host7", "host retired", host7, token=token)
         [k] = [k for k in client.fetch_keys(srv.url) if k["name"] == "host7"]
         assert k["revoked"] and k["revoked_reason"] == "host retired"
     finally:
