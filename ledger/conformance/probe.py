@@ -56,7 +56,7 @@ def probe(
     (a copy, `runners.workloads.prebuilt`), where a fresh interpreter paid both again
     beside the server's own start."""
     from runners.contract.childenv import env as child_env
-    from runners.fork.forkclient import REFUSED, STRICT_VAR
+    from runners.fork.forkclient import REFUSED, STRICT_VAR, pids_env
 
     with tempfile.TemporaryDirectory(prefix="ledger-doctor-", dir=work_root) as tmp:
         work = Path(tmp)
@@ -67,10 +67,21 @@ def probe(
         box.hand_over(work)
         done = None
         if fork is not None and work_root is not None:
-            # The client runs here, outside the sandbox: refused, it runs nothing.
+            from ledger.sandbox.claimpids import ClaimPids
+
+            # The client runs here, outside the sandbox: refused, it runs nothing. Where
+            # its server holds each process it forks to a pids cgroup of its own, the
+            # doctor's is as a claim's alone on the server (the whole sandbox's limit).
             env = {**child_env(), STRICT_VAR: "1"}
+            own = ClaimPids.make(fork.proc.pid, 1)
+            if own is not None:
+                env.update(pids_env(own.path, own.note))
             argv = fork.argv("runners.doctor", req, res)
-            done = subprocess.run(argv, env=env, cwd=work, capture_output=True, text=True)
+            try:
+                done = subprocess.run(argv, env=env, cwd=work, capture_output=True, text=True)
+            finally:
+                if own is not None:
+                    own.close()
             if done.returncode == REFUSED:
                 done = None
         if done is None:

@@ -65,7 +65,7 @@ class CommitServers:
         """Launch the servers of ``roots`` not launched yet, together, and wait for them:
         each imports and prepares ``run``'s workload as its tree has it, and what earlier
         runs of the head's ``tree`` (its git tree id) learned it imports."""
-        from ledger.execution.local_run import server_sandbox
+        from ledger.execution.local_run import server_confine, server_sandbox
         from runners.contract.childenv import env
         from runners.fork.forkparent import Launched, Spec
         from runners.fork.preload import recorded_modules
@@ -77,7 +77,7 @@ class CommitServers:
         modules = [*preload, *(recorded_modules([ref], tree) if ref else [])]
         specs = [Spec.of(r, [(ref, run.workload_params)], modules) for r in missing]
         wrap = server_sandbox(self.box, self.work, [self.code])
-        confine = None if wrap is None else {"run_dir": str(self.work)}
+        confine = None if wrap is None else server_confine(self.box, self.work)
         launched = Launched.all(specs, env(), wrap=wrap, sock_dir=self.work, confine=confine)
         try:
             ready = launched.wait()

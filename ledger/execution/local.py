@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ledger.execution.claimlimit import ClaimLimit
 from ledger.execution.claimrun import ClaimRun, Finished
 from ledger.execution.devices import Device, visible_gpus
 from ledger.execution.sharing import CHILD_VAR
@@ -25,7 +26,6 @@ from ledger.fleet.health import Watch
 
 if TYPE_CHECKING:
     from ledger.sandbox import Sandbox
-    from ledger.sandbox.claimpids import ClaimPids
     from runners.fork.forkparent import ForkServer
 
 __all__ = ["LocalExecutor"]
@@ -65,7 +65,7 @@ class LocalExecutor:
     def _run(
         self, run: ClaimRun, devices: list[Device], explicit: bool, shared: bool = False
     ) -> Finished:
-        from runners.claim.isolated import AFRESH, run_claim_isolated
+        from runners.claim.isolated import run_claim_isolated
 
         env = self._env(devices, explicit, shared)
         uuids = tuple(d.uuid for d in devices if d.uuid)
@@ -78,16 +78,8 @@ class LocalExecutor:
         # A forked claim shares the fork server's sandbox with the claims beside it: a
         # process limit of its own, a share of the sandbox's (`ledger.sandbox.claimpids`).
         fork = None if run.network else self.fork
-        forked = fork is not None and not fork.ready.fork_refused and run.world_size == 1
-        claim_pids = None
-        if forked and self.sandbox is not None:
-            from ledger.sandbox.claimpids import ClaimPids
-            from runners.fork.forkclient import PIDS_VAR
-
-            assert fork is not None
-            claim_pids = ClaimPids.make(fork.proc.pid, self.slots)
-            if claim_pids is not None:
-                env[PIDS_VAR] = str(claim_pids.path)
+        limit = ClaimLimit.make(fork, run, self.slots, self.sandbox is not None)
+        env.update(limit.env())
         request = run.request(
             self.root,
             self.base_root,
@@ -97,26 +89,18 @@ class LocalExecutor:
             gpu_uuids=uuids or None,
             shared=shared,
         )
-        progress = self.progress_for(run)
-        afresh = threading.Event()
-
-        def said(line: str) -> None:
-            if line.endswith(AFRESH):
-                afresh.set()  # refused by the fork server: in a sandbox of its own now
-            progress(line)
-
         try:
             results = run_claim_isolated(
                 request,
-                progress=said,
+                progress=limit.said(self.progress_for(run)),
                 # The fork server has no network: a claim that needs one starts afresh.
                 fork_server=fork,
                 sandbox=self.sandbox,
                 cancel=self.cancel,
             )
+            facts = limit.facts(self.sandbox.facts()) if self.sandbox is not None else {}
         finally:
-            if claim_pids is not None:
-                claim_pids.close()
+            limit.close()
         health = None
         if watch is not None:
             health = watch.finish().to_json()
@@ -130,7 +114,7 @@ class LocalExecutor:
             gpu_uuids=uuids,
             results=results,
             host=socket.gethostname(),
-            sandbox_facts=self._sandbox_facts(forked and not afresh.is_set(), claim_pids),
+            sandbox_facts=facts,
             artifacts=self.artifacts,
             health=health,
         )
@@ -151,19 +135,6 @@ class LocalExecutor:
 
             env["LEDGER_FORK_SERVERS"] = json.dumps(self.fork_servers)
         return env
-
-    def _sandbox_facts(self, forked: bool, claim_pids: ClaimPids | None) -> dict[str, str]:
-        """The sandbox's facts, and a forked claim's own process limit (or that it had none)."""
-        if self.sandbox is None:
-            return {}
-        facts = dict(self.sandbox.facts())
-        if forked:
-            from ledger.sandbox.claimpids import NO_CLAIM_LIMIT
-
-            facts["sandbox_claim_pids"] = (
-                NO_CLAIM_LIMIT if claim_pids is None else claim_pids.fact()
-            )
-        return facts
 
     def close(self) -> None:
         self.cancel.set()

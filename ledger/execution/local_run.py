@@ -75,6 +75,14 @@ def server_sandbox(
     return wrap
 
 
+def server_confine(box: Sandbox, run_dir: Path) -> dict[str, Any]:
+    """What a sandboxed fork server holds each claim process it forks to: the only writer
+    of its own folder of ``run_dir``'s (`runners.fork.confine`), and, where the sandbox has
+    a pids cgroup of its own to divide, counted in a pids cgroup of the claim's own or
+    running none of its code (`runners.fork.forkserver._held`)."""
+    return {"run_dir": str(run_dir), "claim_pids": box.base.pids_max is not None}
+
+
 @dataclass
 class Started:
     """The run's trees and its fork servers (launched, maybe still importing)."""
@@ -171,7 +179,7 @@ def started(
         alone = box.mode != "none" and base is None
         fits = calibrations.hand_in(run_dir, revision.tree) if alone else None
         wrap = server_sandbox(box, run_dir, [root, base], fits)
-        confine = None if wrap is None else {"run_dir": str(run_dir)}
+        confine = None if wrap is None else server_confine(box, run_dir)
         launched = Launched.all(specs, env(), wrap=wrap, sock_dir=run_dir, confine=confine)
         try:
             yield Started(root, base, run_dir, launched, plan.quarantine_above)

@@ -338,6 +338,7 @@ def _place(task: _Task, bundle: bytes) -> _Placed:
 def _run_claim(
     task: _Task, placed: _Placed, say: Callable[[str], None], cancel: threading.Event
 ) -> dict[str, Any]:
+    from ledger.execution.claimlimit import ClaimLimit
     from ledger.fleet.health import Watch, uuids_of
     from runners.claim.isolated import run_claim_isolated
     from runners.fork.preload import learned, remember_modules
@@ -360,33 +361,40 @@ def _run_claim(
         on_gpu = out["devices"] and run.device != "cpu"
         gpus = uuids_of(out["devices"].split(",")) if on_gpu else []
         watch = Watch(gpus).start() if gpus else None
+        # One claim at a time forks from this worker's servers: its pids cgroup has all.
+        fork = None if run.network else servers.of(root)
+        limit = ClaimLimit.make(fork, run, 1, box.mode != "none")
         request = run.request(
             root,
             roots.get(source.get("base") or ""),
             artifacts,
             work_root=Path(d),
-            env=servers.env(),
+            env={**servers.env(), **limit.env()},
             # The claim's GPUs as Ray placed them: the receipt names these (the host's
             # reading), never what the claim says it ran on.
             gpu_uuids=gpus or None,
         )
-        results = run_claim_isolated(
-            request,
-            progress=progress,
-            # Forked from its commit's server (torch imported, the workload prepared,
-            # once per worker); a claim with a network, or several ranks, starts afresh
-            # in its sandbox.
-            fork_server=None if run.network else servers.of(root),
-            sandbox=None if box.mode == "none" else box,
-            cancel=cancel,
-        )
+        try:
+            results = run_claim_isolated(
+                request,
+                progress=limit.said(progress),
+                # Forked from its commit's server (torch imported, the workload prepared,
+                # once per worker); a claim with a network, or several ranks, starts
+                # afresh in its sandbox.
+                fork_server=fork,
+                sandbox=None if box.mode == "none" else box,
+                cancel=cancel,
+            )
+            facts = limit.facts(_proven(task))
+        finally:
+            limit.close()
         health = watch.finish().to_json() if watch is not None else None
         # What the claim imported beyond the preloads: this host's next server has it.
         if run.workload_ref:
             remember_modules(
                 [run.workload_ref], learned(root), str(source["tree"]), list(roots.values())
             )
-        _record(task, out, revision, results, gpus, artifacts, health)
+        _record(task, out, revision, results, gpus, artifacts, health, facts)
     return out
 
 
@@ -398,6 +406,7 @@ def _record(
     gpus: Sequence[str],
     artifacts: Path,
     health: dict[str, Any] | None,
+    facts: dict[str, str],
 ) -> None:
     """The claim's results signed with the worker's key and recorded through the server;
     what the driver is told of them put in ``out``."""
@@ -419,7 +428,7 @@ def _record(
         host=out["host"],
         # The sandboxes proved themselves before the claim's code ran, as a local run's
         # do (`ledger.sandbox.proof`): the host's observation, in the receipt.
-        sandbox_facts=_proven(task),
+        sandbox_facts=facts,
         artifacts=artifacts,
         health=health,
     )

@@ -8,9 +8,15 @@ pids cgroup, the host side makes a child of it per claim, ``pids.max`` an equal 
 of the sandbox's for each claim that may run at once, and the fork client (as root,
 outside the sandbox) moves the claim's process into it before the claim is told to go
 (`runners.fork.forkclient`): everything the claim starts is counted there, and the
-sandbox's own limit still bounds all of them together. Where the sandbox has none
-(no cgroup v1 pids controller, not root) there is no limit per claim either, and the
-receipt says so.
+sandbox's own limit still bounds all of them together; what the claim starts forked
+from a fork server (gradient-compare's arms) is placed there too
+(`ledger.sandbox.claimplace`). Where the sandbox has none (no pids controller, not
+root) there is no limit per claim either, and the receipt says so.
+
+The claim process proves its limit from inside before its code runs
+(`ledger.sandbox.selftest.claim_pids`): it finds itself counted in the cgroup the host
+made for it, whose ``pids.max`` the host reads; the receipt says what it found
+(``sandbox_claim_pids_proof``), "not proved" where it was not so.
 
 Standard library only.
 """
@@ -18,18 +24,38 @@ Standard library only.
 from __future__ import annotations
 
 import contextlib
+import json
 import secrets
+import shutil
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from ledger.sandbox.launcher import CLAIM_PIDS_PREFIX, PIDS_PREFIX
 
-__all__ = ["NO_CLAIM_LIMIT", "ClaimPids", "sandbox_folder"]
+__all__ = ["NO_CLAIM_LIMIT", "ClaimPids", "claim_facts", "pids_folder", "sandbox_folder"]
 
 NO_CLAIM_LIMIT = "none per claim (the sandbox has no pids cgroup of its own to divide)"
 """The receipt's ``sandbox_claim_pids`` where a forked claim has no limit of its own."""
 
+NOT_PROVED = "not proved"
+"""How ``sandbox_claim_pids_proof`` begins where the claim did not find its limit."""
+
 _V1 = Path("/sys/fs/cgroup/pids")
+
+
+def pids_folder(pid: int) -> Path | None:
+    """The pids cgroup process ``pid`` is counted in, as the host sees it (a folder
+    with ``pids.max``); None where it is in none this process can see."""
+    try:
+        lines = Path(f"/proc/{pid}/cgroup").read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        if "pids" in controllers.split(","):
+            return _V1 / path.lstrip("/")
+    return None
 
 
 def sandbox_folder(pid: int) -> Path | None:
@@ -57,6 +83,9 @@ class ClaimPids:
     most: int
     sandbox_most: int
     share: int
+    note: Path
+    """Where the claim's client writes what the claim found of its limit from inside
+    (`ledger.sandbox.claimplace.record`): in a folder of this process's own."""
 
     @classmethod
     def make(cls, server_pid: int, share: int) -> ClaimPids | None:
@@ -82,7 +111,8 @@ class ClaimPids:
             with contextlib.suppress(OSError):
                 path.rmdir()
             return None
-        return cls(path, most, total, share)
+        note = Path(tempfile.mkdtemp(prefix="ledger-claim-pids-")) / "proof.json"
+        return cls(path, most, total, share, note)
 
     def fact(self) -> str:
         """The receipt's ``sandbox_claim_pids``."""
@@ -91,8 +121,52 @@ class ClaimPids:
             f" whose {self.sandbox_most} bound the claims together; {self.share} at once)"
         )
 
+    def proof(self) -> str:
+        """The receipt's ``sandbox_claim_pids_proof``: what the claim process found of
+        its limit from inside, before its code ran, and what was placed with it."""
+        try:
+            doc = json.loads(self.note.read_text())
+        except (OSError, ValueError):
+            doc = {}
+        if not isinstance(doc, dict) or not doc:
+            return f"{NOT_PROVED}: the claim process said nothing of its pids cgroup"
+        inside, most = str(doc.get("inside") or ""), str(doc.get("max") or "")
+        if inside.rsplit("/", 1)[-1] != self.path.name:
+            why = doc.get("refused") or f"counted in pids cgroup {inside or 'none'}"
+            return f"{NOT_PROVED}: {why} (not {self.path.name}); it ran none of its code forked"
+        if most != str(self.most):
+            return f"{NOT_PROVED}: pids.max of {self.path.name} reads {most or 'nothing'}"
+        placed = int(doc.get("placed") or 0)
+        arms = f"; {placed} process(es) it started forked from a fork server placed there too"
+        return (
+            f"proved from inside before its code ran: the claim process was counted in"
+            f" pids cgroup {self.path.name}, pids.max {most} as the host read it"
+            + (arms if placed else "")
+        )
+
     def close(self) -> None:
         """Remove it; one that still holds a process (not reaped yet) is removed with
         its sandbox's (`ledger.sandbox.launcher.remove_claims`)."""
         with contextlib.suppress(OSError):
             self.path.rmdir()
+        shutil.rmtree(self.note.parent, ignore_errors=True)
+
+
+def claim_facts(
+    facts: dict[str, str], forked: bool, afresh: bool, claim_pids: ClaimPids | None
+) -> dict[str, str]:
+    """A claim's sandbox ``facts`` with its own process limit: for a claim forked from a
+    fork server (``forked``), the limit (or that it had none) and its proof; a claim
+    the fork server refused, started ``afresh`` in a sandbox of its own, names no
+    limit per claim (its sandbox's holds it), only why its own did not hold. No
+    sandbox facts (unsandboxed), none of these either."""
+    out = dict(facts)
+    if not out:
+        return out
+    if forked and not afresh:
+        out["sandbox_claim_pids"] = NO_CLAIM_LIMIT if claim_pids is None else claim_pids.fact()
+    if forked and claim_pids is not None:
+        proof = claim_pids.proof()
+        if not afresh or proof.startswith(NOT_PROVED):
+            out["sandbox_claim_pids_proof"] = proof
+    return out

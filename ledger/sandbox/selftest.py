@@ -260,6 +260,36 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
     return {"probes": reached, "devices": devices(list(spec.get("devices", [])))}
 
 
+CLAIM_PREFIX = "ledger-claim-"
+"""The name of a claim's own pids cgroup (`ledger.sandbox.launcher.CLAIM_PIDS_PREFIX`;
+this file imports nothing of Ledger's)."""
+
+
+def claim_pids() -> tuple[str, str | None]:
+    """From inside a claim process, before its code runs: the pids cgroup it is counted
+    in, as its cgroup namespace shows it (the sandbox's own cgroup is ``/``; one outside
+    the namespace reads ``/../...``), and why that is not a claim's own (None: it is).
+    One small read: it runs in every forked claim."""
+    try:
+        with open("/proc/self/cgroup") as f:
+            lines = f.read().splitlines()
+    except OSError as e:
+        return "", f"/proc/self/cgroup unreadable: {e.strerror}"
+    found = None
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        if "pids" in controllers.split(","):
+            found = path
+            break
+        if not controllers and found is None:
+            found = path  # the unified hierarchy, where it holds the pids controller
+    if found is None:
+        return "", "no pids cgroup"
+    if not found.rsplit("/", 1)[-1].startswith(CLAIM_PREFIX):
+        return found, f"counted in pids cgroup {found}, not a claim's own"
+    return found, None
+
+
 def main(argv: list[str]) -> int:
     report = run(json.loads(argv[1]))
     sys.stdout.write(json.dumps(report) + "\n")

@@ -23,12 +23,19 @@ import signal
 import socket
 import struct
 import sys
+from typing import Any
+
+PLACER_VAR = "LEDGER_CLAIM_PLACER"
+"""The socket of the claim's placer (`ledger.sandbox.claimplace`), where its client holds
+a pids cgroup of the claim's own: a process the claim starts forked from a fork server (a
+gradient arm) is placed there through it before it starts."""
 
 FORWARDED = (
     "CUDA_VISIBLE_DEVICES",
     "OMP_NUM_THREADS",
     "LEDGER_FORK_SERVERS",
     "LEDGER_DEVICE_SHARED",
+    PLACER_VAR,
 )
 """The client's variables a forked worker takes."""
 
@@ -45,6 +52,7 @@ REFUSED = 75
 
 def main(argv: list[str]) -> int:
     path, module, request, result = argv
+    placer = _placer(result)
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     conn.connect(path)
     msg = {
@@ -62,35 +70,31 @@ def main(argv: list[str]) -> int:
     reader = conn.makefile("r")
     first = json.loads(reader.readline() or "{}")
     if "pid" not in first:
-        if os.environ.get(STRICT_VAR) == "1":
-            # Outside the sandbox: the claim's code must not run in this process.
-            # Where the parent asked (a folder no sandboxed process can write), so that
-            # only this client's word counts as a refusal, never a claim's own exit.
-            with open(os.environ.get(REFUSAL_VAR) or result + ".refused", "w") as f:
-                f.write(str(first.get("refused") or "the fork server did not fork"))
-            return REFUSED
-        # The server would not fork (or died): run the claim in this interpreter.
-        sys.argv = [module, request, result]
-        runpy.run_module(module, run_name="__main__", alter_sys=True)
-        return 0
+        _record(placer, {"refused": "the fork server did not fork"})
+        return _refused(module, request, result, str(first.get("refused") or ""))
     host = _host_pid(conn, int(first["pid"]))
     if host is not None:
         with open(result + ".pid", "w") as f:
             f.write(str(host))
         _into_cgroup(host)
-    why = _into_pids(host)
+    why = _into_pids(host) or _placed(conn, int(first["pid"]))
     if why is not None:
         # Its process limit would not hold: the worker never starts (the server ends it
         # when this connection closes), and the claim starts afresh in a sandbox of its
-        # own, whose limit is its own.
+        # own, whose limit is its own (or, asked from inside one, runs here).
+        reader.close()
         conn.close()
-        with open(os.environ.get(REFUSAL_VAR) or result + ".refused", "w") as f:
-            f.write(why)
-        return REFUSED
+        _record(placer, {"refused": why})
+        return _refused(module, request, result, why, always=True)
     # The worker waits for this word: it is in the claim's cgroup, and knows its host pid.
     conn.sendall(f"go {host if host is not None else ''}\n".encode())
-    line = reader.readline()
-    done = json.loads(line) if line else {"rc": 1}
+    seen, done = _after_go(reader)
+    _record(placer, seen)
+    if "refused" in seen:
+        # Not held to its limit, by its own reading: it ran none of the claim's code.
+        reader.close()
+        conn.close()
+        return _refused(module, request, result, str(seen["refused"]), always=True)
     rc = int(done["rc"])
     if done.get("ended"):
         # What the worker left running, ended by the server: the parent names it.
@@ -103,6 +107,37 @@ def main(argv: list[str]) -> int:
             signal.signal(-rc, signal.SIG_DFL)
         os.kill(os.getpid(), -rc)
     return rc
+
+
+def _refused(module: str, request: str, result: str, why: str, always: bool = False) -> int:
+    """The server did not run the claim: outside the sandbox (`STRICT_VAR`, or
+    ``always`` where this client placed the claim itself) the claim's code must not run
+    in this process, so why is written where the parent asked (a folder no sandboxed
+    process can write: only this client's word counts as a refusal, never a claim's own
+    exit) and this exits `REFUSED`; inside the sandbox, the claim runs here."""
+    if os.environ.get(STRICT_VAR) == "1" or (always and os.environ.get(PIDS_VAR)):
+        with open(os.environ.get(REFUSAL_VAR) or result + ".refused", "w") as f:
+            f.write(why or "the fork server did not fork")
+        return REFUSED
+    sys.argv = [module, request, result]
+    runpy.run_module(module, run_name="__main__", alter_sys=True)
+    return 0
+
+
+def _after_go(reader: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    """After the word to start: what the worker found of its own process limit before
+    the claim's code ran (`runners.fork.forkserver._held`), then the server's word that
+    it exited (``{"rc": 1}`` where the server went away)."""
+    seen: dict[str, Any] = {}
+    for line in reader:
+        doc = json.loads(line)
+        if "pids_cgroup" in doc and not seen:
+            seen = doc
+            if "refused" in doc:
+                return seen, {"rc": 1}
+            continue
+        return seen, doc
+    return seen, {"rc": 1}
 
 
 def _host_pid(conn: socket.socket, pid: int) -> int | None:
@@ -145,6 +180,72 @@ def _into_cgroup(pid: int) -> None:
 PIDS_VAR = "LEDGER_CLAIM_PIDS_CGROUP"
 """The claim's own pids cgroup below its sandbox's (`ledger.sandbox.claimpids`), set by
 the parent where it made one."""
+
+
+PROOF_VAR = "LEDGER_CLAIM_PIDS_PROOF"
+"""Where the claim's client writes what the claim process found of its pids cgroup
+from inside, and what it placed there (`ledger.sandbox.claimplace`): a file in a folder
+of the parent's that no sandboxed process can write."""
+
+
+def pids_env(cgroup: str | os.PathLike[str], note: str | os.PathLike[str]) -> dict[str, str]:
+    """What a claim's client is told where the parent made the claim a pids cgroup of its
+    own (`ledger.sandbox.claimpids.ClaimPids`): the cgroup, and where to write what the
+    claim found of it."""
+    return {PIDS_VAR: str(cgroup), PROOF_VAR: str(note)}
+
+
+def _placer(result: str) -> Any:
+    """Outside the sandbox, where the parent made the claim a pids cgroup of its own: the
+    placer of what the claim starts forked (`ledger.sandbox.claimplace`), its socket in
+    the claim's folder, named to the worker; else None."""
+    where, note = os.environ.get(PIDS_VAR), os.environ.get(PROOF_VAR)
+    if not where or not note or os.environ.get(STRICT_VAR) != "1":
+        return None
+    from ledger.sandbox.claimplace import Placer
+
+    placer = Placer.open(os.path.dirname(os.path.abspath(result)), where)
+    if placer is not None:
+        os.environ[PLACER_VAR] = placer.path
+    return placer
+
+
+def _record(placer: Any, seen: dict[str, Any]) -> None:
+    """Outside the sandbox, where the parent made the claim a pids cgroup of its own: the
+    placer closed, and what the claim found of its limit from inside written for the
+    parent (`ledger.sandbox.claimplace.record`)."""
+    where, note = os.environ.get(PIDS_VAR), os.environ.get(PROOF_VAR)
+    if placer is not None:
+        placer.close()
+    if not where or not note or os.environ.get(STRICT_VAR) != "1":
+        return
+    from ledger.sandbox.claimplace import record
+
+    record(note, where, seen, placer)
+
+
+def _placed(conn: socket.socket, pid: int) -> str | None:
+    """Inside the sandbox, a process the claim starts forked (a gradient arm): the
+    claim's placer moves the worker ``pid`` (of the server at the other end of ``conn``)
+    into the claim's pids cgroup before it starts; why not (None: placed, or there is
+    no placer: no limit per claim)."""
+    where = os.environ.get(PLACER_VAR)
+    if not where or os.environ.get(STRICT_VAR) == "1":
+        return None
+    here = os.open(".", os.O_RDONLY)
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            # By its folder: a socket's path holds at most 107 bytes.
+            os.chdir(os.path.dirname(where))
+            s.connect(os.path.basename(where))
+            socket.send_fds(s, [json.dumps({"pid": pid}).encode()], [conn.fileno()])
+            reply = s.makefile("r").readline().strip()
+    except OSError as e:
+        return f"the claim's placer could not be asked: {e.strerror}"
+    finally:
+        os.fchdir(here)
+        os.close(here)
+    return None if reply == "placed" else (reply or "the claim's placer said nothing")
 
 
 def _into_pids(pid: int | None) -> str | None:

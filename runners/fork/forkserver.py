@@ -105,12 +105,16 @@ def _worker(
         for target, fd in zip((0, 1, 2), fds, strict=True):
             os.dup2(fd, target)
             os.close(fd)
-        conn.close()
         word = os.read(go, 64).decode()
         os.close(go)
         if not word:
             os._exit(1)  # the client went away before the claim started
         timeline.mark("go")
+        held = _held(conn, confine)
+        # Nothing of the claim's code can write to its client as this process.
+        conn.close()
+        if not held:
+            os._exit(1)
         _confined(word, msg, confine)
         if isinstance(msg.get("env"), dict):
             _fresh_environment(msg["env"])
@@ -135,6 +139,27 @@ def _worker(
             with contextlib.suppress(Exception):
                 Path(learn).write_text(json.dumps(learned_modules(before)))
         os._exit(code)
+
+
+def _held(conn: socket.socket, confine: dict[str, Any]) -> bool:
+    """The claim process's own process limit, proved from inside before its code runs
+    (`ledger.sandbox.selftest.claim_pids`): what it found goes to its client, over the
+    connection no code of the claim's ever holds. Where the host makes a limit per claim
+    (``claim_pids``) and this process is counted in none, it never runs the claim's code:
+    a process that asked this server to fork it without its client placing it (the
+    claim's own code can reach this socket) would hold the sandbox's processes."""
+    try:
+        from ledger.sandbox.selftest import claim_pids
+
+        seen, why = claim_pids()
+    except Exception as e:  # not proved is not held
+        seen, why = "", f"the self-test did not run: {type(e).__name__}: {e}"
+    doc = {"pids_cgroup": seen}
+    if why is not None and confine.get("claim_pids"):
+        doc["refused"] = f"its process limit per claim does not hold: {why}"
+    with contextlib.suppress(OSError):
+        conn.sendall(json.dumps(doc).encode() + b"\n")
+    return "refused" not in doc
 
 
 def _confined(word: str, msg: dict[str, Any], confine: dict[str, Any]) -> None:
@@ -312,6 +337,9 @@ def _serve(path: str) -> int:
     _adopt_orphans()
     doc = json.loads(sys.stdin.read() or "[]")
     ready = preload(doc)
+    with contextlib.suppress(ImportError):
+        # Each claim process's own self-test (`_held`), imported once here, not per fork.
+        import ledger.sandbox.selftest  # noqa: F401
     # Every claim forked from here collects only what it made (after torch: the harness
     # package imports it).
     from runners.harness.collect import freeze

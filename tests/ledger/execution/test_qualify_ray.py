@@ -22,7 +22,7 @@ import pytest
 from ledger.evidence.keys import KeyDir
 from ledger.execution.claimrun import ClaimRun
 from ledger.execution.ray_executor import too_wide
-from ledger.sandbox import find_bwrap
+from ledger.sandbox import find_bwrap, pids
 from ledger.service.run import Running, start
 from tests.ledger.helpers import run
 from tests.ledger.probe_repo import claim, make_probe_repo, notes
@@ -201,6 +201,16 @@ def test_gradient_compare_arms_fork_from_the_worker_servers_of_their_own_trees(
     arms = [x for x in r.err.splitlines() if "gradient arm " in x]
     assert len(arms) >= 2 and all("forked from its tree's fork server" in x for x in arms), arms
     assert any(f"/{base}" in x for x in arms) and any(f"/{head}" in x for x in arms), arms
+    if find_bwrap() is None or os.geteuid() != 0 or pids.controller() is None:
+        return
+    # The claim ran alone on the worker's servers, in a pids cgroup of its own below their
+    # sandbox's, and each arm forked from either tree's server was placed there too.
+    shown = json.loads(run(capsys, "show", rec["id"], "--json").out)
+    env = shown["statement"]["predicate"]["runner"]["environment"]
+    assert env["sandbox_claim_pids"].endswith("; 1 at once)"), env
+    proof = env["sandbox_claim_pids_proof"]
+    assert proof.startswith("proved from inside before its code ran"), proof
+    assert f"; {len(arms)} process(es) it started forked from a fork server placed" in proof
 
 
 def test_ctrl_c_ends_every_claims_processes_before_the_driver_returns(
