@@ -31,9 +31,10 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from ledger.sandbox.launcher import CLAIM_PIDS_PREFIX, PIDS_PREFIX
+from ledger.sandbox import pids
+from ledger.sandbox.launcher import CLAIM_PIDS_PREFIX
 
-__all__ = ["NO_CLAIM_LIMIT", "ClaimPids", "claim_facts", "pids_folder", "sandbox_folder"]
+__all__ = ["NOT_PROVED", "NO_CLAIM_LIMIT", "ClaimPids", "claim_facts", "sandbox_folder"]
 
 NO_CLAIM_LIMIT = "none per claim (the sandbox has no pids cgroup of its own to divide)"
 """The receipt's ``sandbox_claim_pids`` where a forked claim has no limit of its own."""
@@ -41,37 +42,11 @@ NO_CLAIM_LIMIT = "none per claim (the sandbox has no pids cgroup of its own to d
 NOT_PROVED = "not proved"
 """How ``sandbox_claim_pids_proof`` begins where the claim did not find its limit."""
 
-_V1 = Path("/sys/fs/cgroup/pids")
-
-
-def pids_folder(pid: int) -> Path | None:
-    """The pids cgroup process ``pid`` is counted in, as the host sees it (a folder
-    with ``pids.max``); None where it is in none this process can see."""
-    try:
-        lines = Path(f"/proc/{pid}/cgroup").read_text().splitlines()
-    except OSError:
-        return None
-    for line in lines:
-        _, controllers, path = line.split(":", 2)
-        if "pids" in controllers.split(","):
-            return _V1 / path.lstrip("/")
-    return None
-
 
 def sandbox_folder(pid: int) -> Path | None:
     """The pids cgroup of the sandbox that process ``pid`` is in (one of Ledger's), as
     the host sees it; None where it is in none."""
-    try:
-        lines = Path(f"/proc/{pid}/cgroup").read_text().splitlines()
-    except OSError:
-        return None
-    for line in lines:
-        _, controllers, path = line.split(":", 2)
-        if "pids" in controllers.split(","):
-            folder = _V1 / path.lstrip("/")
-            if folder.name.startswith(PIDS_PREFIX) and (folder / "pids.max").is_file():
-                return folder
-    return None
+    return pids.sandbox_of(pids.folder_of(pid))
 
 
 @dataclass(frozen=True, slots=True)

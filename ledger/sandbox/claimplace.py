@@ -29,8 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ledger.sandbox.claimpids import pids_folder
-from ledger.sandbox.launcher import PIDS_PREFIX
+from ledger.sandbox import pids
 
 __all__ = ["NAME", "Placer", "record"]
 
@@ -95,7 +94,7 @@ class Placer:
             return f"the request could not be read: {e.strerror}"
         try:
             asker = _peer(conn)
-            if pids_folder(asker) != self.cgroup:
+            if pids.folder_of(asker) != self.cgroup:
                 return f"pid {asker} is not counted in the claim's pids cgroup"
             if len(fds) != 1:
                 return "no connection to a fork server was handed over"
@@ -105,8 +104,8 @@ class Placer:
             worker = _child(server, pid)
             if worker is None:
                 return f"pid {pid} is no waiting worker of the fork server it named"
-            held = pids_folder(worker)
-            if held is None or not held.name.startswith(PIDS_PREFIX):
+            held = pids.folder_of(worker)
+            if not pids.unplaced(held):
                 return f"the worker is not in a sandbox's own pids cgroup ({held})"
             (self.cgroup / "cgroup.procs").write_text(str(worker))
         except (OSError, ValueError, KeyError, TypeError) as e:

@@ -74,6 +74,11 @@ PIDS_PREFIX = "ledger-sandbox-"
 CLAIM_PIDS_PREFIX = "ledger-claim-"
 """The name of a forked claim's pids cgroup below its sandbox's (`ledger.sandbox.claimpids`)."""
 
+PIDS_LEAF = "ledger-leaf"
+"""On cgroup v2, the leaf below a sandbox's pids cgroup that its own processes are in:
+no process may sit in a cgroup whose children take a controller (the no-internal-process
+rule), and its claims' cgroups are the leaf's siblings."""
+
 REFUSED = 125
 """The launcher's own exit status when it will not start the sandbox (a reason on
 stderr); bubblewrap's own failures exit 1."""
@@ -397,13 +402,19 @@ def deny_userns(program: bytes, cmd: list[str]) -> list[str]:
 
 
 def remove_claims(folder: str) -> None:
-    """Remove the forked claims' pids cgroups below a sandbox's ``folder`` (a cgroup
-    with children cannot be removed); one that still holds a process stays."""
+    """Remove the forked claims' pids cgroups below a sandbox's ``folder``, and its leaf
+    on cgroup v2 (a cgroup with children cannot be removed); one that still holds a
+    process stays."""
     with contextlib.suppress(OSError):
         for name in os.listdir(folder):
-            if name.startswith(CLAIM_PIDS_PREFIX):
+            if name.startswith(CLAIM_PIDS_PREFIX) or name == PIDS_LEAF:
                 with contextlib.suppress(OSError):
                     os.rmdir(os.path.join(folder, name))
+
+
+def _write(path: str, value: str) -> None:
+    with open(path, "w") as f:
+        f.write(value)
 
 
 def limit_pids(under: str, most: int) -> str:
@@ -421,9 +432,16 @@ def limit_pids(under: str, most: int) -> str:
     here = os.path.join(under, f"{PIDS_PREFIX}{os.getpid()}")
     if not os.path.isdir(here):
         os.mkdir(here)
-    for name, value in (("pids.max", str(most)), ("cgroup.procs", "0")):
-        with open(os.path.join(here, name), "w") as f:
-            f.write(value)
+    _write(os.path.join(here, "pids.max"), str(most))
+    enter = here
+    if os.path.exists(os.path.join(under, "cgroup.subtree_control")):
+        # cgroup v2: the cgroup Ledger made hands its children the pids controller, and
+        # this process waits in a leaf beside its claims' cgroups.
+        _write(os.path.join(here, "cgroup.subtree_control"), "+pids")
+        enter = os.path.join(here, PIDS_LEAF)
+        if not os.path.isdir(enter):
+            os.mkdir(enter)
+    _write(os.path.join(enter, "cgroup.procs"), "0")
     return here
 
 

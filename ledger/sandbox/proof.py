@@ -306,8 +306,9 @@ def _prove(
         outside=tuple(outside) if uid is not None else ("no sandboxed process was seen",),
         userns=USERNS_DENIED[policy.denial],
         pids=(
-            f"pids.max {policy.pids_max} per sandbox (a cgroup v1 pids cgroup of its own)"
-            if policy.pids_max is not None
+            f"pids.max {policy.pids_max} per sandbox (a {pids.kind(policy.pids_under)} pids"
+            " cgroup of its own)"
+            if policy.pids_max is not None and policy.pids_under is not None
             else NO_PIDS_LIMIT
         ),
     )
