@@ -22,7 +22,7 @@ from ledger.sandbox.launcher import CLAIM_PIDS_PREFIX
 from ledger.sandbox.selftest import CLAIM_PREFIX, claim_pids
 from runners.contract import forkwire
 from tests.ledger.helpers import run
-from tests.ledger.probe_repo import claim, make_probe_repo
+from tests.ledger.probe_repo import PROBE, claim, make_probe_repo, notes
 
 needs_root = pytest.mark.skipif(
     os.geteuid() != 0 or (find_bwrap() is None and os.environ.get("CI") != "true"),
@@ -88,3 +88,56 @@ def test_a_claim_not_moved_into_its_cgroup_is_not_proved_and_runs_none_of_its_co
         " not a claim's own"
     ), proof
     assert proof.endswith("; it ran none of its code forked"), proof
+
+
+ESCAPE = (
+    PROBE
+    + """
+import shutil
+import subprocess
+import tempfile
+
+
+class Escape(Probe):
+    def setup(self, device, seed):
+        if self.mode == "escape":
+            # The claim's own code asks the fork server for a process, through a client
+            # that names no placer: once counted in the sandbox's own cgroup, beside
+            # every claim's limit.
+            servers = json.loads(os.environ.get("LEDGER_FORK_SERVERS") or "{}")
+            env = {k: v for k, v in os.environ.items() if k != "LEDGER_CLAIM_PLACER"}
+            here = tempfile.mkdtemp()
+            req = os.path.join(here, "escape.json")
+            with open(req, "w") as f:
+                f.write("{}")
+            done = subprocess.run(
+                [sys.executable, "-m", "runners.fork.forkclient", next(iter(servers.values())),
+                 "tests.ledger.sandbox.pids_seen", req, req + ".out"],
+                env=env, capture_output=True, text=True,
+            )
+            shutil.rmtree(here)
+            _note(event="escape", out=done.stdout.strip(), rc=done.returncode)
+        super().setup(device, seed)
+
+
+def make_workload(mode="plain"):
+    return Escape(mode)
+"""
+)
+
+
+@needs_root
+def test_claim_code_that_asks_the_fork_server_itself_gets_no_process_beside_its_limit(
+    tmp_path: Path, ledger_env: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    if pids.controller() is None:
+        pytest.skip("no cgroup v1 pids controller here: the receipt says there is no limit")
+    repo = make_probe_repo(tmp_path / "repo", claim("a.escape", "escape"), source=ESCAPE)
+    r = run(capsys, "qualify", "--rev", "HEAD", "--repo", str(repo), "--json")
+    [rec] = json.loads(r.out)["receipts"]
+    assert rec["outcome"] == "passed", r.err
+    [escape] = [n for n in notes(r.err) if n.get("event") == "escape"]
+    # Refused from inside (counted in no claim's cgroup), it ran in its own client,
+    # a process of the claim's: counted in the claim's cgroup.
+    assert escape["rc"] == 0, escape
+    assert str(escape["out"]).startswith(f"pids cgroup /{CLAIM_PIDS_PREFIX}"), escape
