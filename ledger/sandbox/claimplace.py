@@ -24,59 +24,32 @@ import json
 import os
 import socket
 import struct
-import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ledger.sandbox import pids
 
-__all__ = ["NAME", "Placer", "record"]
-
-NAME = "placer.sock"
-"""The placer's socket, in the claim's folder."""
+__all__ = ["Placer", "record"]
 
 
 @dataclass
 class Placer:
-    """A claim's placer: a thread of its client's, serving one socket until closed."""
+    """A claim's placer, serving the socket its client listens on (in the claim's folder)
+    from a thread of the client's, until the client shuts the socket down."""
 
-    path: str
     cgroup: Path
     """The claim's pids cgroup, as the host sees it."""
     sock: socket.socket
     placed: int = 0
     refused: list[str] = field(default_factory=list)
 
-    @classmethod
-    def open(cls, folder: str, cgroup: str) -> Placer | None:
-        """Listen in ``folder`` (the claim's, its owner the sandbox's uid); None where no
-        socket can be made there (the claim's arms then run in their own clients)."""
-        path = os.path.join(folder, NAME)
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            # By the folder's descriptor: a socket's path holds at most 107 bytes.
-            sock.bind(f"/proc/self/fd/{fd}/{NAME}")
-            st = os.stat(fd)
-            os.chown(path, st.st_uid, st.st_gid)
-            os.chmod(path, 0o600)
-            sock.listen(16)
-        except OSError:
-            sock.close()
-            return None
-        finally:
-            os.close(fd)
-        placer = cls(path, Path(cgroup), sock)
-        threading.Thread(target=placer._serve, name="ledger-placer", daemon=True).start()
-        return placer
-
-    def _serve(self) -> None:
+    def serve(self) -> None:
         while True:
             try:
                 conn, _ = self.sock.accept()
             except OSError:
-                return  # closed
+                return  # shut down: the claim ended
             with conn:
                 why = self._one(conn)
                 if why is None:
@@ -114,14 +87,6 @@ class Placer:
             for fd in fds:
                 os.close(fd)
         return None
-
-    def close(self) -> None:
-        with contextlib.suppress(OSError):
-            # Wakes the thread's accept (a close alone would not).
-            self.sock.shutdown(socket.SHUT_RDWR)
-        self.sock.close()
-        with contextlib.suppress(OSError):
-            os.unlink(self.path)
 
 
 def _peer(conn: socket.socket) -> int:

@@ -195,28 +195,93 @@ def pids_env(cgroup: str | os.PathLike[str], note: str | os.PathLike[str]) -> di
     return {PIDS_VAR: str(cgroup), PROOF_VAR: str(note)}
 
 
-def _placer(result: str) -> Any:
+PLACER_NAME = "placer.sock"
+"""The placer's socket, in the claim's folder."""
+
+
+class _Placing:
+    """The claim's placer (`ledger.sandbox.claimplace.Placer`): its socket listens from
+    the start (an arm that asks early waits in its backlog), and it is served from a
+    thread of its own, which imports the sandbox's room there: that takes longer than
+    this client's whole start, and overlaps the claim's start instead of delaying it."""
+
+    def __init__(self, path: str, cgroup: str) -> None:
+        import threading  # only here: a client of no claim's pids cgroup starts without it
+
+        self.path = path
+        self.placer: Any = None
+        self.sock = _listen(path)
+        self.thread = threading.Thread(target=self._serve, args=(cgroup,), daemon=True)
+        if self.sock is not None:
+            self.thread.start()
+
+    def _serve(self, cgroup: str) -> None:
+        from pathlib import Path
+
+        from ledger.sandbox.claimplace import Placer
+
+        assert self.sock is not None
+        placer = self.placer = Placer(Path(cgroup), self.sock)
+        placer.serve()
+
+    def close(self) -> Any:
+        """The placer, once no more is placed (None: there was none)."""
+        if self.sock is None:
+            return None
+        with contextlib.suppress(OSError):
+            # Wakes the thread's accept (a close alone would not).
+            self.sock.shutdown(socket.SHUT_RDWR)
+        self.thread.join()
+        self.sock.close()
+        with contextlib.suppress(OSError):
+            os.unlink(self.path)
+        return self.placer
+
+
+def _listen(path: str) -> socket.socket | None:
+    """A socket listening at ``path`` in the claim's folder, the folder owner's (the
+    sandbox's uid) to connect to; None where none can be made (the claim's arms then run
+    in their own clients)."""
+    folder, name = os.path.split(path)
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        sock.close()
+        return None
+    try:
+        # By the folder's descriptor: a socket's path holds at most 107 bytes.
+        sock.bind(f"/proc/self/fd/{fd}/{name}")
+        st = os.stat(fd)
+        os.chown(path, st.st_uid, st.st_gid)
+        os.chmod(path, 0o600)
+        sock.listen(16)
+    except OSError:
+        sock.close()
+        return None
+    finally:
+        os.close(fd)
+    return sock
+
+
+def _placer(result: str) -> _Placing | None:
     """Outside the sandbox, where the parent made the claim a pids cgroup of its own: the
-    placer of what the claim starts forked (`ledger.sandbox.claimplace`), its socket in
-    the claim's folder, named to the worker; else None."""
+    placer of what the claim starts forked, its socket in the claim's folder, named to
+    the worker; else None."""
     where, note = os.environ.get(PIDS_VAR), os.environ.get(PROOF_VAR)
     if not where or not note or os.environ.get(STRICT_VAR) != "1":
         return None
-    from ledger.sandbox.claimplace import Placer
-
-    placer = Placer.open(os.path.dirname(os.path.abspath(result)), where)
-    if placer is not None:
-        os.environ[PLACER_VAR] = placer.path
-    return placer
+    path = os.path.join(os.path.dirname(os.path.abspath(result)), PLACER_NAME)
+    os.environ[PLACER_VAR] = path
+    return _Placing(path, where)
 
 
-def _record(placer: Any, seen: dict[str, Any]) -> None:
+def _record(placing: _Placing | None, seen: dict[str, Any]) -> None:
     """Outside the sandbox, where the parent made the claim a pids cgroup of its own: the
     placer closed, and what the claim found of its limit from inside written for the
     parent (`ledger.sandbox.claimplace.record`)."""
     where, note = os.environ.get(PIDS_VAR), os.environ.get(PROOF_VAR)
-    if placer is not None:
-        placer.close()
+    placer = placing.close() if placing is not None else None
     if not where or not note or os.environ.get(STRICT_VAR) != "1":
         return
     from ledger.sandbox.claimplace import record

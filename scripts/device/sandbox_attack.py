@@ -44,9 +44,10 @@ __all__ = [
     "stolen",
 ]
 
-NOT_SECRET = ("LEDGER_RUN_ID", "LEDGER_FORK_SERVERS")
-"""The ledger's variables a sandboxed process sees: a random marker and the run's own
-fork-server sockets, no secret (docs/security.md)."""
+NOT_SECRET = ("LEDGER_RUN_ID", "LEDGER_FORK_SERVERS", "LEDGER_CLAIM_PLACER")
+"""The ledger's variables a sandboxed process sees: a random marker, the run's own
+fork-server sockets and the placer's socket in a forked claim's own folder, no secret
+(docs/security.md)."""
 
 PG_SOCKETS = ("/run/postgresql/.s.PGSQL.5432", "/var/run/postgresql/.s.PGSQL.5432")
 """Where PostgreSQL's Unix socket is on Debian hosts: the attack tries to connect."""
