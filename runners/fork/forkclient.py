@@ -70,8 +70,9 @@ def main(argv: list[str]) -> int:
     reader = conn.makefile("r")
     first = json.loads(reader.readline() or "{}")
     if "pid" not in first:
-        _record(placer, {"refused": "the fork server did not fork"})
-        return _refused(module, request, result, str(first.get("refused") or ""))
+        refused = str(first.get("refused") or "the fork server did not fork")
+        _record(placer, {"refused": refused})
+        return _refused(module, request, result, refused)
     host = _host_pid(conn, int(first["pid"]))
     if host is not None:
         with open(result + ".pid", "w") as f:
@@ -297,7 +298,10 @@ def _placed(conn: socket.socket, pid: int) -> str | None:
     where = os.environ.get(PLACER_VAR)
     if not where or os.environ.get(STRICT_VAR) == "1":
         return None
-    here = os.open(".", os.O_RDONLY)
+    try:
+        here = os.open(".", os.O_RDONLY)
+    except OSError as e:
+        return f"the claim's placer could not be asked: {e.strerror}"
     try:
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
             # By its folder: a socket's path holds at most 107 bytes.
