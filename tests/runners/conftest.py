@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import textwrap
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,8 @@ import torch
 
 from runners.api import run_claim
 from runners.contract.result import CheckResult, Json
+from runners.fork.forkparent import ForkServer
+from runners.harness.child import env
 
 REPO = Path(__file__).resolve().parents[2]
 MOE = "runners.workloads.moe:make_workload"
@@ -42,7 +45,34 @@ def artifact_dir(tmp_path: Path) -> Path:
     return tmp_path / "artifacts"
 
 
-def make_runner(device: str, artifact_dir: Path) -> RunClaim:
+class ArmServer:
+    """One fork server per test process for this checkout, started by the first
+    gradient-compare that needs it: its arms fork from it, as they do under
+    `ledger qualify` (which runs one per tree), instead of each importing torch in a
+    fresh interpreter. The fresh-interpreter route stays covered where no server is
+    named (`tests/runners/fork/`, and every arm of a temporary checkout)."""
+
+    def __init__(self) -> None:
+        self.server: ForkServer | None = None
+
+    def sockets(self) -> str:
+        if self.server is None or self.server.proc.poll() is not None:
+            self.server = ForkServer.launch([(str(REPO), MOE)], env()).wait()
+        return json.dumps({str(REPO): str(self.server.sock)})
+
+    def close(self) -> None:
+        if self.server is not None:
+            self.server.close()
+
+
+@pytest.fixture(scope="session")
+def arm_server() -> Iterator[ArmServer]:
+    holder = ArmServer()
+    yield holder
+    holder.close()
+
+
+def make_runner(device: str, artifact_dir: Path, arms: ArmServer | None = None) -> RunClaim:
     def run(
         check: str,
         params: dict[str, Json] | None = None,
@@ -54,27 +84,35 @@ def make_runner(device: str, artifact_dir: Path) -> RunClaim:
         base_root: Path | None = None,
         progress: Callable[[str], None] = lambda _m: None,
     ) -> list[CheckResult]:
-        return run_claim(
-            claim=f"test.{check}",
-            check=check,
-            params=params or {},
-            repo_root=root,
-            workload_ref=ref,
-            workload_params={**TINY, **(workload_params or {})},
-            device=device,  # type: ignore[arg-type]
-            observer_off_required=observer_off_required,
-            base_root=base_root,
-            progress=progress,
-            artifact_dir=artifact_dir,
-        )
+        def go() -> list[CheckResult]:
+            return run_claim(
+                claim=f"test.{check}",
+                check=check,
+                params=params or {},
+                repo_root=root,
+                workload_ref=ref,
+                workload_params={**TINY, **(workload_params or {})},
+                device=device,  # type: ignore[arg-type]
+                observer_off_required=observer_off_required,
+                base_root=base_root,
+                progress=progress,
+                artifact_dir=artifact_dir,
+            )
+
+        if arms is None or check != "gradient-compare":
+            return go()
+        with pytest.MonkeyPatch.context() as m:
+            m.setenv("LEDGER_FORK_SERVERS", arms.sockets())
+            return go()
 
     return run
 
 
 @pytest.fixture
-def run_cpu(artifact_dir: Path) -> RunClaim:
-    """``run_cpu(check, params, ref=..., workload_params=...)``: `run_claim` on CPU."""
-    return make_runner("cpu", artifact_dir)
+def run_cpu(artifact_dir: Path, arm_server: ArmServer) -> RunClaim:
+    """``run_cpu(check, params, ref=..., workload_params=...)``: `run_claim` on CPU, a
+    gradient-compare's arms forked from this checkout's server (`ArmServer`)."""
+    return make_runner("cpu", artifact_dir, arm_server)
 
 
 @pytest.fixture
