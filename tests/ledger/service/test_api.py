@@ -4,13 +4,15 @@ against SQLite and PostgreSQL."""
 from __future__ import annotations
 
 import base64
+import http.server
 import json
 import socket
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from http.client import HTTPConnection
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 from urllib.parse import urlsplit
 
 import pytest
@@ -250,7 +252,9 @@ def _closed_port() -> int:
         return int(s.getsockname()[1])
 
 
-def test_client_reports_an_unreachable_server() -> None:
+def test_client_reports_an_unreachable_server(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Once the retries are spent, as at once without them (they are held below).
+    monkeypatch.setenv(client.RETRIES_VAR, "0")
     url = f"http://127.0.0.1:{_closed_port()}"
     calls: list[Any] = [
         lambda: client.post_envelopes(url, [b"{}"]),
@@ -266,6 +270,54 @@ def test_client_reports_an_unreachable_server() -> None:
         assert "\n" not in e.value.reason()
     with pytest.raises(UsageError, match="expected http://HOST:PORT"):
         client.health("127.0.0.1:8765")
+
+
+class _Restarting(http.server.BaseHTTPRequestHandler):
+    """A server that answers every request 503 (a restart in progress), counted."""
+
+    seen: ClassVar[list[str]] = []
+
+    def do_GET(self) -> None:
+        _Restarting.seen.append(self.path)
+        self.send_response(503)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.mark.parametrize(("setting", "attempts"), [(None, 1 + client.RETRIES), ("1", 2), ("0", 1)])
+def test_the_client_retries_as_many_times_as_it_is_told(
+    monkeypatch: pytest.MonkeyPatch, setting: str | None, attempts: int
+) -> None:
+    if setting is None:
+        monkeypatch.delenv(client.RETRIES_VAR, raising=False)
+    else:
+        monkeypatch.setenv(client.RETRIES_VAR, setting)
+    # The waits between attempts are the product's; not this test's to sit through.
+    waited: list[float] = []
+    monkeypatch.setattr(client.time, "sleep", waited.append)
+    _Restarting.seen = []
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Restarting)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        with pytest.raises(UnreachableError):
+            client.health(f"http://127.0.0.1:{srv.server_address[1]}")
+    finally:
+        srv.shutdown()
+        srv.server_close()
+    assert len(_Restarting.seen) == attempts
+    assert waited == [0.5 * 2**i for i in range(attempts - 1)]
+
+
+@pytest.mark.parametrize("bad", ["-1", "x", "11", "1.5"])
+def test_a_bad_retry_count_is_refused_in_one_line(
+    monkeypatch: pytest.MonkeyPatch, bad: str
+) -> None:
+    monkeypatch.setenv(client.RETRIES_VAR, bad)
+    with pytest.raises(UsageError, match="LEDGER_SERVER_RETRIES must be a whole number"):
+        client.health(f"http://127.0.0.1:{_closed_port()}")
 
 
 def test_internal_errors_do_not_leak(served: Served, monkeypatch: pytest.MonkeyPatch) -> None:
