@@ -34,6 +34,7 @@ if TYPE_CHECKING:
 __all__ = [
     "MAX_BODY_BYTES",
     "RETRIES",
+    "RETRIES_VAR",
     "audit",
     "fetch_artifact",
     "fetch_bundle",
@@ -61,7 +62,20 @@ __all__ = [
 MAX_BODY_BYTES = 16 * 1024 * 1024
 RETRIES = 3
 """Attempts after the first, 0.5 s, 1 s, 2 s apart: a few seconds of a restart."""
+RETRIES_VAR = "LEDGER_SERVER_RETRIES"
+"""Attempts after the first where `RETRIES` is not what a caller wants: ``0`` for a
+job that would rather fail at once (and retry as a whole) than wait out a restart."""
 _RETRY_STATUS = (502, 503, 504)
+
+
+def _retries() -> int:
+    """`RETRIES`, or ``$LEDGER_SERVER_RETRIES`` (a whole number, 0 to 10)."""
+    raw = os.environ.get(RETRIES_VAR, "").strip()
+    if not raw:
+        return RETRIES
+    if not raw.isdigit() or int(raw) > 10:
+        raise UsageError(f"{RETRIES_VAR} must be a whole number from 0 to 10, got {raw!r}")
+    return int(raw)
 
 
 def _base(url: str) -> str:
@@ -118,7 +132,7 @@ def _request(
 ) -> tuple[int, bytes, str]:
     """(status, body, content type) of a 2xx answer, or of a status in `absent` (a
     route the server may not have); anything else raises."""
-    retries = RETRIES if retries is None else retries
+    retries = _retries() if retries is None else retries
     try:
         import httpx
     except ImportError:
@@ -158,6 +172,12 @@ def _request(
         raise RefusedError(reason)
     if status == 404:
         raise NotFoundError(reason)
+    if status in _RETRY_STATUS:
+        # Still restarting or overloaded once the retries are spent: infrastructure (exit
+        # 3, which a CI retries), not a fault of what was asked (exit 2).
+        raise UnreachableError(
+            f"ledger server at {base} answered {status} after {attempt + 1} attempt(s): {reason}"
+        )
     raise UsageError(f"ledger server at {base} answered {status}: {reason}")
 
 
