@@ -3,7 +3,7 @@
 # limit (cgroup_v2_probe), the process-limit tests on it, then the whole-plan benchmark
 # (benchmarks/whole_plan.py: first and second run of each plan named by $PLANS).
 # Writes into $OUT: nvidia-smi.csv, cgroup_probe.json, pids_tests.txt, whole_plan.log
-# and the benchmark's own files under whole_plan/. Needs .whl carried
+# and the benchmark's own files as whole_plan.tgz. Needs .whl carried
 # (scripts/fetch_device_wheels.sh) for the ledger's own packages.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -19,3 +19,5 @@ echo "pids tests exit $?"
 timeout "${BENCH_TIMEOUT:-400}" python3 -m benchmarks.whole_plan --plans "${PLANS:-example,frozen}" \
   --runs 2 --out "$OUT/whole_plan" > "$OUT/whole_plan.log" 2>&1
 echo "whole plan exit $?"
+# The device tool brings back a few files only: the benchmark's folder as one archive.
+tar czf "$OUT/whole_plan.tgz" -C "$OUT" whole_plan && rm -rf "$OUT/whole_plan"
