@@ -77,6 +77,10 @@ def check_nesting(text: str | bytes, what: str, *, toml: bool = False) -> None:
     also '...' and # comments), so brackets inside strings do not count.
     """
     s = text.decode("utf-8", "replace") if isinstance(text, bytes) else text
+    # Each level opens with a bracket: a document holding no more of them than the limit
+    # (counted in C, strings and all) cannot be nested past it, and is not scanned.
+    if s.count("[") + s.count("{") <= MAX_DEPTH:
+        return
     depth = 0
     i, n = 0, len(s)
     while i < n:

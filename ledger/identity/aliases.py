@@ -6,15 +6,15 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
-from typing import Any
-
-from sqlalchemy import func, select
+from typing import TYPE_CHECKING, Any
 
 from ledger.evidence.canonical import canonical_bytes, receipt_id
 from ledger.evidence.entry import LoggedEntry
 from ledger.evidence.errors import Error, RefusedError, UsageError
 from ledger.identity.repoid import canonical_repo
-from ledger.store.store import LOG, RECEIPT, Store
+
+if TYPE_CHECKING:
+    from ledger.store.store import Store
 
 __all__ = [
     "add_alias",
@@ -51,6 +51,12 @@ _LOCK = threading.Lock()
 
 
 def _all(store: Store) -> list[tuple[str, str]]:
+    # Here, not at the top: `read_alias` alone (the client that checks a server reads
+    # its log's aliases) loads no database library.
+    from sqlalchemy import func, select
+
+    from ledger.store.store import LOG
+
     with store.engine.connect() as conn:
         first = conn.execute(select(LOG.c.entry_id).where(LOG.c.seq == 0)).scalar()
         end = conn.execute(select(func.max(LOG.c.seq))).scalar()
@@ -127,6 +133,10 @@ def elsewhere(
 ) -> list[tuple[str, int]]:
     """(repository id, receipts) of `claims` for `commit` recorded under ids not in
     `counted` (the (claim, commit) index answers it)."""
+    from sqlalchemy import func, select
+
+    from ledger.store.store import RECEIPT
+
     q = (
         select(RECEIPT.c.repo_id, func.count())
         .where(

@@ -21,9 +21,11 @@ from ledger.transparency.policy import Policy
 
 __all__ = [
     "PAGE",
+    "checked_note",
     "extended",
     "fetch_entries",
     "fetch_page",
+    "fetch_since",
     "keys_of",
     "leaf_of",
     "remote_view",
@@ -76,8 +78,29 @@ def verified_checkpoint(
 
     if not trust and policy is None:
         raise UsageError("--server needs --trust LEDGER_KEY_PEM or --policy POLICY")
-    note = client.fetch_checkpoint(url, timeout)
+    return checked_note(client.fetch_checkpoint(url, timeout), trust, policy)
+
+
+def checked_note(note: bytes, trust: list[Ed25519PublicKey], policy: Policy | None) -> Checkpoint:
+    """A checkpoint note however it arrived, once signed by `trust` or meeting `policy`."""
+    if not trust and policy is None:
+        raise UsageError("--server needs --trust LEDGER_KEY_PEM or --policy POLICY")
     return policy.check(note)[0] if policy is not None else signed_by_any(note, trust)
+
+
+def fetch_since(
+    url: str, start: int, timeout: float = 30
+) -> tuple[bytes | None, list[LoggedEntry]]:
+    """The newest checkpoint note the server serves beside the entries from `start` (up
+    to its size, a page at most), in one request; the note None where it does not (an
+    earlier release): the caller fetches it apart. Neither is checked yet."""
+    from ledger.remote import client
+
+    note, docs = client.fetch_log_since(url, start, timeout)
+    got = [_entry(d) for d in docs]
+    if any(e.seq != start + i for i, e in enumerate(got)):
+        raise VerificationError("the server's log entries are not the ones asked for")
+    return note, got
 
 
 def fetch_page(url: str, start: int, end: int, timeout: float = 30) -> list[LoggedEntry]:

@@ -21,12 +21,15 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ledger.evidence.entry import LoggedEntry
 from ledger.evidence.errors import Error
 from ledger.evidence.keys import KeyInfo
-from ledger.store.store import Store
+
+if TYPE_CHECKING:
+    # A type only: reading a served log loads no database library.
+    from ledger.store.store import Store
 
 __all__ = ["MIN_HISTORY_HOURS", "Finding", "LogView", "Scan", "scan", "store_view"]
 

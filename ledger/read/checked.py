@@ -36,11 +36,10 @@ from ledger.qualification.report import StatusReport
 from ledger.qualification.rules import QUARANTINE
 from ledger.read.evidence import gathered, selection
 from ledger.read.log_cache import LogCache
+from ledger.read.open_copies import borrow, give_back
 from ledger.read.query import proved
 
 if TYPE_CHECKING:
-    from concurrent.futures import Executor
-
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
     from ledger.evidence.entry import LoggedEntry
@@ -97,27 +96,34 @@ def check_status(
     """The server's answer (`ask()`), once the log up to its checkpoint decides the
     same; with `checked` (how) and its lines added to `judged`. `VerificationError`
     otherwise. A warm check costs one small round trip more than believing the answer
-    (the checkpoint, with the entries since the last one seen asked beside it): the
-    judge decides while the server computes the answer."""
-    from concurrent.futures import Future, ThreadPoolExecutor
+    (the checkpoint, with the entries since the last one seen asked beside it): a worker
+    syncs this host's copy and has the judge decide while the server computes the
+    answer, which this thread asks and reads (it arrives last: no hand-over between
+    threads waits on the scheduler after it)."""
+    from concurrent.futures import ThreadPoolExecutor
 
-    with ThreadPoolExecutor(2) as pool:
-        asked: list[Future[dict[str, Any]]] = []
+    with ThreadPoolExecutor(1) as pool:
+        # The worker is started now, while the checkpoint is fetched: starting a thread
+        # waits for the scheduler, a cost of its own on a loaded host.
+        pool.submit(lambda: None)
+        cp, cache, early = _checkpoint(url, trust, policy, where)
 
-        def begin() -> None:
-            # The answer is asked once the log's new entries are here: the server then
-            # computes it while this host writes them and the judge decides on them
-            # (asked at once, the checkpoint and the entries waited behind it).
-            if not asked:
-                asked.append(pool.submit(ask))
+        def decide() -> tuple[int, StatusReport]:
+            synced, fetched = _synced(url, cp, cache, early, where)
+            try:
+                return fetched, recompute(synced, ident, claims, scope)
+            finally:
+                give_back(synced)
 
-        cp, cache, fetched = _synced(url, trust, policy, where, pool, begin)
+        decided = pool.submit(decide)
+        # The answer is asked once the checkpoint holds (the entries since the last one
+        # seen came with it): the server computes it while the worker hashes, checks and
+        # writes them and the judge decides on them. Asked at once, the checkpoint and
+        # the entries waited behind it.
         try:
-            begin()
-            report = recompute(cache, ident, claims, scope)
+            answer = ask()
         finally:
-            cache.close()
-        answer = asked[0].result()
+            fetched, report = decided.result()
     said = _servers_word(ident, answer, report)
     quarantine = ident.plan is not None and ident.plan.quarantine_above is not None
     why = differs(report, answer, quarantine=quarantine)
@@ -133,50 +139,68 @@ def check_status(
     return out
 
 
-def _synced(
-    url: str,
-    trust: Sequence[Ed25519PublicKey],
-    policy: Policy | None,
-    where: Path | None,
-    pool: Executor,
-    begin: Callable[[], None],
-) -> tuple[Any, LogCache, int]:
-    """The log held here, brought up to the checkpoint `url` serves: its entries since
-    the last one seen asked beside the checkpoint where the origin `url` served last
-    time is known (what the checkpoint names decides which log is synced)."""
-    from ledger.monitor.remote import PAGE, fetch_entries, fetch_page, verified_checkpoint
+def _checkpoint(
+    url: str, trust: Sequence[Ed25519PublicKey], policy: Policy | None, where: Path | None
+) -> tuple[Any, LogCache | None, list[LoggedEntry] | None]:
+    """The checkpoint `url` serves, checked; where the origin `url` served last time is
+    known, with its copy here and the entries logged since it (asked in the same
+    request; a server of an earlier release serves the checkpoint apart)."""
+    from ledger.monitor.remote import checked_note, fetch_since, verified_checkpoint
 
     hint = LogCache.remembered(url, where)
-    cache = LogCache.open(hint, where) if hint is not None else None
+    cache = borrow(hint, where) if hint is not None else None
     held = cache.held() if cache is not None else None
-    early = pool.submit(fetch_page, url, held.size, held.size + PAGE) if held else None
+    early: list[LoggedEntry] | None = None
     try:
-        cp = verified_checkpoint(url, list(trust), policy)
+        note = None
+        if held is not None:
+            note, early = fetch_since(url, held.size)
+        cp = (
+            checked_note(note, list(trust), policy)
+            if note is not None
+            else verified_checkpoint(url, list(trust), policy)
+        )
     except BaseException:
         if cache is not None:
-            cache.close()
+            give_back(cache)
         raise
-    if cache is None or cp.origin != hint:
-        if cache is not None:
-            cache.close()
-        cache, early = LogCache.open(cp.origin, where), None
+    if cache is not None and cp.origin != hint:
+        give_back(cache)
+        cache, early = None, None
+    return cp, cache, early
+
+
+def _synced(
+    url: str,
+    cp: Any,
+    cache: LogCache | None,
+    early: list[LoggedEntry] | None,
+    where: Path | None,
+) -> tuple[LogCache, int]:
+    """The log held here (`cache`, else the copy of the log the checkpoint names),
+    brought up to the checkpoint, `early` (the entries since the last one seen, where
+    they came with it) taken first; with how many entries were fetched."""
+    from ledger.monitor.remote import fetch_entries
+
+    if cache is None:
+        cache, early = borrow(cp.origin, where), None
+    held = cache.held()
 
     def fetch(start: int, end: int) -> list[LoggedEntry]:
         got: list[LoggedEntry] = []
         if early is not None and held is not None and start == held.size:
-            got = [e for e in early.result() if e.seq < end]
+            got = [e for e in early if e.seq < end]
         if start + len(got) < end:
             got += fetch_entries(url, start + len(got), end)
-        begin()
         return got
 
     try:
         fetched = cache.sync(cp.size, cp.root, fetch)
     except BaseException:
-        cache.close()
+        give_back(cache)
         raise
     LogCache.remember(url, cp.origin, where)
-    return cp, cache, fetched
+    return cache, fetched
 
 
 def recompute(

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ledger.evidence.entry import LoggedEntry, ReceiptRevocation
 from ledger.evidence.errors import Error, RefusedError
@@ -22,8 +22,12 @@ from ledger.identity.repoid import canonical_repo
 from ledger.identity.revision import Revision
 from ledger.qualification.evidence import ReceiptEvidence, ReviewEvidence
 from ledger.qualification.revocation import with_revocations
-from ledger.store.store import Store
-from ledger.transparency.logged import standing
+from ledger.verify.standing import standing
+
+if TYPE_CHECKING:
+    # A type only: the client that checks a server gathers evidence without the store
+    # (and the database libraries it loads).
+    from ledger.store.store import Store
 
 __all__ = ["Evidence", "gathered", "load_evidence", "read_evidence", "repo_ids", "selection"]
 

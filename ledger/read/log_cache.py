@@ -82,19 +82,29 @@ class LogCache:
 
     def __init__(self, path: Path) -> None:
         self.path = path
+        self._pinned: dict[str, Any] = {}
+        """What the copy's entries decide whatever is asked (its key registry, its alias
+        links), read once per copy state: a question reads them several times."""
         try:
             self._open(path)
         except sqlite3.DatabaseError as e:
             raise UsageError(f"the log kept at {path} does not read ({e}): remove it") from None
 
     def _open(self, path: Path) -> None:
-        self._db = sqlite3.connect(path, isolation_level=None)
+        # One question at a time, on whichever thread asks it (`read/open_copies.py`
+        # keeps a copy open between questions and lends it to one at a time).
+        self._db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        self.inode = os.stat(path).st_ino
         # A copy that can be fetched again: neither a commit nor the checkpoint of the
         # write-ahead log on close waits for the disk (a power cut may lose the newest
         # sync, which the next question repeats; a file that no longer reads is named).
         self._db.execute("PRAGMA synchronous=OFF")
+        self._prepare()
+
+    def _prepare(self) -> None:
         version = self._db.execute("PRAGMA user_version").fetchone()[0]
         if version != _VERSION:
+            self._pinned.clear()
             self._db.execute("PRAGMA journal_mode=WAL")  # kept in the file
             # A copy of another version starts empty: the next sync fetches it all.
             drop = "".join(f"DROP TABLE IF EXISTS {t};" for t in _TABLES) if version else ""
@@ -102,6 +112,11 @@ class LogCache:
 
     @classmethod
     def open(cls, origin: str, where: Path | None = None) -> LogCache:
+        return cls(cls.open_path(origin, where))
+
+    @staticmethod
+    def open_path(origin: str, where: Path | None = None) -> Path:
+        """The file that keeps the log `origin` names, its folder made where missing."""
         folder = (where or cache_dir()) / "logs"
         try:
             folder.mkdir(parents=True, exist_ok=True)
@@ -110,7 +125,7 @@ class LogCache:
         # The origin names the file; anything but a plain name character is replaced,
         # so no origin a server chose reaches outside the folder.
         name = re.sub(r"[^A-Za-z0-9._-]", "_", origin)[:120] or "_"
-        return cls(folder / f"{name}.sqlite")
+        return folder / f"{name}.sqlite"
 
     @staticmethod
     def remembered(url: str, where: Path | None = None) -> str | None:
@@ -136,6 +151,15 @@ class LogCache:
     def close(self) -> None:
         self._db.close()
 
+    def reopened(self) -> None:
+        """Ready for another question after an earlier one on this connection: the copy
+        read again as a fresh open reads it (another process may have synced it, or one
+        of another version replaced it), what it pinned kept only while the copy holds
+        the checkpoint it was read at."""
+        self._prepare()
+        if self._pinned.get("at", False) != self.held():
+            self._pinned.clear()
+
     # -- the checkpoint ------------------------------------------------------------
 
     def _meta(self, k: str) -> str | None:
@@ -143,7 +167,8 @@ class LogCache:
         return None if row is None else str(row[0])
 
     def held(self) -> Held | None:
-        size, root = self._meta("size"), self._meta("root")
+        got = dict(self._db.execute("SELECT k, v FROM meta WHERE k IN ('size', 'root')"))
+        size, root = got.get("size"), got.get("root")
         if size is None or root is None:
             return None
         return Held(int(size), bytes.fromhex(root))
@@ -178,12 +203,15 @@ class LogCache:
             raise VerificationError(
                 f"the served entries do not hash to the signed root at size {size}"
             )
-        _check_signatures(self.keys() if held is not None else {}, new)
+        keys = _check_signatures(self.keys() if held is not None else {}, new)
         with self._tx():
+            self._pinned.clear()
             if self.held() != held:
                 # Another process of this host synced meanwhile: its copy stands (it was
                 # verified as this one was), and the next question checks it again.
                 return len(new)
+            # The registry the new entries leave: what `keys` would read back.
+            self._pinned.update(keys=keys, at=Held(size, root))
             self._db.executemany(
                 "INSERT INTO entry VALUES (?, ?, ?, ?, ?)",
                 [(e.seq, e.kind, e.entry_id, e.body, e.logged_at) for e in new],
@@ -289,16 +317,25 @@ class LogCache:
 
     def keys(self) -> dict[str, KeyInfo]:
         """The key registry as the log held here states it."""
-        return keys_of(
-            self._entries(
-                "SELECT seq, kind, id, body, logged_at FROM entry"
-                " WHERE kind IN ('key', 'revocation') ORDER BY seq",
-                (),
+        if "keys" not in self._pinned:
+            self._pinned.setdefault("at", self.held())
+            self._pinned["keys"] = keys_of(
+                self._entries(
+                    "SELECT seq, kind, id, body, logged_at FROM entry"
+                    " WHERE kind IN ('key', 'revocation') ORDER BY seq",
+                    (),
+                )
             )
-        )
+        return dict(self._pinned["keys"])
 
     def links(self) -> list[tuple[str, str]]:
         """Each alias entry's (earlier id, id it counts under), in log order."""
+        if "links" not in self._pinned:
+            self._pinned.setdefault("at", self.held())
+            self._pinned["links"] = self._links()
+        return list(self._pinned["links"])
+
+    def _links(self) -> list[tuple[str, str]]:
         out = []
         for e in self._entries(
             "SELECT seq, kind, id, body, logged_at FROM entry WHERE kind = 'alias' ORDER BY seq",
@@ -331,12 +368,15 @@ def _hint(url: str, where: Path | None) -> Path:
     return (where or cache_dir()) / "servers" / digest
 
 
-def _check_signatures(held: Mapping[str, KeyInfo], new: Sequence[LoggedEntry]) -> None:
+def _check_signatures(
+    held: Mapping[str, KeyInfo], new: Sequence[LoggedEntry]
+) -> dict[str, KeyInfo]:
     """Each of `new`'s receipts and reviews signed by a key the log registered before it
     (`held`: the registry of the entries kept here, the new entries' own added in log
     order), every signature by such a key verifying; `VerificationError` naming the
     first that does not. The judge reads a held entry's signers without verifying them
-    again (`verify/standing.py`), as the server's store does after its ingest."""
+    again (`verify/standing.py`), as the server's store does after its ingest. Returns
+    the registry once the new entries are added."""
     from ledger.evidence import dsse
 
     keys = dict(held)
@@ -358,6 +398,7 @@ def _check_signatures(held: Mapping[str, KeyInfo], new: Sequence[LoggedEntry]) -
                 f"verify: {err.reason()}; its signature is not by a key the log registered "
                 "before it, or its body is not what was signed"
             ) from None
+    return keys
 
 
 def _fork(size: int, root: bytes, held: Held) -> str:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ledger.identity.repoid import canonical_repo
 from ledger.identity.revision import Revision
@@ -22,7 +22,10 @@ from ledger.qualification.judge import Gathered, judge
 from ledger.qualification.plan import Plan
 from ledger.read.evidence import load_evidence, read_evidence, repo_ids
 from ledger.read.whose import receipt_label
-from ledger.store.store import Store
+
+if TYPE_CHECKING:
+    # A type only: `proved`, which the client that checks a server uses, needs no store.
+    from ledger.store.store import Store
 
 __all__ = [
     "definition_notes",

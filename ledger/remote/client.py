@@ -43,6 +43,7 @@ __all__ = [
     "fetch_entry",
     "fetch_history",
     "fetch_keys",
+    "fetch_log_since",
     "fetch_proof",
     "fetch_status",
     "fetch_verification",
@@ -257,6 +258,20 @@ def fetch_log_entries(url: str, start: int, end: int, timeout: float = 30) -> li
     doc = _get(url, f"/v1/log/entries?from={start}&to={end}", timeout)
     entries = doc.get("entries")
     return list(entries) if isinstance(entries, list) else []
+
+
+def fetch_log_since(url: str, start: int, timeout: float = 30) -> tuple[bytes | None, list[Any]]:
+    """The newest signed checkpoint and the log entries from `start` up to its size (a
+    page at most), in one request; the checkpoint None where the server does not serve
+    it so (an earlier release, or none signed yet): its entries then run to the log's
+    size."""
+    doc = _get(url, f"/v1/log/entries?from={start}&checkpoint=1", timeout)
+    entries = doc.get("entries")
+    note = doc.get("checkpoint")
+    return (
+        note.encode() if isinstance(note, str) else None,
+        list(entries) if isinstance(entries, list) else [],
+    )
 
 
 def fetch_checkpoint(url: str, timeout: float = 30) -> bytes:

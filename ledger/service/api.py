@@ -198,18 +198,29 @@ MAX_ENTRIES_PAGE = 1000
 async def log_entries(request: Request) -> Response:
     """`?from=N[&to=M]`: the log's entries N..M-1 (at most 1000), each with its
     logging time where its leaf commits to it, so a reader recomputes the
-    leaves and checks them against a signed checkpoint (`ledger monitor`)."""
+    leaves and checks them against a signed checkpoint (`ledger monitor`).
+
+    `&checkpoint=1`: the newest signed checkpoint beside them (its note with the
+    witnesses' cosignatures, as `GET /v1/checkpoint` serves it) and the entries only up
+    to its size: the client that checks the server syncs in one round trip."""
     from ledger._internal.merkle import entry_leaf
 
     led = _ledger(request)
     q = request.query_params
     first = (_size(q, "from") if q.get("from") != "0" else 0) or 0
     to = _size(q, "to")
+    with_checkpoint = q.get("checkpoint") in ("1", "true")
 
     def work() -> dict[str, object]:
         store = led.store()
         size = store.size()
-        end = min(to or size, size, first + MAX_ENTRIES_PAGE)
+        note = None
+        if with_checkpoint and (row := store.latest_checkpoint()) is not None:
+            note = row.note + "".join(store.cosignatures(row.size))
+            to_checkpoint = row.size
+        else:
+            to_checkpoint = size
+        end = min(to or size, size, to_checkpoint, first + MAX_ENTRIES_PAGE)
         out = []
         for e in store.entries_at(list(range(first, end))):
             doc: dict[str, object] = {
@@ -223,7 +234,7 @@ async def log_entries(request: Request) -> Response:
             ):
                 doc["logged_at"] = e.logged_at
             out.append(doc)
-        return {"size": size, "entries": out}
+        return {"size": size, "entries": out, **({"checkpoint": note} if note else {})}
 
     return json_response(await run_in_threadpool(work))
 

@@ -120,8 +120,9 @@ def _log(ref: list[dict[str, Any]]) -> dict[str, Any]:
         "/v1/log/entries": {
             "get": _op(
                 "log entries from..to (1000 at most), each with the logging time its "
-                "leaf commits to",
-                parameters=_query("from", "to", integer=("from", "to")),
+                "leaf commits to; with checkpoint=1 the newest signed checkpoint beside "
+                "them, the entries only up to its size",
+                parameters=_query("from", "to", "checkpoint", integer=("from", "to")),
             )
         },
     }
