@@ -90,3 +90,29 @@ def test_the_adapter_example_on_one_gpu_with_no_estimator_file() -> None:
         "target forward_backward 4x1024 refused after the prefix: "
         "predicted 83828118192 > usable 77550373632"
     )
+
+
+def test_the_current_method_on_one_gpu() -> None:
+    # evidence/h100-method2-estimator/: the same table and the same adapter example
+    # under the current fit (a 7-step grid, calibration kept), on another H100. Still 0
+    # of 140 shapes above predicted; ViT's smallest ratio 0.3535 (0.331 before), still
+    # loose; the adapter's backward still refused, predicted 74.5 GiB (78.1 GiB before).
+    here = ROOT / "evidence" / "h100-method2-estimator"
+    assert "NVIDIA H100 80GB HBM3" in (here / "nvidia-smi.csv").read_text()
+    doc = _load(here / "estimator_accuracy.json")
+    assert sum(len(f["rows"]) for f in doc["families"]) == 140
+    vit = next(f for f in doc["families"] if f["family"] == "vit")
+    assert round(min(r["measured_bytes"] / r["predicted_bytes"] for r in vit["rows"]), 4) == 0.3535
+    by = {p["claim"]: p for p in json.loads((here / "receipts.json").read_text())}
+    m = by["admission.no-oom-after-admit"]["measurements"]
+    assert (m["admitted_count"], m["refused_count"], m["counterexample_count"]) == (14, 1, 0)
+    rows = [s for s in m["shapes"] if s.get("measured_bytes")]
+    ratios = [s["measured_bytes"] / s["predicted_bytes"] for s in rows]
+    points = [s["measured_bytes"] / s["point_bytes"] for s in rows]
+    assert round(min(ratios), 3) == 0.084 and round(max(ratios), 3) == 0.219
+    # The point estimate falls below measured at large shapes (1.85x); the stated error
+    # above it is what keeps the bound: the bound holds, and is loose.
+    assert round(min(points), 2) == 0.71 and round(max(points), 2) == 1.85
+    back = by["backward.full-prefix"]
+    assert back["outcome"] == "refused"
+    assert back["reason"].endswith("predicted 80006368018 > usable 77550373632")
