@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 from ledger.evidence.errors import VerificationError
 from ledger.identity.repoid import canonical_repo
 from ledger.identity.revision import Revision
+from ledger.monitor.remote import checked_note
 from ledger.qualification.evidence import ReceiptEvidence, ReviewEvidence, short_id
 from ledger.qualification.judge import Gathered, judge
 from ledger.qualification.report import StatusReport
@@ -38,6 +39,7 @@ from ledger.read.evidence import gathered, selection
 from ledger.read.log_cache import LogCache
 from ledger.read.open_copies import borrow, give_back
 from ledger.read.query import proved
+from ledger.read.question import Question
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
@@ -93,37 +95,41 @@ def check_status(
     policy: Policy | None,
     where: Path | None = None,
 ) -> dict[str, Any]:
-    """The server's answer (`ask()`), once the log up to its checkpoint decides the
-    same; with `checked` (how) and its lines added to `judged`. `VerificationError`
-    otherwise. A warm check costs one small round trip more than believing the answer
-    (the checkpoint, with the entries since the last one seen asked beside it): a worker
-    syncs this host's copy and has the judge decide while the server computes the
-    answer, which this thread asks and reads (it arrives last: no hand-over between
-    threads waits on the scheduler after it)."""
-    from concurrent.futures import ThreadPoolExecutor
+    """The server's answer to the question (`ident`, `claims`, `scope`), once the log up
+    to its checkpoint decides the same; with `checked` (how) and its lines added to
+    `judged`. `VerificationError` otherwise.
 
-    with ThreadPoolExecutor(1) as pool:
-        # The worker is started now, while the checkpoint is fetched: starting a thread
-        # waits for the scheduler, a cost of its own on a loaded host.
-        pool.submit(lambda: None)
-        cp, cache, early = _checkpoint(url, trust, policy, where)
-
-        def decide() -> tuple[int, StatusReport]:
-            synced, fetched = _synced(url, cp, cache, early, where)
-            try:
-                return fetched, recompute(synced, ident, claims, scope)
-            finally:
-                give_back(synced)
-
-        decided = pool.submit(decide)
-        # The answer is asked once the checkpoint holds (the entries since the last one
-        # seen came with it): the server computes it while the worker hashes, checks and
-        # writes them and the judge decides on them. Asked at once, the checkpoint and
-        # the entries waited behind it.
+    A warm check (a copy of the server's log held here) is one round trip, as believing
+    the answer is: the server sends its newest checkpoint and the entries since the last
+    one seen with the answer (`?since=N`), and this host then checks and writes them and
+    has the judge decide. Asked of a server of an earlier release, or with no copy held,
+    the answer is `ask()`, asked while a worker syncs the log and the judge decides."""
+    hint = LogCache.remembered(url, where)
+    cache = borrow(hint, where) if hint is not None else None
+    held = cache.held() if cache is not None else None
+    if cache is None or held is None or hint is None:
+        if cache is not None:
+            give_back(cache)
+        cp, answer, fetched, report = _overlapped(
+            url, ident, claims, scope, ask, trust, policy, where
+        )
+    else:
         try:
-            answer = ask()
-        finally:
-            fetched, report = decided.result()
+            answer, log = _with_log(url, Question.of(ident, claims, scope), held.size)
+            cp = None if log is None else checked_note(log[0], list(trust), policy)
+        except BaseException:
+            give_back(cache)
+            raise
+        if log is None or cp is None:  # a server of an earlier release
+            give_back(cache)
+            cp, _, fetched, report = _overlapped(
+                url, ident, claims, scope, lambda: answer, trust, policy, where
+            )
+        elif cp.origin != hint:  # another log than the one held under this name
+            give_back(cache)
+            fetched, report = _decided(url, cp, None, None, where, ident, claims, scope)
+        else:
+            fetched, report = _decided(url, cp, cache, log[1], where, ident, claims, scope)
     said = _servers_word(ident, answer, report)
     quarantine = ident.plan is not None and ident.plan.quarantine_above is not None
     why = differs(report, answer, quarantine=quarantine)
@@ -139,35 +145,69 @@ def check_status(
     return out
 
 
-def _checkpoint(
-    url: str, trust: Sequence[Ed25519PublicKey], policy: Policy | None, where: Path | None
-) -> tuple[Any, LogCache | None, list[LoggedEntry] | None]:
-    """The checkpoint `url` serves, checked; where the origin `url` served last time is
-    known, with its copy here and the entries logged since it (asked in the same
-    request; a server of an earlier release serves the checkpoint apart)."""
-    from ledger.monitor.remote import checked_note, fetch_since, verified_checkpoint
+def _with_log(
+    url: str, question: Question, since: int
+) -> tuple[dict[str, Any], tuple[bytes, list[LoggedEntry]] | None]:
+    """The server's answer, and the log it sent with it (its newest checkpoint note and
+    the entries from `since` up to it); None for the log where the server sent none (an
+    earlier release)."""
+    from ledger.monitor.remote import entries_from
+    from ledger.remote.client import fetch_status
 
-    hint = LogCache.remembered(url, where)
-    cache = borrow(hint, where) if hint is not None else None
-    held = cache.held() if cache is not None else None
-    early: list[LoggedEntry] | None = None
+    doc = fetch_status(url, question.to_json(), since=since)
+    log = doc.pop("log", None)
+    note = log.get("checkpoint") if isinstance(log, dict) else None
+    if not isinstance(log, dict) or not isinstance(note, str):
+        return doc, None
+    return doc, (note.encode(), entries_from(log.get("entries"), since))
+
+
+def _overlapped(
+    url: str,
+    ident: Identity,
+    claims: Sequence[str],
+    scope: Mapping[str, str | int],
+    ask: Callable[[], dict[str, Any]],
+    trust: Sequence[Ed25519PublicKey],
+    policy: Policy | None,
+    where: Path | None,
+) -> tuple[Any, dict[str, Any], int, StatusReport]:
+    """The checkpoint asked apart, the log synced and the judge's decision on a worker,
+    while this thread asks the answer (`ask`) once the checkpoint holds."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from ledger.monitor.remote import verified_checkpoint
+
+    with ThreadPoolExecutor(1) as pool:
+        # Started now, while the checkpoint is fetched: starting a thread waits for the
+        # scheduler, a cost of its own on a loaded host.
+        pool.submit(lambda: None)
+        cp = verified_checkpoint(url, list(trust), policy)
+        decided = pool.submit(_decided, url, cp, None, None, where, ident, claims, scope)
+        try:
+            answer = ask()
+        finally:
+            fetched, report = decided.result()
+    return cp, answer, fetched, report
+
+
+def _decided(
+    url: str,
+    cp: Any,
+    cache: LogCache | None,
+    early: list[LoggedEntry] | None,
+    where: Path | None,
+    ident: Identity,
+    claims: Sequence[str],
+    scope: Mapping[str, str | int],
+) -> tuple[int, StatusReport]:
+    """The log brought up to `cp` and the judge's decision on it; with how many entries
+    were fetched."""
+    synced, fetched = _synced(url, cp, cache, early, where)
     try:
-        note = None
-        if held is not None:
-            note, early = fetch_since(url, held.size)
-        cp = (
-            checked_note(note, list(trust), policy)
-            if note is not None
-            else verified_checkpoint(url, list(trust), policy)
-        )
-    except BaseException:
-        if cache is not None:
-            give_back(cache)
-        raise
-    if cache is not None and cp.origin != hint:
-        give_back(cache)
-        cache, early = None, None
-    return cp, cache, early
+        return fetched, recompute(synced, ident, claims, scope)
+    finally:
+        give_back(synced)
 
 
 def _synced(

@@ -43,7 +43,6 @@ __all__ = [
     "fetch_entry",
     "fetch_history",
     "fetch_keys",
-    "fetch_log_since",
     "fetch_proof",
     "fetch_status",
     "fetch_verification",
@@ -260,20 +259,6 @@ def fetch_log_entries(url: str, start: int, end: int, timeout: float = 30) -> li
     return list(entries) if isinstance(entries, list) else []
 
 
-def fetch_log_since(url: str, start: int, timeout: float = 30) -> tuple[bytes | None, list[Any]]:
-    """The newest signed checkpoint and the log entries from `start` up to its size (a
-    page at most), in one request; the checkpoint None where the server does not serve
-    it so (an earlier release, or none signed yet): its entries then run to the log's
-    size."""
-    doc = _get(url, f"/v1/log/entries?from={start}&checkpoint=1", timeout)
-    entries = doc.get("entries")
-    note = doc.get("checkpoint")
-    return (
-        note.encode() if isinstance(note, str) else None,
-        list(entries) if isinstance(entries, list) else [],
-    )
-
-
 def fetch_checkpoint(url: str, timeout: float = 30) -> bytes:
     """The newest signed checkpoint note (NotFoundError when none was signed yet)."""
     return _request(url, "/v1/checkpoint", timeout=timeout)[1]
@@ -283,9 +268,15 @@ def health(url: str, timeout: float = 10) -> dict[str, Any]:
     return dict(_get(url, "/healthz", timeout))
 
 
-def fetch_status(url: str, question: dict[str, Any], timeout: float = 60) -> dict[str, Any]:
-    """The `status --json` document for a question the caller identified locally."""
-    return dict(_post(url, "/v1/status", question, timeout=timeout))
+def fetch_status(
+    url: str, question: dict[str, Any], timeout: float = 60, since: int | None = None
+) -> dict[str, Any]:
+    """The `status --json` document for a question the caller identified locally; with
+    `since`, the server adds `log` (its newest checkpoint and the entries from `since`
+    up to it: `GET /v1/log/entries?checkpoint=1`'s document), where it is of a release
+    that does (an earlier one answers without it)."""
+    path = "/v1/status" if since is None else f"/v1/status?since={since}"
+    return dict(_post(url, path, question, timeout=timeout))
 
 
 def fetch_history(url: str, question: dict[str, Any], timeout: float = 60) -> dict[str, Any]:

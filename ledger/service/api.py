@@ -125,6 +125,13 @@ def status_or_history(which: Which, how: How) -> Handler:
             # Named for what it answers, as the worker thread shows in a trace.
             work.__name__ = work.__qualname__ = f"{which}_from_{how}"
             doc = await run_in_threadpool(work)
+        q = request.query_params
+        if which == "status" and q.get("since") is not None:
+            # The client that checks the answer: the newest checkpoint and the entries
+            # since the last one it saw, in the same round trip (`read/checked.py`).
+            since = 0 if q.get("since") == "0" else _size(q, "since") or 0
+            page = await run_in_threadpool(entries_page, store, since, None, True)
+            return json_response({**doc, "log": page})
         return kept_response(led, doc)
 
     handle.__name__ = f"{which}_{how}"
@@ -203,40 +210,44 @@ async def log_entries(request: Request) -> Response:
     `&checkpoint=1`: the newest signed checkpoint beside them (its note with the
     witnesses' cosignatures, as `GET /v1/checkpoint` serves it) and the entries only up
     to its size: the client that checks the server syncs in one round trip."""
-    from ledger._internal.merkle import entry_leaf
-
     led = _ledger(request)
     q = request.query_params
     first = (_size(q, "from") if q.get("from") != "0" else 0) or 0
     to = _size(q, "to")
     with_checkpoint = q.get("checkpoint") in ("1", "true")
+    return json_response(
+        await run_in_threadpool(entries_page, led.store(), first, to, with_checkpoint)
+    )
 
-    def work() -> dict[str, object]:
-        store = led.store()
-        size = store.size()
-        note = None
-        if with_checkpoint and (row := store.latest_checkpoint()) is not None:
-            note = row.note + "".join(store.cosignatures(row.size))
-            to_checkpoint = row.size
-        else:
-            to_checkpoint = size
-        end = min(to or size, size, to_checkpoint, first + MAX_ENTRIES_PAGE)
-        out = []
-        for e in store.entries_at(list(range(first, end))):
-            doc: dict[str, object] = {
-                "seq": e.seq,
-                "kind": e.kind,
-                "id": e.entry_id,
-                "body": e.body.decode(),
-            }
-            if e.logged_at is not None and e.stored_leaf_hash == (
-                entry_leaf(e.seq, e.logged_at, e.body).hex()
-            ):
-                doc["logged_at"] = e.logged_at
-            out.append(doc)
-        return {"size": size, "entries": out, **({"checkpoint": note} if note else {})}
 
-    return json_response(await run_in_threadpool(work))
+def entries_page(store: Any, first: int, to: int | None, with_checkpoint: bool) -> dict[str, Any]:
+    """The log's entries `first`.. (before `to`, a page at most), each with the logging
+    time its leaf commits to; with the newest signed checkpoint (and its cosignatures)
+    beside them where asked, the entries then only up to its size."""
+    from ledger._internal.merkle import entry_leaf
+
+    size = store.size()
+    note = None
+    if with_checkpoint and (row := store.latest_checkpoint()) is not None:
+        note = row.note + "".join(store.cosignatures(row.size))
+        to_checkpoint = row.size
+    else:
+        to_checkpoint = size
+    end = min(to or size, size, to_checkpoint, first + MAX_ENTRIES_PAGE)
+    out = []
+    for e in store.entries_at(list(range(first, end))):
+        doc: dict[str, object] = {
+            "seq": e.seq,
+            "kind": e.kind,
+            "id": e.entry_id,
+            "body": e.body.decode(),
+        }
+        if e.logged_at is not None and e.stored_leaf_hash == (
+            entry_leaf(e.seq, e.logged_at, e.body).hex()
+        ):
+            doc["logged_at"] = e.logged_at
+        out.append(doc)
+    return {"size": size, "entries": out, **({"checkpoint": note} if note else {})}
 
 
 async def consistency(request: Request) -> Response:

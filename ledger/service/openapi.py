@@ -87,7 +87,13 @@ def _answers(ref: list[dict[str, Any]]) -> dict[str, Any]:
                 "status of what the log knows of a PR or commit",
                 parameters=_query("repo", "rev", "pr", integer=("pr",)),
             ),
-            "post": _op("the `status --json` document for a question", body=_OBJECT),
+            "post": _op(
+                "the `status --json` document for a question; with since=N, `log` beside it "
+                "(the newest checkpoint and the entries from N up to it, for the client that "
+                "checks the answer)",
+                body=_OBJECT,
+                parameters=_query("since", integer=("since",)),
+            ),
         },
         "/v1/history": {
             "get": _op(

@@ -1,8 +1,9 @@
-"""The warm check's own path: the checkpoint and the entries since the last one seen in
-one request (a server of an earlier release serves the checkpoint apart, and is checked
-as before), the copy of the log kept open between a process's questions yet read afresh
-where the file was replaced, and no database library loaded by the client that checks
-(real SQLite and PostgreSQL behind the server)."""
+"""The warm check's own path: one round trip, as believing the answer is (the server
+sends its newest checkpoint and the entries since the last one seen with the answer; a
+server of an earlier release sends none, and is checked as before), the copy of the log
+kept open between a process's questions yet read afresh where the file was replaced,
+and no database library loaded by the client that checks (real SQLite and PostgreSQL
+behind the server)."""
 
 from __future__ import annotations
 
@@ -43,7 +44,7 @@ def _grow(capsys: pytest.CaptureFixture[str], r: git.Repo) -> None:
     assert run(capsys, "log", "checkpoint").code == 0
 
 
-def test_a_warm_check_asks_the_checkpoint_with_the_entries_in_one_request(
+def test_a_warm_check_is_one_round_trip(
     served: tuple[Running, git.Repo, Path],
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
@@ -55,32 +56,34 @@ def test_a_warm_check_asks_the_checkpoint_with_the_entries_in_one_request(
     warm = _status(capsys, srv, r, pem, "--json")
     assert warm.code == 1, warm.err
     assert json.loads(warm.out)["checked"]["fetched"] == 1
-    logged = [p for p in paths if p.startswith(("/v1/checkpoint", "/v1/log/"))]
-    assert len(logged) == 1 and logged[0].endswith("&checkpoint=1"), paths
+    assert len(paths) == 1 and paths[0].startswith("/v1/status?since="), paths
+    assert "log" not in json.loads(warm.out)  # the log it came with is not the answer
 
 
-def test_a_server_serving_no_checkpoint_beside_its_entries_is_checked_as_before(
+def test_a_server_sending_no_log_with_its_answer_is_checked_as_before(
     served: tuple[Running, git.Repo, Path],
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """An earlier release ignores `checkpoint=1`: its entries run to the log's size and
-    the checkpoint is asked apart; a tree that holds still decides."""
+    """An earlier release ignores `since`: the checkpoint is asked apart and the entries
+    up to it fetched; a tree that holds still decides."""
     srv, r, pem = served
     assert _status(capsys, srv, r, pem).code == 1
     _grow(capsys, r)
     # Logged past the checkpoint (an entry no answer rests on): served, not synced.
     assert run(capsys, "keys", "new", "late", "--role", "reviewer").code == 0
 
-    def earlier(url: str, start: int, timeout: float = 30) -> tuple[None, list[Any]]:
-        return None, client.fetch_log_entries(url, start, start + 1000, timeout)
+    answer = client.fetch_status
 
-    monkeypatch.setattr(client, "fetch_log_since", earlier)
+    def earlier(url: str, question: Any, timeout: float = 60, since: int | None = None) -> Any:
+        return answer(url, question, timeout)
+
+    monkeypatch.setattr(client, "fetch_status", earlier)
     paths = _asked(monkeypatch)
     warm = _status(capsys, srv, r, pem, "--json")
     assert warm.code == 1, warm.err
     assert json.loads(warm.out)["checked"]["fetched"] == 1
-    assert "/v1/checkpoint" in paths
+    assert "/v1/checkpoint" in paths and "log" not in json.loads(warm.out)
 
 
 def test_the_entries_route_serves_its_checkpoint_and_stops_at_it(
