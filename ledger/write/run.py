@@ -145,8 +145,12 @@ def _group_alive(pgid: int) -> bool:
     return True
 
 
-def _end(pgid: int, pids: Sequence[int]) -> tuple[bool, str]:
-    """SIGTERM, a grace period, SIGKILL to the group and to the strays; prove them gone."""
+def _end(
+    pgid: int, pids: Sequence[int], own: subprocess.Popen[bytes] | None = None
+) -> tuple[bool, str]:
+    """SIGTERM, a grace period, SIGKILL to the group and to the strays; prove them gone.
+    ``own``: the group's leader where it is this process's child, reaped as it ends (a
+    zombie still counts as the group's member, so unreaped it would hold both graces)."""
     sent: list[str] = []
     for sig in (signal.SIGTERM, signal.SIGKILL):
         alive = [p for p in pids if _alive(p)]
@@ -159,8 +163,14 @@ def _end(pgid: int, pids: Sequence[int]) -> tuple[bool, str]:
                 os.kill(p, sig)
         sent.append(signal.Signals(sig).name)
         deadline = time.monotonic() + GRACE_S
-        while time.monotonic() < deadline and (_group_alive(pgid) or any(_alive(p) for p in pids)):
+        while time.monotonic() < deadline:
+            if own is not None:
+                own.poll()
+            if not _group_alive(pgid) and not any(_alive(p) for p in pids):
+                break
             time.sleep(0.02)
+    if own is not None:
+        own.poll()
     gone = not _group_alive(pgid) and not any(_alive(p) for p in pids)
     did = f"sent {', '.join(sent)}; " if sent else ""
     return gone, f"{did}os.killpg({pgid}, 0) {'raised ProcessLookupError' if gone else 'succeeded'}"
@@ -366,7 +376,7 @@ def _wait(
     finally:
         if proc.poll() is None and not timed_out:
             # Ctrl-C or an error in this process: the command goes with it.
-            _end(proc.pid, [])
+            _end(proc.pid, [], proc)
     return proc, rc, timed_out
 
 
@@ -384,7 +394,7 @@ def _reap(
         for p, n in _strays(marker, proc.pid).items()
         if p != proc.pid and (own is None or _exe(p) != own)
     }
-    gone, why = _end(proc.pid, list(strays))
+    gone, why = _end(proc.pid, list(strays), proc)
     leaked = ", ".join(f"pid {p} ({n})" for p, n in sorted(strays.items()))
     resources = [
         {

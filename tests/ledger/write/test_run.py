@@ -127,8 +127,12 @@ def test_a_command_hanging_past_its_timeout_is_killed(
     p = _ledger_run(capsys, ready, "--timeout", "1", cmd=_py(code))
     assert time.monotonic() - t0 < 30
     assert p["outcome"] == "failed" and p["reason"].startswith("timed out after 1 s")
-    group = p["cleanup"]["resources"][1]
+    own, group = p["cleanup"]["resources"][:2]
     assert group["kind"] == "process-group" and "SIGTERM" in group["proof"]
+    # The command's own process was reaped as it ended: a zombie still counts as its
+    # group's member, and unreaped it held both graces (10 s) and read unreleased.
+    assert own["kind"] == "process" and own["released"] is True, own
+    assert "SIGKILL" not in group["proof"], group
 
 
 def test_a_leaked_child_does_not_outlive_the_run(
