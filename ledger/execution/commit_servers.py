@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -60,11 +60,19 @@ class CommitServers:
         return all(s is None or s.proc.poll() is None for s in self.servers.values())
 
     def ensure(
-        self, roots: Sequence[Path], run: ClaimRun, preload: Sequence[str], tree: str = ""
+        self,
+        roots: Sequence[Path],
+        run: ClaimRun,
+        preload: Sequence[str],
+        tree: str = "",
+        meanwhile: Callable[[], object] | None = None,
     ) -> None:
         """Launch the servers of ``roots`` not launched yet, together, and wait for them:
         each imports and prepares ``run``'s workload as its tree has it, and what earlier
-        runs of the head's ``tree`` (its git tree id) learned it imports."""
+        runs of the head's ``tree`` (its git tree id) learned it imports. ``meanwhile``
+        runs here once they are launched, before they are waited for (this process's
+        own imports, which would otherwise wait for the servers' and then be waited
+        for); not where every server runs already."""
         from ledger.execution.local_run import server_confine, server_sandbox
         from runners.contract.childenv import env
         from runners.fork.forkparent import Launched, Spec
@@ -80,6 +88,8 @@ class CommitServers:
         confine = None if wrap is None else server_confine(self.box, self.work)
         launched = Launched.all(specs, env(), wrap=wrap, sock_dir=self.work, confine=confine)
         try:
+            if meanwhile is not None:
+                meanwhile()
             ready = launched.wait()
         except BaseException:
             # Ray's cancel lands here as KeyboardInterrupt: no server is left behind.

@@ -98,10 +98,17 @@ class _Worker:
     commit: CommitServers | None = None
 
     def servers_for(
-        self, roots: list[Path], run: ClaimRun, preload: list[str], box: Sandbox, tree: str = ""
+        self,
+        roots: list[Path],
+        run: ClaimRun,
+        preload: list[str],
+        box: Sandbox,
+        tree: str = "",
+        meanwhile: Callable[[], object] | None = None,
     ) -> tuple[CommitServers, bool]:
         """The fork servers for a claim on ``roots`` (its commit's checkout first), and
-        whether this call launched any: those of another commit are stopped first."""
+        whether this call launched any: those of another commit are stopped first.
+        ``meanwhile``: run while launched ones start (`CommitServers.ensure`)."""
         c = self.commit
         if c is None or c.head != roots[0] or not c.alive():
             if c is not None:
@@ -109,7 +116,7 @@ class _Worker:
             code, work = self.base / "code", self.base / "work"
             c = self.commit = CommitServers.new(roots[0], work, box, code)
         before = len(c.servers)
-        c.ensure(roots, run, preload, tree)
+        c.ensure(roots, run, preload, tree, meanwhile)
         return c, len(c.servers) > before
 
     def close(self) -> None:
@@ -318,9 +325,11 @@ def _place(task: _Task, bundle: bytes) -> _Placed:
     ]
     roots = [shipped.roots[c] for c in commits]
     t0 = time.monotonic()
+    loaded: list[str] = []
     servers, launched = worker.servers_for(
-        roots, run, list(task.payload.get("preload") or ()), task.box, str(source["tree"])
-    )
+        roots, run, list(task.payload.get("preload") or ()), task.box, str(source["tree"]),
+        meanwhile=lambda: loaded.extend(load_runners()),
+    )  # fmt: skip
     if launched:
         r = servers.facts()
         what = (
@@ -328,11 +337,30 @@ def _place(task: _Task, bundle: bytes) -> _Placed:
             if r is not None
             else "none could start: the claim starts afresh"
         )
+        meanwhile = f"; {', '.join(loaded)} loaded here meanwhile" if loaded else ""
         lines.append(
             f"{_tag(task)}fork server(s) for commit {source['commit'][:12]}: {what} "
-            f"({time.monotonic() - t0:.1f} s)"
+            f"({time.monotonic() - t0:.1f} s{meanwhile})"
         )
     return _Placed(lines, roots=shipped.roots, servers=servers)
+
+
+RUNNERS = "runners.claim.isolated"
+"""What runs a claim in this process: it imports torch (the checks' harness)."""
+
+
+def load_runners() -> list[str]:
+    """Import what runs a claim here, while this worker's first fork servers start (as a
+    local run loads them while its server starts): a first claim would otherwise wait for
+    the servers' torch, then for this process's. The module imported now; none where it
+    was already."""
+    import importlib
+    import sys
+
+    if RUNNERS in sys.modules:
+        return []
+    importlib.import_module(RUNNERS)
+    return [f"the runners ({RUNNERS}, torch)"]
 
 
 def _run_claim(

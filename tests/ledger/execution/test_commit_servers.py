@@ -40,13 +40,22 @@ def test_a_worker_serves_one_commit_at_a_time_with_its_workload_prepared(
         # The base commit's claim: its server imports the plan's preload list and
         # prepares the workload, once.
         first = worker.checkouts.get(bundle, [base.hexsha], base.tree.hexsha).roots[base.hexsha]
-        one, launched = worker.servers_for([first], run, ["wave"], box)
+        # What the worker does meanwhile (its own imports) runs once the server is
+        # launched, before it is waited for: the server is running then, not ready yet.
+        seen: list[list[int]] = []
+        one, launched = worker.servers_for(
+            [first], run, ["wave"], box, meanwhile=lambda: seen.append(_fork_servers())
+        )
         server = one.of(first)
         assert launched and server is not None
+        assert len(seen) == 1 and len(seen[0]) == 1, seen
         assert server.ready["prepared"] == ["probe_wl:make_workload"]
         assert "wave" in server.ready["modules"]
-        again, launched = worker.servers_for([first], run, ["wave"], box)
+        again, launched = worker.servers_for(
+            [first], run, ["wave"], box, meanwhile=lambda: seen.append(_fork_servers())
+        )
         assert again is one and not launched  # the next claim of that commit reuses it
+        assert len(seen) == 1  # ... and has nothing to do meanwhile
         # A claim of another commit (which compares against its base): the first commit's
         # server is stopped and its folder removed before the new ones start, and both
         # of the new commit's trees get a server, writing one folder, named to the claim.
@@ -63,3 +72,20 @@ def test_a_worker_serves_one_commit_at_a_time_with_its_workload_prepared(
     finally:
         worker.close()
     assert all(p.poll() is not None for p in procs) and not home.exists()
+
+
+def _fork_servers() -> list[int]:
+    """This process's descendants that run a fork server (inside its sandbox, if any)."""
+    import os
+
+    from runners.harness.processes import descendants
+
+    out = []
+    for pid in descendants(os.getpid()):
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if argv[1:3] == [b"-m", b"runners.fork.forkserver"]:  # the server, not its bwrap
+            out.append(pid)
+    return out

@@ -192,6 +192,8 @@ def test_on_ray_the_breaker_reports_a_node_whose_every_gpu_is_above_the_bound(
                 in (r.err)
             )
         assert ": skipped" not in r.err
+        # A fresh worker loads what runs a claim while its fork servers start, not after.
+        assert "(runners.claim.isolated, torch) loaded here meanwhile)" in r.err, r.err
         runners = _runners(capsys, r.out)
         assert len(runners) == 4
         for x in runners:
