@@ -359,8 +359,15 @@ def load_runners() -> list[str]:
 
     if RUNNERS in sys.modules:
         return []
-    importlib.import_module(RUNNERS)
-    return [f"the runners ({RUNNERS}, torch)"]
+    # In a thread of its own, waited for here: Ray's cancel (KeyboardInterrupt in this,
+    # the task's thread) ends the wait, never the import halfway (torch half imported
+    # could not be imported again in this worker); a failed import is the claim's to say.
+    t = threading.Thread(
+        target=importlib.import_module, args=(RUNNERS,), name="ledger-load-runners", daemon=True
+    )
+    t.start()
+    t.join()
+    return [f"the runners ({RUNNERS}, torch)"] if RUNNERS in sys.modules else []
 
 
 def _run_claim(
