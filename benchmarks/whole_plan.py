@@ -34,7 +34,9 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -110,26 +112,41 @@ def qualify(env: dict[str, str], repo: Path, cwd: Path, a: argparse.Namespace, r
     args += ["--repo", str(repo), "--device", a.device, "--gpus", "all", "--json"]
     args += ["--sandbox", a.sandbox] + (["--profile", a.profile] if a.profile else [])
     t0 = time.perf_counter()
-    p = subprocess.Popen(args, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    assert p.stderr is not None and p.stdout is not None
-    deadline = t0 + a.timeout
-    for raw in p.stderr:
+
+    def line(text: str) -> None:
         at = time.perf_counter() - t0
-        text = raw.decode(errors="replace").rstrip()
         run.tail = [*run.tail[-11:], text]
         m = _STAMP.match(text)
         if m:
             _event(run, at, m.group(2))
         elif text.startswith("whole plan"):
             run.events.append((at, text[:90]))
-        if time.perf_counter() > deadline:
-            p.kill()
-            break
-    p.stdout.read()
-    run.rc = p.wait()
+
+    run.rc = watch(args, env, cwd, a.timeout, line)
     run.wall = time.perf_counter() - t0
     run.events.append((run.wall, "exit"))
     return run
+
+
+def watch(
+    args: list[str], env: dict[str, str], cwd: Path, bound_s: float, line: Callable[[str], None]
+) -> int:
+    """Run ``args``, each line of its stderr to ``line`` as it arrives; its exit status.
+    Its stdout (qualify's JSON, which outgrows a pipe's 64 KiB once the base's receipts
+    are reused) goes to a file: a pipe read only at the end would block it, and the
+    run would never end. Past ``bound_s`` it is killed, printing or not."""
+    with tempfile.TemporaryFile() as out:
+        p = subprocess.Popen(args, env=env, cwd=cwd, stdout=out, stderr=subprocess.PIPE)
+        assert p.stderr is not None
+        # A bound, not a synchronisation: a run past it is killed even when silent.
+        bound = threading.Timer(bound_s, p.kill)
+        bound.start()
+        try:
+            for raw in p.stderr:
+                line(raw.decode(errors="replace").rstrip())
+        finally:
+            bound.cancel()
+        return p.wait()
 
 
 def _event(run: Run, at: float, line: str) -> None:

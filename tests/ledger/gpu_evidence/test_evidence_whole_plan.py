@@ -87,3 +87,22 @@ def test_the_gpu_host_offers_no_pids_controller_so_receipts_say_no_limit() -> No
     tests = (HERE / "pids-tests.txt").read_text()
     assert "no cgroup v2 pids controller Ledger may write here" in tests
     assert "failed" not in tests
+
+
+def test_the_benchmark_reads_a_run_whose_output_outgrows_a_pipe(tmp_path: Path) -> None:
+    """The benchmark that made this evidence: a second run's JSON (the base's receipts
+    reused) outgrew the 64 KiB of a pipe it read only at the end, so qualify blocked on
+    its stdout and the run never ended (the adapter plan's second run, lost twice on an
+    H100). A command writing 1 MiB to stdout while it reports on stderr now ends."""
+    import sys
+
+    from benchmarks.whole_plan import watch
+
+    code = (
+        "import sys; print('first', file=sys.stderr, flush=True); "
+        "sys.stdout.write('x' * (1 << 20)); sys.stdout.flush(); "
+        "print('last', file=sys.stderr, flush=True)"
+    )
+    seen: list[str] = []
+    rc = watch([sys.executable, "-c", code], {}, tmp_path, 120, seen.append)
+    assert (rc, seen) == (0, ["first", "last"])
