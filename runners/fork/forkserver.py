@@ -48,6 +48,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from runners.fork.childwake import ChildWake
 from runners.fork.forkclient import FORWARDED
 from runners.fork.forkimports import claim_threads, import_modules, learned_modules, preload
 from runners.fork.forkparent import READY
@@ -249,6 +250,8 @@ def _accept(
         pid = os.fork()
     if pid == 0:
         listener.close()
+        if _WAKE:
+            _WAKE[0].close_in_child()
         os.close(w)
         for other in running.values():
             other.conn.close()
@@ -319,6 +322,11 @@ def _reap(running: dict[int, _Claim], sel: selectors.BaseSelector, learn: bool =
 
 _PR_SET_CHILD_SUBREAPER = 36
 
+_EXITED = "a child exited"
+"""The selector's mark on the `ChildWake` socket."""
+_WAKE: list[ChildWake] = []
+"""The server's `ChildWake`, which each forked claim process lets go of."""
+
 
 def _adopt_orphans() -> None:
     """Become the subreaper of every claim process: what one leaves running (even
@@ -353,14 +361,19 @@ def _serve(path: str) -> int:
     learn = ready.learn
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     # Single-threaded (`forkimports`; a fork from more threads is refused), yet several
-    # claims at once: a worker is reaped by polling while the next request is awaited.
+    # claims at once: a worker's exit wakes the server (`childwake`) as a request does.
+    wake = ChildWake()
+    _WAKE.append(wake)
     sel = selectors.DefaultSelector()
     sel.register(listener, selectors.EVENT_READ, None)
+    sel.register(wake.sock, selectors.EVENT_READ, _EXITED)
     running: dict[int, _Claim] = {}
     while True:
-        for key, _ in sel.select(timeout=0.05 if running else None):
+        for key, _ in sel.select():
             if key.data is None:
                 _accept(listener, running, sel, confine)
+            elif key.data == _EXITED:
+                wake.drain()
             elif key.data in running:
                 _heard(key.data, running)
         _reap(running, sel, learn)

@@ -139,3 +139,35 @@ def test_a_request_in_the_current_shape_is_served_under_either_name(
     assert done.returncode == 0
     [doc] = json.loads(res.read_text())
     assert check_result(doc).outcome == "passed", doc["reason"]
+
+
+_EPOLL_WAIT = {"x86_64": (232, 281)}  # epoll_wait, epoll_pwait
+
+
+def test_while_a_claim_runs_the_server_sleeps_until_it_exits(
+    server: ForkServer, tmp_path: Path
+) -> None:
+    """The server wakes when a claim process exits (SIGCHLD), not on a timer: while one
+    runs it waits with no timeout (its epoll_wait's fourth argument, as /proc shows
+    the call it is blocked in), and the claim's end still reaches its client."""
+    import platform
+
+    calls = _EPOLL_WAIT.get(platform.machine())
+    at = Path(f"/proc/{server.proc.pid}/syscall")
+    if calls is None or not os.access(at, os.R_OK):
+        pytest.skip("no epoll_wait number for this machine, or no /proc/PID/syscall")
+    module = "tests.runners.fork.stdin_claim"
+    argv = client_argv(server.sock, module, tmp_path / "q", tmp_path / "r")
+    p = subprocess.Popen(argv, env=env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert p.stdin is not None and p.stdout is not None
+    try:
+        assert p.stdout.readline() == "started\n"  # the claim runs: the server waits
+        while True:  # until the server is found in its wait (between two events)
+            fields = at.read_text().split()
+            if fields and fields[0].isdigit() and int(fields[0]) in calls:
+                break
+        # The timeout, an int: -1 (no look-up timer), not 50 (ms, a look every 50 ms).
+        assert int(fields[4], 16) & 0xFFFFFFFF == 0xFFFFFFFF, fields
+    finally:
+        p.stdin.close()
+    assert p.wait(timeout=120) == 0
