@@ -106,3 +106,18 @@ def test_the_benchmark_reads_a_run_whose_output_outgrows_a_pipe(tmp_path: Path) 
     seen: list[str] = []
     rc = watch([sys.executable, "-c", code], {}, tmp_path, 120, seen.append)
     assert (rc, seen) == (0, ["first", "last"])
+
+
+def test_the_adapter_plans_two_runs_once_the_benchmark_read_them_whole() -> None:
+    """The adapter plan's first and second run, on a third H100 whose CPU side was slower
+    (the fork server's own 28.9 s against 17.9 s on the first): 113.4 s and 107.0 s, each
+    7 of 7. Its longest claim is the observer-off control, run beside the 24-view check
+    and gradient-compare once both admissions have held the GPU alone."""
+    assert "NVIDIA H100 80GB HBM3" in (HERE / "adapter-two-runs-nvidia-smi.csv").read_text()
+    first, second = _runs("adapter-two-runs.json")
+    for run in (first, second):
+        assert (run["plan"], run["rc"], len(run["claims"])) == ("adapter", 0, 7)
+        assert {c["outcome"] for c in run["claims"].values()} == {"passed"}
+        assert max(float(t) for t, _ in run["events"]) <= run["wall"]
+    assert (round(first["wall"], 1), round(second["wall"], 1)) == (113.4, 107.0)
+    assert _at(first, "start observer.off-control") >= _at(first, "end admission.forward-only")
