@@ -19,11 +19,14 @@ from dataclasses import dataclass, field
 
 from runners.contract.result import ReleasedResource
 from runners.harness import child
+from runners.harness.exits import Exits
 from runners.harness.processes import proc_table, stop_group, stop_popen
 
 __all__ = ["Cancelled", "RankExit", "RankGroup"]
 
 STOP_GRACE_S = 10.0
+CANCEL_LOOK_S = 0.05
+"""How often a wait for the ranks looks whether the caller stopped the claim."""
 PEER_GRACE_S = 20.0
 """How long the other ranks may still run after one died without a result: they are
 most likely blocked in a collective that will never complete."""
@@ -118,22 +121,26 @@ class RankGroup:
         one has, the others get `PEER_GRACE_S` before they are stopped. `Cancelled`
         once ``cancel`` is set (the caller then stops the group)."""
         deadline = time.monotonic() + timeout_s
-        while True:
-            if cancel is not None and cancel.is_set():
-                raise Cancelled("stopped")
-            codes = [p.poll() for p in self.procs]
-            if all(c is not None for c in codes):
-                return
-            if self.first_death is None:
-                for rank, rc in enumerate(codes):
-                    if rc is not None and died(rank, rc):
-                        self.first_death = rank
-                        deadline = min(deadline, time.monotonic() + PEER_GRACE_S)
-                        break
-            if time.monotonic() > deadline:
-                self.timed_out = self.first_death is None
-                return
-            time.sleep(0.05)
+        with Exits(self.procs) as exits:
+            while True:
+                if cancel is not None and cancel.is_set():
+                    raise Cancelled("stopped")
+                codes = [p.poll() for p in self.procs]
+                if all(c is not None for c in codes):
+                    return
+                if self.first_death is None:
+                    for rank, rc in enumerate(codes):
+                        if rc is not None and died(rank, rc):
+                            self.first_death = rank
+                            deadline = min(deadline, time.monotonic() + PEER_GRACE_S)
+                            break
+                left = deadline - time.monotonic()
+                if left < 0:
+                    self.timed_out = self.first_death is None
+                    return
+                # Woken by a rank's exit; a cancel (an event of another thread) is
+                # looked for every `CANCEL_LOOK_S`.
+                exits.wait(left if cancel is None else min(left, CANCEL_LOOK_S))
 
     def stop(self) -> list[ReleasedResource]:
         """End every rank and everything in their group: the proof for the group (naming
