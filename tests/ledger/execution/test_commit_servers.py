@@ -41,14 +41,14 @@ def test_a_worker_serves_one_commit_at_a_time_with_its_workload_prepared(
         # prepares the workload, once.
         first = worker.checkouts.get(bundle, [base.hexsha], base.tree.hexsha).roots[base.hexsha]
         # What the worker does meanwhile (its own imports) runs once the server is
-        # launched, before it is waited for: the server is running then, not ready yet.
+        # launched (its process is there), before it is waited for.
         seen: list[list[int]] = []
         one, launched = worker.servers_for(
             [first], run, ["wave"], box, meanwhile=lambda: seen.append(_fork_servers())
         )
         server = one.of(first)
         assert launched and server is not None
-        assert len(seen) == 1 and len(seen[0]) == 1, seen
+        assert len(seen) == 1 and seen[0], seen
         assert server.ready["prepared"] == ["probe_wl:make_workload"]
         assert "wave" in server.ready["modules"]
         again, launched = worker.servers_for(
@@ -75,7 +75,8 @@ def test_a_worker_serves_one_commit_at_a_time_with_its_workload_prepared(
 
 
 def _fork_servers() -> list[int]:
-    """This process's descendants that run a fork server (inside its sandbox, if any)."""
+    """This process's descendants launched to run a fork server: the server, or its
+    sandbox's processes (bubblewrap's, until the server's interpreter starts in it)."""
     import os
 
     from runners.harness.processes import descendants
@@ -86,6 +87,6 @@ def _fork_servers() -> list[int]:
             argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        if argv[1:3] == [b"-m", b"runners.fork.forkserver"]:  # the server, not its bwrap
+        if b"runners.fork.forkserver" in argv:
             out.append(pid)
     return out
