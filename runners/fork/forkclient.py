@@ -82,7 +82,12 @@ def main(argv: list[str]) -> int:
     if why is not None:
         # Its process limit would not hold: the worker never starts (the server ends it
         # when this connection closes), and the claim starts afresh in a sandbox of its
-        # own, whose limit is its own (or, asked from inside one, runs here).
+        # own, whose limit is its own (or, asked from inside one, runs here). The server
+        # hears the end of this side and ends it; its word that the worker is gone (it
+        # was moved into the claim's cgroup) comes before the claim starts afresh.
+        with contextlib.suppress(OSError):
+            conn.shutdown(socket.SHUT_WR)
+            _gone(reader)
         reader.close()
         conn.close()
         _record(placer, {"refused": why})
@@ -135,10 +140,20 @@ def _after_go(reader: Any) -> tuple[dict[str, Any], dict[str, Any]]:
         if "pids_cgroup" in doc and not seen:
             seen = doc
             if "refused" in doc:
+                # It exits at once, none of the claim's code run: the server's word that
+                # it is gone, so nothing of it is left in the claim's cgroup when the
+                # claim starts afresh.
+                _gone(reader)
                 return seen, {"rc": 1}
             continue
         return seen, doc
     return seen, {"rc": 1}
+
+
+def _gone(reader: Any) -> None:
+    """Until the server's word that the worker exited (or the server went away)."""
+    for _ in reader:
+        return
 
 
 def _host_pid(conn: socket.socket, pid: int) -> int | None:
