@@ -18,6 +18,7 @@ import contextlib
 import os
 import secrets
 import signal
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -53,6 +54,24 @@ def _read(path: Path) -> str:
         return path.read_text()
     except OSError:
         return ""
+
+
+EXITING_S = 2.0
+"""How long `ClaimCgroup.close` lets processes that are already ending leave."""
+_PF_EXITING = 0x4
+
+
+def _ending(pid: int) -> bool:
+    """The kernel is ending the process: it is in its exit (``PF_EXITING``), or a SIGKILL
+    is pending (a pid namespace torn down with its init); gone counts too."""
+    stat = _read(Path(f"/proc/{pid}/stat")).rpartition(")")[2].split()
+    if len(stat) < 7:
+        return True
+    if stat[0] in ("Z", "X") or int(stat[6]) & _PF_EXITING:
+        return True
+    fields = dict(x.partition(":")[::2] for x in _read(Path(f"/proc/{pid}/status")).splitlines())
+    kill = 1 << (signal.SIGKILL - 1)
+    return any(int(fields.get(k, "0").strip() or "0", 16) & kill for k in ("SigPnd", "ShdPnd"))
 
 
 def _int(text: str | None) -> int:
@@ -108,8 +127,15 @@ class ClaimCgroup:
         return max(0, int(text) - max(0, cache - shmem))
 
     def close(self) -> list[int]:
-        """Kill what is still in it (returned) and remove it."""
+        """Kill what is still in it (returned) and remove it; what the kernel is
+        already ending is first given `EXITING_S` to leave."""
         left = self.procs()
+        # What the kernel is already ending (a sandbox's processes killed as its pid
+        # namespace ends) leaves on its own; on a loaded host that can take a moment.
+        deadline = time.monotonic() + EXITING_S
+        while left and all(_ending(p) for p in left) and time.monotonic() < deadline:
+            time.sleep(0.01)
+            left = self.procs()
         for pid in left:
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)
