@@ -24,6 +24,10 @@ class Gate:
         self._judged.wait()
         self.poll()
 
+    def is_judged(self) -> bool:
+        """Whether the probe has judged (with or without a refusal): never waits."""
+        return self._judged.is_set()
+
     def poll(self) -> None:
         """Without waiting: raises the refusal once the probe has refused, so the claims
         started meanwhile stop then rather than when one of them finishes."""

@@ -338,6 +338,9 @@ class _Recording:
         if self.gate is not None:
             self.gate.poll()
 
+    def judged(self) -> bool:
+        return self.gate is None or self.gate.is_judged()
+
     def finished(
         self,
         fut: Any,
@@ -347,6 +350,7 @@ class _Recording:
         say: Callable[[str], None],
         wait_ns: int | None = None,
         extra: dict[str, str] | None = None,
+        ended: float | None = None,
     ) -> None:
         tag = claim_tag(run, n)
         if self.gate is not None:
@@ -376,7 +380,8 @@ class _Recording:
 
         for rec, r in recorded:
             self.done.append((rec.id, r.claim, r.outcome))
-        took = f"{time.monotonic() - t0:.1f} s"
+        # The claim's own time: it may have waited for the doctor's judgement since.
+        took = f"{(ended if ended is not None else time.monotonic()) - t0:.1f} s"
         said = [Said(rec.id, r.check, r.observer, r.outcome, r.reason) for rec, r in recorded]
         # One line per claim: a control's several receipts say what each is.
         say(finished_line(tag, run.claim, run.check, said, took))

@@ -26,6 +26,10 @@ class Recording(Protocol):
         """Raises when the run may no longer be recorded (the doctor's refusal), so the
         running claims stop at once."""
 
+    def judged(self) -> bool:
+        """Whether a finished claim may be recorded now without waiting for the
+        doctor's judgement."""
+
     def finished(
         self,
         fut: Any,
@@ -35,6 +39,7 @@ class Recording(Protocol):
         say: Callable[[str], None],
         wait_ns: int | None = None,
         extra: dict[str, str] | None = None,
+        ended: float | None = None,
     ) -> None: ...
 
 
@@ -64,7 +69,9 @@ def schedule(
     """Start each claim as soon as devices of its own are free (plan order, a later
     claim may pass one that waits for more devices), or, for a claim that may share
     one (`ledger.execution.sharing`), a device with room; record each as it finishes.
-    A shared run that did not pass runs again alone before anything is recorded.
+    A shared run that did not pass runs again alone before anything is recorded. A claim
+    that finished before the doctor judged gives its devices back at once and waits for
+    the judgement to be recorded: the claims after it do not.
     ``visible``: the GPUs a claim sees without --gpus. The claims this host cannot run
     as asked, with why (`not_here`): none of them started, nothing of them is recorded."""
     import concurrent.futures as cf
@@ -79,9 +86,11 @@ def schedule(
     waited: dict[int, int] = {}
     """Nanoseconds each claim waited for devices of its own (by index), with --gpus."""
     queued = time.monotonic_ns()
+    held: list[tuple[cf.Future[Finished], _Running, dict[str, str], float]] = []
+    """Finished claims waiting for the doctor's judgement to be recorded."""
 
     try:
-        while pending or running:
+        while pending or running or held:
             for run in list(pending):
                 shared = (
                     pool.share > 1
@@ -120,7 +129,16 @@ def schedule(
                 extra = {"device_shared_with": ",".join(names)} if r.shared and names else {}
                 if r.run.index in rerun_why:
                     extra["device_alone_after"] = rerun_why[r.run.index]
-                recording.finished(fut, r.run, r.t0, n, say, waited.get(r.run.index), extra)
+                held.append((fut, r, extra, time.monotonic()))
+            # Recorded once the doctor has judged (at once where it has): the devices
+            # went back above, so the next claims start meanwhile rather than after the
+            # probe. With nothing left to start or running, waiting for it is all there is.
+            if held and (recording.judged() or not (running or pending)):
+                for fut, r, extra, ended in held:
+                    recording.finished(
+                        fut, r.run, r.t0, n, say, waited.get(r.run.index), extra, ended
+                    )
+                held.clear()
             if finished:
                 _say_running(running.values(), explicit or pool.share > 1, n, say)
     except BaseException:
