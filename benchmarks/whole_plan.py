@@ -19,7 +19,11 @@ code first, in the same process, so both sit on one card in one run.
 The breakdown is read from qualify's own progress lines, stamped here as each
 arrives: its first line, the doctor's probe, the fork server ready, each claim's
 start and end, the base's runs (``baseline:``), the whole plan's verdict, the exit.
-The critical path is printed as the spans between consecutive events.
+The critical path is printed as the spans between consecutive events. Each claim's
+own time (what its line says: a claim that finished before the doctor judged is said
+once the judgement came) and, from each receipt qualify recorded (``ledger show``),
+its timeline (``claim_timeline_ns``: launch, fork, the check, the exit proof) and the
+harness's phases inside the check (``harness_phase_times``) follow.
 
     python -m benchmarks.whole_plan [--plans example,adapter,frozen] [--runs 2]
         [--baseline DIR] [--device cuda] [--profile h200] [--out DIR] [--timeout 300]
@@ -28,6 +32,7 @@ The critical path is printed as the spans between consecutive events.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import re
 import shutil
@@ -68,6 +73,10 @@ class Run:
     claims: dict[str, dict[str, float | str]] = field(default_factory=dict)
     fork_own: float | None = None
     tail: list[str] = field(default_factory=list)
+    lines: list[tuple[float, str]] = field(default_factory=list)
+    """Every line qualify said, stamped as it arrived (the claims' own progress too)."""
+    inside: dict[str, dict[str, float]] = field(default_factory=dict)
+    """Claim -> seconds of each span of its receipt's timeline and harness phases."""
 
 
 def _benign_comment(repo: Path, name: str) -> None:
@@ -116,25 +125,54 @@ def qualify(env: dict[str, str], repo: Path, cwd: Path, a: argparse.Namespace, r
     def line(text: str) -> None:
         at = time.perf_counter() - t0
         run.tail = [*run.tail[-11:], text]
+        run.lines.append((round(at, 3), text))
         m = _STAMP.match(text)
         if m:
             _event(run, at, m.group(2))
         elif text.startswith("whole plan"):
             run.events.append((at, text[:90]))
 
-    run.rc = watch(args, env, cwd, a.timeout, line)
+    run.rc, out = watch(args, env, cwd, a.timeout, line)
     run.wall = time.perf_counter() - t0
     run.events.append((run.wall, "exit"))
+    try:
+        receipts = json.loads(out).get("receipts", [])
+    except ValueError:
+        receipts = []  # a run that printed no JSON: its lines say why
+    for r in receipts:
+        run.inside[str(r.get("claim"))] = inside(env, cwd, str(r["id"]))
     return run
+
+
+def inside(env: dict[str, str], cwd: Path, rid: str) -> dict[str, float]:
+    """One receipt's timeline spans and harness phases, in seconds."""
+    shown = subprocess.run(
+        [sys.executable, "-m", "ledger", "show", rid, "--json"],
+        env=env,
+        cwd=cwd,
+        capture_output=True,
+        check=False,
+    )
+    if shown.returncode != 0:
+        return {}
+    meas = json.loads(shown.stdout)["statement"]["predicate"].get("measurements", {})
+    # Every mark the receipt has (launch, fork, serving, device ready, the check, the
+    # exit proof), in the order they happened.
+    tl = sorted((int(ns), name) for name, ns in meas.get("claim_timeline_ns", {}).items())
+    spans = {f"{a} -> {b}": (nb - na) / 1e9 for (na, a), (nb, b) in itertools.pairwise(tl)}
+    for name, ns in sorted(meas.get("harness_phase_times", {}).items()):
+        if isinstance(ns, int):
+            spans[f"check: {name.removesuffix('_ns')}"] = ns / 1e9
+    return spans
 
 
 def watch(
     args: list[str], env: dict[str, str], cwd: Path, bound_s: float, line: Callable[[str], None]
-) -> int:
-    """Run ``args``, each line of its stderr to ``line`` as it arrives; its exit status.
-    Its stdout (qualify's JSON, which outgrows a pipe's 64 KiB once the base's receipts
-    are reused) goes to a file: a pipe read only at the end would block it, and the
-    run would never end. Past ``bound_s`` it is killed, printing or not."""
+) -> tuple[int, bytes]:
+    """Run ``args``, each line of its stderr to ``line`` as it arrives; its exit status
+    and stdout. Its stdout (qualify's JSON, which outgrows a pipe's 64 KiB once the
+    base's receipts are reused) goes to a file: a pipe read only at the end would block
+    it, and the run would never end. Past ``bound_s`` it is killed, printing or not."""
     with tempfile.TemporaryFile() as out:
         p = subprocess.Popen(args, env=env, cwd=cwd, stdout=out, stderr=subprocess.PIPE)
         assert p.stderr is not None
@@ -146,7 +184,9 @@ def watch(
                 line(raw.decode(errors="replace").rstrip())
         finally:
             bound.cancel()
-        return p.wait()
+        rc = p.wait()
+        out.seek(0)
+        return rc, out.read()
 
 
 def _event(run: Run, at: float, line: str) -> None:
@@ -156,6 +196,8 @@ def _event(run: Run, at: float, line: str) -> None:
     elif (e := _END.match(line)) and e.group(3) in run.claims:
         c = run.claims[e.group(3)]
         c.update(end=at, outcome=e.group(4))
+        if e.group(5):
+            c["own"] = float(e.group(5))
         run.events.append((at, f"end {e.group(3)} {e.group(4)}"))
     elif f := _FORK.match(line):
         run.fork_own = float(f.group(1))
@@ -214,7 +256,10 @@ def render(runs: list[Run]) -> str:
         for name, c in r.claims.items():
             if "start" in c and "end" in c:
                 span = float(c["end"]) - float(c["start"])
-                out.append(f"  claim {name:<34} {span:6.2f} s  {c.get('outcome')}")
+                own = f" ({float(c['own']):.1f} s its own)" if "own" in c else ""
+                out.append(f"  claim {name:<34} {span:6.2f} s  {c.get('outcome')}{own}")
+                for what, secs in r.inside.get(name, {}).items():
+                    out.append(f"      {what:<34} {secs:7.3f} s")
         if r.rc != 0:
             out += ["  last lines:", *(f"    {t}" for t in r.tail[-4:])]
     return "\n".join(out)

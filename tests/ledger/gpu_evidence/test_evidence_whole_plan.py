@@ -104,8 +104,8 @@ def test_the_benchmark_reads_a_run_whose_output_outgrows_a_pipe(tmp_path: Path) 
         "print('last', file=sys.stderr, flush=True)"
     )
     seen: list[str] = []
-    rc = watch([sys.executable, "-c", code], {}, tmp_path, 120, seen.append)
-    assert (rc, seen) == (0, ["first", "last"])
+    rc, out = watch([sys.executable, "-c", code], {}, tmp_path, 120, seen.append)
+    assert (rc, seen, len(out)) == (0, ["first", "last"], 1 << 20)
 
 
 def test_the_adapter_plans_two_runs_once_the_benchmark_read_them_whole() -> None:
