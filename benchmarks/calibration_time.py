@@ -23,6 +23,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from ledger.units.numbers import iec, number
+
 ROOT = Path(__file__).resolve().parents[1]
 
 _CHILD = r"""
@@ -54,10 +56,18 @@ print(json.dumps({
     "cpu_s": time.process_time() - cpu,
     "steps": steps[0],
     "error_permille": {k: f.error_permille for k, f in sorted(cal.phases.items())},
+    # Method 2 (a checkout before it) states no absolute part: 0 there.
+    "error_bytes": {k: getattr(f, "error_bytes", 0) for k, f in sorted(cal.phases.items())},
 }))
 """
 
 FAMILIES = ("gpt2", "qwen3_moe+lora example")
+
+
+def stated_error(error_bytes: int, error_permille: int) -> str:
+    """A stated error as people read it: bytes in IEC units and a percent of the point,
+    three significant digits each (the JSON keeps the exact integers)."""
+    return f"{iec(error_bytes)} + {number(error_permille / 10)} %"
 
 
 def _one(checkout: Path, family: str) -> dict[str, Any]:
@@ -89,10 +99,14 @@ def main(argv: list[str] | None = None) -> None:
             for side, checkout in sides.items():
                 got = _one(checkout, family)
                 runs[family][side].append(got)
+                errors = ", ".join(
+                    f"{k} {stated_error(got['error_bytes'][k], v)}"
+                    for k, v in got["error_permille"].items()
+                )
                 print(
                     f"round {r + 1} {family} {side}: {got['wall_s']:.1f} s wall, "
                     f"{got['cpu_s']:.1f} s CPU, {got['steps']} steps, "
-                    f"error {got['error_permille']} per mille",
+                    f"stated error {errors}",
                     flush=True,
                 )
     summary = {
@@ -101,6 +115,7 @@ def main(argv: list[str] | None = None) -> None:
                 "median_wall_s": round(statistics.median(x["wall_s"] for x in got), 2),
                 "median_cpu_s": round(statistics.median(x["cpu_s"] for x in got), 2),
                 "steps": got[0]["steps"],
+                "error_bytes": got[0]["error_bytes"],
                 "error_permille": got[0]["error_permille"],
             }
             for s, got in by.items()

@@ -29,6 +29,7 @@ from typing import Any
 
 import torch
 
+from ledger.units.numbers import iec, number
 from runners.adapt.library import causal_lm, module
 from runners.harness.probe import CpuProbe, make_probe
 from runners.harness.steps import measure_step
@@ -180,7 +181,11 @@ def _family(f: dict[str, Any], device: torch.device, say: Callable[[str], None])
     t0 = time.monotonic()
     cal = w.calibration()
     took = time.monotonic() - t0
-    say(f"{f['family']}: {params:,} parameters, calibrated in {took:.1f} s")
+    errors = ", ".join(
+        f"{p} {stated_error(cal.phases[p].error_bytes, cal.phases[p].error_permille)}"
+        for p in PHASES
+    )
+    say(f"{f['family']}: {params:,} parameters, calibrated in {took:.1f} s, stated error {errors}")
     rows = []
     for phase in PHASES:
         grad = phase == "forward_backward"
@@ -217,6 +222,7 @@ def _family(f: dict[str, Any], device: torch.device, say: Callable[[str], None])
             "id": cal.id,
             "seconds": round(took, 2),
             "measured_up_to_tokens": cal.measured_up_to_tokens,
+            "error_bytes": {p: cal.phases[p].error_bytes for p in PHASES},
             "error_permille": {p: cal.phases[p].error_permille for p in PHASES},
             "routing": cal.routing,
         },
@@ -234,22 +240,33 @@ def _family(f: dict[str, Any], device: torch.device, say: Callable[[str], None])
     }
 
 
+def stated_error(error_bytes: int, error_permille: int) -> str:
+    """A stated error as people read it: its bytes in IEC units and its share of the
+    point in percent, three significant digits each (``2.5 MiB + 1.3 %``)."""
+    return f"{iec(error_bytes)} + {number(error_permille / 10)} %"
+
+
 def _markdown(doc: dict[str, Any]) -> str:
     out = [
         f"# Built-in estimator: predicted against measured ({doc['device']})",
         "",
         "| family | role | shapes | measured > predicted | median m/p | min m/p | max m/p "
-        "| accelerate's rule below measured | calibration s | routing |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| accelerate's rule below measured | calibration s | stated error: forward_nograd "
+        "| forward_backward | routing |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for f in doc["families"]:
         s, c = f["summary"], f["calibration"]
         routing = c["routing"].get("share_permille", "") if c["routing"] else "-"
+        # A table of method 2 has no error_bytes: its stated error was the permille alone.
+        err = [
+            stated_error(c.get("error_bytes", {}).get(p, 0), c["error_permille"][p]) for p in PHASES
+        ]
         out.append(
             f"| {f['family']} | {f['role']} | {s['shapes']} | {s['measured_above_predicted']} "
             f"| {s['median_measured_over_predicted']} | {s['min_measured_over_predicted']} "
             f"| {s['max_measured_over_predicted']} | {s['accelerate_below_measured']} "
-            f"| {c['seconds']} | {routing} |"
+            f"| {c['seconds']} | {err[0]} | {err[1]} | {routing} |"
         )
     out += ["", "| family | phase | shape | measured | predicted | m/p | accelerate | m/a |"]
     out.append("|---|---|---|---|---|---|---|---|")

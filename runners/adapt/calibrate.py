@@ -5,9 +5,10 @@ probe (the reset-to-peak increment a check measures): every phase at a grid of
 ``batch x seq`` shapes up to the calibration's token budget, its first step
 measured cold. Each phase's step cost is fit to an upper envelope above the
 gradients the model is known to allocate (a backward's grid steps accumulate into
-the gradients the cold step left, so each measures its own cost alone), then
-checked against shapes it was not fit on (one long sequence and eight short ones
-of the largest a plan runs, ``validate_tokens``, where the device affords them).
+the gradients the cold step left, so each measures its own cost alone), its stated
+error (an absolute and a relative part) the least that covers them at the largest
+shape a plan runs, then checked against shapes it was not fit on (one long sequence
+and eight short ones of that size, ``validate_tokens``, where the device affords them).
 Where the fit does not cover one, it is made again on every step measured (the
 record says ``refit``), so the stated error covers the validation steps too.
 
@@ -264,8 +265,11 @@ def measure(w: Calibrated, terms: tuple[str, ...], budget: Budget) -> Calibratio
 
                 cold = one(grid[0])
                 assert cold is not None
+                # The stated error is made least at the largest shape a plan runs (the
+                # validation shapes), not at the small ones it is measured on.
+                ref = [(c.batch, c.seq) for c in checks]
                 # The gradients the cold step left stay: the grid accumulates into them.
-                f = with_cold(fit(terms, [fits(s) for s in grid], known), cold)
+                f = with_cold(fit(terms, [fits(s) for s in grid], known, ref), cold)
                 seen: list[Point] = []
                 for check in checks:
                     got = one(check, affordable=True)
@@ -273,11 +277,11 @@ def measure(w: Calibrated, terms: tuple[str, ...], budget: Budget) -> Calibratio
                         f = unaffordable(f, check.batch, check.seq)
                         continue
                     seen.append(got)
-                    f = widened(f, got)
+                    f = widened(f, got, ref)
                 if not all(v.get("covered", True) for v in f.validation):
                     # Extrapolating from the small shapes fell short: fit on every step
                     # measured, so the slopes follow the large ones (recorded as refit).
-                    f = with_cold(refit(f, terms, seen), cold)
+                    f = with_cold(refit(f, terms, seen, ref), cold)
                 phase_fits[phase] = f
                 if routing.count:
                     # The routing's share at the largest step of the grid (a validation

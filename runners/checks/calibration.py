@@ -2,8 +2,9 @@
 
 A ready adapter whose plan names no estimator (or ``"builtin"``) predicts memory
 from a calibration (`runners.adapt.calibrate`): small shapes measured on the device,
-an upper envelope fit per phase, its stated error, the validation steps. This check
-measures that calibration in the claim (``fresh``) and records it whole in the
+an upper envelope fit per phase, its stated error (``error_bytes`` and
+``error_permille`` of the point), the validation steps. This check measures that
+calibration in the claim (``fresh``) and records it whole in the
 receipt's measurements, with its id: the admission and full-prefix receipts that
 used it name the same id (``calibration`` on each row), so the fit behind a bound
 is signed evidence of its own. Passed when the calibration was measured; a workload
@@ -75,6 +76,8 @@ def _body(sess: Session, p: Params) -> Verdict:
             "calibration_source": str(w.calibration_source),
             "calibration_ns": took,
             "measured_up_to_tokens": cal.measured_up_to_tokens,
+            # The stated error per phase, both parts: bytes and a permille of the point.
+            "error_bytes": {k: f.error_bytes for k, f in sorted(cal.phases.items())},
             "error_permille": {k: f.error_permille for k, f in sorted(cal.phases.items())},
             "record": record,
         },

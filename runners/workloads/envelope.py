@@ -15,12 +15,21 @@ seen, and the sum bounds a step that allocates its gradients afresh:
 
 The coefficients are fit by non-negative least squares on residuals relative to
 the measured increment (so small shapes weigh as much as large ones), giving the
-*point* estimate; the stated error is the largest relative residual over the
-measured shapes, so the returned prediction (point plus error) lies on or above
-every measured point: an upper envelope, not a line through the middle.
-Coefficients are stored as exact integers (bytes per 1024 units, rounded up) and
-the error in permille (rounded up), so the record signs integers and every
-prediction is recomputed exactly.
+*point* estimate. The stated error has two parts, an absolute one (``error_bytes``)
+and a relative one (``error_permille``): the prediction is
+``point + error_bytes + ceil(point * error_permille / 1000)``, on or above every
+measured point: an upper envelope, not a line through the middle. A step's cost
+at small shapes is mostly fixed (allocator rounding, workspaces: a few MiB on a
+GPU), so a relative error alone would have to be hundreds of percent there, and
+would multiply the same share into the large shapes a plan runs. The pair is the
+one that covers every measured point with (nearly) the least bound at the reference
+shape, the largest the calibration knows of (its validation shape, else its largest
+measured one): `runners.workloads.stated_error`.
+
+Coefficients are stored as exact integers (bytes per 1024 units, rounded up), the
+error as whole bytes and a whole permille, so the record signs integers and every
+prediction is recomputed exactly. A record of method 2 (a relative error alone)
+has no ``error_bytes``: read as 0, it predicts what it did, under the same id.
 
 Imports nothing heavy: the fit is small linear algebra in Python, readable and
 checkable without torch.
@@ -32,19 +41,25 @@ import hashlib
 import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import combinations
 from typing import Any
 
-VERSION = "2"
-"""The built-in estimator's method: a calibration recorded under another is refit (2:
-seven grid steps a phase, `runners.adapt.calibrate.GRID`; 1: fourteen)."""
+from runners.workloads import stated_error
+
+VERSION = "3"
+"""The built-in estimator's method: a calibration recorded under another is refit (3:
+the stated error an absolute and a relative part; 2: a relative part alone, seven grid
+steps a phase, `runners.adapt.calibrate.GRID`; 1: fourteen)."""
 
 TERMS = ("constant", "sequences", "tokens", "attention")
 """Every basis term the method knows, in order."""
 
 UNIT = 1024
 """Coefficients are bytes per `UNIT` units of their term, rounded up."""
+
+Shapes = Sequence[tuple[int, int]]
+"""``(batch, seq)`` shapes: where the stated error is made least (`_with_error`)."""
 
 
 def features(terms: Sequence[str], batch: int, seq: int) -> dict[str, int]:
@@ -133,7 +148,8 @@ class PhaseFit:
     coefficients: dict[str, int]
     """Term -> bytes per `UNIT` units, rounded up."""
     error_permille: int
-    """Stated error: the prediction is the point plus this share of it."""
+    """Stated error, its relative part: this share of the point (rounded up) is added
+    to it, with `error_bytes`."""
     known_bytes: int = 0
     """The model's exactly known bytes in a step of the phase (a backward's gradients),
     part of the point whatever the shape."""
@@ -148,6 +164,9 @@ class PhaseFit:
     refit: bool = False
     """A validation step was not covered: the fit was made again on every measured
     step, the validation steps included, so the stated error covers them all."""
+    error_bytes: int = 0
+    """Stated error, its absolute part: bytes added to every prediction, whatever the
+    shape (0 in a record of method 2, which had none)."""
 
     def point(self, batch: int, seq: int) -> dict[str, int]:
         """Each term's bytes of the step cost at the shape (rounded up)."""
@@ -159,10 +178,11 @@ class PhaseFit:
         return sum(self.point(batch, seq).values()) + self.known_bytes
 
     def error(self, point: int) -> int:
-        return -(-point * self.error_permille // 1000)
+        """The stated error above a point estimate of ``point`` bytes."""
+        return self.error_bytes + -(-point * self.error_permille // 1000)
 
     def json(self) -> dict[str, Any]:
-        return {
+        d: dict[str, Any] = {
             "coefficients_per_1024": dict(self.coefficients),
             "error_permille": self.error_permille,
             "known_bytes": self.known_bytes,
@@ -171,6 +191,10 @@ class PhaseFit:
             "validation": [dict(v) for v in self.validation],
             "refit": self.refit,
         }
+        # Only where there is one: a record of method 2 (none) keeps its bytes and id.
+        if self.error_bytes:
+            d["error_bytes"] = self.error_bytes
+        return d
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> PhaseFit:
@@ -190,33 +214,51 @@ class PhaseFit:
             ),
             validation=tuple(dict(v) for v in d.get("validation", ())),
             refit=bool(d.get("refit", False)),
+            error_bytes=int(d.get("error_bytes", 0)),
         )
 
 
+def _deficits(fit: PhaseFit, points: Iterable[Point]) -> list[tuple[int, int]]:
+    """``(point estimate, what the step measured above it)`` of each step it falls short of."""
+    got = [(fit.total(p.batch, p.seq), p.bound(fit.known_bytes)) for p in points]
+    return [(point, seen - point) for point, seen in got if seen > point]
+
+
 def _error_permille(fit: PhaseFit, points: Iterable[Point]) -> int:
-    """The least permille error that puts every point on or under the prediction."""
-    worst = 0
-    for p in points:
-        point = fit.total(p.batch, p.seq)
-        seen = p.bound(fit.known_bytes)
-        if seen <= point:
-            continue
-        if point <= 0:
-            raise ValueError(
-                f"no upper envelope: the fit predicts {point} bytes at {p.batch}x{p.seq}, "
-                f"measured {seen}"
-            )
-        need = -(-(seen - point) * 1000 // point)
-        # Rounding the error up may still fall short by a byte: step until it covers.
-        while point + -(-point * need // 1000) < seen:
-            need += 1
-        worst = max(worst, need)
-    return worst
+    """The least permille error alone (no absolute part) that puts every point on or
+    under the prediction: method 2's stated error."""
+    got = stated_error.alone(_deficits(fit, points))
+    if got is None:
+        raise ValueError("no upper envelope: the fit predicts 0 bytes where a step measured more")
+    return got
 
 
-def fit(terms: Sequence[str], points: Sequence[Point], known_bytes: int = 0) -> PhaseFit:
+def _with_error(f: PhaseFit, points: Sequence[Point], shapes: Shapes) -> PhaseFit:
+    """``f`` with the stated error that covers ``points``, near the least at the reference
+    shape: of ``shapes`` (the validation shapes), else of ``points``, the most tokens,
+    among those the largest point (`runners.workloads.stated_error`)."""
+    known = list(dict.fromkeys(shapes)) or [(p.batch, p.seq) for p in points]
+    most = max((b * s for b, s in known), default=0)
+    reference = max((f.total(b, s) for b, s in known if b * s == most), default=0)
+    absolute, permille = stated_error.pair(_deficits(f, points), reference)
+    return replace(f, error_bytes=absolute, error_permille=permille)
+
+
+def _validated(f: PhaseFit) -> tuple[list[tuple[int, int]], list[Point]]:
+    """The validation shapes, and the steps measured there as points (their bound)."""
+    vs = [(int(v["batch"]), int(v["seq"]), v.get("measured_bytes")) for v in f.validation]
+    return [(b, s) for b, s, _ in vs], [Point(b, s, int(m)) for b, s, m in vs if m is not None]
+
+
+def fit(
+    terms: Sequence[str],
+    points: Sequence[Point],
+    known_bytes: int = 0,
+    reference: Shapes = (),
+) -> PhaseFit:
     """The upper envelope of ``points`` on ``terms`` above ``known_bytes`` (module
-    docstring)."""
+    docstring); its stated error least at the reference shape among ``reference``
+    (``(batch, seq)``: the validation shapes to come), else among ``points``."""
     unknown = [t for t in terms if t not in TERMS]
     if unknown:
         raise ValueError(f"unknown basis terms {unknown}; known: {', '.join(TERMS)}")
@@ -239,77 +281,51 @@ def fit(terms: Sequence[str], points: Sequence[Point], known_bytes: int = 0) -> 
     ):
         # Nothing fit: price the largest measurement as a constant (an envelope still).
         ints["constant"] = max(p.bound(known_bytes) - known_bytes for p in points) * UNIT
-    bare = PhaseFit(coefficients=ints, error_permille=0, known_bytes=known_bytes)
-    return PhaseFit(
-        coefficients=ints,
-        error_permille=_error_permille(bare, points),
-        known_bytes=known_bytes,
-        points=tuple(points),
+    bare = PhaseFit(
+        coefficients=ints, error_permille=0, known_bytes=known_bytes, points=tuple(points)
     )
+    return _with_error(bare, points, reference)
 
 
-def widened(f: PhaseFit, seen: Point) -> PhaseFit:
+def widened(f: PhaseFit, seen: Point, reference: Shapes = ()) -> PhaseFit:
     """``f`` with its stated error widened (if need be) to cover ``seen`` too, which is
-    recorded among its validations."""
+    recorded among its validations. Widened, the pair is chosen again over every step
+    measured (near the least at ``reference`` and the validation shapes)."""
     before = predict_step(f, seen.batch, seen.seq)
-    err = max(f.error_permille, _error_permille(f, [seen]))
-    return PhaseFit(
-        coefficients=f.coefficients,
-        error_permille=err,
-        known_bytes=f.known_bytes,
-        cold_extra_bytes=f.cold_extra_bytes,
-        points=f.points,
-        validation=(
-            *f.validation,
-            {
-                "batch": seen.batch,
-                "seq": seen.seq,
-                "measured_bytes": seen.bound(f.known_bytes),
-                "predicted_bytes": before,
-                "covered": err == f.error_permille,
-            },
-        ),
-    )
+    measured = seen.bound(f.known_bytes)
+    check: dict[str, int | bool | str] = {"batch": seen.batch, "seq": seen.seq}
+    check |= {"measured_bytes": measured, "predicted_bytes": before}
+    check["covered"] = measured <= before
+    g = replace(f, validation=(*f.validation, check))
+    if measured <= before:
+        return g
+    shapes, checks = _validated(g)
+    return _with_error(g, [*f.points, *checks], [*reference, *shapes])
 
 
-def refit(f: PhaseFit, terms: Sequence[str], seen: Sequence[Point]) -> PhaseFit:
+def refit(
+    f: PhaseFit,
+    terms: Sequence[str],
+    seen: Sequence[Point],
+    reference: Shapes = (),
+) -> PhaseFit:
     """``f`` fit again on its points and the validation steps ``seen`` (one of which
     it did not cover), its validations kept as they were measured."""
-    g = fit(terms, [*f.points, *seen], f.known_bytes)
-    return PhaseFit(
-        coefficients=g.coefficients,
-        error_permille=g.error_permille,
-        known_bytes=f.known_bytes,
-        points=g.points,
-        validation=f.validation,
-        refit=True,
-    )
+    g = fit(terms, [*f.points, *seen], f.known_bytes, [*reference, *_validated(f)[0]])
+    return replace(g, validation=f.validation, refit=True)
 
 
 def unaffordable(f: PhaseFit, batch: int, seq: int) -> PhaseFit:
     """``f`` with a validation shape the device could not afford, recorded as such."""
-    return PhaseFit(
-        coefficients=f.coefficients,
-        error_permille=f.error_permille,
-        known_bytes=f.known_bytes,
-        cold_extra_bytes=f.cold_extra_bytes,
-        points=f.points,
-        validation=(*f.validation, {"batch": batch, "seq": seq, "skipped": "out of memory"}),
+    return replace(
+        f, validation=(*f.validation, {"batch": batch, "seq": seq, "skipped": "out of memory"})
     )
 
 
 def with_cold(f: PhaseFit, cold: Point) -> PhaseFit:
     """``f`` with its cold allowance: what ``cold`` measured above the warm prediction."""
     extra = max(0, cold.bound(f.known_bytes) - predict_step(f, cold.batch, cold.seq))
-    return PhaseFit(
-        coefficients=f.coefficients,
-        error_permille=f.error_permille,
-        known_bytes=f.known_bytes,
-        cold_extra_bytes=extra,
-        points=f.points,
-        validation=f.validation,
-        refit=f.refit,
-    )
+    return replace(f, cold_extra_bytes=extra)
 
 
 def predict_step(f: PhaseFit, batch: int, seq: int) -> int:

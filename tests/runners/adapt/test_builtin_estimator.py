@@ -5,6 +5,7 @@ its own error and is held to it. Real torch on CPU, tiny models."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -82,18 +83,26 @@ def test_the_fit_is_an_upper_envelope_of_what_it_measured() -> None:
     ]
     f = fit(("constant", "tokens", "attention"), points)
     assert all(isinstance(v, int) and v >= 0 for v in f.coefficients.values())
-    assert f.error_permille > 0  # noise above the point is stated, not hidden
+    # Noise above the point is stated, not hidden (in bytes, a permille, or both).
+    assert f.error_bytes > 0 or f.error_permille > 0
     for p in points:
         assert p.measured_bytes <= predict_step(f, p.batch, p.seq), p
-    # Not least squares: the envelope is the point plus the largest residual, and
-    # exactly that (one less permille leaves a point above it).
-    tighter = type(f)(coefficients=f.coefficients, error_permille=f.error_permille - 1)
-    assert any(p.measured_bytes > predict_step(tighter, p.batch, p.seq) for p in points)
+    # Not least squares: the envelope is the point plus the residuals' cover, and
+    # exactly that (one byte or one permille less leaves a point above it).
+    for tighter in (
+        replace(f, error_bytes=f.error_bytes - 1) if f.error_bytes else None,
+        replace(f, error_permille=f.error_permille - 1) if f.error_permille else None,
+    ):
+        if tighter is not None:
+            assert any(p.measured_bytes > predict_step(tighter, p.batch, p.seq) for p in points)
     # A validation point above the envelope widens the stated error to cover it.
     big = Point(8, 64, 2 * predict_step(f, 8, 64))
     wider = widened(f, big)
-    assert wider.validation[-1]["covered"] is False and wider.error_permille > f.error_permille
+    assert wider.validation[-1]["covered"] is False
+    assert predict_step(wider, 8, 64) > predict_step(f, 8, 64)
     assert big.measured_bytes <= predict_step(wider, 8, 64)
+    for p in points:
+        assert p.measured_bytes <= predict_step(wider, p.batch, p.seq), p
 
 
 def test_lora_parameters_count_by_trainability_and_dtype() -> None:
@@ -174,6 +183,10 @@ def test_calibration_lies_under_its_prediction_and_is_kept(team: Path, _cache: P
     calibrate._MEMO.clear()
     again.calibration()
     assert again.calibration_source == "measured"
+    # Nor one of another method (2: a relative error alone): measured again, as method 3.
+    kept.write_text(json.dumps({**doc, "version": "2"}))
+    calibrate._MEMO.clear()
+    assert again.calibration().version == "3" and again.calibration_source == "measured"
 
 
 def test_a_teams_own_estimator_is_used_as_before(team: Path) -> None:
@@ -342,6 +355,9 @@ def test_the_calibration_is_a_receipt_that_admission_rows_name(team: Path) -> No
     # The record is the fit itself: its id recomputed from what the receipt holds.
     assert cal.id == m["calibration"] and cal.workload_digest == r.scope["workload_digest"]
     assert cal.device == "cpu" and cal.measured_up_to_tokens == m["measured_up_to_tokens"]
+    # The stated error's two parts, per phase, as the record has them (exact integers).
+    assert m["error_bytes"] == {k: f.error_bytes for k, f in sorted(cal.phases.items())}
+    assert m["error_permille"] == {k: f.error_permille for k, f in sorted(cal.phases.items())}
     # Admission in a later claim uses the kept calibration and names it on every row.
     adm = _admission(team, CNN)
     rows = [x for x in adm.measurements["shapes"] if isinstance(x, dict)]  # type: ignore[union-attr]
