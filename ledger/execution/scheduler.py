@@ -86,7 +86,7 @@ def schedule(
     waited: dict[int, int] = {}
     """Nanoseconds each claim waited for devices of its own (by index), with --gpus."""
     queued = time.monotonic_ns()
-    held: list[tuple[cf.Future[Finished], _Running, dict[str, str], float]] = []
+    held: list[_Held] = []
     """Finished claims waiting for the doctor's judgement to be recorded."""
 
     try:
@@ -117,28 +117,16 @@ def schedule(
             for fut in finished:
                 r = running.pop(fut)
                 pool.give_back(r.devices)
-                names = sorted(by_index[i].claim for i in r.beside)
-                why = _shared_failed(fut, r)
-                if why is not None:
-                    # Nothing of this run is recorded: alone, the claim is judged again.
-                    who = f" ({', '.join(names)})" if names else ""
-                    say(f"{claim_tag(r.run, n)} {r.run.claim}: {why}{who}: running it again alone")
-                    rerun_why[r.run.index] = f"{why}{who}"
+                extra = _ended(fut, r, by_index, rerun_why, n, say)
+                if extra is None:
                     pending.insert(0, r.run)
-                    continue
-                extra = {"device_shared_with": ",".join(names)} if r.shared and names else {}
-                if r.run.index in rerun_why:
-                    extra["device_alone_after"] = rerun_why[r.run.index]
-                held.append((fut, r, extra, time.monotonic()))
+                else:
+                    held.append((fut, r, extra, time.monotonic()))
             # Recorded once the doctor has judged (at once where it has): the devices
             # went back above, so the next claims start meanwhile rather than after the
             # probe. With nothing left to start or running, waiting for it is all there is.
             if held and (recording.judged() or not (running or pending)):
-                for fut, r, extra, ended in held:
-                    recording.finished(
-                        fut, r.run, r.t0, n, say, waited.get(r.run.index), extra, ended
-                    )
-                held.clear()
+                _record(held, recording, n, say, waited)
             if finished:
                 _say_running(running.values(), explicit or pool.share > 1, n, say)
     except BaseException:
@@ -148,6 +136,47 @@ def schedule(
         cf.wait(list(running))
         raise
     return skipped
+
+
+def _ended(
+    fut: Any,
+    r: _Running,
+    by_index: dict[int, ClaimRun],
+    rerun_why: dict[int, str],
+    n: int,
+    say: Callable[[str], None],
+) -> dict[str, str] | None:
+    """A finished claim's facts for its receipts (whom it shared its device with, why it
+    ran alone), or None when a shared run did not pass and it runs again alone."""
+    names = sorted(by_index[i].claim for i in r.beside)
+    why = _shared_failed(fut, r)
+    if why is not None:
+        # Nothing of this run is recorded: alone, the claim is judged again.
+        who = f" ({', '.join(names)})" if names else ""
+        say(f"{claim_tag(r.run, n)} {r.run.claim}: {why}{who}: running it again alone")
+        rerun_why[r.run.index] = f"{why}{who}"
+        return None
+    extra = {"device_shared_with": ",".join(names)} if r.shared and names else {}
+    if r.run.index in rerun_why:
+        extra["device_alone_after"] = rerun_why[r.run.index]
+    return extra
+
+
+_Held = tuple[Any, _Running, dict[str, str], float]
+"""A finished claim's future, its entry, its extra facts and when it ended."""
+
+
+def _record(
+    held: list[_Held],
+    recording: Recording,
+    n: int,
+    say: Callable[[str], None],
+    waited: dict[int, int],
+) -> None:
+    """Every held claim handed to the recording, in the order they finished."""
+    for fut, r, extra, ended in held:
+        recording.finished(fut, r.run, r.t0, n, say, waited.get(r.run.index), extra, ended)
+    held.clear()
 
 
 def not_here(run: ClaimRun, explicit: bool, handed: int, visible: int) -> str | None:

@@ -19,6 +19,7 @@ import torch
 
 from runners.checks import noise, precision
 from runners.checks.context import Verdict
+from runners.checks.outputs import sums
 from runners.contract.result import Json
 
 
@@ -33,14 +34,17 @@ class ReferenceRule(Protocol):
 
 
 def compare(
-    base: dict[str, torch.Tensor], cand: dict[str, torch.Tensor], threshold: float
+    base: dict[str, torch.Tensor],
+    cand: dict[str, torch.Tensor],
+    threshold: float,
+    on: torch.device | None = None,
 ) -> tuple[list[dict[str, Json]], list[str]]:
-    """Per-tensor rows (sorted by name) and the names present in only one arm."""
+    """Per-tensor rows (sorted by name) and the names present in only one arm; large
+    tensors summed on ``on`` where it is a GPU (`runners.checks.outputs.sums`)."""
     rows: list[dict[str, Json]] = []
     only = sorted(set(base) ^ set(cand))
     for name in sorted(set(base) & set(cand)):
-        b = base[name].double().flatten()
-        c = cand[name].double().flatten()
+        b, c = base[name].flatten(), cand[name].flatten()
         if b.shape != c.shape:
             rows.append(
                 {
@@ -54,12 +58,11 @@ def compare(
                 }
             )
             continue
-        nb = float(torch.linalg.vector_norm(b))
-        nc = float(torch.linalg.vector_norm(c))
-        nd = float(torch.linalg.vector_norm(c - b))
+        s = sums(c, b, on)
+        nb, nc, nd = math.sqrt(s.ref2), math.sqrt(s.x2), math.sqrt(s.diff2)
         rel: float | None = nd / nb if nb > 0 else (0.0 if nd == 0 else None)
-        cos = float(torch.dot(b, c)) / (nb * nc) if nb > 0 and nc > 0 else None
-        max_abs = float((c - b).abs().max()) if b.numel() else 0.0
+        cos = s.dot / (nb * nc) if nb > 0 and nc > 0 else None
+        max_abs = s.max_abs
         finite = all(math.isfinite(x) for x in (nb, nc, nd))
         rows.append(
             {
@@ -74,17 +77,20 @@ def compare(
     return rows, only
 
 
-def errors(x: dict[str, torch.Tensor], ref: dict[str, torch.Tensor]) -> dict[str, float | None]:
+def errors(
+    x: dict[str, torch.Tensor], ref: dict[str, torch.Tensor], on: torch.device | None = None
+) -> dict[str, float | None]:
     """``||x - ref|| / ||ref||`` per tensor of ``x`` (None when not finite; inf when the
-    reference is zero and ``x`` is not)."""
+    reference is zero and ``x`` is not); large tensors summed on ``on`` where it is a
+    GPU (`runners.checks.outputs.sums`)."""
     out: dict[str, float | None] = {}
     for name, t in x.items():
         r = ref.get(name)
         if r is None or r.shape != t.shape:
             out[name] = None
             continue
-        nr = float(torch.linalg.vector_norm(r.double()))
-        nd = float(torch.linalg.vector_norm(t.double() - r.double()))
+        s = sums(t, r, on)
+        nr, nd = math.sqrt(s.ref2), math.sqrt(s.diff2)
         if not (math.isfinite(nr) and math.isfinite(nd)):
             out[name] = None
         else:

@@ -6,8 +6,11 @@ The outputs of a 24-view forward include its logits: 24 x 512 x 32768 in bf16 is
 that size costs a second or more on the host, so: a digest reads the host copy in
 place (no second copy into Python bytes), a second run bitwise equal to the first
 has the first's digest (the same bytes), and an error against a reference is
-summed on the reference's device in float64, in chunks (no full-size float64
-temporaries).
+summed in float64, in chunks (no full-size float64 temporaries), in one pass for
+every figure of a pair (`sums`). Where the check runs on a GPU, a large pair held on
+the host is summed there (`device_for`): on one H100's host the float64 norms of the
+24-view's logits against the base's and the reference's took seconds each, on the
+device milliseconds.
 """
 
 from __future__ import annotations
@@ -15,10 +18,11 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import math
+from dataclasses import dataclass
 
 import torch
 
-__all__ = ["bitwise_equal", "host_copy", "rel_err", "sha256_of"]
+__all__ = ["Sums", "bitwise_equal", "device_for", "host_copy", "rel_err", "sha256_of", "sums"]
 
 _CHUNK = 1 << 24
 """Elements per float64 chunk of `rel_err` (128 MiB each)."""
@@ -54,21 +58,55 @@ def _bytes(t: torch.Tensor) -> torch.Tensor:
     return t.detach().contiguous().reshape(-1).view(torch.uint8)
 
 
-def rel_err(x: torch.Tensor, ref: torch.Tensor) -> float | None:
-    """``||x - ref|| / ||ref||`` in float64 on ``ref``'s device (None when not finite or
-    the shapes differ)."""
-    if x.shape != ref.shape:
-        return None
+def device_for(numel: int, on: torch.device | None) -> torch.device | None:
+    """Where a pair of ``numel`` elements is summed: on ``on`` (the check's device)
+    when it is a GPU and the pair is larger than one chunk, else where the reference
+    lies (a small pair costs less than the copy)."""
+    if on is not None and on.type == "cuda" and numel > _CHUNK:
+        return on
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class Sums:
+    """Float64 figures of a pair ``x``, ``ref`` of one shape, summed in one pass."""
+
+    x2: float
+    """``||x||²``."""
+    ref2: float
+    """``||ref||²``."""
+    diff2: float
+    """``||x - ref||²``."""
+    dot: float
+    max_abs: float
+    """The largest ``|x - ref|`` (0 for empty tensors; NaN propagates)."""
+
+
+def sums(x: torch.Tensor, ref: torch.Tensor, on: torch.device | None = None) -> Sums:
+    """``x`` and ``ref`` (one shape) in float64 chunks on ``device_for(numel, on)`` or
+    ``ref``'s device: every figure in one pass, nothing full-size allocated."""
     xf, rf = x.detach().reshape(-1), ref.detach().reshape(-1)
-    dev = rf.device
-    nr2 = torch.zeros((), dtype=torch.float64, device=dev)
-    nd2 = torch.zeros((), dtype=torch.float64, device=dev)
+    dev = device_for(rf.numel(), on) or rf.device
+    acc = torch.zeros(4, dtype=torch.float64, device=dev)
+    top = torch.zeros((), dtype=torch.float64, device=dev)
     for i in range(0, rf.numel(), _CHUNK):
         r = rf[i : i + _CHUNK].to(dev, torch.float64)
-        d = xf[i : i + _CHUNK].to(dev, torch.float64) - r
-        nr2 += r.square().sum()
-        nd2 += d.square().sum()
-    nr, nd = math.sqrt(float(nr2)), math.sqrt(float(nd2))
+        a = xf[i : i + _CHUNK].to(dev, torch.float64)
+        d = a - r
+        acc += torch.stack((a.square().sum(), r.square().sum(), d.square().sum(), a.dot(r)))
+        # maximum (not max) so a NaN anywhere stays NaN, as a whole-tensor max says.
+        top = torch.maximum(top, d.abs().max())
+    x2, ref2, diff2, dot = (float(v) for v in acc.tolist())
+    return Sums(x2=x2, ref2=ref2, diff2=diff2, dot=dot, max_abs=float(top))
+
+
+def rel_err(x: torch.Tensor, ref: torch.Tensor, on: torch.device | None = None) -> float | None:
+    """``||x - ref|| / ||ref||`` in float64 (`sums`; None when not finite or the shapes
+    differ)."""
+    if x.shape != ref.shape:
+        return None
+    s = sums(x, ref, on)
+    nr, nd = math.sqrt(s.ref2), math.sqrt(s.diff2)
     if not (math.isfinite(nr) and math.isfinite(nd)):
         return None
     return nd / nr if nr > 0 else (0.0 if nd == 0 else None)

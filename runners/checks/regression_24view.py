@@ -175,7 +175,8 @@ def _body(sess: Session, p: Params) -> Verdict:
         state = _nll_judged(first, second, chunked_t, ref, rtol, p, m, problems)
     against = None
     if arms is not None:
-        against = regression_base.judged(on_base, ref, arms, low, p, m)
+        sess.progress("24-view outputs of the head against the base's")
+        against = regression_base.judged(on_base, ref, arms, low, p, m, sess.device)
     return _verdict(problems, state, ref_problem, rtol, p, m, against)
 
 

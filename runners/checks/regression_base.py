@@ -288,9 +288,11 @@ def judged(
     low: str,
     p: BaseRule,
     m: dict[str, Json],
+    on: torch.device | None = None,
 ) -> Verdict | None:
     """The head's declared outputs against the base's by the reference rule: a failed
-    or inconclusive verdict, or None when every output is within it."""
+    or inconclusive verdict, or None when every output is within it. Large outputs are
+    summed on ``on``, the check's device, where it is a GPU (`runners.checks.outputs`)."""
     bad = {a: i for a, i in arms.info.items() if i.get("status") != "ok"}
     if bad:
         said = "; ".join(
@@ -312,17 +314,19 @@ def judged(
         kept = _Kept(arms.set_aside, p.views)
         head, base, ref, theirs = (kept.of(x) for x in (head, base, ref, theirs))
         kept.measured(m)
-    rows, only = compare(base, head, math.inf)
+    rows, only = compare(base, head, math.inf, on)
     function = None
     if head_ref is not None and precision.higher("float32", low):
         ref_dtype = str(arms.info["reference"].get("dtype") or "")
         function = precision.Function(
-            errors=errors(theirs, ref),
+            errors=errors(theirs, ref, on),
             scale=precision.roundoff_ratio(ref_dtype, low),
             atol=precision.function_atol_for(ref_dtype, None),
         )
     shared = {n: t for n, t in head.items() if n in base}
-    verdicts = precision.judge(errors(shared, ref), errors(base, ref), {}, p.k, p.atol, function)
+    verdicts = precision.judge(
+        errors(shared, ref, on), errors(base, ref, on), {}, p.k, p.atol, function
+    )
     by_name = {v.name: v for v in verdicts}
     for r in rows:
         v = by_name.get(str(r["name"]))

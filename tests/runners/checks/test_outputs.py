@@ -66,3 +66,54 @@ def test_rel_err_in_chunks_is_the_float64_norm(monkeypatch: pytest.MonkeyPatch) 
     assert outputs.rel_err(torch.ones(3), torch.zeros(3)) is None
     assert outputs.rel_err(torch.zeros(3), torch.zeros(3)) == 0.0
     assert outputs.rel_err(torch.tensor([float("inf")]), torch.ones(1)) is None
+
+
+def _plain_rows(base: torch.Tensor, cand: torch.Tensor) -> dict[str, float]:
+    """gradient_verdicts.compare's figures as it computed them before: whole float64
+    copies of both tensors."""
+    b, c = base.double().flatten(), cand.double().flatten()
+    nb, nc = float(torch.linalg.vector_norm(b)), float(torch.linalg.vector_norm(c))
+    nd = float(torch.linalg.vector_norm(c - b))
+    return {
+        "rel_l2": nd / nb,
+        "cosine": float(torch.dot(b, c)) / (nb * nc),
+        "max_abs": float((c - b).abs().max()),
+    }
+
+
+def test_one_chunked_pass_gives_the_figures_of_whole_float64_copies(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """compare() and errors() sum each pair in one chunked float64 pass (`outputs.sums`)
+    instead of allocating whole float64 copies (13 GB of temporaries for the 24-view's
+    logits on a 32 k vocabulary): the same figures, chunked or not, NaN kept."""
+    from runners.checks.gradient_verdicts import compare, errors
+
+    g = torch.Generator().manual_seed(2)
+    base = torch.randn(7, 19, generator=g).to(torch.bfloat16)
+    cand = (base.float() + 1e-2 * torch.randn(7, 19, generator=g)).to(torch.bfloat16)
+    want = _plain_rows(base, cand)
+    for chunk in (1 << 24, 5):  # whole, then 133 elements in 27 chunks
+        monkeypatch.setattr(outputs, "_CHUNK", chunk)
+        rows, only = compare(
+            {"t": base, "z": torch.empty(0)}, {"t": cand, "z": torch.empty(0)}, 1.0
+        )
+        assert only == []
+        got = {k: rows[0][k] for k in want}
+        assert got == pytest.approx(want, rel=1e-12)
+        assert (rows[1]["rel_l2"], rows[1]["max_abs"], rows[1]["cosine"]) == (0.0, 0.0, None)
+        err = errors({"t": cand}, {"t": base})["t"]
+        assert err == pytest.approx(want["rel_l2"], rel=1e-12)
+    nan = base.clone()
+    nan[3, 4] = float("nan")
+    rows, _ = compare({"t": base}, {"t": nan}, 1.0)
+    assert rows[0]["rel_l2"] is None and rows[0]["max_abs"] is None
+    assert rows[0]["over_threshold"] is True
+
+
+def test_a_large_pair_is_summed_on_the_checks_gpu_a_small_one_where_it_lies() -> None:
+    cuda = torch.device("cuda", 0)
+    assert outputs.device_for(outputs._CHUNK + 1, cuda) == cuda
+    assert outputs.device_for(outputs._CHUNK, cuda) is None  # one chunk: not worth a copy
+    assert outputs.device_for(outputs._CHUNK + 1, torch.device("cpu")) is None
+    assert outputs.device_for(outputs._CHUNK + 1, None) is None
