@@ -4,7 +4,8 @@
 # then the Qwen3-MoE + LoRA adapter example (examples/qwen3_adapter, --profile h200)
 # with its estimator line and file removed, qualifying admission and full-prefix
 # backward on the built-in estimator. Writes into $OUT: estimator_accuracy.{json,md},
-# bench.log, qualify.json, qualify.log, history.json, receipts.json, nvidia-smi.csv.
+# bench.log, qualify.log, receipts.json, nvidia-smi.csv, and run.tgz (qualify.json,
+# history.json and the calibration records the run kept, with their grid points).
 # Needs .whl carried (scripts/fetch_device_wheels.sh) for the ledger's own packages.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -49,3 +50,7 @@ for p in shown:
     print(p["claim"], p["outcome"], p.get("reason"))
 PY
 tail -5 "$OUT/qualify.log"
+# The device tool brings back a few files only: the rest as one archive.
+mkdir -p "$OUT/run" && mv "$OUT/qualify.json" "$OUT/history.json" "$OUT/run/"
+cp -r /tmp/calibration "$OUT/run/calibration" 2>/dev/null
+tar czf "$OUT/run.tgz" -C "$OUT" run && rm -rf "$OUT/run"
