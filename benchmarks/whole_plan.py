@@ -54,9 +54,9 @@ _COPIED = {"example": "examples/qwen3_moe", "frozen": "tests/examples/frozen_pro
 _STAMP = re.compile(r"^\s*(\d+(?:\.\d+)?)s\s+(.*)$")
 _START = re.compile(r"^\[(\d+)/(\d+)\] (\S+) \(")
 _END = re.compile(
-    r"^\[(\d+)/(\d+)\] (\S+) (passed|failed|inconclusive|infra-error|not run\S*)\b.*?"
-    r"(?:\((\d+(?:\.\d+)?) s\))?"
+    r"^\[(\d+)/(\d+)\] (\S+) (passed|failed|inconclusive|infra-error|not run\S*)\b"
 )
+_OWN = re.compile(r"\((\d+(?:\.\d+)?) s\)")
 _FORK = re.compile(r"^fork server: .*\((\d+(?:\.\d+)?) s\)")
 
 
@@ -196,8 +196,9 @@ def _event(run: Run, at: float, line: str) -> None:
     elif (e := _END.match(line)) and e.group(3) in run.claims:
         c = run.claims[e.group(3)]
         c.update(end=at, outcome=e.group(4))
-        if e.group(5):
-            c["own"] = float(e.group(5))
+        if own := _OWN.search(line):
+            # The claim's own time, as its line says: it may be said later than it ended.
+            c["own"] = float(own.group(1))
         run.events.append((at, f"end {e.group(3)} {e.group(4)}"))
     elif f := _FORK.match(line):
         run.fork_own = float(f.group(1))

@@ -121,3 +121,32 @@ def test_the_adapter_plans_two_runs_once_the_benchmark_read_them_whole() -> None
         assert max(float(t) for t, _ in run["events"]) <= run["wall"]
     assert (round(first["wall"], 1), round(second["wall"], 1)) == (113.4, 107.0)
     assert _at(first, "start observer.off-control") >= _at(first, "end admission.forward-only")
+
+
+def test_the_claims_after_admission_no_longer_wait_for_the_doctor() -> None:
+    """Before (6430c62) and after the scheduler handed a finished claim's GPU on before
+    the doctor judged, the example plan twice each, on one H100 in one call. Before, the
+    24-view check and gradient-compare started only when admission was recorded, after
+    the doctor's judgement; after, they start as admission ends, and admission is
+    recorded (its own time said) once the doctor judged."""
+    assert "NVIDIA H100 80GB HBM3" in (HERE / "scheduler-nvidia-smi.csv").read_text()
+    runs = _runs("scheduler-example.json")
+    assert [(r["code"], r["run"]) for r in runs] == [
+        ("before", 1), ("before", 2), ("after", 1), ("after", 2)
+    ]  # fmt: skip
+    for run in runs:
+        assert run["rc"] == 0 and len(run["claims"]) == 5
+        assert {c["outcome"] for c in run["claims"].values()} == {"passed"}
+        started = _at(run, "start regression.24view-nograd")
+        doctor = _at(run, "doctor: 5 claim")
+        recorded = _at(run, "end admission.no-oom-after-admit")
+        if run["code"] == "before":
+            assert doctor <= recorded <= started
+        else:
+            assert started < doctor < recorded
+    walls = [round(r["wall"], 1) for r in runs]
+    assert walls == [76.2, 70.7, 69.3, 68.5]
+    # The receipts' own timelines beside the lines: each claim's check, its harness.
+    text = (HERE / "scheduler-example.txt").read_text()
+    assert "after          example  run 1:   69.3 s" in text
+    assert "check_started -> check_finished" in text
