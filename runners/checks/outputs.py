@@ -8,9 +8,8 @@ place (no second copy into Python bytes), a second run bitwise equal to the firs
 has the first's digest (the same bytes), and an error against a reference is
 summed in float64, in chunks (no full-size float64 temporaries), in one pass for
 every figure of a pair (`sums`). Where the check runs on a GPU, a large pair held on
-the host is summed there (`device_for`): on one H100's host the float64 norms of the
-24-view's logits against the base's and the reference's took seconds each, on the
-device milliseconds.
+the host is summed there (`device_for`): the host's float64 norm of such logits (402 M
+elements) took 4.6 s on a 2-core host, and the base comparison takes several.
 """
 
 from __future__ import annotations
