@@ -53,9 +53,7 @@ _COPIED = {"example": "examples/qwen3_moe", "frozen": "tests/examples/frozen_pro
 
 _STAMP = re.compile(r"^\s*(\d+(?:\.\d+)?)s\s+(.*)$")
 _START = re.compile(r"^\[(\d+)/(\d+)\] (\S+) \(")
-_END = re.compile(
-    r"^\[(\d+)/(\d+)\] (\S+) (passed|failed|inconclusive|infra-error|not run\S*)\b"
-)
+_END = re.compile(r"^\[(\d+)/(\d+)\] (\S+) (passed|failed|inconclusive|infra-error|not run\S*)\b")
 _OWN = re.compile(r"\((\d+(?:\.\d+)?) s\)")
 _FORK = re.compile(r"^fork server: .*\((\d+(?:\.\d+)?) s\)")
 
