@@ -36,7 +36,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from scripts.ledger_run import ledger_cmd, ledger_env
+from scripts.ledger_run import ledger_cmd, ledger_env, ledger_show
 
 ROOT = Path(__file__).resolve().parents[1]
 CLAIMS = ("regression.24view-nograd", "cleanup.all-released")
@@ -162,14 +162,9 @@ def _qualify(env: dict[str, str], repo: Path, claims: tuple[str, ...], cwd: Path
 
 
 def _ledger_show(env: dict[str, str], cwd: Path, rid: str, run: Run) -> None:
-    out = subprocess.run(
-        [sys.executable, "-m", "ledger", "show", rid, "--json"],
-        env=env,
-        cwd=cwd,
-        check=True,
-        capture_output=True,
-    ).stdout
-    pred = json.loads(out)["statement"]["predicate"]
+    pred = ledger_show(env, cwd, rid)
+    if pred is None:
+        raise SystemExit(f"ledger show {rid} failed")
     meas = pred.get("measurements", {})
     run.timelines.append(dict(meas.get("claim_timeline_ns", {})))
     run.phases.append(dict(meas.get("harness_phase_times", {})))

@@ -45,7 +45,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from scripts.ledger_run import ledger_cmd, ledger_env
+from scripts.ledger_run import ledger_cmd, ledger_env, ledger_show
 
 ROOT = Path(__file__).resolve().parents[1]
 PLANS = ("example", "adapter", "frozen")
@@ -144,16 +144,10 @@ def qualify(env: dict[str, str], repo: Path, cwd: Path, a: argparse.Namespace, r
 
 def inside(env: dict[str, str], cwd: Path, rid: str) -> dict[str, float]:
     """One receipt's timeline spans and harness phases, in seconds."""
-    shown = subprocess.run(
-        [sys.executable, "-m", "ledger", "show", rid, "--json"],
-        env=env,
-        cwd=cwd,
-        capture_output=True,
-        check=False,
-    )
-    if shown.returncode != 0:
+    predicate = ledger_show(env, cwd, rid)
+    if predicate is None:
         return {}
-    meas = json.loads(shown.stdout)["statement"]["predicate"].get("measurements", {})
+    meas = predicate.get("measurements", {})
     # Every mark the receipt has (launch, fork, serving, device ready, the check, the
     # exit proof), in the order they happened.
     tl = sorted((int(ns), name) for name, ns in meas.get("claim_timeline_ns", {}).items())

@@ -4,12 +4,14 @@ its own (ledger, keys, caches) under one folder: what the benchmarks that time a
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
-__all__ = ["ledger_cmd", "ledger_env"]
+__all__ = ["ledger_cmd", "ledger_env", "ledger_show"]
 
 
 def ledger_env(code: Path, home: Path) -> dict[str, str]:
@@ -37,3 +39,19 @@ def ledger_cmd(env: dict[str, str], cwd: Path, *args: str) -> None:
         check=True,
         stdout=subprocess.DEVNULL,
     )
+
+
+def ledger_show(env: dict[str, str], cwd: Path, rid: str) -> dict[str, Any] | None:
+    """The predicate of receipt ``rid`` (``ledger show --json``), or None where it could
+    not be shown."""
+    shown = subprocess.run(
+        [sys.executable, "-m", "ledger", "show", rid, "--json"],
+        env=env,
+        cwd=cwd,
+        capture_output=True,
+        check=False,
+    )
+    if shown.returncode != 0:
+        return None
+    predicate: dict[str, Any] = json.loads(shown.stdout)["statement"]["predicate"]
+    return predicate

@@ -78,10 +78,12 @@ params = {{ views = 2, seq = 8 }}
 """
 
 
-def toy_repo(path: Path, *, autocast: bool) -> Path:
+def toy_repo(path: Path, *, autocast: bool, code: str = TOY, plan: str = "") -> Path:
+    """A repository of ``code`` (the toy workload) and ``plan`` (by default `PLAN`)."""
     path.mkdir()
-    (path / "toy_wl.py").write_text(textwrap.dedent(TOY))
-    (path / "qualification.toml").write_text(PLAN.format(autocast=str(autocast).lower()))
+    (path / "toy_wl.py").write_text(textwrap.dedent(code))
+    plan = plan or PLAN.format(autocast=str(autocast).lower())
+    (path / "qualification.toml").write_text(plan)
     repo = git.Repo.init(path)
     repo.index.add(["toy_wl.py", "qualification.toml"])
     actor = git.Actor("T", "t@example.invalid")

@@ -7,20 +7,20 @@ claim waited for the probe's seconds."""
 from __future__ import annotations
 
 import json
-import textwrap
 from pathlib import Path
 
-import git
 import pytest
 
 from tests.ledger.helpers import run
-from tests.runners.doctor.test_doctor import TOY
+from tests.runners.doctor.test_doctor import TOY, toy_repo
 
 # The toy workload of test_doctor, its batches marked: a claim's batch of 24-token
-# rows leaves a mark, and the probe's tiny batch (2 x 8) waits for that mark, so the
-# probe cannot judge until the second claim has started.
+# rows says so (a file, then a datagram to the probe's socket), and the probe's tiny
+# batch (2 x 8) waits for that word, so the probe cannot judge until the second claim
+# has started. The probe binds its socket before it looks for the file: whichever comes
+# first, the word is not missed.
 MARKED = (
-    TOY.replace("class Toy:", "import os, time\n\nclass Toy:")
+    TOY.replace("class Toy:", "import os, socket\n\nclass Toy:")
     .replace(
         "def __init__(self, autocast=False, estimator=True):",
         "def __init__(self, autocast=False, estimator=True, marks=''):\n        self.marks = marks",
@@ -31,18 +31,28 @@ MARKED = (
     )
     .replace(
         "def make_workload(**params):",
-        "def _wait_for(path, bound_s):\n"
-        "    # The condition is the event waited for; the bound only ends a run that\n"
-        "    # would otherwise never see it (the failure this test exists for).\n"
-        "    end = time.monotonic() + bound_s\n"
-        "    while not os.path.exists(path) and time.monotonic() < end:\n"
-        "        time.sleep(0.02)\n"
-        "    return os.path.exists(path)\n\n"
+        "def _started(marks):\n"
+        "    # Waited for as an event; the deadline only ends a run that would otherwise\n"
+        "    # never see it (the failure this test exists for).\n"
+        "    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:\n"
+        "        s.bind(os.path.join(marks, 'probe.sock'))\n"
+        "        if os.path.exists(os.path.join(marks, 'second-claim-started')):\n"
+        "            return True\n"
+        "        s.settimeout(60)\n"
+        "        try:\n"
+        "            return s.recv(16) == b'started'\n"
+        "        except TimeoutError:\n"
+        "            return False\n\n"
         "def _mark(self, shape):\n"
         "    if shape.seq == 24:\n"
         "        open(os.path.join(self.marks, 'second-claim-started'), 'w').close()\n"
+        "        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:\n"
+        "            try:\n"
+        "                s.sendto(b'started', os.path.join(self.marks, 'probe.sock'))\n"
+        "            except OSError:\n"
+        "                pass  # no probe listening yet: it will find the file\n"
         "    elif (shape.batch, shape.seq) == (2, 8):\n"
-        "        seen = _wait_for(os.path.join(self.marks, 'second-claim-started'), 60)\n"
+        "        seen = _started(self.marks)\n"
         "        with open(os.path.join(self.marks, 'probe'), 'w') as f:\n"
         "            f.write('saw the second claim' if seen else 'never saw it')\n\n"
         "Toy._mark = _mark\n\n"
@@ -65,18 +75,6 @@ params = {{ views = 2, seq = 24 }}
 """
 
 
-def _repo(path: Path, marks: Path) -> Path:
-    path.mkdir()
-    (path / "toy_wl.py").write_text(textwrap.dedent(MARKED))
-    (path / "qualification.toml").write_text(PLAN.format(marks=marks))
-    repo = git.Repo.init(path)
-    repo.index.add(["toy_wl.py", "qualification.toml"])
-    actor = git.Actor("T", "t@example.invalid")
-    repo.index.commit("toy", author=actor, committer=actor)
-    repo.create_remote("origin", f"https://example.invalid/{path.name}.git")
-    return path
-
-
 def test_a_claim_after_one_that_finished_before_the_probe_judged_starts_meanwhile(
     tmp_path: Path,
     key_dir: Path,
@@ -87,7 +85,7 @@ def test_a_claim_after_one_that_finished_before_the_probe_judged_starts_meanwhil
     monkeypatch.setenv("LEDGER_QUALIFY_PROBE", "1")
     marks = tmp_path / "marks"
     marks.mkdir()
-    repo = _repo(tmp_path / "repo", marks)
+    repo = toy_repo(tmp_path / "repo", autocast=False, code=MARKED, plan=PLAN.format(marks=marks))
     assert run(capsys, "init").code == 0
     assert run(capsys, "keys", "new", "runner", "--role", "runner").code == 0
     r = run(
