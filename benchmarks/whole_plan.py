@@ -44,6 +44,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 from scripts.ledger_run import ledger_cmd, ledger_env, ledger_show
 
@@ -155,7 +156,26 @@ def inside(env: dict[str, str], cwd: Path, rid: str) -> dict[str, float]:
     for name, ns in sorted(meas.get("harness_phase_times", {}).items()):
         if isinstance(ns, int):
             spans[f"check: {name.removesuffix('_ns')}"] = ns / 1e9
+    spans.update(attempts(meas.get("shapes")))
     return spans
+
+
+def attempts(rows: Any) -> dict[str, float]:
+    """Admission's attempts summed (rows that time them): the whole attempts, the
+    measured steps inside them and the edge searches with their ballast; the rest is
+    the harness's release, admission calls and step setup."""
+    timed = [r for r in rows or [] if isinstance(r, dict) and isinstance(r.get("attempt_ns"), int)]
+    if not timed:
+        return {}
+    whole = sum(int(r["attempt_ns"]) for r in timed)
+    step = sum(int(r.get("duration_ns") or 0) for r in timed)
+    edge = sum(int(r.get("edge_ns") or 0) for r in timed)
+    return {
+        f"attempts: {len(timed)} whole": whole / 1e9,
+        "attempts: measured steps": step / 1e9,
+        "attempts: edge search and ballast": edge / 1e9,
+        "attempts: the rest": (whole - step - edge) / 1e9,
+    }
 
 
 def watch(

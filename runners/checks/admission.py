@@ -26,6 +26,7 @@ budget counts as a (simulated) OOM.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Literal
@@ -327,23 +328,35 @@ def _shape(
     judged against its prediction; a refusal ends the repeats."""
     probe = sess.probe
     rows: list[dict[str, Json]] = []
+
+    def keep(row: dict[str, Json]) -> None:
+        # The whole attempt, from releasing the cache to the ballast's release: what the
+        # harness spent around the measured step is this less ``duration_ns``.
+        row["attempt_ns"] = time.perf_counter_ns() - t0
+        rows.append(row)
+
     for i in range(1 + warm_runs):
         run_name = "first" if i == 0 else f"repeat{i}"
+        t0 = time.perf_counter_ns()
         probe.release_cached()
         available0 = probe.available_bytes()
         d0: AdmissionDecision = sess.admit(w, shape, phase, available0)
         row = _row(sess, shape, phase, run_name, available0)
         d0 = agreed_decision(d0, row)
         if not d0.admitted:
-            rows.append(_refused(sess, w, shape, phase, d0, available0, row, measure_refused))
+            keep(_refused(sess, w, shape, phase, d0, available0, row, measure_refused))
             # A refusal at natural free memory repeats for the warm runs: stop here.
             break
 
         decision, ballast = d0, None
         if edge:
+            t_edge = time.perf_counter_ns()
             decision, ballast, tries, reached = to_edge(sess, w, shape, phase, available0, margin)
             row["edge_tries"] = tries
             row["edge_reached"] = reached
+            # The edge search and the ballast's allocation: the harness's own cost of
+            # putting the step at its edge, beside the step's own (``duration_ns``).
+            row["edge_ns"] = time.perf_counter_ns() - t_edge
         try:
             if edge:
                 decision = agreed_decision(decision, row)
@@ -355,7 +368,7 @@ def _shape(
                 # Admitted a moment ago, refused now (memory moved under us): record
                 # the refusal with its numbers; it is not a counterexample.
                 row["over_refused"] = None
-                rows.append(row)
+                keep(row)
                 continue
             rec = _run_phase(sess, w, shape, phase, f"{phase} {shape} ({run_name})")
         finally:
@@ -369,12 +382,12 @@ def _shape(
         if rec.outcome.status == "failed" or rec.outcome.status == "infra-error":
             failures.append(f"{phase} {shape} ({run_name}): {rec.outcome.sentence()}")
             row["error"] = rec.outcome.measurements()
-            rows.append(row)
+            keep(row)
             break
         said = _counterexample(rec, decision, row, f"{phase} at shape {shape} ({run_name})")
         if said is not None:
             counterexamples.append(said)
-        rows.append(row)
+        keep(row)
         if halt:
             break
     return rows

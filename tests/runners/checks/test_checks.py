@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.whole_plan import attempts
 from runners.api import run_claim
 from runners.contract.result import CheckResult
 from tests.runners.conftest import MOE, REPO, TINY, Recorder, RunClaim
@@ -42,6 +43,17 @@ def test_admission_passes_with_refusals_and_over_refusal_measured(run_cpu: RunCl
         assert x["status"] == "ok" and x["measured_bytes"] <= x["predicted_bytes"]
         # Edge pressure: ballast brought usable memory down to the prediction.
         assert x["usable_bytes"] - x["predicted_bytes"] <= m["edge_margin_bytes"]
+        # The attempt's own time holds the measured step and the edge search, apart.
+        attempt, step, edge = x["attempt_ns"], x["duration_ns"], x["edge_ns"]
+        assert all(type(v) is int and v > 0 for v in (attempt, step, edge)), x
+        assert attempt >= step + edge, x
+    # benchmarks/whole_plan's split of the same rows adds up to the attempts' whole.
+    split = attempts(rows)
+    parts = [v for k, v in split.items() if not k.endswith(" whole")]
+    assert len(parts) == 3 and min(parts) >= 0
+    whole = next(v for k, v in split.items() if k.endswith(" whole"))
+    assert abs(sum(parts) - whole) < 1e-6
+    assert whole == sum(x["attempt_ns"] for x in rows) / 1e9  # refused ones too
     assert any(x["ballast_bytes"] > 0 for x in admitted)
     assert {x["run"] for x in admitted} == {"first", "repeat1"}
     assert [x["first_in_process"] for x in rows] == [True] + [False] * (len(rows) - 1)
