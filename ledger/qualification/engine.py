@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from ledger.evidence.errors import InputError
-from ledger.qualification import rules, supersession
+from ledger.qualification import carry_rules, pass_rules, receipt_rules, rules, supersession
 from ledger.qualification.evidence import ReceiptEvidence, ReviewEvidence, Revision, short_id
 from ledger.qualification.plan import CarryOver, Plan
 from ledger.qualification.report import ClaimStatus, ScopeRole, State, StatusReport
@@ -120,15 +120,15 @@ class _Context:
         self._heads: dict[str, set[str]] = {}
 
     def link(self, r: ReceiptEvidence, carry_over: CarryOver) -> Via | None:
-        return rules.link(r, self.revision, carry_over)
+        return carry_rules.link(r, self.revision, carry_over)
 
     @staticmethod
     def sound(r: ReceiptEvidence) -> bool:
         """Signature, key, role and work tree all hold."""
-        return not rules.integrity(r) and rules.dirty(r) is None
+        return not receipt_rules.integrity(r) and receipt_rules.dirty(r) is None
 
     def from_sick_gpu(self, r: ReceiptEvidence) -> Reason | None:
-        return rules.quarantined_run(r, self.quarantined) if self.quarantined else None
+        return receipt_rules.quarantined_run(r, self.quarantined) if self.quarantined else None
 
     def supersession(self, r: ReceiptEvidence, carry_over: CarryOver) -> Supersessions:
         """What each later receipt naming `r` as superseded does to it."""
@@ -153,17 +153,17 @@ class _Context:
         return out
 
     def failing_heads(self, req: Requirement) -> set[str]:
-        """The commits of other code (`rules.other_code`) on which a failure of the claim
+        """The commits of other code (`carry_rules.other_code`) on which a failure of the claim
         stands: sound, reaching this revision, not aged, not superseded."""
         if req.claim not in self._heads:
             self._heads[req.claim] = {
                 c.predicate.source.commit
                 for c in self.by_claim.get(req.claim, [])
-                if rules.other_code(c, self.revision)
+                if carry_rules.other_code(c, self.revision)
                 and self.sound(c)
                 and self.link(c, req.carry_over) is not None
-                and rules.effective_outcome(c)[0] == "failed"
-                and rules.aged(c, req, self.now) is None
+                and receipt_rules.effective_outcome(c)[0] == "failed"
+                and carry_rules.aged(c, req, self.now) is None
                 and self.from_sick_gpu(c) is None
                 and not self.supersession(c, req.carry_over).done
             }
@@ -173,13 +173,13 @@ class _Context:
         """A passing observer-off control of `r`'s check that covers `r`'s scope."""
         for c in self.receipts:
             if (
-                rules.controls(c, r.predicate.check.name)
-                and rules.covers_receipt(c, r)
+                pass_rules.controls(c, r.predicate.check.name)
+                and pass_rules.covers_receipt(c, r)
                 and self.sound(c)
                 and self.link(c, req.carry_over) is not None
-                and rules.effective_outcome(c)[0] == "passed"
+                and receipt_rules.effective_outcome(c)[0] == "passed"
                 and not self.supersession(c, req.carry_over).done
-                and rules.cleanup_proof(c, req) is None
+                and pass_rules.cleanup_proof(c, req) is None
             ):
                 return c
         return None
@@ -285,23 +285,23 @@ def _sort(ctx: _Context, req: Requirement, r: ReceiptEvidence, row: _Row) -> Non
         # reaching it), it says why nothing else is: the host failed, not the code.
         if ctx.sound(r) and ctx.link(r, req.carry_over) is not None:
             row.infra.append(r)
-            row.why[r.id].append(rules.outcome_reason(r, rules.INFRA_ERROR))
+            row.why[r.id].append(receipt_rules.outcome_reason(r, rules.INFRA_ERROR))
         else:
-            row.notes.append(rules.outcome_reason(r, rules.INFRA_ERROR))
+            row.notes.append(receipt_rules.outcome_reason(r, rules.INFRA_ERROR))
         return
     if p.outcome == "refused":
-        row.notes.append(rules.outcome_reason(r, rules.REFUSAL))
+        row.notes.append(receipt_rules.outcome_reason(r, rules.REFUSAL))
         return
     via = ctx.link(r, req.carry_over)
     if via is None:
-        if rules.earlier_head(r, ctx.revision) and ctx.sound(r):
+        if carry_rules.earlier_head(r, ctx.revision) and ctx.sound(r):
             row.stale.append(r)
-            row.why[r.id].append(rules.stale(r, ctx.revision, req))
+            row.why[r.id].append(carry_rules.stale(r, ctx.revision, req))
         else:
-            row.notes.append(rules.not_carried(r, ctx.revision, req))
+            row.notes.append(carry_rules.not_carried(r, ctx.revision, req))
         return
-    problems = rules.integrity(r)
-    dirty = rules.dirty(r)
+    problems = receipt_rules.integrity(r)
+    dirty = receipt_rules.dirty(r)
     if problems or dirty is not None:
         row.unverified.append(r)
         row.why[r.id].extend(problems)
@@ -313,24 +313,24 @@ def _sort(ctx: _Context, req: Requirement, r: ReceiptEvidence, row: _Row) -> Non
         row.unverified.append(r)
         row.why[r.id].append(sick)
         return
-    old = rules.aged(r, req, ctx.now)
+    old = carry_rules.aged(r, req, ctx.now)
     if old is not None:
         row.stale.append(r)
         row.why[r.id].append(old)
         return
-    outcome, downgrade = rules.effective_outcome(r)
+    outcome, downgrade = receipt_rules.effective_outcome(r)
     if downgrade is not None:
         row.why[r.id].append(downgrade)
-    if outcome == "failed" and req.base_heads > 1 and rules.other_code(r, ctx.revision):
+    if outcome == "failed" and req.base_heads > 1 and carry_rules.other_code(r, ctx.revision):
         heads = ctx.failing_heads(req)
         if len(heads) < req.base_heads:
             row.inconclusive.append(r)
-            row.why[r.id].append(rules.unconfirmed(r, req, len(heads)))
+            row.why[r.id].append(carry_rules.unconfirmed(r, req, len(heads)))
             return
     if outcome == "failed":
         row.counterexamples.append(r)
-        reason = rules.outcome_reason(r, rules.COUNTEREXAMPLE)
-        via_said = rules.via_text(r, via, ctx.revision)
+        reason = receipt_rules.outcome_reason(r, rules.COUNTEREXAMPLE)
+        via_said = carry_rules.via_text(r, via, ctx.revision)
         row.why[r.id].append(Reason(reason.rule, f"{reason.text} {via_said}", r.id))
         row.why[r.id].extend(_review_notes(ctx, r))
         if r.revocation is not None:
@@ -347,7 +347,7 @@ def _sort(ctx: _Context, req: Requirement, r: ReceiptEvidence, row: _Row) -> Non
     if outcome == "inconclusive":
         row.inconclusive.append(r)
         if downgrade is None:
-            row.why[r.id].append(rules.outcome_reason(r, rules.INCONCLUSIVE))
+            row.why[r.id].append(receipt_rules.outcome_reason(r, rules.INCONCLUSIVE))
         return
     _sort_pass(ctx, req, r, via, row)
 
@@ -356,7 +356,11 @@ def _sort_pass(ctx: _Context, req: Requirement, r: ReceiptEvidence, via: Via, ro
     sid = short_id(r.id)
     blockers: list[Reason] = []
     support: list[Reason] = []
-    checks = (rules.planned_check(r, req), rules.cleanup_proof(r, req), rules.sandboxed(r, req))
+    checks = (
+        pass_rules.planned_check(r, req),
+        pass_rules.cleanup_proof(r, req),
+        pass_rules.sandboxed(r, req),
+    )
     for check in checks:
         if check is not None:
             blockers.append(check)
@@ -409,7 +413,7 @@ def _sort_pass(ctx: _Context, req: Requirement, r: ReceiptEvidence, via: Via, ro
         )
     # A pass's own note (an import whose signature was not verified) goes with it.
     note = f" ({r.predicate.reason})" if r.predicate.reason else ""
-    via_said = rules.via_text(r, via, ctx.revision)
+    via_said = carry_rules.via_text(r, via, ctx.revision)
     lead = Reason(rules.PASSING_EVIDENCE, f"{sid} passed{note} {via_said}", r.id)
     row.why[r.id].extend([lead, *disputes, *blockers, *support, *tally.ignored])
     if disputes:

@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from ledger.qualification import rules, supersession
+from ledger.qualification import receipt_rules, rules, supersession
 from ledger.qualification.evidence import ReceiptEvidence, ReviewEvidence
 from ledger.qualification.revocation import under_plan
 from ledger.qualification.supersession import Effect
@@ -124,8 +124,8 @@ def _receipt_item(
 ) -> HistoryItem:
     p = r.predicate
     src = p.source
-    problems = [str(x) for x in rules.integrity(r)]
-    dirty = rules.dirty(r)
+    problems = [str(x) for x in receipt_rules.integrity(r)]
+    dirty = receipt_rules.dirty(r)
     if dirty is not None:
         problems.append(str(dirty))
     summary = {
@@ -156,7 +156,7 @@ def _receipt_item(
         problems=tuple(problems),
         superseded_by=tuple(sorted(later, key=lambda s: s.seq)),
         supersedes=supersedes,
-        superseded_by_fix=rules.check_fix(r),
+        superseded_by_fix=receipt_rules.check_fix(r),
     )
 
 

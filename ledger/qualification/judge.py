@@ -23,10 +23,10 @@ from ledger.identity.revision import Revision
 from ledger.qualification.attribution import BLAMED, Attribution, attribute
 from ledger.qualification.engine import evaluate
 from ledger.qualification.evidence import ReceiptEvidence, ReviewEvidence
+from ledger.qualification.meanings import verdict_of
 from ledger.qualification.plan import Plan
 from ledger.qualification.report import ClaimStatus, StatusReport
 from ledger.qualification.revocation import under_plan
-from ledger.qualification.verdict import verdict_of
 
 __all__ = ["CONFLICT", "NO_PLAN", "Gathered", "judge"]
 

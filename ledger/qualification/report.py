@@ -53,7 +53,7 @@ class StatusReport:
         return tuple(row for row in self.claims if row.claim == claim)
 
     def to_json(self) -> dict[str, Any]:
-        from ledger.qualification.verdict import verdict_of
+        from ledger.qualification.meanings import verdict_of
 
         return {
             "subject": self.subject.to_json(),

@@ -1,8 +1,9 @@
 """The states a claim can be in, and one claim's state at one scope.
 
 Below both the report (`report.py`, every asked claim's row) and the verdict
-(`verdict.py`, what the rows mean for people), so the verdict reads rows
-without importing the report that renders it into its JSON.
+(`verdict.py`, its model; `meanings.py`, what the rows mean for people), so the
+verdict is read from rows without importing the report that renders it into its
+JSON.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from ledger.qualification import rules
+from ledger.qualification import pass_rules, receipt_rules, rules
 from ledger.qualification.evidence import ReceiptEvidence, ReviewEvidence, short_id
 from ledger.qualification.reviews import ReviewTally
 
@@ -23,11 +23,18 @@ __all__ = [
     "Judgement",
     "authority",
     "judge",
+    "pending",
     "problem",
 ]
 
 SUPERSESSION_PENDING = "supersession pending review"
 """The words every surface uses for a supersession that lacks authority."""
+
+
+def pending(reason: rules.Reason) -> bool:
+    """`reason` says a supersession waits for authority (`SUPERSESSION_PENDING`)."""
+    return reason.rule == rules.SUPERSESSION and reason.text.startswith(SUPERSESSION_PENDING)
+
 
 Effect = Literal["effective", "pending", "ignored"]
 
@@ -51,12 +58,12 @@ def problem(s: ReceiptEvidence, r: ReceiptEvidence) -> str | None:
         return f"it is for claim {s.predicate.claim!r}"
     if s.seq <= r.seq:
         return "it was not logged later"
-    if rules.integrity(s) or rules.dirty(s) is not None:
+    if receipt_rules.integrity(s) or receipt_rules.dirty(s) is not None:
         return "it does not hold (signature, key, role or dirty tree)"
-    outcome = rules.effective_outcome(s)[0]
+    outcome = receipt_rules.effective_outcome(s)[0]
     if outcome not in ("passed", "failed"):
         return f"its outcome ({outcome}) decides nothing"
-    if not rules.covers_receipt(s, r):
+    if not pass_rules.covers_receipt(s, r):
         return "its scope does not cover the superseded receipt's scope"
     return None
 

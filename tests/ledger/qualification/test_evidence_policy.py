@@ -13,8 +13,8 @@ import pytest
 
 from ledger.evidence.errors import InputError
 from ledger.qualification import ReceiptEvidence, evaluate
+from ledger.qualification.meanings import verdict_of
 from ledger.qualification.plan import ClaimSpec, PackageSpec, Plan, parse_plan
-from ledger.qualification.verdict import verdict_of
 from ledger.read.render import render_table
 
 from .factories import CHECK, CLAIM, H200, PACKAGE_PATHS, receipt, revision

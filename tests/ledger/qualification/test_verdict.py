@@ -4,8 +4,8 @@ what each receipt means for the question asked."""
 from __future__ import annotations
 
 from ledger.qualification import evaluate
+from ledger.qualification.meanings import verdict_of
 from ledger.qualification.plan import ClaimSpec, Plan
-from ledger.qualification.verdict import verdict_of
 
 from .factories import CHECK, CLAIM, H200, receipt, review, revision
 from .helpers import report
