@@ -219,7 +219,8 @@ def test_a_shared_run_that_fails_is_judged_again_alone_and_recorded_once(
 @pytest.mark.skipif(find_bwrap() is None and os.environ.get("CI") != "true", reason="no bwrap")
 def test_a_claim_started_afresh_in_the_sandbox_knows_its_device_is_shared(tmp_path: Path) -> None:
     # The sandbox passes no LEDGER_* variable of its own accord: this one is handed in.
-    from runners.claim.isolated import ClaimRequest, _launches
+    from runners.claim.claim_launch import _launches
+    from runners.claim.isolated import ClaimRequest
     from runners.contract.request import Claim
 
     box = resolve("bwrap")

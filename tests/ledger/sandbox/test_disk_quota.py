@@ -16,7 +16,7 @@ import pytest
 from ledger.evidence.errors import UsageError
 from ledger.sandbox import quota, resolve
 from ledger.units.numbers import figures
-from runners.claim import isolated
+from runners.claim import claim_launch
 
 MiB = 1024 * 1024
 
@@ -84,12 +84,12 @@ def test_a_run_that_filled_the_disk_itself_is_not_an_infra_error(
     work = run_folder / "ledger-claim-1"
     work.mkdir()
     monkeypatch.setenv(quota.CAP_VAR, str(2 * MiB))
-    got = isolated._disk_full(work, run_folder)
+    got = claim_launch._disk_full(work, run_folder)
     assert got is not None and got.whose == "code", got
     assert "the pull request's code used the disk up" in got.reason
     # The same reading with a cap the host should still have given: the host's.
     monkeypatch.setenv(quota.CAP_VAR, str(64 * MiB))
-    got = isolated._disk_full(work, run_folder)
+    got = claim_launch._disk_full(work, run_folder)
     assert got is not None and got.whose == "host", got
     assert got.reason.startswith("the host is out of disk: 1024 bytes")
 

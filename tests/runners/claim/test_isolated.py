@@ -119,7 +119,7 @@ def test_a_host_out_of_disk_is_an_infrastructure_error_and_runs_nothing(
     # The disk is outside the product: its free space is what the host reports.
     import shutil
 
-    from runners.claim import isolated
+    from runners.claim import claim_launch
 
     monkeypatch.setattr(
         shutil, "disk_usage", lambda p: shutil._ntuple_diskusage(1 << 30, 1 << 30, 1024)
@@ -130,4 +130,4 @@ def test_a_host_out_of_disk_is_an_infrastructure_error_and_runs_nothing(
     # The parent's own reading before anything started: never laid at the code's door.
     assert r.outcome == "infra-error", (r.outcome, r.reason)
     assert r.reason is not None and r.reason.startswith("the host is out of disk: 1024 bytes")
-    assert isolated._MIN_FREE_BYTES > 1024
+    assert claim_launch._MIN_FREE_BYTES > 1024
