@@ -47,10 +47,11 @@ from typing import Any
 
 from runners.workloads import stated_error
 
-VERSION = "3"
-"""The built-in estimator's method: a calibration recorded under another is refit (3:
-the stated error an absolute and a relative part; 2: a relative part alone, seven grid
-steps a phase, `runners.adapt.calibrate.GRID`; 1: fourteen)."""
+VERSION = "4"
+"""The built-in estimator's method: a calibration recorded under another is refit (4:
+every subset of terms solved, its columns scaled, where 3 solved on a GPU only those
+with attention; 3: the stated error an absolute and a relative part; 2: a relative part
+alone, seven grid steps a phase, `runners.adapt.calibrate.GRID`; 1: fourteen)."""
 
 TERMS = ("constant", "sequences", "tokens", "attention")
 """Every basis term the method knows, in order."""
@@ -121,6 +122,18 @@ def _nnls(rows: list[list[float]], target: list[float]) -> list[float]:
     """Non-negative least squares for a handful of columns: every subset of columns is
     solved unconstrained, and the best solution with no negative coefficient wins."""
     k = len(rows[0]) if rows else 0
+    # Each column scaled to a largest entry of 1 and its coefficient scaled back: the
+    # rows are weighted by 1 / the measured bytes, so on a GPU (hundreds of MiB a step)
+    # a column of small terms (the constant, tokens) squares to ~1e-17, under the
+    # elimination's singularity test, and only subsets with the largest term (attention)
+    # were ever solved. Scaled, every subset is, and the best fit is the one found.
+    scale = [max((abs(r[j]) for r in rows), default=0.0) or 1.0 for j in range(k)]
+    rows = [[v / scale[j] for j, v in enumerate(r)] for r in rows]
+    return [c / s for c, s in zip(_nnls_scaled(rows, target, k), scale, strict=True)]
+
+
+def _nnls_scaled(rows: list[list[float]], target: list[float], k: int) -> list[float]:
+    """`_nnls` on columns of comparable size."""
     best: tuple[float, list[float]] = (math.inf, [0.0] * k)
     for size in range(1, k + 1):
         for cols in combinations(range(k), size):

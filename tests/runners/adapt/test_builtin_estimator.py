@@ -17,7 +17,7 @@ from runners.adapt.model_bytes import model_bytes
 from runners.api import run_claim
 from runners.contract.result import CheckResult, Json
 from runners.protocol import Batch, Shape
-from runners.workloads.envelope import Point, fit, predict_step, widened
+from runners.workloads.envelope import VERSION, Point, fit, predict_step, widened
 
 CPU = torch.device("cpu")
 
@@ -183,10 +183,13 @@ def test_calibration_lies_under_its_prediction_and_is_kept(team: Path, _cache: P
     calibrate._MEMO.clear()
     again.calibration()
     assert again.calibration_source == "measured"
-    # Nor one of another method (2: a relative error alone): measured again, as method 3.
-    kept.write_text(json.dumps({**doc, "version": "2"}))
-    calibrate._MEMO.clear()
-    assert again.calibration().version == "3" and again.calibration_source == "measured"
+    # Nor one of an earlier method (2: a relative error alone; 3: columns unscaled):
+    # measured again, as this one.
+    for earlier in ("2", "3"):
+        kept.write_text(json.dumps({**doc, "version": earlier}))
+        calibrate._MEMO.clear()
+        assert again.calibration().version == VERSION == "4"
+        assert again.calibration_source == "measured"
 
 
 def test_a_teams_own_estimator_is_used_as_before(team: Path) -> None:
