@@ -9,7 +9,7 @@ on an H100). Method 4 scales each column before solving, and keeps the relative 
 of the stated error at 2 % or more: the fit that is then found is exact on every grid
 step, and a shape between them measured 1.1 % above it.
 
-The record is the ViT's calibration from `evidence/h100-estimator-method3/` (method 3,
+The record is the ViT's calibration from `evidence/h100-method3-estimator/` (method 3,
 measured on one H100 80GB HBM3), the rows what that run measured at 24 shapes apart
 from the calibration.
 """
@@ -34,7 +34,7 @@ from runners.workloads.envelope import (
 
 ROOT = Path(__file__).resolve().parents[3]
 RECORD = Path(__file__).resolve().parent / "data" / "calibration-v3-h100-vit.json"
-TABLE = ROOT / "evidence" / "h100-estimator-method3" / "estimator_accuracy.json"
+TABLE = ROOT / "evidence" / "h100-method3-estimator" / "estimator_accuracy.json"
 
 
 def _vit() -> tuple[Calibration, list[dict[str, int | str]]]:
