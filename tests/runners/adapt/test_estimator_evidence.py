@@ -161,6 +161,13 @@ def test_method4_on_one_gpu_meets_the_targets() -> None:
     assert vit["summary"]["min_measured_over_predicted"] == 0.5233
     by, ratios = _adapter(here)
     assert round(min(ratios), 3) == 0.609 and round(max(ratios), 3) == 0.983
+    # The calibration is measured in the claim's first admission: under 20 s there (its
+    # first attempt less the step and the edge search), and in no later attempt.
+    rows = by["admission.no-oom-after-admit"]["measurements"]["shapes"]
+    first, *later = rows
+    own = first["attempt_ns"] - first["duration_ns"] - first["edge_ns"]
+    assert 10e9 < own < 20e9, own
+    assert all(r["attempt_ns"] < 1e9 for r in later)
     back = by["backward.full-prefix"]
     assert back["outcome"] == "passed"
     bm = back["measurements"]
