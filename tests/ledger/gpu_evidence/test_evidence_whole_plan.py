@@ -150,3 +150,53 @@ def test_the_claims_after_admission_no_longer_wait_for_the_doctor() -> None:
     text = (HERE / "scheduler-example.txt").read_text()
     assert "after          example  run 1:   69.3 s" in text
     assert "check_started -> check_finished" in text
+
+
+def _line(run: dict[str, Any], words: str) -> float:
+    """When the run said a line holding ``words`` (its first such)."""
+    return min(float(t) for t, text in run["lines"] if words in text)
+
+
+def test_the_24view_comparison_summed_on_the_gpu() -> None:
+    """Before (cd37aba) and after compared outputs were summed in one chunked pass on the
+    check's GPU (the tree of fddcf69), the example plan twice each, on one H100 in one
+    call (outputs-*). The 24-view check took 30.0 and 30.1 s before, 26.4 and 27.9 s
+    after; what follows the head's float32 forward (its comparisons with its own and the
+    base's outputs, then the verdict) 13.4 and 14.0 s before, 10.2 and 11.2 s after. The
+    whole plan is not shorter on this card: the fork server's own time moved more."""
+    assert "NVIDIA H100 80GB HBM3" in (HERE / "outputs-nvidia-smi.csv").read_text()
+    runs = _runs("outputs-example.json")
+    assert [(r["code"], r["run"]) for r in runs] == [
+        ("before", 1), ("before", 2), ("after", 1), ("after", 2)
+    ]  # fmt: skip
+    took, tail = [], []
+    for run in runs:
+        assert run["rc"] == 0 and {c["outcome"] for c in run["claims"].values()} == {"passed"}
+        c = run["claims"]["regression.24view-nograd"]
+        took.append(round(c["end"] - c["start"], 1))
+        tail.append(round(c["end"] - _line(run, "24-view forward in the reference precision"), 1))
+    assert took == [30.0, 30.1, 26.4, 27.9]
+    assert tail == [13.4, 14.0, 10.2, 11.2]
+    assert [round(r["wall"], 1) for r in runs] == [85.6, 86.9, 87.8, 87.0]
+    # Only the new code says when it starts the base comparison.
+    said = ["24-view outputs of the head against the base's" in str(r["lines"]) for r in runs]
+    assert said == [False, False, True, True]
+
+
+def test_admissions_attempts_split_into_steps_edge_and_the_rest() -> None:
+    """Admission's rows time their attempts (attempts-*: the example plan, first run, on
+    one H100): of 14.7 s in 16 attempts, 10.2 s are the measured steps, 3.3 s the edge
+    search with the ballast's allocation, 1.2 s the rest (the cache released, admission
+    asked, the ballast released)."""
+    assert "NVIDIA H100 80GB HBM3" in (HERE / "attempts-nvidia-smi.csv").read_text()
+    (run,) = _runs("attempts-example.json")
+    assert run["rc"] == 0 and {c["outcome"] for c in run["claims"].values()} == {"passed"}
+    got = {k: round(v, 1) for k, v in run["inside"]["admission.no-oom-after-admit"].items()}
+    split = {k: v for k, v in got.items() if k.startswith("attempts:")}
+    assert split == {
+        "attempts: 16 whole": 14.7,
+        "attempts: measured steps": 10.2,
+        "attempts: edge search and ballast": 3.3,
+        "attempts: the rest": 1.2,
+    }
+    assert got["check_started -> check_finished"] >= split["attempts: 16 whole"]
