@@ -122,11 +122,10 @@ def _nnls(rows: list[list[float]], target: list[float]) -> list[float]:
     """Non-negative least squares for a handful of columns: every subset of columns is
     solved unconstrained, and the best solution with no negative coefficient wins."""
     k = len(rows[0]) if rows else 0
-    # Each column scaled to a largest entry of 1 and its coefficient scaled back: the
-    # rows are weighted by 1 / the measured bytes, so on a GPU (hundreds of MiB a step)
-    # a column of small terms (the constant, tokens) squares to ~1e-17, under the
-    # elimination's singularity test, and only subsets with the largest term (attention)
-    # were ever solved. Scaled, every subset is, and the best fit is the one found.
+    # Each column scaled to a largest entry of 1, its coefficient scaled back: rows are
+    # weighted by 1 / the measured bytes, so on a GPU (hundreds of MiB a step) a column
+    # of small terms (constant, tokens) squared to ~1e-17, under the singularity test,
+    # and only subsets with the largest term (attention) were solved (method 3).
     scale = [max((abs(r[j]) for r in rows), default=0.0) or 1.0 for j in range(k)]
     rows = [[v / scale[j] for j, v in enumerate(r)] for r in rows]
     return [c / s for c, s in zip(_nnls_scaled(rows, target, k), scale, strict=True)]
