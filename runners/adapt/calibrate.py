@@ -212,6 +212,39 @@ class _WorstRouting:
             self.hooks.detach()
 
 
+def fitted(
+    terms: tuple[str, ...],
+    grid: list[Point],
+    known: int,
+    validated: list[tuple[int, int, Point | None]],
+    cold: Point | None,
+) -> PhaseFit:
+    """One phase's fit from its measured steps: the grid's envelope, its cold allowance
+    (``cold``: the phase's first step; None keeps none), each validation step
+    ``(batch, seq, measured or None where the device could not afford it)`` widening
+    the stated error, and a refit on every step where one was not covered."""
+    # The stated error is made least at the largest shape a plan runs (the validation
+    # shapes), not at the small ones it is measured on.
+    ref = [(b, s) for b, s, _ in validated]
+    f = fit(terms, grid, known, ref)
+    if cold is not None:
+        f = with_cold(f, cold)
+    seen: list[Point] = []
+    for b, s, got in validated:
+        if got is None:
+            f = unaffordable(f, b, s)
+            continue
+        seen.append(got)
+        f = widened(f, got, ref)
+    if not all(v.get("covered", True) for v in f.validation):
+        # Extrapolating from the small shapes fell short: fit on every step measured,
+        # so the slopes follow the large ones (recorded as refit).
+        f = refit(f, terms, seen, ref)
+        if cold is not None:
+            f = with_cold(f, cold)
+    return f
+
+
 def measure(w: Calibrated, terms: tuple[str, ...], budget: Budget) -> Calibration:
     """Calibrate ``w`` on its device now (module docstring)."""
     if w.model is None or w.device is None:
@@ -265,23 +298,10 @@ def measure(w: Calibrated, terms: tuple[str, ...], budget: Budget) -> Calibratio
 
                 cold = one(grid[0])
                 assert cold is not None
-                # The stated error is made least at the largest shape a plan runs (the
-                # validation shapes), not at the small ones it is measured on.
-                ref = [(c.batch, c.seq) for c in checks]
                 # The gradients the cold step left stay: the grid accumulates into them.
-                f = with_cold(fit(terms, [fits(s) for s in grid], known, ref), cold)
-                seen: list[Point] = []
-                for check in checks:
-                    got = one(check, affordable=True)
-                    if got is None:
-                        f = unaffordable(f, check.batch, check.seq)
-                        continue
-                    seen.append(got)
-                    f = widened(f, got, ref)
-                if not all(v.get("covered", True) for v in f.validation):
-                    # Extrapolating from the small shapes fell short: fit on every step
-                    # measured, so the slopes follow the large ones (recorded as refit).
-                    f = with_cold(refit(f, terms, seen, ref), cold)
+                steps = [fits(s) for s in grid]
+                validated = [(c.batch, c.seq, one(c, affordable=True)) for c in checks]
+                f = fitted(terms, steps, known, validated, cold)
                 phase_fits[phase] = f
                 if routing.count:
                     # The routing's share at the largest step of the grid (a validation

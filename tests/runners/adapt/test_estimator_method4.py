@@ -21,16 +21,8 @@ import statistics
 from dataclasses import replace
 from pathlib import Path
 
-from runners.workloads.envelope import (
-    TERMS,
-    Calibration,
-    PhaseFit,
-    Point,
-    fit,
-    predict_step,
-    refit,
-    widened,
-)
+from runners.adapt.calibrate import fitted
+from runners.workloads.envelope import TERMS, Calibration, PhaseFit, Point, fit, predict_step
 
 ROOT = Path(__file__).resolve().parents[3]
 RECORD = Path(__file__).resolve().parent / "data" / "calibration-v3-h100-vit.json"
@@ -46,21 +38,21 @@ def _vit() -> tuple[Calibration, list[dict[str, int | str]]]:
 
 
 def _again(f: PhaseFit, terms: tuple[str, ...]) -> PhaseFit:
-    """``f``'s steps fit again as calibration fits them now: the grid, each validation
-    step widening the error, a refit where one was not covered (its cold allowance is
-    not recorded apart; the record's is kept)."""
-    seen = [
-        Point(int(v["batch"]), int(v["seq"]), int(v["measured_bytes"]))
+    """``f``'s steps fit again as calibration fits them now (`calibrate.fitted`); its
+    cold step is not recorded apart, so the record's allowance is kept."""
+    validated: list[tuple[int, int, Point | None]] = [
+        (
+            int(v["batch"]),
+            int(v["seq"]),
+            Point(int(v["batch"]), int(v["seq"]), int(v["measured_bytes"]))
+            if "measured_bytes" in v
+            else None,
+        )
         for v in f.validation
-        if "measured_bytes" in v
     ]
-    grid = list(f.points[: len(f.points) - len(seen)] if f.refit else f.points)
-    ref = [(int(v["batch"]), int(v["seq"])) for v in f.validation]
-    g = fit(terms, grid, f.known_bytes, ref)
-    for p in seen:
-        g = widened(g, p, ref)
-    if not all(v.get("covered", True) for v in g.validation):
-        g = refit(g, terms, seen, ref)
+    seen = sum(1 for *_, p in validated if p is not None)
+    grid = list(f.points[: len(f.points) - seen] if f.refit else f.points)
+    g = fitted(terms, grid, f.known_bytes, validated, None)
     return replace(g, cold_extra_bytes=f.cold_extra_bytes)
 
 
