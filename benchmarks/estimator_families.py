@@ -1,7 +1,7 @@
 """Model families the built-in estimator was not developed on, for
 `benchmarks/estimator_accuracy.py`: factories, losses and batches a team would write
-for the ready adapter's ``module`` route (transformers' ViT from config, a team-style
-CNN). Imported by reference (``benchmarks.estimator_families:vit``)."""
+for the ready adapter's ``module`` route (transformers' ViT and BERT from config, a
+team-style CNN). Imported by reference (``benchmarks.estimator_families:vit``)."""
 
 from __future__ import annotations
 
@@ -73,5 +73,40 @@ def cnn_batch(shape: Shape, seed: int) -> dict[str, torch.Tensor]:
     g = torch.Generator().manual_seed(seed)
     return {
         "images": torch.randn(shape.batch, 3, shape.seq, shape.seq, generator=g),
+        "labels": torch.randint(10, (shape.batch,), generator=g),
+    }
+
+
+BERT_VOCAB = 512
+
+
+def bert(hidden: int, layers: int, heads: int) -> torch.nn.Module:
+    """transformers' BERT for sequence classification, from a config: an encoder with
+    attention over the whole sequence and a pooled classifier (no weights fetched)."""
+    from transformers import BertConfig, BertForSequenceClassification
+
+    extra: dict[str, Any] = {"num_labels": 10, "attn_implementation": "eager"}
+    cfg = BertConfig(
+        vocab_size=BERT_VOCAB,
+        hidden_size=hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        intermediate_size=4 * hidden,
+        max_position_embeddings=8192,
+        **extra,
+    )
+    return BertForSequenceClassification(cfg)
+
+
+def bert_loss(model: Any, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    out = model(input_ids=batch["ids"], labels=batch["labels"])
+    loss: torch.Tensor = out.loss
+    return loss
+
+
+def bert_batch(shape: Shape, seed: int) -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    return {
+        "ids": torch.randint(BERT_VOCAB, (shape.batch, shape.seq), generator=g),
         "labels": torch.randint(10, (shape.batch,), generator=g),
     }

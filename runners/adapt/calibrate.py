@@ -40,7 +40,7 @@ import hashlib
 import json
 import os
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -52,13 +52,13 @@ from runners.adapt.routers import RouterHooks, _experts_of, find_routers
 from runners.harness.probe import CpuProbe, make_probe
 from runners.harness.steps import measure_step
 from runners.protocol import Batch, ForwardOutputs, Shape
+from runners.workloads.calibration_record import PHASE_NAMES, Calibration
 from runners.workloads.envelope import (
-    PHASE_NAMES,
     VERSION,
-    Calibration,
     PhaseFit,
     Point,
     fit,
+    least_at_smallest,
     refit,
     unaffordable,
     widened,
@@ -299,9 +299,21 @@ def measure(w: Calibrated, terms: tuple[str, ...], budget: Budget) -> Calibratio
                 cold = one(grid[0])
                 assert cold is not None
                 # The gradients the cold step left stay: the grid accumulates into them.
-                steps = [fits(s) for s in grid]
+                # A backward's grid is also measured fresh, each step before the one
+                # accumulating into the gradients it left (`PhaseFit.fresh`).
+                fresh: list[Point] = []
+                steps: list[Point] = []
+                for s in grid:
+                    if grad:
+                        got = one(s)
+                        assert got is not None
+                        fresh.append(got)
+                    steps.append(fits(s))
                 validated = [(c.batch, c.seq, one(c, affordable=True)) for c in checks]
                 f = fitted(terms, steps, known, validated, cold)
+                if fresh:
+                    g = least_at_smallest(fitted(terms, fresh, known, validated, None))
+                    f = replace(f, fresh=with_cold(g, cold))
                 phase_fits[phase] = f
                 if routing.count:
                     # The routing's share at the largest step of the grid (a validation

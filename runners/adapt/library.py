@@ -53,7 +53,7 @@ from runners.protocol import (
     pad_sequences,
     workload_digest,
 )
-from runners.workloads import envelope
+from runners.workloads import calibration_record, envelope
 from runners.workloads.loader import import_ref
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -143,7 +143,7 @@ class _Adapter:
             max_seq=seq,
         )
 
-    def calibration(self, *, fresh: bool = False) -> envelope.Calibration:
+    def calibration(self, *, fresh: bool = False) -> calibration_record.Calibration:
         """The built-in estimator's calibration on this workload's device, measured now
         unless one is kept for its digest and device (`runners.adapt.calibrate`);
         ``fresh``: measured now in any case."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from runners.workloads.envelope import ModelBytes
+from runners.workloads.calibration_record import ModelBytes
 
 STEP_BYTES = 4
 """Adam keeps a float32 ``step`` tensor per parameter (``capturable=False``)."""

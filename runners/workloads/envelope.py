@@ -5,7 +5,12 @@ model (the gradients a backward allocates, `ModelBytes`) plus a step cost that i
 a non-negative combination of named basis terms of the shape. The step cost is
 measured with the gradients already allocated (a backward accumulating into them),
 so a peak of activations hidden under the gradients at small shapes is still
-seen, and the sum bounds a step that allocates its gradients afresh:
+seen, and the sum bounds a step that allocates its gradients afresh. That sum counts
+the gradients twice where a small step peaks before they are all allocated (a tiny
+model's full fine-tune measured half its bound), so a backward is also fit on the same
+shapes measured as a check runs them, from no gradients (`PhaseFit.fresh`); each fit
+covers every step it was measured and validated on, and the lesser bounds (`tighter`).
+The basis:
 
 - ``constant``: 1 (what every step allocates whatever its size);
 - ``sequences``: ``batch`` (what each sequence adds whatever its length: a pooled
@@ -37,18 +42,17 @@ checkable without torch.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from itertools import combinations
 from typing import Any
 
 from runners.workloads import stated_error
 
-VERSION = "4"
-"""The built-in estimator's method: a calibration recorded under another is refit (4:
+VERSION = "5"
+"""The built-in estimator's method: a calibration recorded under another is refit (5:
+a backward fit twice, the fresh envelope bounding where it is the lesser; 4:
 every subset of terms solved, its columns scaled, where 3 solved on a GPU only those
 with attention; 3: the stated error an absolute and a relative part; 2: a relative part
 alone, seven grid steps a phase, `runners.adapt.calibrate.GRID`; 1: fourteen)."""
@@ -179,6 +183,12 @@ class PhaseFit:
     error_bytes: int = 0
     """Stated error, its absolute part: bytes added to every prediction, whatever the
     shape (0 in a record of method 2, which had none)."""
+    fresh: PhaseFit | None = None
+    """A backward's second envelope (method 5): of the same shapes each measured as a
+    check runs it, from no gradients. Where it predicts less than this one's sum (the
+    gradients plus a step accumulating into them, which counts them twice where a small
+    step peaks before they are all allocated), it bounds (`tighter`). None: a forward,
+    or a record of an earlier method."""
 
     def point(self, batch: int, seq: int) -> dict[str, int]:
         """Each term's bytes of the step cost at the shape (rounded up)."""
@@ -206,6 +216,8 @@ class PhaseFit:
         # Only where there is one: a record of method 2 (none) keeps its bytes and id.
         if self.error_bytes:
             d["error_bytes"] = self.error_bytes
+        if self.fresh is not None:
+            d["fresh"] = self.fresh.json()
         return d
 
     @classmethod
@@ -227,6 +239,7 @@ class PhaseFit:
             validation=tuple(dict(v) for v in d.get("validation", ())),
             refit=bool(d.get("refit", False)),
             error_bytes=int(d.get("error_bytes", 0)),
+            fresh=PhaseFit.from_json(d["fresh"]) if "fresh" in d else None,
         )
 
 
@@ -334,6 +347,17 @@ def unaffordable(f: PhaseFit, batch: int, seq: int) -> PhaseFit:
     )
 
 
+def least_at_smallest(f: PhaseFit) -> PhaseFit:
+    """``f``'s stated error chosen again over every step it was fit and validated on,
+    now least at the smallest of them: the fresh envelope's (`PhaseFit.fresh`), which
+    bounds where a step is small; the sum, least at the largest, bounds the rest."""
+    pts = list(
+        {(p.batch, p.seq, p.measured_bytes): p for p in [*f.points, *_validated(f)[1]]}.values()
+    )
+    small = min(pts, key=lambda p: (p.batch * p.seq, p.seq))
+    return _with_error(f, pts, [(small.batch, small.seq)])
+
+
 def with_cold(f: PhaseFit, cold: Point) -> PhaseFit:
     """``f`` with its cold allowance: what ``cold`` measured above the warm prediction."""
     extra = max(0, cold.bound(f.known_bytes) - predict_step(f, cold.batch, cold.seq))
@@ -346,105 +370,24 @@ def predict_step(f: PhaseFit, batch: int, seq: int) -> int:
     return point + f.error(point)
 
 
-@dataclass(frozen=True, slots=True)
-class ModelBytes:
-    """What the model is, in exact bytes, read from the built model."""
-
-    parameters: dict[str, int]
-    """``trainable.<dtype>`` / ``frozen.<dtype>`` -> bytes."""
-    trainable_bytes: int
-    frozen_bytes: int
-    gradient_bytes: int
-    """What a backward allocates for the gradients of the trainable parameters."""
-    optimizer_state_bytes: int
-    """What the optimizer keeps per trainable parameter (Adam: two moments and a step)."""
-
-    def json(self) -> dict[str, Any]:
-        return {
-            "parameters": dict(self.parameters),
-            "trainable_bytes": self.trainable_bytes,
-            "frozen_bytes": self.frozen_bytes,
-            "gradient_bytes": self.gradient_bytes,
-            "optimizer_state_bytes": self.optimizer_state_bytes,
-        }
-
-    @classmethod
-    def from_json(cls, d: Mapping[str, Any]) -> ModelBytes:
-        return cls(
-            parameters={str(k): int(v) for k, v in d["parameters"].items()},
-            trainable_bytes=int(d["trainable_bytes"]),
-            frozen_bytes=int(d["frozen_bytes"]),
-            gradient_bytes=int(d["gradient_bytes"]),
-            optimizer_state_bytes=int(d["optimizer_state_bytes"]),
-        )
+def _grid_tokens(f: PhaseFit) -> int:
+    """The most tokens of a step ``f`` was fit on, its validation steps aside."""
+    checks = set(_validated(f)[0])
+    return max((p.batch * p.seq for p in f.points if (p.batch, p.seq) not in checks), default=0)
 
 
-PHASE_NAMES = ("forward_nograd", "forward_backward")
+def tighter(f: PhaseFit, batch: int, seq: int, *, cold: bool) -> PhaseFit:
+    """Of ``f`` and its fresh envelope (`PhaseFit.fresh`), the one predicting less at a
+    shape within the grid's tokens (a cold step with its cold allowance): each covers
+    every step it was fit and validated on, so the lesser of the two does."""
+    g = f.fresh
+    if g is None or batch * seq > _grid_tokens(g):
+        # Beyond its grid the fresh envelope extrapolates a curve that bends up where
+        # the activations outgrow the gradients (a BERT's backward at 8x128 measured 5 %
+        # above it): the sum bounds there.
+        return f
 
+    def whole(x: PhaseFit) -> int:
+        return predict_step(x, batch, seq) + (x.cold_extra_bytes if cold else 0)
 
-@dataclass(frozen=True, slots=True)
-class Calibration:
-    """A workload's fit on one device: what `estimate` predicts from."""
-
-    workload_digest: str
-    device: str
-    """The device it was measured on (kind, model, memory), as a key."""
-    terms: tuple[str, ...]
-    model: ModelBytes
-    phases: dict[str, PhaseFit]
-    measured_up_to_tokens: int
-    """The stated error holds for shapes up to this many tokens; beyond, extrapolated."""
-    routing: dict[str, Any] = field(default_factory=dict)
-    """A mixture of experts: its routers, whether they were forced to the worst routing
-    while measuring (``forced``), and per phase the share of the validation shape's
-    bound that routing costs (``share_permille``: worst less the routers' own choice).
-    Empty: no routers."""
-    version: str = VERSION
-
-    def json(self) -> dict[str, Any]:
-        return {
-            "method": "ledger.builtin-envelope",
-            "version": self.version,
-            "workload_digest": self.workload_digest,
-            "device": self.device,
-            "terms": list(self.terms),
-            "model": self.model.json(),
-            "phases": {k: v.json() for k, v in sorted(self.phases.items())},
-            "measured_up_to_tokens": self.measured_up_to_tokens,
-            "routing": dict(self.routing),
-        }
-
-    @property
-    def id(self) -> str:
-        """``sha256:<hex>`` of the record's canonical JSON: what admission rows name."""
-        body = json.dumps(self.json(), sort_keys=True, separators=(",", ":")).encode()
-        return "sha256:" + hashlib.sha256(body).hexdigest()
-
-    @classmethod
-    def from_json(cls, d: Mapping[str, Any]) -> Calibration:
-        if d.get("method") != "ledger.builtin-envelope":
-            raise ValueError("not a built-in estimator calibration")
-        return cls(
-            workload_digest=str(d["workload_digest"]),
-            device=str(d["device"]),
-            terms=tuple(str(t) for t in d["terms"]),
-            model=ModelBytes.from_json(d["model"]),
-            phases={str(k): PhaseFit.from_json(v) for k, v in d["phases"].items()},
-            measured_up_to_tokens=int(d["measured_up_to_tokens"]),
-            routing=dict(d.get("routing", {})),
-            version=str(d["version"]),
-        )
-
-    def estimate(
-        self, batch: int, seq: int, phase: str, *, cold: bool
-    ) -> tuple[int, int, dict[str, int]]:
-        """(predicted upper bound, point estimate, terms summing to the bound)."""
-        f = self.phases[phase]
-        terms = {f"step.{t}": v for t, v in f.point(batch, seq).items()}
-        if f.known_bytes:
-            terms["model.gradients"] = f.known_bytes
-        terms["stated_error"] = f.error(f.total(batch, seq))
-        if cold and f.cold_extra_bytes:
-            terms["cold"] = f.cold_extra_bytes
-        predicted = sum(terms.values())
-        return predicted, predicted - terms["stated_error"], terms
+    return g if whole(g) < whole(f) else f

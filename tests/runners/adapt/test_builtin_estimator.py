@@ -188,7 +188,7 @@ def test_calibration_lies_under_its_prediction_and_is_kept(team: Path, _cache: P
     for earlier in ("2", "3"):
         kept.write_text(json.dumps({**doc, "version": earlier}))
         calibrate._MEMO.clear()
-        assert again.calibration().version == VERSION == "4"
+        assert again.calibration().version == VERSION == "5"
         assert again.calibration_source == "measured"
 
 
@@ -346,7 +346,7 @@ def test_doctor_names_the_estimator_each_claim_will_use(team: Path) -> None:
 
 
 def test_the_calibration_is_a_receipt_that_admission_rows_name(team: Path) -> None:
-    from runners.workloads.envelope import Calibration
+    from runners.workloads.calibration_record import Calibration
 
     r = _admission(team, CNN, "estimator-calibration", {})
     assert r.outcome == "passed", r.reason

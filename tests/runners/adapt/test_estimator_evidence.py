@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import statistics
+import tarfile
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,8 @@ ROOT = Path(__file__).resolve().parents[3]
 RUNS = sorted(ROOT.glob("evidence/*-estimator/estimator_accuracy.json"))
 HELD_OUT = {"llama+lora", "mixtral", "vit", "cnn"}
 DEVELOPMENT = {"gpt2", "qwen3_moe+lora"}
+LATER = {"bert"}
+"""Held out from method 5 on: added after it was frozen, in the tables measured since."""
 
 
 def _load(path: Path) -> dict[str, Any]:
@@ -31,9 +34,9 @@ def test_there_is_a_cpu_table() -> None:
 def test_every_shape_is_reported_and_each_figure_is_its_own(path: Path) -> None:
     doc = _load(path)
     families = {f["family"]: f for f in doc["families"]}
-    assert set(families) == HELD_OUT | DEVELOPMENT
+    assert HELD_OUT | DEVELOPMENT <= set(families) <= HELD_OUT | DEVELOPMENT | LATER
     for name, f in families.items():
-        assert f["role"] == ("held-out" if name in HELD_OUT else "development")
+        assert f["role"] == ("held-out" if name in HELD_OUT | LATER else "development")
         rows = f["rows"]
         by_phase: dict[str, list[tuple[int, int]]] = {}
         for r in rows:
@@ -143,6 +146,34 @@ def test_method3_on_one_gpu() -> None:
     assert by["backward.full-prefix"]["outcome"] == "passed"
 
 
+def _targets(doc: dict[str, Any]) -> None:
+    """Issue 51's targets: every family 0 shapes above predicted, the median 0.8 or more
+    and none below 0.5."""
+    for f in doc["families"]:
+        s = f["summary"]
+        assert s["measured_above_predicted"] == 0, f["family"]
+        assert s["median_measured_over_predicted"] >= 0.8, f["family"]
+        assert s["min_measured_over_predicted"] >= 0.5, f["family"]
+
+
+def _calibrated_in_the_first_attempt(adapter: dict[str, Any], low_s: float) -> None:
+    """The calibration is measured in the claim's first admission: under 20 s there (its
+    first attempt less the step and the edge search), and in no later attempt."""
+    rows = adapter["admission.no-oom-after-admit"]["measurements"]["shapes"]
+    first, *later = rows
+    own = first["attempt_ns"] - first["duration_ns"] - first["edge_ns"]
+    assert low_s * 1e9 < own < 20e9, own
+    assert all(r["attempt_ns"] < 1e9 for r in later)
+
+
+def _backward_passed_at(adapter: dict[str, Any], ratio: float) -> None:
+    back = adapter["backward.full-prefix"]
+    assert back["outcome"] == "passed"
+    bm = back["measurements"]
+    assert bm["target_measured_bytes"] <= bm["target_predicted_bytes"]
+    assert round(bm["target_measured_bytes"] / bm["target_predicted_bytes"], 3) == ratio
+
+
 def test_method4_on_one_gpu_meets_the_targets() -> None:
     # evidence/h100-method4-estimator/: the fit's columns scaled, the relative part 2 %
     # or more. Every family: 0 of its shapes above predicted, the median 0.8 or more and
@@ -152,24 +183,53 @@ def test_method4_on_one_gpu_meets_the_targets() -> None:
     here = ROOT / "evidence" / "h100-method4-estimator"
     assert "NVIDIA H100 80GB HBM3" in (here / "nvidia-smi.csv").read_text()
     doc = _load(here / "estimator_accuracy.json")
-    for f in doc["families"]:
-        s = f["summary"]
-        assert s["measured_above_predicted"] == 0, f["family"]
-        assert s["median_measured_over_predicted"] >= 0.8, f["family"]
-        assert s["min_measured_over_predicted"] >= 0.5, f["family"]
+    _targets(doc)
     vit = next(f for f in doc["families"] if f["family"] == "vit")
     assert vit["summary"]["min_measured_over_predicted"] == 0.5233
     by, ratios = _adapter(here)
     assert round(min(ratios), 3) == 0.609 and round(max(ratios), 3) == 0.983
-    # The calibration is measured in the claim's first admission: under 20 s there (its
-    # first attempt less the step and the edge search), and in no later attempt.
-    rows = by["admission.no-oom-after-admit"]["measurements"]["shapes"]
-    first, *later = rows
-    own = first["attempt_ns"] - first["duration_ns"] - first["edge_ns"]
-    assert 10e9 < own < 20e9, own
-    assert all(r["attempt_ns"] < 1e9 for r in later)
-    back = by["backward.full-prefix"]
-    assert back["outcome"] == "passed"
-    bm = back["measurements"]
-    assert bm["target_measured_bytes"] <= bm["target_predicted_bytes"]
-    assert round(bm["target_measured_bytes"] / bm["target_predicted_bytes"], 3) == 0.941
+    _calibrated_in_the_first_attempt(by, 10)
+    _backward_passed_at(by, 0.941)
+
+
+def test_method5_on_cpu_meets_the_targets() -> None:
+    # evidence/cpu-estimator/: GPT-2's backward at 1x64, 0.478 of method 4's bound, is
+    # 0.5577 of method 5's; BERT, held out (added after the method was frozen), 0.5718.
+    doc = _load(ROOT / "evidence" / "cpu-estimator" / "estimator_accuracy.json")
+    assert doc["method"] == "5"
+    _targets(doc)
+    by = {f["family"]: f["summary"] for f in doc["families"]}
+    assert set(by) == HELD_OUT | DEVELOPMENT | LATER
+    assert by["gpt2"]["min_measured_over_predicted"] == 0.5577
+    assert by["bert"]["min_measured_over_predicted"] == 0.5718
+
+
+def test_method5_on_one_gpu_meets_the_targets() -> None:
+    # evidence/h100-method5-estimator/: seven families on one H100, BERT among them (held
+    # out, added after method 5 was frozen: median 0.8903, min 0.6485); GPT-2's minimum
+    # 0.6196 (0.586 under method 4). The adapter example with no estimator file: 16 of
+    # 16 steps admitted at 0.609 to 0.983 of their bound (its backward has few
+    # gradients, LoRA's: method 4's figures), calibration 7.0 s in the first admission,
+    # and the full-prefix backward passes at 0.941 of its bound.
+    here = ROOT / "evidence" / "h100-method5-estimator"
+    assert "NVIDIA H100 80GB HBM3" in (here / "nvidia-smi.csv").read_text()
+    doc = _load(here / "estimator_accuracy.json")
+    _targets(doc)
+    # The method: the table predates its "method" field; the calibration the run kept
+    # for the adapter (the id its receipts name) says 5.
+    with tarfile.open(here / "run.tgz") as tar:
+        kept = [
+            json.load(f)
+            for m in tar.getmembers()
+            if m.name.startswith("run/calibration/") and (f := tar.extractfile(m)) is not None
+        ]
+    assert {d["version"] for d in kept} == {"5"}
+    by = {f["family"]: f["summary"] for f in doc["families"]}
+    assert set(by) == HELD_OUT | DEVELOPMENT | LATER
+    assert by["bert"]["min_measured_over_predicted"] == 0.6485
+    assert by["bert"]["median_measured_over_predicted"] == 0.8903
+    assert by["gpt2"]["min_measured_over_predicted"] == 0.6196
+    adapter, ratios = _adapter(here)
+    assert round(min(ratios), 3) == 0.609 and round(max(ratios), 3) == 0.983
+    _calibrated_in_the_first_attempt(adapter, 5)
+    _backward_passed_at(adapter, 0.941)

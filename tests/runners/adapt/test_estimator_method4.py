@@ -22,7 +22,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from runners.adapt.calibrate import fitted
-from runners.workloads.envelope import TERMS, Calibration, PhaseFit, Point, fit, predict_step
+from runners.workloads.calibration_record import Calibration
+from runners.workloads.envelope import TERMS, PhaseFit, Point, fit, predict_step
 
 ROOT = Path(__file__).resolve().parents[3]
 RECORD = Path(__file__).resolve().parent / "data" / "calibration-v3-h100-vit.json"

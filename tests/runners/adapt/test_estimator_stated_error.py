@@ -12,8 +12,8 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from runners.workloads.calibration_record import Calibration
 from runners.workloads.envelope import (
-    Calibration,
     PhaseFit,
     Point,
     _error_permille,
