@@ -56,6 +56,7 @@ _STAMP = re.compile(r"^\s*(\d+(?:\.\d+)?)s\s+(.*)$")
 _START = re.compile(r"^\[(\d+)/(\d+)\] (\S+) \(")
 _END = re.compile(r"^\[(\d+)/(\d+)\] (\S+) (passed|failed|inconclusive|infra-error|not run\S*)\b")
 _OWN = re.compile(r"\((\d+(?:\.\d+)?) s\)")
+_PROGRESS = re.compile(r"^\[(\d+)/\d+\]  (.*)$")
 _FORK = re.compile(r"^fork server: .*\((\d+(?:\.\d+)?) s\)")
 
 
@@ -76,6 +77,10 @@ class Run:
     """Every line qualify said, stamped as it arrived (the claims' own progress too)."""
     inside: dict[str, dict[str, float]] = field(default_factory=dict)
     """Claim -> seconds of each span of its receipt's timeline and harness phases."""
+    against_base: dict[str, Any] = field(default_factory=dict)
+    """Claim -> the head's outputs against the base's as its receipt judged them (the
+    24-view's ``against_base`` rows): equal under two codes where a change kept what
+    the receipt says."""
 
 
 def _benign_comment(repo: Path, name: str) -> None:
@@ -139,16 +144,17 @@ def qualify(env: dict[str, str], repo: Path, cwd: Path, a: argparse.Namespace, r
     except ValueError:
         receipts = []  # a run that printed no JSON: its lines say why
     for r in receipts:
-        run.inside[str(r.get("claim"))] = inside(env, cwd, str(r["id"]))
+        claim = str(r.get("claim"))
+        predicate = ledger_show(env, cwd, str(r["id"]))
+        meas = {} if predicate is None else predicate.get("measurements", {})
+        run.inside[claim] = inside(meas)
+        if "against_base" in meas:
+            run.against_base[claim] = meas["against_base"]
     return run
 
 
-def inside(env: dict[str, str], cwd: Path, rid: str) -> dict[str, float]:
-    """One receipt's timeline spans and harness phases, in seconds."""
-    predicate = ledger_show(env, cwd, rid)
-    if predicate is None:
-        return {}
-    meas = predicate.get("measurements", {})
+def inside(meas: dict[str, Any]) -> dict[str, float]:
+    """One receipt's timeline spans and harness phases (its measurements), in seconds."""
     # Every mark the receipt has (launch, fork, serving, device ready, the check, the
     # exit proof), in the order they happened.
     tl = sorted((int(ns), name) for name, ns in meas.get("claim_timeline_ns", {}).items())
@@ -273,9 +279,41 @@ def render(runs: list[Run]) -> str:
                 out.append(f"  claim {name:<34} {span:6.2f} s  {c.get('outcome')}{own}")
                 for what, secs in r.inside.get(name, {}).items():
                     out.append(f"      {what:<34} {secs:7.3f} s")
+                prev = float(c["start"])
+                for at, said in progress(r).get(name, []):
+                    out.append(f"      (+{at - prev:6.2f} s) {said[:80]}")
+                    prev = at
+        out += _same_judgement(r, runs)
         if r.rc != 0:
             out += ["  last lines:", *(f"    {t}" for t in r.tail[-4:])]
     return "\n".join(out)
+
+
+def progress(r: Run) -> dict[str, list[tuple[float, str]]]:
+    """Each claim's own progress lines (``[k/n]  what``), stamped as they arrived: the
+    spans inside its check (the base's arms, each forward, the comparisons)."""
+    names: dict[str, str] = {}
+    out: dict[str, list[tuple[float, str]]] = {}
+    for at, text in r.lines:
+        m = _STAMP.match(text)
+        if not m:
+            continue
+        if s := _START.match(m.group(2)):
+            names[s.group(1)] = s.group(3)
+        elif (p := _PROGRESS.match(m.group(2))) and p.group(1) in names:
+            out.setdefault(names[p.group(1)], []).append((at, p.group(2)))
+    return out
+
+
+def _same_judgement(r: Run, runs: list[Run]) -> list[str]:
+    """Whether this run's comparisons with the base judged the same figures as the first
+    run of the same plan under the other code (``before``): a faster path must not move
+    what a receipt says."""
+    other = next((o for o in runs if o.plan == r.plan and o.code != r.code), None)
+    if other is None or r.code == "before" or not r.against_base:
+        return []
+    same = r.against_base == other.against_base
+    return [f"  against the base: {'the same rows' if same else 'DIFFERENT rows'} as {other.code}"]
 
 
 def main(argv: list[str] | None = None) -> None:

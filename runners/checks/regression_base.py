@@ -309,7 +309,14 @@ def judged(
             measurements=m,
         )
     base, ref = arms.outputs.get("base", {}), arms.outputs.get("reference", {})
-    theirs = {} if head_ref is None else {k: v.to("cpu") for k, v in head_ref.declared().items()}
+    # The head's reference outputs stay where they were computed when summed there (a
+    # GPU): not to the host and back. Tokens set aside are dropped by a host mask.
+    keep = on is not None and on.type == "cuda" and arms.set_aside is None
+    theirs = (
+        {}
+        if head_ref is None
+        else {k: v if keep else v.to("cpu") for k, v in head_ref.declared().items()}
+    )
     if arms.set_aside is not None:
         kept = _Kept(arms.set_aside, p.views)
         head, base, ref, theirs = (kept.of(x) for x in (head, base, ref, theirs))

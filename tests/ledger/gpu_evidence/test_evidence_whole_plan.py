@@ -200,3 +200,37 @@ def test_admissions_attempts_split_into_steps_edge_and_the_rest() -> None:
         "attempts: the rest": 1.2,
     }
     assert got["check_started -> check_finished"] >= split["attempts: 16 whole"]
+
+
+H200 = ROOT / "evidence" / "h200-whole-plan"
+
+
+def _tail_after_comparing(run: dict[str, Any], claim: str) -> float:
+    """Seconds from the 24-view's line saying it compares the head's outputs with the
+    base's to the claim's end: the comparisons and what follows them in the check."""
+    said = [float(t) for t, text in run["lines"] if "outputs of the head against the base" in text]
+    return _at(run, f"end {claim}") - min(said)
+
+
+def test_the_24view_comparisons_on_the_gpu_at_their_own_width_on_one_h200() -> None:
+    # evidence/h200-whole-plan/comparisons-*: the example plan, before (34612b2) and after
+    # the comparisons' host chunks crossed to the GPU at their own width (widened to
+    # float64 there, not by the CPU) and the head's reference outputs stayed on the GPU;
+    # first and second run of each, one H200, one call. The receipts judged the same
+    # rows; the tail of the 24-view after its comparisons began went from 10.0 and 11.0 s
+    # to 2.9 and 2.0 s.
+    assert "NVIDIA H200" in (H200 / "comparisons-nvidia-smi.csv").read_text()
+    runs = json.loads((H200 / "comparisons-example.json").read_text())
+    assert [(r["code"], r["run"]) for r in runs] == [
+        ("before", 1), ("before", 2), ("after", 1), ("after", 2),
+    ]  # fmt: skip
+    claim = "regression.24view-nograd"
+    for r in runs:
+        assert r["rc"] == 0 and {c["outcome"] for c in r["claims"].values()} == {"passed"}
+        assert r["against_base"][claim] == runs[0]["against_base"][claim]
+    tails = [round(_tail_after_comparing(r, claim), 1) for r in runs]
+    assert tails == [10.0, 11.0, 2.9, 2.0], tails
+    walls = [round(r["wall"], 1) for r in runs]
+    assert walls == [100.8, 100.9, 89.0, 85.5], walls
+    spans = [round(_at(r, f"end {claim}") - _at(r, f"start {claim}"), 1) for r in runs]
+    assert spans == [28.5, 32.6, 21.1, 19.9], spans
