@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,6 +18,32 @@ from sqlalchemy import create_engine, text
 # instead, as a claim's processes wait (`runners.contract.childenv`); set before anything
 # imports torch, unless the caller set a policy.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+_OWN = ("runners", "ledger")
+_ROOT = str(Path(__file__).resolve().parents[1]) + os.sep
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _own_modules_kept() -> Iterator[None]:
+    """This project's modules as they were before a test file ran. Loading a workload from
+    another checkout of this project (a copy of its tree) imports that copy's `runners`
+    modules in their place, as the loader does by design (one checkout of a package at a
+    time); a later file in the same process would then hold two classes of one name, and
+    a patch of one module would miss the code that runs (found by running the files in
+    another order: `--no-loadscope-reorder`)."""
+    before = {k: m for k, m in sys.modules.items() if k.split(".")[0] in _OWN}
+    yield
+    for name in [k for k in sys.modules if k.split(".")[0] in _OWN and k not in before]:
+        where = getattr(sys.modules[name], "__file__", None) or ""
+        if where and not where.startswith(_ROOT):
+            del sys.modules[name]  # a copy's own module: gone with its checkout
+    for name, mod in before.items():
+        if sys.modules.get(name) is not mod:
+            sys.modules[name] = mod
+            parent, _, leaf = name.rpartition(".")
+            if parent in sys.modules:
+                setattr(sys.modules[parent], leaf, mod)
+
 
 PG_URL = os.environ.get(
     "LEDGER_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/ledger_test"
