@@ -90,8 +90,8 @@ def sums(x: torch.Tensor, ref: torch.Tensor, on: torch.device | None = None) -> 
     top = torch.zeros((), dtype=torch.float64, device=dev)
     for i in range(0, rf.numel(), _CHUNK):
         # To the device at the tensor's own width, widened there: a host chunk widened
-        # first is converted by the CPU and crosses at 8 bytes an element (on an H100
-        # most of the 24-view's 9.5 s comparing the head's outputs with the base's).
+        # first is converted by the CPU and crosses at 8 bytes an element (on an H200 the
+        # 24-view's comparisons with the base took 10 to 11 s so, 2 to 3 s now).
         r = rf[i : i + _CHUNK].to(dev).to(torch.float64)
         a = xf[i : i + _CHUNK].to(dev).to(torch.float64)
         d = a - r
