@@ -1,7 +1,7 @@
 """Model families the built-in estimator was not developed on, for
 `benchmarks/estimator_accuracy.py`: factories, losses and batches a team would write
-for the ready adapter's ``module`` route (transformers' ViT and BERT from config, a
-team-style CNN). Imported by reference (``benchmarks.estimator_families:vit``)."""
+for the ready adapter's ``module`` route (transformers' ViT, DeiT and BERT from config,
+a team-style CNN). Imported by reference (``benchmarks.estimator_families:vit``)."""
 
 from __future__ import annotations
 
@@ -46,6 +46,28 @@ def vit_batch(shape: Shape, seed: int) -> dict[str, torch.Tensor]:
         "pixels": torch.randn(shape.batch, 3, PATCH, shape.seq * PATCH, generator=g),
         "labels": torch.randint(10, (shape.batch,), generator=g),
     }
+
+
+def deit(hidden: int, layers: int, heads: int) -> torch.nn.Module:
+    """transformers' DeiT (a vision transformer with a distillation token), from a config:
+    added once method 5 was fixed, to be measured by it unchanged."""
+    from transformers import DeiTConfig, DeiTForImageClassification
+
+    extra: dict[str, Any] = {"num_labels": 10, "attn_implementation": "eager"}
+    cfg = DeiTConfig(
+        hidden_size=hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        intermediate_size=4 * hidden,
+        image_size=224,
+        patch_size=PATCH,
+        **extra,
+    )
+    return DeiTForImageClassification(cfg)
+
+
+deit_loss = vit_loss
+deit_batch = vit_batch
 
 
 def cnn(width: int) -> torch.nn.Module:

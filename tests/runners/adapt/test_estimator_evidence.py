@@ -17,9 +17,9 @@ ROOT = Path(__file__).resolve().parents[3]
 RUNS = sorted(ROOT.glob("evidence/*-estimator/estimator_accuracy.json"))
 HELD_OUT = {"llama+lora", "mixtral", "vit", "cnn"}
 DEVELOPMENT = {"gpt2", "qwen3_moe+lora"}
-LATER = {"bert"}
-"""Added with method 5, in the tables measured since (it informed that method: its
-backward at 8x128 on CPU measured above the fresh envelope used beyond the grid)."""
+LATER = {"bert", "deit"}
+"""Added since: BERT with method 5 (it informed that method: its backward at 8x128 on CPU
+measured above the fresh envelope used beyond the grid), DeiT once method 5 was fixed."""
 
 
 def _load(path: Path) -> dict[str, Any]:
@@ -203,6 +203,10 @@ def test_method5_on_cpu_meets_the_targets() -> None:
     assert set(by) == HELD_OUT | DEVELOPMENT | LATER
     assert by["gpt2"]["min_measured_over_predicted"] == 0.5577
     assert by["bert"]["min_measured_over_predicted"] == 0.5718
+    # DeiT, added once method 5 was fixed and measured by it unchanged: a vision
+    # transformer no method was made from.
+    assert by["deit"]["min_measured_over_predicted"] == 0.5422
+    assert by["deit"]["median_measured_over_predicted"] == 0.8858
 
 
 def test_method5_on_one_gpu_meets_the_targets() -> None:
@@ -216,6 +220,8 @@ def test_method5_on_one_gpu_meets_the_targets() -> None:
     assert "NVIDIA H100 80GB HBM3" in (here / "nvidia-smi.csv").read_text()
     doc = _load(here / "estimator_accuracy.json")
     _targets(doc)
+    # DeiT was added after this run.
+    assert {f["family"] for f in doc["families"]} == HELD_OUT | DEVELOPMENT | {"bert"}
     # The method: the table predates its "method" field; the calibration the run kept
     # for the adapter (the id its receipts name) says 5.
     with tarfile.open(here / "run.tgz") as tar:
@@ -226,7 +232,6 @@ def test_method5_on_one_gpu_meets_the_targets() -> None:
         ]
     assert {d["version"] for d in kept} == {"5"}
     by = {f["family"]: f["summary"] for f in doc["families"]}
-    assert set(by) == HELD_OUT | DEVELOPMENT | LATER
     assert by["bert"]["min_measured_over_predicted"] == 0.6485
     assert by["bert"]["median_measured_over_predicted"] == 0.8903
     assert by["gpt2"]["min_measured_over_predicted"] == 0.6196
