@@ -14,13 +14,12 @@ from runners.protocol import Shape
 PATCH = 16
 
 
-def vit(hidden: int, layers: int, heads: int) -> torch.nn.Module:
-    """transformers' ViT for image classification, from a config (no weights fetched)."""
-    from transformers import ViTConfig, ViTForImageClassification
-
+def _patches(config: Any, model: Any, hidden: int, layers: int, heads: int) -> torch.nn.Module:
+    """A transformers vision transformer for image classification, from a config (no
+    weights fetched): ``PATCH``-pixel patches, eager attention, 10 labels."""
     # Keyword arguments the config's typed signature leaves to **kwargs (PretrainedConfig).
     extra: dict[str, Any] = {"num_labels": 10, "attn_implementation": "eager"}
-    cfg = ViTConfig(
+    cfg = config(
         hidden_size=hidden,
         num_hidden_layers=layers,
         num_attention_heads=heads,
@@ -29,7 +28,15 @@ def vit(hidden: int, layers: int, heads: int) -> torch.nn.Module:
         patch_size=PATCH,
         **extra,
     )
-    return ViTForImageClassification(cfg)
+    built: torch.nn.Module = model(cfg)
+    return built
+
+
+def vit(hidden: int, layers: int, heads: int) -> torch.nn.Module:
+    """transformers' ViT for image classification, from a config."""
+    from transformers import ViTConfig, ViTForImageClassification
+
+    return _patches(ViTConfig, ViTForImageClassification, hidden, layers, heads)
 
 
 def vit_loss(model: Any, batch: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -53,17 +60,7 @@ def deit(hidden: int, layers: int, heads: int) -> torch.nn.Module:
     added once method 5 was fixed, to be measured by it unchanged."""
     from transformers import DeiTConfig, DeiTForImageClassification
 
-    extra: dict[str, Any] = {"num_labels": 10, "attn_implementation": "eager"}
-    cfg = DeiTConfig(
-        hidden_size=hidden,
-        num_hidden_layers=layers,
-        num_attention_heads=heads,
-        intermediate_size=4 * hidden,
-        image_size=224,
-        patch_size=PATCH,
-        **extra,
-    )
-    return DeiTForImageClassification(cfg)
+    return _patches(DeiTConfig, DeiTForImageClassification, hidden, layers, heads)
 
 
 deit_loss = vit_loss
