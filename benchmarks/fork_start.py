@@ -2,10 +2,10 @@
 claim, each part timed in a fresh interpreter as `runners.fork.forkimports.preload`
 pays it.
 
-    python -m benchmarks.fork_start [--profile h200|cpu] [--threads 1,N] [--out FILE]
+    python -m benchmarks.fork_start [--profile h200|cpu] [--threads 1,N] [--top N] [--out FILE]
 
 Parts, in the server's order: ``torch`` (its import), ``harness`` (`runners.api`, the
-rank server and ``torch._dynamo``, which every check imports), ``preload`` (the plan's
+rank server and `runners.fork.forkparent.ALWAYS`, what every check imports), ``preload`` (the plan's
 ``preload`` modules: transformers and peft) and ``prepare`` (the workload built once on
 CPU: `runners.workloads.loader.prepare_workload`). The server computes on one thread
 (a forked claim must not inherit a thread pool); ``--threads`` also times the same on
@@ -15,8 +15,10 @@ more, for comparison. Prints one row per thread count; ``--out`` writes them as 
 from __future__ import annotations
 
 import argparse
+import cProfile
 import json
 import os
+import pstats
 import subprocess
 import sys
 import time
@@ -37,8 +39,11 @@ def plan_of(profile: str) -> tuple[str, list[str], dict[str, Any]]:
     return str(doc["workload"]), list(doc.get("preload", [])), params
 
 
-def child(ref: str, preload: list[str], params: dict[str, Any], threads: int) -> dict[str, float]:
-    """In this (fresh) interpreter: each part's seconds."""
+def child(
+    ref: str, preload: list[str], params: dict[str, Any], threads: int, top: int = 0
+) -> dict[str, float]:
+    """In this (fresh) interpreter: each part's seconds (and, with ``top``, the
+    ``prepare`` part's costliest functions on stderr)."""
     took: dict[str, float] = {}
     t = time.monotonic()
     import torch
@@ -46,10 +51,12 @@ def child(ref: str, preload: list[str], params: dict[str, Any], threads: int) ->
     torch.set_num_threads(threads)
     took["torch"] = time.monotonic() - t
     t = time.monotonic()
-    import torch._dynamo
-
     import runners.api
     import runners.rank.serve  # noqa: F401
+    from runners.fork.forkimports import import_modules
+    from runners.fork.forkparent import ALWAYS
+
+    import_modules(ALWAYS)
 
     took["harness"] = time.monotonic() - t
     t = time.monotonic()
@@ -58,10 +65,17 @@ def child(ref: str, preload: list[str], params: dict[str, Any], threads: int) ->
     took["preload"] = time.monotonic() - t
     from runners.workloads.loader import prepare_workload
 
+    prof = cProfile.Profile() if top else None
     t = time.monotonic()
+    if prof:
+        prof.enable()
     if not prepare_workload(EXAMPLE, ref, params):
         raise SystemExit(f"fork_start: {ref} has no prepare()")
     took["prepare"] = time.monotonic() - t
+    if prof:
+        prof.disable()
+        # To stderr: the parent shows it; stdout carries the JSON row.
+        pstats.Stats(prof, stream=sys.stderr).sort_stats("tottime").print_stats(top)
     return took
 
 
@@ -70,22 +84,28 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--profile", default="h200")
     ap.add_argument("--threads", default=f"1,{os.cpu_count() or 1}")
     ap.add_argument("--out", type=Path)
+    ap.add_argument(
+        "--top", type=int, default=0, help="Also print prepare's N costliest functions."
+    )
     ap.add_argument("--child", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     ref, preload, params = plan_of(a.profile)
     if a.child:
-        print(json.dumps(child(ref, preload, params, int(a.child))))
+        print(json.dumps(child(ref, preload, params, int(a.child), a.top)))
         return
     rows = []
     for n in dict.fromkeys(int(x) for x in a.threads.split(",") if x):
         env = {**os.environ, "OMP_NUM_THREADS": str(n)}
         cmd = [sys.executable, "-m", "benchmarks.fork_start", "--profile", a.profile]
+        cmd += ["--top", str(a.top)]
         got = subprocess.run(
             [*cmd, "--child", str(n)], env=env, cwd=ROOT, capture_output=True, text=True
         )
         if got.returncode != 0:
             raise SystemExit(f"fork_start: {n} thread(s): {got.stderr.strip()[-400:]}")
         took = json.loads(got.stdout.strip().splitlines()[-1])
+        if a.top:
+            print(got.stderr, flush=True)
         rows.append({"threads": n, **{k: round(took[k], 3) for k in PARTS}})
         print(
             f"{n:3d} thread(s): "

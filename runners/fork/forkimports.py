@@ -19,7 +19,7 @@ from runners.fork.forkparent import ALWAYS
 from runners.fork.forkready import Ready
 from runners.fork.forksafety import refusal, threads, witness
 
-__all__ = ["claim_threads", "import_modules", "learned_modules", "preload"]
+__all__ = ["Stopped", "claim_threads", "import_modules", "learned_modules", "preload"]
 
 
 def import_modules(names: Sequence[str]) -> tuple[list[str], list[str]]:
@@ -35,9 +35,19 @@ def import_modules(names: Sequence[str]) -> tuple[list[str], list[str]]:
         try:
             importlib.import_module(name)
             done.append(name)
+        except Stopped:
+            raise  # the server was told to stop meanwhile: not this module's failure
         except BaseException:  # a module's import may raise anything
             failed.append(name)
     return done, failed
+
+
+class Stopped(BaseException):
+    """The fork server's SIGTERM, raised wherever its main thread is. Its own class, so
+    that `import_modules`, which takes anything else a module's import raises for that
+    module's failure, lets it through: a stop that came while the server imported what
+    a claim had learnt (a second or more for torch's compile stack) was swallowed there,
+    and its parent waited out its 10 s grace before killing it."""
 
 
 _THREADS = 0

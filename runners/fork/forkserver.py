@@ -50,7 +50,13 @@ from typing import Any
 
 from runners.fork.childwake import ChildWake
 from runners.fork.forkclient import FORWARDED
-from runners.fork.forkimports import claim_threads, import_modules, learned_modules, preload
+from runners.fork.forkimports import (
+    Stopped,
+    claim_threads,
+    import_modules,
+    learned_modules,
+    preload,
+)
 from runners.fork.forkparent import READY
 from runners.fork.forksafety import refusal
 
@@ -359,7 +365,7 @@ def _serve(path: str) -> int:
     listener.listen(64)
     print(READY + json.dumps(ready.to_json()), flush=True)
     learn = ready.learn
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    signal.signal(signal.SIGTERM, _stop)
     # Single-threaded (`forkimports`; a fork from more threads is refused), yet several
     # claims at once: a worker's exit wakes the server (`childwake`) as a request does.
     wake = ChildWake()
@@ -379,5 +385,13 @@ def _serve(path: str) -> int:
         _reap(running, sel, learn)
 
 
+def _stop(*_: object) -> None:
+    """SIGTERM: the parent is done with this server (its claims are stopped)."""
+    raise Stopped
+
+
 if __name__ == "__main__":
-    sys.exit(_serve(sys.argv[1]))
+    try:
+        sys.exit(_serve(sys.argv[1]))
+    except Stopped:
+        sys.exit(0)
