@@ -269,6 +269,7 @@ def render(runs: list[Run]) -> str:
     for r in runs:
         out.append(f"\n{r.code} / {r.plan} / run {r.run}: {r.wall:.1f} s wall, exit {r.rc}")
         prev = 0.0
+        said_by = progress(r)
         for at, name in sorted(r.events):
             out.append(f"  {at:7.2f} s  (+{at - prev:6.2f})  {name}")
             prev = at
@@ -280,7 +281,7 @@ def render(runs: list[Run]) -> str:
                 for what, secs in r.inside.get(name, {}).items():
                     out.append(f"      {what:<34} {secs:7.3f} s")
                 prev = float(c["start"])
-                for at, said in progress(r).get(name, []):
+                for at, said in said_by.get(name, []):
                     out.append(f"      (+{at - prev:6.2f} s) {said[:80]}")
                     prev = at
         out += _same_judgement(r, runs)

@@ -202,10 +202,12 @@ def test_a_misspelt_check_parameter_is_refused_before_anything_runs(
 
 
 def test_qualify_through_an_unreachable_server_fails_before_any_check_runs(
-    example: Path, capsys: pytest.CaptureFixture[str]
+    example: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """A GPU run can take hours: a server that is down is found before the first claim."""
     import socket
+
+    monkeypatch.setenv("LEDGER_SERVER_RETRIES", "0")  # no server there: nothing to wait for
 
     with socket.socket() as s:  # a port nothing listens on
         s.bind(("127.0.0.1", 0))

@@ -266,9 +266,11 @@ def test_an_outbox_pushed_head_and_an_aliased_id_are_judged_alike(
     world: tuple[str, git.Repo, dict[int, str]],
     key_dir: Path,
     tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     db, r, heads = world
+    monkeypatch.setenv("LEDGER_SERVER_RETRIES", "0")  # the server is down: nothing to wait for
     keys = KeyDir(key_dir)
     where = str(r.working_tree_dir)
     srv = start(db, keys)

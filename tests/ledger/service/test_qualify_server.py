@@ -29,6 +29,7 @@ def test_server_stopped_during_qualify(
 ) -> None:
     monkeypatch.setenv("LEDGER_DB", db_url)
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    monkeypatch.setenv("LEDGER_SERVER_RETRIES", "0")  # the server stops: nothing to wait for
     assert run(capsys, "init").code == 0
     assert run(capsys, "keys", "new", "runner", "--role", "runner").code == 0
     repo = make_example_repo(tmp_path / "repo").path

@@ -83,9 +83,14 @@ def test_tokens_guard_key_writes(ledger_db: str, key_dir: Path, tmp_path: Path) 
 
 
 def test_server_down_keeps_receipts_in_the_outbox_until_push(
-    ledger_db: str, key_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ledger_db: str,
+    key_dir: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     """Nothing measured is lost: the server goes away mid-run, `ledger push` delivers."""
+    monkeypatch.setenv(client.RETRIES_VAR, "0")  # the server is gone: nothing to wait for
     tokens = tmp_path / "tokens"
     token = new_token("gpu-host", tokens)
     keys = KeyDir(key_dir)
