@@ -29,7 +29,6 @@ from pathlib import Path
 from typing import Any
 
 from ledger.sandbox import pids
-from ledger.sandbox.nspid import child_with_inner_pid
 
 __all__ = ["Placer", "record"]
 
@@ -75,7 +74,7 @@ class Placer:
             with socket.socket(fileno=os.dup(fds[0])) as srv:
                 server = _peer(srv)
             pid = int(json.loads(data)["pid"])
-            worker = child_with_inner_pid(server, pid)
+            worker = _child(server, pid)
             if worker is None:
                 return f"pid {pid} is no waiting worker of the fork server it named"
             held = pids.folder_of(worker)
@@ -97,6 +96,23 @@ def _peer(conn: socket.socket) -> int:
     if pid <= 0:
         raise ValueError("the peer's pid is not seen here")
     return pid
+
+
+def _child(parent: int, inner: int) -> int | None:
+    """The child of ``parent`` whose pid in its innermost namespace is ``inner``."""
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/status") as f:
+                fields = dict(line.split(":", 1) for line in f if ":" in line)
+        except OSError:
+            continue
+        if fields.get("PPid", "").strip() == str(parent):
+            nspids = fields.get("NSpid", "").split()
+            if nspids and nspids[-1] == str(inner):
+                return int(entry.name)
+    return None
 
 
 def record(note: str, cgroup: str, seen: dict[str, Any], placer: Placer | None) -> None:

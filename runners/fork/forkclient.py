@@ -164,9 +164,20 @@ def _host_pid(conn: socket.socket, pid: int) -> int | None:
     server = struct.unpack("3i", creds)[0]
     if server <= 0:
         return None
-    from ledger.sandbox.nspid import child_with_inner_pid
-
-    return child_with_inner_pid(server, pid)
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/status") as f:
+                fields = dict(line.split(":", 1) for line in f if ":" in line)
+        except OSError:
+            continue
+        if fields.get("PPid", "").strip() != str(server):
+            continue
+        nspids = fields.get("NSpid", "").split()
+        if nspids and nspids[-1] == str(pid):
+            return int(entry.name)
+    return None
 
 
 CGROUP_VAR = "LEDGER_CLAIM_CGROUP"
