@@ -99,7 +99,8 @@ def _peer(conn: socket.socket) -> int:
 
 
 def _child(parent: int, inner: int) -> int | None:
-    """The child of ``parent`` whose pid in its innermost namespace is ``inner``."""
+    """The child of ``parent`` whose pid in its innermost namespace is ``inner`` (the fork
+    client's `_host_pid` walks the same, without importing this package)."""
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():
             continue
